@@ -1,0 +1,28 @@
+# Every target sets itself up: a fresh Debian 12 / Python 3.11 machine needs nothing else.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+ENV_ID ?= builtin.Catch-v0
+HOST ?= 127.0.0.1
+export OPENBLAS_NUM_THREADS := 1
+
+.PHONY: run test bench lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+run: $(STAMP)
+	$(VENV)/bin/universe-remote serve $(ENV_ID) --host $(HOST)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -1,0 +1,141 @@
+"""The ``universe-remote`` command: serve a remote, list environments.
+
+Each subcommand imports only what it needs, so ``serve`` in a slim image never loads
+the agent side (gymnasium) and ``list`` starts no servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+PASSWORD_ENV: str = "UNIVERSE_REMOTE_PASSWORD"
+
+log = logging.getLogger("universe-remote")
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from runtimes import registry
+
+    for env_id in registry.env_ids():
+        runtime = registry.lookup(env_id)
+        description = getattr(runtime, "description", "")
+        print(f"{env_id:32} {description}".rstrip())
+    return 0
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from runtimes.remote import Remote
+
+    remote = Remote(args.env_id, fps=args.fps, password=args.password)
+    await remote.start(args.host, args.rewarder_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    rewarder_port = remote.rewarder.port
+    host = args.host
+    secret = "?password=<password>" if args.password else ""
+    print(
+        f"universe-remote: serving {remote.runtime.env_id} "
+        f"({remote.runtime.width}x{remote.runtime.height} at {remote.fps:g} fps)\n"
+        f"  rewarder  ws://{host}:{rewarder_port}  (JSON over WebSocket, Universe v0)\n"
+        f"  VNC       {host}:{args.vnc_port}  (the VNC channel arrives in a later release)\n"
+        f"  agent address  vnc://{host}:{args.vnc_port}+{rewarder_port}{secret}\n"
+        "  Ctrl-C to stop.",
+        flush=True,
+    )
+    await stop.wait()
+    log.info("shutting down")
+    await remote.close("the remote is shutting down (signal received)")
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    if not is_loopback(args.host) and not args.password:
+        print(
+            f"universe-remote: refusing to serve on {args.host} without a password: anyone "
+            f"who can reach it could control the remote. Pass --password PW or set "
+            f"{PASSWORD_ENV}, or bind --host 127.0.0.1.",
+            file=sys.stderr,
+        )
+        return 2
+    from runtimes.errors import UnknownEnvironment
+
+    try:
+        return asyncio.run(_serve(args))
+    except UnknownEnvironment as exc:
+        print(f"universe-remote: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(
+            f"universe-remote: cannot listen on {args.host}: {exc.strerror or exc}. "
+            "Is another remote using the port? Pick others with --rewarder-port/--vnc-port.",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="universe-remote",
+        description="Universe-style remote environments: VNC pixels and a JSON rewarder.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser(
+        "serve",
+        help="run an environment and serve it on the VNC and rewarder ports",
+        description="Run ENV_ID in real time and serve it. Stop with Ctrl-C or SIGTERM.",
+    )
+    serve.add_argument("env_id", metavar="ENV_ID", help="for example builtin.Catch-v0")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--rewarder-port", type=int, default=15900, help="default 15900")
+    serve.add_argument("--vnc-port", type=int, default=5900, help="default 5900")
+    serve.add_argument(
+        "--password",
+        default=os.environ.get(PASSWORD_ENV) or None,
+        help=f"password for both channels (default: ${PASSWORD_ENV}); "
+        "required when --host is not loopback",
+    )
+    serve.add_argument(
+        "--fps", type=float, default=None, help="frames per second (default: the runtime's, 60)"
+    )
+    serve.set_defaults(func=_cmd_serve)
+
+    lister = sub.add_parser("list", help="print the environment ids this install can serve")
+    lister.set_defaults(func=_cmd_list)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.command == "serve" and args.fps is not None and not 0 < args.fps <= 1000:
+        print("universe-remote: --fps must be in (0, 1000]", file=sys.stderr)
+        return 2
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

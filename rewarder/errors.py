@@ -1,0 +1,67 @@
+"""Errors of the rewarder channel.
+
+    RewarderError
+    ├── BadRequest          a client message the server refuses (answered with v0.reply.error)
+    │   └── MessageTooBig   ... because it is over MAX_MESSAGE_BYTES
+    ├── ProtocolError       the server sent something the protocol does not allow
+    ├── RemoteError         the server answered our request with v0.reply.error
+    ├── ConnectionClosed    the server sent v0.connection.close or the socket dropped
+    └── ConnectTimeout      no server answered within the start timeout
+
+``BadRequest`` is what the *peer* (the client) did wrong, seen from the server;
+``ProtocolError`` is what the peer (the server) did wrong, seen from the client.
+"""
+
+from __future__ import annotations
+
+
+class RewarderError(Exception):
+    """Base class of everything the rewarder channel raises."""
+
+
+class BadRequest(RewarderError):
+    """A client message the server cannot act on.
+
+    ``parent_message_id`` is the offending message's id when it could be read, so the
+    ``v0.reply.error`` can point at it.
+    """
+
+    def __init__(self, message: str, parent_message_id: int | None = None) -> None:
+        self.message = message
+        self.parent_message_id = parent_message_id
+        super().__init__(message)
+
+
+class MessageTooBig(BadRequest):
+    """A message over the size limit; it was not parsed."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size, self.limit = size, limit
+        super().__init__(
+            f"message of {size} bytes is over the limit of {limit} bytes; "
+            "send fewer events per v0.agent.action"
+        )
+
+
+class ProtocolError(RewarderError):
+    """The server sent a message this client cannot understand."""
+
+
+class RemoteError(RewarderError):
+    """The server answered a request with ``v0.reply.error``; ``message`` is its words."""
+
+    def __init__(self, message: str, method: str = "") -> None:
+        self.message, self.method = message, method
+        super().__init__(f"{method} failed on the remote: {message}" if method else message)
+
+
+class ConnectionClosed(RewarderError):
+    """The connection ended: the server's ``v0.connection.close`` reason, or a drop."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class ConnectTimeout(RewarderError, TimeoutError):
+    """Nothing answered at the address before the start timeout ran out."""

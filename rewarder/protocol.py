@@ -1,0 +1,538 @@
+"""The rewarder protocol, sans I/O: envelopes, requests, server events, both ends.
+
+Holds :class:`Message` (the ``{"method", "headers", "body"}`` envelope), the requests a
+server receives (:class:`ResetRequest`, :class:`PingRequest`, :class:`ActionRequest`),
+the events a client receives (:class:`Describe`, :class:`Reward`, :class:`Text`,
+:class:`Observation`, :class:`ResetReply`, :class:`PingReply`, :class:`ErrorReply`,
+:class:`Close`), and the two connection objects that number, stamp, build and parse
+them: :class:`ServerConnection` and :class:`ClientConnection`.
+
+Nothing here touches a socket: feed received text to ``receive()``, send the bytes
+the other methods return. The wire format is Universe's v0 rewarder protocol; our
+additions are extra body keys, which Universe clients ignore.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from .errors import BadRequest, MessageTooBig, ProtocolError
+
+# Limits ------------------------------------------------------------------------------
+
+#: A client message larger than this is answered with an error, not parsed: an action
+#: of a few thousand events fits; anything bigger is a bug or an attack.
+MAX_MESSAGE_BYTES: Final = 256 * 1024
+#: Events in one ``v0.agent.action``: more than a human could type in a frame by far.
+MAX_ACTION_EVENTS: Final = 1024
+#: Characters of a key name in an action; X keysym names are under 32.
+MAX_KEY_NAME_CHARS: Final = 64
+
+# Methods -----------------------------------------------------------------------------
+
+ENV_DESCRIBE: Final = "v0.env.describe"
+ENV_REWARD: Final = "v0.env.reward"
+ENV_TEXT: Final = "v0.env.text"
+ENV_OBSERVATION: Final = "v0.env.observation"
+REPLY_RESET: Final = "v0.reply.env.reset"
+REPLY_PING: Final = "v0.reply.control.ping"
+REPLY_ERROR: Final = "v0.reply.error"
+CONNECTION_CLOSE: Final = "v0.connection.close"
+
+RESET: Final = "v0.env.reset"
+PING: Final = "v0.control.ping"
+ACTION: Final = "v0.agent.action"
+
+RESETTING: Final = "resetting"
+RUNNING: Final = "running"
+
+_dumps = orjson.dumps
+_loads = orjson.loads
+
+
+# The envelope --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One protocol message: ``method``, ``headers`` and ``body``, as on the wire."""
+
+    method: str
+    headers: dict[str, Any]
+    body: dict[str, Any]
+
+    def serialize(self) -> bytes:
+        """The UTF-8 JSON text of this message (send it as a WebSocket *text* frame)."""
+        return _dumps({"method": self.method, "headers": self.headers, "body": self.body})
+
+    @classmethod
+    def parse(cls, data: str | bytes) -> Message:
+        """Read an envelope; raises :class:`ValueError` saying what is wrong with it."""
+        try:
+            obj = _loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"message is not JSON ({exc.msg}); send a JSON object") from None
+        if not isinstance(obj, dict):
+            raise ValueError(
+                f"message is a JSON {type(obj).__name__}, not an object with "
+                '"method", "headers" and "body"'
+            )
+        method, headers, body = obj.get("method"), obj.get("headers"), obj.get("body", {})
+        if not isinstance(method, str):
+            raise ValueError('"method" must be a string such as "v0.control.ping"')
+        if not isinstance(headers, dict):
+            raise ValueError('"headers" must be an object with "message_id" and "sent_at"')
+        if not isinstance(body, dict):
+            raise ValueError('"body" must be an object')
+        return cls(method, headers, body)
+
+
+def parse_episode_id(value: object) -> int:
+    """Episode ids travel as decimal strings ("7"); integers are accepted too."""
+    if isinstance(value, bool):
+        raise ValueError(f"episode_id must be a string holding an integer, not {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise ValueError(f"episode_id must be a string holding an integer, not {value!r}")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# Requests: what a server receives ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ResetRequest:
+    """``v0.env.reset``: start a new episode past ``episode_id``, maybe of another env."""
+
+    message_id: Any
+    sent_at: float
+    episode_id: int | None
+    env_id: str | None = None
+    seed: int | None = None
+    fps: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PingRequest:
+    """``v0.control.ping``: answer at once; the client measures round trip and skew."""
+
+    message_id: Any
+    sent_at: float
+
+
+#: ``("KeyEvent", key, down)`` with an X keysym name or number, or
+#: ``("PointerEvent", x, y, buttonmask)``.
+ActionEvent = tuple[str, Any, Any] | tuple[str, int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRequest:
+    """``v0.agent.action``: input events to apply at the next tick, as if sent over VNC."""
+
+    message_id: Any
+    sent_at: float
+    events: tuple[ActionEvent, ...]
+
+
+Request = ResetRequest | PingRequest | ActionRequest
+
+
+def _parse_event(index: int, event: object) -> ActionEvent:
+    where = f"action[{index}]"
+    if not isinstance(event, list | tuple) or not event or not isinstance(event[0], str):
+        raise ValueError(
+            f'{where} must be ["KeyEvent", key, down] or ["PointerEvent", x, y, buttonmask], '
+            f"not {event!r}"
+        )
+    kind = event[0]
+    if kind == "KeyEvent":
+        if len(event) != 3:
+            raise ValueError(f'{where} must be ["KeyEvent", key, down] (3 items), not {event!r}')
+        _, key, down = event
+        if isinstance(key, bool) or not isinstance(key, str | int):
+            raise ValueError(f"{where}: key must be a keysym name such as \"Left\", not {key!r}")
+        if isinstance(key, str) and not 0 < len(key) <= MAX_KEY_NAME_CHARS:
+            raise ValueError(f"{where}: key name must have 1 to {MAX_KEY_NAME_CHARS} characters")
+        if not isinstance(down, bool):
+            raise ValueError(f"{where}: down must be true or false, not {down!r}")
+        return ("KeyEvent", key, down)
+    if kind == "PointerEvent":
+        if len(event) != 4:
+            raise ValueError(
+                f'{where} must be ["PointerEvent", x, y, buttonmask] (4 items), not {event!r}'
+            )
+        _, x, y, mask = event
+        for label, value in (("x", x), ("y", y), ("buttonmask", mask)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{where}: {label} must be an integer, not {value!r}")
+        if not 0 <= mask <= 255:
+            raise ValueError(f"{where}: buttonmask must be 0..255, not {mask}")
+        return ("PointerEvent", x, y, mask)
+    raise ValueError(f"{where}: unknown event {kind!r}; use KeyEvent or PointerEvent")
+
+
+def _parse_reset(message_id: Any, sent_at: float, msg: Message) -> ResetRequest:
+    raw_episode = msg.headers.get("episode_id")
+    episode_id = None if raw_episode is None else parse_episode_id(raw_episode)
+    body = msg.body
+    env_id, seed, fps = body.get("env_id"), body.get("seed"), body.get("fps")
+    if env_id is not None and not isinstance(env_id, str):
+        raise ValueError(f"env_id must be a string such as \"builtin.Catch-v0\", not {env_id!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ValueError(f"seed must be a non-negative integer or null, not {seed!r}")
+    if fps is not None and (not _is_number(fps) or not 0 < fps <= 1000):
+        raise ValueError(f"fps must be a number in (0, 1000] or null, not {fps!r}")
+    return ResetRequest(message_id, sent_at, episode_id, env_id, seed, fps)
+
+
+def _parse_ping(message_id: Any, sent_at: float, msg: Message) -> PingRequest:
+    return PingRequest(message_id, sent_at)
+
+
+def _parse_action(message_id: Any, sent_at: float, msg: Message) -> ActionRequest:
+    action = msg.body.get("action")
+    if not isinstance(action, list):
+        raise ValueError('body.action must be a list of events, e.g. [["KeyEvent", "Left", true]]')
+    if len(action) > MAX_ACTION_EVENTS:
+        raise ValueError(
+            f"action has {len(action)} events, over the limit of {MAX_ACTION_EVENTS}; "
+            "split it across messages"
+        )
+    return ActionRequest(
+        message_id, sent_at, tuple(_parse_event(i, e) for i, e in enumerate(action))
+    )
+
+
+_REQUEST_PARSERS: dict[str, Callable[[Any, float, Message], Request]] = {
+    RESET: _parse_reset,
+    PING: _parse_ping,
+    ACTION: _parse_action,
+}
+#: What an observer (``openai-observer: true``) may send.
+OBSERVER_METHODS: Final = frozenset({PING})
+
+
+# Server events: what a client receives ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Describe:
+    """``v0.env.describe``: which env runs, in which state; ``body`` has the extensions."""
+
+    episode_id: int
+    env_id: str
+    env_state: str
+    fps: float
+    body: dict[str, Any]
+    sent_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reward:
+    """``v0.env.reward``: what one tick of the episode earned."""
+
+    episode_id: int
+    reward: float
+    done: bool
+    info: dict[str, Any]
+    sent_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """``v0.env.text``: words from the environment (an instruction, a status line)."""
+
+    episode_id: int
+    text: str
+    sent_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """``v0.env.observation``: a JSON observation beside the pixels."""
+
+    episode_id: int
+    observation: Any
+    sent_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ResetReply:
+    """``v0.reply.env.reset``: the reset is done; ``episode_id`` is the new episode."""
+
+    parent_message_id: Any
+    episode_id: int
+    sent_at: float
+    runtime: float
+
+
+@dataclass(frozen=True, slots=True)
+class PingReply:
+    """``v0.reply.control.ping``."""
+
+    parent_message_id: Any
+    sent_at: float
+    runtime: float
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """``v0.reply.error``: the request ``parent_message_id`` failed (None: unreadable)."""
+
+    parent_message_id: Any
+    message: str
+    sent_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """``v0.connection.close``: the server is about to close the connection, and why."""
+
+    message: str
+    sent_at: float
+
+
+ServerEvent = Describe | Reward | Text | Observation | ResetReply | PingReply | ErrorReply | Close
+
+
+def _header_episode(msg: Message) -> int:
+    if "episode_id" not in msg.headers:
+        raise ValueError(f"{msg.method} has no episode_id header")
+    return parse_episode_id(msg.headers["episode_id"])
+
+
+def _parent(msg: Message) -> Any:
+    if "parent_message_id" not in msg.headers:
+        raise ValueError(f"{msg.method} has no parent_message_id header")
+    return msg.headers["parent_message_id"]
+
+
+def _runtime(msg: Message) -> float:
+    value = msg.headers.get("parent_runtime", 0.0)
+    return float(value) if _is_number(value) else 0.0
+
+
+def _read_describe(msg: Message, sent_at: float) -> Describe:
+    b = msg.body
+    env_id, state, fps = b.get("env_id"), b.get("env_state"), b.get("fps", 60)
+    if not isinstance(env_id, str) or state not in (RESETTING, RUNNING) or not _is_number(fps):
+        raise ValueError(f"describe body needs env_id, env_state and fps, got {b!r}")
+    return Describe(_header_episode(msg), env_id, state, float(fps), b, sent_at)
+
+
+def _read_reward(msg: Message, sent_at: float) -> Reward:
+    b = msg.body
+    reward, done, info = b.get("reward"), b.get("done", False), b.get("info", {})
+    if not _is_number(reward) or not isinstance(done, bool) or not isinstance(info, dict):
+        raise ValueError(f"reward body needs a numeric reward, boolean done, info object: {b!r}")
+    return Reward(_header_episode(msg), float(reward), done, info, sent_at)
+
+
+def _read_text(msg: Message, sent_at: float) -> Text:
+    text = msg.body.get("text")
+    if not isinstance(text, str):
+        raise ValueError(f"text body needs a string text, got {msg.body!r}")
+    return Text(_header_episode(msg), text, sent_at)
+
+
+def _read_observation(msg: Message, sent_at: float) -> Observation:
+    if "observation" not in msg.body:
+        raise ValueError("observation body has no observation")
+    return Observation(_header_episode(msg), msg.body["observation"], sent_at)
+
+
+def _read_reset_reply(msg: Message, sent_at: float) -> ResetReply:
+    return ResetReply(_parent(msg), _header_episode(msg), sent_at, _runtime(msg))
+
+
+def _read_ping_reply(msg: Message, sent_at: float) -> PingReply:
+    return PingReply(_parent(msg), sent_at, _runtime(msg))
+
+
+def _read_error(msg: Message, sent_at: float) -> ErrorReply:
+    return ErrorReply(msg.headers.get("parent_message_id"), str(msg.body.get("message")), sent_at)
+
+
+def _read_close(msg: Message, sent_at: float) -> Close:
+    return Close(str(msg.body.get("message", "")), sent_at)
+
+
+_EVENT_READERS: dict[str, Callable[[Message, float], ServerEvent]] = {
+    ENV_DESCRIBE: _read_describe,
+    ENV_REWARD: _read_reward,
+    ENV_TEXT: _read_text,
+    ENV_OBSERVATION: _read_observation,
+    REPLY_RESET: _read_reset_reply,
+    REPLY_PING: _read_ping_reply,
+    REPLY_ERROR: _read_error,
+    CONNECTION_CLOSE: _read_close,
+}
+
+
+# Connections -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Numbering:
+    """Per-connection message ids from 0 and ``sent_at`` stamps."""
+
+    clock: Callable[[], float] = time.time
+    next_message_id: int = 0
+
+    def envelope(self, method: str, body: Mapping[str, Any], headers: dict[str, Any]) -> bytes:
+        headers["message_id"] = self.next_message_id
+        headers["sent_at"] = self.clock()
+        self.next_message_id += 1
+        return _dumps({"method": method, "headers": headers, "body": body})
+
+
+@dataclass(slots=True)
+class ServerConnection:
+    """The server's side of one client connection.
+
+    Call :meth:`receive` with each text frame: it returns a :class:`Request` or raises
+    :class:`BadRequest`, which you answer with :meth:`reply_error`. Every other method
+    returns the bytes of one message, numbered for this connection, to send as text.
+    """
+
+    observer: bool = False
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    numbering: _Numbering = field(default_factory=_Numbering)
+
+    def receive(self, data: str | bytes) -> Request:
+        """Parse one client message into a request; :class:`BadRequest` says what was wrong."""
+        if isinstance(data, bytes | bytearray | memoryview):
+            raise BadRequest("binary frames are not part of the protocol; send JSON as text")
+        if len(data) > self.max_message_bytes:
+            size = len(data.encode())
+            if size > self.max_message_bytes:
+                raise MessageTooBig(size, self.max_message_bytes)
+        try:
+            msg = Message.parse(data)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        message_id = msg.headers.get("message_id")
+        if message_id is None or isinstance(message_id, bool) or not isinstance(
+            message_id, int | str
+        ):
+            raise BadRequest("headers.message_id is missing: number every message from 0")
+        sent_at = msg.headers.get("sent_at")
+        if not _is_number(sent_at):
+            raise BadRequest(
+                "headers.sent_at must be the UNIX time in seconds as a number", message_id
+            )
+        parser = _REQUEST_PARSERS.get(msg.method)
+        if parser is None:
+            raise BadRequest(
+                f"unknown method {msg.method!r}; this server takes "
+                f"{', '.join(sorted(_REQUEST_PARSERS))}",
+                message_id,
+            )
+        if self.observer and msg.method not in OBSERVER_METHODS:
+            raise BadRequest(
+                f"observers may only ping, not send {msg.method}; connect without "
+                "'openai-observer: true' to act",
+                message_id,
+            )
+        try:
+            return parser(message_id, float(sent_at), msg)
+        except ValueError as exc:
+            raise BadRequest(f"{msg.method}: {exc}", message_id) from None
+
+    def send(self, method: str, body: Mapping[str, Any], **headers: Any) -> bytes:
+        """Any server message; the ``v0.*`` helpers below are what you normally call."""
+        return self.numbering.envelope(method, body, headers)
+
+    def describe(self, episode_id: int, body: Mapping[str, Any]) -> bytes:
+        return self.send(ENV_DESCRIBE, body, episode_id=str(episode_id))
+
+    def reward(self, episode_id: int, reward: float, done: bool, info: Mapping[str, Any]) -> bytes:
+        body = {"reward": reward, "done": done, "info": info}
+        return self.send(ENV_REWARD, body, episode_id=str(episode_id))
+
+    def text(self, episode_id: int, text: str) -> bytes:
+        return self.send(ENV_TEXT, {"text": text}, episode_id=str(episode_id))
+
+    def observation(self, episode_id: int, observation: Any) -> bytes:
+        return self.send(ENV_OBSERVATION, {"observation": observation}, episode_id=str(episode_id))
+
+    def reply_reset(self, parent: Any, episode_id: int, runtime: float) -> bytes:
+        return self.send(
+            REPLY_RESET, {}, parent_message_id=parent, parent_runtime=runtime,
+            episode_id=str(episode_id),
+        )
+
+    def reply_ping(self, parent: Any, runtime: float) -> bytes:
+        return self.send(REPLY_PING, {}, parent_message_id=parent, parent_runtime=runtime)
+
+    def reply_error(self, parent: Any, message: str, runtime: float = 0.0) -> bytes:
+        return self.send(
+            REPLY_ERROR, {"message": message}, parent_message_id=parent, parent_runtime=runtime
+        )
+
+    def close(self, message: str) -> bytes:
+        return self.send(CONNECTION_CLOSE, {"message": message})
+
+
+@dataclass(slots=True)
+class ClientConnection:
+    """The client's side of a rewarder connection.
+
+    The request methods return ``(message_id, bytes)``: keep the id to match the reply.
+    Call :meth:`receive` with each text frame from the server; it returns a
+    :class:`ServerEvent` or raises :class:`ProtocolError`.
+    """
+
+    numbering: _Numbering = field(default_factory=_Numbering)
+
+    def _request(self, method: str, body: Mapping[str, Any], **headers: Any) -> tuple[int, bytes]:
+        message_id = self.numbering.next_message_id
+        return message_id, self.numbering.envelope(method, body, headers)
+
+    def reset(
+        self,
+        episode_id: int,
+        env_id: str | None = None,
+        seed: int | None = None,
+        fps: float | None = None,
+    ) -> tuple[int, bytes]:
+        body = {"env_id": env_id, "seed": seed, "fps": fps}
+        return self._request(RESET, body, episode_id=str(episode_id))
+
+    def ping(self) -> tuple[int, bytes]:
+        return self._request(PING, {})
+
+    def action(self, events: list[Any] | tuple[Any, ...]) -> tuple[int, bytes]:
+        return self._request(ACTION, {"action": [list(e) for e in events]})
+
+    def receive(self, data: str | bytes) -> ServerEvent:
+        """Parse one server message into an event."""
+        if not isinstance(data, str):
+            raise ProtocolError("the server sent a binary frame; the rewarder speaks JSON text")
+        try:
+            msg = Message.parse(data)
+        except ValueError as exc:
+            raise ProtocolError(f"unreadable server message: {exc}") from None
+        sent_at = msg.headers.get("sent_at")
+        if not _is_number(sent_at):
+            raise ProtocolError(f"{msg.method} has no numeric sent_at header")
+        reader = _EVENT_READERS.get(msg.method)
+        if reader is None:
+            raise ProtocolError(f"unknown server method {msg.method!r}")
+        try:
+            return reader(msg, float(sent_at))
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None

@@ -1,0 +1,298 @@
+"""The rewarder server: a thin asyncio shell around :class:`protocol.ServerConnection`.
+
+Holds :class:`RewarderServer` and the :class:`EnvHandler` protocol it drives. The server
+knows the wire (auth, observers, the one active client, queues, errors); the handler
+(the remote process) knows the environment (episodes, resets, input).
+
+Sends never block the caller: every client has a bounded outbox drained by its own
+writer task, so a client that stops reading is closed with a reason instead of
+stalling the game loop or the other clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Final, Protocol
+
+import websockets
+from websockets.asyncio.server import Server, ServerConnection, serve
+
+from . import protocol
+from .errors import BadRequest
+
+log = logging.getLogger(__name__)
+
+#: Messages waiting for one client before we give up on it: at 60 fps, ~17 s of rewards
+#: with text and describes; a client this far behind is not reading.
+MAX_QUEUED_MESSAGES: Final = 1024
+#: WebSocket frames above this close the connection (1009) before we read them; frames
+#: between MAX_MESSAGE_BYTES and this get a v0.reply.error and the connection goes on.
+MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
+#: How long shutdown waits for each client to take its v0.connection.close.
+CLOSE_TIMEOUT: Final = 2.0
+
+OBSERVER_HEADER: Final = "openai-observer"
+
+
+class EnvHandler(Protocol):
+    """What the server asks of the environment side (the remote process)."""
+
+    episode_id: int
+
+    def describe(self) -> dict[str, Any]:
+        """The current ``v0.env.describe`` body: env_id, env_state, fps and extensions."""
+
+    async def reset(
+        self, request: protocol.ResetRequest, reply: Callable[[int], None]
+    ) -> None:
+        """Reset past ``request.episode_id``; call ``reply(new_id)`` before going running.
+
+        Raise :class:`BadRequest` (for example for an unknown env id) to refuse.
+        """
+
+    def action(self, request: protocol.ActionRequest) -> None:
+        """Queue the events for the next tick; raise :class:`BadRequest` if one is bad."""
+
+    def client_left(self, observer: bool) -> None:
+        """A client disconnected (release what the active client held)."""
+
+
+def basic_auth_password(header: str | None) -> str | None:
+    """The password of a Universe ``Basic base64("<password>:")`` header, or None."""
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(token.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return decoded.partition(":")[0]
+
+
+class _Client:
+    """One connection: its protocol numbering and its bounded outbox."""
+
+    def __init__(
+        self,
+        ws: ServerConnection,
+        observer: bool,
+        *,
+        max_message_bytes: int,
+        max_queued_messages: int,
+        on_drop: Callable[[_Client], None],
+    ) -> None:
+        self.ws = ws
+        self.observer = observer
+        self.proto = protocol.ServerConnection(
+            observer=observer, max_message_bytes=max_message_bytes
+        )
+        self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue(max_queued_messages)
+        self.on_drop = on_drop
+        self.dropped = False
+        self.writer = asyncio.get_running_loop().create_task(self._write())
+
+    def send(self, data: bytes) -> None:
+        """Queue ``data``; a client whose outbox is full is closed, never waited for."""
+        if self.dropped:
+            return
+        try:
+            self.outbox.put_nowait(data)
+        except asyncio.QueueFull:
+            self.dropped = True
+            reason = f"client fell {self.outbox.maxsize} messages behind; read faster"
+            log.warning("closing %s: %s", self.ws.remote_address, reason)
+            self.writer.cancel()
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self.on_drop, self)
+            loop.create_task(self.ws.close(1008, reason))
+
+    async def _write(self) -> None:
+        try:
+            while (data := await self.outbox.get()) is not None:
+                await self.ws.send(data, text=True)
+        except websockets.ConnectionClosed:
+            pass
+
+    async def finish(self, timeout: float) -> None:
+        """Let the outbox drain (bounded by ``timeout``), then stop the writer."""
+        if not self.dropped and not self.writer.done():
+            try:
+                self.outbox.put_nowait(None)
+            except asyncio.QueueFull:
+                pass
+            else:
+                await asyncio.wait([self.writer], timeout=timeout)
+        self.writer.cancel()
+
+
+class RewarderServer:
+    """Serves one environment's rewarder channel to one active client and any observers.
+
+    Call :meth:`start`, then the ``broadcast_*`` methods from the game loop (they never
+    block), and :meth:`close` at shutdown.
+    """
+
+    def __init__(
+        self,
+        handler: EnvHandler,
+        *,
+        password: str | None = None,
+        max_message_bytes: int = protocol.MAX_MESSAGE_BYTES,
+        max_queued_messages: int = MAX_QUEUED_MESSAGES,
+    ) -> None:
+        self.handler = handler
+        self.password = password
+        self.max_message_bytes = max_message_bytes
+        self.max_queued_messages = max_queued_messages
+        self.clients: set[_Client] = set()
+        self.active: _Client | None = None
+        self._server: Server | None = None
+        self._closing = False
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful after ``start(port=0)``)."""
+        assert self._server is not None, "call start() first"
+        return self._server.sockets[0].getsockname()[1]
+
+    async def start(self, host: str = "127.0.0.1", port: int = 15900) -> None:
+        self._server = await serve(
+            self._serve_client,
+            host,
+            port,
+            compression=None,
+            max_size=MAX_FRAME_BYTES,
+            ping_interval=20,
+            ping_timeout=20,
+            close_timeout=CLOSE_TIMEOUT,
+            server_header="universe-remote",
+        )
+
+    async def close(self, reason: str = "the remote is shutting down") -> None:
+        """Tell every client why, give them :data:`CLOSE_TIMEOUT` to hear it, and stop."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._server is not None:
+            self._server.close(close_connections=False)
+        clients = list(self.clients)
+        for client in clients:
+            client.send(client.proto.close(reason))
+        await asyncio.gather(*(c.finish(CLOSE_TIMEOUT) for c in clients))
+        await asyncio.gather(*(c.ws.close(1001, "server shutting down") for c in clients))
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    # Broadcasts from the game loop -------------------------------------------------------
+
+    def broadcast_describe(self) -> None:
+        body = self.handler.describe()
+        episode_id = self.handler.episode_id
+        for client in self.clients:
+            client.send(client.proto.describe(episode_id, body))
+
+    def broadcast_reward(
+        self, episode_id: int, reward: float, done: bool, info: dict[str, Any]
+    ) -> None:
+        for client in self.clients:
+            client.send(client.proto.reward(episode_id, reward, done, info))
+
+    def broadcast_text(self, episode_id: int, text: str) -> None:
+        for client in self.clients:
+            client.send(client.proto.text(episode_id, text))
+
+    def broadcast_observation(self, episode_id: int, observation: Any) -> None:
+        for client in self.clients:
+            client.send(client.proto.observation(episode_id, observation))
+
+    # One connection -----------------------------------------------------------------------
+
+    async def _serve_client(self, ws: ServerConnection) -> None:
+        headers = ws.request.headers if ws.request is not None else {}
+        observer = headers.get(OBSERVER_HEADER, "false").strip().lower() == "true"
+        client = _Client(
+            ws,
+            observer,
+            max_message_bytes=self.max_message_bytes,
+            max_queued_messages=self.max_queued_messages,
+            on_drop=self._forget,
+        )
+        refusal = self._refusal(headers.get("authorization"), observer)
+        if refusal is None and self._closing:
+            refusal = "the remote is shutting down"
+        if refusal is not None:
+            log.info("refusing %s: %s", ws.remote_address, refusal)
+            client.send(client.proto.close(refusal))
+            await client.finish(CLOSE_TIMEOUT)
+            await ws.close(1008, refusal[:120])
+            return
+        if not observer:
+            self.active = client
+        self.clients.add(client)
+        log.info("%s connected from %s", "observer" if observer else "agent", ws.remote_address)
+        client.send(client.proto.describe(self.handler.episode_id, self.handler.describe()))
+        try:
+            async for data in ws:
+                await self._handle(client, data)
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            self._forget(client)
+            client.writer.cancel()
+            self.handler.client_left(observer)
+            log.info("%s from %s left", "observer" if observer else "agent", ws.remote_address)
+
+    def _forget(self, client: _Client) -> None:
+        self.clients.discard(client)
+        if self.active is client:
+            self.active = None
+
+    def _refusal(self, authorization: str | None, observer: bool) -> str | None:
+        if self.password is not None:
+            given = basic_auth_password(authorization)
+            if given is None:
+                return (
+                    "this remote needs a password: send 'Authorization: Basic "
+                    "base64(\"<password>:\")' (the password in the username field)"
+                )
+            if not hmac.compare_digest(given.encode(), self.password.encode()):
+                return "wrong password for this remote"
+        if not observer and self.active is not None:
+            return (
+                "another agent is already connected to this remote as its active client; "
+                "connect with header 'openai-observer: true' to watch, or use another remote"
+            )
+        return None
+
+    async def _handle(self, client: _Client, data: str | bytes) -> None:
+        started = time.perf_counter()
+        parent: Any = None
+        try:
+            request = client.proto.receive(data)
+            parent = request.message_id
+            if isinstance(request, protocol.PingRequest):
+                client.send(client.proto.reply_ping(parent, time.perf_counter() - started))
+            elif isinstance(request, protocol.ActionRequest):
+                self.handler.action(request)
+            elif isinstance(request, protocol.ResetRequest):
+
+                def reply(episode_id: int) -> None:
+                    runtime = time.perf_counter() - started
+                    client.send(client.proto.reply_reset(parent, episode_id, runtime))
+
+                await self.handler.reset(request, reply)
+        except BadRequest as exc:
+            if exc.parent_message_id is not None:
+                parent = exc.parent_message_id
+            log.debug("bad request from %s: %s", client.ws.remote_address, exc.message)
+            client.send(
+                client.proto.reply_error(parent, exc.message, time.perf_counter() - started)
+            )

@@ -1,0 +1,94 @@
+"""What a runtime is: the environment that runs inside a remote.
+
+Holds the input events (:class:`KeyEvent`, :class:`PointerEvent`, the VNC vocabulary),
+:class:`StepResult` and the :class:`Runtime` base class every environment subclasses.
+
+A runtime knows nothing about sockets. The remote process (``runtimes.remote``) calls
+:meth:`Runtime.step` once per frame with the input that arrived since the last frame
+and serves :attr:`Runtime.framebuffer` over VNC and the reward over the rewarder.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+
+
+class KeyEvent(NamedTuple):
+    """A key going down or up, by X keysym name (``"Left"``, ``"space"``, ``"a"``)."""
+
+    key: str
+    down: bool
+
+
+class PointerEvent(NamedTuple):
+    """The pointer at (x, y) with buttons held as a bit mask (bit 0 = left button)."""
+
+    x: int
+    y: int
+    buttonmask: int
+
+
+InputEvent = KeyEvent | PointerEvent
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What one frame earned: summed reward, whether the episode ended, extra info."""
+
+    reward: float = 0.0
+    done: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Runtime(abc.ABC):
+    """An environment a remote can serve.
+
+    Subclasses set the class attributes below, allocate :attr:`framebuffer` in
+    ``__init__`` and draw into it in place on every :meth:`reset` and :meth:`step` (the
+    VNC server diffs it after each frame, so never replace the array).
+    """
+
+    #: ``family.Name-vN``, as in Universe.
+    env_id: ClassVar[str]
+    #: Screen size in pixels.
+    width: ClassVar[int]
+    height: ClassVar[int]
+    #: Frames per second the remote runs this runtime at in real time.
+    fps: ClassVar[float] = 60.0
+    #: X keysym names this runtime reacts to; other keys are refused with a clear error.
+    keys: ClassVar[tuple[str, ...]] = ()
+    #: Pointer buttons it reacts to, as a mask (0: it ignores the mouse, 1: left button).
+    buttons: ClassVar[int] = 0
+    #: One line for ``universe-remote list``.
+    description: ClassVar[str] = ""
+
+    framebuffer: np.ndarray
+
+    def __init__(self) -> None:
+        self.framebuffer = np.zeros((self.height, self.width, 3), dtype=np.uint8)
+
+    @abc.abstractmethod
+    def reset(self, seed: int | None = None) -> None:
+        """Start a new episode and draw its first frame. Same seed, same episode."""
+
+    @abc.abstractmethod
+    def step(self, events: Sequence[InputEvent]) -> StepResult:
+        """Apply ``events`` (in order), advance one frame, draw it, say what it earned."""
+
+    def close(self) -> None:
+        """Free what the runtime holds (processes, displays). Called once, at shutdown."""
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        """Additive ``v0.env.describe`` keys: what a client needs to act on this runtime."""
+        return {
+            "width": cls.width,
+            "height": cls.height,
+            "keys": list(cls.keys),
+            "buttons": cls.buttons,
+        }

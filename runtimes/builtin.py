@@ -1,0 +1,472 @@
+"""Built-in runtimes: small, real games that need nothing but numpy.
+
+Holds :class:`Catch` (``builtin.Catch-v0``, played with the keyboard), :class:`ClickTarget`
+(``builtin.ClickTarget-v0``, played with the mouse) and :data:`RUNTIMES`, the table
+``runtimes.registry`` reads.
+
+Every rule is a module-level constant below. Both games are deterministic under a seed
+(same seed and same events, same frames and rewards), draw into their framebuffer in place
+with numpy slices, and keep answering ``done`` after the episode ends until the next
+:meth:`~runtimes.base.Runtime.reset`. Scores and lives are drawn as pips, not digits;
+``info`` carries the exact numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar, Final, NamedTuple
+
+import numpy as np
+
+from .base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult
+
+Colour = tuple[int, int, int]
+
+# Catch: rules ---------------------------------------------------------------------------
+
+#: Screen size of an Atari 2600 frame, so Catch looks and scales like the Atari games.
+CATCH_WIDTH: Final = 160
+CATCH_HEIGHT: Final = 210
+#: Rows above the playfield holding the lives, catches and time indicators.
+CATCH_HUD_HEIGHT: Final = 22
+CATCH_PADDLE_WIDTH: Final = 20
+CATCH_PADDLE_HEIGHT: Final = 4
+#: Top row of the paddle; the rows below it are where a missed ball falls out.
+CATCH_PADDLE_Y: Final = CATCH_HEIGHT - 16
+#: Pixels the paddle moves per frame while Left or Right is held (or was tapped).
+CATCH_PADDLE_SPEED: Final = 3
+CATCH_BALL_SIZE: Final = 6
+#: Pixels per frame the ball falls at first: about 2 s from top to paddle at 60 fps.
+CATCH_BALL_SPEED: Final = 1.5
+#: Each catch makes the next balls this much faster, up to CATCH_BALL_MAX_SPEED, which
+#: still leaves the paddle time to cross the whole screen (47 frames) before the ball lands.
+CATCH_BALL_SPEEDUP: Final = 0.05
+CATCH_BALL_MAX_SPEED: Final = 2.5
+#: Frames between a ball being caught or missed and the next one appearing.
+CATCH_SPAWN_DELAY: Final = 30
+CATCH_REWARD_CAUGHT: Final = 1.0
+CATCH_REWARD_MISSED: Final = -1.0
+#: The episode ends at this many misses, or after CATCH_MAX_FRAMES (60 s at 60 fps).
+CATCH_MAX_MISSES: Final = 5
+CATCH_MAX_FRAMES: Final = 60 * 60
+
+# Catch: colours -------------------------------------------------------------------------
+
+CATCH_BACKGROUND: Final[Colour] = (12, 14, 28)
+CATCH_PADDLE_COLOUR: Final[Colour] = (70, 150, 255)
+CATCH_BALL_COLOUR: Final[Colour] = (255, 90, 40)
+CATCH_LIFE_COLOUR: Final[Colour] = (235, 235, 235)
+CATCH_LOST_LIFE_COLOUR: Final[Colour] = (110, 30, 30)
+CATCH_CATCH_COLOUR: Final[Colour] = (60, 210, 90)
+CATCH_TIME_COLOUR: Final[Colour] = (120, 120, 170)
+CATCH_LINE_COLOUR: Final[Colour] = (60, 64, 90)
+
+#: Key -> paddle direction.
+_CATCH_DIRECTIONS: Final = {"Left": -1, "Right": 1}
+
+# ClickTarget: rules ---------------------------------------------------------------------
+
+CLICK_WIDTH: Final = 320
+CLICK_HEIGHT: Final = 240
+#: Rows above the playfield holding the lives, hits and target-time indicators.
+CLICK_HUD_HEIGHT: Final = 20
+#: Diameter of the target disc; a click counts on the disc's own pixels, not its box.
+CLICK_TARGET_SIZE: Final = 24
+#: Frames a target waits for its click before it jumps elsewhere, counting a miss (2 s).
+CLICK_TARGET_FRAMES: Final = 120
+CLICK_REWARD_HIT: Final = 1.0
+CLICK_REWARD_MISSED: Final = -1.0
+#: The episode ends at this many misses, or after CLICK_MAX_FRAMES (60 s at 60 fps).
+CLICK_MAX_MISSES: Final = 5
+CLICK_MAX_FRAMES: Final = 60 * 60
+#: Bit of ``PointerEvent.buttonmask`` that clicks: the left button.
+CLICK_BUTTON: Final = 1
+
+# ClickTarget: colours -------------------------------------------------------------------
+
+CLICK_BACKGROUND: Final[Colour] = (235, 238, 242)
+CLICK_TARGET_COLOUR: Final[Colour] = (220, 40, 60)
+CLICK_TARGET_CENTRE_COLOUR: Final[Colour] = (255, 255, 255)
+CLICK_HUD_COLOUR: Final[Colour] = (40, 44, 60)
+CLICK_LIFE_COLOUR: Final[Colour] = (235, 235, 235)
+CLICK_LOST_LIFE_COLOUR: Final[Colour] = (120, 40, 40)
+CLICK_HIT_COLOUR: Final[Colour] = (60, 210, 90)
+CLICK_TIME_COLOUR: Final[Colour] = (240, 190, 60)
+
+
+def _disc(size: int, radius: float) -> np.ndarray:
+    """A ``size`` x ``size`` boolean mask of a disc of ``radius`` centred in the square."""
+    centre = size / 2
+    yy, xx = np.mgrid[:size, :size] + 0.5
+    return np.asarray((xx - centre) ** 2 + (yy - centre) ** 2 <= radius**2)
+
+
+_TARGET_MASK: Final = _disc(CLICK_TARGET_SIZE, CLICK_TARGET_SIZE / 2)
+_TARGET_CENTRE_MASK: Final = _disc(CLICK_TARGET_SIZE, CLICK_TARGET_SIZE / 5)
+
+
+# Drawing ------------------------------------------------------------------------------
+#
+# Each game draws a frame as: copy a prebuilt *base* frame (background, HUD frame, dimmed
+# pips), uncover a prefix of each HUD gauge from a prebuilt *lit* frame, then put the
+# sprites on. Every step is a handful of slice copies: painting a colour over many pixels
+# is ~10x slower in numpy than copying the same pixels from another frame.
+
+
+class _Gauge(NamedTuple):
+    """A row of ``capacity`` pips (a bar when ``width == pitch == 1``) in a HUD."""
+
+    x: int
+    y: int
+    width: int
+    height: int
+    pitch: int
+    capacity: int
+
+    @classmethod
+    def fit(cls, x: int, y: int, size: tuple[int, int], pitch: int, screen: int) -> _Gauge:
+        """As many ``size`` (w, h) pips as fit from ``x`` to the ``screen`` edge."""
+        return cls(x, y, *size, pitch, (screen - x - size[0]) // pitch + 1)
+
+    def paint(self, fb: np.ndarray, colour: Colour) -> None:
+        """Draw every pip in ``colour``: used once, to build a base or lit frame."""
+        end = self.x + self.capacity * self.pitch
+        for column in range(self.width):  # one strided slice per pixel column of a pip
+            fb[self.y : self.y + self.height, self.x + column : end : self.pitch] = colour
+
+    def show(self, fb: np.ndarray, lit: np.ndarray, count: int) -> int:
+        """Copy the first ``count`` pips from ``lit`` onto ``fb``; return how many fit."""
+        count = min(max(count, 0), self.capacity)
+        rows = slice(self.y, self.y + self.height)
+        columns = slice(self.x, self.x + count * self.pitch)
+        fb[rows, columns] = lit[rows, columns]
+        return count
+
+
+def _canvas(width: int, height: int, colour: Colour) -> np.ndarray:
+    frame = np.empty((height, width, 3), dtype=np.uint8)
+    frame[:] = colour
+    return frame
+
+
+def _frozen(frame: np.ndarray) -> np.ndarray:
+    frame.flags.writeable = False
+    return frame
+
+
+def _rgb(colour: Colour) -> np.ndarray:
+    """``colour`` as a uint8 array: numpy assigns it to a slice faster than a tuple."""
+    return _frozen(np.array(colour, dtype=np.uint8))
+
+
+def _rng(seed: int | None) -> np.random.Generator:
+    """The generator of one episode; ``None`` draws fresh entropy from the OS."""
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+# Games --------------------------------------------------------------------------------
+
+
+class _Game(Runtime):
+    """What both games share: an episode clock, a miss count and the describe() extras."""
+
+    #: The episode is done after this many frames at the latest.
+    max_episode_frames: ClassVar[int]
+    #: ... or after this many misses.
+    max_misses: ClassVar[int]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reset()  # a runtime always has a drawn first frame, even before reset(seed)
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "max_episode_frames": cls.max_episode_frames,
+            "max_misses": cls.max_misses,
+        }
+
+    def _start(self, seed: int | None) -> None:
+        self.rng = _rng(seed)
+        self.frame = 0
+        self.misses = 0
+        self.done = False
+
+    def _time_left(self) -> float:
+        """The fraction of the episode's frames still to play."""
+        return 1 - self.frame / self.max_episode_frames
+
+    def _tick(self) -> bool:
+        """Count one frame; whether the episode is now over."""
+        self.frame += 1
+        self.done = self.misses >= self.max_misses or self.frame >= self.max_episode_frames
+        return self.done
+
+
+# Catch: frames -------------------------------------------------------------------------
+
+_CATCH_LIVES: Final = _Gauge(4, 2, 5, 5, 7, CATCH_MAX_MISSES)
+#: Catches as pips in two rows (78 in all, more than a 60 s episode can hold).
+_CATCH_CATCHES: Final = (
+    _Gauge.fit(4, 9, (2, 3), 4, CATCH_WIDTH),
+    _Gauge.fit(4, 13, (2, 3), 4, CATCH_WIDTH),
+)
+#: The time the episode has left.
+_CATCH_TIME: Final = _Gauge(0, 18, 1, 2, 1, CATCH_WIDTH)
+_CATCH_BALL_RGB: Final = _rgb(CATCH_BALL_COLOUR)
+_CATCH_PADDLE_RGB: Final = _rgb(CATCH_PADDLE_COLOUR)
+
+
+def _catch_frames() -> tuple[np.ndarray, np.ndarray]:
+    """The base frame (empty playfield, lives all lost) and lit frame (every pip) of Catch."""
+    base = _canvas(CATCH_WIDTH, CATCH_HEIGHT, CATCH_BACKGROUND)
+    base[CATCH_HUD_HEIGHT - 1] = CATCH_LINE_COLOUR
+    _CATCH_LIVES.paint(base, CATCH_LOST_LIFE_COLOUR)
+    lit = base.copy()
+    _CATCH_LIVES.paint(lit, CATCH_LIFE_COLOUR)
+    for row in _CATCH_CATCHES:
+        row.paint(lit, CATCH_CATCH_COLOUR)
+    _CATCH_TIME.paint(lit, CATCH_TIME_COLOUR)
+    return _frozen(base), _frozen(lit)
+
+
+_CATCH_BASE, _CATCH_LIT = _catch_frames()
+
+
+class Catch(_Game):
+    """Catch the falling balls with the paddle; hold Left or Right to move it.
+
+    The paddle follows the keyboard *state*: it moves every frame while a key is held,
+    and a key pressed and released within one frame still moves it one step.
+    """
+
+    env_id = "builtin.Catch-v0"
+    width = CATCH_WIDTH
+    height = CATCH_HEIGHT
+    keys = ("Left", "Right")
+    buttons = 0
+    description = "Catch falling balls with a paddle (Left/Right); +1 caught, -1 missed"
+    max_episode_frames = CATCH_MAX_FRAMES
+    max_misses = CATCH_MAX_MISSES
+
+    def reset(self, seed: int | None = None) -> None:
+        self._start(seed)
+        self.held: set[str] = set()  # keys down now; cleared so a seed replays exactly
+        self.catches = 0
+        self.paddle_x = (CATCH_WIDTH - CATCH_PADDLE_WIDTH) // 2
+        self._spawn()
+        self._draw()
+
+    def _spawn(self) -> None:
+        self.ball_x: int | None = int(self.rng.integers(0, CATCH_WIDTH - CATCH_BALL_SIZE + 1))
+        self.ball_y = float(CATCH_HUD_HEIGHT)
+        self.ball_speed = min(
+            CATCH_BALL_SPEED + CATCH_BALL_SPEEDUP * self.catches, CATCH_BALL_MAX_SPEED
+        )
+        self._ball_below_paddle = False
+        self._spawn_in = 0
+
+    def _info(self) -> dict[str, Any]:
+        return {
+            "score": self.catches - self.misses,
+            "catches": self.catches,
+            "misses": self.misses,
+            "frame": self.frame,
+        }
+
+    def step(self, events: Sequence[InputEvent]) -> StepResult:
+        if self.done:
+            return StepResult(0.0, True, self._info())
+        tapped: set[str] = set()
+        for event in events:
+            if isinstance(event, KeyEvent) and event.key in _CATCH_DIRECTIONS:
+                if event.down:
+                    self.held.add(event.key)
+                    tapped.add(event.key)
+                else:
+                    self.held.discard(event.key)
+        direction = sum(_CATCH_DIRECTIONS[key] for key in self.held | tapped)
+        self.paddle_x = min(
+            max(self.paddle_x + direction * CATCH_PADDLE_SPEED, 0),
+            CATCH_WIDTH - CATCH_PADDLE_WIDTH,
+        )
+
+        reward = 0.0
+        if self.ball_x is None:
+            self._spawn_in -= 1
+            if self._spawn_in <= 0:
+                self._spawn()
+        else:
+            self.ball_y += self.ball_speed
+            bottom = self.ball_y + CATCH_BALL_SIZE
+            if not self._ball_below_paddle and bottom >= CATCH_PADDLE_Y:
+                if (
+                    self.ball_x < self.paddle_x + CATCH_PADDLE_WIDTH
+                    and self.ball_x + CATCH_BALL_SIZE > self.paddle_x
+                ):
+                    reward = CATCH_REWARD_CAUGHT
+                    self.catches += 1
+                    self.ball_x = None
+                else:
+                    self._ball_below_paddle = True  # too late now: it falls past the paddle
+            if self.ball_x is not None and self.ball_y >= CATCH_HEIGHT:
+                reward = CATCH_REWARD_MISSED
+                self.misses += 1
+                self.ball_x = None
+            if self.ball_x is None:
+                self._spawn_in = CATCH_SPAWN_DELAY
+
+        done = self._tick()
+        self._draw()
+        return StepResult(reward, done, self._info())
+
+    def _draw(self) -> None:
+        fb = self.framebuffer
+        np.copyto(fb, _CATCH_BASE)
+        _CATCH_LIVES.show(fb, _CATCH_LIT, self.max_misses - self.misses)
+        shown = _CATCH_CATCHES[0].show(fb, _CATCH_LIT, self.catches)
+        _CATCH_CATCHES[1].show(fb, _CATCH_LIT, self.catches - shown)
+        _CATCH_TIME.show(fb, _CATCH_LIT, round(CATCH_WIDTH * self._time_left()))
+        if self.ball_x is not None:
+            top = int(self.ball_y)
+            fb[top : top + CATCH_BALL_SIZE, self.ball_x : self.ball_x + CATCH_BALL_SIZE] = (
+                _CATCH_BALL_RGB
+            )
+        fb[
+            CATCH_PADDLE_Y : CATCH_PADDLE_Y + CATCH_PADDLE_HEIGHT,
+            self.paddle_x : self.paddle_x + CATCH_PADDLE_WIDTH,
+        ] = _CATCH_PADDLE_RGB
+
+
+# ClickTarget: frames ------------------------------------------------------------------
+
+_CLICK_LIVES: Final = _Gauge(4, 2, 5, 5, 7, CLICK_MAX_MISSES)
+#: Hits as pips in two rows right of the lives; the rest are only in ``info``.
+_CLICK_HITS: Final = (
+    _Gauge.fit(48, 2, (3, 5), 5, CLICK_WIDTH),
+    _Gauge.fit(48, 9, (3, 5), 5, CLICK_WIDTH),
+)
+#: The time the target has left before it jumps.
+_CLICK_TIME: Final = _Gauge(0, 16, 1, 2, 1, CLICK_WIDTH)
+
+
+def _click_frames() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The base and lit frames and the target sprite (on its background) of ClickTarget."""
+    base = _canvas(CLICK_WIDTH, CLICK_HEIGHT, CLICK_BACKGROUND)
+    base[:CLICK_HUD_HEIGHT] = CLICK_HUD_COLOUR
+    _CLICK_LIVES.paint(base, CLICK_LOST_LIFE_COLOUR)
+    lit = base.copy()
+    _CLICK_LIVES.paint(lit, CLICK_LIFE_COLOUR)
+    for row in _CLICK_HITS:
+        row.paint(lit, CLICK_HIT_COLOUR)
+    _CLICK_TIME.paint(lit, CLICK_TIME_COLOUR)
+    target = _canvas(CLICK_TARGET_SIZE, CLICK_TARGET_SIZE, CLICK_BACKGROUND)
+    target[_TARGET_MASK] = CLICK_TARGET_COLOUR
+    target[_TARGET_CENTRE_MASK] = CLICK_TARGET_CENTRE_COLOUR
+    return _frozen(base), _frozen(lit), _frozen(target)
+
+
+_CLICK_BASE, _CLICK_LIT, _CLICK_TARGET = _click_frames()
+
+
+class ClickTarget(_Game):
+    """Click the target disc before it jumps away; a click is the left button going down.
+
+    The pointer is wherever the last pointer event put it. Holding the button down
+    clicks once; clicking off the target earns nothing and costs nothing.
+    """
+
+    env_id = "builtin.ClickTarget-v0"
+    width = CLICK_WIDTH
+    height = CLICK_HEIGHT
+    keys = ()
+    buttons = CLICK_BUTTON
+    description = "Click the target before it moves (left button); +1 hit, -1 when it escapes"
+    max_episode_frames = CLICK_MAX_FRAMES
+    max_misses = CLICK_MAX_MISSES
+
+    def reset(self, seed: int | None = None) -> None:
+        self._start(seed)
+        self.hits = 0
+        self.pointer = (0, 0)
+        self.buttonmask = 0  # cleared so a seed replays exactly
+        self.target: tuple[int, int] = (-CLICK_WIDTH, -CLICK_HEIGHT)  # nowhere yet
+        self._move_target()
+        self._draw()
+
+    @property
+    def target_centre(self) -> tuple[int, int]:
+        """(x, y) of the pixel at the middle of the target: always on it."""
+        x, y = self.target
+        return x + CLICK_TARGET_SIZE // 2, y + CLICK_TARGET_SIZE // 2
+
+    def on_target(self, x: int, y: int) -> bool:
+        """Whether a click at (x, y) hits the target: exactly the pixels drawn as the disc."""
+        dx, dy = x - self.target[0], y - self.target[1]
+        return (
+            0 <= dx < CLICK_TARGET_SIZE
+            and 0 <= dy < CLICK_TARGET_SIZE
+            and bool(_TARGET_MASK[dy, dx])
+        )
+
+    def _move_target(self) -> None:
+        """Put the target somewhere new, at least a diameter from where it was."""
+        old_x, old_y = self.target
+        for _ in range(100):  # almost always the first try: the playfield is 10x the disc
+            x = int(self.rng.integers(0, CLICK_WIDTH - CLICK_TARGET_SIZE + 1))
+            y = int(self.rng.integers(CLICK_HUD_HEIGHT, CLICK_HEIGHT - CLICK_TARGET_SIZE + 1))
+            if (x - old_x) ** 2 + (y - old_y) ** 2 >= CLICK_TARGET_SIZE**2:
+                break
+        self.target = (x, y)
+        self.target_age = 0
+
+    def _info(self) -> dict[str, Any]:
+        return {
+            "score": self.hits - self.misses,
+            "hits": self.hits,
+            "misses": self.misses,
+            "frame": self.frame,
+        }
+
+    def step(self, events: Sequence[InputEvent]) -> StepResult:
+        if self.done:
+            return StepResult(0.0, True, self._info())
+        reward = 0.0
+        for event in events:
+            if not isinstance(event, PointerEvent):
+                continue
+            pressed = event.buttonmask & CLICK_BUTTON and not self.buttonmask & CLICK_BUTTON
+            self.pointer, self.buttonmask = (event.x, event.y), event.buttonmask
+            if pressed and self.on_target(event.x, event.y):
+                reward += CLICK_REWARD_HIT
+                self.hits += 1
+                self._move_target()
+
+        self.target_age += 1
+        if self.target_age >= CLICK_TARGET_FRAMES:
+            reward += CLICK_REWARD_MISSED
+            self.misses += 1
+            self._move_target()
+
+        done = self._tick()
+        self._draw()
+        return StepResult(reward, done, self._info())
+
+    def _draw(self) -> None:
+        fb = self.framebuffer
+        np.copyto(fb, _CLICK_BASE)
+        _CLICK_LIVES.show(fb, _CLICK_LIT, self.max_misses - self.misses)
+        shown = _CLICK_HITS[0].show(fb, _CLICK_LIT, self.hits)
+        _CLICK_HITS[1].show(fb, _CLICK_LIT, self.hits - shown)
+        time_left = 1 - self.target_age / CLICK_TARGET_FRAMES
+        _CLICK_TIME.show(fb, _CLICK_LIT, round(CLICK_WIDTH * time_left))
+        x, y = self.target
+        fb[y : y + CLICK_TARGET_SIZE, x : x + CLICK_TARGET_SIZE] = _CLICK_TARGET
+
+
+#: env id -> runtime class, read by ``runtimes.registry``.
+RUNTIMES: dict[str, type[Runtime]] = {
+    Catch.env_id: Catch,
+    ClickTarget.env_id: ClickTarget,
+}

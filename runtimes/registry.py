@@ -1,0 +1,50 @@
+"""Which environment ids exist and how to build their runtimes.
+
+Families are looked up lazily so that ``universe-remote list`` and a built-in remote
+never import optional dependencies (ale-py, a browser) they do not use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from .base import Runtime
+from .errors import UnknownEnvironment
+
+#: family -> module whose ``RUNTIMES`` maps env ids to runtime classes.
+FAMILIES: dict[str, str] = {
+    "builtin": "runtimes.builtin",
+}
+
+_loaded: dict[str, dict[str, Callable[..., Runtime]]] = {}
+
+
+def _family(name: str) -> dict[str, Callable[..., Runtime]]:
+    if name not in _loaded:
+        try:
+            module = importlib.import_module(FAMILIES[name])
+        except ImportError:
+            _loaded[name] = {}  # an optional family whose extra is not installed
+        else:
+            _loaded[name] = dict(module.RUNTIMES)
+    return _loaded[name]
+
+
+def env_ids() -> list[str]:
+    """Every env id this installation can serve, sorted."""
+    return sorted(env_id for family in FAMILIES for env_id in _family(family))
+
+
+def lookup(env_id: str) -> Callable[..., Runtime]:
+    """The runtime class (or factory) for ``env_id``; raises :class:`UnknownEnvironment`."""
+    family = env_id.split(".", 1)[0]
+    factory = _family(family).get(env_id) if family in FAMILIES else None
+    if factory is None:
+        raise UnknownEnvironment(env_id, env_ids())
+    return factory
+
+
+def make(env_id: str, **kwargs: object) -> Runtime:
+    """A new runtime for ``env_id``."""
+    return lookup(env_id)(**kwargs)

@@ -1,0 +1,221 @@
+"""The remote process: one runtime, its game loop, and the servers that expose it.
+
+Holds :class:`Remote`. It runs the runtime at ``fps`` in real time whether or not
+anyone acts (Universe's semantics), applies the input that arrived since the last tick
+at the next tick, sends each tick's reward at most once, and resets on request or
+by itself after ``done``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
+
+import numpy as np
+
+from rewarder import protocol
+from rewarder.errors import BadRequest
+from rewarder.server import RewarderServer
+from vncdriver import keysyms
+from vncdriver.errors import UnknownKey
+
+from . import registry
+from .base import InputEvent, KeyEvent, PointerEvent, Runtime
+from .errors import UnknownEnvironment
+
+log = logging.getLogger(__name__)
+
+#: Input events waiting for the next tick; more means a client floods us faster than
+#: any player could type, and the excess is refused with an error.
+MAX_PENDING_EVENTS: Final = 4096
+#: A tick later than this many frames is not caught up (that would burst frames);
+#: the clock restarts from now and the lateness is counted.
+MAX_CATCH_UP_FRAMES: Final = 2
+
+
+class Remote:
+    """Serves one runtime over the rewarder (and, from 2/5 on, VNC).
+
+    ``await remote.start(...)`` binds the ports and starts the game loop;
+    ``await remote.close()`` tells clients why and stops.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        *,
+        fps: float | None = None,
+        password: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.runtime: Runtime = registry.make(env_id)
+        self.fps = float(fps or self.runtime.fps)
+        self.episode_id = 0
+        self.env_state = protocol.RESETTING
+        self.frame = 0
+        self.late_ticks = 0
+        self.rewarder = RewarderServer(self, password=password)
+        self._clock = clock
+        self._pending: list[InputEvent] = []
+        self._held_keys: set[str] = set()
+        self._buttons = 0
+        self._seeds = np.random.default_rng()
+        self._loop_task: asyncio.Task[None] | None = None
+
+    # Lifecycle ---------------------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", rewarder_port: int = 15900) -> None:
+        self._begin_episode(seed=None)
+        self.env_state = protocol.RUNNING
+        await self.rewarder.start(host, rewarder_port)
+        self._loop_task = asyncio.get_running_loop().create_task(self._game_loop())
+
+    async def close(self, reason: str = "the remote is shutting down") -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            try:
+                await self._loop_task
+            except asyncio.CancelledError:
+                pass
+        await self.rewarder.close(reason)
+        self.runtime.close()
+
+    # EnvHandler: what the rewarder server asks of us ------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "env_id": self.runtime.env_id,
+            "env_state": self.env_state,
+            "fps": self.fps,
+            **self.runtime.describe(),
+        }
+
+    async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
+        if request.env_id is not None and request.env_id != self.runtime.env_id:
+            try:
+                runtime = registry.make(request.env_id)
+            except UnknownEnvironment as exc:
+                raise BadRequest(str(exc), request.message_id) from None
+            self.runtime.close()
+            self.runtime = runtime
+            if request.fps is None:
+                self.fps = float(runtime.fps)
+        if request.fps is not None:
+            self.fps = float(request.fps)
+        self.episode_id = max(self.episode_id, request.episode_id or 0)
+        self._begin_episode(request.seed)
+        reply(self.episode_id)
+        self.env_state = protocol.RUNNING
+        self.rewarder.broadcast_describe()
+
+    def action(self, request: protocol.ActionRequest) -> None:
+        self.push_events(self._events_from_action(request))
+
+    def client_left(self, observer: bool) -> None:
+        if not observer:
+            self.release_all()
+
+    # Input ---------------------------------------------------------------------------------
+
+    def push_events(self, events: Sequence[InputEvent]) -> None:
+        """Queue checked events for the next tick."""
+        if len(self._pending) + len(events) > MAX_PENDING_EVENTS:
+            raise BadRequest(
+                f"more than {MAX_PENDING_EVENTS} input events are waiting for the next "
+                "frame; send fewer events per frame"
+            )
+        self._pending.extend(events)
+
+    def release_all(self) -> None:
+        """Let go of every held key and button (the client that held them is gone)."""
+        self._pending.extend(KeyEvent(k, False) for k in sorted(self._held_keys))
+        if self._buttons:
+            self._pending.append(PointerEvent(0, 0, 0))
+
+    def _events_from_action(self, request: protocol.ActionRequest) -> list[InputEvent]:
+        events: list[InputEvent] = []
+        rt = self.runtime
+        for i, event in enumerate(request.events):
+            if event[0] == "KeyEvent":
+                _, key, down = event
+                try:
+                    name = keysyms.name(key) if isinstance(key, int) else keysyms.canonical(key)
+                except UnknownKey as exc:
+                    raise BadRequest(f"action[{i}]: {exc}", request.message_id) from None
+                if name not in rt.keys:
+                    raise BadRequest(
+                        f"action[{i}]: {rt.env_id} does not use key {name!r}; it takes "
+                        f"{', '.join(rt.keys) or 'no keys (use PointerEvent)'}",
+                        request.message_id,
+                    )
+                events.append(KeyEvent(name, down))
+            else:
+                _, x, y, mask = event
+                if not (0 <= x < rt.width and 0 <= y < rt.height):
+                    raise BadRequest(
+                        f"action[{i}]: pointer ({x}, {y}) is off the {rt.width}x{rt.height} "
+                        f"screen; x must be in 0..{rt.width - 1}, y in 0..{rt.height - 1}",
+                        request.message_id,
+                    )
+                events.append(PointerEvent(x, y, mask))
+        return events
+
+    # The game loop --------------------------------------------------------------------------
+
+    def _begin_episode(self, seed: int | None) -> None:
+        """Move to a new episode id, tell everyone, and reset the runtime under ``seed``."""
+        self.episode_id += 1
+        self.env_state = protocol.RESETTING
+        self.rewarder.broadcast_describe()
+        if seed is not None:
+            self._seeds = np.random.default_rng(seed)
+        else:
+            seed = int(self._seeds.integers(2**31))
+        self._pending.clear()
+        self._held_keys.clear()
+        self._buttons = 0
+        self.frame = 0
+        self.runtime.reset(seed)
+
+    def tick(self) -> None:
+        """Advance the runtime one frame with the pending input and report what it earned."""
+        events, self._pending = self._pending, []
+        self._track_held(events)
+        result = self.runtime.step(events)
+        self.frame += 1
+        if result.reward or result.done:
+            self.rewarder.broadcast_reward(
+                self.episode_id, result.reward, result.done, result.info
+            )
+        if result.done:
+            self._begin_episode(seed=None)
+            self.env_state = protocol.RUNNING
+            self.rewarder.broadcast_describe()
+
+    def _track_held(self, events: Iterable[InputEvent]) -> None:
+        for event in events:
+            if isinstance(event, KeyEvent):
+                (self._held_keys.add if event.down else self._held_keys.discard)(event.key)
+            else:
+                self._buttons = event.buttonmask
+
+    async def _game_loop(self) -> None:
+        next_at = self._clock()
+        while True:
+            try:
+                self.tick()
+            except Exception:  # a runtime bug must not take the servers down silently
+                log.exception("runtime %s failed in step; resetting it", self.runtime.env_id)
+                self._begin_episode(seed=None)
+                self.env_state = protocol.RUNNING
+                self.rewarder.broadcast_describe()
+            period = 1.0 / self.fps
+            next_at += period
+            now = self._clock()
+            if now - next_at > MAX_CATCH_UP_FRAMES * period:
+                self.late_ticks += 1
+                next_at = now
+            await asyncio.sleep(max(0.0, next_at - now))

@@ -1,0 +1,282 @@
+"""The rewarder server over real sockets on 127.0.0.1, spoken to like Universe's client."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import orjson
+import pytest
+import websockets
+
+from rewarder.server import RewarderServer, basic_auth_password
+from tests.conftest import StartRemote
+from tests.wire import WireClient, basic_auth
+
+
+async def test_describe_on_connect(start_remote: StartRemote) -> None:
+    remote = await start_remote("builtin.Catch-v0")
+    client = await WireClient.open(remote.rewarder.port)
+    first = await client.recv()
+    assert first["method"] == "v0.env.describe"
+    assert first["headers"]["message_id"] == 0
+    assert isinstance(first["headers"]["sent_at"], float)
+    assert first["headers"]["episode_id"] == str(remote.episode_id)
+    body = first["body"]
+    assert (body["env_id"], body["env_state"], body["fps"]) == ("builtin.Catch-v0", "running", 60)
+    assert (body["width"], body["height"], body["keys"]) == (160, 210, ["Left", "Right"])
+    await client.close()
+
+
+async def test_ping_reply_points_at_request(start_remote: StartRemote) -> None:
+    remote = await start_remote()
+    client = await WireClient.open(remote.rewarder.port)
+    await client.send("v0.control.ping")
+    reply = await client.ping()  # the second ping, id 1
+    assert reply["headers"]["parent_message_id"] == 1
+    assert reply["headers"]["parent_runtime"] >= 0
+    await client.close()
+
+
+async def test_reset_moves_past_the_clients_episode(start_remote: StartRemote) -> None:
+    remote = await start_remote()
+    client = await WireClient.open(remote.rewarder.port)
+    await client.recv_until("v0.env.describe")
+    before = remote.episode_id
+    reply = await client.reset("41", seed=3)
+    assert reply["method"] == "v0.reply.env.reset"
+    new_id = int(reply["headers"]["episode_id"])
+    assert new_id > max(before, 41)
+    assert "parent_runtime" in reply["headers"]
+    # describe(resetting) came before the reply, describe(running) after, both with the new id
+    order = [(m["method"], m["body"].get("env_state"), m["headers"].get("episode_id")) for m in client.seen]
+    assert ("v0.env.describe", "resetting", str(new_id)) in order
+    running = await client.recv_until("v0.env.describe", episode_id=str(new_id))
+    assert running["body"]["env_state"] == "running"
+    again = await client.reset("0")  # Universe always sends "0": the server still moves on
+    assert int(again["headers"]["episode_id"]) == new_id + 1
+    await client.close()
+
+
+async def test_reset_to_another_env_and_unknown_env(start_remote: StartRemote) -> None:
+    remote = await start_remote()
+    client = await WireClient.open(remote.rewarder.port)
+    error = await client.reset(env_id="builtin.Nope-v0")
+    assert error["method"] == "v0.reply.error"
+    assert "builtin.Nope-v0" in error["body"]["message"]
+    assert "builtin.ClickTarget-v0" in error["body"]["message"]  # it lists what there is
+    reply = await client.reset(env_id="builtin.ClickTarget-v0")
+    assert reply["method"] == "v0.reply.env.reset"
+    running = await client.recv_until("v0.env.describe", episode_id=reply["headers"]["episode_id"])
+    assert running["body"]["env_id"] == "builtin.ClickTarget-v0"
+    assert running["body"]["env_state"] == "running"
+    await client.close()
+
+
+BAD_INPUT = [
+    ("not json at all", "not JSON"),
+    (b"\x00\x01binary", "binary frames"),
+    ('{"method": "v0.env.frobnicate", "headers": {"message_id": 9, "sent_at": 1.0}, "body": {}}',
+     "unknown method"),
+    ('{"method": "v0.agent.action", "headers": {"message_id": 9, "sent_at": 1.0}, '
+     '"body": {"action": [["KeyEvent", "NoSuchKey", true]]}}', "unknown key 'NoSuchKey'"),
+    ('{"method": "v0.agent.action", "headers": {"message_id": 9, "sent_at": 1.0}, '
+     '"body": {"action": [["KeyEvent", "Up", true]]}}', "does not use key 'Up'"),
+    ('{"method": "v0.agent.action", "headers": {"message_id": 9, "sent_at": 1.0}, '
+     '"body": {"action": [["PointerEvent", 500, 5, 0]]}}', "off the 160x210 screen"),
+    ('{"method": "v0.agent.action", "headers": {"message_id": 9, "sent_at": 1.0}, "body": {"pad": "'
+     + "x" * 300_000 + '"}}', "over the limit"),
+    ('{"method": "v0.env.reset", "headers": {"message_id": 9, "sent_at": "yesterday"}, "body": {}}',
+     "sent_at must be"),
+]
+
+
+@pytest.mark.parametrize(("data", "words"), BAD_INPUT)
+async def test_bad_input_gets_an_error_and_everyone_goes_on(
+    start_remote: StartRemote, data: str | bytes, words: str
+) -> None:
+    remote = await start_remote()
+    agent = await WireClient.open(remote.rewarder.port)
+    observer = await WireClient.open(remote.rewarder.port, observer=True)
+    await agent.send_raw(data)
+    error = await agent.recv_until("v0.reply.error")
+    assert words in error["body"]["message"]
+    readable = isinstance(data, str) and '"message_id": 9' in data and "over the limit" not in words
+    assert error["headers"]["parent_message_id"] == (9 if readable else None)
+    # the same connection and the other client still work
+    assert (await agent.ping())["method"] == "v0.reply.control.ping"
+    assert (await observer.ping())["method"] == "v0.reply.control.ping"
+    assert (await agent.reset())["method"] == "v0.reply.env.reset"
+    await agent.close()
+    await observer.close()
+
+
+async def test_frames_over_the_hard_limit_close_only_that_connection(start_remote: StartRemote) -> None:
+    remote = await start_remote()
+    big = await WireClient.open(remote.rewarder.port, observer=True)
+    other = await WireClient.open(remote.rewarder.port)
+    await big.send_raw("x" * (5 * 1024 * 1024))
+    with pytest.raises(websockets.ConnectionClosed) as info:
+        while True:
+            await big.recv()
+    assert info.value.rcvd is not None and info.value.rcvd.code == 1009
+    assert (await other.ping())["method"] == "v0.reply.control.ping"
+    await other.close()
+
+
+# Auth, observers, one active client -----------------------------------------------------
+
+
+async def expect_refusal(port: int, words: str, **kwargs) -> None:
+    client = await WireClient.open(port, **kwargs)
+    close = await client.recv()
+    assert close["method"] == "v0.connection.close"
+    assert words in close["body"]["message"]
+    assert "parent_message_id" not in close["headers"]
+    with pytest.raises(websockets.ConnectionClosed):
+        await client.recv()
+
+
+async def test_password(start_remote: StartRemote) -> None:
+    remote = await start_remote(password="s3cret")
+    port = remote.rewarder.port
+    await expect_refusal(port, "needs a password")
+    await expect_refusal(port, "wrong password", password="nope")
+    await expect_refusal(port, "needs a password", observer=True)
+    agent = await WireClient.open(port, password="s3cret")
+    assert (await agent.recv())["method"] == "v0.env.describe"
+    observer = await WireClient.open(port, password="s3cret", observer=True)
+    assert (await observer.recv())["method"] == "v0.env.describe"
+    await agent.close()
+    await observer.close()
+
+
+def test_basic_auth_password_parsing() -> None:
+    assert basic_auth_password(basic_auth("pw")) == "pw"
+    assert basic_auth_password("basic " + basic_auth("pw").split()[1]) == "pw"
+    assert basic_auth_password("Bearer abc") is None
+    assert basic_auth_password("Basic !!!notbase64") is None
+    assert basic_auth_password(None) is None
+
+
+async def test_one_active_client_and_observers(start_remote: StartRemote) -> None:
+    remote = await start_remote(fps=600)
+    port = remote.rewarder.port
+    agent = await WireClient.open(port)
+    await agent.recv()
+    await expect_refusal(port, "openai-observer: true", observer=False)
+    observer = await WireClient.open(port, observer=True)
+    assert (await observer.recv())["method"] == "v0.env.describe"
+    # the observer may only ping
+    await observer.send("v0.env.reset", {}, episode_id="0")
+    error = await observer.recv_until("v0.reply.error")
+    assert "observers may only ping" in error["body"]["message"]
+    # both see the same rewards: +1 per catch, -1 per miss
+    reward = await observer.recv_until("v0.env.reward", timeout=20)
+    assert reward["body"]["reward"] in (-1, 1)
+    agent_reward = await agent.recv_until("v0.env.reward", timeout=20)
+    assert agent_reward["body"] == reward["body"]
+    assert agent_reward["headers"]["episode_id"] == reward["headers"]["episode_id"]
+    # once the agent leaves, the active slot is free again
+    await agent.close()
+    await remote_slot_free(port)
+    await observer.close()
+
+
+async def remote_slot_free(port: int) -> None:
+    async with asyncio.timeout(10):
+        while True:
+            client = await WireClient.open(port)
+            first = await client.recv()
+            await client.close()
+            if first["method"] == "v0.env.describe":
+                return
+
+
+async def test_bare_tcp_connects_are_not_clients(start_remote: StartRemote) -> None:
+    """Universe's client opens and closes 10 bare TCP connections to time the network."""
+    remote = await start_remote()
+    for _ in range(10):
+        reader, writer = await asyncio.open_connection("127.0.0.1", remote.rewarder.port)
+        writer.close()
+        await writer.wait_closed()
+    agent = await WireClient.open(remote.rewarder.port)
+    assert (await agent.recv())["method"] == "v0.env.describe"
+    await agent.close()
+
+
+async def test_shutdown_says_why(start_remote: StartRemote) -> None:
+    remote = await start_remote()
+    agent = await WireClient.open(remote.rewarder.port)
+    observer = await WireClient.open(remote.rewarder.port, observer=True)
+    await remote.close("maintenance")
+    for client in (agent, observer):
+        close = await client.recv_until("v0.connection.close")
+        assert close["body"]["message"] == "maintenance"
+
+
+# A client that stops reading must not stall anyone ----------------------------------------
+
+
+class _Handler:
+    episode_id = 1
+
+    def describe(self) -> dict:
+        return {"env_id": "test.Stub-v0", "env_state": "running", "fps": 60}
+
+    async def reset(self, request, reply) -> None:
+        reply(self.episode_id)
+
+    def action(self, request) -> None:
+        pass
+
+    def client_left(self, observer: bool) -> None:
+        pass
+
+
+async def test_a_client_that_stops_reading_is_dropped_not_waited_for() -> None:
+    server = RewarderServer(_Handler(), max_queued_messages=8)
+    await server.start("127.0.0.1", 0)
+    # A raw socket with a tiny receive buffer that completes the handshake, then never reads.
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.connect(("127.0.0.1", server.port))
+    stalled.sendall(
+        b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        b"openai-observer: true\r\n\r\n"
+    )
+    healthy = await WireClient.open(server.port, observer=True)
+    await healthy.recv()
+    async with asyncio.timeout(10):
+        while len(server.clients) < 2:
+            await asyncio.sleep(0.01)
+    text = "x" * 65536
+    received = 0
+    for i in range(400):  # ~26 MB: far past the socket buffers, so the outbox must fill
+        server.broadcast_text(1, f"{i}:{text}")  # never blocks: it only queues
+        while received <= i - 4:  # the healthy client keeps up
+            message = await healthy.recv()
+            received += message["method"] == "v0.env.text"
+        if len(server.clients) == 1:
+            break
+    assert len(server.clients) == 1, "the stalled client should have been dropped"
+    while received < i + 1:
+        message = await healthy.recv()
+        received += message["method"] == "v0.env.text"
+    assert message["body"]["text"].startswith(f"{i}:")
+    stalled.close()
+    await healthy.close()
+    await server.close()
+
+
+async def test_universe_style_payload_shapes(start_remote: StartRemote) -> None:
+    """Rewards carry reward/done/info and a string episode id, as Universe's client reads them."""
+    remote = await start_remote(fps=600)
+    agent = await WireClient.open(remote.rewarder.port)
+    reward = await agent.recv_until("v0.env.reward", timeout=20)
+    assert set(reward["body"]) == {"reward", "done", "info"}
+    assert isinstance(reward["body"]["info"], dict)
+    assert reward["headers"]["episode_id"].isdigit()
+    orjson.dumps(reward)
+    await agent.close()

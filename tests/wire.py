@@ -1,0 +1,86 @@
+"""A Universe-like rewarder client speaking raw JSON over websockets, for server tests.
+
+It is deliberately not our ``rewarder.client``: it sends what Universe's client sent
+(lower-case ``authorization``, explicit ``openai-observer``) and lets tests look at
+every message as it arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from typing import Any
+
+import orjson
+from websockets.asyncio.client import ClientConnection, connect
+
+TIMEOUT = 10.0
+
+
+def basic_auth(password: str) -> str:
+    return "Basic " + base64.b64encode(f"{password}:".encode()).decode()
+
+
+class WireClient:
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.next_id = 0
+        self.seen: list[dict[str, Any]] = []
+
+    @classmethod
+    async def open(
+        cls, port: int, *, password: str | None = None, observer: bool = False
+    ) -> WireClient:
+        headers = {"openai-observer": "true" if observer else "false"}
+        if password is not None:
+            headers["authorization"] = basic_auth(password)
+        ws = await connect(
+            f"ws://127.0.0.1:{port}", additional_headers=headers, compression=None,
+            open_timeout=TIMEOUT,
+        )
+        return cls(ws)
+
+    async def send(self, method: str, body: dict[str, Any] | None = None, **headers: Any) -> int:
+        message_id = self.next_id
+        self.next_id += 1
+        headers.update(message_id=message_id, sent_at=time.time())
+        await self.ws.send(orjson.dumps({"method": method, "headers": headers, "body": body or {}}).decode())
+        return message_id
+
+    async def send_raw(self, data: str | bytes) -> None:
+        await self.ws.send(data)
+
+    async def recv(self, timeout: float = TIMEOUT) -> dict[str, Any]:
+        async with asyncio.timeout(timeout):
+            message = orjson.loads(await self.ws.recv())
+        self.seen.append(message)
+        return message
+
+    async def recv_until(self, method: str, timeout: float = TIMEOUT, **headers: Any) -> dict[str, Any]:
+        """The next message of ``method`` whose headers include ``headers``; others are kept in ``seen``."""
+        async with asyncio.timeout(timeout):
+            while True:
+                message = await self.recv(timeout)
+                if message["method"] == method and all(
+                    message["headers"].get(k) == v for k, v in headers.items()
+                ):
+                    return message
+
+    async def ping(self) -> dict[str, Any]:
+        message_id = await self.send("v0.control.ping")
+        return await self.recv_until("v0.reply.control.ping", parent_message_id=message_id)
+
+    async def reset(self, episode_id: str = "0", **body: Any) -> dict[str, Any]:
+        """Send a reset; return the reply (``v0.reply.env.reset`` or ``v0.reply.error``)."""
+        message_id = await self.send("v0.env.reset", body, episode_id=episode_id)
+        async with asyncio.timeout(TIMEOUT):
+            while True:
+                message = await self.recv()
+                if message["method"] in ("v0.reply.env.reset", "v0.reply.error") and message[
+                    "headers"
+                ].get("parent_message_id") == message_id:
+                    return message
+
+    async def close(self) -> None:
+        await self.ws.close()

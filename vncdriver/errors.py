@@ -1,0 +1,63 @@
+"""Errors of the VNC channel.
+
+    VNCError
+    ├── UnknownKey          a key name no keysym table knows (local misuse)
+    ├── LocalProtocolError  we were asked to send something RFB does not allow (local misuse)
+    ├── ProtocolError       the peer broke RFB: bad bytes, wrong lengths, unknown types
+    │   └── LimitExceeded   the peer went past one of our named limits
+    ├── AuthenticationFailed  the server refused us, or the client failed the challenge
+    └── ServerRefused       the server would not talk to us at all (e.g. too many clients)
+
+"Local" errors mean our caller did something wrong; ``ProtocolError`` means the peer did.
+A sans-I/O object that raises a remote error may have queued a failure message for the
+peer first: write out ``data_to_send()`` before closing the connection.
+"""
+
+from __future__ import annotations
+
+
+class VNCError(Exception):
+    """Base class of everything the VNC channel raises."""
+
+
+class UnknownKey(VNCError, ValueError):
+    """A key name that is neither an X keysym name, an alias nor a printable character."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(
+            f"unknown key {key!r}: use an X keysym name (Left, Return, space, a, F1, "
+            "Control_L, ...) or an alias (left, ArrowLeft, enter, ctrl, shift, esc, ...)"
+        )
+
+
+class LocalProtocolError(VNCError):
+    """Our caller asked for something RFB does not allow (wrong state, bad argument)."""
+
+
+class ProtocolError(VNCError):
+    """The peer sent something RFB does not allow; the connection cannot go on."""
+
+
+class LimitExceeded(ProtocolError):
+    """The peer went past a named limit; the message says which and by how much."""
+
+    def __init__(self, what: str, value: int, limit: int) -> None:
+        self.what, self.value, self.limit = what, value, limit
+        super().__init__(f"{what} is {value}, over the limit of {limit}")
+
+
+class AuthenticationFailed(VNCError):
+    """The server refused the security handshake; ``reason`` is its words when it gave any."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"VNC authentication failed: {reason}")
+
+
+class ServerRefused(VNCError):
+    """The server refused the connection before authentication, giving ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"VNC server refused the connection: {reason}")
