@@ -19,6 +19,7 @@ run: $(STAMP)
 	$(VENV)/bin/universe-remote serve $(ENV_ID) --host $(HOST)
 
 test: $(STAMP)
+	scripts/install-system-packages
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

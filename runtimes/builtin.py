@@ -207,7 +207,7 @@ class _Game(Runtime):
 # Catch: frames -------------------------------------------------------------------------
 
 _CATCH_LIVES: Final = _Gauge(4, 2, 5, 5, 7, CATCH_MAX_MISSES)
-#: Catches as pips in two rows (78 in all, more than a 60 s episode can hold).
+#: Catches as pips in two rows: 78 in all; a perfect player catches 33 in 60 s.
 _CATCH_CATCHES: Final = (
     _Gauge.fit(4, 9, (2, 3), 4, CATCH_WIDTH),
     _Gauge.fit(4, 13, (2, 3), 4, CATCH_WIDTH),
@@ -432,22 +432,25 @@ class ClickTarget(_Game):
     def step(self, events: Sequence[InputEvent]) -> StepResult:
         if self.done:
             return StepResult(0.0, True, self._info())
-        reward = 0.0
+        hits = 0
         for event in events:
             if not isinstance(event, PointerEvent):
                 continue
             pressed = event.buttonmask & CLICK_BUTTON and not self.buttonmask & CLICK_BUTTON
             self.pointer, self.buttonmask = (event.x, event.y), event.buttonmask
             if pressed and self.on_target(event.x, event.y):
-                reward += CLICK_REWARD_HIT
-                self.hits += 1
+                hits += 1
                 self._move_target()
-
-        self.target_age += 1
-        if self.target_age >= CLICK_TARGET_FRAMES:
-            reward += CLICK_REWARD_MISSED
-            self.misses += 1
-            self._move_target()
+        self.hits += hits
+        reward = hits * CLICK_REWARD_HIT
+        # A target placed this frame is on screen from this frame and starts ageing on
+        # the next, so every target is shown for CLICK_TARGET_FRAMES frames.
+        if not hits:
+            self.target_age += 1
+            if self.target_age >= CLICK_TARGET_FRAMES:
+                reward += CLICK_REWARD_MISSED
+                self.misses += 1
+                self._move_target()
 
         done = self._tick()
         self._draw()

@@ -55,7 +55,8 @@ class Remote:
         self.fps = float(fps or self.runtime.fps)
         self.episode_id = 0
         self.env_state = protocol.RESETTING
-        self.frame = 0
+        self.frame = 0  # frames drawn since the remote started; never goes back
+        self.episode_frame = 0
         self.late_ticks = 0
         self.rewarder = RewarderServer(self, password=password)
         self._clock = clock
@@ -64,6 +65,7 @@ class Remote:
         self._buttons = 0
         self._seeds = np.random.default_rng()
         self._loop_task: asyncio.Task[None] | None = None
+        self._frame_waiters: list[asyncio.Future[int]] = []
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -177,7 +179,7 @@ class Remote:
         self._pending.clear()
         self._held_keys.clear()
         self._buttons = 0
-        self.frame = 0
+        self.episode_frame = 0
         self.runtime.reset(seed)
 
     def tick(self) -> None:
@@ -186,6 +188,8 @@ class Remote:
         self._track_held(events)
         result = self.runtime.step(events)
         self.frame += 1
+        self.episode_frame += 1
+        self._frame_drawn()
         if result.reward or result.done:
             self.rewarder.broadcast_reward(
                 self.episode_id, result.reward, result.done, result.info
@@ -194,6 +198,21 @@ class Remote:
             self._begin_episode(seed=None)
             self.env_state = protocol.RUNNING
             self.rewarder.broadcast_describe()
+
+    async def wait_frame(self, after: int | None = None) -> int:
+        """Wait until a frame past ``after`` (default: the current one) is drawn; its number."""
+        after = self.frame if after is None else after
+        while self.frame <= after:
+            waiter = asyncio.get_running_loop().create_future()
+            self._frame_waiters.append(waiter)
+            await waiter
+        return self.frame
+
+    def _frame_drawn(self) -> None:
+        waiters, self._frame_waiters = self._frame_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(self.frame)
 
     def _track_held(self, events: Iterable[InputEvent]) -> None:
         for event in events:

@@ -1,0 +1,1 @@
+"""Benchmarks: each module compares us with a named peer or limit in the same run."""

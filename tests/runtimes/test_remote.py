@@ -1,0 +1,101 @@
+"""The remote process: game loop, episodes, input, over real rewarder sockets."""
+
+from __future__ import annotations
+
+import asyncio
+
+from runtimes.builtin import Catch, ClickTarget
+from tests.conftest import StartRemote
+from tests.wire import WireClient
+
+
+async def test_episode_ids_rewards_and_auto_reset(start_remote: StartRemote) -> None:
+    """A seeded reset starts episode E; its rewards carry E; done moves everyone to E+1."""
+    remote = await start_remote("builtin.Catch-v0", fps=2000)
+    agent = await WireClient.open(remote.rewarder.port)
+    reply = await agent.reset(seed=7)
+    episode = reply["headers"]["episode_id"]
+    rewards = []
+    async with asyncio.timeout(60):
+        while True:  # with no input, Catch misses until the episode ends
+            message = await agent.recv()
+            if message["method"] == "v0.env.reward":
+                assert message["headers"]["episode_id"] == episode
+                rewards.append(message["body"])
+                if message["body"]["done"]:
+                    break
+    assert all(r["reward"] in (-1, 1) for r in rewards)
+    assert sum(r["reward"] == -1 for r in rewards) >= 1
+    assert rewards[-1]["done"] and not any(r["done"] for r in rewards[:-1])
+    next_id = str(int(episode) + 1)
+    resetting = await agent.recv()
+    assert (resetting["method"], resetting["body"]["env_state"], resetting["headers"]["episode_id"]) == (
+        "v0.env.describe", "resetting", next_id,
+    )
+    running = await agent.recv()
+    assert (running["body"]["env_state"], running["headers"]["episode_id"]) == ("running", next_id)
+    await agent.close()
+
+
+async def test_held_key_moves_the_paddle_and_aliases_work(start_remote: StartRemote) -> None:
+    remote = await start_remote("builtin.Catch-v0")
+    agent = await WireClient.open(remote.rewarder.port)
+    await agent.reset(seed=1)
+    runtime = remote.runtime
+    assert isinstance(runtime, Catch)
+    start_x = runtime.paddle_x
+    await agent.send("v0.agent.action", {"action": [["KeyEvent", "ArrowRight", True]]})
+    async with asyncio.timeout(10):
+        while runtime.paddle_x < start_x + 10:
+            await remote.wait_frame()
+    assert remote._held_keys == {"Right"}
+    # an X keysym number works too: 0xff53 is Right, released
+    await agent.send("v0.agent.action", {"action": [["KeyEvent", 0xFF53, False]]})
+    async with asyncio.timeout(10):
+        while remote._held_keys:
+            await remote.wait_frame()
+    stopped_x = runtime.paddle_x
+    frame = await remote.wait_frame()
+    await remote.wait_frame(frame + 5)
+    assert runtime.paddle_x == stopped_x
+    await agent.close()
+
+
+async def test_keys_held_by_a_client_that_left_are_released(start_remote: StartRemote) -> None:
+    remote = await start_remote("builtin.Catch-v0")
+    agent = await WireClient.open(remote.rewarder.port)
+    await agent.send("v0.agent.action", {"action": [["KeyEvent", "Left", True]]})
+    async with asyncio.timeout(10):
+        while "Left" not in remote._held_keys:
+            await remote.wait_frame()
+    await agent.close()
+    async with asyncio.timeout(10):
+        while remote._held_keys:
+            await remote.wait_frame()
+
+
+async def test_click_on_the_target_earns_a_reward(start_remote: StartRemote) -> None:
+    remote = await start_remote("builtin.ClickTarget-v0")
+    agent = await WireClient.open(remote.rewarder.port)
+    reply = await agent.reset(seed=3)
+    runtime = remote.runtime
+    assert isinstance(runtime, ClickTarget)
+    x, y = runtime.target_centre
+    await agent.send(
+        "v0.agent.action",
+        {"action": [["PointerEvent", x, y, 0], ["PointerEvent", x, y, 1], ["PointerEvent", x, y, 0]]},
+    )
+    reward = await agent.recv_until("v0.env.reward")
+    assert reward["headers"]["episode_id"] == reply["headers"]["episode_id"]
+    assert reward["body"]["reward"] == 1
+    await agent.close()
+
+
+async def test_reset_may_change_fps(start_remote: StartRemote) -> None:
+    remote = await start_remote("builtin.Catch-v0")
+    agent = await WireClient.open(remote.rewarder.port)
+    reply = await agent.reset(fps=120)
+    running = await agent.recv_until("v0.env.describe", episode_id=reply["headers"]["episode_id"])
+    assert running["body"]["fps"] == 120
+    assert remote.fps == 120
+    await agent.close()
