@@ -37,6 +37,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         runtime = registry.lookup(env_id)
         description = getattr(runtime, "description", "")
         print(f"{env_id:32} {description}".rstrip())
+    for family, why in sorted(registry.missing.items()):
+        print(f"({family}.* not available: {why})", file=sys.stderr)
     return 0
 
 

@@ -4,6 +4,7 @@
     ├── BadRequest          a client message the server refuses (answered with v0.reply.error)
     │   └── MessageTooBig   ... because it is over MAX_MESSAGE_BYTES
     ├── ProtocolError       the server sent something the protocol does not allow
+    │   └── UnknownMethod   ... a method this client does not know (a newer server)
     ├── RemoteError         the server answered our request with v0.reply.error
     ├── ConnectionClosed    the server sent v0.connection.close or the socket dropped
     └── ConnectTimeout      no server answered within the start timeout
@@ -26,7 +27,7 @@ class BadRequest(RewarderError):
     ``v0.reply.error`` can point at it.
     """
 
-    def __init__(self, message: str, parent_message_id: int | None = None) -> None:
+    def __init__(self, message: str, parent_message_id: int | str | None = None) -> None:
         self.message = message
         self.parent_message_id = parent_message_id
         super().__init__(message)
@@ -45,6 +46,14 @@ class MessageTooBig(BadRequest):
 
 class ProtocolError(RewarderError):
     """The server sent a message this client cannot understand."""
+
+
+class UnknownMethod(ProtocolError):
+    """The server sent a method this client does not know (a newer server): ignore it."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        super().__init__(f"unknown server method {method!r}")
 
 
 class RemoteError(RewarderError):

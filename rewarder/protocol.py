@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import orjson
 
-from .errors import BadRequest, MessageTooBig, ProtocolError
+from .errors import BadRequest, MessageTooBig, ProtocolError, UnknownMethod
 
 # Limits ------------------------------------------------------------------------------
 
@@ -531,7 +531,7 @@ class ClientConnection:
             raise ProtocolError(f"{msg.method} has no numeric sent_at header")
         reader = _EVENT_READERS.get(msg.method)
         if reader is None:
-            raise ProtocolError(f"unknown server method {msg.method!r}")
+            raise UnknownMethod(msg.method)
         try:
             return reader(msg, float(sent_at))
         except ValueError as exc:

@@ -39,6 +39,14 @@ CLOSE_TIMEOUT: Final = 2.0
 
 OBSERVER_HEADER: Final = "openai-observer"
 
+# WebSocket close codes, so a client can tell a refusal it may retry from a final one.
+#: Wrong or missing password: retrying will not help.
+CLOSE_UNAUTHORIZED: Final = 4003
+#: The active slot is taken: retry later, or connect as an observer.
+CLOSE_BUSY: Final = 4009
+#: This client fell too far behind reading and was dropped.
+CLOSE_TOO_SLOW: Final = 1008
+
 
 class EnvHandler(Protocol):
     """What the server asks of the environment side (the remote process)."""
@@ -112,12 +120,17 @@ class _Client:
             self.writer.cancel()
             loop = asyncio.get_running_loop()
             loop.call_soon(self.on_drop, self)
-            loop.create_task(self.ws.close(1008, reason))
+            loop.create_task(self.ws.close(CLOSE_TOO_SLOW, reason))
 
     async def _write(self) -> None:
+        outbox, send = self.outbox, self.ws.send
         try:
-            while (data := await self.outbox.get()) is not None:
-                await self.ws.send(data, text=True)
+            while (data := await outbox.get()) is not None:
+                await send(data, text=True)
+                while not outbox.empty():  # drain what queued meanwhile without sleeping
+                    if (data := outbox.get_nowait()) is None:
+                        return
+                    await send(data, text=True)
         except websockets.ConnectionClosed:
             pass
 
@@ -227,12 +240,13 @@ class RewarderServer:
         )
         refusal = self._refusal(headers.get("authorization"), observer)
         if refusal is None and self._closing:
-            refusal = "the remote is shutting down"
+            refusal = 1001, "the remote is shutting down"
         if refusal is not None:
-            log.info("refusing %s: %s", ws.remote_address, refusal)
-            client.send(client.proto.close(refusal))
+            code, reason = refusal
+            log.info("refusing %s: %s", ws.remote_address, reason)
+            client.send(client.proto.close(reason))
             await client.finish(CLOSE_TIMEOUT)
-            await ws.close(1008, refusal[:120])
+            await ws.close(code, reason[:120])
             return
         if not observer:
             self.active = client
@@ -255,18 +269,19 @@ class RewarderServer:
         if self.active is client:
             self.active = None
 
-    def _refusal(self, authorization: str | None, observer: bool) -> str | None:
+    def _refusal(self, authorization: str | None, observer: bool) -> tuple[int, str] | None:
+        """Why this handshake may not become a client, with the close code; None if it may."""
         if self.password is not None:
             given = basic_auth_password(authorization)
             if given is None:
-                return (
+                return CLOSE_UNAUTHORIZED, (
                     "this remote needs a password: send 'Authorization: Basic "
                     "base64(\"<password>:\")' (the password in the username field)"
                 )
             if not hmac.compare_digest(given.encode(), self.password.encode()):
-                return "wrong password for this remote"
+                return CLOSE_UNAUTHORIZED, "wrong password for this remote"
         if not observer and self.active is not None:
-            return (
+            return CLOSE_BUSY, (
                 "another agent is already connected to this remote as its active client; "
                 "connect with header 'openai-observer: true' to watch, or use another remote"
             )

@@ -17,10 +17,11 @@ class RuntimeFailure(Exception):
 class UnknownEnvironment(RuntimeFailure, LookupError):
     """An env id no installed runtime serves."""
 
-    def __init__(self, env_id: str, available: Sequence[str]) -> None:
+    def __init__(self, env_id: str, available: Sequence[str], hint: str | None = None) -> None:
         self.env_id, self.available = env_id, list(available)
+        why = f" (its family is not installed: {hint})" if hint else ""
         super().__init__(
-            f"no such environment: {env_id!r}; available: {', '.join(self.available)} "
+            f"no such environment: {env_id!r}{why}; available: {', '.join(self.available)} "
             "(`universe-remote list` prints them)"
         )
 

@@ -16,16 +16,25 @@ from .errors import UnknownEnvironment
 FAMILIES: dict[str, str] = {
     "builtin": "runtimes.builtin",
 }
+#: family -> how to install what it needs, for families with optional dependencies.
+EXTRAS: dict[str, str] = {
+    "atari": "pip install 'universe-remote[atari]'",
+}
 
 _loaded: dict[str, dict[str, Callable[..., Runtime]]] = {}
+#: family -> why it could not be loaded (its optional dependency is missing).
+missing: dict[str, str] = {}
 
 
 def _family(name: str) -> dict[str, Callable[..., Runtime]]:
     if name not in _loaded:
         try:
             module = importlib.import_module(FAMILIES[name])
-        except ImportError:
-            _loaded[name] = {}  # an optional family whose extra is not installed
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and exc.name.startswith(FAMILIES[name]):
+                raise  # our own module is missing: a packaging bug, not an absent extra
+            _loaded[name] = {}
+            missing[name] = f"{exc}; install it with: {EXTRAS.get(name, 'pip install ' + str(exc.name))}"
         else:
             _loaded[name] = dict(module.RUNTIMES)
     return _loaded[name]
@@ -41,7 +50,7 @@ def lookup(env_id: str) -> Callable[..., Runtime]:
     family = env_id.split(".", 1)[0]
     factory = _family(family).get(env_id) if family in FAMILIES else None
     if factory is None:
-        raise UnknownEnvironment(env_id, env_ids())
+        raise UnknownEnvironment(env_id, env_ids(), missing.get(family))
     return factory
 
 

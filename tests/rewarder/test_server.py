@@ -9,7 +9,7 @@ import orjson
 import pytest
 import websockets
 
-from rewarder.server import RewarderServer, basic_auth_password
+from rewarder.server import CLOSE_BUSY, CLOSE_UNAUTHORIZED, RewarderServer, basic_auth_password
 from tests.conftest import StartRemote
 from tests.wire import WireClient, basic_auth
 
@@ -127,22 +127,23 @@ async def test_frames_over_the_hard_limit_close_only_that_connection(start_remot
 # Auth, observers, one active client -----------------------------------------------------
 
 
-async def expect_refusal(port: int, words: str, **kwargs) -> None:
+async def expect_refusal(port: int, words: str, code: int, **kwargs) -> None:
     client = await WireClient.open(port, **kwargs)
     close = await client.recv()
     assert close["method"] == "v0.connection.close"
     assert words in close["body"]["message"]
     assert "parent_message_id" not in close["headers"]
-    with pytest.raises(websockets.ConnectionClosed):
+    with pytest.raises(websockets.ConnectionClosed) as info:
         await client.recv()
+    assert info.value.rcvd is not None and info.value.rcvd.code == code
 
 
 async def test_password(start_remote: StartRemote) -> None:
     remote = await start_remote(password="s3cret")
     port = remote.rewarder.port
-    await expect_refusal(port, "needs a password")
-    await expect_refusal(port, "wrong password", password="nope")
-    await expect_refusal(port, "needs a password", observer=True)
+    await expect_refusal(port, "needs a password", CLOSE_UNAUTHORIZED)
+    await expect_refusal(port, "wrong password", CLOSE_UNAUTHORIZED, password="nope")
+    await expect_refusal(port, "needs a password", CLOSE_UNAUTHORIZED, observer=True)
     agent = await WireClient.open(port, password="s3cret")
     assert (await agent.recv())["method"] == "v0.env.describe"
     observer = await WireClient.open(port, password="s3cret", observer=True)
@@ -164,7 +165,7 @@ async def test_one_active_client_and_observers(start_remote: StartRemote) -> Non
     port = remote.rewarder.port
     agent = await WireClient.open(port)
     await agent.recv()
-    await expect_refusal(port, "openai-observer: true", observer=False)
+    await expect_refusal(port, "openai-observer: true", CLOSE_BUSY, observer=False)
     observer = await WireClient.open(port, observer=True)
     assert (await observer.recv())["method"] == "v0.env.describe"
     # the observer may only ping
