@@ -38,11 +38,17 @@ InputEvent = KeyEvent | PointerEvent
 
 @dataclass(slots=True)
 class StepResult:
-    """What one frame earned: summed reward, whether the episode ended, extra info."""
+    """What one frame earned: summed reward, whether the episode ended, extra info.
+
+    ``text`` (an instruction, a status line) and ``observation`` (anything JSON) are sent
+    to clients as ``v0.env.text`` / ``v0.env.observation`` when not None.
+    """
 
     reward: float = 0.0
     done: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    text: str | None = None
+    observation: Any = None
 
 
 class Runtime(abc.ABC):

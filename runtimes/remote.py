@@ -45,13 +45,14 @@ class Remote:
 
     def __init__(
         self,
-        env_id: str,
+        env: str | Runtime,
         *,
         fps: float | None = None,
         password: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.runtime: Runtime = registry.make(env_id)
+        """Serve ``env``: an env id from the registry, or a runtime instance of your own."""
+        self.runtime: Runtime = registry.make(env) if isinstance(env, str) else env
         self.fps = float(fps or self.runtime.fps)
         self.episode_id = 0
         self.env_state = protocol.RESETTING
@@ -190,6 +191,10 @@ class Remote:
         self.frame += 1
         self.episode_frame += 1
         self._frame_drawn()
+        if result.text is not None:
+            self.rewarder.broadcast_text(self.episode_id, result.text)
+        if result.observation is not None:
+            self.rewarder.broadcast_observation(self.episode_id, result.observation)
         if result.reward or result.done:
             self.rewarder.broadcast_reward(
                 self.episode_id, result.reward, result.done, result.info

@@ -99,3 +99,26 @@ async def test_reset_may_change_fps(start_remote: StartRemote) -> None:
     assert running["body"]["fps"] == 120
     assert remote.fps == 120
     await agent.close()
+
+
+class _Talker(Catch):
+    """Catch that also says things: text on the first frame, an observation every frame."""
+
+    def step(self, events):  # type: ignore[no-untyped-def]
+        result = super().step(events)
+        result.text = "catch the ball" if self.frame == 1 else None
+        result.observation = {"paddle_x": self.paddle_x}
+        return result
+
+
+async def test_text_and_observations_reach_clients_with_the_episode(start_remote: StartRemote) -> None:
+    remote = await start_remote(_Talker())
+    agent = await WireClient.open(remote.rewarder.port)
+    reply = await agent.reset(seed=2)
+    episode = reply["headers"]["episode_id"]
+    text = await agent.recv_until("v0.env.text", episode_id=episode)
+    assert text["body"] == {"text": "catch the ball"}
+    observation = await agent.recv_until("v0.env.observation", episode_id=episode)
+    paddle_x = observation["body"]["observation"]["paddle_x"]
+    assert isinstance(paddle_x, int) and 0 <= paddle_x < remote.runtime.width
+    await agent.close()
