@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 PASSWORD_ENV: str = "UNIVERSE_REMOTE_PASSWORD"
+VIEW_ONLY_PASSWORD_ENV: str = "UNIVERSE_REMOTE_VIEW_ONLY_PASSWORD"
 
 log = logging.getLogger("universe-remote")
 
@@ -45,21 +46,28 @@ def _cmd_list(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace) -> int:
     from runtimes.remote import Remote
 
-    remote = Remote(args.env_id, fps=args.fps, password=args.password)
-    await remote.start(args.host, args.rewarder_port)
+    remote = Remote(
+        args.env_id,
+        fps=args.fps,
+        password=args.password,
+        view_only_password=args.view_only_password,
+    )
+    await remote.start(args.host, args.rewarder_port, args.vnc_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    rewarder_port = remote.rewarder.port
+    rewarder_port, vnc_port = remote.rewarder.port, remote.vnc.port
     host = args.host
     secret = "?password=<password>" if args.password else ""
+    display = vnc_port - 5900 if 5900 <= vnc_port < 6000 else None
+    viewer = f"{host}:{display}" if display is not None else f"{host}::{vnc_port}"
     print(
         f"universe-remote: serving {remote.runtime.env_id} "
         f"({remote.runtime.width}x{remote.runtime.height} at {remote.fps:g} fps)\n"
-        f"  rewarder  ws://{host}:{rewarder_port}  (JSON over WebSocket, Universe v0)\n"
-        f"  VNC       {host}:{args.vnc_port}  (the VNC channel arrives in a later release)\n"
-        f"  agent address  vnc://{host}:{args.vnc_port}+{rewarder_port}{secret}\n"
+        f"  VNC       {host}:{vnc_port}   watch:  vncviewer {viewer}\n"
+        f"  rewarder  ws://{host}:{rewarder_port}   (JSON over WebSocket, Universe v0)\n"
+        f"  agent address  vnc://{host}:{vnc_port}+{rewarder_port}{secret}\n"
         "  Ctrl-C to stop.",
         flush=True,
     )
@@ -70,6 +78,8 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    if args.password and len(args.password) > 8:
+        log.warning("VNC uses only the first 8 characters of the password")
     if not is_loopback(args.host) and not args.password:
         print(
             f"universe-remote: refusing to serve on {args.host} without a password: anyone "
@@ -116,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get(PASSWORD_ENV) or None,
         help=f"password for both channels (default: ${PASSWORD_ENV}); "
         "required when --host is not loopback",
+    )
+    serve.add_argument(
+        "--view-only-password",
+        default=os.environ.get(VIEW_ONLY_PASSWORD_ENV) or None,
+        help=f"VNC password for viewers whose input is ignored (default: ${VIEW_ONLY_PASSWORD_ENV})",
     )
     serve.add_argument(
         "--fps", type=float, default=None, help="frames per second (default: the runtime's, 60)"

@@ -31,7 +31,7 @@ async def start_remote() -> AsyncIterator[StartRemote]:
 
     async def start(env_id: str = "builtin.Catch-v0", **kwargs: object) -> Remote:
         remote = Remote(env_id, **kwargs)  # type: ignore[arg-type]
-        await remote.start("127.0.0.1", 0)
+        await remote.start("127.0.0.1", 0, 0)
         started.append(remote)
         return remote
 

@@ -48,11 +48,11 @@ async def test_held_key_moves_the_paddle_and_aliases_work(start_remote: StartRem
     async with asyncio.timeout(10):
         while runtime.paddle_x < start_x + 10:
             await remote.wait_frame()
-    assert remote._held_keys == {"Right"}
+    assert remote.held_keys == {"Right"}
     # an X keysym number works too: 0xff53 is Right, released
     await agent.send("v0.agent.action", {"action": [["KeyEvent", 0xFF53, False]]})
     async with asyncio.timeout(10):
-        while remote._held_keys:
+        while remote.held_keys:
             await remote.wait_frame()
     stopped_x = runtime.paddle_x
     frame = await remote.wait_frame()
@@ -66,11 +66,11 @@ async def test_keys_held_by_a_client_that_left_are_released(start_remote: StartR
     agent = await WireClient.open(remote.rewarder.port)
     await agent.send("v0.agent.action", {"action": [["KeyEvent", "Left", True]]})
     async with asyncio.timeout(10):
-        while "Left" not in remote._held_keys:
+        while "Left" not in remote.held_keys:
             await remote.wait_frame()
     await agent.close()
     async with asyncio.timeout(10):
-        while remote._held_keys:
+        while remote.held_keys:
             await remote.wait_frame()
 
 

@@ -1,0 +1,275 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vncdriver.errors import LimitExceeded, LocalProtocolError, ProtocolError
+from vncdriver.handshake import HandshakeComplete
+from vncdriver.messages import (
+    ClientCutText,
+    Encoding,
+    FramebufferUpdate,
+    FramebufferUpdateRequest,
+    KeyEvent,
+    PointerEvent,
+    RectangleHeader,
+    SetEncodings,
+    SetPixelFormat,
+    build_encodings,
+)
+from vncdriver.pixelformat import NATIVE, PixelFormat
+from vncdriver.server_protocol import (
+    ServerProtocol,
+    changed_tile_mask,
+    changed_tiles,
+    tile_mask_to_rects,
+)
+
+from .helpers import feed, make_frame, protocol_pair
+
+
+def server(
+    width: int = 200, height: int = 150, view_only: bool = False, **kwargs: object
+) -> ServerProtocol:
+    result = HandshakeComplete(width, height, NATIVE, "t", True, (3, 8), view_only=view_only)
+    return ServerProtocol(result, **kwargs)  # type: ignore[arg-type]
+
+
+def request(incremental: bool = True, x: int = 0, y: int = 0, w: int = 200, h: int = 150) -> bytes:
+    return FramebufferUpdateRequest(incremental, x, y, w, h).serialize()
+
+
+def rects_of(data: bytes) -> list[RectangleHeader]:
+    """Rectangle headers of one Raw update (Raw: we can skip the pixel data)."""
+    count = FramebufferUpdate.parse(data[:4]).count
+    pos, rects = 4, []
+    for _ in range(count):
+        rect = RectangleHeader.parse(data[pos : pos + 12])
+        rects.append(rect)
+        pos += 12 + (rect.width * rect.height * 4 if rect.encoding == Encoding.RAW else 0)
+    assert pos == len(data)
+    return rects
+
+
+def test_client_messages_become_events() -> None:
+    messages = [
+        SetPixelFormat(PixelFormat(16, 16, False, True, 31, 63, 31, 11, 5, 0)),
+        SetEncodings((16, 0, -223)),
+        FramebufferUpdateRequest(True, 0, 0, 10, 10),
+        KeyEvent(True, 0x61),
+        PointerEvent(1, 5, 6),
+        ClientCutText("copy"),
+    ]
+    proto = server()
+    feed(proto, b"".join(m.serialize() for m in messages), 1)
+    assert proto.events_received() == messages
+    assert proto.pixel_format == messages[0].pixel_format
+    assert proto.encoding == Encoding.ZRLE and proto.preferences.desktop_size
+
+
+def test_view_only_client_input_is_dropped() -> None:
+    proto = server(view_only=True)
+    proto.receive_data(
+        KeyEvent(True, 1).serialize()
+        + PointerEvent(0, 1, 1).serialize()
+        + ClientCutText("x").serialize()
+        + request()
+    )
+    assert proto.events_received() == [FramebufferUpdateRequest(True, 0, 0, 200, 150)]
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "message"),
+    [
+        (
+            SetPixelFormat(PixelFormat(24, 24)).serialize(),
+            ProtocolError,
+            "SetPixelFormat: unusable pixel format 24bpp .*bits-per-pixel must be 8, 16 or 32",
+        ),
+        (
+            SetPixelFormat(PixelFormat(8, 8, False, False)).serialize(),
+            ProtocolError,
+            "must be true colour",
+        ),
+        (
+            SetEncodings(tuple(range(257))).serialize(),
+            LimitExceeded,
+            "SetEncodings count is 257, over the limit of 256",
+        ),
+        (
+            request(x=150, w=100),
+            ProtocolError,
+            r"FramebufferUpdateRequest for 100x150 at \(150, 0\) is outside the 200x150 screen",
+        ),
+        (
+            ClientCutText("x" * 101).serialize(),
+            LimitExceeded,
+            "ClientCutText length is 101, over the limit of 100",
+        ),
+        (b"\x01", ProtocolError, "unknown client message type 1"),
+        (b"\xfc", ProtocolError, "unknown client message type 252"),
+    ],
+)
+def test_malformed_client_input(data: bytes, error: type[Exception], message: str) -> None:
+    proto = server(max_cut_text=100)
+    with pytest.raises(error, match=message):
+        proto.receive_data(data)
+    with pytest.raises(LocalProtocolError, match="already failed"):
+        proto.receive_data(b"\x03")
+
+
+def test_updates_follow_requests_and_dirty_tiles() -> None:
+    proto = server()
+    frame = make_frame(150, 200, "noise", 0)
+    assert not proto.update_wanted and proto.send_update(frame) == 0
+    proto.receive_data(request(incremental=True))
+    assert proto.update_wanted  # everything is dirty at first
+    assert proto.send_update(frame) > 0
+    assert not proto.update_wanted
+    proto.receive_data(request())
+    assert not proto.update_wanted  # nothing changed: the request waits
+    proto.data_to_send()
+    proto.mark_dirty([(70, 10, 5, 5), (130, 140, 70, 10)])
+    assert proto.update_wanted
+    proto.send_update(frame)
+    rects = rects_of(proto.data_to_send())
+    assert [(r.x, r.y, r.width, r.height) for r in rects] == [(64, 0, 64, 64), (128, 128, 72, 22)]
+
+
+def test_non_incremental_sends_the_area() -> None:
+    proto = server()
+    proto.receive_data(request(False, 10, 20, 30, 40))
+    proto.send_update(make_frame(150, 200, "noise", 0))
+    assert [(r.x, r.y, r.width, r.height) for r in rects_of(proto.data_to_send())] == [
+        (10, 20, 30, 40)
+    ]
+
+
+def test_requests_merge_and_clip_to_the_area() -> None:
+    proto = server()
+    proto.mark_all_dirty()
+    proto.receive_data(request(True, 0, 0, 10, 10) + request(True, 100, 100, 10, 10))
+    proto.send_update(make_frame(150, 200, "noise", 0))
+    rects = rects_of(proto.data_to_send())
+    assert min(r.x for r in rects) == 0 and max(r.x + r.width for r in rects) == 110
+    assert all(r.x + r.width <= 110 and r.y + r.height <= 110 for r in rects)
+
+
+def test_encoding_choice_respects_the_client() -> None:
+    proto = server()
+    proto.receive_data(SetEncodings((5, 2)).serialize())  # Hextile, RRE: none of ours
+    assert proto.encoding == Encoding.RAW  # Raw is always allowed
+    proto.receive_data(SetEncodings((5, 7, 16)).serialize())
+    assert proto.encoding == Encoding.TIGHT
+    proto = server(encodings=[Encoding.ZRLE])
+    proto.receive_data(SetEncodings((7, 16)).serialize())
+    assert proto.encoding == Encoding.ZRLE
+
+
+def test_tight_jpeg_only_with_a_quality() -> None:
+    frame = make_frame(150, 200, "noise", 0)
+    for quality, jpeg in ((None, False), (6, True)):
+        proto = server()
+        proto.receive_data(
+            SetEncodings(tuple(build_encodings([7], quality=quality))).serialize() + request(False)
+        )
+        proto.send_update(frame)
+        data = proto.data_to_send()
+        assert data[4 + 12] == (0x90 if jpeg else 0x01)  # JPEG, or basic stream 0 (+reset)
+
+
+def test_resize_with_and_without_desktop_size() -> None:
+    proto = server()
+    assert not proto.resize(100, 50)  # the client never said it understands DesktopSize
+    proto = server()
+    proto.receive_data(SetEncodings((0, -223)).serialize())
+    assert proto.resize(100, 50)
+    proto.receive_data(request(True, 0, 0, 200, 150))  # sent before it saw the new size
+    assert proto.update_wanted
+    proto.send_update(make_frame(50, 100, "noise", 0))
+    rects = rects_of(proto.data_to_send())
+    assert rects[0] == RectangleHeader(0, 0, 100, 50, Encoding.DESKTOP_SIZE)
+    assert [(r.x, r.y, r.width, r.height) for r in rects[1:]] == [(0, 0, 100, 50)]
+    with pytest.raises(LocalProtocolError, match="call resize"):
+        proto.send_rects(make_frame(150, 200, "noise", 0), [])
+
+
+def test_pixel_format_is_the_clients() -> None:
+    c, s = protocol_pair(
+        40,
+        30,
+        client_kwargs={
+            "encodings": [Encoding.RAW],
+            "pixel_format": PixelFormat(16, 16, False, True, 31, 63, 31, 11, 5, 0),
+        },
+    )
+    c.request_update()
+    s.receive_data(c.data_to_send())
+    s.send_update(make_frame(30, 40, "noise", 0))
+    assert len(s.data_to_send()) == 4 + 12 + 40 * 30 * 2
+
+
+def test_bell_and_cut_text() -> None:
+    proto = server()
+    proto.bell()
+    proto.cut_text("hello")
+    assert proto.data_to_send() == b"\x02\x03\0\0\0\0\0\0\x05hello"
+
+
+# ------------------------------------------------------------------ tile differ
+
+
+def reference_mask(prev: np.ndarray, cur: np.ndarray, tile: int) -> np.ndarray:
+    h, w = cur.shape[:2]
+    mask = np.zeros((-(-h // tile), -(-w // tile)), bool)
+    for ty in range(mask.shape[0]):
+        for tx in range(mask.shape[1]):
+            sl = np.s_[ty * tile : (ty + 1) * tile, tx * tile : (tx + 1) * tile]
+            mask[ty, tx] = not np.array_equal(prev[sl], cur[sl])
+    return mask
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    h=st.integers(1, 200),
+    w=st.integers(1, 200),
+    seed=st.integers(0, 2**32),
+    changes=st.integers(0, 6),
+    tile=st.sampled_from([64, 16, 32]),
+)
+def test_changed_tiles_match_a_naive_diff(
+    h: int, w: int, seed: int, changes: int, tile: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    prev = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    cur = prev.copy()
+    for _ in range(changes):
+        y, x = rng.integers(0, h), rng.integers(0, w)
+        cur[y, x, rng.integers(0, 3)] ^= 1 << int(rng.integers(0, 8))
+    mask = changed_tile_mask(prev, cur, tile)
+    assert np.array_equal(mask, reference_mask(prev, cur, tile))
+    rects = changed_tiles(prev, cur, tile)
+    covered = np.zeros((h, w), bool)
+    for x, y, rw, rh in rects:
+        assert rw > 0 and rh > 0 and x + rw <= w and y + rh <= h
+        assert not covered[y : y + rh, x : x + rw].any()  # no overlaps
+        covered[y : y + rh, x : x + rw] = True
+    expected = np.repeat(np.repeat(mask, tile, 0), tile, 1)[:h, :w]
+    assert np.array_equal(covered, expected)
+
+
+def test_tile_rects_merge_rows_and_columns() -> None:
+    mask = np.array([[1, 1, 0, 1], [1, 1, 0, 0], [0, 0, 0, 1]], bool)
+    assert tile_mask_to_rects(mask, 250, 150) == [
+        (0, 0, 128, 128),
+        (192, 0, 58, 64),
+        (192, 128, 58, 22),
+    ]
+
+
+def test_changed_tiles_full_frame_is_one_rect() -> None:
+    a = np.zeros((768, 1024, 3), np.uint8)
+    assert changed_tiles(a, a + 1) == [(0, 0, 1024, 768)]
+    assert changed_tiles(a, a) == []

@@ -1,0 +1,420 @@
+"""Sans-I/O RFB client after the handshake: server messages in, client messages out.
+
+Holds :class:`ClientProtocol`, its events (:class:`FramebufferUpdated`,
+:class:`DesktopResized`, :class:`CursorShape`; Bell, ServerCutText and
+SetColourMapEntries arrive as the :mod:`~vncdriver.messages` objects) and
+:class:`ClientStats`.
+
+Made for ``asyncio.BufferedProtocol``, so pixels go from the socket straight into numpy
+memory::
+
+    buf = proto.get_buffer(-1)      # writable memoryview, never empty
+    n = sock.recv_into(buf)         # asyncio does this for you
+    proto.buffer_updated(n)
+    for event in proto.events_received(): ...
+    transport.write(proto.data_to_send())
+
+``get_buffer`` returns a view into the staging array of the rectangle being read (Raw
+pixels, Tight and ZRLE zlib data, JPEG) whenever at least :data:`DIRECT_READ_BYTES`
+of it are still missing and nothing is buffered; otherwise a read-ahead buffer, so a
+burst of small messages costs one ``recv`` rather than one per header. The parser owns
+the framebuffer (``uint8[H, W, 3]``, updated in place), the per-connection decoders and
+the counters in ``stats``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import keysyms
+from .encodings import DECODERS
+from .errors import LimitExceeded, LocalProtocolError, ProtocolError
+from .handshake import HandshakeComplete
+from .limits import (
+    MAX_COLOUR_MAP_ENTRIES,
+    MAX_CURSOR_SIZE,
+    MAX_CUT_TEXT_BYTES,
+    MAX_RECTANGLES_PER_UPDATE,
+    MAX_SCREEN_HEIGHT,
+    MAX_SCREEN_WIDTH,
+)
+from .messages import (
+    Bell,
+    ClientCutText,
+    Encoding,
+    FramebufferUpdate,
+    FramebufferUpdateRequest,
+    KeyEvent,
+    PointerEvent,
+    RectangleHeader,
+    ServerCutText,
+    SetColourMapEntries,
+    SetEncodings,
+    SetPixelFormat,
+    build_encodings,
+)
+from .pixelformat import NATIVE, PixelFormat, pixels_to_rgb
+from .streams import Parser, read_exact, read_into, read_struct
+
+__all__ = [
+    "ClientProtocol",
+    "ClientStats",
+    "CursorShape",
+    "DesktopResized",
+    "FramebufferUpdated",
+]
+
+#: Read straight into a rectangle's staging array when at least this much is missing.
+DIRECT_READ_BYTES = 16 * 1024
+
+#: Size of the read-ahead buffer for headers and small rectangles.
+READ_AHEAD_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class FramebufferUpdated:
+    """One FramebufferUpdate is fully applied to ``framebuffer``.
+
+    ``rects`` lists every rectangle header in it (pseudo-encodings included), ``nbytes``
+    its size on the wire and ``npixels`` the pixels it wrote.
+    """
+
+    rects: tuple[RectangleHeader, ...]
+    nbytes: int
+    npixels: int
+
+
+@dataclass(frozen=True, slots=True)
+class DesktopResized:
+    """The server changed the screen size; ``framebuffer`` is a new, black array."""
+
+    width: int
+    height: int
+
+
+@dataclass(frozen=True, slots=True)
+class CursorShape:
+    """The server sent a cursor shape (only if the Cursor pseudo-encoding was asked for)."""
+
+    hotspot_x: int
+    hotspot_y: int
+    rgb: np.ndarray = field(compare=False)  # uint8[h, w, 3]
+    mask: np.ndarray = field(compare=False)  # bool[h, w]: pixel is part of the cursor
+
+
+@dataclass(slots=True)
+class ClientStats:
+    """Counters since the connection started."""
+
+    updates: int = 0
+    rectangles: int = 0
+    bytes_received: int = 0
+    pixels: int = 0
+    rectangles_by_encoding: dict[int, int] = field(default_factory=dict)
+
+
+class ClientProtocol:
+    """The client side of an RFB connection once :class:`ClientHandshake` completed.
+
+    On creation it queues SetPixelFormat (``pixel_format``; ``None`` keeps the server's)
+    and SetEncodings (``encodings``, default :func:`build_encodings`); send
+    ``data_to_send()`` and then ``request_update()``. The first request, and the first
+    after a resize or a pixel format change, is made non-incremental automatically.
+    """
+
+    def __init__(
+        self,
+        handshake: HandshakeComplete,
+        *,
+        pixel_format: PixelFormat | None = NATIVE,
+        encodings: Sequence[int] | None = None,
+        max_rectangles: int = MAX_RECTANGLES_PER_UPDATE,
+        max_cut_text: int = MAX_CUT_TEXT_BYTES,
+    ) -> None:
+        self.width, self.height = handshake.width, handshake.height
+        self.name = handshake.name
+        self.framebuffer = np.zeros((self.height, self.width, 3), np.uint8)
+        self.stats = ClientStats()
+        self.max_rectangles, self.max_cut_text = max_rectangles, max_cut_text
+        self.pending_requests = 0
+        self._decoders = {enc: cls() for enc, cls in DECODERS.items()}
+        self._staging = np.empty(0, np.uint8)
+        self._out: list[bytes] = []
+        self._events: list[Any] = []
+        self._need_full = True
+        self.pixel_format = handshake.pixel_format
+        if pixel_format is not None:
+            self.set_pixel_format(pixel_format)
+        self.encodings: tuple[int, ...] = ()
+        self.set_encodings(build_encodings() if encodings is None else encodings)
+        # The zero-copy driver: what the parser waits for, and the read-ahead buffer.
+        self._read_ahead = bytearray(READ_AHEAD_BYTES)
+        self._read_ahead_view = memoryview(self._read_ahead)
+        self._direct = False
+        self._small = bytearray()
+        self._filled = 0
+        self._failed: BaseException | None = None
+        self._consumed = 0  # bytes handed to the parser so far
+        self._parser = self._run()
+        self._need: int | memoryview = self._parser.send(None)
+
+    # ------------------------------------------------------------ client -> server
+
+    def set_pixel_format(self, pixel_format: PixelFormat) -> None:
+        """Ask for pixels in ``pixel_format``; call it only with no update outstanding."""
+        try:
+            pixel_format.check()
+        except ProtocolError as exc:
+            raise LocalProtocolError(str(exc)) from None
+        self.pixel_format = pixel_format
+        self._need_full = True
+        self._out.append(SetPixelFormat(pixel_format).serialize())
+
+    def set_encodings(self, encodings: Sequence[int]) -> None:
+        """Tell the server which encodings we accept, best first (see build_encodings)."""
+        unknown = [e for e in encodings if e >= 0 and e not in self._decoders]
+        if unknown:
+            raise LocalProtocolError(
+                f"we cannot decode encodings {unknown}; we decode {sorted(self._decoders)}"
+            )
+        self.encodings = tuple(int(e) for e in encodings)
+        self._out.append(SetEncodings(self.encodings).serialize())
+
+    def request_update(
+        self,
+        incremental: bool = True,
+        x: int = 0,
+        y: int = 0,
+        width: int | None = None,
+        height: int | None = None,
+    ) -> None:
+        """Ask for an update of the area (default: the whole screen)."""
+        width = self.width - x if width is None else width
+        height = self.height - y if height is None else height
+        if incremental and self._need_full:
+            incremental = False
+        self._need_full = False
+        self.pending_requests += 1
+        self._out.append(FramebufferUpdateRequest(incremental, x, y, width, height).serialize())
+
+    def key_event(self, key: int | str, down: bool) -> None:
+        """Press (``down=True``) or release a key: a keysym number or a name keysyms knows."""
+        number = keysyms.keysym(key) if isinstance(key, str) else key
+        self._out.append(KeyEvent(down, number).serialize())
+
+    def pointer_event(self, x: int, y: int, buttons: int = 0) -> None:
+        """Move the pointer to (x, y) with ``buttons`` (bit 0 left, 1 middle, 2 right) down."""
+        x = min(max(0, x), 0xFFFF)
+        y = min(max(0, y), 0xFFFF)
+        self._out.append(PointerEvent(buttons & 0xFF, x, y).serialize())
+
+    def cut_text(self, text: str) -> None:
+        """Set the server's clipboard (Latin-1 text, as RFB requires)."""
+        self._out.append(ClientCutText(text).serialize())
+
+    def data_to_send(self) -> bytes:
+        """Bytes to write to the server now (possibly empty)."""
+        out = b"".join(self._out)
+        self._out.clear()
+        return out
+
+    # ------------------------------------------------------------ server -> client
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """A writable view to receive into; then call ``buffer_updated`` with the count."""
+        self._check_alive()
+        need = self._need
+        if isinstance(need, memoryview) and len(need) - self._filled >= DIRECT_READ_BYTES:
+            self._direct = True
+            return need[self._filled :]
+        self._direct = False
+        return self._read_ahead_view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """``nbytes`` arrived in the last ``get_buffer`` view; parse what they complete."""
+        self._check_alive()
+        self.stats.bytes_received += nbytes
+        try:
+            if self._direct:
+                self._direct = False
+                self._filled += nbytes
+                self._consumed += nbytes
+                if self._filled == len(self._need):  # type: ignore[arg-type]
+                    self._filled = 0
+                    self._advance(None)
+            else:
+                self._pump(self._read_ahead_view[:nbytes])
+        except BaseException as exc:
+            self._failed = exc
+            raise
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Feed bytes (tests, stream-based shells): copies them through ``get_buffer``."""
+        view = memoryview(data).cast("B")
+        pos = 0
+        while pos < len(view):
+            buf = self.get_buffer(len(view) - pos)
+            n = min(len(buf), len(view) - pos)
+            buf[:n] = view[pos : pos + n]
+            pos += n
+            self.buffer_updated(n)
+
+    def events_received(self) -> list[Any]:
+        """Events since the last call, in order."""
+        events, self._events = self._events, []
+        return events
+
+    # ------------------------------------------------------------ DecodeTarget
+
+    def staging(self, nbytes: int) -> np.ndarray:
+        """A reusable receive array of ``nbytes`` (decoders read rectangle data into it)."""
+        if self._staging.size < nbytes:
+            self._staging = np.empty(max(nbytes, 2 * self._staging.size), np.uint8)
+        return self._staging[:nbytes]
+
+    # ------------------------------------------------------------ the driver
+
+    def _check_alive(self) -> None:
+        if self._failed is not None:
+            raise LocalProtocolError(f"the connection already failed ({self._failed}); close it")
+
+    def _advance(self, value: bytes | None) -> None:
+        self._need = self._parser.send(value)
+
+    def _pump(self, data: memoryview) -> None:
+        pos, end = 0, len(data)
+        while pos < end:
+            need = self._need
+            if isinstance(need, int):
+                if not self._small and end - pos >= need:
+                    chunk = bytes(data[pos : pos + need])
+                    pos += need
+                    self._consumed += need
+                    self._advance(chunk)
+                    continue
+                take = min(need - len(self._small), end - pos)
+                self._small += data[pos : pos + take]
+                pos += take
+                self._consumed += take
+                if len(self._small) == need:
+                    chunk = bytes(self._small)
+                    self._small.clear()
+                    self._advance(chunk)
+            else:
+                take = min(len(need) - self._filled, end - pos)
+                need[self._filled : self._filled + take] = data[pos : pos + take]
+                self._filled += take
+                pos += take
+                self._consumed += take
+                if self._filled == len(need):
+                    self._filled = 0
+                    self._advance(None)
+
+    # ------------------------------------------------------------ the parser
+
+    def _run(self) -> Parser[None]:
+        while True:
+            (message_type,) = yield from read_exact(1)
+            if message_type == FramebufferUpdate.TYPE:
+                yield from self._update()
+            elif message_type == SetColourMapEntries.TYPE:
+                header = b"\x01" + (yield from read_exact(5))
+                n = SetColourMapEntries.body_length(header, MAX_COLOUR_MAP_ENTRIES)
+                body = yield from read_exact(n)
+                self._events.append(SetColourMapEntries.parse(header + body))
+            elif message_type == Bell.TYPE:
+                self._events.append(Bell())
+            elif message_type == ServerCutText.TYPE:
+                header = b"\x03" + (yield from read_exact(7))
+                n = ServerCutText.body_length(header, self.max_cut_text)
+                body = yield from read_exact(n)
+                self._events.append(ServerCutText.parse(header + body, self.max_cut_text))
+            else:
+                raise ProtocolError(
+                    f"unknown server message type {message_type}: RFB 3.8 has 0-3, and we "
+                    "asked for no extension that adds more"
+                )
+
+    def _update(self) -> Parser[None]:
+        start = self._consumed - 1  # the type byte is already in
+        (count,) = yield from read_struct(_UPDATE_REST)
+        until_last = count == FramebufferUpdate.UNTIL_LAST_RECT and (
+            Encoding.LAST_RECT in self.encodings
+        )
+        if not until_last and count > self.max_rectangles:
+            raise LimitExceeded("FramebufferUpdate rectangle count", count, self.max_rectangles)
+        rects: list[RectangleHeader] = []
+        pixels = 0
+        index = 0
+        while until_last or index < count:
+            index += 1
+            if index > self.max_rectangles:
+                raise LimitExceeded("rectangles before LastRect", index, self.max_rectangles)
+            rect = RectangleHeader(*(yield from read_struct(RectangleHeader.FORMAT)))
+            rects.append(rect)
+            x, y, w, h, enc = rect.x, rect.y, rect.width, rect.height, rect.encoding
+            by_enc = self.stats.rectangles_by_encoding
+            by_enc[enc] = by_enc.get(enc, 0) + 1
+            if enc == Encoding.LAST_RECT:
+                break
+            if enc == Encoding.DESKTOP_SIZE:
+                self._resize(w, h)
+                continue
+            if enc == Encoding.CURSOR:
+                yield from self._cursor(x, y, w, h)
+                continue
+            decoder = self._decoders.get(enc)
+            if decoder is None:
+                raise ProtocolError(
+                    f"rectangle {index} uses encoding {_encoding_name(enc)}, which we did not "
+                    f"ask for (we asked for {list(self.encodings)})"
+                )
+            if x + w > self.width or y + h > self.height:
+                raise ProtocolError(
+                    f"rectangle {index} ({w}x{h} at ({x}, {y}), {_encoding_name(enc)}) is "
+                    f"outside the {self.width}x{self.height} screen"
+                )
+            yield from decoder.decode(self, x, y, w, h)
+            pixels += w * h
+        self.stats.updates += 1
+        self.stats.rectangles += len(rects)
+        self.stats.pixels += pixels
+        self.pending_requests = max(0, self.pending_requests - 1)
+        self._events.append(FramebufferUpdated(tuple(rects), self._consumed - start, pixels))
+
+    def _resize(self, width: int, height: int) -> None:
+        if width > MAX_SCREEN_WIDTH:
+            raise LimitExceeded("DesktopSize width", width, MAX_SCREEN_WIDTH)
+        if height > MAX_SCREEN_HEIGHT:
+            raise LimitExceeded("DesktopSize height", height, MAX_SCREEN_HEIGHT)
+        self.width, self.height = width, height
+        self.framebuffer = np.zeros((height, width, 3), np.uint8)
+        self._need_full = True
+        self._events.append(DesktopResized(width, height))
+
+    def _cursor(self, x: int, y: int, w: int, h: int) -> Parser[None]:
+        if w > MAX_CURSOR_SIZE or h > MAX_CURSOR_SIZE:
+            raise LimitExceeded("cursor size", max(w, h), MAX_CURSOR_SIZE)
+        pf = self.pixel_format
+        pixels = np.empty(w * h * pf.bytes_per_pixel, np.uint8)
+        yield from read_into(pixels.data)
+        row_bytes = (w + 7) // 8
+        bits = np.frombuffer((yield from read_exact(row_bytes * h)), np.uint8)
+        mask = np.unpackbits(bits.reshape(h, row_bytes), axis=1)[:, :w].astype(bool)
+        rgb = pixels_to_rgb(pixels, pf, out=np.empty((h, w, 3), np.uint8))
+        self._events.append(CursorShape(x, y, rgb, mask))
+
+
+_UPDATE_REST = struct.Struct("!xH")
+
+
+def _encoding_name(number: int) -> str:
+    try:
+        return f"{Encoding(number).name} ({number})"
+    except ValueError:
+        return str(number)

@@ -1,0 +1,256 @@
+"""The VNC server: a thin asyncio shell that serves a numpy framebuffer to many clients.
+
+Holds :class:`VNCServer`. The owner (the remote process) calls :meth:`VNCServer.frame_ready`
+after drawing each frame; the server diffs that frame against the previous one once, in
+64x64 tiles, marks the changed tiles dirty on every client and answers each client's
+outstanding update request from the frame *now*. A client whose socket is backed up is
+skipped: its dirty tiles accumulate and it gets the latest frame when it drains, never
+a backlog, and never slows the game or the other clients.
+
+Input arrives through the ``on_input(client_id, events)`` callback as
+:class:`~vncdriver.messages.KeyEvent`/:class:`~vncdriver.messages.PointerEvent`;
+``on_disconnect(client_id)`` lets the owner release what that client held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import numpy as np
+
+from .errors import LocalProtocolError, ServerRefused, VNCError
+from .handshake import ServerHandshake
+from .messages import KeyEvent, PointerEvent
+from .server_protocol import ServerProtocol, changed_tiles
+
+log = logging.getLogger(__name__)
+
+#: Clients sharing one remote: agents, observers and people; more are refused with a reason.
+MAX_CLIENTS: Final = 64
+#: Bytes queued in the kernel and transport for one client before we stop encoding for it
+#: and let it catch up (a few full 1024x768 Raw frames).
+MAX_WRITE_BUFFER: Final = 8 * 1024 * 1024
+#: Seconds a client has to finish the RFB handshake.
+HANDSHAKE_TIMEOUT: Final = 10.0
+
+InputCallback = Callable[[int, Sequence[KeyEvent | PointerEvent]], None]
+
+
+class _Connection(asyncio.Protocol):
+    """One client: handshake first, then a :class:`ServerProtocol`."""
+
+    def __init__(self, server: VNCServer, client_id: int) -> None:
+        self.server = server
+        self.client_id = client_id
+        self.transport: asyncio.Transport | None = None
+        self.handshake: ServerHandshake | None = None
+        self.proto: ServerProtocol | None = None
+        self.paused = False
+        self.updates = 0
+        self._timeout: asyncio.TimerHandle | None = None
+
+    # asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
+        server = self.server
+        height, width = server.frame.shape[:2]
+        refuse = None
+        if len(server.connections) >= server.max_clients:
+            refuse = f"too many clients ({server.max_clients}); try again later"
+        self.handshake = ServerHandshake(
+            width,
+            height,
+            server.name,
+            password=server.password,
+            view_only_password=server.view_only_password,
+            refuse_reason=refuse,
+        )
+        self._flush_handshake()
+        self._timeout = asyncio.get_running_loop().call_later(
+            HANDSHAKE_TIMEOUT, self._abort, "did not finish the RFB handshake in time"
+        )
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            if self.proto is None:
+                self._handshake_data(data)
+            else:
+                self._protocol_data(data)
+        except (VNCError, ServerRefused) as exc:
+            self._abort(str(exc))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timeout is not None:
+            self._timeout.cancel()
+        if self.server.connections.pop(self.client_id, None) is not None:
+            log.info("VNC client %d left", self.client_id)
+            self.server.on_disconnect(self.client_id)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self.send_update()
+
+    # Handshake -------------------------------------------------------------------------------
+
+    def _flush_handshake(self) -> None:
+        assert self.handshake is not None and self.transport is not None
+        out = self.handshake.data_to_send()
+        if out:
+            self.transport.write(out)
+
+    def _handshake_data(self, data: bytes) -> None:
+        handshake = self.handshake
+        assert handshake is not None and self.transport is not None
+        try:
+            handshake.receive_data(data)
+        finally:
+            self._flush_handshake()
+        for done in handshake.events_received():
+            if self._timeout is not None:
+                self._timeout.cancel()
+            self.proto = ServerProtocol(done, encodings=self.server.encodings)
+            self.server.connections[self.client_id] = self
+            log.info(
+                "VNC client %d connected from %s (RFB %d.%d%s)",
+                self.client_id,
+                self.transport.get_extra_info("peername"),
+                *done.version,
+                ", view only" if done.view_only else "",
+            )
+            frame = self.server.frame
+            if frame.shape[:2] != (done.height, done.width):  # resized while we shook hands
+                self.proto.resize(frame.shape[1], frame.shape[0])
+            trailing = handshake.trailing_data()
+            if trailing:
+                self._protocol_data(trailing)
+
+    # After the handshake -------------------------------------------------------------------
+
+    def _protocol_data(self, data: bytes) -> None:
+        proto = self.proto
+        assert proto is not None
+        proto.receive_data(data)
+        events = [e for e in proto.events_received() if isinstance(e, KeyEvent | PointerEvent)]
+        if events:
+            self.server.on_input(self.client_id, events)
+        self.send_update()
+
+    def send_update(self) -> None:
+        """Answer the outstanding request from the current frame, unless backed up."""
+        proto, transport = self.proto, self.transport
+        if proto is None or transport is None or self.paused or transport.is_closing():
+            return
+        try:
+            if proto.send_update(self.server.frame):
+                self.updates += 1
+            out = proto.data_to_send()
+        except LocalProtocolError as exc:  # a bug of ours: drop this client, keep serving
+            log.exception("VNC client %d: cannot encode an update", self.client_id)
+            self._abort(f"internal error: {exc}")
+            return
+        if out:
+            transport.write(out)
+
+    def resize(self, width: int, height: int) -> None:
+        if self.proto is not None and not self.proto.resize(width, height):
+            self._abort("the screen size changed and the client does not accept DesktopSize")
+
+    def _abort(self, reason: str) -> None:
+        log.info("closing VNC client %d: %s", self.client_id, reason)
+        if self.transport is not None:
+            self.transport.close()
+
+
+class VNCServer:
+    """Serves ``frame`` (``uint8[H, W, 3]``) to every connected VNC client.
+
+    ``await start(host, port)``, then call :meth:`frame_ready` after each frame and
+    :meth:`close` at the end. Passwords follow VNC Authentication: 8 characters count.
+    """
+
+    def __init__(
+        self,
+        frame: np.ndarray,
+        *,
+        name: str = "universe-remote",
+        password: str | None = None,
+        view_only_password: str | None = None,
+        on_input: InputCallback | None = None,
+        on_disconnect: Callable[[int], None] | None = None,
+        encodings: Sequence[int] | None = None,
+        max_clients: int = MAX_CLIENTS,
+    ) -> None:
+        self.frame = frame
+        self.name = name
+        self.password = password
+        self.view_only_password = view_only_password
+        self.on_input: InputCallback = on_input or (lambda client_id, events: None)
+        self.on_disconnect: Callable[[int], None] = on_disconnect or (lambda client_id: None)
+        self.encodings = encodings
+        self.max_clients = max_clients
+        self.connections: dict[int, _Connection] = {}
+        self._previous: np.ndarray | None = None
+        self._ids = itertools.count(1)
+        self._server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "call start() first"
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self, host: str = "127.0.0.1", port: int = 5900) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self, next(self._ids)), host, port
+        )
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections.values()):
+            connection._abort("the remote is shutting down")
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def frame_ready(self, frame: np.ndarray | None = None) -> None:
+        """A new frame is drawn (``frame``, if the array itself changed): send what changed."""
+        if frame is not None and frame is not self.frame:
+            if frame.shape != self.frame.shape:
+                for connection in self.connections.values():
+                    connection.resize(frame.shape[1], frame.shape[0])
+                self._previous = None
+            self.frame = frame
+        if not self.connections:
+            self._previous = None  # nobody to diff for; new clients start with a full frame
+            return
+        previous = self._previous
+        if previous is None or previous.shape != self.frame.shape:
+            self._previous = self.frame.copy()
+            for connection in self.connections.values():
+                if connection.proto is not None:
+                    connection.proto.mark_all_dirty()
+        else:
+            rects = changed_tiles(previous, self.frame)
+            if not rects:
+                return
+            for x, y, w, h in rects:
+                previous[y : y + h, x : x + w] = self.frame[y : y + h, x : x + w]
+            for connection in self.connections.values():
+                if connection.proto is not None:
+                    connection.proto.mark_dirty(rects)
+        for connection in list(self.connections.values()):
+            connection.send_update()
+
+    def stats(self) -> dict[str, Any]:
+        """Per-client update counts, for diagnostics."""
+        return {cid: c.updates for cid, c in self.connections.items()}

@@ -1,0 +1,368 @@
+"""Sans-I/O RFB server after the handshake: client messages in, updates out.
+
+Holds :class:`ServerProtocol` (one per client connection) and the tile differ
+:func:`changed_tile_mask` / :func:`tile_mask_to_rects` / :func:`changed_tiles`.
+
+The asyncio shell owns one ServerProtocol per client and, per new frame, diffs once for
+all clients::
+
+    rects = changed_tiles(previous_frame, frame)           # once per frame
+    for proto in clients:
+        proto.mark_dirty(rects)
+        if proto.update_wanted:
+            proto.send_update(frame)                        # latest frame, never a backlog
+            transport.write(proto.data_to_send())
+
+and on input ``proto.receive_data(data)``; ``events_received()`` gives the messages it
+parsed (:class:`~vncdriver.messages.KeyEvent`, PointerEvent, ClientCutText — dropped for
+view-only clients — plus SetPixelFormat, SetEncodings and FramebufferUpdateRequest for
+information; after a request, check ``update_wanted``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from .encodings import ENCODERS
+from .errors import LocalProtocolError, ProtocolError
+from .handshake import HandshakeComplete
+from .limits import MAX_CUT_TEXT_BYTES, MAX_ENCODINGS, MAX_SCREEN_HEIGHT, MAX_SCREEN_WIDTH
+from .messages import (
+    Bell,
+    ClientCutText,
+    Encoding,
+    EncodingPreferences,
+    FramebufferUpdate,
+    FramebufferUpdateRequest,
+    KeyEvent,
+    PointerEvent,
+    RectangleHeader,
+    ServerCutText,
+    SetEncodings,
+    SetPixelFormat,
+)
+from .streams import BytesFeeder, Parser, read_exact
+
+__all__ = [
+    "Rect",
+    "ServerProtocol",
+    "changed_tile_mask",
+    "changed_tiles",
+    "tile_mask_to_rects",
+]
+
+#: (x, y, width, height)
+Rect = tuple[int, int, int, int]
+
+#: Tile edge for change tracking: 64 like ZRLE's tiles, 192 bytes a row (a multiple of 8).
+TILE = 64
+
+
+def changed_tile_mask(prev: np.ndarray, cur: np.ndarray, tile: int = TILE) -> np.ndarray:
+    """bool[tiles down, tiles across]: which tiles differ between two uint8[H, W, 3] frames.
+
+    Rows are compared as uint64 (or the widest unit the row length allows), never pixel
+    by pixel; ``tile * 3`` must be a multiple of that unit, which 64 is for every unit.
+    """
+    if prev.shape != cur.shape:
+        raise LocalProtocolError(f"frames differ in shape: {prev.shape} and {cur.shape}")
+    h, w = cur.shape[:2]
+    row_bytes = w * cur.shape[2] if cur.ndim == 3 else w
+    tile_bytes = tile * (cur.shape[2] if cur.ndim == 3 else 1)
+    unit = next(u for u in (8, 4, 2, 1) if row_bytes % u == 0 and tile_bytes % u == 0)
+    dtype = np.dtype(f"u{unit}")
+    a = np.ascontiguousarray(prev).view(np.uint8).reshape(h, row_bytes).view(dtype)
+    b = np.ascontiguousarray(cur).view(np.uint8).reshape(h, row_bytes).view(dtype)
+    differ = a != b
+    per_tile = tile_bytes // unit
+    cols = np.logical_or.reduceat(differ, np.arange(0, differ.shape[1], per_tile), axis=1)
+    return np.logical_or.reduceat(cols, np.arange(0, h, tile), axis=0)
+
+
+def tile_mask_to_rects(mask: np.ndarray, width: int, height: int, tile: int = TILE) -> list[Rect]:
+    """Rectangles covering the true tiles: runs in a row merged, equal runs stacked."""
+    rects: list[Rect] = []
+    open_spans: dict[tuple[int, int], int] = {}  # (first col, end col) -> first row
+    rows = mask.shape[0]
+    for r in range(rows + 1):
+        spans: set[tuple[int, int]] = set()
+        if r < rows:
+            padded = np.concatenate(([False], mask[r], [False])).astype(np.int8)
+            edges = np.flatnonzero(np.diff(padded))
+            spans = set(zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True))
+        for span in list(open_spans):
+            if span not in spans:
+                first_row = open_spans.pop(span)
+                x, y = span[0] * tile, first_row * tile
+                rects.append((x, y, min(span[1] * tile, width) - x, min(r * tile, height) - y))
+        for span in spans:
+            open_spans.setdefault(span, r)
+    rects.sort(key=lambda rect: (rect[1], rect[0]))
+    return rects
+
+
+def changed_tiles(prev: np.ndarray, cur: np.ndarray, tile: int = TILE) -> list[Rect]:
+    """The changed areas between two frames as rectangles of whole tiles (clipped)."""
+    h, w = cur.shape[:2]
+    return tile_mask_to_rects(changed_tile_mask(prev, cur, tile), w, h, tile)
+
+
+class ServerProtocol:
+    """The server side of one RFB connection once :class:`ServerHandshake` completed.
+
+    Tracks what the client asked for (pixel format, encodings, the outstanding update
+    request) and which tiles changed since it last got them. ``encodings`` limits what we
+    may send (default: every encoder we have); Raw is always allowed.
+    """
+
+    def __init__(
+        self,
+        handshake: HandshakeComplete,
+        *,
+        encodings: Iterable[int] | None = None,
+        max_encodings: int = MAX_ENCODINGS,
+        max_cut_text: int = MAX_CUT_TEXT_BYTES,
+    ) -> None:
+        self.width, self.height = handshake.width, handshake.height
+        self.pixel_format = handshake.pixel_format
+        self.view_only = handshake.view_only
+        self.preferences = EncodingPreferences()
+        self.max_encodings, self.max_cut_text = max_encodings, max_cut_text
+        self._offered = set(ENCODERS if encodings is None else encodings) | {Encoding.RAW}
+        self._encoders: dict[int, Any] = {}
+        self._largest = (self.width, self.height)  # requests up to this are clipped, not refused
+        self._request: tuple[bool, int, int, int, int] | None = None  # incremental, x0, y0, x1, y1
+        self._dirty = np.ones(self._tile_shape(), bool)
+        self._resize_pending = False
+        self._out: list[bytes] = []
+        self._events: list[Any] = []
+        self._feeder = BytesFeeder(self._run())
+
+    # ------------------------------------------------------------ client -> server
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Feed bytes from the client; then read ``events_received`` and ``update_wanted``."""
+        self._feeder.feed(data)
+
+    def events_received(self) -> list[Any]:
+        """Messages parsed since the last call, in order."""
+        events, self._events = self._events, []
+        return events
+
+    def data_to_send(self) -> bytes:
+        """Bytes to write to the client now (possibly empty)."""
+        out = b"".join(self._out)
+        self._out.clear()
+        return out
+
+    @property
+    def encoding(self) -> int:
+        """The encoding updates use now: the client's favourite among ours, else Raw."""
+        return self.preferences.first_of(self._offered)
+
+    def _run(self) -> Parser[None]:
+        while True:
+            (message_type,) = yield from read_exact(1)
+            head = bytes((message_type,))
+            if message_type == SetPixelFormat.TYPE:
+                msg: Any = SetPixelFormat.parse(head + (yield from read_exact(19)))
+                try:
+                    msg.pixel_format.check()
+                except ProtocolError as exc:
+                    raise ProtocolError(f"SetPixelFormat: {exc}") from None
+                self.pixel_format = msg.pixel_format
+                for encoder in self._encoders.values():
+                    encoder.pixel_format = msg.pixel_format
+                self._events.append(msg)
+            elif message_type == SetEncodings.TYPE:
+                header = head + (yield from read_exact(3))
+                body = yield from read_exact(SetEncodings.body_length(header, self.max_encodings))
+                msg = SetEncodings.parse(header + body, self.max_encodings)
+                self.preferences = EncodingPreferences.from_list(msg.encodings)
+                for encoder in self._encoders.values():
+                    encoder.configure(self.preferences)
+                self._events.append(msg)
+            elif message_type == FramebufferUpdateRequest.TYPE:
+                msg = FramebufferUpdateRequest.parse(head + (yield from read_exact(9)))
+                self._add_request(msg)
+                self._events.append(msg)
+            elif message_type == KeyEvent.TYPE:
+                msg = KeyEvent.parse(head + (yield from read_exact(7)))
+                if not self.view_only:
+                    self._events.append(msg)
+            elif message_type == PointerEvent.TYPE:
+                msg = PointerEvent.parse(head + (yield from read_exact(5)))
+                if not self.view_only:
+                    self._events.append(msg)
+            elif message_type == ClientCutText.TYPE:
+                header = head + (yield from read_exact(7))
+                body = yield from read_exact(ClientCutText.body_length(header, self.max_cut_text))
+                msg = ClientCutText.parse(header + body, self.max_cut_text)
+                if not self.view_only:
+                    self._events.append(msg)
+            else:
+                raise ProtocolError(
+                    f"unknown client message type {message_type}: RFB 3.8 clients send 0 and "
+                    "2-6, and we announced no extension"
+                )
+
+    def _add_request(self, req: FramebufferUpdateRequest) -> None:
+        x0, y0, x1, y1 = req.x, req.y, req.x + req.width, req.y + req.height
+        if x1 > self.width or y1 > self.height:
+            if x1 > self._largest[0] or y1 > self._largest[1]:
+                raise ProtocolError(
+                    f"FramebufferUpdateRequest for {req.width}x{req.height} at ({req.x}, "
+                    f"{req.y}) is outside the {self.width}x{self.height} screen"
+                )
+            # Sent before the client saw our DesktopSize: serve the part still on screen.
+            x1, y1 = min(x1, self.width), min(y1, self.height)
+            x0, y0 = min(x0, x1), min(y0, y1)
+        if self._request is not None:  # several requests before we answered: merge them
+            inc, a0, b0, a1, b1 = self._request
+            req_inc = inc and req.incremental
+            x0, y0, x1, y1 = min(x0, a0), min(y0, b0), max(x1, a1), max(y1, b1)
+        else:
+            req_inc = req.incremental
+        self._request = (req_inc, x0, y0, x1, y1)
+
+    # ------------------------------------------------------------ server -> client
+
+    def mark_dirty(self, rects: Iterable[Rect]) -> None:
+        """Note areas that changed since the client last got them."""
+        for x, y, w, h in rects:
+            if w > 0 and h > 0:
+                self._dirty[y // TILE : -(-(y + h) // TILE), x // TILE : -(-(x + w) // TILE)] = True
+
+    def mark_all_dirty(self) -> None:
+        self._dirty[...] = True
+
+    @property
+    def update_wanted(self) -> bool:
+        """True when the client has a request outstanding that we have something for."""
+        if self._request is None:
+            return False
+        incremental, x0, y0, x1, y1 = self._request
+        if not incremental or self._resize_pending:
+            return True
+        return bool(self._dirty_in(x0, y0, x1, y1).any())
+
+    def send_update(self, frame: np.ndarray) -> int:
+        """Answer the outstanding request from ``frame`` if there is anything to send.
+
+        Sends the changed tiles inside the requested area (all of it for a
+        non-incremental request, DesktopSize first after a resize) and clears them.
+        Returns the number of rectangles queued, 0 when nothing was sent.
+        """
+        if not self.update_wanted:
+            return 0
+        assert self._request is not None
+        incremental, x0, y0, x1, y1 = self._request
+        prefix: list[bytes] = []
+        if self._resize_pending:
+            prefix.append(
+                RectangleHeader(0, 0, self.width, self.height, Encoding.DESKTOP_SIZE).serialize()
+            )
+            self._resize_pending = False
+            incremental, x0, y0, x1, y1 = False, 0, 0, self.width, self.height
+        if incremental:
+            sub = self._dirty_in(x0, y0, x1, y1)
+            rects = [
+                _clip((x + x0 // TILE * TILE, y + y0 // TILE * TILE, w, h), x0, y0, x1, y1)
+                for x, y, w, h in tile_mask_to_rects(
+                    sub, x1 - x0 // TILE * TILE, y1 - y0 // TILE * TILE
+                )
+            ]
+        else:
+            rects = [(x0, y0, x1 - x0, y1 - y0)] if x1 > x0 and y1 > y0 else []
+        self._clear_dirty(x0, y0, x1, y1)
+        self._request = None
+        return self.send_rects(frame, rects, prefix=prefix)
+
+    def send_rects(
+        self, frame: np.ndarray, rects: Iterable[Rect], prefix: Iterable[bytes] = ()
+    ) -> int:
+        """Queue one FramebufferUpdate with ``rects`` of ``frame`` in the chosen encoding.
+
+        Unconditional: it ignores requests and dirty tiles (``send_update`` is the usual
+        entry). ``prefix`` holds already-serialized pseudo-rectangles to put first.
+        """
+        if frame.shape[:2] != (self.height, self.width) or frame.dtype != np.uint8:
+            raise LocalProtocolError(
+                f"frame is {frame.shape} {frame.dtype}; this client's screen is "
+                f"uint8[{self.height}, {self.width}, 3] (call resize() first)"
+            )
+        encoder = self._encoder(self.encoding)
+        body = list(prefix)
+        count = len(body)
+        for x, y, w, h in rects:
+            if w <= 0 or h <= 0:
+                continue
+            if x < 0 or y < 0 or x + w > self.width or y + h > self.height:
+                raise LocalProtocolError(
+                    f"rectangle {w}x{h} at ({x}, {y}) is outside the "
+                    f"{self.width}x{self.height} screen"
+                )
+            count += encoder.encode(frame, x, y, w, h, body)
+        if count > 0xFFFE:
+            raise LocalProtocolError(f"{count} rectangles do not fit in one FramebufferUpdate")
+        self._out.append(FramebufferUpdate(count).serialize())
+        self._out.extend(body)
+        return count
+
+    def resize(self, width: int, height: int) -> bool:
+        """The screen is now width x height; False if the client cannot be told (no
+        DesktopSize), in which case the shell should close the connection."""
+        if not (0 < width <= MAX_SCREEN_WIDTH and 0 < height <= MAX_SCREEN_HEIGHT):
+            raise LocalProtocolError(
+                f"screen size {width}x{height} is outside 1x1..{MAX_SCREEN_WIDTH}x"
+                f"{MAX_SCREEN_HEIGHT}"
+            )
+        if (width, height) == (self.width, self.height):
+            return True
+        self.width, self.height = width, height
+        self._largest = (max(self._largest[0], width), max(self._largest[1], height))
+        self._dirty = np.ones(self._tile_shape(), bool)
+        if not self.preferences.desktop_size:
+            return False
+        self._resize_pending = True
+        return True
+
+    def bell(self) -> None:
+        self._out.append(Bell().serialize())
+
+    def cut_text(self, text: str) -> None:
+        """Tell the client our clipboard changed (Latin-1 text)."""
+        self._out.append(ServerCutText(text).serialize())
+
+    # ------------------------------------------------------------ helpers
+
+    def _tile_shape(self) -> tuple[int, int]:
+        return -(-self.height // TILE), -(-self.width // TILE)
+
+    def _dirty_in(self, x0: int, y0: int, x1: int, y1: int) -> np.ndarray:
+        return self._dirty[y0 // TILE : -(-y1 // TILE), x0 // TILE : -(-x1 // TILE)]
+
+    def _clear_dirty(self, x0: int, y0: int, x1: int, y1: int) -> None:
+        """Clear the tiles the area covers completely (a partly covered tile stays dirty)."""
+        tx0, ty0 = -(-x0 // TILE), -(-y0 // TILE)
+        tx1 = x1 // TILE if x1 < self.width else -(-x1 // TILE)
+        ty1 = y1 // TILE if y1 < self.height else -(-y1 // TILE)
+        self._dirty[ty0:ty1, tx0:tx1] = False
+
+    def _encoder(self, encoding: int) -> Any:
+        encoder = self._encoders.get(encoding)
+        if encoder is None:
+            encoder = ENCODERS[encoding](pixel_format=self.pixel_format)
+            encoder.configure(self.preferences)
+            self._encoders[encoding] = encoder
+        return encoder
+
+
+def _clip(rect: Rect, x0: int, y0: int, x1: int, y1: int) -> Rect:
+    x, y, w, h = rect
+    cx0, cy0 = max(x, x0), max(y, y0)
+    cx1, cy1 = min(x + w, x1), min(y + h, y1)
+    return cx0, cy0, max(0, cx1 - cx0), max(0, cy1 - cy0)
