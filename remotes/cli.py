@@ -151,7 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve" and args.fps is not None and not 0 < args.fps <= 1000:
         print("universe-remote: --fps must be in (0, 1000]", file=sys.stderr)
         return 2
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # `universe-remote list | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

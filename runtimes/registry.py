@@ -15,6 +15,7 @@ from .errors import UnknownEnvironment
 #: family -> module whose ``RUNTIMES`` maps env ids to runtime classes.
 FAMILIES: dict[str, str] = {
     "builtin": "runtimes.builtin",
+    "atari": "runtimes.atari",
 }
 #: family -> how to install what it needs, for families with optional dependencies.
 EXTRAS: dict[str, str] = {
