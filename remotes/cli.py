@@ -51,6 +51,8 @@ async def _serve(args: argparse.Namespace) -> int:
         fps=args.fps,
         password=args.password,
         view_only_password=args.view_only_password,
+        mode=args.mode,
+        runtime_options={"scale": args.scale} if args.scale != 1 else None,
     )
     await remote.start(args.host, args.rewarder_port, args.vnc_port)
     stop = asyncio.Event()
@@ -104,6 +106,32 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 1
 
 
+def _cmd_play(args: argparse.Namespace) -> int:
+    if args.env_id is None and args.remote is None:
+        print("universe-remote play: give an ENV_ID or --remote ADDRESS", file=sys.stderr)
+        return 2
+    from .play import play
+    from .session import RemoteUnavailable
+
+    try:
+        play(
+            args.env_id,
+            remote=args.remote,
+            n=args.n,
+            agent=args.agent,
+            steps=args.steps,
+            seconds=args.seconds,
+            fps=args.fps,
+            password=args.password,
+        )
+    except (RemoteUnavailable, ValueError) as exc:
+        print(f"universe-remote play: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="universe-remote",
@@ -135,7 +163,34 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--fps", type=float, default=None, help="frames per second (default: the runtime's, 60)"
     )
+    serve.add_argument(
+        "--mode",
+        choices=["realtime", "lockstep"],
+        default="realtime",
+        help="realtime: run at --fps whatever agents do (Universe); lockstep: advance only "
+        "when the active client sends v0.env.step (default realtime; a reset may switch)",
+    )
+    serve.add_argument(
+        "--scale", type=int, default=1, help="integer zoom of the screen for viewers (Atari)"
+    )
     serve.set_defaults(func=_cmd_serve)
+
+    player = sub.add_parser(
+        "play",
+        help="run an agent on remotes and show its progress",
+        description="Start -n local remotes of ENV_ID (or use --remote ADDRESS) and run an agent.",
+    )
+    player.add_argument("env_id", metavar="ENV_ID", nargs="?", help="start local remotes of this env")
+    player.add_argument("--remote", metavar="ADDRESS", help="vnc://host:5900+15900,... instead")
+    player.add_argument("-n", type=int, default=1, help="local remotes to start (default 1)")
+    player.add_argument("--agent", choices=["random", "noop"], default="random")
+    player.add_argument("--steps", type=int, default=None, help="stop after N steps")
+    player.add_argument("--seconds", type=float, default=None, help="stop after S seconds")
+    player.add_argument("--fps", type=float, default=None, help="steps per second (default: remote's)")
+    player.add_argument(
+        "--password", default=os.environ.get(PASSWORD_ENV) or None, help="the remotes' password"
+    )
+    player.set_defaults(func=_cmd_play)
 
     lister = sub.add_parser("list", help="print the environment ids this install can serve")
     lister.set_defaults(func=_cmd_list)

@@ -59,6 +59,7 @@ from .protocol import (
     Observation,
     PingReply,
     ResetReply,
+    StepReply,
     Reward,
     ServerEvent,
     Text,
@@ -217,6 +218,7 @@ class RewarderClient:
             Observation: self._on_episode_event,
             ResetReply: self._on_reset_reply,
             PingReply: self._on_reply,
+            StepReply: self._on_reply,
             ErrorReply: self._on_error,
             Close: self._on_close,
         }
@@ -411,8 +413,12 @@ class RewarderClient:
         seed: int | None = None,
         fps: float | None = None,
         timeout: float | None = RESET_TIMEOUT,
+        mode: str | None = None,
     ) -> int:
         """Ask for a new episode; returns its id once the server replied.
+
+        ``mode`` (``"realtime"`` or ``"lockstep"``, our extension) switches how the remote
+        advances; None keeps its mode.
 
         The ``episode_id`` header is the newest episode id this client has seen, so the
         server's new id is past everything we know of. The buffer switches to the new
@@ -420,9 +426,28 @@ class RewarderClient:
         (an unknown ``env_id``, say), :class:`ConnectionClosed`, or :class:`TimeoutError`.
         """
         ws, proto = self._connection()
-        message_id, data = proto.reset(self.buffer.newest_episode_id or 0, env_id, seed, fps)
+        message_id, data = proto.reset(
+            self.buffer.newest_episode_id or 0, env_id, seed, fps, mode
+        )
         reply, _ = await self._request(ws, protocol.RESET, message_id, data, timeout)
         return int(reply.episode_id)
+
+    async def step(
+        self,
+        events: Sequence[Sequence[Any]] = (),
+        frames: int = 1,
+        timeout: float | None = RESET_TIMEOUT,
+    ) -> StepReply:
+        """Lockstep: hold ``events``' input and advance exactly ``frames`` frames.
+
+        Returns the server's :class:`~rewarder.protocol.StepReply`: the reward and done of
+        exactly those frames and the number of the resulting frame. The remote must be in
+        lockstep mode (``reset(mode="lockstep")``), else :class:`RemoteError`.
+        """
+        ws, proto = self._connection()
+        message_id, data = proto.step(self.episode_id or 0, list(events), frames)
+        reply, _ = await self._request(ws, protocol.STEP, message_id, data, timeout)
+        return reply  # type: ignore[no-any-return]
 
     async def ping(self, timeout: float | None = PING_TIMEOUT) -> float:
         """Round trip to the server in seconds; also narrows :attr:`clock_skew`."""

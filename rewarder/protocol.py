@@ -32,6 +32,8 @@ MAX_MESSAGE_BYTES: Final = 256 * 1024
 MAX_ACTION_EVENTS: Final = 1024
 #: Characters of a key name in an action; X keysym names are under 32.
 MAX_KEY_NAME_CHARS: Final = 64
+#: Frames one ``v0.env.step`` may ask for: ~3 minutes of play at 60 fps in one request.
+MAX_STEP_FRAMES: Final = 10_000
 
 # Methods -----------------------------------------------------------------------------
 
@@ -42,14 +44,23 @@ ENV_OBSERVATION: Final = "v0.env.observation"
 REPLY_RESET: Final = "v0.reply.env.reset"
 REPLY_PING: Final = "v0.reply.control.ping"
 REPLY_ERROR: Final = "v0.reply.error"
+REPLY_STEP: Final = "v0.reply.env.step"
 CONNECTION_CLOSE: Final = "v0.connection.close"
 
 RESET: Final = "v0.env.reset"
 PING: Final = "v0.control.ping"
 ACTION: Final = "v0.agent.action"
+#: Our extension: advance a lockstep remote by exactly ``frames`` frames.
+STEP: Final = "v0.env.step"
 
 RESETTING: Final = "resetting"
 RUNNING: Final = "running"
+
+#: The remote runs its runtime at ``fps`` whether or not anyone acts (Universe's mode).
+REALTIME: Final = "realtime"
+#: The remote advances only when the active client sends ``v0.env.step``.
+LOCKSTEP: Final = "lockstep"
+MODES: Final = (REALTIME, LOCKSTEP)
 
 _dumps = orjson.dumps
 _loads = orjson.loads
@@ -123,6 +134,7 @@ class ResetRequest:
     env_id: str | None = None
     seed: int | None = None
     fps: float | None = None
+    mode: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +159,18 @@ class ActionRequest:
     events: tuple[ActionEvent, ...]
 
 
-Request = ResetRequest | PingRequest | ActionRequest
+@dataclass(frozen=True, slots=True)
+class StepRequest:
+    """``v0.env.step`` (lockstep): hold ``events``' input, advance exactly ``frames`` frames."""
+
+    message_id: Any
+    sent_at: float
+    episode_id: int | None
+    events: tuple[ActionEvent, ...]
+    frames: int
+
+
+Request = ResetRequest | PingRequest | ActionRequest | StepRequest
 
 
 def _parse_event(index: int, event: object) -> ActionEvent:
@@ -195,15 +218,18 @@ def _parse_reset(message_id: Any, sent_at: float, msg: Message) -> ResetRequest:
         raise ValueError(f"seed must be a non-negative integer or null, not {seed!r}")
     if fps is not None and (not _is_number(fps) or not 0 < fps <= 1000):
         raise ValueError(f"fps must be a number in (0, 1000] or null, not {fps!r}")
-    return ResetRequest(message_id, sent_at, episode_id, env_id, seed, fps)
+    mode = body.get("mode")
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"mode must be {' or '.join(map(repr, MODES))} or null, not {mode!r}")
+    return ResetRequest(message_id, sent_at, episode_id, env_id, seed, fps, mode)
 
 
 def _parse_ping(message_id: Any, sent_at: float, msg: Message) -> PingRequest:
     return PingRequest(message_id, sent_at)
 
 
-def _parse_action(message_id: Any, sent_at: float, msg: Message) -> ActionRequest:
-    action = msg.body.get("action")
+def _parse_events(body: dict[str, Any]) -> tuple[ActionEvent, ...]:
+    action = body.get("action", [])
     if not isinstance(action, list):
         raise ValueError('body.action must be a list of events, e.g. [["KeyEvent", "Left", true]]')
     if len(action) > MAX_ACTION_EVENTS:
@@ -211,15 +237,29 @@ def _parse_action(message_id: Any, sent_at: float, msg: Message) -> ActionReques
             f"action has {len(action)} events, over the limit of {MAX_ACTION_EVENTS}; "
             "split it across messages"
         )
-    return ActionRequest(
-        message_id, sent_at, tuple(_parse_event(i, e) for i, e in enumerate(action))
-    )
+    return tuple(_parse_event(i, e) for i, e in enumerate(action))
+
+
+def _parse_action(message_id: Any, sent_at: float, msg: Message) -> ActionRequest:
+    if "action" not in msg.body:
+        raise ValueError('body.action must be a list of events, e.g. [["KeyEvent", "Left", true]]')
+    return ActionRequest(message_id, sent_at, _parse_events(msg.body))
+
+
+def _parse_step(message_id: Any, sent_at: float, msg: Message) -> StepRequest:
+    raw_episode = msg.headers.get("episode_id")
+    episode_id = None if raw_episode is None else parse_episode_id(raw_episode)
+    frames = msg.body.get("frames", 1)
+    if isinstance(frames, bool) or not isinstance(frames, int) or not 1 <= frames <= MAX_STEP_FRAMES:
+        raise ValueError(f"frames must be an integer in 1..{MAX_STEP_FRAMES}, not {frames!r}")
+    return StepRequest(message_id, sent_at, episode_id, _parse_events(msg.body), frames)
 
 
 _REQUEST_PARSERS: dict[str, Callable[[Any, float, Message], Request]] = {
     RESET: _parse_reset,
     PING: _parse_ping,
     ACTION: _parse_action,
+    STEP: _parse_step,
 }
 #: What an observer (``openai-observer: true``) may send.
 OBSERVER_METHODS: Final = frozenset({PING})
@@ -289,6 +329,20 @@ class PingReply:
 
 
 @dataclass(frozen=True, slots=True)
+class StepReply:
+    """``v0.reply.env.step``: what the requested frames earned; ``frame`` is the last one's number."""
+
+    parent_message_id: Any
+    episode_id: int
+    reward: float
+    done: bool
+    info: dict[str, Any]
+    frame: int
+    sent_at: float
+    runtime: float
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorReply:
     """``v0.reply.error``: the request ``parent_message_id`` failed (None: unreadable)."""
 
@@ -305,7 +359,9 @@ class Close:
     sent_at: float
 
 
-ServerEvent = Describe | Reward | Text | Observation | ResetReply | PingReply | ErrorReply | Close
+ServerEvent = (
+    Describe | Reward | Text | Observation | ResetReply | PingReply | StepReply | ErrorReply | Close
+)
 
 
 def _header_episode(msg: Message) -> int:
@@ -362,6 +418,18 @@ def _read_ping_reply(msg: Message, sent_at: float) -> PingReply:
     return PingReply(_parent(msg), sent_at, _runtime(msg))
 
 
+def _read_step_reply(msg: Message, sent_at: float) -> StepReply:
+    b = msg.body
+    reward, done, info, frame = b.get("reward"), b.get("done"), b.get("info", {}), b.get("frame")
+    if not _is_number(reward) or not isinstance(done, bool) or not isinstance(info, dict):
+        raise ValueError(f"step reply needs a numeric reward, boolean done, info object: {b!r}")
+    if isinstance(frame, bool) or not isinstance(frame, int):
+        raise ValueError(f"step reply needs an integer frame, got {frame!r}")
+    return StepReply(
+        _parent(msg), _header_episode(msg), float(reward), done, info, frame, sent_at, _runtime(msg)
+    )
+
+
 def _read_error(msg: Message, sent_at: float) -> ErrorReply:
     return ErrorReply(msg.headers.get("parent_message_id"), str(msg.body.get("message")), sent_at)
 
@@ -377,6 +445,7 @@ _EVENT_READERS: dict[str, Callable[[Message, float], ServerEvent]] = {
     ENV_OBSERVATION: _read_observation,
     REPLY_RESET: _read_reset_reply,
     REPLY_PING: _read_ping_reply,
+    REPLY_STEP: _read_step_reply,
     REPLY_ERROR: _read_error,
     CONNECTION_CLOSE: _read_close,
 }
@@ -475,6 +544,14 @@ class ServerConnection:
             episode_id=str(episode_id),
         )
 
+    def reply_step(
+        self, parent: Any, episode_id: int, body: Mapping[str, Any], runtime: float
+    ) -> bytes:
+        return self.send(
+            REPLY_STEP, body, parent_message_id=parent, parent_runtime=runtime,
+            episode_id=str(episode_id),
+        )
+
     def reply_ping(self, parent: Any, runtime: float) -> bytes:
         return self.send(REPLY_PING, {}, parent_message_id=parent, parent_runtime=runtime)
 
@@ -508,9 +585,18 @@ class ClientConnection:
         env_id: str | None = None,
         seed: int | None = None,
         fps: float | None = None,
+        mode: str | None = None,
     ) -> tuple[int, bytes]:
-        body = {"env_id": env_id, "seed": seed, "fps": fps}
+        body: dict[str, Any] = {"env_id": env_id, "seed": seed, "fps": fps}
+        if mode is not None:  # only when asked: Universe servers know no mode
+            body["mode"] = mode
         return self._request(RESET, body, episode_id=str(episode_id))
+
+    def step(
+        self, episode_id: int, events: list[Any] | tuple[Any, ...], frames: int = 1
+    ) -> tuple[int, bytes]:
+        body = {"action": [list(e) for e in events], "frames": frames}
+        return self._request(STEP, body, episode_id=str(episode_id))
 
     def ping(self) -> tuple[int, bytes]:
         return self._request(PING, {})

@@ -67,6 +67,9 @@ class EnvHandler(Protocol):
     def action(self, request: protocol.ActionRequest) -> None:
         """Queue the events for the next tick; raise :class:`BadRequest` if one is bad."""
 
+    def step(self, request: protocol.StepRequest) -> tuple[int, dict[str, Any]]:
+        """Lockstep: advance as asked; return the episode id and the reply body."""
+
     def client_left(self, observer: bool) -> None:
         """A client disconnected (release what the active client held)."""
 
@@ -297,6 +300,10 @@ class RewarderServer:
                 client.send(client.proto.reply_ping(parent, time.perf_counter() - started))
             elif isinstance(request, protocol.ActionRequest):
                 self.handler.action(request)
+            elif isinstance(request, protocol.StepRequest):
+                episode_id, body = self.handler.step(request)
+                runtime = time.perf_counter() - started
+                client.send(client.proto.reply_step(parent, episode_id, body, runtime))
             elif isinstance(request, protocol.ResetRequest):
 
                 def reply(episode_id: int) -> None:

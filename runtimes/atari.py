@@ -138,6 +138,7 @@ class AtariRuntime(Runtime):
     fps = ATARI_FPS
     keys = KEYS
     buttons = 0
+    options = ("scale", "repeat_action_probability", "noop_max", "max_episode_frames")
 
     def __init__(
         self,

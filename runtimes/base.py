@@ -72,6 +72,8 @@ class Runtime(abc.ABC):
     buttons: ClassVar[int] = 0
     #: One line for ``universe-remote list``.
     description: ClassVar[str] = ""
+    #: Keyword arguments the constructor takes (``serve --scale 2`` passes ``scale``).
+    options: ClassVar[tuple[str, ...]] = ()
 
     framebuffer: np.ndarray
 

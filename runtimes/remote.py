@@ -5,6 +5,11 @@ anyone acts (Universe's semantics), applies the input that arrived since the las
 at the next tick (from VNC and from ``v0.agent.action`` alike), serves each frame over
 VNC, sends each tick's reward at most once, and resets on request or by itself after
 ``done``.
+
+In *lockstep* mode (our extension; ``serve --mode lockstep`` or a reset asking for it)
+the game loop stands still and the active client advances the runtime with
+``v0.env.step``: exactly ``frames`` frames as fast as the runtime goes, then the frame is
+served and the reply carries what those frames earned.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from vncdriver.errors import UnknownKey
 from vncdriver.server import VNCServer
 
 from . import registry
-from .base import InputEvent, KeyEvent, PointerEvent, Runtime
+from .base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult
 from .errors import UnknownEnvironment
 
 log = logging.getLogger(__name__)
@@ -54,15 +59,26 @@ class Remote:
         fps: float | None = None,
         password: str | None = None,
         view_only_password: str | None = None,
+        mode: str = protocol.REALTIME,
+        runtime_options: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Serve ``env``: an env id from the registry, or a runtime instance of your own.
 
         ``password`` guards both channels (VNC uses its first 8 characters);
         ``view_only_password`` lets VNC viewers watch without their input reaching the game.
+        ``runtime_options`` are keyword arguments for the runtime (``{"scale": 2}``), kept
+        for runtimes a reset switches to.
         """
-        self.runtime: Runtime = registry.make(env) if isinstance(env, str) else env
+        if mode not in protocol.MODES:
+            raise ValueError(f"mode must be one of {protocol.MODES}, not {mode!r}")
+        self.runtime_options = dict(runtime_options or {})
+        self.runtime: Runtime = (
+            self._make_runtime(env) if isinstance(env, str) else env
+        )
         self.fps = float(fps or self.runtime.fps)
+        self.mode = mode
+        self.episode_done = False
         self.episode_id = 0
         self.env_state = protocol.RESETTING
         self.frame = 0  # frames drawn since the remote started; never goes back
@@ -85,6 +101,7 @@ class Remote:
         self._seeds = np.random.default_rng()
         self._loop_task: asyncio.Task[None] | None = None
         self._frame_waiters: list[asyncio.Future[int]] = []
+        self._realtime = asyncio.Event()  # set while the game loop should tick
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -94,6 +111,7 @@ class Remote:
         """Bind both ports (0 picks a free one) and start the game loop."""
         self._begin_episode(seed=None)
         self.env_state = protocol.RUNNING
+        self._set_mode(self.mode)
         await self.rewarder.start(host, rewarder_port)
         try:
             await self.vnc.start(host, vnc_port)
@@ -119,13 +137,15 @@ class Remote:
             "env_id": self.runtime.env_id,
             "env_state": self.env_state,
             "fps": self.fps,
+            "mode": self.mode,
+            "frame": self.frame,
             **self.runtime.describe(),
         }
 
     async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
         if request.env_id is not None and request.env_id != self.runtime.env_id:
             try:
-                runtime = registry.make(request.env_id)
+                runtime = self._make_runtime(request.env_id)
             except UnknownEnvironment as exc:
                 raise BadRequest(str(exc), request.message_id) from None
             self.runtime.close()
@@ -135,12 +155,45 @@ class Remote:
                 self.fps = float(runtime.fps)
         if request.fps is not None:
             self.fps = float(request.fps)
+        if request.mode is not None:
+            self._set_mode(request.mode)
         self.episode_id = max(self.episode_id, request.episode_id or 0)
         self._begin_episode(request.seed)
         reply(self.episode_id)
         self.env_state = protocol.RUNNING
         self.rewarder.broadcast_describe()
 
+    def step(self, request: protocol.StepRequest) -> tuple[int, dict[str, Any]]:
+        """Lockstep: apply the events, advance exactly ``frames`` frames, serve the frame."""
+        mid = request.message_id
+        if self.mode != protocol.LOCKSTEP:
+            raise BadRequest(
+                "this remote runs in real time; reset with mode 'lockstep' "
+                "(or serve --mode lockstep) before sending v0.env.step",
+                mid,
+            )
+        if request.episode_id is not None and request.episode_id != self.episode_id:
+            raise BadRequest(
+                f"episode {request.episode_id} is not the current one ({self.episode_id}); "
+                "step with the episode id of the last reset",
+                mid,
+            )
+        if self.episode_done:
+            raise BadRequest(f"episode {self.episode_id} is done; send v0.env.reset", mid)
+        self.push_events(REWARDER_SOURCE, self._events_from_action(request))
+        reward, info = 0.0, {}
+        for _ in range(request.frames):
+            result = self._advance()
+            reward += result.reward
+            info.update(result.info)
+            if result.done:
+                self.episode_done = True
+                break
+        self.vnc.frame_ready()
+        if reward or self.episode_done:
+            self.rewarder.broadcast_reward(self.episode_id, reward, self.episode_done, info)
+        body = {"reward": reward, "done": self.episode_done, "info": info, "frame": self.frame}
+        return self.episode_id, body
     def action(self, request: protocol.ActionRequest) -> None:
         events = self._events_from_action(request)
         if len(self._pending) + len(events) > MAX_PENDING_EVENTS:
@@ -154,6 +207,15 @@ class Remote:
     def client_left(self, observer: bool) -> None:
         if not observer:
             self.release(REWARDER_SOURCE)
+
+    def _make_runtime(self, env_id: str) -> Runtime:
+        """The runtime for ``env_id`` with the options it accepts (scale only where known)."""
+        factory = registry.lookup(env_id)
+        accepted = getattr(factory, "options", ())
+        ignored = sorted(set(self.runtime_options) - set(accepted))
+        if ignored:
+            log.warning("%s takes no %s; ignored", env_id, ", ".join(ignored))
+        return factory(**{k: v for k, v in self.runtime_options.items() if k in accepted})
 
     # Input ---------------------------------------------------------------------------------
 
@@ -198,7 +260,9 @@ class Remote:
     def _vnc_left(self, client_id: int) -> None:
         self.release(("vnc", client_id))
 
-    def _events_from_action(self, request: protocol.ActionRequest) -> list[InputEvent]:
+    def _events_from_action(
+        self, request: protocol.ActionRequest | protocol.StepRequest
+    ) -> list[InputEvent]:
         events: list[InputEvent] = []
         rt = self.runtime
         for i, event in enumerate(request.events):
@@ -240,21 +304,34 @@ class Remote:
         self._pending.clear()
         self._held.clear()
         self.episode_frame = 0
+        self.episode_done = False
         self.runtime.reset(seed)
         self.vnc.frame_ready()
 
-    def tick(self) -> None:
-        """Advance the runtime one frame with the pending input and report what it earned."""
+    def _set_mode(self, mode: str) -> None:
+        self.mode = mode
+        if mode == protocol.REALTIME:
+            self._realtime.set()
+        else:
+            self._realtime.clear()
+
+    def _advance(self) -> StepResult:
+        """Step the runtime one frame with the pending input; send its text/observation."""
         events, self._pending = self._pending, []
         result = self.runtime.step(events)
         self.frame += 1
         self.episode_frame += 1
-        self.vnc.frame_ready()
         self._frame_drawn()
         if result.text is not None:
             self.rewarder.broadcast_text(self.episode_id, result.text)
         if result.observation is not None:
             self.rewarder.broadcast_observation(self.episode_id, result.observation)
+        return result
+
+    def tick(self) -> None:
+        """Real time: advance one frame, serve it, report its reward, restart after done."""
+        result = self._advance()
+        self.vnc.frame_ready()
         if result.reward or result.done:
             self.rewarder.broadcast_reward(
                 self.episode_id, result.reward, result.done, result.info
@@ -282,6 +359,9 @@ class Remote:
     async def _game_loop(self) -> None:
         next_at = self._clock()
         while True:
+            if not self._realtime.is_set():
+                await self._realtime.wait()  # lockstep: clients advance the runtime
+                next_at = self._clock()
             try:
                 self.tick()
             except Exception:  # a runtime bug must not take the servers down silently

@@ -1,0 +1,100 @@
+"""Lockstep (v0.env.step): the remote advances only when asked, exactly as far as asked."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from rewarder.client import RewarderClient
+from rewarder.errors import RemoteError
+from tests.conftest import StartRemote
+
+
+def digest(remote) -> str:  # type: ignore[no-untyped-def]
+    return hashlib.blake2b(remote.runtime.framebuffer.tobytes(), digest_size=12).hexdigest()
+
+
+async def test_step_needs_lockstep_mode(start_remote: StartRemote) -> None:
+    remote = await start_remote("builtin.Catch-v0")
+    async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
+        await client.reset()
+        with pytest.raises(RemoteError, match="reset with mode 'lockstep'"):
+            await client.step([], frames=1)
+
+
+async def test_exactly_k_frames_and_nothing_in_between(start_remote: StartRemote) -> None:
+    remote = await start_remote("builtin.Catch-v0", mode="lockstep")
+    async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
+        episode = await client.reset(seed=1)
+        assert client.describe is not None and client.describe.body["mode"] == "lockstep"
+        first = await client.step([("KeyEvent", "Right", True)], frames=4)
+        assert first.episode_id == episode
+        second = await client.step([], frames=4)
+        assert second.frame == first.frame + 4
+        before = remote.frame
+        await client.ping()  # time passes on the wire; the runtime must not move
+        await client.ping()
+        assert remote.frame == before == second.frame
+        assert remote.runtime.paddle_x > 70  # Right stayed held across both steps
+
+
+async def run_episode(remote, seed: int) -> list[tuple[str, float, bool]]:  # type: ignore[no-untyped-def]
+    """Seeded lockstep run with a fixed script; the trace of frames and rewards."""
+    trace = []
+    async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
+        await client.reset(seed=seed, mode="lockstep")
+        script = [[("KeyEvent", "Left", True)], [("KeyEvent", "Left", False)], [("KeyEvent", "Right", True)], []]
+        for i in range(120):
+            reply = await client.step(script[i % len(script)], frames=4)
+            trace.append((digest(remote), reply.reward, reply.done))
+            if reply.done:
+                break
+    return trace
+
+
+async def test_same_seed_same_actions_same_frames(start_remote: StartRemote) -> None:
+    remote = await start_remote("builtin.Catch-v0")  # real time until the reset asks
+    first = await run_episode(remote, seed=5)
+    second = await run_episode(remote, seed=5)
+    other = await run_episode(remote, seed=6)
+    assert first == second
+    assert first != other
+    assert any(reward for _, reward, _ in first), "the script should earn or lose a point"
+
+
+async def test_done_stops_the_episode_until_reset(start_remote: StartRemote) -> None:
+    remote = await start_remote("builtin.Catch-v0", mode="lockstep")
+    async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
+        episode = await client.reset(seed=2)
+        total = 0.0
+        for _ in range(10_000):
+            reply = await client.step([], frames=100)
+            total += reply.reward
+            if reply.done:
+                break
+        assert reply.done and total < 0
+        with pytest.raises(RemoteError, match="is done; send v0.env.reset"):
+            await client.step([], frames=1)
+        assert await client.reset() == episode + 1
+        assert not (await client.step([], frames=1)).done
+
+
+async def test_bad_step_requests(start_remote: StartRemote) -> None:
+    remote = await start_remote("builtin.Catch-v0", mode="lockstep")
+    async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
+        await client.reset()
+        with pytest.raises(RemoteError, match="frames must be an integer in 1..10000"):
+            await client.step([], frames=0)
+        with pytest.raises(RemoteError, match="does not use key 'Up'"):
+            await client.step([("KeyEvent", "Up", True)])
+        assert (await client.step([], frames=2)).frame == remote.frame
+
+
+async def test_switching_back_to_realtime(start_remote: StartRemote) -> None:
+    remote = await start_remote("builtin.Catch-v0", mode="lockstep")
+    async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
+        await client.reset(mode="realtime")
+        start = remote.frame
+        await remote.wait_frame(start + 3)  # the game loop ticks again by itself
+        assert remote.mode == "realtime"
