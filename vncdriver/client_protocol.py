@@ -150,6 +150,13 @@ class ClientProtocol:
         self.pixel_format = handshake.pixel_format
         if pixel_format is not None:
             self.set_pixel_format(pixel_format)
+        else:
+            try:
+                self.pixel_format.check()
+            except ProtocolError as exc:
+                raise LocalProtocolError(
+                    f"the server's {exc}; pass pixel_format=NATIVE to ask for one we decode"
+                ) from None
         self.encodings: tuple[int, ...] = ()
         self.set_encodings(build_encodings() if encodings is None else encodings)
         # The zero-copy driver: what the parser waits for, and the read-ahead buffer.

@@ -6,7 +6,9 @@
     ├── ProtocolError       the peer broke RFB: bad bytes, wrong lengths, unknown types
     │   └── LimitExceeded   the peer went past one of our named limits
     ├── AuthenticationFailed  the server refused us, or the client failed the challenge
-    └── ServerRefused       the server would not talk to us at all (e.g. too many clients)
+    ├── ServerRefused       the server would not talk to us at all (e.g. too many clients)
+    ├── ConnectTimeout      no VNC server answered at an address before the start timeout
+    └── ConnectionLost      an established connection ended (or the client was closed)
 
 "Local" errors mean our caller did something wrong; ``ProtocolError`` means the peer did.
 A sans-I/O object that raises a remote error may have queued a failure message for the
@@ -61,3 +63,36 @@ class ServerRefused(VNCError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"VNC server refused the connection: {reason}")
+
+
+class ConnectTimeout(VNCError, TimeoutError):
+    """Nothing at ``address`` completed an RFB handshake within ``timeout`` seconds.
+
+    ``last_error`` is what the last attempt ran into (connection refused, a reset, ...).
+    """
+
+    def __init__(self, address: str, timeout: float, last_error: BaseException | None) -> None:
+        self.address, self.timeout, self.last_error = address, timeout, last_error
+        last = f" (last attempt: {_describe(last_error)})" if last_error is not None else ""
+        super().__init__(
+            f"no VNC server answered at {address} within {timeout:g} s{last}; check that "
+            "the server (remote, Xvnc) is running and listening there, and that the port "
+            "or display number is right (host:N means port 5900+N for N < 100, host::port "
+            "is a port)"
+        )
+
+
+class ConnectionLost(VNCError):
+    """The connection to ``address`` ended: the peer closed it, it broke, or we closed it.
+
+    Clients do not reconnect by themselves: make a new one.
+    """
+
+    def __init__(self, address: str, reason: str) -> None:
+        self.address, self.reason = address, reason
+        super().__init__(f"VNC connection to {address} lost: {reason}")
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -62,8 +62,11 @@ class _Connection(asyncio.Protocol):
         server = self.server
         height, width = server.frame.shape[:2]
         refuse = None
-        if len(server.connections) >= server.max_clients:
+        # Clients still shaking hands count too, or a burst of them slips past the limit.
+        if len(server.connections) + len(server.handshaking) >= server.max_clients:
             refuse = f"too many clients ({server.max_clients}); try again later"
+        else:
+            server.handshaking.add(self)
         self.handshake = ServerHandshake(
             width,
             height,
@@ -89,6 +92,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timeout is not None:
             self._timeout.cancel()
+        self.server.handshaking.discard(self)
         if self.server.connections.pop(self.client_id, None) is not None:
             log.info("VNC client %d left", self.client_id)
             self.server.on_disconnect(self.client_id)
@@ -119,6 +123,7 @@ class _Connection(asyncio.Protocol):
             if self._timeout is not None:
                 self._timeout.cancel()
             self.proto = ServerProtocol(done, encodings=self.server.encodings)
+            self.server.handshaking.discard(self)
             self.server.connections[self.client_id] = self
             log.info(
                 "VNC client %d connected from %s (RFB %d.%d%s)",
@@ -130,6 +135,10 @@ class _Connection(asyncio.Protocol):
             frame = self.server.frame
             if frame.shape[:2] != (done.height, done.width):  # resized while we shook hands
                 self.proto.resize(frame.shape[1], frame.shape[0])
+            if self.server._previous is None:
+                # The first client: diff the next frame against this one, or every client
+                # would get that whole frame again although only a sprite moved.
+                self.server._previous = frame.copy()
             trailing = handshake.trailing_data()
             if trailing:
                 self._protocol_data(trailing)
@@ -199,6 +208,8 @@ class VNCServer:
         self.encodings = encodings
         self.max_clients = max_clients
         self.connections: dict[int, _Connection] = {}
+        #: Connections still in the RFB handshake (they count against ``max_clients``).
+        self.handshaking: set[_Connection] = set()
         self._previous: np.ndarray | None = None
         self._ids = itertools.count(1)
         self._server: asyncio.Server | None = None
@@ -217,7 +228,7 @@ class VNCServer:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for connection in list(self.connections.values()):
+        for connection in [*self.connections.values(), *self.handshaking]:
             connection._abort("the remote is shutting down")
         if self._server is not None:
             await self._server.wait_closed()

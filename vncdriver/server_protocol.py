@@ -137,6 +137,7 @@ class ServerProtocol:
         self._request: tuple[bool, int, int, int, int] | None = None  # incremental, x0, y0, x1, y1
         self._dirty = np.ones(self._tile_shape(), bool)
         self._resize_pending = False
+        self._encodings_received = False
         self._out: list[bytes] = []
         self._events: list[Any] = []
         self._feeder = BytesFeeder(self._run())
@@ -182,6 +183,12 @@ class ServerProtocol:
                 body = yield from read_exact(SetEncodings.body_length(header, self.max_encodings))
                 msg = SetEncodings.parse(header + body, self.max_encodings)
                 self.preferences = EncodingPreferences.from_list(msg.encodings)
+                self._encodings_received = True
+                if self._resize_pending and not self.preferences.desktop_size:
+                    raise ProtocolError(
+                        f"the screen is now {self.width}x{self.height} and this client does "
+                        "not accept DesktopSize (pseudo-encoding -223): it must reconnect"
+                    )
                 for encoder in self._encoders.values():
                     encoder.configure(self.preferences)
                 self._events.append(msg)
@@ -313,8 +320,12 @@ class ServerProtocol:
         return count
 
     def resize(self, width: int, height: int) -> bool:
-        """The screen is now width x height; False if the client cannot be told (no
-        DesktopSize), in which case the shell should close the connection."""
+        """The screen is now width x height; the next update starts with DesktopSize.
+
+        Returns False if the client said it does not accept DesktopSize: the shell should
+        close the connection. Before the client's first SetEncodings we cannot know; then
+        a later SetEncodings without DesktopSize makes ``receive_data`` raise.
+        """
         if not (0 < width <= MAX_SCREEN_WIDTH and 0 < height <= MAX_SCREEN_HEIGHT):
             raise LocalProtocolError(
                 f"screen size {width}x{height} is outside 1x1..{MAX_SCREEN_WIDTH}x"
@@ -325,10 +336,8 @@ class ServerProtocol:
         self.width, self.height = width, height
         self._largest = (max(self._largest[0], width), max(self._largest[1], height))
         self._dirty = np.ones(self._tile_shape(), bool)
-        if not self.preferences.desktop_size:
-            return False
         self._resize_pending = True
-        return True
+        return self.preferences.desktop_size or not self._encodings_received
 
     def bell(self) -> None:
         self._out.append(Bell().serialize())

@@ -303,3 +303,9 @@ def test_set_pixel_format_changes_decoding() -> None:
     assert np.array_equal(proto.framebuffer[:4, :4], expected)
     with pytest.raises(LocalProtocolError, match="must be true colour"):
         proto.set_pixel_format(NATIVE.__class__(true_colour=False))
+
+
+def test_keeping_a_colour_mapped_server_format_is_refused() -> None:
+    result = HandshakeComplete(8, 8, NATIVE.__class__(8, 8, False, False), "t", True, (3, 8))
+    with pytest.raises(LocalProtocolError, match="pass pixel_format=NATIVE"):
+        ClientProtocol(result, pixel_format=None)

@@ -182,10 +182,15 @@ def test_tight_jpeg_only_with_a_quality() -> None:
 
 def test_resize_with_and_without_desktop_size() -> None:
     proto = server()
-    assert not proto.resize(100, 50)  # the client never said it understands DesktopSize
+    proto.receive_data(SetEncodings((0,)).serialize())
+    assert not proto.resize(100, 50)  # the client said it only knows Raw
     proto = server()
-    proto.receive_data(SetEncodings((0, -223)).serialize())
+    assert proto.resize(100, 50)  # no SetEncodings yet: we cannot tell
+    with pytest.raises(ProtocolError, match="does not accept DesktopSize"):
+        proto.receive_data(SetEncodings((0,)).serialize())
+    proto = server()
     assert proto.resize(100, 50)
+    proto.receive_data(SetEncodings((0, -223)).serialize())
     proto.receive_data(request(True, 0, 0, 200, 150))  # sent before it saw the new size
     assert proto.update_wanted
     proto.send_update(make_frame(50, 100, "noise", 0))

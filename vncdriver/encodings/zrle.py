@@ -32,6 +32,7 @@ from ..pixelformat import (
 from ..streams import Parser, read_into, read_struct
 from .common import (
     DecodeTarget,
+    apply_palette,
     find_palette,
     index_bits,
     inflate_at_most,
@@ -115,9 +116,7 @@ def _decode_tile(data: bytes, pos: int, out: np.ndarray, pf: PixelFormat, cp: in
             nbytes = th * packed_row_bytes(tw, bits)
             end = _take(data, pos, nbytes, "a packed palette tile")
             indices = unpack_indices(np.frombuffer(data, np.uint8, nbytes, pos), bits, th, tw)
-            full = np.zeros((1 << bits, 3), np.uint8)
-            full[:size] = palette
-            out[...] = full[indices]
+            apply_palette(out, palette, indices)
             return end
         return _palette_rle(data, pos, out, palette, n)
     if sub == PLAIN_RLE:
@@ -163,7 +162,7 @@ def _palette_rle(data: bytes, pos: int, out: np.ndarray, palette: np.ndarray, n:
         raise ProtocolError(
             f"ZRLE palette RLE index {idx.max()} is past the {len(palette)}-colour palette"
         )
-    out[...] = np.repeat(palette[idx], lengths, axis=0).reshape(out.shape)
+    apply_palette(out, palette, np.repeat(idx, lengths))
     return pos
 
 

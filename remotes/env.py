@@ -1,0 +1,222 @@
+"""``RemoteEnv``: one remote as a gymnasium env.
+
+The observation is the remote's screen, ``uint8[H, W, 3]``; an action is a list of VNC
+events (:class:`~remotes.spaces.VNCActionSpace`). Stepping is real time, like Universe's
+Throttle: :meth:`RemoteEnv.step` sends the events at once, then waits for the next frame
+boundary at the remote's fps, and returns the newest frame with the reward the current
+episode earned since the last step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Final, SupportsFloat
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec
+
+from .address import RemoteAddress, parse_remotes
+from .loop import LoopThread, shared_loop
+from .session import RemoteSession, RemoteUnavailable, VNCOptions
+from .spaces import VNCActionSpace
+
+#: The id RemoteEnv registers under (``gymnasium.make("universe-remote/Remote-v0", ...)``);
+#: real-time remotes are nondeterministic by nature.
+ENV_ID: Final = "universe-remote/Remote-v0"
+DEFAULT_FPS: Final = 60.0
+#: Seconds connecting may take on top of ``start_timeout`` before we give up waiting.
+_GRACE: Final = 5.0
+
+
+def _spec(kwargs: dict[str, Any]) -> EnvSpec:
+    """The spec ``gymnasium.make`` needs to build this env again (``check_env`` does)."""
+    return EnvSpec(
+        ENV_ID,
+        entry_point="remotes.env:RemoteEnv",
+        nondeterministic=True,
+        kwargs={k: v for k, v in kwargs.items() if v is not None},
+    )
+
+
+gymnasium.register(ENV_ID, entry_point="remotes.env:RemoteEnv", nondeterministic=True)
+
+
+class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
+    """A gymnasium env over one remote at ``address`` (``vnc://host:5900+15900``).
+
+    Args:
+        address: Universe's grammar; ``?password=`` may carry the password.
+        password: the remote's password (overrides the address's).
+        fps: steps per second (default: the remote's own fps from ``v0.env.describe``).
+        env_id: ask the remote for this environment at every reset.
+        encoding, quality: how VNC sends pixels (``"tight"``/``"zrle"``/``"raw"``;
+            quality 0-9 turns on lossy JPEG, None stays lossless).
+        start_timeout: seconds to wait for the remote to answer (connect and reconnect).
+        max_episode_steps: truncate episodes after this many steps (None: never).
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": DEFAULT_FPS}
+
+    def __init__(
+        self,
+        address: str | RemoteAddress = "vnc://127.0.0.1:5900+15900",
+        password: str | None = None,
+        fps: float | None = None,
+        *,
+        env_id: str | None = None,
+        encoding: str = "tight",
+        quality: int | None = None,
+        start_timeout: float = 30.0,
+        max_episode_steps: int | None = None,
+        render_mode: str | None = None,
+        loop: LoopThread | None = None,
+    ) -> None:
+        if isinstance(address, RemoteAddress):
+            remotes, address_password = [address], None
+        else:
+            remotes, address_password = parse_remotes(address)
+        if len(remotes) != 1:
+            raise ValueError(
+                f"RemoteEnv drives one remote and {address!r} names {len(remotes)}; "
+                "use RemoteVectorEnv for several"
+            )
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode {render_mode!r} is not supported; use 'rgb_array'")
+        self.render_mode = render_mode
+        self.env_id = env_id
+        self.start_timeout = start_timeout
+        self.max_episode_steps = max_episode_steps
+        self._requested_fps = fps
+        self._loop = loop or shared_loop()
+        self._session = RemoteSession(
+            remotes[0],
+            password if password is not None else address_password,
+            vnc=VNCOptions(encoding=encoding, quality=quality),
+            start_timeout=start_timeout,
+        )
+        self._run(self._session.connect(), start_timeout + _GRACE)
+        self.spec = _spec(
+            {
+                "address": str(remotes[0]),
+                "password": password if password is not None else address_password,
+                "fps": fps,
+                "env_id": env_id,
+                "encoding": encoding,
+                "quality": quality,
+                "start_timeout": start_timeout,
+                "max_episode_steps": max_episode_steps,
+            }
+        )
+        self._configure_spaces()
+        self._frame = self._session.frame()
+        self._steps = 0
+        self._next_at: float | None = None
+        self._episode_id: int | None = None
+        self._closed = False
+
+    # Helpers ---------------------------------------------------------------------------
+
+    def _run(self, coro: Any, timeout: float | None = None) -> Any:
+        return self._loop.run(coro, timeout)
+
+    def _configure_spaces(self) -> None:
+        width, height = self._session.screen_size
+        describe = self._session.describe_body()
+        self.fps = float(self._requested_fps or describe.get("fps") or DEFAULT_FPS)
+        self.metadata = {**self.metadata, "render_fps": self.fps}
+        self.observation_space = spaces.Box(0, 255, (height, width, 3), np.uint8)
+        self.action_space = VNCActionSpace(
+            describe.get("keys", ()), width, height, int(describe.get("buttons", 1))
+        )
+
+    @property
+    def session(self) -> RemoteSession:
+        """The async session underneath (for diagnostics)."""
+        return self._session
+
+    # gymnasium API -----------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start a new episode (``options={"env_id": ...}`` switches environment).
+
+        Reconnects first if the remote dropped, waiting up to ``start_timeout``.
+        """
+        super().reset(seed=seed)
+        env_id = (options or {}).get("env_id", self.env_id)
+        if not self._session.connected:
+            self._run(self._session.connect(), self.start_timeout + _GRACE)
+        self._episode_id = self._run(
+            self._session.reset(env_id=env_id, seed=seed, fps=self._requested_fps)
+        )
+        if self._session.screen_size != self.observation_space.shape[1::-1] or env_id:
+            self._configure_spaces()
+        self._steps = 0
+        self._next_at = None
+        self._frame = self._session.frame()
+        return self._frame, {"episode_id": self._episode_id, **self._session.info()}
+
+    def step(
+        self, action: Sequence[tuple[Any, ...]]
+    ) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        if self._closed:
+            raise RuntimeError("step() on a closed RemoteEnv")
+        problem = self.action_space.check(action)
+        if problem is not None:
+            raise ValueError(f"invalid action for remote {self._session.name}: {problem}")
+        if not self._session.connected:
+            return self._lost()
+        frame, result, late = self._run(self._step(list(action)))
+        if not self._session.connected:
+            return self._lost()
+        self._frame = frame
+        self._steps += 1
+        truncated = self.max_episode_steps is not None and self._steps >= self.max_episode_steps
+        info = {
+            **result.info,
+            "episode_id": result.episode_id,
+            "env_state": result.env_state,
+            "text": list(result.text),
+            "step.late": late,
+            **self._session.info(),
+        }
+        if result.observation is not None:
+            info["rewarder.observation"] = result.observation
+        return frame, result.reward, result.done, truncated, info
+
+    async def _step(self, action: list[tuple[Any, ...]]) -> tuple[np.ndarray, Any, float]:
+        self._session.send(action)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._next_at is None:
+            self._next_at = now
+        self._next_at += 1.0 / self.fps
+        late = now - self._next_at
+        if late > 0:  # the agent took longer than a frame: do not try to catch up
+            self._next_at = now
+        else:
+            await asyncio.sleep(-late)
+            late = 0.0
+        return self._session.frame(), self._session.pop(), late
+
+    def _lost(self) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """The remote dropped: end the episode; the next reset reconnects."""
+        error = self._session.error or "connection lost"
+        info = {"remote.error": error, "remote.connected": False, "remote.name": self._session.name}
+        return self._frame, 0.0, False, True, info
+
+    def render(self) -> np.ndarray | None:  # type: ignore[override]
+        return self._frame if self.render_mode == "rgb_array" else None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self._session.close(), 10)
+        except (RuntimeError, TimeoutError, RemoteUnavailable):
+            pass

@@ -1,0 +1,197 @@
+"""Remotes on this machine: ``universe-remote serve`` subprocesses on free port pairs.
+
+Holds :func:`start_local` and :class:`LocalRemotes`. Each remote binds port 0 for both
+channels (so two starts never race for a port) and prints its address; we read it, then
+probe both channels the way an agent would — the VNC greeting, and the rewarder's
+``v0.env.describe`` as an *observer*, so the probe never takes the active slot. The
+processes stop on :meth:`LocalRemotes.close`, on ``with`` exit, at interpreter exit, and
+(on Linux) when this process dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import ctypes
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from rewarder.client import RewarderClient
+
+from .address import RemoteAddress, format_remotes
+from .loop import shared_loop
+
+log = logging.getLogger(__name__)
+
+#: Remotes one call may start: each is a process with its own game loop.
+MAX_LOCAL_REMOTES: Final = 256
+#: Seconds a stopping remote gets after SIGTERM before it is killed.
+STOP_TIMEOUT: Final = 5.0
+
+_ADDRESS_LINE = re.compile(rb"agent address\s+vnc://(?P<host>[^:\s]+):(?P<vnc>\d+)\+(?P<rew>\d+)")
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the parent dies (Linux), so no remote outlives us."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class LocalRemotes:
+    """Running local remotes; :attr:`address` is their ``vnc://...`` address string."""
+
+    def __init__(self, processes: list[subprocess.Popen[bytes]], addresses: list[RemoteAddress],
+                 password: str | None, logs: list[Path], command: list[str],
+                 env: dict[str, str]) -> None:
+        self.processes = processes
+        self.command, self.env = command, env
+        self.addresses = addresses
+        self.password = password
+        self.logs = logs
+        self.address = format_remotes(addresses, password)
+        atexit.register(self.close)
+
+    def __enter__(self) -> LocalRemotes:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return len(self.addresses)
+
+    def close(self) -> None:
+        """Stop every remote (SIGTERM, then SIGKILL after :data:`STOP_TIMEOUT`)."""
+        for proc in self.processes:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.processes:
+            try:
+                proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        atexit.unregister(self.close)
+
+    def kill(self, index: int) -> None:
+        """Kill remote ``index`` at once (for tests of what agents do when a remote dies)."""
+        self.processes[index].kill()
+        self.processes[index].wait()
+
+    def restart(self, index: int, timeout: float = 30.0) -> None:
+        """Start remote ``index`` again on its old ports (after :meth:`kill` or a crash)."""
+        proc = self.processes[index]
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(STOP_TIMEOUT)
+        address = self.addresses[index]
+        ports = ["--vnc-port", str(address.vnc_port), "--rewarder-port", str(address.rewarder_port)]
+        new = _spawn([*self.command, *ports], self.env, self.logs[index])
+        self.processes[index] = new
+        shared_loop().run(_await_ready(new, self.logs[index], self.password, timeout), timeout + 10)
+
+
+async def _probe(address: RemoteAddress, password: str | None, timeout: float) -> None:
+    assert address.vnc_port is not None and address.rewarder is not None
+    async with asyncio.timeout(timeout):
+        reader, writer = await asyncio.open_connection(address.host, address.vnc_port)
+        greeting = await reader.readexactly(12)
+        writer.close()
+        if not greeting.startswith(b"RFB "):
+            raise ConnectionError(f"{address}: VNC port answered {greeting!r}, not an RFB greeting")
+        client = RewarderClient(address.rewarder, password=password, observer=True,
+                                start_timeout=timeout, reconnect=False, calibration_pings=0)
+        async with client:
+            await client.wait_for_state("running", timeout=timeout)
+
+
+def _spawn(command: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as log_file:
+        return subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
+            env=env, preexec_fn=_die_with_parent,
+        )
+
+
+async def _await_ready(
+    proc: subprocess.Popen[bytes], log_path: Path, password: str | None, timeout: float
+) -> RemoteAddress:
+    """The address ``proc`` printed, once both its channels answer."""
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(timeout):
+        address = await loop.run_in_executor(None, _read_address, proc, log_path)
+    await _probe(address, password, timeout)
+    return address
+
+
+async def _start(
+    env_id: str, n: int, password: str | None, fps: float | None,
+    start_timeout: float, extra_args: Sequence[str],
+) -> LocalRemotes:
+    command = [sys.executable, "-m", "remotes.cli", "serve", env_id, "--host", "127.0.0.1",
+               *extra_args]
+    if fps is not None:
+        command += ["--fps", str(fps)]
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    if password is not None:
+        env["UNIVERSE_REMOTE_PASSWORD"] = password
+    log_dir = Path(tempfile.mkdtemp(prefix="universe-remote-"))
+    logs = [log_dir / f"remote-{i}.log" for i in range(n)]
+    free_ports = ["--vnc-port", "0", "--rewarder-port", "0"]
+    processes = [_spawn([*command, *free_ports], env, path) for path in logs]
+    remotes = LocalRemotes(processes, [], password, logs, command, env)
+    try:
+        addresses = await asyncio.gather(
+            *(_await_ready(p, path, password, start_timeout) for p, path in zip(processes, logs))
+        )
+        remotes.addresses = list(addresses)
+        remotes.address = format_remotes(remotes.addresses, password)
+    except BaseException:
+        remotes.close()
+        raise
+    return remotes
+
+
+def _read_address(proc: subprocess.Popen[bytes], log_path: Path) -> RemoteAddress:
+    """Read the remote's banner for its address; then keep draining its stdout."""
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    for line in stdout:
+        match = _ADDRESS_LINE.search(line)
+        if match:
+            threading.Thread(target=stdout.read, daemon=True).start()
+            return RemoteAddress(match["host"].decode(), int(match["vnc"]), int(match["rew"]))
+    proc.wait()
+    raise RuntimeError(
+        f"a local remote exited ({proc.returncode}) before it served; the end of its log "
+        f"{log_path}:\n{log_path.read_text(errors='replace')[-2000:]}"
+    )
+
+
+def start_local(
+    env_id: str = "builtin.Catch-v0",
+    n: int = 1,
+    *,
+    password: str | None = None,
+    fps: float | None = None,
+    start_timeout: float = 30.0,
+    extra_args: Sequence[str] = (),
+) -> LocalRemotes:
+    """Start ``n`` remotes serving ``env_id`` on 127.0.0.1 and wait until each answers."""
+    if not 1 <= n <= MAX_LOCAL_REMOTES:
+        raise ValueError(f"n must be 1..{MAX_LOCAL_REMOTES}, not {n}")
+    return shared_loop().run(
+        _start(env_id, n, password, fps, start_timeout, extra_args), start_timeout + 10
+    )

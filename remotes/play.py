@@ -1,0 +1,111 @@
+"""``universe-remote play``: run an agent against remotes and show how it goes.
+
+Holds :func:`play` and the agents it knows (:data:`AGENTS`). With an env id it starts
+``-n`` local remotes itself; with ``--remote ADDRESS`` it drives remotes already running.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import numpy as np
+
+from .local import start_local
+from .vector import RemoteVectorEnv
+
+#: Seconds between progress lines.
+PROGRESS_INTERVAL = 1.0
+
+
+def random_agent(env: RemoteVectorEnv) -> Callable[[np.ndarray], list[Any]]:
+    """Samples each remote's action space: keys pressed and released, clicks anywhere."""
+    spaces = [env.single_action_space] * env.num_envs
+    for i, space in enumerate(spaces):
+        space.seed(i)
+    return lambda observations: [space.sample() for space in spaces]
+
+
+def noop_agent(env: RemoteVectorEnv) -> Callable[[np.ndarray], list[Any]]:
+    """Does nothing: how the game goes on by itself."""
+    return lambda observations: [[] for _ in range(env.num_envs)]
+
+
+AGENTS: dict[str, Callable[[RemoteVectorEnv], Callable[[np.ndarray], list[Any]]]] = {
+    "random": random_agent,
+    "noop": noop_agent,
+}
+
+
+def play(
+    env_id: str | None,
+    *,
+    remote: str | None = None,
+    n: int = 1,
+    agent: str = "random",
+    steps: int | None = None,
+    seconds: float | None = None,
+    fps: float | None = None,
+    password: str | None = None,
+    out: TextIO = sys.stdout,
+) -> dict[str, Any]:
+    """Run ``agent`` for ``steps`` steps (or ``seconds``); print progress; return a summary."""
+    local = None
+    if remote is None:
+        if env_id is None:
+            raise ValueError("give an ENV_ID to start local remotes, or --remote ADDRESS")
+        print(f"starting {n} local remote(s) of {env_id} ...", file=out, flush=True)
+        local = start_local(env_id, n, password=password)
+        remote = local.address
+        print(f"remotes: {remote}", file=out, flush=True)
+    env = RemoteVectorEnv(remote, password=password, fps=fps, env_id=env_id if local is None else None)
+    try:
+        act = AGENTS[agent](env)
+        observations, _ = env.reset(seed=0)
+        returns = np.zeros(env.num_envs)
+        finished: list[float] = []
+        started = last = time.monotonic()
+        done_steps = last_steps = 0
+        while (steps is None or done_steps < steps) and (
+            seconds is None or time.monotonic() - started < seconds
+        ):
+            observations, rewards, terminated, truncated, info = env.step(act(observations))
+            returns += rewards
+            for i in np.flatnonzero(terminated | truncated):
+                finished.append(float(returns[i]))
+                returns[i] = 0.0
+            done_steps += 1
+            now = time.monotonic()
+            if now - last >= PROGRESS_INTERVAL:
+                rate = (done_steps - last_steps) / (now - last)
+                recent = finished[-20:]
+                mean = f"{np.mean(recent):+.2f}" if recent else "n/a"
+                print(
+                    f"step {done_steps:6d}  {rate:5.1f} steps/s per remote ({env.fps:g} target)"
+                    f"  episodes {len(finished):4d}  mean return (last 20) {mean}"
+                    f"  current {np.round(returns, 1).tolist()}",
+                    file=out,
+                    flush=True,
+                )
+                last, last_steps = now, done_steps
+        elapsed = time.monotonic() - started
+        summary = {
+            "steps": done_steps,
+            "remotes": env.num_envs,
+            "steps_per_second": done_steps / elapsed if elapsed else 0.0,
+            "episodes": len(finished),
+            "returns": finished,
+        }
+        print(
+            f"done: {done_steps} steps x {env.num_envs} remote(s) in {elapsed:.1f} s "
+            f"({summary['steps_per_second']:.1f} steps/s per remote), {len(finished)} episodes",
+            file=out,
+            flush=True,
+        )
+        return summary
+    finally:
+        env.close()
+        if local is not None:
+            local.close()

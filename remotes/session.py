@@ -1,0 +1,227 @@
+"""One remote's two channels, paired: the async core of the gymnasium envs.
+
+Holds :class:`RemoteSession` and :class:`RemoteUnavailable`. A session owns a
+:class:`~vncdriver.client.VNCClient` and a :class:`~rewarder.client.RewarderClient`
+(either may be absent for VNC-only or rewarder-only addresses), connects them together,
+resets through the rewarder's episode handshake and reads frame + reward per step.
+Everything here runs on the env's event loop; the envs wrap it synchronously.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from rewarder.client import RewarderClient
+from rewarder.errors import RewarderError
+from rewarder.reward_buffer import EMPTY, EpisodeResult
+from vncdriver.client import VNCClient
+from vncdriver.errors import VNCError
+
+from .address import RemoteAddress
+
+log = logging.getLogger(__name__)
+
+#: Seconds a reset may take, from the request to the first frame of the new episode.
+RESET_TIMEOUT: Final = 60.0
+
+
+class RemoteUnavailable(ConnectionError):
+    """A remote could not be reached or dropped; the message says which and what to do."""
+
+    def __init__(self, name: str, what: str, cause: BaseException | None = None) -> None:
+        self.name, self.cause = name, cause
+        detail = f": {cause}" if cause is not None else ""
+        super().__init__(
+            f"remote {name}: {what}{detail}. Is it running (universe-remote serve ...)? "
+            "Check the address, the ports and the password."
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VNCOptions:
+    """How the VNC client asks for pixels (Universe's defaults: Tight, lossless here)."""
+
+    encoding: str | Sequence[str] = "tight"
+    quality: int | None = None
+    compress_level: int | None = None
+    fine_quality: int | None = None
+    subsample: int | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        return {
+            "encoding": self.encoding,
+            "quality": self.quality,
+            "compress_level": self.compress_level,
+            "fine_quality": self.fine_quality,
+            "subsample": self.subsample,
+        }
+
+
+class RemoteSession:
+    """The VNC and rewarder clients of one remote."""
+
+    def __init__(
+        self,
+        address: RemoteAddress,
+        password: str | None = None,
+        *,
+        vnc: VNCOptions = VNCOptions(),
+        start_timeout: float = 30.0,
+    ) -> None:
+        self.address = address
+        self.name = str(address)
+        self.password = password
+        self.vnc_options = vnc
+        self.start_timeout = start_timeout
+        self.vnc: VNCClient | None = None
+        self.rewarder: RewarderClient | None = None
+        self._blank: np.ndarray | None = None
+
+    # Connection -------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Connect both channels (concurrently); raise :class:`RemoteUnavailable`."""
+        await self.close()
+        addr = self.address
+        if addr.vnc is not None:
+            self.vnc = VNCClient(
+                addr.vnc,
+                password=self.password,
+                start_timeout=self.start_timeout,
+                name=self.name,
+                **self.vnc_options.kwargs(),
+            )
+        if addr.rewarder is not None:
+            self.rewarder = RewarderClient(
+                addr.rewarder,
+                password=self.password,
+                start_timeout=self.start_timeout,
+                reconnect=False,
+                name=self.name,
+            )
+        starts = [c.start() for c in (self.vnc, self.rewarder) if c is not None]
+        results = await asyncio.gather(*starts, return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await self.close()
+            raise RemoteUnavailable(self.name, "cannot connect", errors[0])
+
+    async def close(self) -> None:
+        clients = [c for c in (self.vnc, self.rewarder) if c is not None]
+        self.vnc = self.rewarder = None
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+    @property
+    def connected(self) -> bool:
+        return all(c is not None and c.connected for c in self._wanted())
+
+    @property
+    def error(self) -> str | None:
+        """Why the session is not usable, or None."""
+        for kind, client in zip(("VNC", "rewarder"), self._wanted(), strict=True):
+            if client is None:
+                return f"{kind} channel not connected"
+            if not client.connected:
+                return f"{kind} connection lost: {client.error}"
+        return None
+
+    def _wanted(self) -> tuple[Any, Any]:
+        vnc = self.vnc if self.address.vnc is not None else _ALWAYS
+        rewarder = self.rewarder if self.address.rewarder is not None else _ALWAYS
+        return vnc, rewarder
+
+    # Screen --------------------------------------------------------------------------------
+
+    @property
+    def screen_size(self) -> tuple[int, int]:
+        """(width, height) of the remote's screen."""
+        if self.vnc is not None:
+            return self.vnc.width, self.vnc.height
+        if self.rewarder is not None and self.rewarder.describe is not None:
+            body = self.rewarder.describe.body
+            return int(body.get("width", 0)), int(body.get("height", 0))
+        raise RemoteUnavailable(self.name, "not connected")
+
+    def frame(self) -> np.ndarray:
+        """A copy of the latest frame (a blank one for rewarder-only remotes)."""
+        if self.vnc is not None:
+            return self.vnc.frame()
+        width, height = self.screen_size
+        if self._blank is None or self._blank.shape != (height, width, 3):
+            self._blank = np.zeros((height, width, 3), np.uint8)
+        return self._blank.copy()
+
+    def describe_body(self) -> dict[str, Any]:
+        if self.rewarder is not None and self.rewarder.describe is not None:
+            return dict(self.rewarder.describe.body)
+        return {}
+
+    # Episodes --------------------------------------------------------------------------------
+
+    async def reset(
+        self,
+        env_id: str | None = None,
+        seed: int | None = None,
+        fps: float | None = None,
+        timeout: float = RESET_TIMEOUT,
+    ) -> int | None:
+        """Start a new episode and wait until the remote runs it and a frame of it arrived.
+
+        Returns the new episode id (None without a rewarder). A frame "of it" is the
+        first VNC update that arrives after the reset reply: the remote draws the new
+        episode's first frame before it replies.
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                episode = None
+                if self.rewarder is not None:
+                    episode = await self.rewarder.reset(env_id=env_id, seed=seed, fps=fps)
+                    await self.rewarder.wait_for_state("running", episode_id=episode)
+                if self.vnc is not None:
+                    await self.vnc.wait_update(self.vnc.updates)
+                return episode
+        except (RewarderError, VNCError, OSError) as exc:
+            raise RemoteUnavailable(self.name, "reset failed", exc) from exc
+        except TimeoutError as exc:
+            raise RemoteUnavailable(self.name, f"reset took over {timeout:g} s", exc) from exc
+
+    def send(self, events: Sequence[Sequence[Any]]) -> None:
+        """Send input events: over VNC when there is VNC, else as ``v0.agent.action``."""
+        if not events:
+            return
+        if self.vnc is not None:
+            self.vnc.send_events(events)
+        elif self.rewarder is not None:
+            asyncio.get_running_loop().create_task(self.rewarder.send_action(events))
+
+    def pop(self) -> EpisodeResult:
+        """Reward, done, info and text gathered since the last pop, for the current episode."""
+        return self.rewarder.pop() if self.rewarder is not None else EMPTY
+
+    def info(self) -> dict[str, Any]:
+        """Diagnostics for ``info``: round trip, clock skew, VNC update stats."""
+        info: dict[str, Any] = {}
+        if self.rewarder is not None:
+            info["rewarder.rtt"] = self.rewarder.rtt
+            info["rewarder.clock_skew"] = self.rewarder.clock_skew
+        if self.vnc is not None:
+            stats = self.vnc.stats
+            info["vnc.updates"] = stats.updates
+            info["vnc.bytes"] = stats.bytes
+            info["vnc.pixels"] = stats.pixels
+            info["vnc.updates_per_second"] = stats.updates_per_second
+        return info
+
+
+class _Always:
+    connected = True
+    error = None
+
+
+_ALWAYS: Final = _Always()

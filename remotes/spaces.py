@@ -1,0 +1,108 @@
+"""The VNC action space: an action is a list of keyboard and mouse events.
+
+Holds :class:`VNCActionSpace`. Events use Universe's vocabulary:
+``("KeyEvent", key, down)`` with an X keysym name (or alias), and
+``("PointerEvent", x, y, buttonmask)``. Keys stay pressed until released, as in VNC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import numpy as np
+from gymnasium import spaces
+
+from vncdriver import keysyms
+from vncdriver.errors import UnknownKey
+
+#: Events in one sampled action: a few, as a person might do in a frame.
+MAX_SAMPLED_EVENTS: Final = 3
+
+Event = tuple[Any, ...]
+
+
+class VNCActionSpace(spaces.Space[list[Event]]):
+    """Lists of key and pointer events a remote accepts.
+
+    ``keys``: the X keysym names the remote reacts to (from ``v0.env.describe``);
+    ``width``/``height``: the screen, for pointer events; ``buttons``: the button mask
+    bits the remote uses (0 means no pointer events are sampled).
+    """
+
+    def __init__(
+        self,
+        keys: Sequence[str],
+        width: int,
+        height: int,
+        buttons: int = 0,
+        seed: int | np.random.Generator | None = None,
+    ) -> None:
+        self.keys = tuple(keysyms.canonical(k) for k in keys)
+        self.width, self.height, self.buttons = width, height, buttons
+        super().__init__(shape=None, dtype=None, seed=seed)
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def sample(self, mask: Any = None, probability: Any = None) -> list[Event]:
+        """A few random events: key presses/releases among ``keys``, pointer moves/clicks."""
+        rng = self.np_random
+        kinds = (["KeyEvent"] if self.keys else []) + (["PointerEvent"] if self.buttons else [])
+        if not kinds:
+            return []
+        events: list[Event] = []
+        for _ in range(int(rng.integers(0, MAX_SAMPLED_EVENTS + 1))):
+            if kinds[int(rng.integers(len(kinds)))] == "KeyEvent":
+                key = self.keys[int(rng.integers(len(self.keys)))]
+                events.append(("KeyEvent", key, bool(rng.integers(2))))
+            else:
+                x, y = int(rng.integers(self.width)), int(rng.integers(self.height))
+                events.append(("PointerEvent", x, y, int(rng.integers(256)) & self.buttons))
+        return events
+
+    def contains(self, x: Any) -> bool:
+        return self.check(x) is None
+
+    def check(self, action: Any) -> str | None:
+        """None if ``action`` is valid, else what is wrong with it (for error messages)."""
+        if not isinstance(action, list | tuple):
+            return f"an action is a list of events, not {type(action).__name__}"
+        for i, event in enumerate(action):
+            if not isinstance(event, list | tuple) or not event:
+                return f"event {i} must be a tuple such as ('KeyEvent', 'Left', True)"
+            if event[0] == "KeyEvent" and len(event) == 3:
+                key, down = event[1], event[2]
+                if not isinstance(down, bool | np.bool_):
+                    return f"event {i}: down must be True or False, not {down!r}"
+                try:
+                    name = keysyms.canonical(key) if isinstance(key, str) else keysyms.name(key)
+                except (UnknownKey, TypeError):
+                    return f"event {i}: unknown key {key!r}"
+                if self.keys and name not in self.keys:
+                    return f"event {i}: this remote does not use key {name!r}; it uses {', '.join(self.keys)}"
+            elif event[0] == "PointerEvent" and len(event) == 4:
+                x, y, mask = event[1], event[2], event[3]
+                if not all(isinstance(v, int | np.integer) for v in (x, y, mask)):
+                    return f"event {i}: x, y and buttonmask must be integers"
+                if not (0 <= x < self.width and 0 <= y < self.height):
+                    return f"event {i}: pointer ({x}, {y}) is off the {self.width}x{self.height} screen"
+                if not 0 <= mask <= 255:
+                    return f"event {i}: buttonmask must be 0..255"
+            else:
+                return (
+                    f"event {i} must be ('KeyEvent', key, down) or "
+                    f"('PointerEvent', x, y, buttonmask), not {event!r}"
+                )
+        return None
+
+    def __repr__(self) -> str:
+        return f"VNCActionSpace(keys={list(self.keys)}, screen={self.width}x{self.height}, buttons={self.buttons})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, VNCActionSpace)
+            and (self.keys, self.width, self.height, self.buttons)
+            == (other.keys, other.width, other.height, other.buttons)
+        )

@@ -1,0 +1,794 @@
+"""The VNC client: a thin asyncio shell around :class:`~.client_protocol.ClientProtocol`.
+
+Holds :class:`VNCClient`, its entry point :func:`connect`, :func:`parse_address`,
+:class:`VNCClientStats` and the connection constants (backoff, timeouts, rate window).
+
+One client keeps one RFB connection to one VNC server (our remote, TigerVNC's Xvnc,
+x11vnc, ...). It is an ``asyncio.BufferedProtocol``: the event loop receives straight
+into the numpy memory the sans-I/O parser points at (a Raw rectangle's staging array, a
+zlib or JPEG buffer), so the frame path has no ``readexactly`` and no per-message copies.
+The framebuffer is ``uint8[H, W, 3]`` RGB, updated in place; we ask for a pixel format
+(:data:`~.pixelformat.NATIVE`) where that needs no per-pixel shuffle.
+
+Exactly one incremental FramebufferUpdateRequest is outstanding at any time: the next
+one goes out as soon as an update is applied, so the server sends whatever changed since
+(and nothing while the screen stands still).
+
+Addresses, as VNC viewers write them (:func:`parse_address`):
+
+- ``host:N`` with N < 100 is display N, i.e. port 5900 + N (``localhost:1`` is 5901);
+- ``host:N`` with N >= 100 is port N (``127.0.0.1:5901``);
+- ``host::N`` is always port N (``host::99`` is port 99);
+- ``host`` alone is display 0 (port 5900); ``:N`` means 127.0.0.1; IPv6 hosts go in
+  brackets (``[::1]:5901``).
+
+Lifecycle:
+
+- :meth:`VNCClient.start` (or ``await connect(...)``, or ``async with``) dials with capped
+  exponential backoff until ``start_timeout``, then raises
+  :class:`~.errors.ConnectTimeout`. :class:`~.errors.AuthenticationFailed`,
+  :class:`~.errors.ServerRefused` and :class:`~.errors.ProtocolError` during the
+  handshake are final (no retry) and carry the server's reason.
+- When an established connection ends (the server closed it, the socket broke, the
+  server broke RFB), ``connected`` turns False, ``error`` holds a
+  :class:`~.errors.ConnectionLost` (its ``__cause__`` is the underlying error, if any),
+  ``wait_update`` waiters get it raised and sending raises it. There is **no automatic
+  reconnect**: the env layer decides whether to make a new client.
+- :meth:`VNCClient.close` is idempotent.
+
+Many clients share one event loop; nothing here starts a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final, Self
+
+import numpy as np
+
+from . import keysyms
+from .client_protocol import ClientProtocol, FramebufferUpdated
+from .errors import (
+    ConnectionLost,
+    ConnectTimeout,
+    LocalProtocolError,
+)
+from .handshake import ClientHandshake
+from .messages import Bell, Encoding, ServerCutText, Subsampling, build_encodings
+from .pixelformat import NATIVE
+
+__all__ = [
+    "VNCClient",
+    "VNCClientStats",
+    "connect",
+    "parse_address",
+]
+
+log = logging.getLogger(__name__)
+
+#: VNC's base port: display N listens on 5900 + N.
+DEFAULT_PORT: Final = 5900
+#: ``host:N`` below this is a display number, at or above it a port (as vncviewer reads it).
+DISPLAY_LIMIT: Final = 100
+#: First wait between connection attempts; multiplied by BACKOFF_FACTOR after each failure ...
+BACKOFF_START: Final = 0.05
+BACKOFF_FACTOR: Final = 2.0
+#: ... up to this, so a server that comes up is found within a second.
+BACKOFF_CAP: Final = 1.0
+#: One attempt (TCP connect plus RFB handshake) gives up after this, so one hung attempt
+#: cannot eat the whole start timeout.
+ATTEMPT_TIMEOUT: Final = 5.0
+#: How long close() lets queued input drain before it drops the connection.
+CLOSE_TIMEOUT: Final = 2.0
+#: Seconds of recent updates the ``*_per_second`` rates in :class:`VNCClientStats` average.
+RATE_WINDOW: Final = 2.0
+#: Receive buffer during the handshake (the largest handshake message is ServerInit with
+#: a desktop name; anything past it is handed to the protocol as trailing data).
+HANDSHAKE_READ_BYTES: Final = 16 * 1024
+
+#: ``encoding=`` names: the named encoding first, then fallbacks the server may use
+#: for what it cannot send that way. CopyRect is always welcome (it costs nothing).
+ENCODING_PREFERENCES: Final[dict[str, tuple[int, ...]]] = {
+    "tight": (Encoding.TIGHT, Encoding.ZRLE, Encoding.COPYRECT, Encoding.RAW),
+    "zrle": (Encoding.ZRLE, Encoding.TIGHT, Encoding.COPYRECT, Encoding.RAW),
+    "raw": (Encoding.RAW, Encoding.COPYRECT),
+}
+_ENCODING_NUMBERS: Final = {
+    "raw": Encoding.RAW,
+    "copyrect": Encoding.COPYRECT,
+    "tight": Encoding.TIGHT,
+    "zrle": Encoding.ZRLE,
+}
+
+UpdateCallback = Callable[["VNCClient", FramebufferUpdated], None]
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``(host, port)`` of a VNC address: ``host:display``, ``host:port`` or ``host::port``.
+
+    ``host:N`` is display N (port 5900 + N) when N < 100 and port N otherwise; ``host::N``
+    is port N; a missing host is 127.0.0.1 and a missing display is 0. IPv6 hosts are
+    written in brackets: ``[::1]:1``.
+    """
+    text = address.strip()
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError(f"VNC address {address!r}: missing ']' after the IPv6 host")
+        host, rest = text[1:end], text[end + 1 :]
+    else:
+        host, sep, rest = text.partition(":")
+        rest = sep + rest
+    if "://" in text or "/" in rest:
+        raise ValueError(
+            f"VNC address {address!r} must be host:display, host:port or host::port "
+            "(such as localhost:1, 127.0.0.1:5901 or example.com::5901), not a URL"
+        )
+    host = host or "127.0.0.1"
+    if not rest:
+        return host, DEFAULT_PORT
+    explicit = rest.startswith("::")
+    number = rest[2:] if explicit else rest[1:]
+    if not rest.startswith(":") or not number.isdigit():
+        raise ValueError(
+            f"VNC address {address!r}: {number or rest!r} is not a display or port number; "
+            "write host:display, host:port or host::port (IPv6 hosts in brackets: [::1]:1)"
+        )
+    value = int(number)
+    port = value if explicit or value >= DISPLAY_LIMIT else DEFAULT_PORT + value
+    if not 0 < port < 65536:
+        raise ValueError(f"VNC address {address!r}: port {port} is outside 1..65535")
+    return host, port
+
+
+def encoding_list(
+    encoding: str | Sequence[str | int] = "tight",
+    *,
+    quality: int | None = None,
+    compress_level: int | None = None,
+    fine_quality: int | None = None,
+    subsample: Subsampling | int | None = None,
+) -> list[int]:
+    """The SetEncodings list for ``encoding`` (a name of ENCODING_PREFERENCES, or an exact
+    list of names and numbers, best first) plus the JPEG/compression pseudo-encodings."""
+    if isinstance(encoding, str):
+        try:
+            numbers: Iterable[int] = ENCODING_PREFERENCES[encoding.lower()]
+        except KeyError:
+            raise ValueError(
+                f"unknown encoding {encoding!r}; use one of {sorted(ENCODING_PREFERENCES)} "
+                "or a list of names and numbers"
+            ) from None
+    else:
+        numbers = []
+        for item in encoding:
+            if isinstance(item, str):
+                if item.lower() not in _ENCODING_NUMBERS:
+                    raise ValueError(
+                        f"unknown encoding {item!r} in {list(encoding)}; we decode "
+                        f"{sorted(_ENCODING_NUMBERS)}"
+                    )
+                numbers.append(_ENCODING_NUMBERS[item.lower()])
+            else:
+                numbers.append(int(item))
+    return build_encodings(
+        numbers,
+        quality=quality,
+        compress_level=compress_level,
+        fine_quality=fine_quality,
+        subsample=subsample,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class VNCClientStats:
+    """Counters since the connection was made, and rates over the last RATE_WINDOW seconds.
+
+    ``bytes`` counts everything received after the handshake; ``bytes_per_second`` only
+    framebuffer updates. ``rectangles_by_encoding`` is keyed by encoding name (pseudo-
+    encodings included, e.g. ``DESKTOP_SIZE``).
+    """
+
+    updates: int
+    rectangles: int
+    bytes: int
+    pixels: int
+    updates_per_second: float
+    rectangles_per_second: float
+    bytes_per_second: float
+    pixels_per_second: float
+    rectangles_by_encoding: dict[str, int]
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """One TCP connection: a :class:`ClientHandshake`, then the client's protocol object.
+
+    ``ready`` resolves to None once the handshake is done, or to the exception that ended
+    it; ``lost`` resolves when the transport is gone.
+    """
+
+    def __init__(self, client: VNCClient) -> None:
+        loop = asyncio.get_running_loop()
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.handshake: ClientHandshake | None = ClientHandshake(
+            password=client.password, shared=client.shared
+        )
+        self.proto: ClientProtocol | None = None
+        self.ready: asyncio.Future[BaseException | None] = loop.create_future()
+        self.lost: asyncio.Future[None] = loop.create_future()
+        self.error: BaseException | None = None  # what made us drop the connection
+        self._handshake_buffer: memoryview | None = memoryview(bytearray(HANDSHAKE_READ_BYTES))
+
+    # asyncio.BufferedProtocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        proto = self.proto
+        if proto is not None:
+            return proto.get_buffer(sizehint)
+        assert self._handshake_buffer is not None
+        return self._handshake_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        proto = self.proto
+        if proto is None:
+            self._handshake_data(nbytes)
+            return
+        try:
+            proto.buffer_updated(nbytes)
+            events = proto.events_received()
+        except Exception as exc:  # the server broke RFB (or a decoder hit a limit)
+            self.fail(exc)
+            return
+        if events:
+            self.client._handle_events(self, proto, events)
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and self.error is None:
+            self.error = exc
+        if not self.ready.done():
+            reason = "the server closed the connection during the RFB handshake"
+            lost = ConnectionLost(self.client.address, reason)
+            lost.__cause__ = self.error
+            self.ready.set_result(lost)
+        if not self.lost.done():
+            self.lost.set_result(None)
+        self.client._connection_lost(self)
+
+    # ----------------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if data and self.transport is not None:
+            self.transport.write(data)
+
+    def fail(self, exc: BaseException) -> None:
+        """Drop the connection because of ``exc``."""
+        if self.error is None:
+            self.error = exc
+        if not self.ready.done():
+            self.ready.set_result(exc)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _handshake_data(self, nbytes: int) -> None:
+        handshake, buffer = self.handshake, self._handshake_buffer
+        assert handshake is not None and buffer is not None
+        try:
+            handshake.receive_data(bytes(buffer[:nbytes]))
+            self.write(handshake.data_to_send())
+            if not handshake.complete:
+                return
+            result = handshake.result
+            assert result is not None
+            proto = ClientProtocol(
+                result, pixel_format=NATIVE, encodings=self.client.encodings
+            )
+            trailing = handshake.trailing_data()
+            if trailing:
+                proto.receive_data(trailing)
+            early = proto.events_received()
+        except Exception as exc:  # AuthenticationFailed, ServerRefused, ProtocolError
+            self.fail(exc)
+            return
+        self.proto = proto
+        self.handshake = self._handshake_buffer = None
+        proto.request_update(incremental=False)
+        self.write(proto.data_to_send())
+        self.ready.set_result(None)
+        if early:
+            self.client._handle_events(self, proto, early)
+
+
+class VNCClient:
+    """The agent's end of one VNC connection: a live RGB framebuffer, keyboard and mouse.
+
+    ``await client.start()`` (or ``await connect(address)``, or ``async with``), then read
+    :meth:`frame` (or :attr:`framebuffer`), :meth:`wait_update` for news, send input with
+    :meth:`key_event`, :meth:`pointer_event` or :meth:`send_events`; ``await
+    client.close()`` at the end (idempotent).
+
+    ``encoding`` is ``"tight"``, ``"zrle"`` or ``"raw"`` (that encoding first, with
+    fallbacks) or an exact list of names/numbers, best first. ``quality`` (0-9) turns on
+    Tight JPEG (lossy); None keeps every encoding lossless. ``compress_level`` (0-9),
+    ``fine_quality`` (0-100) and ``subsample`` are TurboVNC's refinements (other servers
+    ignore what they do not know). ``name`` labels logs and errors (default: the address).
+    ``on_update(client, update)`` is called after each applied update.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        password: str | None = None,
+        encoding: str | Sequence[str | int] = "tight",
+        quality: int | None = None,
+        compress_level: int | None = None,
+        fine_quality: int | None = None,
+        subsample: Subsampling | int | None = None,
+        start_timeout: float = 30.0,
+        shared: bool = True,
+        name: str | None = None,
+        on_update: UpdateCallback | None = None,
+    ) -> None:
+        self.address = address
+        self.host, self.port = parse_address(address)
+        self.name = name or address
+        self.password = password
+        self.shared = shared
+        self.start_timeout = start_timeout
+        #: The SetEncodings list we send (see :func:`encoding_list`).
+        self.encodings = encoding_list(
+            encoding,
+            quality=quality,
+            compress_level=compress_level,
+            fine_quality=fine_quality,
+            subsample=subsample,
+        )
+        #: Called as ``on_update(client, update)`` after each applied update; exceptions
+        #: are logged, never raised into the connection.
+        self.on_update = on_update
+        #: The server's latest clipboard text (ServerCutText), if it sent any.
+        self.clipboard: str | None = None
+        #: Bell messages received.
+        self.bells = 0
+        self._conn: _Connection | None = None
+        self._proto: ClientProtocol | None = None
+        self._error: ConnectionLost | None = None
+        self._closed = False
+        self._dial_task: asyncio.Task[_Connection] | None = None
+        self._updates = 0
+        self._waiters: list[tuple[int, asyncio.Future[int]]] = []
+        self._recent: collections.deque[tuple[float, int, int, int]] = collections.deque()
+        self._connected_at = 0.0
+
+    def __repr__(self) -> str:
+        if self.connected:
+            state = f"connected {self.width}x{self.height} updates={self._updates}"
+        else:
+            state = "closed" if self._closed else "failed" if self._error else "not connected"
+        return f"<VNCClient {self.name} {self.host}:{self.port} {state}>"
+
+    # Lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect and finish the RFB handshake; returns once the first update is requested.
+
+        Raises :class:`ConnectTimeout` if no server completed a handshake within
+        ``start_timeout`` (retrying with backoff meanwhile), or at once
+        :class:`AuthenticationFailed` / :class:`ServerRefused` (with the server's reason)
+        or :class:`ProtocolError` (not a VNC server we can talk to).
+        """
+        if self._closed:
+            raise ConnectionLost(self.address, "the client is closed; make a new one")
+        if self._conn is not None:
+            if self._error is not None:
+                raise self._error
+            return
+        if self._dial_task is not None:
+            raise LocalProtocolError(f"{self.name}: start() is already running")
+        task = asyncio.get_running_loop().create_task(self._dial(), name=f"VNC dial {self.name}")
+        self._dial_task = task
+        try:
+            conn = await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._closed and (current is None or not current.cancelling()):
+                raise ConnectionLost(self.address, "the client was closed while connecting") from None
+            raise
+        finally:
+            self._dial_task = None
+        assert conn.proto is not None
+        self._conn, self._proto = conn, conn.proto
+        self._connected_at = time.monotonic()
+        log.info(
+            "%s: connected to %r, %dx%d, encodings %s",
+            self.name,
+            conn.proto.name,
+            conn.proto.width,
+            conn.proto.height,
+            self.encodings,
+        )
+        if conn.lost.done():  # dropped between the handshake and now
+            self._connection_lost(conn)
+
+    async def close(self) -> None:
+        """Close the connection (queued input is flushed first, for up to CLOSE_TIMEOUT).
+
+        Pending :meth:`wait_update` calls raise ConnectionLost. Safe to call twice.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        task = self._dial_task
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])
+        conn = self._conn
+        if conn is not None and conn.transport is not None and not conn.lost.done():
+            conn.transport.close()
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await asyncio.shield(conn.lost)
+            except TimeoutError:
+                conn.transport.abort()
+        self._fail_waiters(ConnectionLost(self.address, "the client was closed"))
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _dial(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.start_timeout
+        delay = BACKOFF_START
+        last: BaseException | None = None
+        attempts = 0
+        while True:
+            attempts += 1
+            budget = min(ATTEMPT_TIMEOUT, deadline - loop.time())
+            try:
+                async with asyncio.timeout(max(0.0, budget)):
+                    return await self._attempt()
+            except TimeoutError:  # (an OSError too: caught first)
+                # An attempt the deadline cut short says less than the error before it.
+                if last is None or budget >= ATTEMPT_TIMEOUT:
+                    last = TimeoutError(
+                        f"no RFB handshake within {max(0.0, budget):.3g} s of connecting"
+                    )
+            except (OSError, ConnectionLost) as exc:
+                last = exc
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise ConnectTimeout(f"{self.host}:{self.port}", self.start_timeout, last)
+            log.debug("%s: attempt %d failed (%s); retrying", self.name, attempts, last)
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP)
+
+    async def _attempt(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        transport, conn = await loop.create_connection(
+            lambda: _Connection(self), self.host, self.port
+        )
+        try:
+            failure = await conn.ready
+        except BaseException:  # cancelled: the attempt timed out or the client was closed
+            transport.abort()
+            raise
+        if failure is not None:
+            transport.abort()
+            raise failure
+        return conn
+
+    # State -------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True from the end of the handshake until the connection ends or is closed."""
+        conn = self._conn
+        return conn is not None and not conn.lost.done() and not self._closed
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def error(self) -> ConnectionLost | None:
+        """Why the connection ended, if it ended by itself (not by :meth:`close`).
+
+        A :class:`ConnectionLost`; its ``__cause__`` is the underlying error (a
+        :class:`ProtocolError` from the server's bytes, an OSError), if there was one.
+        """
+        return self._error
+
+    @property
+    def framebuffer(self) -> np.ndarray:
+        """The live ``uint8[H, W, 3]`` RGB framebuffer.
+
+        The client writes into this array as updates arrive (and replaces it when the
+        server resizes the screen): read it between awaits, or use :meth:`frame` for a
+        copy you may keep. After the connection ends it holds the last picture.
+        """
+        return self._protocol().framebuffer
+
+    def frame(self) -> np.ndarray:
+        """A copy of the latest framebuffer (``uint8[H, W, 3]``, RGB) the caller may keep."""
+        return self._protocol().framebuffer.copy()
+
+    @property
+    def width(self) -> int:
+        """Screen width in pixels (0 before the handshake)."""
+        return self._proto.width if self._proto is not None else 0
+
+    @property
+    def height(self) -> int:
+        """Screen height in pixels (0 before the handshake)."""
+        return self._proto.height if self._proto is not None else 0
+
+    @property
+    def desktop_name(self) -> str | None:
+        """The name the server gave its desktop (None before the handshake)."""
+        return self._proto.name if self._proto is not None else None
+
+    @property
+    def updates(self) -> int:
+        """Framebuffer updates applied so far; :meth:`wait_update` waits for it to grow."""
+        return self._updates
+
+    @property
+    def stats(self) -> VNCClientStats:
+        proto = self._proto
+        now = time.monotonic()
+        self._trim(now)
+        span = min(RATE_WINDOW, max(now - self._connected_at, 1e-3))
+        recent = self._recent
+        rects = sum(r[1] for r in recent)
+        nbytes = sum(r[2] for r in recent)
+        pixels = sum(r[3] for r in recent)
+        by_encoding: dict[str, int] = {}
+        if proto is not None:
+            for number, count in proto.stats.rectangles_by_encoding.items():
+                by_encoding[_encoding_name(number)] = count
+        return VNCClientStats(
+            updates=self._updates,
+            rectangles=proto.stats.rectangles if proto else 0,
+            bytes=proto.stats.bytes_received if proto else 0,
+            pixels=proto.stats.pixels if proto else 0,
+            updates_per_second=len(recent) / span,
+            rectangles_per_second=rects / span,
+            bytes_per_second=nbytes / span,
+            pixels_per_second=pixels / span,
+            rectangles_by_encoding=by_encoding,
+        )
+
+    # Waiting -----------------------------------------------------------------------------
+
+    async def wait_update(self, after: int | None = None, timeout: float | None = None) -> int:
+        """Wait until update number ``after + 1`` or later is applied; its number.
+
+        ``after`` defaults to :attr:`updates` now (wait for the next one). Returns at once
+        if a newer update is already in. Servers send updates only when the screen
+        changes, so a still screen makes this time out (:class:`TimeoutError`). Raises
+        the connection's :class:`ConnectionLost` if it ends first.
+        """
+        if after is None:
+            after = self._updates
+        if self._updates > after:
+            return self._updates
+        self._raise_if_stopped()
+        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        entry = (after, waiter)
+        self._waiters.append(entry)
+        try:
+            async with asyncio.timeout(timeout):
+                return await waiter
+        except TimeoutError:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                return waiter.result()
+            raise TimeoutError(
+                f"{self.name}: no framebuffer update past #{after} within {timeout} s "
+                "(servers send updates only when the screen changes)"
+            ) from None
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+            try:
+                self._waiters.remove(entry)
+            except ValueError:
+                pass
+
+    # Input -------------------------------------------------------------------------------
+
+    def key_event(self, key: int | str, down: bool) -> None:
+        """Press or release ``key`` (a keysym number, or any name :mod:`.keysyms` knows).
+
+        Written to the socket at once (no await). TigerVNC adds Shift for capital letters
+        itself: send unshifted keys plus Shift to type a capital.
+        """
+        proto = self._live()
+        proto.key_event(key, down)
+        self._flush(proto)
+
+    def pointer_event(self, x: int, y: int, buttons: int = 0) -> None:
+        """Move the pointer to (x, y) with ``buttons`` down (bit 0 left, 1 middle, 2 right,
+        3/4 wheel up/down); written at once."""
+        proto = self._live()
+        proto.pointer_event(x, y, buttons)
+        self._flush(proto)
+
+    def send_events(self, events: Iterable[Sequence[Any]]) -> None:
+        """Send Universe-style actions in one write: ``("KeyEvent", key, down)`` and
+        ``("PointerEvent", x, y, buttonmask)`` tuples (lists too, as JSON gives them).
+
+        Every event is checked before any is sent: a bad one raises ValueError (or
+        :class:`~.errors.UnknownKey`) and nothing goes out.
+        """
+        proto = self._live()
+        checked: list[tuple[bool, int, int, int]] = []
+        for i, event in enumerate(events):
+            kind = event[0] if len(event) else None
+            if kind == "KeyEvent" and len(event) == 3:
+                key = event[1]
+                number = keysyms.keysym(key) if isinstance(key, str) else int(key)
+                checked.append((True, number, bool(event[2]), 0))
+            elif kind == "PointerEvent" and len(event) == 4:
+                checked.append((False, int(event[1]), int(event[2]), int(event[3])))
+            else:
+                raise ValueError(
+                    f"event {i} is {event!r}; events are ('KeyEvent', key, down) or "
+                    "('PointerEvent', x, y, buttonmask)"
+                )
+        for is_key, a, b, c in checked:
+            if is_key:
+                proto.key_event(a, bool(b))
+            else:
+                proto.pointer_event(a, b, c)
+        self._flush(proto)
+
+    def cut_text(self, text: str) -> None:
+        """Set the server's clipboard (Latin-1 text, as RFB requires)."""
+        proto = self._live()
+        proto.cut_text(text)
+        self._flush(proto)
+
+    # Internals ---------------------------------------------------------------------------
+
+    def _protocol(self) -> ClientProtocol:
+        if self._proto is None:
+            raise LocalProtocolError(
+                f"{self.name}: not connected yet; await client.start() or use "
+                "vncdriver.client.connect()"
+            )
+        return self._proto
+
+    def _live(self) -> ClientProtocol:
+        self._raise_if_stopped()
+        return self._protocol()
+
+    def _raise_if_stopped(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise ConnectionLost(self.address, "the client was closed")
+        if self._conn is None:
+            raise LocalProtocolError(
+                f"{self.name}: not connected yet; await client.start() or use "
+                "vncdriver.client.connect()"
+            )
+
+    def _flush(self, proto: ClientProtocol) -> None:
+        data = proto.data_to_send()
+        conn = self._conn
+        if data and conn is not None and conn.transport is not None:
+            conn.transport.write(data)
+
+    def _handle_events(self, conn: _Connection, proto: ClientProtocol, events: list[Any]) -> None:
+        """Events from the parser: keep one request outstanding, wake waiters, call back."""
+        updates: list[FramebufferUpdated] = []
+        for event in events:
+            kind = type(event)
+            if kind is FramebufferUpdated:
+                updates.append(event)
+            elif kind is ServerCutText:
+                self.clipboard = event.text
+            elif kind is Bell:
+                self.bells += 1
+        if not updates:
+            return
+        if proto.pending_requests == 0:
+            proto.request_update()
+        conn.write(proto.data_to_send())
+        now = time.monotonic()
+        recent = self._recent
+        for update in updates:
+            self._updates += 1
+            recent.append((now, len(update.rects), update.nbytes, update.npixels))
+        self._trim(now)
+        number = self._updates
+        if self._waiters:
+            keep: list[tuple[int, asyncio.Future[int]]] = []
+            for entry in self._waiters:
+                after, waiter = entry
+                if after < number:
+                    if not waiter.done():
+                        waiter.set_result(number)
+                else:
+                    keep.append(entry)
+            self._waiters = keep
+        callback = self.on_update
+        if callback is not None:
+            for update in updates:
+                try:
+                    callback(self, update)
+                except Exception:
+                    log.exception("%s: on_update callback failed", self.name)
+
+    def _trim(self, now: float) -> None:
+        recent, horizon = self._recent, now - RATE_WINDOW
+        while recent and recent[0][0] < horizon:
+            recent.popleft()
+
+    def _connection_lost(self, conn: _Connection) -> None:
+        if conn is not self._conn:
+            return  # an attempt still in its handshake: _dial handles it
+        if self._closed:
+            return
+        if self._error is None:
+            cause = conn.error
+            if cause is None:
+                reason = "the server closed the connection"
+            else:
+                reason = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+            error = ConnectionLost(self.address, reason)
+            error.__cause__ = cause
+            self._error = error
+            log.info("%s: %s", self.name, error)
+        self._fail_waiters(self._error)
+
+    def _fail_waiters(self, error: BaseException) -> None:
+        waiters, self._waiters = self._waiters, []
+        for _, waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(error)
+
+
+async def connect(address: str, **kwargs: Any) -> VNCClient:
+    """Make a :class:`VNCClient` for ``address`` (keywords as its constructor) and start it."""
+    client = VNCClient(address, **kwargs)
+    try:
+        await client.start()
+    except BaseException:
+        await client.close()
+        raise
+    return client
+
+
+def _encoding_name(number: int) -> str:
+    try:
+        return Encoding(number).name
+    except ValueError:
+        return str(number)
