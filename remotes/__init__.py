@@ -23,6 +23,9 @@ _EXPORTS = {
     "RemoteAddress": "remotes.address",
     "start_local": "remotes.local",
     "LocalRemotes": "remotes.local",
+    "start_docker": "remotes.containers",
+    "DockerRemotes": "remotes.containers",
+    "DockerUnavailable": "remotes.containers",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,4 +1,4 @@
-"""The ``universe-remote`` command: serve a remote, list environments.
+"""The ``universe-remote`` command: serve, play, list, health.
 
 Each subcommand imports only what it needs, so ``serve`` in a slim image never loads
 the agent side (gymnasium) and ``list`` starts no servers.
@@ -16,7 +16,26 @@ import sys
 from collections.abc import Sequence
 
 PASSWORD_ENV: str = "UNIVERSE_REMOTE_PASSWORD"
+#: A file holding the password (Docker and Kubernetes secrets: /run/secrets/...).
+PASSWORD_FILE_ENV: str = "UNIVERSE_REMOTE_PASSWORD_FILE"
 VIEW_ONLY_PASSWORD_ENV: str = "UNIVERSE_REMOTE_VIEW_ONLY_PASSWORD"
+#: Seconds ``universe-remote health`` waits for the rewarder's describe.
+HEALTH_TIMEOUT: float = 5.0
+
+
+def default_password() -> str | None:
+    """The password from $UNIVERSE_REMOTE_PASSWORD, else from the file $UNIVERSE_REMOTE_PASSWORD_FILE names."""
+    password = os.environ.get(PASSWORD_ENV)
+    if password:
+        return password
+    path = os.environ.get(PASSWORD_FILE_ENV)
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read().strip() or None
+        except OSError as exc:
+            raise SystemExit(f"universe-remote: cannot read ${PASSWORD_FILE_ENV} ({path}): {exc}")
+    return None
 
 log = logging.getLogger("universe-remote")
 
@@ -132,6 +151,32 @@ def _cmd_play(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _health(args: argparse.Namespace) -> int:
+    from rewarder.client import RewarderClient
+    from rewarder.errors import RewarderError
+
+    client = RewarderClient(
+        f"{args.host}:{args.rewarder_port}",
+        password=args.password,
+        observer=True,
+        start_timeout=args.timeout,
+        reconnect=False,
+        calibration_pings=0,
+    )
+    try:
+        async with client:
+            describe = await client.wait_for_state("running", timeout=args.timeout)
+    except (RewarderError, TimeoutError, OSError) as exc:
+        print(f"unhealthy: {exc}", file=sys.stderr)
+        return 1
+    print(f"healthy: {describe.env_id} episode {describe.episode_id} ({describe.env_state})")
+    return 0
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    return asyncio.run(_health(args))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="universe-remote",
@@ -151,9 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--vnc-port", type=int, default=5900, help="default 5900")
     serve.add_argument(
         "--password",
-        default=os.environ.get(PASSWORD_ENV) or None,
-        help=f"password for both channels (default: ${PASSWORD_ENV}); "
-        "required when --host is not loopback",
+        default=None,
+        help=f"password for both channels (default: ${PASSWORD_ENV}, or the file "
+        f"${PASSWORD_FILE_ENV} names); required when --host is not loopback",
     )
     serve.add_argument(
         "--view-only-password",
@@ -187,10 +232,18 @@ def build_parser() -> argparse.ArgumentParser:
     player.add_argument("--steps", type=int, default=None, help="stop after N steps")
     player.add_argument("--seconds", type=float, default=None, help="stop after S seconds")
     player.add_argument("--fps", type=float, default=None, help="steps per second (default: remote's)")
-    player.add_argument(
-        "--password", default=os.environ.get(PASSWORD_ENV) or None, help="the remotes' password"
-    )
+    player.add_argument("--password", default=None, help=f"the remotes' password (default: ${PASSWORD_ENV})")
     player.set_defaults(func=_cmd_play)
+
+    health = sub.add_parser(
+        "health",
+        help="exit 0 if a remote's rewarder answers (asks as an observer; for HEALTHCHECK)",
+    )
+    health.add_argument("--host", default="127.0.0.1")
+    health.add_argument("--rewarder-port", type=int, default=15900)
+    health.add_argument("--password", default=None, help=f"default: ${PASSWORD_ENV}")
+    health.add_argument("--timeout", type=float, default=HEALTH_TIMEOUT)
+    health.set_defaults(func=_cmd_health)
 
     lister = sub.add_parser("list", help="print the environment ids this install can serve")
     lister.set_defaults(func=_cmd_list)
@@ -199,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "password", "absent") is None:
+        args.password = default_password()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

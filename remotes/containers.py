@@ -1,0 +1,173 @@
+"""Remotes in Docker containers: the counterpart of :func:`remotes.local.start_local`.
+
+Holds :func:`start_docker`, :class:`DockerRemotes` and :class:`DockerUnavailable`. It
+drives the ``docker`` command line (no Python SDK needed), picks free port pairs
+5900+i / 15900+i as Universe did, labels its containers, waits until both channels of
+each answer, and removes them on close or at exit. Without a Docker engine it fails at
+once, saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+from collections.abc import Sequence
+from typing import Any, Final
+
+from .address import RemoteAddress, format_remotes
+from .local import _probe
+from .loop import shared_loop
+
+#: Label on every container we start, so they can be found (and cleaned up) later.
+LABEL: Final = "com.universe-remote.managed"
+DEFAULT_IMAGE: Final = "universe-remote:latest"
+#: First port pair tried; the rewarder port is always the VNC port + 10000.
+FIRST_VNC_PORT: Final = 5900
+#: Port pairs scanned before giving up.
+MAX_PORT_SCAN: Final = 1000
+#: Seconds a docker CLI call may take.
+DOCKER_TIMEOUT: Final = 30.0
+
+
+class DockerUnavailable(RuntimeError):
+    """No usable Docker here; the message says what is missing and what to use instead."""
+
+
+def _docker(*args: str, timeout: float = DOCKER_TIMEOUT) -> str:
+    try:
+        result = subprocess.run(
+            ["docker", *args], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise DockerUnavailable(f"`docker {args[0]}` did not answer in {timeout:g} s") from None
+    if result.returncode != 0:
+        raise DockerUnavailable(
+            f"`docker {' '.join(args[:2])}` failed: {result.stderr.strip() or result.stdout.strip()}"
+        )
+    return result.stdout.strip()
+
+
+def check_docker() -> str:
+    """The Docker engine's version; raises :class:`DockerUnavailable` at once if there is none."""
+    if shutil.which("docker") is None:
+        raise DockerUnavailable(
+            "the docker command is not installed; install Docker, or run remotes without it "
+            "with remotes.start_local()"
+        )
+    try:
+        return _docker("info", "--format", "{{.ServerVersion}}", timeout=10)
+    except DockerUnavailable as exc:
+        raise DockerUnavailable(
+            f"no Docker engine answers ({exc}); start dockerd (or set DOCKER_HOST), or run "
+            "remotes without Docker with remotes.start_local()"
+        ) from None
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_pairs(n: int, first: int = FIRST_VNC_PORT) -> list[tuple[int, int]]:
+    """The ``n`` lowest free pairs (vnc, vnc + 10000) from ``first`` on."""
+    pairs = []
+    for vnc in range(first, first + MAX_PORT_SCAN):
+        if _port_free(vnc) and _port_free(vnc + 10000):
+            pairs.append((vnc, vnc + 10000))
+            if len(pairs) == n:
+                return pairs
+    raise DockerUnavailable(f"fewer than {n} free port pairs in {first}..{first + MAX_PORT_SCAN}")
+
+
+class DockerRemotes:
+    """Running remote containers; :attr:`address` is their ``vnc://...`` address string."""
+
+    def __init__(self, containers: list[str], addresses: list[RemoteAddress], password: str) -> None:
+        self.containers = containers
+        self.addresses = addresses
+        self.password = password
+        self.address = format_remotes(addresses, password)
+        atexit.register(self.close)
+
+    def __enter__(self) -> DockerRemotes:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return len(self.addresses)
+
+    def close(self) -> None:
+        """Remove the containers (``docker rm -f``)."""
+        containers, self.containers = self.containers, []
+        if containers:
+            subprocess.run(["docker", "rm", "-f", *containers], capture_output=True, check=False)
+        atexit.unregister(self.close)
+
+
+def docker_run_command(
+    image: str, env_id: str, vnc_port: int, rewarder_port: int, args: Sequence[str] = ()
+) -> list[str]:
+    """The ``docker run`` line for one remote (the password goes by name, not by value)."""
+    return [
+        "docker", "run", "--detach", "--rm",
+        "--label", f"{LABEL}=true",
+        "--label", f"com.universe-remote.env_id={env_id}",
+        "--publish", f"127.0.0.1:{vnc_port}:5900",
+        "--publish", f"127.0.0.1:{rewarder_port}:15900",
+        "--env", "UNIVERSE_REMOTE_PASSWORD",
+        image, env_id, "--host", "0.0.0.0", *args,
+    ]
+
+
+def start_docker(
+    env_id: str = "atari.Pong-v0",
+    n: int = 1,
+    *,
+    image: str = DEFAULT_IMAGE,
+    password: str | None = None,
+    start_timeout: float = 60.0,
+    args: Sequence[str] = (),
+) -> DockerRemotes:
+    """Start ``n`` containers of ``image`` serving ``env_id``; wait until each answers.
+
+    A container listens on all its interfaces, so it always has a password: ``password``
+    or a fresh random one (VNC uses 8 characters). Ports are published on 127.0.0.1 only.
+    """
+    check_docker()
+    password = password or secrets.token_urlsafe(6)[:8]
+    containers: list[str] = []
+    addresses: list[RemoteAddress] = []
+    remotes = DockerRemotes(containers, addresses, password)
+    environment = {"UNIVERSE_REMOTE_PASSWORD": password}
+    try:
+        for vnc, rewarder in free_port_pairs(n):
+            command = docker_run_command(image, env_id, vnc, rewarder, args)
+            result = subprocess.run(
+                command, capture_output=True, text=True, timeout=DOCKER_TIMEOUT,
+                env={**os.environ, **environment}, check=False,
+            )
+            if result.returncode != 0:
+                raise DockerUnavailable(f"docker run failed: {result.stderr.strip()}")
+            containers.append(result.stdout.strip())
+            addresses.append(RemoteAddress("127.0.0.1", vnc, rewarder))
+        remotes.address = format_remotes(addresses, password)
+        shared_loop().run(_probe_all(addresses, password, start_timeout), start_timeout + 10)
+    except BaseException:
+        remotes.close()
+        raise
+    return remotes
+
+
+async def _probe_all(addresses: list[RemoteAddress], password: str, timeout: float) -> None:
+    await asyncio.gather(*(_probe(a, password, timeout) for a in addresses))
