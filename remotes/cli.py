@@ -78,7 +78,7 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    rewarder_port, vnc_port = remote.rewarder.port, remote.vnc.port
+    rewarder_port, vnc_port = remote.rewarder.port, remote.vnc_port
     host = args.host
     secret = "?password=<password>" if args.password else ""
     display = vnc_port - 5900 if 5900 <= vnc_port < 6000 else None

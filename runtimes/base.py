@@ -74,6 +74,12 @@ class Runtime(abc.ABC):
     description: ClassVar[str] = ""
     #: Keyword arguments the constructor takes (``serve --scale 2`` passes ``scale``).
     options: ClassVar[tuple[str, ...]] = ()
+    #: True when the runtime serves VNC itself (an X server such as TigerVNC's Xvnc on the
+    #: remote's VNC port): the remote then runs no VNC server of its own, and
+    #: :attr:`framebuffer` need not be drawn.
+    external_vnc: ClassVar[bool] = False
+    #: Whether the runtime can run in lockstep (deterministic, as fast as it can go).
+    lockstep: ClassVar[bool] = True
 
     framebuffer: np.ndarray
 
@@ -90,6 +96,22 @@ class Runtime(abc.ABC):
 
     def close(self) -> None:
         """Free what the runtime holds (processes, displays). Called once, at shutdown."""
+
+    # Hooks for runtimes that own processes (X servers, browsers). The remote awaits them
+    # on its event loop; the defaults suit runtimes that live in this process.
+
+    async def astart(
+        self, host: str, vnc_port: int, password: str | None, view_only_password: str | None
+    ) -> None:
+        """Start what the runtime needs; an ``external_vnc`` runtime binds ``vnc_port`` here."""
+
+    async def areset(self, seed: int | None = None) -> None:
+        """Start a new episode; runtimes whose reset must wait on I/O override this."""
+        self.reset(seed)
+
+    async def aclose(self) -> None:
+        """Stop what :meth:`astart` started."""
+        self.close()
 
     @classmethod
     def describe(cls) -> dict[str, Any]:

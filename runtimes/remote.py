@@ -85,14 +85,19 @@ class Remote:
         self.episode_frame = 0
         self.late_ticks = 0
         self.rewarder = RewarderServer(self, password=password)
-        self.vnc = VNCServer(
-            self.runtime.framebuffer,
-            name=self.runtime.env_id,
-            password=password,
-            view_only_password=view_only_password,
-            on_input=self._vnc_input,
-            on_disconnect=self._vnc_left,
-        )
+        self.password, self.view_only_password = password, view_only_password
+        #: Our VNC server, or None when the runtime serves VNC itself (Xvnc).
+        self.vnc: VNCServer | None = None
+        if not self.runtime.external_vnc:
+            self.vnc = VNCServer(
+                self.runtime.framebuffer,
+                name=self.runtime.env_id,
+                password=password,
+                view_only_password=view_only_password,
+                on_input=self._vnc_input,
+                on_disconnect=self._vnc_left,
+            )
+        self.vnc_port: int | None = None
         self._clock = clock
         self._pending: list[InputEvent] = []
         #: What each input source (the rewarder's active client, each VNC client) holds,
@@ -109,14 +114,20 @@ class Remote:
         self, host: str = "127.0.0.1", rewarder_port: int = 15900, vnc_port: int = 5900
     ) -> None:
         """Bind both ports (0 picks a free one) and start the game loop."""
-        self._begin_episode(seed=None)
+        await self.runtime.astart(host, vnc_port, self.password, self.view_only_password)
+        await self._begin_episode(seed=None)
         self.env_state = protocol.RUNNING
         self._set_mode(self.mode)
         await self.rewarder.start(host, rewarder_port)
         try:
-            await self.vnc.start(host, vnc_port)
+            if self.vnc is not None:
+                await self.vnc.start(host, vnc_port)
+                self.vnc_port = self.vnc.port
+            else:
+                self.vnc_port = int(getattr(self.runtime, "vnc_port", vnc_port))
         except OSError:
             await self.rewarder.close("the remote failed to start")
+            await self.runtime.aclose()
             raise
         self._loop_task = asyncio.get_running_loop().create_task(self._game_loop())
 
@@ -127,8 +138,10 @@ class Remote:
                 await self._loop_task
             except asyncio.CancelledError:
                 pass
-        await asyncio.gather(self.rewarder.close(reason), self.vnc.close())
-        self.runtime.close()
+        await asyncio.gather(
+            self.rewarder.close(reason), *([self.vnc.close()] if self.vnc is not None else [])
+        )
+        await self.runtime.aclose()
 
     # EnvHandler: what the rewarder server asks of us ------------------------------------
 
@@ -144,21 +157,19 @@ class Remote:
 
     async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
         if request.env_id is not None and request.env_id != self.runtime.env_id:
-            try:
-                runtime = self._make_runtime(request.env_id)
-            except UnknownEnvironment as exc:
-                raise BadRequest(str(exc), request.message_id) from None
-            self.runtime.close()
-            self.runtime = runtime
-            self.vnc.frame_ready(runtime.framebuffer)
-            if request.fps is None:
-                self.fps = float(runtime.fps)
+            await self._switch_runtime(request)
+        if request.mode == protocol.LOCKSTEP and not self.runtime.lockstep:
+            raise BadRequest(
+                f"{self.runtime.env_id} runs only in real time (it lives outside this "
+                "process); reset without mode 'lockstep'",
+                request.message_id,
+            )
         if request.fps is not None:
             self.fps = float(request.fps)
         if request.mode is not None:
             self._set_mode(request.mode)
         self.episode_id = max(self.episode_id, request.episode_id or 0)
-        self._begin_episode(request.seed)
+        await self._begin_episode(request.seed)
         reply(self.episode_id)
         self.env_state = protocol.RUNNING
         self.rewarder.broadcast_describe()
@@ -189,7 +200,7 @@ class Remote:
             if result.done:
                 self.episode_done = True
                 break
-        self.vnc.frame_ready()
+        self._frame_ready()
         if reward or self.episode_done:
             self.rewarder.broadcast_reward(self.episode_id, reward, self.episode_done, info)
         body = {"reward": reward, "done": self.episode_done, "info": info, "frame": self.frame}
@@ -207,6 +218,26 @@ class Remote:
     def client_left(self, observer: bool) -> None:
         if not observer:
             self.release(REWARDER_SOURCE)
+
+    async def _switch_runtime(self, request: protocol.ResetRequest) -> None:
+        assert request.env_id is not None
+        try:
+            factory = registry.lookup(request.env_id)
+        except UnknownEnvironment as exc:
+            raise BadRequest(str(exc), request.message_id) from None
+        if getattr(factory, "external_vnc", False) or self.runtime.external_vnc:
+            raise BadRequest(
+                f"{self.runtime.env_id} and {request.env_id} cannot share a remote (one of "
+                "them serves its own display); start a remote for each",
+                request.message_id,
+            )
+        runtime = self._make_runtime(request.env_id)
+        await self.runtime.aclose()
+        self.runtime = runtime
+        assert self.vnc is not None
+        self.vnc.frame_ready(runtime.framebuffer)
+        if request.fps is None:
+            self.fps = float(runtime.fps)
 
     def _make_runtime(self, env_id: str) -> Runtime:
         """The runtime for ``env_id`` with the options it accepts (scale only where known)."""
@@ -292,7 +323,7 @@ class Remote:
 
     # The game loop --------------------------------------------------------------------------
 
-    def _begin_episode(self, seed: int | None) -> None:
+    async def _begin_episode(self, seed: int | None) -> None:
         """Move to a new episode id, tell everyone, and reset the runtime under ``seed``."""
         self.episode_id += 1
         self.env_state = protocol.RESETTING
@@ -305,8 +336,12 @@ class Remote:
         self._held.clear()
         self.episode_frame = 0
         self.episode_done = False
-        self.runtime.reset(seed)
-        self.vnc.frame_ready()
+        await self.runtime.areset(seed)
+        self._frame_ready()
+
+    def _frame_ready(self) -> None:
+        if self.vnc is not None:
+            self.vnc.frame_ready()
 
     def _set_mode(self, mode: str) -> None:
         self.mode = mode
@@ -328,16 +363,16 @@ class Remote:
             self.rewarder.broadcast_observation(self.episode_id, result.observation)
         return result
 
-    def tick(self) -> None:
+    async def tick(self) -> None:
         """Real time: advance one frame, serve it, report its reward, restart after done."""
         result = self._advance()
-        self.vnc.frame_ready()
+        self._frame_ready()
         if result.reward or result.done:
             self.rewarder.broadcast_reward(
                 self.episode_id, result.reward, result.done, result.info
             )
         if result.done:
-            self._begin_episode(seed=None)
+            await self._begin_episode(seed=None)
             self.env_state = protocol.RUNNING
             self.rewarder.broadcast_describe()
 
@@ -363,10 +398,11 @@ class Remote:
                 await self._realtime.wait()  # lockstep: clients advance the runtime
                 next_at = self._clock()
             try:
-                self.tick()
+                if self.env_state == protocol.RUNNING:  # not while a reset awaits the runtime
+                    await self.tick()
             except Exception:  # a runtime bug must not take the servers down silently
                 log.exception("runtime %s failed in step; resetting it", self.runtime.env_id)
-                self._begin_episode(seed=None)
+                await self._begin_episode(seed=None)
                 self.env_state = protocol.RUNNING
                 self.rewarder.broadcast_describe()
             period = 1.0 / self.fps
