@@ -54,6 +54,7 @@ import numpy as np
 
 from . import keysyms
 from .client_protocol import ClientProtocol, FramebufferUpdated
+from .encodings import DECODERS
 from .errors import (
     ConnectionLost,
     ConnectTimeout,
@@ -175,6 +176,11 @@ def encoding_list(
                         f"{sorted(_ENCODING_NUMBERS)}"
                     )
                 numbers.append(_ENCODING_NUMBERS[item.lower()])
+            elif int(item) >= 0 and int(item) not in DECODERS:
+                raise ValueError(
+                    f"we cannot decode encoding {item} in {list(encoding)}; we decode "
+                    f"{sorted(_ENCODING_NUMBERS)} ({sorted(DECODERS)})"
+                )
             else:
                 numbers.append(int(item))
     return build_encodings(
@@ -247,7 +253,7 @@ class _Connection(asyncio.BufferedProtocol):
         try:
             proto.buffer_updated(nbytes)
             events = proto.events_received()
-        except Exception as exc:  # the server broke RFB (or a decoder hit a limit)
+        except Exception as exc:  # noqa: BLE001 (whatever the bytes broke, drop the connection)
             self.fail(exc)
             return
         if events:
@@ -293,21 +299,20 @@ class _Connection(asyncio.BufferedProtocol):
                 return
             result = handshake.result
             assert result is not None
-            proto = ClientProtocol(
-                result, pixel_format=NATIVE, encodings=self.client.encodings
-            )
+            proto = ClientProtocol(result, pixel_format=NATIVE, encodings=self.client.encodings)
             trailing = handshake.trailing_data()
             if trailing:
                 proto.receive_data(trailing)
             early = proto.events_received()
-        except Exception as exc:  # AuthenticationFailed, ServerRefused, ProtocolError
+        except Exception as exc:  # noqa: BLE001 (AuthenticationFailed, ServerRefused, ...)
             self.fail(exc)
             return
         self.proto = proto
         self.handshake = self._handshake_buffer = None
         proto.request_update(incremental=False)
         self.write(proto.data_to_send())
-        self.ready.set_result(None)
+        if not self.ready.done():  # (done: the attempt was given up; abort() is under way)
+            self.ready.set_result(None)
         if early:
             self.client._handle_events(self, proto, early)
 
@@ -395,7 +400,7 @@ class VNCClient:
             raise ConnectionLost(self.address, "the client is closed; make a new one")
         if self._conn is not None:
             if self._error is not None:
-                raise self._error
+                raise self._error.with_traceback(None)
             return
         if self._dial_task is not None:
             raise LocalProtocolError(f"{self.name}: start() is already running")
@@ -406,7 +411,9 @@ class VNCClient:
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if self._closed and (current is None or not current.cancelling()):
-                raise ConnectionLost(self.address, "the client was closed while connecting") from None
+                raise ConnectionLost(
+                    self.address, "the client was closed while connecting"
+                ) from None
             raise
         finally:
             self._dial_task = None
@@ -650,7 +657,7 @@ class VNCClient:
         proto = self._live()
         checked: list[tuple[bool, int, int, int]] = []
         for i, event in enumerate(events):
-            kind = event[0] if len(event) else None
+            kind = event[0] if isinstance(event, tuple | list) and event else None
             if kind == "KeyEvent" and len(event) == 3:
                 key = event[1]
                 number = keysyms.keysym(key) if isinstance(key, str) else int(key)
@@ -691,7 +698,7 @@ class VNCClient:
 
     def _raise_if_stopped(self) -> None:
         if self._error is not None:
-            raise self._error
+            raise self._error.with_traceback(None)
         if self._closed:
             raise ConnectionLost(self.address, "the client was closed")
         if self._conn is None:

@@ -18,13 +18,13 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 
 from .errors import LocalProtocolError, ServerRefused, VNCError
 from .handshake import ServerHandshake
-from .messages import KeyEvent, PointerEvent
+from .messages import KeyEvent, PointerEvent, SetPixelFormat
 from .server_protocol import ServerProtocol, changed_tiles
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,12 @@ class _Connection(asyncio.Protocol):
         proto = self.proto
         assert proto is not None
         proto.receive_data(data)
-        events = [e for e in proto.events_received() if isinstance(e, KeyEvent | PointerEvent)]
+        received = proto.events_received()
+        if any(isinstance(e, SetPixelFormat) for e in received):
+            # The client's picture was drawn in the old format (TigerVNC's viewer goes from
+            # 8-bit to full colour with an *incremental* request): send all of it again.
+            proto.mark_all_dirty()
+        events = [e for e in received if isinstance(e, KeyEvent | PointerEvent)]
         if events:
             self.server.on_input(self.client_id, events)
         self.send_update()
@@ -262,6 +267,6 @@ class VNCServer:
         for connection in list(self.connections.values()):
             connection.send_update()
 
-    def stats(self) -> dict[str, Any]:
-        """Per-client update counts, for diagnostics."""
+    def stats(self) -> dict[int, int]:
+        """Updates sent so far to each client (by client id), for diagnostics."""
         return {cid: c.updates for cid, c in self.connections.items()}
