@@ -10,6 +10,7 @@ episode earned since the last step.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any, Final, SupportsFloat
 
@@ -17,6 +18,8 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
+
+from rewarder.protocol import LOCKSTEP, MODES, REALTIME
 
 from .address import RemoteAddress, parse_remotes
 from .loop import LoopThread, shared_loop
@@ -27,6 +30,8 @@ from .spaces import VNCActionSpace
 #: real-time remotes are nondeterministic by nature.
 ENV_ID: Final = "universe-remote/Remote-v0"
 DEFAULT_FPS: Final = 60.0
+#: The reward ``info`` key naming the frame that earned it (``runtimes.remote``).
+FRAME_INFO_KEY: Final = "remote.frame"
 #: Seconds connecting may take on top of ``start_timeout`` before we give up waiting.
 _GRACE: Final = 5.0
 
@@ -56,6 +61,10 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             quality 0-9 turns on lossy JPEG, None stays lossless).
         start_timeout: seconds to wait for the remote to answer (connect and reconnect).
         max_episode_steps: truncate episodes after this many steps (None: never).
+        mode: ``"realtime"`` (Universe's: the remote runs at its fps whatever we do) or
+            ``"lockstep"`` (the remote advances only when we step: deterministic, and as
+            fast as the runtime goes).
+        frameskip: frames one step spans (lockstep: exactly; real time: frame periods).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": DEFAULT_FPS}
@@ -72,8 +81,15 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         start_timeout: float = 30.0,
         max_episode_steps: int | None = None,
         render_mode: str | None = None,
+        mode: str = REALTIME,
+        frameskip: int = 1,
         loop: LoopThread | None = None,
     ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if not (isinstance(frameskip, int) and frameskip >= 1):
+            raise ValueError(f"frameskip must be a positive integer, not {frameskip!r}")
+        self.mode, self.frameskip = mode, frameskip
         if isinstance(address, RemoteAddress):
             remotes, address_password = [address], None
         else:
@@ -108,6 +124,8 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
                 "quality": quality,
                 "start_timeout": start_timeout,
                 "max_episode_steps": max_episode_steps,
+                "mode": mode,
+                "frameskip": frameskip,
             }
         )
         self._configure_spaces()
@@ -132,6 +150,12 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             describe.get("keys", ()), width, height, int(describe.get("buttons", 1))
         )
 
+    def _mode_request(self) -> str | None:
+        """The mode to ask for at reset: only ours know modes, so ask Universe remotes nothing."""
+        if self.mode == LOCKSTEP or "mode" in self._session.describe_body():
+            return self.mode
+        return None
+
     @property
     def session(self) -> RemoteSession:
         """The async session underneath (for diagnostics)."""
@@ -151,7 +175,9 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         if not self._session.connected:
             self._run(self._session.connect(), self.start_timeout + _GRACE)
         self._episode_id = self._run(
-            self._session.reset(env_id=env_id, seed=seed, fps=self._requested_fps)
+            self._session.reset(
+                env_id=env_id, seed=seed, fps=self._requested_fps, mode=self._mode_request()
+            )
         )
         if self._session.screen_size != self.observation_space.shape[1::-1] or env_id:
             self._configure_spaces()
@@ -170,38 +196,66 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             raise ValueError(f"invalid action for remote {self._session.name}: {problem}")
         if not self._session.connected:
             return self._lost()
-        frame, result, late = self._run(self._step(list(action)))
-        if not self._session.connected:
-            return self._lost()
+        if self.mode == LOCKSTEP:
+            try:
+                frame, reply = self._run(self._session.step_lockstep(list(action), self.frameskip))
+            except RemoteUnavailable:
+                return self._lost()
+            reward, done = reply.reward, reply.done
+            info: dict[str, Any] = {**reply.info, "episode_id": reply.episode_id}
+        else:
+            frame, result, late, sent_at = self._run(self._step(list(action)))
+            if not self._session.connected:
+                return self._lost()
+            reward, done = result.reward, result.done
+            info = {
+                **result.info,
+                "episode_id": result.episode_id,
+                "env_state": result.env_state,
+                "text": list(result.text),
+                "step.late": late,
+            }
+            if result.observation is not None:
+                info["rewarder.observation"] = result.observation
+            info.update(self._latency(sent_at))
         self._frame = frame
         self._steps += 1
         truncated = self.max_episode_steps is not None and self._steps >= self.max_episode_steps
-        info = {
-            **result.info,
-            "episode_id": result.episode_id,
-            "env_state": result.env_state,
-            "text": list(result.text),
-            "step.late": late,
-            **self._session.info(),
-        }
-        if result.observation is not None:
-            info["rewarder.observation"] = result.observation
-        return frame, result.reward, result.done, truncated, info
+        tag = self._session.tag
+        if tag is not None:
+            info["frame"] = tag.frame
+        info.update(self._session.info())
+        return frame, reward, done, truncated, info
 
-    async def _step(self, action: list[tuple[Any, ...]]) -> tuple[np.ndarray, Any, float]:
+    def _latency(self, sent_at: float) -> dict[str, float]:
+        """Latencies read from the frame tag's server time (no pixels read): how long
+        after our action the shown frame was drawn, and how old it is now."""
+        tag, skew = self._session.tag, self._session.clock_skew()
+        if tag is None or skew is None:
+            return {}
+        drawn = tag.timestamp - skew  # the frame's time on our clock
+        latency = {"latency.frame_to_agent": time.time() - drawn}
+        if drawn >= sent_at:
+            latency["latency.action_to_frame"] = drawn - sent_at
+        return latency
+
+    async def _step(self, action: list[tuple[Any, ...]]) -> tuple[np.ndarray, Any, float, float]:
+        sent_at = time.time()
         self._session.send(action)
         loop = asyncio.get_running_loop()
         now = loop.time()
         if self._next_at is None:
             self._next_at = now
-        self._next_at += 1.0 / self.fps
+        self._next_at += self.frameskip / self.fps
         late = now - self._next_at
         if late > 0:  # the agent took longer than a frame: do not try to catch up
             self._next_at = now
         else:
             await asyncio.sleep(-late)
             late = 0.0
-        return self._session.frame(), self._session.pop(), late
+        result = self._session.pop()
+        await self._session.show_frame_of(result.info.get(FRAME_INFO_KEY), 2.0 / self.fps)
+        return self._session.frame(), result, late, sent_at
 
     def _lost(self) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """The remote dropped: end the episode; the next reset reconnects."""

@@ -18,10 +18,12 @@ from typing import Any, Final
 import numpy as np
 
 from rewarder.client import RewarderClient
-from rewarder.errors import RewarderError
+from rewarder.errors import ConnectionClosed, RewarderError
+from rewarder.protocol import StepReply
 from rewarder.reward_buffer import EMPTY, EpisodeResult
 from vncdriver.client import VNCClient
 from vncdriver.errors import VNCError
+from vncdriver.messages import FrameTag
 
 from .address import RemoteAddress
 
@@ -95,6 +97,7 @@ class RemoteSession:
                 password=self.password,
                 start_timeout=self.start_timeout,
                 name=self.name,
+                frame_tags=True,  # servers that are not ours ignore the request
                 **self.vnc_options.kwargs(),
             )
         if addr.rewarder is not None:
@@ -162,6 +165,16 @@ class RemoteSession:
             return dict(self.rewarder.describe.body)
         return {}
 
+    @property
+    def frame_tags(self) -> bool:
+        """True when VNC updates say which frame they show (the remote's VNC server is ours)."""
+        return self.vnc is not None and bool(self.describe_body().get("frame_tags"))
+
+    @property
+    def tag(self) -> FrameTag | None:
+        """Which frame the VNC framebuffer shows now (with :attr:`frame_tags`)."""
+        return self.vnc.tag if self.vnc is not None else None
+
     # Episodes --------------------------------------------------------------------------------
 
     async def reset(
@@ -169,27 +182,70 @@ class RemoteSession:
         env_id: str | None = None,
         seed: int | None = None,
         fps: float | None = None,
+        mode: str | None = None,
         timeout: float = RESET_TIMEOUT,
     ) -> int | None:
         """Start a new episode and wait until the remote runs it and a frame of it arrived.
 
-        Returns the new episode id (None without a rewarder). A frame "of it" is the
-        first VNC update that arrives after the reset reply: the remote draws the new
-        episode's first frame before it replies.
+        Returns the new episode id (None without a rewarder). With frame tags, "a frame of
+        it" is exact: an update tagged with the new episode. Without (Xvnc), it is the
+        first update after the reset reply: the remote draws the new episode's first
+        frame before it replies.
         """
         try:
             async with asyncio.timeout(timeout):
                 episode = None
                 if self.rewarder is not None:
-                    episode = await self.rewarder.reset(env_id=env_id, seed=seed, fps=fps)
+                    episode = await self.rewarder.reset(
+                        env_id=env_id, seed=seed, fps=fps, mode=mode
+                    )
                     await self.rewarder.wait_for_state("running", episode_id=episode)
                 if self.vnc is not None:
-                    await self.vnc.wait_update(self.vnc.updates)
+                    if self.frame_tags and episode is not None:
+                        while (tag := self.vnc.tag) is None or tag.episode_id < episode:
+                            await self.vnc.wait_update(self.vnc.updates)
+                    else:
+                        await self.vnc.wait_update(self.vnc.updates)
                 return episode
         except (RewarderError, VNCError, OSError) as exc:
             raise RemoteUnavailable(self.name, "reset failed", exc) from exc
         except TimeoutError as exc:
             raise RemoteUnavailable(self.name, f"reset took over {timeout:g} s", exc) from exc
+
+    async def step_lockstep(
+        self, events: Sequence[Sequence[Any]], frames: int, timeout: float = RESET_TIMEOUT
+    ) -> tuple[np.ndarray, StepReply]:
+        """Lockstep: advance exactly ``frames`` frames holding ``events``; the resulting
+        frame (waited for by its tag) and the server's reply."""
+        if self.rewarder is None or not self.frame_tags:
+            raise RemoteUnavailable(
+                self.name, "lockstep needs a universe-remote remote with both channels"
+            )
+        try:
+            async with asyncio.timeout(timeout):
+                reply = await self.rewarder.step(events, frames)
+                await self.vnc.wait_frame(reply.frame)  # type: ignore[union-attr]
+        except (ConnectionClosed, VNCError, OSError) as exc:  # a RemoteError says what to fix
+            raise RemoteUnavailable(self.name, "lockstep step failed", exc) from exc
+        self.rewarder.pop()  # the same reward, also broadcast: the reply already has it
+        return self.frame(), reply
+
+    async def show_frame_of(self, frame: int | None, timeout: float) -> None:
+        """Pair a reward with its frame: wait (briefly) until VNC shows frame ``frame``."""
+        if frame is None or not self.frame_tags or self.vnc is None:
+            return
+        tag = self.vnc.tag
+        if tag is not None and tag.frame >= frame:
+            return
+        try:
+            await self.vnc.wait_frame(frame, timeout)
+        except TimeoutError:
+            log.debug("%s: frame %s did not arrive within %.3f s", self.name, frame, timeout)
+
+    def clock_skew(self) -> float | None:
+        """The middle of the rewarder's clock-skew bounds (server minus local), or None."""
+        bounds = self.rewarder.clock_skew if self.rewarder is not None else None
+        return None if bounds is None else (bounds[0] + bounds[1]) / 2
 
     def send(self, events: Sequence[Sequence[Any]]) -> None:
         """Send input events: over VNC when there is VNC, else as ``v0.agent.action``."""

@@ -27,6 +27,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from rewarder.protocol import LOCKSTEP, MODES, REALTIME
+
 from .address import RemoteAddress, parse_remotes
 from .env import DEFAULT_FPS
 from .loop import LoopThread, shared_loop
@@ -60,8 +62,15 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         start_timeout: float = 30.0,
         max_episode_steps: int | None = None,
         render_mode: str | None = None,
+        mode: str = REALTIME,
+        frameskip: int = 1,
         loop: LoopThread | None = None,
     ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if not (isinstance(frameskip, int) and frameskip >= 1):
+            raise ValueError(f"frameskip must be a positive integer, not {frameskip!r}")
+        self.mode, self.frameskip = mode, frameskip
         if addresses and not isinstance(addresses, str) and isinstance(addresses[0], RemoteAddress):
             remotes, address_password = list(addresses), None  # type: ignore[arg-type]
         else:
@@ -85,6 +94,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         self._autoreset = np.zeros(self.num_envs, bool)
         self._steps = np.zeros(self.num_envs, np.int64)
         self._reconnecting: dict[int, asyncio.Future[None]] = {}
+        #: Seeds for the episodes a lockstep env starts by itself (autoreset), drawn from
+        #: the reset seed so a seeded run replays exactly.
+        self._autoreset_seeds: list[np.random.Generator | None] = [None] * self.num_envs
         self._next_at: float | None = None
         self._closed = False
 
@@ -130,6 +142,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             if len(seeds) != self.num_envs:
                 raise ValueError(f"{len(seeds)} seeds for {self.num_envs} remotes")
         env_id = (options or {}).get("env_id", self.env_id)
+        self._autoreset_seeds = [
+            None if s is None else np.random.default_rng(s) for s in seeds
+        ]
         episodes = self._loop.run(self._reset_all(seeds, env_id))
         if env_id:
             self._configure_spaces()
@@ -146,7 +161,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         async def one(session: RemoteSession, seed: int | None) -> int | None:
             if not session.connected:
                 await session.connect()
-            return await session.reset(env_id=env_id, seed=seed, fps=self._requested_fps)
+            return await session.reset(
+                env_id=env_id, seed=seed, fps=self._requested_fps, mode=self._mode_request(session)
+            )
 
         return await asyncio.gather(*(one(s, seed) for s, seed in zip(self.sessions, seeds, strict=True)))
 
@@ -163,9 +180,16 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
                 raise ValueError(f"invalid action for remote {i} ({self.sessions[i].name}): {problem}")
         return self._loop.run(self._step([list(a) for a in actions]))
 
+    def _mode_request(self, session: RemoteSession) -> str | None:
+        if self.mode == LOCKSTEP or "mode" in session.describe_body():
+            return self.mode
+        return None
+
     async def _step(
         self, actions: list[list[tuple[Any, ...]]]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        if self.mode == LOCKSTEP:
+            return await self._step_lockstep(actions)
         n = self.num_envs
         for i, session in enumerate(self.sessions):
             if not self._autoreset[i] and i not in self._reconnecting and session.connected:
@@ -210,6 +234,46 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
                 info.update(episode_id=result.episode_id, text=list(result.text))
                 info.update(session.info())
             infos = self._add_info(infos, info, i)
+        self._autoreset = terminated | truncated
+        return self._frames.copy(), rewards, terminated, truncated, infos
+
+    async def _step_lockstep(
+        self, actions: list[list[tuple[Any, ...]]]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Every remote advances ``frameskip`` frames at once; no clock involved."""
+        n = self.num_envs
+        rewards = np.zeros(n, np.float64)
+        terminated = np.zeros(n, bool)
+        truncated = np.zeros(n, bool)
+
+        async def one(i: int) -> dict[str, Any]:
+            session = self.sessions[i]
+            if self._autoreset[i]:
+                if not session.connected:
+                    await session.connect()
+                rng = self._autoreset_seeds[i]
+                seed = None if rng is None else int(rng.integers(2**31))
+                episode = await session.reset(seed=seed, mode=LOCKSTEP)
+                self._frames[i] = session.frame()
+                self._steps[i] = 0
+                return {"episode_id": episode}
+            frame, reply = await session.step_lockstep(actions[i], self.frameskip)
+            self._frames[i] = frame
+            self._steps[i] += 1
+            rewards[i], terminated[i] = reply.reward, reply.done
+            limit = self.max_episode_steps
+            truncated[i] = limit is not None and self._steps[i] >= limit
+            return {**reply.info, "episode_id": reply.episode_id, "frame": reply.frame}
+
+        results = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
+        infos: dict[str, Any] = {}
+        for i, result in enumerate(results):
+            if isinstance(result, BaseException):
+                if not isinstance(result, RemoteUnavailable):
+                    raise result
+                truncated[i] = True
+                result = {"remote.connected": False, "remote.error": str(result)}
+            infos = self._add_info(infos, result, i)
         self._autoreset = terminated | truncated
         return self._frames.copy(), rewards, terminated, truncated, infos
 

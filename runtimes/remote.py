@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -26,12 +26,16 @@ from rewarder import protocol
 from rewarder.errors import BadRequest
 from rewarder.server import RewarderServer
 from vncdriver import keysyms, messages
+from vncdriver.messages import FrameTag
 from vncdriver.errors import UnknownKey
 from vncdriver.server import VNCServer
 
 from . import registry
 from .base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult
 from .errors import UnknownEnvironment
+
+if TYPE_CHECKING:
+    from .viewer import Viewer
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,9 @@ log = logging.getLogger(__name__)
 MAX_PENDING_EVENTS: Final = 4096
 #: The input source of the rewarder's active client (VNC clients are ``("vnc", id)``).
 REWARDER_SOURCE: Final = "rewarder"
+#: Key in a reward's ``info``: the number of the frame that earned it (the same numbers
+#: as the VNC frame tags), so an agent can pair the reward with the exact frame.
+FRAME_INFO_KEY: Final = "remote.frame"
 #: A tick later than this many frames is not caught up (that would burst frames);
 #: the clock restarts from now and the lateness is counted.
 MAX_CATCH_UP_FRAMES: Final = 2
@@ -98,6 +105,8 @@ class Remote:
                 on_disconnect=self._vnc_left,
             )
         self.vnc_port: int | None = None
+        #: The browser viewer (``start(http_port=...)``), or None.
+        self.viewer: Viewer | None = None
         self._clock = clock
         self._pending: list[InputEvent] = []
         #: What each input source (the rewarder's active client, each VNC client) holds,
@@ -111,9 +120,17 @@ class Remote:
     # Lifecycle ---------------------------------------------------------------------------
 
     async def start(
-        self, host: str = "127.0.0.1", rewarder_port: int = 15900, vnc_port: int = 5900
+        self,
+        host: str = "127.0.0.1",
+        rewarder_port: int = 15900,
+        vnc_port: int = 5900,
+        http_port: int | None = None,
     ) -> None:
-        """Bind both ports (0 picks a free one) and start the game loop."""
+        """Bind the ports (0 picks a free one) and start the game loop.
+
+        With ``http_port`` the remote also serves its screen to browsers (view-only noVNC
+        at ``/viewer/``, :mod:`runtimes.viewer`).
+        """
         await self.runtime.astart(host, vnc_port, self.password, self.view_only_password)
         await self._begin_episode(seed=None)
         self.env_state = protocol.RUNNING
@@ -125,7 +142,18 @@ class Remote:
                 self.vnc_port = self.vnc.port
             else:
                 self.vnc_port = int(getattr(self.runtime, "vnc_port", vnc_port))
+            if http_port is not None:
+                from .viewer import Viewer
+
+                self.viewer = Viewer(
+                    self.vnc_port, vnc_host=host, password=self.password,
+                    view_only_password=self.view_only_password,
+                    describe=lambda: {**self.describe(), "episode_id": self.episode_id},
+                )
+                await self.viewer.start(host, http_port)
         except OSError:
+            if self.vnc is not None:
+                await self.vnc.close()
             await self.rewarder.close("the remote failed to start")
             await self.runtime.aclose()
             raise
@@ -139,7 +167,9 @@ class Remote:
             except asyncio.CancelledError:
                 pass
         await asyncio.gather(
-            self.rewarder.close(reason), *([self.vnc.close()] if self.vnc is not None else [])
+            self.rewarder.close(reason),
+            *([self.vnc.close()] if self.vnc is not None else []),
+            *([self.viewer.close(reason)] if self.viewer is not None else []),
         )
         await self.runtime.aclose()
 
@@ -152,6 +182,8 @@ class Remote:
             "fps": self.fps,
             "mode": self.mode,
             "frame": self.frame,
+            # Our VNC server tags updates with frame numbers (vncdriver FRAME_TAG); Xvnc doesn't.
+            "frame_tags": self.vnc is not None,
             **self.runtime.describe(),
         }
 
@@ -201,6 +233,7 @@ class Remote:
                 self.episode_done = True
                 break
         self._frame_ready()
+        info[FRAME_INFO_KEY] = self.frame
         if reward or self.episode_done:
             self.rewarder.broadcast_reward(self.episode_id, reward, self.episode_done, info)
         body = {"reward": reward, "done": self.episode_done, "info": info, "frame": self.frame}
@@ -340,8 +373,9 @@ class Remote:
         self._frame_ready()
 
     def _frame_ready(self) -> None:
+        """Serve the frame just drawn, tagged with its number, episode and time."""
         if self.vnc is not None:
-            self.vnc.frame_ready()
+            self.vnc.frame_ready(tag=FrameTag(self.frame, self.episode_id, time.time()))
 
     def _set_mode(self, mode: str) -> None:
         self.mode = mode
@@ -368,9 +402,8 @@ class Remote:
         result = self._advance()
         self._frame_ready()
         if result.reward or result.done:
-            self.rewarder.broadcast_reward(
-                self.episode_id, result.reward, result.done, result.info
-            )
+            info = {**result.info, FRAME_INFO_KEY: self.frame}
+            self.rewarder.broadcast_reward(self.episode_id, result.reward, result.done, info)
         if result.done:
             await self._begin_episode(seed=None)
             self.env_state = protocol.RUNNING

@@ -61,7 +61,7 @@ from .errors import (
     LocalProtocolError,
 )
 from .handshake import ClientHandshake
-from .messages import Bell, Encoding, ServerCutText, Subsampling, build_encodings
+from .messages import Bell, Encoding, FrameTag, ServerCutText, Subsampling, build_encodings
 from .pixelformat import NATIVE
 
 __all__ = [
@@ -347,6 +347,7 @@ class VNCClient:
         shared: bool = True,
         name: str | None = None,
         on_update: UpdateCallback | None = None,
+        frame_tags: bool = False,
     ) -> None:
         self.address = address
         self.host, self.port = parse_address(address)
@@ -362,6 +363,8 @@ class VNCClient:
             fine_quality=fine_quality,
             subsample=subsample,
         )
+        if frame_tags:  # ask universe-remote servers to say which frame each update shows
+            self.encodings.append(Encoding.FRAME_TAG)
         #: Called as ``on_update(client, update)`` after each applied update; exceptions
         #: are logged, never raised into the connection.
         self.on_update = on_update
@@ -592,7 +595,24 @@ class VNCClient:
             rectangles_by_encoding=by_encoding,
         )
 
+    @property
+    def tag(self) -> FrameTag | None:
+        """Which frame :attr:`framebuffer` shows (number, episode id, server time), when
+        the client was made with ``frame_tags=True`` and the server is ours."""
+        proto = self._proto
+        return proto.frame_tag if proto is not None else None
+
     # Waiting -----------------------------------------------------------------------------
+
+    async def wait_frame(self, frame: int, timeout: float | None = None) -> FrameTag:
+        """Wait until the framebuffer shows frame ``frame`` or a later one (needs
+        ``frame_tags=True`` and a universe-remote server); returns its tag."""
+        if Encoding.FRAME_TAG not in self.encodings:
+            raise LocalProtocolError("wait_frame needs VNCClient(..., frame_tags=True)")
+        async with asyncio.timeout(timeout):
+            while (tag := self.tag) is None or tag.frame < frame:
+                await self.wait_update(self._updates)
+        return tag
 
     async def wait_update(self, after: int | None = None, timeout: float | None = None) -> int:
         """Wait until update number ``after + 1`` or later is applied; its number.

@@ -49,6 +49,7 @@ from .messages import (
     Encoding,
     FramebufferUpdate,
     FramebufferUpdateRequest,
+    FrameTag,
     KeyEvent,
     PointerEvent,
     RectangleHeader,
@@ -87,6 +88,9 @@ class FramebufferUpdated:
     rects: tuple[RectangleHeader, ...]
     nbytes: int
     npixels: int
+    #: Which frame these pixels are, when the server sent a FRAME_TAG (our servers do,
+    #: if asked).
+    tag: FrameTag | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +144,8 @@ class ClientProtocol:
         self.name = handshake.name
         self.framebuffer = np.zeros((self.height, self.width, 3), np.uint8)
         self.stats = ClientStats()
+        #: The newest frame tag the server sent (only if we asked for FRAME_TAG).
+        self.frame_tag: FrameTag | None = None
         self.max_rectangles, self.max_cut_text = max_rectangles, max_cut_text
         self.pending_requests = 0
         self._decoders = {enc: cls() for enc, cls in DECODERS.items()}
@@ -358,6 +364,7 @@ class ClientProtocol:
         rects: list[RectangleHeader] = []
         pixels = 0
         index = 0
+        tag = None
         while until_last or index < count:
             index += 1
             if index > self.max_rectangles:
@@ -374,6 +381,9 @@ class ClientProtocol:
                 continue
             if enc == Encoding.CURSOR:
                 yield from self._cursor(x, y, w, h)
+                continue
+            if enc == Encoding.FRAME_TAG and Encoding.FRAME_TAG in self.encodings:
+                tag = FrameTag.parse((yield from read_exact(FrameTag.FORMAT.size)))
                 continue
             decoder = self._decoders.get(enc)
             if decoder is None:
@@ -392,7 +402,11 @@ class ClientProtocol:
         self.stats.rectangles += len(rects)
         self.stats.pixels += pixels
         self.pending_requests = max(0, self.pending_requests - 1)
-        self._events.append(FramebufferUpdated(tuple(rects), self._consumed - start, pixels))
+        if tag is not None:
+            self.frame_tag = tag
+        self._events.append(
+            FramebufferUpdated(tuple(rects), self._consumed - start, pixels, tag)
+        )
 
     def _resize(self, width: int, height: int) -> None:
         if width > MAX_SCREEN_WIDTH:

@@ -43,6 +43,9 @@ class Encoding(enum.IntEnum):
     DESKTOP_SIZE = -223
     LAST_RECT = -224
     CURSOR = -239
+    #: Ours: each update starts with the frame number, episode id and server time of the
+    #: pixels in it. Only our client asks for it, so ordinary viewers never see it.
+    FRAME_TAG = -0x5552  # -21842, "UR"; not in the RFB registry
     # TurboVNC ranges: the first member of each; see the helpers below.
     JPEG_QUALITY_0 = -32  # .. -23: JPEG quality level 0..9
     COMPRESS_LEVEL_0 = -256  # .. -247: compression level 0..9
@@ -172,6 +175,10 @@ class EncodingPreferences:
     @property
     def last_rect(self) -> bool:
         return Encoding.LAST_RECT in self.pseudo
+
+    @property
+    def frame_tag(self) -> bool:
+        return Encoding.FRAME_TAG in self.pseudo
 
     def first_of(self, supported: Iterable[int]) -> int:
         """The client's most preferred encoding among ``supported``; Raw when none is."""
@@ -469,3 +476,28 @@ CLIENT_MESSAGES: dict[int, type] = {
 SERVER_MESSAGES: dict[int, type] = {
     m.TYPE: m for m in (FramebufferUpdate, SetColourMapEntries, Bell, ServerCutText)
 }
+
+
+@dataclass(frozen=True, slots=True)
+class FrameTag:
+    """The payload of a FRAME_TAG pseudo-rectangle: which frame the update's pixels show.
+
+    ``frame`` counts frames the remote drew since it started, ``episode_id`` is the
+    rewarder's episode, ``timestamp`` the server's UNIX time when the frame was drawn.
+    """
+
+    frame: int
+    episode_id: int
+    timestamp: float
+    FORMAT: ClassVar[struct.Struct] = struct.Struct("!QQd")
+
+    @classmethod
+    def parse(cls, data: bytes) -> FrameTag:
+        _check_size("FrameTag", data, cls.FORMAT.size)
+        return cls(*cls.FORMAT.unpack(data))
+
+    def serialize(self) -> bytes:
+        """The whole pseudo-rectangle: header (0, 0, 0x0, FRAME_TAG) and payload."""
+        return RectangleHeader(0, 0, 0, 0, Encoding.FRAME_TAG).serialize() + self.FORMAT.pack(
+            self.frame, self.episode_id, self.timestamp
+        )

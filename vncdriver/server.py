@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import LocalProtocolError, ServerRefused, VNCError
 from .handshake import ServerHandshake
-from .messages import KeyEvent, PointerEvent, SetPixelFormat
+from .messages import FrameTag, KeyEvent, PointerEvent, SetPixelFormat
 from .server_protocol import ServerProtocol, changed_tiles
 
 log = logging.getLogger(__name__)
@@ -157,6 +157,8 @@ class _Connection(asyncio.Protocol):
         events = [e for e in received if isinstance(e, KeyEvent | PointerEvent)]
         if events:
             self.server.on_input(self.client_id, events)
+        if self.server.tag is not None:
+            proto.set_frame_tag(self.server.tag)  # for a client that just asked for tags
         self.send_update()
 
     def send_update(self) -> None:
@@ -205,6 +207,8 @@ class VNCServer:
         max_clients: int = MAX_CLIENTS,
     ) -> None:
         self.frame = frame
+        #: The newest frame tag (see :meth:`frame_ready`).
+        self.tag: FrameTag | None = None
         self.name = name
         self.password = password
         self.view_only_password = view_only_password
@@ -238,8 +242,15 @@ class VNCServer:
         if self._server is not None:
             await self._server.wait_closed()
 
-    def frame_ready(self, frame: np.ndarray | None = None) -> None:
-        """A new frame is drawn (``frame``, if the array itself changed): send what changed."""
+    def frame_ready(self, frame: np.ndarray | None = None, tag: FrameTag | None = None) -> None:
+        """A new frame is drawn (``frame``, if the array itself changed): send what changed.
+
+        ``tag`` names the frame (number, episode, time) for clients that asked for our
+        FRAME_TAG pseudo-encoding; they get an update for each new tag even when no pixel
+        changed, so a lockstep agent can wait for exactly frame N.
+        """
+        if tag is not None:
+            self.tag = tag
         if frame is not None and frame is not self.frame:
             if frame.shape != self.frame.shape:
                 for connection in self.connections.values():
@@ -257,7 +268,7 @@ class VNCServer:
                     connection.proto.mark_all_dirty()
         else:
             rects = changed_tiles(previous, self.frame)
-            if not rects:
+            if not rects and tag is None:
                 return
             for x, y, w, h in rects:
                 previous[y : y + h, x : x + w] = self.frame[y : y + h, x : x + w]
@@ -265,6 +276,8 @@ class VNCServer:
                 if connection.proto is not None:
                     connection.proto.mark_dirty(rects)
         for connection in list(self.connections.values()):
+            if tag is not None and connection.proto is not None:
+                connection.proto.set_frame_tag(tag)
             connection.send_update()
 
     def stats(self) -> dict[int, int]:

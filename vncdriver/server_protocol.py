@@ -37,6 +37,7 @@ from .messages import (
     EncodingPreferences,
     FramebufferUpdate,
     FramebufferUpdateRequest,
+    FrameTag,
     KeyEvent,
     PointerEvent,
     RectangleHeader,
@@ -138,6 +139,8 @@ class ServerProtocol:
         self._dirty = np.ones(self._tile_shape(), bool)
         self._resize_pending = False
         self._encodings_received = False
+        self._tag: FrameTag | None = None
+        self._tag_pending = False
         self._out: list[bytes] = []
         self._events: list[Any] = []
         self._feeder = BytesFeeder(self._run())
@@ -246,13 +249,20 @@ class ServerProtocol:
     def mark_all_dirty(self) -> None:
         self._dirty[...] = True
 
+    def set_frame_tag(self, tag: FrameTag) -> None:
+        """The frame that is current now; a client that asked for FRAME_TAG gets an update
+        for every new tag, even one whose pixels did not change."""
+        if self.preferences.frame_tag and tag != self._tag:
+            self._tag = tag
+            self._tag_pending = True
+
     @property
     def update_wanted(self) -> bool:
         """True when the client has a request outstanding that we have something for."""
         if self._request is None:
             return False
         incremental, x0, y0, x1, y1 = self._request
-        if not incremental or self._resize_pending:
+        if not incremental or self._resize_pending or self._tag_pending:
             return True
         return bool(self._dirty_in(x0, y0, x1, y1).any())
 
@@ -274,6 +284,9 @@ class ServerProtocol:
             )
             self._resize_pending = False
             incremental, x0, y0, x1, y1 = False, 0, 0, self.width, self.height
+        if self._tag is not None and self.preferences.frame_tag:
+            prefix.append(self._tag.serialize())
+            self._tag_pending = False
         if incremental:
             sub = self._dirty_in(x0, y0, x1, y1)
             rects = [
