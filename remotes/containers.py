@@ -10,16 +10,16 @@ once, saying so.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import os
 import secrets
 import shutil
 import socket
 import subprocess
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
-from .address import RemoteAddress, format_remotes
+from .address import RemoteAddress
+from .group import RemoteGroup
 from .local import _probe
 from .loop import shared_loop
 
@@ -88,31 +88,18 @@ def free_port_pairs(n: int, first: int = FIRST_VNC_PORT) -> list[tuple[int, int]
     raise DockerUnavailable(f"fewer than {n} free port pairs in {first}..{first + MAX_PORT_SCAN}")
 
 
-class DockerRemotes:
+class DockerRemotes(RemoteGroup):
     """Running remote containers; :attr:`address` is their ``vnc://...`` address string."""
 
     def __init__(self, containers: list[str], addresses: list[RemoteAddress], password: str) -> None:
+        super().__init__(addresses, password)
         self.containers = containers
-        self.addresses = addresses
-        self.password = password
-        self.address = format_remotes(addresses, password)
-        atexit.register(self.close)
 
-    def __enter__(self) -> DockerRemotes:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __len__(self) -> int:
-        return len(self.addresses)
-
-    def close(self) -> None:
+    def _stop(self) -> None:
         """Remove the containers (``docker rm -f``)."""
         containers, self.containers = self.containers, []
         if containers:
             subprocess.run(["docker", "rm", "-f", *containers], capture_output=True, check=False)
-        atexit.unregister(self.close)
 
 
 def docker_run_command(
@@ -147,8 +134,7 @@ def start_docker(
     check_docker()
     password = password or secrets.token_urlsafe(6)[:8]
     containers: list[str] = []
-    addresses: list[RemoteAddress] = []
-    remotes = DockerRemotes(containers, addresses, password)
+    remotes = DockerRemotes(containers, [], password)
     environment = {"UNIVERSE_REMOTE_PASSWORD": password}
     try:
         for vnc, rewarder in free_port_pairs(n):
@@ -160,9 +146,10 @@ def start_docker(
             if result.returncode != 0:
                 raise DockerUnavailable(f"docker run failed: {result.stderr.strip()}")
             containers.append(result.stdout.strip())
-            addresses.append(RemoteAddress("127.0.0.1", vnc, rewarder))
-        remotes.address = format_remotes(addresses, password)
-        shared_loop().run(_probe_all(addresses, password, start_timeout), start_timeout + 10)
+            remotes.addresses.append(RemoteAddress("127.0.0.1", vnc, rewarder))
+        shared_loop().run(
+            _probe_all(remotes.addresses, password, start_timeout), start_timeout + 10
+        )
     except BaseException:
         remotes.close()
         raise

@@ -19,11 +19,17 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
-from rewarder.protocol import LOCKSTEP, MODES, REALTIME
+from rewarder.protocol import LOCKSTEP, REALTIME
 
-from .address import RemoteAddress, parse_remotes
+from .address import RemoteAddress
 from .loop import LoopThread, shared_loop
-from .session import RemoteSession, RemoteUnavailable, VNCOptions
+from .session import (
+    RemoteSession,
+    RemoteUnavailable,
+    VNCOptions,
+    check_stepping,
+    resolve_addresses,
+)
 from .spaces import VNCActionSpace
 
 #: The id RemoteEnv registers under (``gymnasium.make("universe-remote/Remote-v0", ...)``);
@@ -85,15 +91,9 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         frameskip: int = 1,
         loop: LoopThread | None = None,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-        if not (isinstance(frameskip, int) and frameskip >= 1):
-            raise ValueError(f"frameskip must be a positive integer, not {frameskip!r}")
+        check_stepping(mode, frameskip)
         self.mode, self.frameskip = mode, frameskip
-        if isinstance(address, RemoteAddress):
-            remotes, address_password = [address], None
-        else:
-            remotes, address_password = parse_remotes(address)
+        remotes, address_password = resolve_addresses(address)
         if len(remotes) != 1:
             raise ValueError(
                 f"RemoteEnv drives one remote and {address!r} names {len(remotes)}; "
@@ -150,12 +150,6 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             describe.get("keys", ()), width, height, int(describe.get("buttons", 1))
         )
 
-    def _mode_request(self) -> str | None:
-        """The mode to ask for at reset: only ours know modes, so ask Universe remotes nothing."""
-        if self.mode == LOCKSTEP or "mode" in self._session.describe_body():
-            return self.mode
-        return None
-
     @property
     def session(self) -> RemoteSession:
         """The async session underneath (for diagnostics)."""
@@ -176,7 +170,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             self._run(self._session.connect(), self.start_timeout + _GRACE)
         self._episode_id = self._run(
             self._session.reset(
-                env_id=env_id, seed=seed, fps=self._requested_fps, mode=self._mode_request()
+                env_id=env_id, seed=seed, fps=self._requested_fps, mode=self._session.mode_request(self.mode)
             )
         )
         if self._session.screen_size != self.observation_space.shape[1::-1] or env_id:

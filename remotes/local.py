@@ -11,7 +11,6 @@ processes stop on :meth:`LocalRemotes.close`, on ``with`` exit, at interpreter e
 from __future__ import annotations
 
 import asyncio
-import atexit
 import ctypes
 import logging
 import os
@@ -24,11 +23,12 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from rewarder.client import RewarderClient
 
-from .address import RemoteAddress, format_remotes
+from .address import RemoteAddress
+from .group import RemoteGroup
 from .loop import shared_loop
 
 log = logging.getLogger(__name__)
@@ -55,35 +55,22 @@ def _child_setup(nice: int) -> Callable[[], None]:
     return setup
 
 
-class LocalRemotes:
-    """Running local remotes; :attr:`address` is their ``vnc://...`` address string."""
+class LocalRemotes(RemoteGroup):
+    """Running local remotes (subprocesses); :attr:`address` is their address string."""
 
     def __init__(self, processes: list[subprocess.Popen[bytes]], addresses: list[RemoteAddress],
                  password: str | None, logs: list[Path], command: list[str],
-                 env: dict[str, str]) -> None:
+                 env: dict[str, str], nice: int = 0) -> None:
+        super().__init__(addresses, password)
         self.processes = processes
-        self.command, self.env = command, env
+        self.command, self.env, self.nice = command, env, nice
+        #: Keep the remotes' logs (they are deleted on a clean close otherwise).
         self.keep_logs = False
-        self.nice = 0
-        self.addresses = addresses
-        self.password = password
         self.logs = logs
-        self.address = format_remotes(addresses, password)
-        atexit.register(self.close)
 
-    def __enter__(self) -> LocalRemotes:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __len__(self) -> int:
-        return len(self.addresses)
-
-    def close(self) -> None:
-        """Stop every remote (SIGTERM, then SIGKILL after :data:`STOP_TIMEOUT`).
-
-        Their logs are deleted unless ``keep_logs`` was asked or a remote failed."""
+    def _stop(self) -> None:
+        """SIGTERM every remote, SIGKILL after :data:`STOP_TIMEOUT`; delete the logs unless
+        ``keep_logs`` or a remote failed."""
         for proc in self.processes:
             if proc.poll() is None:
                 proc.terminate()
@@ -93,7 +80,6 @@ class LocalRemotes:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        atexit.unregister(self.close)
         failed = any(p.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL) for p in self.processes)
         if self.logs and not self.keep_logs and not failed:
             shutil.rmtree(self.logs[0].parent, ignore_errors=True)
@@ -166,14 +152,12 @@ async def _start(
     logs = [log_dir / f"remote-{i}.log" for i in range(n)]
     free_ports = ["--vnc-port", "0", "--rewarder-port", "0"]
     processes = [_spawn([*command, *free_ports], env, path, nice) for path in logs]
-    remotes = LocalRemotes(processes, [], password, logs, command, env)
-    remotes.nice = nice
+    remotes = LocalRemotes(processes, [], password, logs, command, env, nice)
     try:
         addresses = await asyncio.gather(
             *(_await_ready(p, path, password, start_timeout) for p, path in zip(processes, logs))
         )
         remotes.addresses = list(addresses)
-        remotes.address = format_remotes(remotes.addresses, password)
     except BaseException:
         remotes.close()
         raise

@@ -19,18 +19,37 @@ import numpy as np
 
 from rewarder.client import RewarderClient
 from rewarder.errors import ConnectionClosed, RewarderError
-from rewarder.protocol import StepReply
+from rewarder.protocol import LOCKSTEP, MODES, StepReply
 from rewarder.reward_buffer import EMPTY, EpisodeResult
 from vncdriver.client import VNCClient
 from vncdriver.errors import VNCError
 from vncdriver.messages import FrameTag
 
-from .address import RemoteAddress
+from .address import RemoteAddress, parse_remotes
 
 log = logging.getLogger(__name__)
 
 #: Seconds a reset may take, from the request to the first frame of the new episode.
 RESET_TIMEOUT: Final = 60.0
+
+
+def check_stepping(mode: str, frameskip: int) -> None:
+    """Refuse a mode or frameskip the envs do not know, saying what they take."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if not (isinstance(frameskip, int) and frameskip >= 1):
+        raise ValueError(f"frameskip must be a positive integer, not {frameskip!r}")
+
+
+def resolve_addresses(
+    spec: str | RemoteAddress | Sequence[str] | Sequence[RemoteAddress],
+) -> tuple[list[RemoteAddress], str | None]:
+    """Remotes and password from an address string, a list of them, or RemoteAddresses."""
+    if isinstance(spec, RemoteAddress):
+        return [spec], None
+    if spec and not isinstance(spec, str) and all(isinstance(a, RemoteAddress) for a in spec):
+        return list(spec), None  # type: ignore[arg-type]
+    return parse_remotes(spec)  # type: ignore[arg-type]
 
 
 class RemoteUnavailable(ConnectionError):
@@ -164,6 +183,12 @@ class RemoteSession:
         if self.rewarder is not None and self.rewarder.describe is not None:
             return dict(self.rewarder.describe.body)
         return {}
+
+    def mode_request(self, mode: str) -> str | None:
+        """The mode to ask for at reset: only our remotes know modes; ask others nothing."""
+        if mode == LOCKSTEP or "mode" in self.describe_body():
+            return mode
+        return None
 
     @property
     def frame_tags(self) -> bool:

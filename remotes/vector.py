@@ -27,12 +27,18 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from rewarder.protocol import LOCKSTEP, MODES, REALTIME
+from rewarder.protocol import LOCKSTEP, REALTIME
 
-from .address import RemoteAddress, parse_remotes
+from .address import RemoteAddress
 from .env import DEFAULT_FPS
 from .loop import LoopThread, shared_loop
-from .session import RemoteSession, RemoteUnavailable, VNCOptions
+from .session import (
+    RemoteSession,
+    RemoteUnavailable,
+    VNCOptions,
+    check_stepping,
+    resolve_addresses,
+)
 from .spaces import VNCActionSpace
 
 log = logging.getLogger(__name__)
@@ -66,15 +72,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         frameskip: int = 1,
         loop: LoopThread | None = None,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-        if not (isinstance(frameskip, int) and frameskip >= 1):
-            raise ValueError(f"frameskip must be a positive integer, not {frameskip!r}")
+        check_stepping(mode, frameskip)
         self.mode, self.frameskip = mode, frameskip
-        if addresses and not isinstance(addresses, str) and isinstance(addresses[0], RemoteAddress):
-            remotes, address_password = list(addresses), None  # type: ignore[arg-type]
-        else:
-            remotes, address_password = parse_remotes(addresses)  # type: ignore[arg-type]
+        remotes, address_password = resolve_addresses(addresses)
         self.num_envs = len(remotes)
         self.render_mode = render_mode
         self.env_id = env_id
@@ -162,7 +162,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             if not session.connected:
                 await session.connect()
             return await session.reset(
-                env_id=env_id, seed=seed, fps=self._requested_fps, mode=self._mode_request(session)
+                env_id=env_id, seed=seed, fps=self._requested_fps, mode=session.mode_request(self.mode)
             )
 
         return await asyncio.gather(*(one(s, seed) for s, seed in zip(self.sessions, seeds, strict=True)))
@@ -179,11 +179,6 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             if problem is not None:
                 raise ValueError(f"invalid action for remote {i} ({self.sessions[i].name}): {problem}")
         return self._loop.run(self._step([list(a) for a in actions]))
-
-    def _mode_request(self, session: RemoteSession) -> str | None:
-        if self.mode == LOCKSTEP or "mode" in session.describe_body():
-            return self.mode
-        return None
 
     async def _step(
         self, actions: list[list[tuple[Any, ...]]]
