@@ -16,10 +16,12 @@ from .errors import UnknownEnvironment
 FAMILIES: dict[str, str] = {
     "builtin": "runtimes.builtin",
     "atari": "runtimes.atari",
+    "miniwob": "runtimes.browser",
 }
 #: family -> how to install what it needs, for families with optional dependencies.
 EXTRAS: dict[str, str] = {
     "atari": "pip install 'universe-remote[atari]'",
+    "miniwob": "pip install 'universe-remote[browser]' and apt-get install tigervnc-standalone-server chromium",
 }
 
 _loaded: dict[str, dict[str, Callable[..., Runtime]]] = {}

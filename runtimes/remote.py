@@ -47,6 +47,9 @@ REWARDER_SOURCE: Final = "rewarder"
 #: Key in a reward's ``info``: the number of the frame that earned it (the same numbers
 #: as the VNC frame tags), so an agent can pair the reward with the exact frame.
 FRAME_INFO_KEY: Final = "remote.frame"
+#: Seconds before retrying a reset that failed after a runtime error, doubling up to the max.
+RECOVER_DELAY: Final = 0.5
+MAX_RECOVER_DELAY: Final = 10.0
 #: A tick later than this many frames is not caught up (that would burst frames);
 #: the clock restarts from now and the lateness is counted.
 MAX_CATCH_UP_FRAMES: Final = 2
@@ -83,6 +86,8 @@ class Remote:
         self.runtime: Runtime = (
             self._make_runtime(env) if isinstance(env, str) else env
         )
+        if mode == protocol.LOCKSTEP and not self.runtime.lockstep:
+            raise ValueError(f"{self.runtime.env_id} runs only in real time, not in lockstep")
         self.fps = float(fps or self.runtime.fps)
         self.mode = mode
         self.episode_done = False
@@ -424,6 +429,22 @@ class Remote:
             if not waiter.done():
                 waiter.set_result(self.frame)
 
+    async def _recover(self) -> None:
+        """Start a fresh episode after a runtime failure, retrying with backoff until the
+        runtime comes back (a crashed browser restarting, say); clients see ``resetting``."""
+        delay = RECOVER_DELAY
+        while True:
+            try:
+                await self._begin_episode(seed=None)
+            except Exception:
+                log.exception("resetting %s failed; again in %.1f s", self.runtime.env_id, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RECOVER_DELAY)
+            else:
+                self.env_state = protocol.RUNNING
+                self.rewarder.broadcast_describe()
+                return
+
     async def _game_loop(self) -> None:
         next_at = self._clock()
         while True:
@@ -435,9 +456,7 @@ class Remote:
                     await self.tick()
             except Exception:  # a runtime bug must not take the servers down silently
                 log.exception("runtime %s failed in step; resetting it", self.runtime.env_id)
-                await self._begin_episode(seed=None)
-                self.env_state = protocol.RUNNING
-                self.rewarder.broadcast_describe()
+                await self._recover()
             period = 1.0 / self.fps
             next_at += period
             now = self._clock()

@@ -122,3 +122,42 @@ async def test_text_and_observations_reach_clients_with_the_episode(start_remote
     paddle_x = observation["body"]["observation"]["paddle_x"]
     assert isinstance(paddle_x, int) and 0 <= paddle_x < remote.runtime.width
     await agent.close()
+
+
+class _Flaky(Catch):
+    """Catch whose step fails once, and whose first reset after that fails too."""
+
+    def __init__(self) -> None:
+        self.failures = {"step": 1, "reset": 0}
+        super().__init__()
+
+    def step(self, events):  # type: ignore[no-untyped-def]
+        if self.frame == 5 and self.failures["step"]:
+            self.failures["step"] -= 1
+            self.failures["reset"] = 1
+            raise RuntimeError("the runtime broke")
+        return super().step(events)
+
+    def reset(self, seed=None):  # type: ignore[no-untyped-def]
+        if self.failures.get("reset"):
+            self.failures["reset"] -= 1
+            raise RuntimeError("and could not restart at once")
+        super().reset(seed)
+
+
+async def test_a_failing_runtime_is_restarted_and_the_remote_goes_on(start_remote: StartRemote) -> None:
+    remote = await start_remote(_Flaky())
+    agent = await WireClient.open(remote.rewarder.port)
+    first = await agent.recv()
+    episode = int(first["headers"]["episode_id"])
+    resetting = await agent.recv_until("v0.env.describe", timeout=15, episode_id=str(episode + 1))
+    assert resetting["body"]["env_state"] == "resetting"
+    while (describe := await agent.recv_until("v0.env.describe", timeout=15))["body"][
+        "env_state"
+    ] != "running":
+        pass
+    assert int(describe["headers"]["episode_id"]) > episode
+    assert remote.runtime.failures == {"step": 0, "reset": 0}
+    frame = await remote.wait_frame()
+    await remote.wait_frame(frame + 3)  # the game loop ticks again
+    await agent.close()

@@ -1,0 +1,466 @@
+"""MiniWoB++ tasks in Chromium on a TigerVNC display: ``miniwob.<Task>-v0``.
+
+Holds :class:`MiniWoBRuntime` (one task in one browser on one Xvnc display),
+:func:`html_dir` (where the installed ``miniwob`` wheel keeps its task pages),
+:func:`env_id_for` (``click-test.html`` -> ``miniwob.ClickTest-v0``), :func:`find_chromium`
+and :data:`RUNTIMES`, the table ``runtimes.registry`` reads: one subclass per task page,
+built at import without starting anything. Importing this module raises
+ModuleNotFoundError when the ``browser`` extra (the ``miniwob`` wheel) is missing and
+:class:`~runtimes.xdisplay.ProgramMissing` (also a ModuleNotFoundError) when Xvnc or
+Chromium is, naming the Debian package; the registry then lists no ``miniwob.*`` ids and
+``serve`` says what to install.
+
+**Screen.** Xvnc is the remote's VNC server (``external_vnc``): agents and viewers
+connect to it directly. Chromium runs in kiosk mode, no window manager, so the page
+fills the screen from (0, 0) with no browser chrome: the 160x210 task sits at the top
+left (:data:`TASK_AREA`, also in ``v0.env.describe``), MiniWoB's reward panel to its
+right.
+
+**Episodes.** The page is loaded once, at start. A reset seeds the page's random number
+generator (``Math.seedrandom(seed)``) and calls ``core.startEpisodeReal()``: same seed,
+same task instance. The instruction (``core.getUtterance()``) goes out as
+``v0.env.text`` at the first frame of the episode. A background task polls the page's
+``WOB_DONE_GLOBAL``/``WOB_REWARD_GLOBAL``/``WOB_EPISODE_ID`` every
+:data:`POLL_INTERVAL`; when the task ends its episode (a right or wrong answer, or its
+own 10 s time limit with reward -1), the next frame reports the reward once with
+``done`` and the remote resets. If Chromium dies or leaves the task page, the episode
+ends with ``info["browser.error"]`` and the reset brings the browser back.
+
+**Input.** Agents normally act over VNC, straight into X; the remote never sees that.
+Events that arrive over the rewarder (``v0.agent.action``) are sent into the same X
+server through a VNC connection of our own, so both paths reach the page as real X
+input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Final
+
+from vncdriver import keysyms
+from vncdriver.client import VNCClient
+
+from .base import InputEvent, KeyEvent, Runtime, StepResult
+from .cdp import CDPClient, CDPError
+from .xdisplay import (
+    XVNC_PACKAGE,
+    ProgramMissing,
+    XProgram,
+    XvncDisplay,
+    find_program,
+    log_tail,
+)
+
+log = logging.getLogger(__name__)
+
+# Screen ------------------------------------------------------------------------------------
+
+SCREEN_WIDTH: Final = 640
+SCREEN_HEIGHT: Final = 480
+#: Where the task is on the screen: x, y, width, height (MiniWoB's ``#wrap`` is 160x210).
+TASK_AREA: Final = (0, 0, 160, 210)
+#: Frames per second of the remote's loop: it only forwards input and picks up results.
+FPS: Final = 60.0
+
+# Programs ----------------------------------------------------------------------------------
+
+CHROMIUM_PACKAGE: Final = "chromium"
+#: Names tried, in order, for the browser; the variable below overrides them.
+CHROMIUM_NAMES: Final = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+#: Environment variable naming the browser binary to use instead.
+CHROMIUM_ENV: Final = "UNIVERSE_REMOTE_CHROMIUM"
+#: Chromium flags (FIELD-NOTES): runs as root in containers (no sandbox), no GPU, nothing
+#: that calls home or nags, timers at full speed though nobody "looks" at the window,
+#: pixels 1:1, kiosk (no tabs, no address bar, no info bars) so the page starts at (0, 0).
+CHROMIUM_FLAGS: Final = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-default-apps",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-quic",
+    "--disable-dev-shm-usage",
+    "--disable-background-timer-throttling",
+    "--disable-renderer-backgrounding",
+    "--disable-backgrounding-occluded-windows",
+    "--disable-features=Translate,MediaRouter,OptimizationHints",
+    "--disable-session-crashed-bubble",
+    "--overscroll-history-navigation=0",
+    "--password-store=basic",
+    "--noerrdialogs",
+    "--force-device-scale-factor=1",
+    "--kiosk",
+    "--window-position=0,0",
+    "--remote-debugging-address=127.0.0.1",
+    "--remote-debugging-port=0",  # Chromium picks a free port and writes it to a file
+)
+#: Seconds Chromium may take to write its DevTools port (cold starts take a few).
+BROWSER_START_TIMEOUT: Final = 30.0
+#: Seconds the task page may take to load and run its ``window.onload``.
+PAGE_TIMEOUT: Final = 20.0
+
+# Episodes ----------------------------------------------------------------------------------
+
+#: Seconds between polls of the page's reward globals (20 Hz: a reward reaches the
+#: rewarder within ~50 ms plus a frame).
+POLL_INTERVAL: Final = 0.05
+#: The page is ready for episodes: its scripts ran and ``window.onload`` showed the cover.
+READY_EXPRESSION: Final = (
+    "document.readyState === 'complete' && typeof core === 'object' && "
+    "typeof genProblem === 'function' && core.cover_div != null && WOB_TASK_READY !== false"
+)
+#: What the poller reads, in this order.
+STATE_EXPRESSION: Final = (
+    "[WOB_DONE_GLOBAL, WOB_REWARD_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_EPISODE_ID, "
+    "WOB_REWARD_REASON == null ? null : String(WOB_REWARD_REASON)]"
+)
+
+# Input -------------------------------------------------------------------------------------
+
+#: Keys the rewarder accepts: printable ASCII (typing tasks), editing and arrow keys,
+#: and the modifiers copy-paste tasks need. Over VNC an agent may send any key.
+KEYS: Final = tuple(
+    dict.fromkeys(
+        [keysyms.canonical(chr(c)) for c in range(0x20, 0x7F)]
+        + ["Return", "BackSpace", "Tab", "Delete", "Escape", "Left", "Right", "Up", "Down",
+           "Home", "End", "Prior", "Next", "Shift_L", "Shift_R", "Control_L", "Control_R"]
+    )
+)
+#: Left button and the wheel (bits 3 and 4): what MiniWoB tasks use. The right button
+#: would open Chromium's context menu.
+BUTTONS: Final = 0b11001
+
+
+def html_dir() -> Path:
+    """The installed ``miniwob`` wheel's task pages (``.../miniwob/html/miniwob``).
+
+    Found without importing the package (its import registers gymnasium envs and may
+    print notices). Raises ModuleNotFoundError if the wheel is not installed.
+    """
+    spec = importlib.util.find_spec("miniwob")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "No module named 'miniwob' (the MiniWoB++ task pages)", name="miniwob"
+        )
+    directory = Path(next(iter(spec.submodule_search_locations))) / "html" / "miniwob"
+    if not directory.is_dir():
+        raise ModuleNotFoundError(
+            f"the installed miniwob has no task pages at {directory}", name="miniwob"
+        )
+    return directory
+
+
+def env_id_for(page: str) -> str:
+    """``"click-test-2.html"`` -> ``"miniwob.ClickTest2-v0"``."""
+    stem = Path(page).name.removesuffix(".html")
+    return "miniwob." + "".join(part[:1].upper() + part[1:] for part in stem.split("-")) + "-v0"
+
+
+def find_chromium() -> str:
+    """The browser binary: $UNIVERSE_REMOTE_CHROMIUM, else the first of CHROMIUM_NAMES."""
+    override = os.environ.get(CHROMIUM_ENV)
+    if override:
+        return find_program(override, package=CHROMIUM_PACKAGE)
+    return find_program(*CHROMIUM_NAMES, package=CHROMIUM_PACKAGE)
+
+
+def find_xvnc() -> str:
+    return find_program("Xvnc", package=XVNC_PACKAGE)
+
+
+class MiniWoBRuntime(Runtime):
+    """One MiniWoB++ task in Chromium on an Xvnc display that is the remote's VNC server."""
+
+    width: ClassVar[int] = SCREEN_WIDTH
+    height: ClassVar[int] = SCREEN_HEIGHT
+    fps: ClassVar[float] = FPS
+    keys: ClassVar[tuple[str, ...]] = KEYS
+    buttons: ClassVar[int] = BUTTONS
+    external_vnc: ClassVar[bool] = True
+    lockstep: ClassVar[bool] = False
+    #: The task page's file name (``click-test.html``); set per subclass.
+    page: ClassVar[str]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.display: XvncDisplay | None = None
+        self.browser: XProgram | None = None
+        self.cdp: CDPClient | None = None
+        #: The VNC port Xvnc bound (the remote reads it after :meth:`astart`).
+        self.vnc_port: int | None = None
+        #: Seconds the last :meth:`astart` took (Xvnc, Chromium, the page).
+        self.startup_seconds: float | None = None
+        self._profile: Path | None = None
+        self._injector: VNCClient | None = None
+        self._poller: asyncio.Task[None] | None = None
+        self._generation = 0  # bumped by every reset: the poller drops older readings
+        self._wob_episode = 0  # WOB_EPISODE_ID when our episode started
+        self._text: str | None = None  # the instruction, sent at the episode's first frame
+        self._outcome: tuple[float, dict[str, Any]] | None = None  # set by the poller
+        self._reported = False
+        self._failure: str | None = None  # set by the poller when the browser is lost
+        self._warned_input = False
+
+    @classmethod
+    def url(cls) -> str:
+        """``file://`` URL of the task page in the installed wheel."""
+        return (html_dir() / cls.page).as_uri()
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        return {**super().describe(), "task_area": list(TASK_AREA)}
+
+    # Lifecycle -----------------------------------------------------------------------------
+
+    async def astart(
+        self, host: str, vnc_port: int, password: str | None, view_only_password: str | None
+    ) -> None:
+        """Start Xvnc on ``host:vnc_port`` (0: a free port), Chromium on it, load the task."""
+        started = time.monotonic()
+        chromium = find_chromium()  # fail before starting anything if it is missing
+        self.display = XvncDisplay(
+            self.width,
+            self.height,
+            host=host,
+            port=vnc_port,
+            password=password,
+            view_only_password=view_only_password,
+        )
+        try:
+            await self.display.start()
+            self.vnc_port = self.display.port
+            await self._start_browser(chromium)
+            self._injector = VNCClient(
+                self.display.address, password=password, encoding="raw", name=f"{self.env_id} input"
+            )
+            await self._injector.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        self._poller = asyncio.get_running_loop().create_task(
+            self._poll(), name=f"{self.env_id} reward poller"
+        )
+        self.startup_seconds = time.monotonic() - started
+        log.info("%s started in %.2f s on %s", self.env_id, self.startup_seconds, self.display)
+
+    async def _start_browser(self, chromium: str | None = None) -> None:
+        """Start Chromium on the display with the task page; return once it is ready."""
+        assert self.display is not None
+        chromium = chromium or find_chromium()
+        self._profile = Path(tempfile.mkdtemp(prefix="universe-chromium-"))
+        argv = [
+            chromium,
+            *CHROMIUM_FLAGS,
+            f"--window-size={self.width},{self.height}",
+            f"--user-data-dir={self._profile}",
+            self.url(),
+        ]
+        tmp = self._profile / "tmp"  # its singleton socket and shared memory files, which
+        tmp.mkdir()  # it leaves in /tmp otherwise; removed with the profile
+        self.browser = self.display.spawn(argv, name="chromium", env={"TMPDIR": str(tmp)})
+        port = await self._devtools_port()
+        self.cdp = await CDPClient.connect(port)
+        try:
+            await self.cdp.wait_for(READY_EXPRESSION, PAGE_TIMEOUT)
+        except CDPError as exc:
+            raise CDPError(
+                f"{self.page} did not get ready: {exc}{log_tail(self.browser.log)}"
+            ) from None
+
+    async def _devtools_port(self) -> int:
+        """The port Chromium chose, from the ``DevToolsActivePort`` file in its profile."""
+        assert self.browser is not None and self._profile is not None
+        path = self._profile / "DevToolsActivePort"
+        deadline = time.monotonic() + BROWSER_START_TIMEOUT
+        while True:
+            with contextlib.suppress(OSError, ValueError):
+                lines = path.read_text().splitlines()
+                if len(lines) >= 2 and lines[1].startswith("/devtools/"):  # written whole
+                    return int(lines[0])
+            if not self.browser.running:
+                raise CDPError(
+                    f"Chromium exited with {self.browser.process.returncode} at start"
+                    f"{log_tail(self.browser.log)}"
+                )
+            if time.monotonic() > deadline:
+                raise CDPError(
+                    f"Chromium opened no DevTools port within {BROWSER_START_TIMEOUT} s"
+                    f"{log_tail(self.browser.log)}"
+                )
+            await asyncio.sleep(0.02)
+
+    async def _stop_browser(self) -> None:
+        if self.cdp is not None:
+            await self.cdp.close()
+            self.cdp = None
+        if self.browser is not None:
+            browser, self.browser = self.browser, None
+            if self.display is not None and browser in self.display.programs:
+                self.display.programs.remove(browser)
+            await asyncio.to_thread(browser.stop)
+        if self._profile is not None:
+            await asyncio.to_thread(shutil.rmtree, self._profile, True)
+            self._profile = None
+
+    async def aclose(self) -> None:
+        """Stop the poller, the browser and Xvnc; remove their files. Idempotent."""
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+            self._poller = None
+        if self._injector is not None:
+            await self._injector.close()
+            self._injector = None
+        await self._stop_browser()
+        if self.display is not None:
+            await self.display.aclose()
+            self.display = None
+
+    def close(self) -> None:
+        """Synchronous last resort (no event loop): kill the browser and Xvnc."""
+        if self.display is not None:
+            self.display.stop()
+            self.display = None
+        if self._profile is not None:
+            shutil.rmtree(self._profile, ignore_errors=True)
+            self._profile = None
+
+    def pids(self) -> list[int]:
+        """Process ids of Xvnc and of Chromium with all its helpers."""
+        return self.display.pids() if self.display is not None else []
+
+    # Episodes ------------------------------------------------------------------------------
+
+    def reset(self, seed: int | None = None) -> None:
+        raise RuntimeError(f"{self.env_id} resets asynchronously; the remote awaits areset()")
+
+    async def areset(self, seed: int | None = None) -> None:
+        """Seed the page and start a new episode; bring the browser back if it is lost."""
+        self._generation += 1
+        self._outcome, self._reported, self._failure = None, False, None
+        browser_alive = self.browser is not None and self.browser.running
+        if self.cdp is None or not self.cdp.connected or not browser_alive:
+            log.warning("%s: the browser is gone; starting it again", self.env_id)
+            await self._stop_browser()
+            await self._start_browser()
+        assert self.cdp is not None
+        if not await self.cdp.evaluate(
+            f"(() => {{ try {{ return {READY_EXPRESSION}; }} catch (e) {{ return false; }} }})()"
+        ):
+            log.warning("%s: the page is not the task any more; loading it again", self.env_id)
+            await self.cdp.navigate(self.url(), PAGE_TIMEOUT)
+            await self.cdp.wait_for(READY_EXPRESSION, PAGE_TIMEOUT)
+        seed_call = f"Math.seedrandom({int(seed)})" if seed is not None else "Math.seedrandom()"
+        utterance, episode = await self.cdp.evaluate(
+            f"(() => {{ {seed_call}; core.startEpisodeReal(); "
+            "return [core.getUtterance(), WOB_EPISODE_ID]; })()"
+        )
+        self._wob_episode = int(episode)
+        self._text = str(utterance)
+
+    def step(self, events: Sequence[InputEvent]) -> StepResult:
+        """Send rewarder input into X; report the instruction once and the outcome once."""
+        if events:
+            self._inject(events)
+        result = StepResult(text=self._text)
+        self._text = None
+        if self._outcome is not None and not self._reported:
+            self._reported = True
+            result.reward, result.info = self._outcome
+            result.done = True
+        elif self._failure is not None and not self._reported:
+            self._reported = True
+            result.done = True
+            result.info = {"browser.error": self._failure}
+        return result
+
+    def _inject(self, events: Sequence[InputEvent]) -> None:
+        injector = self._injector
+        if injector is None or not injector.connected:
+            if not self._warned_input:
+                log.warning("%s: no VNC connection to Xvnc; rewarder input dropped", self.env_id)
+                self._warned_input = True
+            return
+        injector.send_events(
+            ("KeyEvent", e.key, e.down) if isinstance(e, KeyEvent) else ("PointerEvent", *e)
+            for e in events
+        )
+
+    async def _poll(self) -> None:
+        """Read the page's reward globals every POLL_INTERVAL; note an ended episode."""
+        while True:
+            await asyncio.sleep(POLL_INTERVAL)
+            generation, cdp = self._generation, self.cdp
+            if cdp is None or self._outcome is not None or self._failure is not None:
+                continue
+            try:
+                done, reward, raw, episode, reason = await cdp.evaluate(STATE_EXPRESSION)
+            except (CDPError, TypeError, ValueError) as exc:
+                if generation == self._generation and self._failure is None:
+                    self._failure = f"lost the task page: {exc}"
+                    log.warning("%s: %s", self.env_id, self._failure)
+                continue
+            if generation != self._generation:  # a reset ran meanwhile: this is stale
+                continue
+            if done and int(episode) > self._wob_episode:
+                info = {
+                    "wob.raw_reward": float(raw),
+                    "wob.reason": reason,
+                    "wob.episodes": int(episode),
+                }
+                self._outcome = (float(reward), info)
+
+
+def _runtime_class(page: str) -> type[MiniWoBRuntime]:
+    env_id = env_id_for(page)
+    name = env_id.split(".", 1)[1].split("-", 1)[0]
+    return type(
+        f"MiniWoB{name}",
+        (MiniWoBRuntime,),
+        {
+            "env_id": env_id,
+            "page": page,
+            "description": f"MiniWoB++ {page.removesuffix('.html')} in Chromium on Xvnc",
+            "__module__": __name__,
+        },
+    )
+
+
+def _check_programs() -> None:
+    """Fail the import (the registry then explains) when Xvnc or Chromium is missing."""
+    find_xvnc()
+    find_chromium()
+
+
+_check_programs()
+#: env id -> runtime class, one per task page of the installed wheel.
+RUNTIMES: dict[str, type[MiniWoBRuntime]] = {
+    cls.env_id: cls
+    for cls in map(_runtime_class, sorted(page.name for page in html_dir().glob("*.html")))
+}
+
+__all__ = [
+    "CHROMIUM_ENV",
+    "KEYS",
+    "RUNTIMES",
+    "TASK_AREA",
+    "MiniWoBRuntime",
+    "ProgramMissing",
+    "env_id_for",
+    "find_chromium",
+    "html_dir",
+]

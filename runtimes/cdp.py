@@ -1,0 +1,302 @@
+"""A tiny Chrome DevTools Protocol client over ``websockets``: run JavaScript in a page.
+
+Holds :class:`CDPClient` (connect to a page, :meth:`~CDPClient.call` any method,
+:meth:`~CDPClient.evaluate` an expression, :meth:`~CDPClient.navigate`,
+:meth:`~CDPClient.wait_for` a condition), :func:`targets` (the browser's ``/json/list``),
+the errors :class:`CDPError` and :class:`JavaScriptError`, and the timeouts.
+
+Chromium serves the protocol when started with ``--remote-debugging-port``: an HTTP
+endpoint lists the targets (tabs), and each page has a WebSocket that takes JSON
+commands ``{"id", "method", "params"}`` and answers ``{"id", "result"}`` or
+``{"id", "error"}``, with events ``{"method", "params"}`` in between. That is all we
+need to read a page's globals without Selenium or a driver binary.
+
+Use::
+
+    cdp = await CDPClient.connect(port)          # the first page target
+    await cdp.navigate("file:///.../task.html")  # returns after the load event
+    value = await cdp.evaluate("1 + 1")          # 2
+    await cdp.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import time
+from collections import defaultdict
+from typing import Any, Final
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+from .errors import RuntimeFailure
+
+log = logging.getLogger(__name__)
+
+#: Seconds to wait for the browser's debugging port and its first page (Chromium starts
+#: in 0.5-1 s here; a cold start on a slow disk takes a few).
+CONNECT_TIMEOUT: Final = 20.0
+#: Seconds one command may take (an evaluate of a page global takes ~1 ms).
+CALL_TIMEOUT: Final = 10.0
+#: Seconds a navigation may take until the page's load event.
+NAVIGATE_TIMEOUT: Final = 20.0
+#: Interval of the polls in :meth:`CDPClient.wait_for` and while connecting.
+POLL_INTERVAL: Final = 0.02
+#: Largest message we accept; evaluate results we ask for are small, screenshots are not.
+MAX_MESSAGE: Final = 64 * 1024 * 1024
+#: Seconds the closing handshake may take before the socket is just dropped.
+CLOSE_TIMEOUT: Final = 2.0
+#: Largest ``/json/list`` reply; a browser with a few tabs sends a few kB.
+MAX_TARGETS_REPLY: Final = 1024 * 1024
+
+
+class CDPError(RuntimeFailure):
+    """A DevTools command failed, or the browser could not be reached."""
+
+
+class JavaScriptError(CDPError):
+    """An evaluated expression threw; the message carries the page's exception text."""
+
+
+async def targets(
+    port: int, host: str = "127.0.0.1", timeout: float = CALL_TIMEOUT
+) -> list[dict[str, Any]]:
+    """The browser's targets (``GET /json/list``): dicts with ``type``, ``url``,
+    ``webSocketDebuggerUrl``. A tiny HTTP/1.1 GET over asyncio streams (Chromium does not
+    answer HTTP/1.0)."""
+    async with asyncio.timeout(timeout):
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            request = f"GET /json/list HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
+            writer.write(request.encode())
+            await writer.drain()
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError as exc:
+                raise CDPError(f"GET http://{host}:{port}/json/list: the connection closed "
+                               f"after {len(exc.partial)} bytes of headers") from None
+            status, *lines = head.decode("latin-1").split("\r\n")
+            if " 200 " not in f"{status} ":
+                raise CDPError(f"GET http://{host}:{port}/json/list answered {status!r}, not 200")
+            length = next(
+                (int(v) for k, _, v in (line.partition(":") for line in lines)
+                 if k.strip().lower() == "content-length"),
+                None,
+            )
+            if length is None or length > MAX_TARGETS_REPLY:
+                raise CDPError(
+                    f"GET http://{host}:{port}/json/list: Content-Length {length} is missing "
+                    f"or over {MAX_TARGETS_REPLY} bytes"
+                )
+            body = await reader.readexactly(length)
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+    try:
+        listed = json.loads(body)
+    except ValueError as exc:
+        raise CDPError(f"GET http://{host}:{port}/json/list sent no JSON list: {exc}") from None
+    if not isinstance(listed, list):
+        raise CDPError(
+            f"GET http://{host}:{port}/json/list sent {type(listed).__name__}, not a list"
+        )
+    return listed
+
+
+class CDPClient:
+    """One WebSocket to one page target; commands may run concurrently.
+
+    Build it with :meth:`connect`; :meth:`close` is idempotent. When the browser goes
+    away, pending and later commands raise :class:`CDPError`.
+    """
+
+    def __init__(self, ws: ClientConnection, url: str) -> None:
+        self.ws, self.url = ws, url
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[str, asyncio.Future[Any]]] = {}
+        self._event_waiters: dict[str, list[asyncio.Future[dict[str, Any]]]] = defaultdict(list)
+        self._closed_reason: str | None = None
+        self._page_enabled = False
+        self._reader = asyncio.get_running_loop().create_task(self._read(), name=f"CDP {url}")
+
+    @classmethod
+    async def connect(
+        cls, port: int, host: str = "127.0.0.1", timeout: float = CONNECT_TIMEOUT
+    ) -> CDPClient:
+        """Connect to the first page target of the browser debugging on ``host:port``,
+        retrying until ``timeout`` while the browser starts."""
+        deadline = time.monotonic() + timeout
+        while True:
+            problem = "it lists no page target yet"
+            try:
+                pages = [t for t in await targets(port, host) if t.get("type") == "page"]
+                if pages and pages[0].get("webSocketDebuggerUrl"):
+                    url = pages[0]["webSocketDebuggerUrl"]
+                    ws = await connect(
+                        url,
+                        max_size=MAX_MESSAGE,
+                        compression=None,
+                        ping_interval=None,
+                        open_timeout=max(0.1, deadline - time.monotonic()),
+                        close_timeout=CLOSE_TIMEOUT,
+                    )
+                    return cls(ws, url)
+            except (OSError, EOFError, ValueError, CDPError, TimeoutError, InvalidHandshake) as exc:
+                problem = str(exc) or type(exc).__name__
+            if time.monotonic() > deadline:
+                raise CDPError(
+                    f"no DevTools page on {host}:{port} within {timeout} s ({problem}); is "
+                    "the browser running with --remote-debugging-port?"
+                )
+            await asyncio.sleep(POLL_INTERVAL * 5)
+
+    @property
+    def connected(self) -> bool:
+        return self._closed_reason is None
+
+    # Commands ----------------------------------------------------------------------------
+
+    async def call(
+        self, method: str, params: dict[str, Any] | None = None, timeout: float = CALL_TIMEOUT
+    ) -> dict[str, Any]:
+        """Send one command and return its ``result``; raise :class:`CDPError` on an error
+        reply, a closed connection or no reply within ``timeout``."""
+        if self._closed_reason is not None:
+            raise CDPError(f"{method}: {self._closed_reason}")
+        command_id = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[command_id] = (method, future)
+        try:
+            message = {"id": command_id, "method": method, "params": params or {}}
+            try:
+                await self.ws.send(json.dumps(message))
+            except ConnectionClosed as exc:
+                raise CDPError(
+                    f"{method}: the browser closed the DevTools connection ({exc})"
+                ) from None
+            try:
+                async with asyncio.timeout(timeout):
+                    return await future  # type: ignore[no-any-return]
+            except TimeoutError:
+                raise CDPError(f"{method}: no reply from the browser within {timeout} s") from None
+        finally:
+            self._pending.pop(command_id, None)
+
+    async def evaluate(self, expression: str, timeout: float = CALL_TIMEOUT) -> Any:
+        """The value of JavaScript ``expression`` in the page (JSON-able values; promises
+        are awaited). Raises :class:`JavaScriptError` if it throws."""
+        result = await self.call(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+            timeout,
+        )
+        details = result.get("exceptionDetails")
+        if details is not None:
+            exception = details.get("exception", {})
+            text = exception.get("description") or details.get("text", "exception")
+            raise JavaScriptError(f"{expression[:200]!r} threw: {text}")
+        return result.get("result", {}).get("value")
+
+    async def wait_for(self, expression: str, timeout: float = NAVIGATE_TIMEOUT) -> Any:
+        """Poll ``expression`` until it is truthy; its value. A throwing expression counts
+        as not yet true (the page may still be loading the script that defines it)."""
+        deadline = time.monotonic() + timeout
+        last = "it was false"
+        while True:
+            try:
+                value = await self.evaluate(expression)
+            except JavaScriptError as exc:
+                last = str(exc)
+            else:
+                if value:
+                    return value
+            if time.monotonic() > deadline:
+                raise CDPError(
+                    f"{expression[:200]!r} did not become true within {timeout} s ({last})"
+                )
+            await asyncio.sleep(POLL_INTERVAL)
+
+    async def navigate(self, url: str, timeout: float = NAVIGATE_TIMEOUT) -> None:
+        """Load ``url`` in the page and return after its load event."""
+        if not self._page_enabled:
+            await self.call("Page.enable")
+            self._page_enabled = True
+        loaded = self._wait_event("Page.loadEventFired")
+        try:
+            result = await self.call("Page.navigate", {"url": url}, timeout)
+            if result.get("errorText"):
+                raise CDPError(f"cannot load {url}: {result['errorText']}")
+            try:
+                async with asyncio.timeout(timeout):
+                    await loaded
+            except TimeoutError:
+                raise CDPError(f"{url} did not finish loading within {timeout} s") from None
+        finally:
+            if loaded.done() and not loaded.cancelled():
+                loaded.exception()  # retrieved: the failure was raised another way
+            loaded.cancel()
+
+    def _wait_event(self, method: str) -> asyncio.Future[dict[str, Any]]:
+        """A future for the params of the next ``method`` event (register before acting)."""
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._event_waiters[method].append(future)
+        return future
+
+    # Lifecycle ---------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the WebSocket; pending commands raise :class:`CDPError`. Idempotent."""
+        self._fail("the DevTools connection was closed")
+        await self.ws.close()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+    async def _read(self) -> None:
+        reason = "the browser closed the DevTools connection (did it exit?)"
+        try:
+            async for raw in self.ws:
+                try:
+                    message = json.loads(raw)
+                except ValueError:
+                    log.warning("CDP %s: dropped a message that is not JSON", self.url)
+                    continue
+                self._dispatch(message)
+        except ConnectionClosed as exc:
+            reason = f"{reason}: {exc}"
+        finally:
+            self._fail(reason)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        if "id" in message:
+            method, future = self._pending.get(message["id"], ("", None))
+            if future is None or future.done():
+                return
+            error = message.get("error")
+            if error is not None:
+                future.set_exception(
+                    CDPError(f"{method}: {error.get('message', error)} (code {error.get('code')})")
+                )
+            else:
+                future.set_result(message.get("result", {}))
+            return
+        for waiter in self._event_waiters.pop(message.get("method", ""), []):
+            if not waiter.done():
+                waiter.set_result(message.get("params", {}))
+
+    def _fail(self, reason: str) -> None:
+        if self._closed_reason is None:
+            self._closed_reason = reason
+        for method, future in list(self._pending.values()):
+            if not future.done():
+                future.set_exception(CDPError(f"{method}: {reason}"))
+        for waiters in self._event_waiters.values():
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(CDPError(reason))
+        self._event_waiters.clear()

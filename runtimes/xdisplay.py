@@ -1,0 +1,538 @@
+"""X displays served over VNC by TigerVNC's ``Xvnc``, for runtimes that run X programs.
+
+Holds :class:`XvncDisplay` (an Xvnc server on a free display number, bound to the
+remote's host and VNC port, and the X programs started on it), :class:`XProgram` (one such
+program and its process group), :class:`ProgramMissing`, :func:`find_program` and the
+limits of starting and stopping.
+
+The display is the remote's VNC server: viewers and agents connect to Xvnc directly, so a
+runtime on it sets ``external_vnc``. Xvnc picks its own display number (``-displayfd``:
+no race with other X servers on the machine); port 0 means "pick a free port", retried
+when another process takes the one we picked before Xvnc binds it. Nothing waits by
+sleeping: readiness is polled with a deadline, and errors quote the tail of the log.
+
+Use::
+
+    display = XvncDisplay(640, 480, host="127.0.0.1", port=0, password="pw")
+    await display.start()               # display.display == ":N", display.port == 5xxxx
+    program = display.spawn(["xeyes"])  # runs with DISPLAY=:N, stopped with the display
+    await display.aclose()              # programs first, newest first, then Xvnc
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import errno
+import ipaddress
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Final, Self
+
+from .errors import RuntimeFailure
+
+log = logging.getLogger(__name__)
+
+#: Seconds Xvnc may take to accept connections (it needs < 0.3 s here).
+START_TIMEOUT: Final = 10.0
+#: Seconds a process gets to exit after SIGTERM before SIGKILL.
+STOP_TIMEOUT: Final = 3.0
+#: Attempts at a free VNC port when another process grabs the one we picked.
+PORT_ATTEMPTS: Final = 5
+#: Interval of readiness polls (a condition with a deadline, not synchronisation).
+POLL_INTERVAL: Final = 0.02
+#: Lines of a log quoted in an error.
+LOG_TAIL_LINES: Final = 15
+
+#: Debian packages that bring the programs this module runs.
+XVNC_PACKAGE: Final = "tigervnc-standalone-server"
+VNCPASSWD_PACKAGE: Final = "tigervnc-tools"
+
+#: Xvnc flags every display gets (FIELD-NOTES): shared sessions; no blacklisting of the
+#: many quick handshakes agents and probes make; no X over TCP; no clipboard pushed to
+#: viewers; viewers may not resize the screen (the runtime's layout depends on its size).
+XVNC_FLAGS: Final = (
+    "-AlwaysShared",
+    "-BlacklistThreshold",
+    "1000000",
+    "-nolisten",
+    "tcp",
+    "-SendCutText=0",
+    "-AcceptSetDesktopSize=0",
+)
+
+
+try:  # loaded now: a forked child must not dlopen (another thread may hold the lock)
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:  # not Linux/glibc: children just do not follow us on a crash
+    _LIBC = None
+_PR_SET_PDEATHSIG: Final = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the remote dies, even by SIGKILL (Linux), so that no
+    Xvnc or browser outlives it holding a port and 400 MB."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class ProgramMissing(RuntimeFailure, ModuleNotFoundError):
+    """A program a runtime needs is not installed; the message names its Debian package.
+
+    It is a ModuleNotFoundError so that the registry treats a family whose programs are
+    missing like one whose Python extra is missing: ``universe-remote list`` leaves its
+    ids out and says why, and ``serve`` fails at once with the install command.
+    """
+
+    def __init__(self, program: str, package: str, detail: str = "not on PATH") -> None:
+        self.program, self.package = program, package
+        super().__init__(
+            f"{program} is not installed ({detail}); install the Debian package "
+            f"{package}: apt-get install {package}",
+            name=program,
+        )
+
+
+class XvncFailed(RuntimeFailure):
+    """Xvnc (or a program on its display) exited or did not come up; the message quotes its log."""
+
+
+def find_program(*names: str, package: str) -> str:
+    """The path of the first of ``names`` that is installed (absolute paths are checked
+    as they are); raises :class:`ProgramMissing` naming ``package`` otherwise."""
+    for name in names:
+        if os.path.isabs(name):
+            if os.access(name, os.X_OK):
+                return name
+        else:
+            path = shutil.which(name)
+            if path is not None:
+                return path
+    if len(names) == 1:
+        detail = f"no executable at {names[0]}" if os.path.isabs(names[0]) else "not on PATH"
+    else:
+        detail = f"none of {', '.join(names)} is on PATH"
+    raise ProgramMissing(names[0], package, detail)
+
+
+def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> str:
+    """``; last lines of PATH: ...`` for error messages (empty if there is no log)."""
+    if path is None or not path.exists():
+        return ""
+    tail = path.read_text(errors="replace").strip().splitlines()[-lines:]
+    return f"; last lines of {path}:\n" + "\n".join(tail) if tail else ""
+
+
+def interface(host: str) -> str | None:
+    """The address Xvnc should listen on for ``host`` (None: every interface)."""
+    if host in ("", "0.0.0.0", "::", "*"):
+        return None
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.ip_address(host))
+    try:  # a name: prefer IPv4, as the remote's other servers do for "localhost"
+        infos = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror:
+        infos = socket.getaddrinfo(host, None, socket.AF_UNSPEC, socket.SOCK_STREAM)
+    return str(infos[0][4][0])
+
+
+def is_loopback(address: str | None) -> bool:
+    return address is not None and ipaddress.ip_address(address).is_loopback
+
+
+def free_port(address: str | None) -> int:
+    """A TCP port on ``address`` (None: every interface) that was free a moment ago."""
+    family = socket.AF_INET6 if address and ":" in address else socket.AF_INET
+    with socket.socket(family) as s:
+        s.bind((address or "", 0))
+        return int(s.getsockname()[1])
+
+
+class XProgram:
+    """An X program started by :meth:`XvncDisplay.spawn`, in a process group of its own
+    (a browser's helpers die with it); stdout and stderr go to :attr:`log`."""
+
+    def __init__(
+        self, process: subprocess.Popen[bytes], log_path: Path, log_file: IO[bytes], name: str
+    ) -> None:
+        self.process, self.log, self.name = process, log_path, name
+        self._log_file = log_file
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """SIGTERM the program and its group, SIGKILL them after ``timeout``; idempotent."""
+        _stop_group(self.process, timeout)
+        self._log_file.close()
+
+
+class XvncDisplay:
+    """A TigerVNC ``Xvnc`` X server whose VNC port is the remote's VNC port.
+
+    ``host`` is the address the remote serves on (loopback adds ``-localhost``; ``""`` or
+    ``0.0.0.0`` listens everywhere); ``port`` 0 picks a free port. ``password`` turns on
+    VNC Authentication (only its first 8 characters count, as in every VNC server);
+    ``view_only_password`` lets viewers watch without input reaching the display (it
+    needs ``password``). ``args`` are more Xvnc options (``-FrameRate 30``, ...).
+    """
+
+    def __init__(
+        self,
+        width: int,
+        height: int,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        password: str | None = None,
+        view_only_password: str | None = None,
+        depth: int = 24,
+        args: Sequence[str] = (),
+        start_timeout: float = START_TIMEOUT,
+    ) -> None:
+        if view_only_password is not None and password is None:
+            raise ValueError(
+                "Xvnc needs a password to offer a view-only one; set both, or neither"
+            )
+        self.width, self.height, self.depth = width, height, depth
+        self.host, self.requested_port = host, port
+        self.password, self.view_only_password = password, view_only_password
+        self.args = tuple(args)
+        self.start_timeout = start_timeout
+        #: ``:N`` once started.
+        self.display: str | None = None
+        #: The VNC port Xvnc listens on, once started.
+        self.port: int | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.programs: list[XProgram] = []
+        self.directory: Path | None = None
+        self.log: Path | None = None
+        self._log_file: IO[bytes] | None = None
+        self._count = 0
+
+    def __repr__(self) -> str:
+        state = f"{self.display} port {self.port}" if self.display else "not started"
+        return f"<XvncDisplay {self.width}x{self.height} {state}>"
+
+    @property
+    def address(self) -> str:
+        """Where a VNC client on this machine reaches the display (``host::port``)."""
+        if self.port is None:
+            raise XvncFailed("the display is not started; await start() first")
+        listen = interface(self.host)
+        connect = "127.0.0.1" if listen is None else listen
+        return f"[{connect}]::{self.port}" if ":" in connect else f"{connect}::{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment for X programs on this display."""
+        if self.display is None:
+            raise XvncFailed("the display is not started; await start() first")
+        return {**os.environ, "DISPLAY": self.display}
+
+    def pids(self) -> list[int]:
+        """Process ids of Xvnc and of every process in the groups of its programs."""
+        groups = {p.pid for p in self.programs}
+        pids = [self.process.pid] if self.process is not None else []
+        return pids + [pid for pid in _all_pids() if _pgid(pid) in groups]
+
+    def memory(self) -> dict[str, tuple[int, int]]:
+        """Resident memory in bytes, (RSS, PSS), of Xvnc and of each program with its
+        helpers (PSS splits shared pages among the processes that share them)."""
+        usage: dict[str, tuple[int, int]] = {}
+        if self.process is not None:
+            usage["Xvnc"] = _memory([self.process.pid])
+        for program in self.programs:
+            members = [pid for pid in _all_pids() if _pgid(pid) == program.pid]
+            rss, pss = usage.get(program.name, (0, 0))
+            more = _memory(members)
+            usage[program.name] = (rss + more[0], pss + more[1])
+        return usage
+
+    # Starting ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start Xvnc and return once its VNC port accepts connections.
+
+        Raises :class:`ProgramMissing` (Xvnc or vncpasswd not installed), OSError
+        EADDRINUSE (the requested port is taken) or :class:`XvncFailed` (with its log).
+        """
+        xvnc = find_program("Xvnc", package=XVNC_PACKAGE)
+        self.directory = Path(tempfile.mkdtemp(prefix="universe-xvnc-"))  # mode 0700
+        try:
+            security = ["-SecurityTypes", "None"]
+            if self.password is not None:
+                passwd = self._password_file()
+                security = ["-SecurityTypes", "VncAuth", "-PasswordFile", str(passwd)]
+            listen = interface(self.host)
+            where = ["-interface", listen] if listen is not None else []
+            if is_loopback(listen):
+                where.append("-localhost")
+            last = ""
+            for _ in range(PORT_ATTEMPTS):
+                port = self.requested_port or free_port(listen)
+                argv = [
+                    xvnc,
+                    "-geometry", f"{self.width}x{self.height}",
+                    "-depth", str(self.depth),
+                    "-rfbport", str(port),
+                    *where,
+                    *security,
+                    *XVNC_FLAGS,
+                    *self.args,
+                ]
+                if await self._try_start(argv, port):
+                    return
+                last = log_tail(self.log)
+                if self.requested_port:
+                    raise OSError(
+                        errno.EADDRINUSE,
+                        f"port {port} is taken (Xvnc could not bind it on {self.host})",
+                    )
+            raise XvncFailed(f"Xvnc found no free port in {PORT_ATTEMPTS} attempts{last}")
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _try_start(self, argv: list[str], port: int) -> bool:
+        """Start ``argv``; True once it listens, False if the port was taken meanwhile."""
+        read_fd = self._launch(argv)
+        try:
+            number = await self._read_display_number(read_fd)
+        finally:
+            os.close(read_fd)
+        assert self.process is not None
+        if number is None:
+            if "Address already in use" in log_tail(self.log):
+                return False
+            raise XvncFailed(f"Xvnc exited with {self.process.returncode}{log_tail(self.log)}")
+        self.display, self.port = f":{number}", port
+        await self._wait_listening()
+        log.info("Xvnc %s listening on %s (pid %d)", self.display, self.address, self.process.pid)
+        return True
+
+    def _launch(self, argv: list[str]) -> int:
+        """Start Xvnc with a fresh log; the read end of its ``-displayfd`` pipe."""
+        self._count += 1
+        assert self.directory is not None
+        self.log = self.directory / f"xvnc-{self._count}.log"
+        if self._log_file is not None:
+            self._log_file.close()
+        self._log_file = open(self.log, "wb")  # noqa: SIM115 (closed in stop())
+        read_fd, write_fd = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                [argv[0], "-displayfd", str(write_fd), *argv[1:]],
+                stdin=subprocess.DEVNULL,
+                stdout=self._log_file,
+                stderr=self._log_file,
+                pass_fds=(write_fd,),
+                start_new_session=True,  # the remote's Ctrl-C is the remote's to handle
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 (one libc call, no locks)
+            )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        return read_fd
+
+    async def _read_display_number(self, fd: int) -> int | None:
+        """The display number Xvnc writes to ``-displayfd`` when ready; None if it exits."""
+        assert self.process is not None
+        os.set_blocking(fd, False)
+        deadline = time.monotonic() + self.start_timeout
+        data = b""
+        while not data.endswith(b"\n"):
+            try:
+                chunk = os.read(fd, 64)
+            except BlockingIOError:
+                chunk = None
+            if chunk == b"":  # every writer closed: Xvnc exited
+                await asyncio.to_thread(self.process.wait, STOP_TIMEOUT)
+                return None
+            if chunk:
+                data += chunk
+                continue
+            if time.monotonic() > deadline:
+                raise XvncFailed(
+                    f"Xvnc gave no display number within {self.start_timeout} s{log_tail(self.log)}"
+                )
+            await asyncio.sleep(POLL_INTERVAL)
+        return int(data.strip())
+
+    async def _wait_listening(self) -> None:
+        """Poll until the VNC port accepts a TCP connection (Xvnc binds it at start-up)."""
+        assert self.process is not None and self.port is not None
+        host = self.address.rsplit("::", 1)[0].strip("[]")
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            try:
+                _, writer = await asyncio.open_connection(host, self.port)
+            except OSError as exc:
+                error = exc
+            else:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+                return
+            if self.process.poll() is not None:
+                raise XvncFailed(f"Xvnc exited with {self.process.returncode}{log_tail(self.log)}")
+            if time.monotonic() > deadline:
+                raise XvncFailed(
+                    f"Xvnc did not listen on {host}:{self.port} within {self.start_timeout} s "
+                    f"({error}){log_tail(self.log)}"
+                )
+            await asyncio.sleep(POLL_INTERVAL)
+
+    def _password_file(self) -> Path:
+        """A ``vncpasswd -f`` file: the password, then the view-only one if any."""
+        assert self.directory is not None and self.password is not None
+        vncpasswd = find_program("vncpasswd", "tigervncpasswd", package=VNCPASSWD_PACKAGE)
+        lines = [self.password] + ([self.view_only_password] if self.view_only_password else [])
+        result = subprocess.run(
+            [vncpasswd, "-f"],
+            input="".join(f"{line}\n" for line in lines).encode(),
+            capture_output=True,
+            check=False,
+            timeout=STOP_TIMEOUT,
+        )
+        if result.returncode != 0 or not result.stdout:
+            raise XvncFailed(
+                f"vncpasswd -f failed ({result.returncode}): {result.stderr.decode()!r}"
+            )
+        path = self.directory / "passwd"
+        path.write_bytes(result.stdout)
+        path.chmod(0o600)
+        return path
+
+    # Programs ----------------------------------------------------------------------------
+
+    def spawn(
+        self, argv: Sequence[str], *, name: str | None = None, env: dict[str, str] | None = None
+    ) -> XProgram:
+        """Start X program ``argv`` on this display in a process group of its own.
+
+        It is stopped (with its whole group) by :meth:`stop`, newest first. Its output
+        goes to ``<directory>/<name>.log``.
+        """
+        if self.directory is None or self.display is None:
+            raise XvncFailed("the display is not started; await start() first")
+        self._count += 1
+        name = name or Path(argv[0]).name
+        path = self.directory / f"{name}-{self._count}.log"
+        log_file = open(path, "wb")  # noqa: SIM115 (closed by XProgram.stop)
+        try:
+            process = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                env={**self.env, **(env or {})},
+                start_new_session=True,  # its own group: its helpers are stopped with it
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 (one libc call, no locks)
+            )
+        except BaseException:
+            log_file.close()
+            raise
+        program = XProgram(process, path, log_file, name)
+        self.programs.append(program)
+        return program
+
+    # Stopping ----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop every program (newest first), then Xvnc; remove the temp files. Idempotent."""
+        while self.programs:
+            self.programs.pop().stop()
+        if self.process is not None:
+            _stop_group(self.process, STOP_TIMEOUT)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+    async def aclose(self) -> None:
+        """:meth:`stop` without blocking the event loop."""
+        await asyncio.to_thread(self.stop)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _stop_group(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM ``process`` and its process group (it leads one), then SIGKILL what is left."""
+    pgid = process.pid  # started with start_new_session: it leads its own group
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            process.wait()
+    # Helpers (a browser's renderers) may outlive their leader for a moment.
+    deadline, killed = time.monotonic() + timeout, False
+    while any(_pgid(pid) == pgid for pid in _all_pids()):
+        if time.monotonic() > deadline:
+            if killed:
+                log.warning("processes of group %d survived SIGKILL for %s s", pgid, timeout)
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            deadline, killed = time.monotonic() + timeout, True
+        time.sleep(POLL_INTERVAL)
+
+
+def _memory(pids: Sequence[int]) -> tuple[int, int]:
+    """Summed (RSS, PSS) in bytes of ``pids``, from /proc/PID/smaps_rollup."""
+    rss = pss = 0
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key in ("Rss", "Pss"):
+                kib = int(value.split()[0]) * 1024
+                if key == "Rss":
+                    rss += kib
+                else:
+                    pss += kib
+    return rss, pss
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _pgid(pid: int) -> int | None:
+    """The process group of ``pid``, or None if it is gone or a zombie (already dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else int(fields[2])
