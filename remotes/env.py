@@ -20,6 +20,8 @@ from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
 from rewarder.protocol import LOCKSTEP, REALTIME
+from vncdriver.errors import VNCError
+from vncdriver.messages import FrameTag
 
 from .address import RemoteAddress
 from .loop import LoopThread, shared_loop
@@ -132,6 +134,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         self._frame = self._session.frame()
         self._steps = 0
         self._next_at: float | None = None
+        self._last_frame: int | None = None
         self._episode_id: int | None = None
         self._closed = False
 
@@ -177,8 +180,9 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             self._configure_spaces()
         self._steps = 0
         self._next_at = None
-        self._frame = self._session.frame()
-        return self._frame, {"episode_id": self._episode_id, **self._session.info()}
+        self._last_frame = None
+        self._frame, info = self._run(self._snapshot())
+        return self._frame, {"episode_id": self._episode_id, **info}
 
     def step(
         self, action: Sequence[tuple[Any, ...]]
@@ -192,39 +196,37 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             return self._lost()
         if self.mode == LOCKSTEP:
             try:
-                frame, reply = self._run(self._session.step_lockstep(list(action), self.frameskip))
+                frame, reply, info, tag = self._run(self._step_lockstep(list(action)))
             except RemoteUnavailable:
                 return self._lost()
             reward, done = reply.reward, reply.done
-            info: dict[str, Any] = {**reply.info, "episode_id": reply.episode_id}
+            info.update(reply.info, episode_id=reply.episode_id)
         else:
-            frame, result, late, sent_at = self._run(self._step(list(action)))
+            frame, result, info, tag, late, sent_at = self._run(self._step(list(action)))
             if not self._session.connected:
                 return self._lost()
             reward, done = result.reward, result.done
-            info = {
-                **result.info,
-                "episode_id": result.episode_id,
-                "env_state": result.env_state,
-                "text": list(result.text),
-                "step.late": late,
-            }
+            info.update(result.info)
+            info.update(
+                episode_id=result.episode_id,
+                env_state=result.env_state,
+                text=list(result.text),
+            )
+            info["step.late"] = late
             if result.observation is not None:
                 info["rewarder.observation"] = result.observation
-            info.update(self._latency(sent_at))
+            info.update(self._latency(tag, sent_at))
+        if tag is not None:
+            info["frame"] = tag.frame
         self._frame = frame
         self._steps += 1
         truncated = self.max_episode_steps is not None and self._steps >= self.max_episode_steps
-        tag = self._session.tag
-        if tag is not None:
-            info["frame"] = tag.frame
-        info.update(self._session.info())
         return frame, reward, done, truncated, info
 
-    def _latency(self, sent_at: float) -> dict[str, float]:
+    def _latency(self, tag: FrameTag | None, sent_at: float) -> dict[str, float]:
         """Latencies read from the frame tag's server time (no pixels read): how long
         after our action the shown frame was drawn, and how old it is now."""
-        tag, skew = self._session.tag, self._session.clock_skew()
+        skew = self._session.clock_skew()
         if tag is None or skew is None:
             return {}
         drawn = tag.timestamp - skew  # the frame's time on our clock
@@ -233,9 +235,48 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             latency["latency.action_to_frame"] = drawn - sent_at
         return latency
 
-    async def _step(self, action: list[tuple[Any, ...]]) -> tuple[np.ndarray, Any, float, float]:
+    async def _step_lockstep(
+        self, action: list[tuple[Any, ...]]
+    ) -> tuple[np.ndarray, Any, dict[str, Any], FrameTag | None]:
+        frame, reply = await self._session.step_lockstep(action, self.frameskip)
+        return frame, reply, self._session.info(), self._session.tag
+
+    async def _step(
+        self, action: list[tuple[Any, ...]]
+    ) -> tuple[np.ndarray, Any, dict[str, Any], FrameTag | None, float, float]:
+        """Real time: send, wait for the next frame boundary, gather (on the loop thread)."""
+        session = self._session
         sent_at = time.time()
-        self._session.send(action)
+        session.send(action)
+        if session.frame_tags and session.tag is not None:
+            late = await self._wait_frames()
+        else:
+            late = await self._wait_clock()
+        result = session.pop()
+        await session.show_frame_of(result.info.get(FRAME_INFO_KEY), 2.0 / self.fps)
+        return session.frame(), result, session.info(), session.tag, late, sent_at
+
+    async def _wait_frames(self) -> float:
+        """Pace by the remote's own frame clock: return as soon as the frame ``frameskip``
+        past the last one returned is in (measured: frames ~1 ms old instead of 0-16 ms by
+        our own clock). Returns how late we are, in seconds."""
+        vnc, tag = self._session.vnc, self._session.tag
+        assert vnc is not None and tag is not None
+        last = tag.frame if self._last_frame is None else self._last_frame
+        target = last + self.frameskip
+        if tag.frame >= target:
+            late = (tag.frame - target) / self.fps
+        else:
+            late = 0.0
+            try:
+                await vnc.wait_frame(target, timeout=2 * self.frameskip / self.fps + 0.1)
+            except (TimeoutError, VNCError):  # stalled or gone: step() reports a lost remote
+                pass
+        self._last_frame = vnc.tag.frame if vnc.tag is not None else None
+        return late
+
+    async def _wait_clock(self) -> float:
+        """Pace by our own clock at ``fps`` (remotes whose VNC server sends no frame tags)."""
         loop = asyncio.get_running_loop()
         now = loop.time()
         if self._next_at is None:
@@ -244,12 +285,13 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         late = now - self._next_at
         if late > 0:  # the agent took longer than a frame: do not try to catch up
             self._next_at = now
-        else:
-            await asyncio.sleep(-late)
-            late = 0.0
-        result = self._session.pop()
-        await self._session.show_frame_of(result.info.get(FRAME_INFO_KEY), 2.0 / self.fps)
-        return self._session.frame(), result, late, sent_at
+            return late
+        await asyncio.sleep(-late)
+        return 0.0
+
+    async def _snapshot(self) -> tuple[np.ndarray, dict[str, Any]]:
+        """The frame and diagnostics, read on the loop thread (which writes them)."""
+        return self._session.frame(), self._session.info()
 
     def _lost(self) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """The remote dropped: end the episode; the next reset reconnects."""

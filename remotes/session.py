@@ -264,6 +264,8 @@ class RemoteSession:
             return
         try:
             await self.vnc.wait_frame(frame, timeout)
+        except VNCError:  # the connection is gone: the caller sees it as not connected
+            return
         except TimeoutError:
             log.debug("%s: frame %s did not arrive within %.3f s", self.name, frame, timeout)
 

@@ -153,7 +153,6 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         self._next_at = None
         infos: dict[str, Any] = {}
         for i, episode in enumerate(episodes):
-            self._frames[i] = self.sessions[i].frame()
             infos = self._add_info(infos, {"episode_id": episode}, i)
         return self._frames.copy(), infos
 
@@ -165,7 +164,12 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
                 env_id=env_id, seed=seed, fps=self._requested_fps, mode=session.mode_request(self.mode)
             )
 
-        return await asyncio.gather(*(one(s, seed) for s, seed in zip(self.sessions, seeds, strict=True)))
+        episodes = await asyncio.gather(
+            *(one(s, seed) for s, seed in zip(self.sessions, seeds, strict=True))
+        )
+        for i, session in enumerate(self.sessions):  # on the loop thread, which writes them
+            self._frames[i] = session.frame()
+        return episodes
 
     def step(
         self, actions: Sequence[Sequence[tuple[Any, ...]]]

@@ -220,14 +220,14 @@ class Remote:
                 "(or serve --mode lockstep) before sending v0.env.step",
                 mid,
             )
+        if self.episode_done:
+            raise BadRequest(f"episode {self.episode_id} is done; send v0.env.reset", mid)
         if request.episode_id is not None and request.episode_id != self.episode_id:
             raise BadRequest(
                 f"episode {request.episode_id} is not the current one ({self.episode_id}); "
                 "step with the episode id of the last reset",
                 mid,
             )
-        if self.episode_done:
-            raise BadRequest(f"episode {self.episode_id} is done; send v0.env.reset", mid)
         self.push_events(REWARDER_SOURCE, self._events_from_action(request))
         reward, info = 0.0, {}
         for _ in range(request.frames):

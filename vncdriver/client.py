@@ -380,6 +380,8 @@ class VNCClient:
         self._updates = 0
         self._waiters: list[tuple[int, asyncio.Future[int]]] = []
         self._recent: collections.deque[tuple[float, int, int, int]] = collections.deque()
+        #: Running sums over ``_recent``: rectangles, bytes, pixels.
+        self._window = [0, 0, 0]
         self._connected_at = 0.0
 
     def __repr__(self) -> str:
@@ -571,24 +573,30 @@ class VNCClient:
 
     @property
     def stats(self) -> VNCClientStats:
+        """Counters, and rates over the last :data:`RATE_WINDOW` seconds of updates.
+
+        Cheap (running sums, no pass over history) and safe to read from another thread.
+        """
         proto = self._proto
         now = time.monotonic()
-        self._trim(now)
-        span = min(RATE_WINDOW, max(now - self._connected_at, 1e-3))
-        recent = self._recent
-        rects = sum(r[1] for r in recent)
-        nbytes = sum(r[2] for r in recent)
-        pixels = sum(r[3] for r in recent)
+        try:
+            oldest = self._recent[0][0]
+        except IndexError:
+            oldest = now
+        # The window, or the connection's age if younger; if updates stopped, the entries
+        # spread over a longer time and the rates fall instead of freezing.
+        span = max(min(RATE_WINDOW, max(now - self._connected_at, 1e-3)), now - oldest)
+        count, rects, nbytes, pixels = len(self._recent), *self._window
         by_encoding: dict[str, int] = {}
         if proto is not None:
-            for number, count in proto.stats.rectangles_by_encoding.items():
-                by_encoding[_encoding_name(number)] = count
+            for number, n in list(proto.stats.rectangles_by_encoding.items()):
+                by_encoding[_encoding_name(number)] = n
         return VNCClientStats(
             updates=self._updates,
             rectangles=proto.stats.rectangles if proto else 0,
             bytes=proto.stats.bytes_received if proto else 0,
             pixels=proto.stats.pixels if proto else 0,
-            updates_per_second=len(recent) / span,
+            updates_per_second=count / span,
             rectangles_per_second=rects / span,
             bytes_per_second=nbytes / span,
             pixels_per_second=pixels / span,
@@ -750,10 +758,14 @@ class VNCClient:
             proto.request_update()
         conn.write(proto.data_to_send())
         now = time.monotonic()
-        recent = self._recent
+        recent, window = self._recent, self._window
         for update in updates:
             self._updates += 1
-            recent.append((now, len(update.rects), update.nbytes, update.npixels))
+            entry = (now, len(update.rects), update.nbytes, update.npixels)
+            recent.append(entry)
+            window[0] += entry[1]
+            window[1] += entry[2]
+            window[2] += entry[3]
         self._trim(now)
         number = self._updates
         if self._waiters:
@@ -775,9 +787,13 @@ class VNCClient:
                     log.exception("%s: on_update callback failed", self.name)
 
     def _trim(self, now: float) -> None:
-        recent, horizon = self._recent, now - RATE_WINDOW
+        """Drop updates older than the rate window (on the loop thread only)."""
+        recent, window, horizon = self._recent, self._window, now - RATE_WINDOW
         while recent and recent[0][0] < horizon:
-            recent.popleft()
+            _, rects, nbytes, pixels = recent.popleft()
+            window[0] -= rects
+            window[1] -= nbytes
+            window[2] -= pixels
 
     def _connection_lost(self, conn: _Connection) -> None:
         if conn is not self._conn:
