@@ -9,7 +9,7 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 #: Benchmark modules in the order they run; each has ``main() -> None``.
-MODULES = ["rewarder_throughput", "remotes_realtime", "vnc_server", "vnc_client"]
+MODULES = ["rewarder_throughput", "remotes_realtime", "vnc_server", "vnc_client", "atari_lockstep"]
 
 
 def main(argv: list[str]) -> int:
