@@ -13,6 +13,7 @@ entry names a rewarder port or none does.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import urllib.parse
 from collections.abc import Sequence
@@ -28,6 +29,16 @@ _ENTRY = re.compile(
          (?:\+(?P<rewarder>\d+))?$""",
     re.VERBOSE,
 )
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class AddressError(ValueError):

@@ -65,8 +65,8 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         password: the remote's password (overrides the address's).
         fps: steps per second (default: the remote's own fps from ``v0.env.describe``).
         env_id: ask the remote for this environment at every reset.
-        encoding, quality: how VNC sends pixels (``"tight"``/``"zrle"``/``"raw"``;
-            quality 0-9 turns on lossy JPEG, None stays lossless).
+        encoding, quality: how VNC sends pixels (``"tight"``/``"zrle"``/``"raw"``; None:
+            Raw on loopback, Tight elsewhere; quality 0-9 turns on lossy JPEG).
         start_timeout: seconds to wait for the remote to answer (connect and reconnect).
         max_episode_steps: truncate episodes after this many steps (None: never).
         mode: ``"realtime"`` (Universe's: the remote runs at its fps whatever we do) or
@@ -84,7 +84,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         fps: float | None = None,
         *,
         env_id: str | None = None,
-        encoding: str = "tight",
+        encoding: str | None = None,
         quality: int | None = None,
         start_timeout: float = 30.0,
         max_episode_steps: int | None = None,

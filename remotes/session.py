@@ -25,7 +25,7 @@ from vncdriver.client import VNCClient
 from vncdriver.errors import VNCError
 from vncdriver.messages import FrameTag
 
-from .address import RemoteAddress, parse_remotes
+from .address import RemoteAddress, is_loopback, parse_remotes
 
 log = logging.getLogger(__name__)
 
@@ -66,17 +66,26 @@ class RemoteUnavailable(ConnectionError):
 
 @dataclass(frozen=True, slots=True)
 class VNCOptions:
-    """How the VNC client asks for pixels (Universe's defaults: Tight, lossless here)."""
+    """How the VNC client asks for pixels.
 
-    encoding: str | Sequence[str] = "tight"
+    ``encoding=None`` picks per remote: Raw on loopback, where bandwidth is free and
+    encoding is not (measured: a lockstep Pong step costs 0.97 ms with Raw, 1.20 with
+    Tight, 1.44 with ZRLE), and Tight elsewhere (Universe's default). Lossless unless a
+    JPEG ``quality`` is given.
+    """
+
+    encoding: str | Sequence[str] | None = None
     quality: int | None = None
     compress_level: int | None = None
     fine_quality: int | None = None
     subsample: int | None = None
 
-    def kwargs(self) -> dict[str, Any]:
+    def kwargs(self, host: str) -> dict[str, Any]:
+        encoding = self.encoding
+        if encoding is None:
+            encoding = "raw" if is_loopback(host) else "tight"
         return {
-            "encoding": self.encoding,
+            "encoding": encoding,
             "quality": self.quality,
             "compress_level": self.compress_level,
             "fine_quality": self.fine_quality,
@@ -117,7 +126,7 @@ class RemoteSession:
                 start_timeout=self.start_timeout,
                 name=self.name,
                 frame_tags=True,  # servers that are not ours ignore the request
-                **self.vnc_options.kwargs(),
+                **self.vnc_options.kwargs(addr.host),
             )
         if addr.rewarder is not None:
             self.rewarder = RewarderClient(

@@ -63,7 +63,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         fps: float | None = None,
         *,
         env_id: str | None = None,
-        encoding: str = "tight",
+        encoding: str | None = None,
         quality: int | None = None,
         start_timeout: float = 30.0,
         max_episode_steps: int | None = None,
