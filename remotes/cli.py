@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import logging
 import os
 import signal
 import sys
 from collections.abc import Sequence
+
+from .address import is_loopback
 
 PASSWORD_ENV: str = "UNIVERSE_REMOTE_PASSWORD"
 #: A file holding the password (Docker and Kubernetes secrets: /run/secrets/...).
@@ -40,16 +41,6 @@ def default_password() -> str | None:
 log = logging.getLogger("universe-remote")
 
 
-def is_loopback(host: str) -> bool:
-    """True when ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _cmd_list(args: argparse.Namespace) -> int:
     from runtimes import registry
 
@@ -73,7 +64,7 @@ async def _serve(args: argparse.Namespace) -> int:
         mode=args.mode,
         runtime_options={"scale": args.scale} if args.scale != 1 else None,
     )
-    await remote.start(args.host, args.rewarder_port, args.vnc_port)
+    await remote.start(args.host, args.rewarder_port, args.vnc_port, args.http_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -88,7 +79,12 @@ async def _serve(args: argparse.Namespace) -> int:
         f"({remote.runtime.width}x{remote.runtime.height} at {remote.fps:g} fps)\n"
         f"  VNC       {host}:{vnc_port}   watch:  vncviewer {viewer}\n"
         f"  rewarder  ws://{host}:{rewarder_port}   (JSON over WebSocket, Universe v0)\n"
-        f"  agent address  vnc://{host}:{vnc_port}+{rewarder_port}{secret}\n"
+        + (
+            f"  viewer    http://{host}:{remote.viewer.port}/viewer/   (view only, in a browser)\n"
+            if remote.viewer is not None
+            else ""
+        )
+        + f"  agent address  vnc://{host}:{vnc_port}+{rewarder_port}{secret}\n"
         "  Ctrl-C to stop.",
         flush=True,
     )
@@ -109,17 +105,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from runtimes.errors import UnknownEnvironment
+    from runtimes.errors import RuntimeFailure
 
     try:
         return asyncio.run(_serve(args))
-    except UnknownEnvironment as exc:
+    except (RuntimeFailure, ValueError) as exc:  # unknown env, missing program, bad option
         print(f"universe-remote: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(
             f"universe-remote: cannot listen on {args.host}: {exc.strerror or exc}. "
-            "Is another remote using the port? Pick others with --rewarder-port/--vnc-port.",
+            "Is another remote using the port? Pick others with --rewarder-port/--vnc-port"
+            "/--http-port.",
             file=sys.stderr,
         )
         return 1
@@ -142,6 +139,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
             seconds=args.seconds,
             fps=args.fps,
             password=args.password,
+            dashboard=args.dashboard,
         )
     except (RemoteUnavailable, ValueError) as exc:
         print(f"universe-remote play: {exc}", file=sys.stderr)
@@ -218,6 +216,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--scale", type=int, default=1, help="integer zoom of the screen for viewers (Atari)"
     )
+    serve.add_argument(
+        "--http-port",
+        type=int,
+        nargs="?",
+        const=8900,  # runtimes.viewer.DEFAULT_HTTP_PORT (not imported: it needs aiohttp)
+        default=None,
+        metavar="PORT",
+        help="also serve the screen to browsers at http://HOST:PORT/viewer/ (noVNC, view "
+        "only, behind --password); PORT defaults to 8900, 0 picks a free one; off unless given",
+    )
     serve.set_defaults(func=_cmd_serve)
 
     player = sub.add_parser(
@@ -233,6 +241,16 @@ def build_parser() -> argparse.ArgumentParser:
     player.add_argument("--seconds", type=float, default=None, help="stop after S seconds")
     player.add_argument("--fps", type=float, default=None, help="steps per second (default: remote's)")
     player.add_argument("--password", default=None, help=f"the remotes' password (default: ${PASSWORD_ENV})")
+    player.add_argument(
+        "--dashboard",
+        type=int,
+        nargs="?",
+        const=8800,  # remotes.dashboard.DEFAULT_PORT (not imported: it needs aiohttp)
+        default=None,
+        metavar="PORT",
+        help="serve a live page of the remotes (screens, state, steps/s, episode returns) at "
+        "http://127.0.0.1:PORT/; PORT defaults to 8800, 0 picks a free one",
+    )
     player.set_defaults(func=_cmd_play)
 
     health = sub.add_parser(

@@ -49,9 +49,14 @@ def play(
     seconds: float | None = None,
     fps: float | None = None,
     password: str | None = None,
+    dashboard: int | None = None,
     out: TextIO = sys.stdout,
 ) -> dict[str, Any]:
-    """Run ``agent`` for ``steps`` steps (or ``seconds``); print progress; return a summary."""
+    """Run ``agent`` for ``steps`` steps (or ``seconds``); print progress; return a summary.
+
+    ``dashboard``: serve the live dashboard (:mod:`remotes.dashboard`) on this port of
+    127.0.0.1 (0 picks a free one) while playing.
+    """
     local = None
     if remote is None:
         if env_id is None:
@@ -61,9 +66,24 @@ def play(
         remote = local.address
         print(f"remotes: {remote}", file=out, flush=True)
     env = RemoteVectorEnv(remote, password=password, fps=fps, env_id=env_id if local is None else None)
+    board = None
     try:
+        if dashboard is not None:
+            from .dashboard import Dashboard
+
+            board = Dashboard.for_env(env)
+            try:
+                url = board.start(dashboard)
+            except OSError as exc:
+                raise ValueError(
+                    f"cannot serve the dashboard on port {dashboard}: {exc.strerror or exc}; "
+                    "pick another with --dashboard PORT (0 picks a free one)"
+                ) from None
+            print(f"dashboard: {url}", file=out, flush=True)
         act = AGENTS[agent](env)
         observations, _ = env.reset(seed=0)
+        if board is not None:
+            board.record(observations)
         returns = np.zeros(env.num_envs)
         finished: list[float] = []
         started = last = time.monotonic()
@@ -72,6 +92,8 @@ def play(
             seconds is None or time.monotonic() - started < seconds
         ):
             observations, rewards, terminated, truncated, info = env.step(act(observations))
+            if board is not None:
+                board.record(observations, rewards, terminated, truncated, info)
             returns += rewards
             for i in np.flatnonzero(terminated | truncated):
                 finished.append(float(returns[i]))
@@ -106,6 +128,8 @@ def play(
         )
         return summary
     finally:
+        if board is not None:
+            board.close()
         env.close()
         if local is not None:
             local.close()

@@ -1,0 +1,621 @@
+"""The HTTP viewer a remote serves: its screen, live, in a browser (noVNC), view-only.
+
+Holds :class:`Viewer` (an aiohttp app: the page, noVNC's files and a WebSocket-to-VNC
+bridge per browser), :class:`ClientFilter` (sans-I/O: frames the RFB messages a browser
+sends and passes on only what it may send), :func:`find_novnc` and the limits.
+
+URLs (``universe-remote serve ENV --http-port 8900``)::
+
+    /viewer/             the page (Universe served the same at :15900/viewer/)
+    /viewer/session      JSON for the page: env id, view-only, the bridge's URL with a token
+    /viewer/status       JSON: the remote's describe (env state, episode), polled by the page
+    /viewer/websockify   the bridge: binary WebSocket <-> the remote's VNC port
+    /viewer/static/      our page's JS and CSS (runtimes/static)
+    /viewer/novnc/       noVNC itself, from the Debian package or an npm install
+
+The page takes ``?password=PW``, ``?quality=lossless`` (no JPEG: exact pixels) or
+``?quality=0..9`` (noVNC's JPEG level; default 6 where the server does JPEG), and
+``?scale=fit`` (fit the window instead of 1:1).
+
+The port: Universe served the viewer on the rewarder's port; ours speaks ``websockets``
+there, so the viewer has its own, off unless asked for (``--http-port``; 8900 when given
+without a number, 0 for a free one). Off by default because every local remote would
+race for one fixed port, and an extra open port showing the screen should be asked for.
+A viewer and its watchers share the remote's event loop either way, and measured (one
+noVNC-like watcher, Catch and Enduro x4) the rewarder's ping round trip, p99 and pipelined
+messages/s are the same with the bridge on its own port as on the rewarder's: what a
+watcher costs is the VNC encoding it asks for, wherever it connects.
+
+Password: with one configured, the page, ``session``, ``status`` and the bridge need it,
+as HTTP Basic auth with the password in the username *or* the password field (Universe
+put it in the username), or as ``?password=`` (Universe's viewer URL). The page trades
+it for a short-lived token that opens the bridge. With no password, only this machine
+(loopback peers) may watch.
+
+VNC auth stays in the bridge: it connects to the VNC server with the view-only password
+when there is one (else the full one) and offers the browser security type None, so
+no VNC password ever reaches the browser. View-only holds three times over: noVNC's
+``viewOnly`` flag, the bridge dropping KeyEvent/PointerEvent/ClientCutText, and the VNC
+server's own view-only password where one is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hashlib
+import hmac
+import ipaddress
+import logging
+import os
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+from aiohttp import WSMsgType, web
+
+from vncdriver.errors import ProtocolError, VNCError
+from vncdriver.handshake import ClientHandshake, HandshakeComplete, ServerHandshake
+from vncdriver.limits import MAX_CUT_TEXT_BYTES, MAX_ENCODINGS
+from vncdriver.messages import (
+    ClientCutText,
+    FramebufferUpdateRequest,
+    KeyEvent,
+    PointerEvent,
+    SetEncodings,
+    SetPixelFormat,
+)
+from vncdriver.pixelformat import NATIVE
+from vncdriver.streams import BytesFeeder, Parser, read_exact
+
+log = logging.getLogger(__name__)
+
+#: Port of ``serve --http-port`` given without a number: 8900 next to 5900 and 15900, so
+#: remote *i* can use 5900+i, 15900+i and 8900+i.
+DEFAULT_HTTP_PORT: Final = 8900
+#: Where to look for noVNC besides $UNIVERSE_REMOTE_NOVNC: Debian's package, then npm.
+NOVNC_ENV: Final = "UNIVERSE_REMOTE_NOVNC"
+NOVNC_DIRS: Final = (
+    "/usr/share/novnc",
+    "/usr/local/share/novnc",
+    f"{sys.prefix}/share/novnc",
+    "node_modules/@novnc/novnc",
+    "/usr/local/lib/node_modules/@novnc/novnc",
+    "/usr/lib/node_modules/@novnc/novnc",
+)
+INSTALL_NOVNC: Final = (
+    "install noVNC: `apt-get install novnc` (Debian/Ubuntu), or `npm install @novnc/novnc` "
+    f"and set ${NOVNC_ENV} to its node_modules/@novnc/novnc directory"
+)
+
+#: Browsers bridged at once; each is a VNC client of the remote (the server takes 64).
+MAX_VIEWERS: Final = 16
+#: Bytes read from the VNC server per WebSocket message, and the stream buffer limit:
+#: together with aiohttp's writer limit, what one slow browser can hold in our memory.
+BRIDGE_CHUNK: Final = 256 * 1024
+#: WebSocket messages from a browser carry a few small RFB messages; larger is abuse.
+MAX_BROWSER_MESSAGE: Final = 64 * 1024
+#: aiohttp drains the browser's socket past this many buffered bytes.
+WRITER_LIMIT: Final = 1024 * 1024
+#: Seconds for the VNC handshake with the remote and for the browser's.
+HANDSHAKE_TIMEOUT: Final = 10.0
+#: Seconds a session token may wait before it opens the bridge (the page uses it at once).
+TOKEN_LIFETIME: Final = 60.0
+#: Seconds between WebSocket pings, so a vanished browser is noticed.
+HEARTBEAT: Final = 30.0
+#: Seconds a browser has to answer our WebSocket close (a gone one costs no more).
+CLOSE_TIMEOUT: Final = 2.0
+#: Seconds a stopping viewer waits for its handlers.
+SHUTDOWN_TIMEOUT: Final = 2.0
+
+#: Pseudo-encodings that would let a browser send messages outside RFB 3.8's six (or
+#: change their layout): the bridge strips them from SetEncodings, so it can frame
+#: every message, and fails closed on anything else.
+EXTENSION_ENCODINGS: Final = frozenset(
+    {
+        -258,  # QEMU extended key event: client message 255
+        -259,  # QEMU audio: client message 255
+        -305,  # GII: client message 253
+        -308,  # ExtendedDesktopSize: SetDesktopSize, client message 251
+        -309,  # xvp: client message 250
+        -312,  # Fence: client message 248
+        -313,  # ContinuousUpdates: client message 150
+        -316,  # ExtendedMouseButtons: longer PointerEvents
+        -1063131698,  # ExtendedClipboard (0xC0A1E5CE): ClientCutText with negative lengths
+    }
+)
+#: JPEG pseudo-encodings (quality levels 0..9, fine quality 0..100), stripped when the
+#: page asks for ``?quality=lossless``.
+JPEG_ENCODINGS: Final = frozenset(range(-32, -22)) | frozenset(range(-512, -411))
+
+STATIC_DIR: Final = Path(str(resources.files("runtimes") / "static"))
+REALM: Final = "universe-remote viewer"
+CONTROL, VIEW = "control", "view"
+BROWSER_LEFT: Final = "the browser closed the page"
+_CLOSED: Final = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
+
+
+def find_novnc(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """noVNC's directory (it holds ``core/rfb.js``): ``explicit``, $UNIVERSE_REMOTE_NOVNC,
+    then :data:`NOVNC_DIRS`; None when there is none."""
+    chosen = explicit or os.environ.get(NOVNC_ENV)
+    candidates = [chosen] if chosen else list(NOVNC_DIRS)
+    for candidate in candidates:
+        path = Path(candidate).expanduser()
+        if (path / "core" / "rfb.js").is_file():
+            return path.resolve()
+    if chosen:
+        log.warning("%s (%s) holds no core/rfb.js; %s", NOVNC_ENV, chosen, INSTALL_NOVNC)
+    return None
+
+
+def credentials(request: web.BaseRequest) -> list[str]:
+    """Passwords a request offers: both fields of Basic auth, and ``?password=``."""
+    offered = []
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() == "basic":
+        try:
+            user, _, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            user = password = ""
+        offered += [s for s in (user, password) if s]
+    if request.query.get("password"):
+        offered.append(request.query["password"])
+    return offered
+
+
+def is_loopback(address: str | None) -> bool:
+    """True for 127.0.0.0/8, ::1 (and ``localhost`` as a host name)."""
+    if address is None:
+        return False
+    if address.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]").split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def cross_site(request: web.BaseRequest) -> str | None:
+    """Why a request that a web page elsewhere made must be refused, else None.
+
+    WebSockets ignore the same-origin policy, so any site a local user visits could open
+    the bridge: a browser's ``Origin`` must be this server. Without a password, the
+    ``Host`` must also be a loopback name, or a site that rebinds its DNS name to
+    127.0.0.1 would count as this server.
+    """
+    origin = request.headers.get("Origin")
+    # Host only, not the scheme: a TLS proxy in front makes it https outside, http here.
+    if origin is not None and origin.partition("://")[2].lower() != request.host.lower():
+        return f"a page from {origin} may not open this remote's viewer"
+    return None
+
+
+# The browser's side of RFB, framed ------------------------------------------------------------
+
+
+class ClientFilter:
+    """Sans-I/O: RFB messages from a browser in, the ones it may send to the server out.
+
+    Feed bytes after the handshake with :meth:`receive_data`, then write
+    :meth:`data_to_send` to the VNC server. View-only drops KeyEvent, PointerEvent and
+    ClientCutText (counted in ``dropped``); SetEncodings loses :data:`EXTENSION_ENCODINGS`
+    (and :data:`JPEG_ENCODINGS` with ``lossless``). A message type outside RFB 3.8 raises
+    :class:`~vncdriver.errors.ProtocolError`: close the bridge.
+    """
+
+    def __init__(self, *, view_only: bool, lossless: bool = False) -> None:
+        self.view_only, self.lossless = view_only, lossless
+        self.dropped = 0
+        self._out: list[bytes] = []
+        self._feeder = BytesFeeder(self._run())
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        self._feeder.feed(data)
+
+    def data_to_send(self) -> bytes:
+        out = b"".join(self._out)
+        self._out.clear()
+        return out
+
+    def _input(self, message: bytes) -> None:
+        if self.view_only:
+            self.dropped += 1
+        else:
+            self._out.append(message)
+
+    def _run(self) -> Parser[None]:
+        while True:
+            head = yield from read_exact(1)
+            kind = head[0]
+            if kind == SetPixelFormat.TYPE:
+                self._out.append(head + (yield from read_exact(SetPixelFormat.SIZE - 1)))
+            elif kind == SetEncodings.TYPE:
+                header = head + (yield from read_exact(3))
+                body = yield from read_exact(SetEncodings.body_length(header, MAX_ENCODINGS))
+                wanted = SetEncodings.parse(header + body, MAX_ENCODINGS).encodings
+                stripped = EXTENSION_ENCODINGS | (JPEG_ENCODINGS if self.lossless else frozenset())
+                kept = tuple(e for e in wanted if e not in stripped)
+                self._out.append(SetEncodings(kept).serialize())
+            elif kind == FramebufferUpdateRequest.TYPE:
+                self._out.append(head + (yield from read_exact(FramebufferUpdateRequest.FORMAT.size - 1)))
+            elif kind == KeyEvent.TYPE:
+                self._input(head + (yield from read_exact(KeyEvent.FORMAT.size - 1)))
+            elif kind == PointerEvent.TYPE:
+                self._input(head + (yield from read_exact(PointerEvent.FORMAT.size - 1)))
+            elif kind == ClientCutText.TYPE:
+                header = head + (yield from read_exact(7))
+                body = yield from read_exact(ClientCutText.body_length(header, MAX_CUT_TEXT_BYTES))
+                self._input(header + body)
+            else:
+                raise ProtocolError(
+                    f"browser sent RFB message type {kind}; the viewer bridges RFB 3.8's "
+                    "types 0 and 2-6 only (it announced no extension)"
+                )
+
+
+# One browser ------------------------------------------------------------------------------------
+
+
+class _Bridge:
+    """One browser's WebSocket and its own TCP connection to the VNC server."""
+
+    def __init__(self, viewer: Viewer, request: web.Request, ws: web.WebSocketResponse,
+                 view_only: bool, lossless: bool) -> None:
+        self.viewer, self.ws = viewer, ws
+        self.peer = request.remote
+        self.filter = ClientFilter(view_only=view_only, lossless=lossless)
+        self.writer: asyncio.StreamWriter | None = None
+        self.closing: str | None = None
+        self.bytes_down = 0  # VNC server -> browser
+
+    async def run(self) -> None:
+        """Shake hands with the VNC server, then with the browser, then pump both ways."""
+        viewer = self.viewer
+        result: HandshakeComplete | None = None
+        refusal = None
+        if len(viewer.bridges) > MAX_VIEWERS:
+            refusal = f"too many viewers ({MAX_VIEWERS}); try again later"
+        else:
+            try:
+                async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                    reader, self.writer = await asyncio.open_connection(
+                        viewer.vnc_host, viewer.vnc_port, limit=BRIDGE_CHUNK
+                    )
+                    vnc = ClientHandshake(viewer.vnc_password(self.filter.view_only), shared=True)
+                    while not vnc.complete:
+                        self.writer.write(vnc.data_to_send())
+                        data = await reader.read(BRIDGE_CHUNK)
+                        if not data:
+                            raise ConnectionError("the VNC server closed the connection")
+                        vnc.receive_data(data)
+                    self.writer.write(vnc.data_to_send())  # ClientInit
+                    result = vnc.result
+            except (OSError, TimeoutError, VNCError) as exc:
+                refusal = f"the remote's screen is not available ({exc or type(exc).__name__})"
+                log.warning("viewer: %s", refusal)
+        browser = ServerHandshake(
+            result.width if result else 1,
+            result.height if result else 1,
+            result.name if result else "universe-remote",
+            result.pixel_format if result else NATIVE,
+            refuse_reason=refusal,
+        )
+        if not await self._browser_handshake(browser) or result is None:
+            await self.close(refusal or "the RFB handshake failed")
+            return
+        mode = "view only" if self.filter.view_only else "control"
+        log.info("viewer: %s watches (%s)", self.peer, mode)
+        pumps = [
+            asyncio.create_task(self._down(reader, vnc.trailing_data())),
+            asyncio.create_task(self._up(browser.trailing_data())),
+        ]
+        try:
+            done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in pumps:
+                task.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+        reason = self.closing or done.pop().result()
+        await self.close(reason)
+        log.info("viewer: %s left (%s)", self.peer, reason)
+
+    async def _browser_handshake(self, handshake: ServerHandshake) -> bool:
+        """Offer the browser security None and the server's ServerInit; False if it failed."""
+        ws = self.ws
+        try:
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                await ws.send_bytes(handshake.data_to_send())
+                while not handshake.complete:
+                    msg = await ws.receive()
+                    if msg.type != WSMsgType.BINARY:
+                        raise ConnectionError("the browser left during the RFB handshake")
+                    try:
+                        handshake.receive_data(msg.data)
+                    finally:
+                        if out := handshake.data_to_send():
+                            await ws.send_bytes(out)
+        except (OSError, TimeoutError, VNCError) as exc:
+            if self.closing is None:
+                self.closing = f"RFB handshake with the browser failed: {exc}"
+            return False
+        return True
+
+    async def _down(self, reader: asyncio.StreamReader, first: bytes) -> str:
+        """VNC server -> browser, a chunk per binary message; returns why it stopped."""
+        try:
+            if first:
+                await self.ws.send_bytes(first)
+            while data := await reader.read(BRIDGE_CHUNK):
+                self.bytes_down += len(data)
+                await self.ws.send_bytes(data)
+        except OSError as exc:
+            return f"connection lost: {exc}"
+        return "the remote's VNC server closed the connection"
+
+    async def _up(self, first: bytes) -> str:
+        """Browser -> VNC server through the filter; returns why it stopped."""
+        assert self.writer is not None
+        data: bytes = first
+        try:
+            while True:
+                if data:
+                    self.filter.receive_data(data)
+                    if out := self.filter.data_to_send():
+                        self.writer.write(out)
+                        await self.writer.drain()
+                msg = await self.ws.receive()
+                if msg.type in _CLOSED:
+                    return BROWSER_LEFT
+                if msg.type != WSMsgType.BINARY:
+                    return "the browser sent a text message; the bridge carries binary RFB"
+                data = msg.data
+        except VNCError as exc:
+            return str(exc)
+        except OSError as exc:
+            return f"connection lost: {exc}"
+
+    async def close(self, reason: str, code: int = 1011) -> None:
+        """Close both sides (the WebSocket with ``reason``), once."""
+        if self.closing is None:
+            self.closing = reason
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+        if not self.ws.closed:
+            if reason == BROWSER_LEFT:
+                code = 1000
+            with contextlib.suppress(Exception):
+                await self.ws.close(code=code, message=reason.encode()[:120])
+
+
+# The app ----------------------------------------------------------------------------------------
+
+
+class Viewer:
+    """Serves the page, noVNC and one WebSocket-to-VNC bridge per browser.
+
+    ``await viewer.start(host, port)`` (0 picks a free port: read :attr:`port`), then
+    :meth:`close`. ``view_only=False`` lets holders of the full password control the
+    remote from the page (the view-only password stays view-only).
+    """
+
+    def __init__(
+        self,
+        vnc_port: int,
+        *,
+        vnc_host: str = "127.0.0.1",
+        password: str | None = None,
+        view_only_password: str | None = None,
+        view_only: bool = True,
+        describe: Callable[[], dict[str, Any]] | None = None,
+        novnc_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.vnc_port = vnc_port
+        # The bridge runs beside the VNC server: a wildcard bind is reached on loopback.
+        self.vnc_host = "127.0.0.1" if vnc_host in ("", "0.0.0.0", "::") else vnc_host
+        self.password, self.view_only_password = password, view_only_password
+        self.view_only = view_only
+        self.describe = describe or dict
+        self.novnc = find_novnc(novnc_dir)
+        self.bridges: set[_Bridge] = set()
+        self._secret = secrets.token_bytes(32)
+        self._runner: web.AppRunner | None = None
+        self._closing = False
+        self.app = self._make_app()
+
+    # Lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        assert self._runner is not None, "call start() first"
+        return int(self._runner.addresses[0][1])
+
+    async def start(self, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT) -> None:
+        if self.password is None and self.view_only_password is None and not is_loopback(host):
+            log.warning(
+                "viewer on %s without a password: only this machine may watch; "
+                "serve with --password to watch from elsewhere", host,
+            )
+        if self.novnc is None:
+            log.warning("viewer: noVNC not found, the page will say so; %s", INSTALL_NOVNC)
+        self._runner = web.AppRunner(
+            self.app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        try:
+            await site.start()
+        except OSError:
+            await self._runner.cleanup()
+            raise
+
+    async def close(self, reason: str = "the remote is shutting down") -> None:
+        if self._closing:
+            return
+        self._closing = True
+        await asyncio.gather(*(b.close(reason, code=1001) for b in list(self.bridges)))
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def vnc_password(self, view_only: bool) -> str | None:
+        """The VNC password the bridge uses: the view-only one where it will do."""
+        if view_only and self.view_only_password is not None:
+            return self.view_only_password
+        return self.password
+
+    # Auth --------------------------------------------------------------------------------
+
+    def role(self, request: web.BaseRequest) -> str | None:
+        """CONTROL or VIEW for a request that may watch, else None."""
+        if cross_site(request) is not None:
+            return None
+        if self.password is None and self.view_only_password is None:
+            return CONTROL if is_loopback(request.remote) and is_loopback(request.url.host) else None
+        for given in credentials(request):
+            if self.password is not None and hmac.compare_digest(given.encode(), self.password.encode()):
+                return CONTROL
+            if self.view_only_password is not None and hmac.compare_digest(
+                given.encode(), self.view_only_password.encode()
+            ):
+                return VIEW
+        return None
+
+    def _token(self, role: str) -> str:
+        claim = f"{int(time.time() + TOKEN_LIFETIME)}.{role}"
+        return f"{claim}.{self._sign(claim)}"
+
+    def _sign(self, claim: str) -> str:
+        digest = hmac.new(self._secret, claim.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest[:18]).decode()
+
+    def _token_role(self, token: str | None) -> str | None:
+        expires, _, rest = (token or "").partition(".")
+        role, _, signature = rest.partition(".")
+        if not (expires.isdigit() and role in (CONTROL, VIEW)):
+            return None
+        if not hmac.compare_digest(signature, self._sign(f"{expires}.{role}")):
+            return None
+        return role if int(expires) >= time.time() else None
+
+    def _refusal(self, request: web.BaseRequest) -> web.Response:
+        if (why := cross_site(request)) is not None:
+            return web.Response(status=403, text=why + "\n")
+        if self.password is None and self.view_only_password is None:
+            return web.Response(
+                status=403,
+                text="This remote has no password, so its viewer serves only this machine "
+                "at http://127.0.0.1 or http://localhost. Serve it with --password to watch "
+                "from elsewhere.\n",
+            )
+        why = "wrong password" if credentials(request) else "this remote needs a password"
+        return web.Response(
+            status=401,
+            text=f"{why}: log in with the remote's password (as user name or password), "
+            "or open /viewer/?password=<password>\n",
+            headers={"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'},
+        )
+
+    # Handlers ----------------------------------------------------------------------------
+
+    def _make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._headers])
+        app.router.add_get("/", self._to_viewer)
+        app.router.add_get("/viewer", self._to_viewer)
+        app.router.add_get("/viewer/", self._page)
+        app.router.add_get("/viewer/session", self._session)
+        app.router.add_get("/viewer/status", self._status)
+        app.router.add_get("/viewer/websockify", self._websockify)
+        app.router.add_static("/viewer/static/", STATIC_DIR)
+        if self.novnc is not None:
+            app.router.add_static("/viewer/novnc/", self.novnc)
+        return app
+
+    @web.middleware
+    async def _headers(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        response: web.StreamResponse = await handler(request)
+        if not response.prepared:
+            response.headers.setdefault("Referrer-Policy", "no-referrer")  # ?password=
+            response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        return response
+
+    async def _to_viewer(self, request: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound("/viewer/" + (f"?{request.query_string}" if request.query_string else ""))
+
+    async def _page(self, request: web.Request) -> web.StreamResponse:
+        if self.role(request) is None:
+            return self._refusal(request)
+        if self.novnc is None:
+            return web.Response(
+                status=503,
+                content_type="text/html",
+                text=(STATIC_DIR / "novnc-missing.html").read_text().replace("{install}", INSTALL_NOVNC),
+            )
+        return web.FileResponse(STATIC_DIR / "viewer.html", headers={"Cache-Control": "no-store"})
+
+    async def _session(self, request: web.Request) -> web.Response:
+        role = self.role(request)
+        if role is None:
+            return self._refusal(request)
+        view_only = self.view_only or role == VIEW
+        body = {
+            **self._describe(),
+            "view_only": view_only,
+            "websocket": f"websockify?token={self._token(VIEW if view_only else CONTROL)}",
+        }
+        return _json(body)
+
+    async def _status(self, request: web.Request) -> web.Response:
+        if self.role(request) is None:
+            return self._refusal(request)
+        return _json({**self._describe(), "viewers": len(self.bridges)})
+
+    def _describe(self) -> dict[str, Any]:
+        try:
+            return dict(self.describe())
+        except Exception:  # the page's status line must not take the viewer down
+            log.exception("viewer: describe() failed")
+            return {}
+
+    async def _websockify(self, request: web.Request) -> web.StreamResponse:
+        role = None if cross_site(request) else self._token_role(request.query.get("token"))
+        role = role or self.role(request)
+        if role is None:
+            return self._refusal(request)
+        if self._closing:
+            return web.Response(status=503, text="the remote is shutting down\n")
+        ws = web.WebSocketResponse(
+            timeout=CLOSE_TIMEOUT,
+            protocols=("binary",),
+            compress=False,  # RFB is compressed already; deflating it again costs CPU here
+            max_msg_size=MAX_BROWSER_MESSAGE,
+            writer_limit=WRITER_LIMIT,
+            heartbeat=HEARTBEAT,
+        )
+        await ws.prepare(request)
+        view_only = self.view_only or role == VIEW
+        bridge = _Bridge(self, request, ws, view_only, request.query.get("quality") == "lossless")
+        self.bridges.add(bridge)
+        try:
+            await bridge.run()
+        finally:
+            self.bridges.discard(bridge)
+            await bridge.close("the viewer stopped")
+        return ws
+
+
+def _json(body: dict[str, Any]) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(body, default=str),
+        content_type="application/json",
+        headers={"Cache-Control": "no-store"},
+    )

@@ -1,0 +1,747 @@
+"""The browser viewer: its RFB filter (sans-I/O), auth, the WebSocket-to-VNC bridge, and
+noVNC in a real, headed Chromium on Xvfb showing the remote's exact pixels.
+
+Also holds the helpers the dashboard's tests reuse: :class:`Chromium` (a headed Chromium
+driven over the DevTools protocol) and :func:`find_image` (where a frame sits in a
+screenshot).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+import websockets
+from aiohttp.test_utils import make_mocked_request
+
+from runtimes import viewer as viewer_module
+from runtimes.remote import Remote
+from runtimes.viewer import (
+    EXTENSION_ENCODINGS,
+    MAX_VIEWERS,
+    ClientFilter,
+    Viewer,
+    credentials,
+    find_novnc,
+)
+from tests.conftest import StartRemote
+from tests.vncdriver.xserver import XDisplay, XServers, require, xservers_fixture  # noqa: F401
+from vncdriver.client_protocol import ClientProtocol, FramebufferUpdated
+from vncdriver.errors import ProtocolError, ServerRefused
+from vncdriver.handshake import ClientHandshake, SecurityType
+from vncdriver.messages import (
+    ClientCutText,
+    FramebufferUpdateRequest,
+    KeyEvent,
+    PointerEvent,
+    SetEncodings,
+    SetPixelFormat,
+)
+from vncdriver.pixelformat import NATIVE
+from vncdriver.server import VNCServer
+
+PASSWORD = "secret"
+#: How long any condition in these tests may take before the test fails.
+TIMEOUT = 20.0
+POLL = 0.05  # interval of condition polls (a condition with a deadline, not synchronisation)
+
+needs_novnc = pytest.mark.skipif(
+    find_novnc() is None, reason="noVNC not installed: apt-get install novnc"
+)
+
+
+@pytest.fixture
+async def start_remote() -> AsyncIterator[StartRemote]:
+    """conftest's ``start_remote``, plus ``http_port=`` (the viewer's port; 0 = free)."""
+    started: list[Remote] = []
+
+    async def start(env_id: str = "builtin.Catch-v0", http_port: int | None = None,
+                    **kwargs: Any) -> Remote:
+        remote = Remote(env_id, **kwargs)
+        await remote.start("127.0.0.1", 0, 0, http_port=http_port)
+        started.append(remote)
+        return remote
+
+    yield start
+    for remote in started:
+        await remote.close()
+
+
+async def wait_until(
+    condition: Callable[[], Any | Awaitable[Any]], what: str, timeout: float = TIMEOUT
+) -> Any:
+    """Poll ``condition`` until it is truthy (returned); fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(POLL)
+
+
+# ClientFilter: bytes in, bytes out ----------------------------------------------------------
+
+
+def test_filter_passes_view_messages_byte_for_byte_and_drops_input() -> None:
+    view = [
+        SetPixelFormat(NATIVE).serialize(),
+        FramebufferUpdateRequest(False, 0, 0, 160, 210).serialize(),
+        FramebufferUpdateRequest(True, 0, 0, 160, 210).serialize(),
+    ]
+    inputs = [
+        KeyEvent(True, 0xFF51).serialize(),
+        PointerEvent(1, 10, 20).serialize(),
+        ClientCutText("hello").serialize(),
+    ]
+    stream = view[0] + inputs[0] + view[1] + inputs[1] + inputs[2] + view[2]
+    f = ClientFilter(view_only=True)
+    for i in range(len(stream)):  # one byte at a time: framing must not depend on chunks
+        f.receive_data(stream[i : i + 1])
+    assert f.data_to_send() == b"".join(view)
+    assert f.dropped == 3
+
+    control = ClientFilter(view_only=False)
+    control.receive_data(stream)
+    assert control.data_to_send() == stream and control.dropped == 0
+
+
+def test_filter_strips_extension_and_jpeg_encodings() -> None:
+    asked = (7, -260, 5, 0, -26, -256 + 2, -223, -224, -258, -308, -309, -312, -313,
+             -307, -1063131698, -239, -500)
+    f = ClientFilter(view_only=True)
+    f.receive_data(SetEncodings(asked).serialize())
+    kept = SetEncodings.parse(f.data_to_send()).encodings
+    assert kept == tuple(e for e in asked if e not in EXTENSION_ENCODINGS)
+    assert -26 in kept and -500 in kept  # JPEG stays unless asked for lossless
+
+    lossless = ClientFilter(view_only=True, lossless=True)
+    lossless.receive_data(SetEncodings(asked).serialize())
+    assert SetEncodings.parse(lossless.data_to_send()).encodings == (
+        7, -260, 5, 0, -254, -223, -224, -307, -239,
+    )
+
+
+@pytest.mark.parametrize("kind", [248, 150, 251, 255, 1, 7])
+def test_filter_fails_closed_on_messages_it_cannot_frame(kind: int) -> None:
+    f = ClientFilter(view_only=True)
+    with pytest.raises(ProtocolError, match=f"type {kind}"):
+        f.receive_data(bytes([kind]) + b"\0" * 16)
+    assert f.data_to_send() == b""
+
+
+def test_find_novnc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert find_novnc(tmp_path) is None
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "rfb.js").write_text("export default class RFB {}")
+    assert find_novnc(tmp_path) == tmp_path.resolve()
+    monkeypatch.setenv(viewer_module.NOVNC_ENV, str(tmp_path))
+    assert find_novnc() == tmp_path.resolve()
+
+
+# HTTP: auth, pages --------------------------------------------------------------------------
+
+
+def basic(user: str, password: str = "") -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def test_password_guards_page_session_and_bridge(
+    start_remote: StartRemote, http: aiohttp.ClientSession
+) -> None:
+    remote = await start_remote(password=PASSWORD, view_only_password="watcher", http_port=0)
+    assert remote.viewer is not None
+    base = f"http://127.0.0.1:{remote.viewer.port}"
+    for path in ("/viewer/", "/viewer/session", "/viewer/status", "/viewer/websockify"):
+        for headers in ({}, basic("wrong"), basic("x", "wrong")):
+            async with http.get(base + path, headers=headers) as r:
+                assert r.status == 401, (path, headers)
+                assert r.headers["WWW-Authenticate"].startswith("Basic realm=")
+                assert "password" in await r.text()
+    # Universe's place for the password is the user name; browsers prompt for both fields.
+    for headers, query in ((basic(PASSWORD), ""), (basic("anyone", PASSWORD), ""),
+                           ({}, f"?password={PASSWORD}")):
+        async with http.get(f"{base}/viewer/{query}", headers=headers) as r:
+            assert r.status == 200 and "static/viewer.js" in await r.text()
+        async with http.get(f"{base}/viewer/session{query}", headers=headers) as r:
+            session = await r.json()
+            assert session["env_id"] == "builtin.Catch-v0" and session["view_only"] is True
+            assert session["websocket"].startswith("websockify?token=")
+    async with http.get(f"{base}/viewer/session", headers=basic("watcher")) as r:
+        assert (await r.json())["view_only"] is True
+    async with http.get(f"{base}/viewer/status", headers=basic(PASSWORD)) as r:
+        status = await r.json()
+        assert status["env_state"] == "running" and status["episode_id"] == remote.episode_id
+    # Static code needs no password: it holds no secret and no pixels.
+    async with http.get(f"{base}/viewer/static/viewer.js") as r:
+        assert r.status == 200
+    async with http.get(base + "/", allow_redirects=False) as r:
+        assert r.status == 302 and r.headers["Location"] == "/viewer/"
+
+
+async def test_tokens_are_signed_and_expire(
+    start_remote: StartRemote, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    remote = await start_remote(password=PASSWORD, http_port=0)
+    viewer = remote.viewer
+    assert viewer is not None
+    token = viewer._token("view")
+    assert viewer._token_role(token) == "view"
+    expires, _, signature = token.split(".")
+    assert viewer._token_role(f"{expires}.control.{signature}") is None  # role is signed
+    assert viewer._token_role(f"{int(expires) + 9}.view.{signature}") is None
+    assert viewer._token_role("garbage") is None and viewer._token_role(None) is None
+    monkeypatch.setattr(viewer_module.time, "time", lambda: int(expires) + 1)
+    assert viewer._token_role(token) is None
+    async with http.get(
+        f"http://127.0.0.1:{viewer.port}/viewer/websockify?token={token}"
+    ) as r:
+        assert r.status == 401
+
+
+def test_no_password_serves_loopback_only() -> None:
+    viewer = Viewer(5900)
+
+    def request(peer: str, host: str = "127.0.0.1:8900", **headers: str) -> Any:
+        transport = type("T", (), {"get_extra_info": lambda self, key, default=None: (peer, 1)})()
+        return make_mocked_request("GET", "/viewer/", headers={"Host": host, **headers},
+                                   transport=transport)
+
+    assert viewer.role(request("127.0.0.1")) == "control"
+    assert viewer.role(request("::1", "[::1]:8900")) == "control"
+    assert viewer.role(request("127.0.0.1", "localhost:8900")) == "control"
+    assert viewer.role(request("10.1.2.3")) is None
+    assert viewer._refusal(request("10.1.2.3")).status == 403
+    # A site whose name was rebound to 127.0.0.1, and pages from other origins.
+    assert viewer.role(request("127.0.0.1", "evil.example:8900")) is None
+    assert viewer.role(request("127.0.0.1", Origin="http://evil.example")) is None
+    assert viewer.role(request("127.0.0.1", Origin="http://127.0.0.1:8900")) == "control"
+    assert "evil.example" in viewer._refusal(request("127.0.0.1", Origin="http://evil.example")).text
+    assert credentials(make_mocked_request("GET", "/viewer/?password=a b", headers=basic("u", "p"))) == [
+        "u", "p", "a b",
+    ]
+
+
+async def test_pages_elsewhere_may_not_open_the_bridge(
+    start_remote: StartRemote, http: aiohttp.ClientSession
+) -> None:
+    """WebSockets skip the same-origin policy: the bridge checks Origin itself."""
+    remote = await start_remote(mode="lockstep", password=PASSWORD, http_port=0)
+    assert remote.viewer is not None
+    url = await session_websocket(http, remote.viewer, PASSWORD)
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await http.ws_connect(url, headers={"Origin": "http://evil.example", **basic(PASSWORD)})
+    assert refused.value.status == 403
+    rfb = await RFBOverWebSocket.open(
+        http, url, headers={"Origin": f"http://127.0.0.1:{remote.viewer.port}"}
+    )
+    await rfb.frame()
+    await rfb.close()
+
+
+async def test_missing_novnc_says_how_to_install_and_the_rest_works(
+    start_remote: StartRemote, http: aiohttp.ClientSession, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    remote = await start_remote(mode="lockstep")
+    viewer = Viewer(remote.vnc_port or 0, novnc_dir=tmp_path)
+    await viewer.start("127.0.0.1", 0)
+    try:
+        assert "noVNC not found" in caplog.text and "apt-get install novnc" in caplog.text
+        async with http.get(f"http://127.0.0.1:{viewer.port}/viewer/") as r:
+            assert r.status == 503
+            text = await r.text()
+            assert "apt-get install novnc" in text and "npm install @novnc/novnc" in text
+        rfb = await RFBOverWebSocket.open(http, f"ws://127.0.0.1:{viewer.port}/viewer/websockify")
+        frame = await rfb.frame()
+        assert np.array_equal(frame, remote.runtime.framebuffer)
+        await rfb.close()
+    finally:
+        await viewer.close()
+
+
+# The bridge, with our own RFB client over the WebSocket ------------------------------------------
+
+
+class RFBOverWebSocket:
+    """An RFB client over the bridge: our sans-I/O handshake and ClientProtocol."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, proto: ClientProtocol,
+                 security: int) -> None:
+        self.ws, self.proto, self.security = ws, proto, security
+        self.updates = 0
+
+    @classmethod
+    async def open(cls, http: aiohttp.ClientSession, url: str,
+                   headers: dict[str, str] | None = None) -> RFBOverWebSocket:
+        ws = await http.ws_connect(url, headers=headers or {}, max_msg_size=0)
+        handshake = ClientHandshake(None)  # the bridge must not ask the browser for a password
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                while not handshake.complete:
+                    msg = await ws.receive()
+                    assert msg.type == aiohttp.WSMsgType.BINARY, msg
+                    handshake.receive_data(msg.data)
+                    if out := handshake.data_to_send():
+                        await ws.send_bytes(out)
+        except BaseException:
+            await ws.close()
+            raise
+        assert handshake.result is not None
+        proto = ClientProtocol(handshake.result)
+        proto.receive_data(handshake.trailing_data())
+        client = cls(ws, proto, handshake.result.security_type)
+        await client.flush()
+        return client
+
+    async def flush(self) -> None:
+        if out := self.proto.data_to_send():
+            await self.ws.send_bytes(out)
+
+    async def frame(self, incremental: bool = False) -> np.ndarray:
+        """Ask for an update and read until it has arrived; the framebuffer."""
+        self.proto.request_update(incremental)
+        await self.flush()
+        async with asyncio.timeout(TIMEOUT):
+            while True:
+                msg = await self.ws.receive()
+                if msg.type != aiohttp.WSMsgType.BINARY:
+                    raise ConnectionError(f"bridge closed: {msg}")
+                self.proto.receive_data(msg.data)
+                if any(isinstance(e, FramebufferUpdated) for e in self.proto.events_received()):
+                    self.updates += 1
+                    return self.proto.framebuffer.copy()
+
+    async def close(self) -> None:
+        await self.ws.close()
+
+
+def spy_on_input(remote: Remote) -> list[Any]:
+    """Every input event the remote's VNC server hands the remote, from now on."""
+    seen: list[Any] = []
+    assert remote.vnc is not None
+    original = remote.vnc.on_input
+
+    def on_input(client_id: int, events: Any) -> None:
+        seen.extend(events)
+        original(client_id, events)
+
+    remote.vnc.on_input = on_input
+    return seen
+
+
+async def session_websocket(http: aiohttp.ClientSession, viewer: Viewer, password: str) -> str:
+    async with http.get(f"http://127.0.0.1:{viewer.port}/viewer/session",
+                        headers=basic(password)) as r:
+        assert r.status == 200
+        return f"ws://127.0.0.1:{viewer.port}/viewer/" + (await r.json())["websocket"]
+
+
+async def test_bridge_serves_exact_pixels_and_drops_input_when_view_only(
+    start_remote: StartRemote, http: aiohttp.ClientSession
+) -> None:
+    remote = await start_remote(mode="lockstep", password=PASSWORD, http_port=0)
+    assert remote.viewer is not None
+    seen = spy_on_input(remote)
+    rfb = await RFBOverWebSocket.open(http, await session_websocket(http, remote.viewer, PASSWORD))
+    assert rfb.security == SecurityType.NONE  # the VNC password stays in the bridge
+    assert rfb.proto.name == "builtin.Catch-v0"
+    assert np.array_equal(await rfb.frame(), remote.runtime.framebuffer)
+    rfb.proto.key_event("Left", True)
+    rfb.proto.pointer_event(5, 5, 1)
+    rfb.proto.cut_text("typed")
+    # The update answers a request sent after the input: the server has read that far.
+    await rfb.frame()
+    assert seen == [] and remote.held_keys == set() and remote._pending == []
+    await rfb.close()
+
+
+async def test_control_viewer_passes_input(
+    start_remote: StartRemote, http: aiohttp.ClientSession
+) -> None:
+    """The same path with view_only=False lets keys through: the test above can see input."""
+    remote = await start_remote(mode="lockstep", password=PASSWORD)
+    viewer = Viewer(remote.vnc_port or 0, password=PASSWORD, view_only=False)
+    await viewer.start("127.0.0.1", 0)
+    try:
+        seen = spy_on_input(remote)
+        rfb = await RFBOverWebSocket.open(http, await session_websocket(http, viewer, PASSWORD))
+        await rfb.frame()
+        rfb.proto.key_event("Left", True)
+        await rfb.frame()
+        assert [type(e) for e in seen] == [KeyEvent] and remote.held_keys == {"Left"}
+        await rfb.close()
+    finally:
+        await viewer.close()
+
+
+async def test_bridge_closes_when_the_remote_goes_away(
+    start_remote: StartRemote, http: aiohttp.ClientSession
+) -> None:
+    remote = await start_remote(mode="lockstep", http_port=0)
+    assert remote.viewer is not None and remote.vnc is not None
+    rfb = await RFBOverWebSocket.open(http, f"ws://127.0.0.1:{remote.viewer.port}/viewer/websockify")
+    await rfb.frame()
+    await wait_until(lambda: len(remote.vnc.connections) == 1, "the bridge's VNC connection")
+    await remote.close("test over")
+    async with asyncio.timeout(TIMEOUT):
+        msg = await rfb.ws.receive()
+    assert (msg.type, msg.data, msg.extra) == (aiohttp.WSMsgType.CLOSE, 1001, "test over")
+    assert not remote.viewer.bridges
+
+
+async def test_bridge_closes_when_the_vnc_server_goes_away(http: aiohttp.ClientSession) -> None:
+    frame = np.zeros((48, 64, 3), np.uint8)
+    frame[10:20, 5:30] = (200, 10, 99)
+    vnc = VNCServer(frame, name="test")
+    await vnc.start("127.0.0.1", 0)
+    viewer = Viewer(vnc.port)
+    await viewer.start("127.0.0.1", 0)
+    try:
+        rfb = await RFBOverWebSocket.open(http, f"ws://127.0.0.1:{viewer.port}/viewer/websockify")
+        assert np.array_equal(await rfb.frame(), frame)
+        await vnc.close()
+        async with asyncio.timeout(TIMEOUT):
+            msg = await rfb.ws.receive()
+        assert (msg.type, msg.data) == (aiohttp.WSMsgType.CLOSE, 1011)
+        assert "VNC server closed" in msg.extra
+        await wait_until(lambda: not viewer.bridges, "the bridge to go")
+        # With no VNC server, the browser hears why in RFB's own refusal.
+        with pytest.raises(ServerRefused, match="not available"):
+            await RFBOverWebSocket.open(http, f"ws://127.0.0.1:{viewer.port}/viewer/websockify")
+    finally:
+        await viewer.close()
+
+
+async def test_too_many_viewers_are_refused_with_a_reason(
+    start_remote: StartRemote, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(viewer_module, "MAX_VIEWERS", 1)
+    remote = await start_remote(mode="lockstep", http_port=0)
+    assert remote.viewer is not None and MAX_VIEWERS >= 1
+    url = f"ws://127.0.0.1:{remote.viewer.port}/viewer/websockify"
+    first = await RFBOverWebSocket.open(http, url)
+    with pytest.raises(ServerRefused, match="too many viewers"):
+        await RFBOverWebSocket.open(http, url)
+    await first.close()
+
+
+async def test_bridge_to_tigervnc_with_its_password(
+    xservers: XServers, http: aiohttp.ClientSession
+) -> None:
+    """A VNC server nobody here wrote, behind VNC Authentication the bridge answers."""
+    display = xservers.xvnc(320, 240, password="pw")
+    picture = np.zeros((240, 320, 3), np.uint8)
+    picture[:, :, 0] = np.arange(320, dtype=np.uint8)[None, :]
+    picture[60:180, 80:240] = (10, 200, 90)
+    xservers.show_image(display, picture)
+    await wait_until(lambda: np.array_equal(xservers.screenshot(display), picture),
+                     "xwud to show the picture")
+    viewer = Viewer(display.vnc_port or 0, password="pw")
+    await viewer.start("127.0.0.1", 0)
+    try:
+        rfb = await RFBOverWebSocket.open(http, await session_websocket(http, viewer, "pw"))
+        assert rfb.security == SecurityType.NONE
+        assert np.array_equal(await rfb.frame(), picture)
+        await rfb.close()
+    finally:
+        await viewer.close()
+
+
+# A real browser ---------------------------------------------------------------------------------
+
+CHROMIUM_FLAGS = (
+    "--no-sandbox",  # we run as root
+    "--test-type",  # no "unsupported flag" bar above the page
+    "--disable-gpu",
+    "--disable-breakpad",  # no crash handler process to outlive the browser
+    "--disable-crash-reporter",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+    "--disable-features=Translate",
+    "--password-store=basic",
+    "--window-position=0,0",
+    "--remote-debugging-address=127.0.0.1",
+    "--remote-debugging-port=0",
+)
+
+
+class Chromium:
+    """Headed Chromium in app mode on an X display, driven over the DevTools protocol."""
+
+    def __init__(self, xs: XServers, display: XDisplay, url: str) -> None:
+        require("chromium")
+        self.display = display
+        self.profile = Path(tempfile.mkdtemp(prefix="chromium-", dir=xs.directory))
+        self.process = xs.run(
+            display, "chromium", *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}",
+            f"--window-size={display.width},{display.height}", f"--app={url}",
+        )
+        self._ws: Any = None
+        self._ids = iter(range(1, 1 << 30))
+
+    async def connect(self) -> None:
+        port_file = self.profile / "DevToolsActivePort"
+
+        def port_written() -> bool:
+            if self.process.poll() is not None:
+                pytest.fail(f"chromium exited with {self.process.returncode}")
+            return port_file.exists() and port_file.read_text().count("\n") >= 1
+
+        await wait_until(port_written, "chromium's DevTools port")
+        port = int(port_file.read_text().split()[0])
+
+        async def page_target() -> str | None:
+            async with aiohttp.ClientSession() as http, http.get(
+                f"http://127.0.0.1:{port}/json/list"
+            ) as r:
+                pages = [t for t in await r.json() if t["type"] == "page"]
+            return pages[0]["webSocketDebuggerUrl"] if pages else None
+
+        url = await wait_until(page_target, "chromium's page")
+        self._ws = await websockets.connect(url, max_size=None)
+
+    async def evaluate(self, expression: str) -> Any:
+        """The JSON value of ``expression`` in the page (promises awaited)."""
+        call_id = next(self._ids)
+        await self._ws.send(json.dumps({
+            "id": call_id, "method": "Runtime.evaluate",
+            "params": {"expression": expression, "returnByValue": True, "awaitPromise": True},
+        }))
+        async with asyncio.timeout(TIMEOUT):
+            while True:
+                reply = json.loads(await self._ws.recv())
+                if reply.get("id") == call_id:
+                    break
+        result = reply["result"]
+        if "exceptionDetails" in result:
+            return None
+        return result["result"].get("value")
+
+    async def close(self) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.process.wait, 5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def find_image(screen: np.ndarray, image: np.ndarray, near: tuple[int, int] | None = None,
+               radius: int = 80) -> tuple[int, int] | None:
+    """(x, y) where ``image`` appears pixel for pixel in ``screen`` (around ``near``)."""
+    h, w = image.shape[:2]
+    H, W = screen.shape[:2]
+    cx, cy = near if near is not None else (0, 0)
+    xs = range(max(0, cx - radius), min(W - w, cx + radius) + 1) if near else range(W - w + 1)
+    ys = range(max(0, cy - radius), min(H - h, cy + radius) + 1) if near else range(H - h + 1)
+    first = image[0]
+    for y in ys:
+        row = screen[y]
+        for x in xs:
+            if np.array_equal(row[x : x + w], first) and np.array_equal(
+                screen[y : y + h, x : x + w], image
+            ):
+                return x, y
+    return None
+
+
+@pytest.fixture(scope="module")
+def xvfb() -> Iterator[tuple[XServers, XDisplay]]:
+    """One Xvfb for the browser tests of a module (each test starts its own Chromium)."""
+    require("Xvfb", "xwd", "xdotool")
+    with XServers() as xs:
+        yield xs, xs.xvfb(800, 600)
+
+
+@pytest.fixture
+async def browser(xvfb: tuple[XServers, XDisplay]) -> AsyncIterator[Callable[[str], Awaitable[Chromium]]]:
+    """``await browser(url)``: a Chromium showing ``url``, closed after the test."""
+    xs, display = xvfb
+    started: list[Chromium] = []
+
+    async def open_page(url: str) -> Chromium:
+        chromium = Chromium(xs, display, url)
+        started.append(chromium)
+        await chromium.connect()
+        return chromium
+
+    yield open_page
+    for chromium in started:
+        await chromium.close()
+
+
+async def canvas_origin(page: Chromium, selector: str) -> tuple[int, int]:
+    """Where the element's top-left should be on the X screen (a hint for find_image)."""
+    box = await page.evaluate(
+        f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();"
+        " return [r.x + window.screenX, r.y + window.screenY + window.outerHeight - window.innerHeight]; })()"
+    )
+    return int(box[0]), int(box[1])
+
+
+async def wait_for_image(xs: XServers, display: XDisplay, image: np.ndarray,
+                         near: tuple[int, int]) -> tuple[int, int]:
+    """Screenshot until ``image`` shows exactly; its position."""
+    found: tuple[int, int] | None = None
+
+    def shows() -> bool:
+        nonlocal found
+        found = find_image(xs.screenshot(display), image, near)
+        return found is not None
+
+    await wait_until(shows, "the frame to show pixel for pixel on the X screen")
+    assert found is not None
+    return found
+
+
+@needs_novnc
+async def test_novnc_in_chromium_shows_the_exact_frame(
+    start_remote: StartRemote, browser: Callable[[str], Awaitable[Chromium]],
+    xvfb: tuple[XServers, XDisplay],
+) -> None:
+    xs, display = xvfb
+    remote = await start_remote(mode="lockstep", password=PASSWORD, http_port=0)  # a still frame
+    assert remote.viewer is not None
+    url = f"http://user:{PASSWORD}@127.0.0.1:{remote.viewer.port}/viewer/?quality=lossless"
+    page = await browser(url)
+    await wait_until(lambda: page.evaluate("window.viewer && window.viewer.state === 'connected'"),
+                     "noVNC to connect")
+    assert await page.evaluate("window.viewer.rfb.viewOnly") is True
+    assert "builtin.Catch-v0" in await page.evaluate("document.title")
+    frame = remote.runtime.framebuffer.copy()
+    assert frame.std() > 0  # not a blank screen that anything would match
+    await wait_for_image(xs, display, frame, await canvas_origin(page, "#screen canvas"))
+    # The page says what it shows, and goes to "disconnected" when the remote goes away.
+    await wait_until(lambda: page.evaluate("window.viewer.detail.includes('episode')"), "the status line")
+    await remote.close()
+    await wait_until(lambda: page.evaluate("window.viewer.state === 'disconnected'"),
+                     "the page to see the remote go")
+
+
+async def _press_keys_in_page(page: Chromium, xs: XServers, display: XDisplay,
+                              remote: Remote, selector: str) -> None:
+    """Click the screen and hold Left in Chromium (real X input via XTEST), then wait until
+    the VNC server has answered three more update requests: noVNC sends a key at once, so
+    any key it sent is in the server's hands by then."""
+    await page.evaluate(
+        "window.keys = 0; window.addEventListener('keydown', () => window.keys++, true); true"
+    )
+    x, y = await canvas_origin(page, selector)
+    xs.check_output(display, "xdotool", "mousemove", str(x + 40), str(y + 100), "click", "1")
+    xs.check_output(display, "xdotool", "keydown", "Left")
+    try:
+        await wait_until(lambda: page.evaluate("window.keys > 0"), "the page to see the key")
+        assert remote.vnc is not None
+        sent = sum(remote.vnc.stats().values())
+        await wait_until(lambda: sum(remote.vnc.stats().values()) >= sent + 3, "three more updates")
+    finally:
+        xs.check_output(display, "xdotool", "keyup", "Left")
+
+
+@needs_novnc
+async def test_view_only_page_does_not_reach_the_game(
+    start_remote: StartRemote, browser: Callable[[str], Awaitable[Chromium]],
+    xvfb: tuple[XServers, XDisplay],
+) -> None:
+    xs, display = xvfb
+    remote = await start_remote(password=PASSWORD, http_port=0)  # real time: updates flow
+    assert remote.viewer is not None
+    seen = spy_on_input(remote)
+    page = await browser(f"http://127.0.0.1:{remote.viewer.port}/viewer/?password={PASSWORD}")
+    await wait_until(lambda: page.evaluate("window.viewer && window.viewer.state === 'connected'"),
+                     "noVNC to connect")
+    await _press_keys_in_page(page, xs, display, remote, "#screen canvas")
+    assert seen == [] and "Left" not in remote.held_keys
+
+
+@needs_novnc
+async def test_control_page_does_reach_the_game(
+    start_remote: StartRemote, browser: Callable[[str], Awaitable[Chromium]],
+    xvfb: tuple[XServers, XDisplay],
+) -> None:
+    """The same keys through a viewer that allows control arrive: the test above is sound."""
+    xs, display = xvfb
+    remote = await start_remote(password=PASSWORD)
+    viewer = Viewer(remote.vnc_port or 0, password=PASSWORD, view_only=False)
+    await viewer.start("127.0.0.1", 0)
+    try:
+        seen = spy_on_input(remote)
+        page = await browser(f"http://127.0.0.1:{viewer.port}/viewer/?password={PASSWORD}")
+        await wait_until(lambda: page.evaluate("window.viewer && window.viewer.state === 'connected'"),
+                         "noVNC to connect")
+        assert await page.evaluate("window.viewer.rfb.viewOnly") is False
+        await _press_keys_in_page(page, xs, display, remote, "#screen canvas")
+        assert any(isinstance(e, KeyEvent) and e.key == 0xFF51 and e.down for e in seen)
+        assert any(isinstance(e, PointerEvent) for e in seen)
+    finally:
+        await viewer.close()
+
+
+async def test_serve_http_port_prints_the_viewer_url(http: aiohttp.ClientSession) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "remotes.cli", "serve", "builtin.Catch-v0", "--rewarder-port", "0",
+        "--vnc-port", "0", "--password", PASSWORD, "--http-port", "0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = b""
+        async with asyncio.timeout(TIMEOUT):
+            while b"agent address" not in banner:
+                line = await proc.stdout.readline()
+                assert line, "serve exited before its banner"
+                banner += line
+        match = re.search(rb"viewer\s+(http://127\.0\.0\.1:\d+/viewer/)", banner)
+        assert match, banner
+        async with http.get(match[1].decode(), headers=basic(PASSWORD)) as r:
+            assert r.status == 200
+        async with http.get(match[1].decode()) as r:
+            assert r.status == 401
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(TIMEOUT):
+            assert await proc.wait() == 0
+
+
+async def test_a_taken_http_port_fails_the_start_and_closes_the_rest() -> None:
+    taken = Viewer(5900)
+    await taken.start("127.0.0.1", 0)
+    try:
+        remote = Remote("builtin.Catch-v0")
+        with pytest.raises(OSError):
+            await remote.start("127.0.0.1", 0, 0, http_port=taken.port)
+        assert remote.vnc is not None and not remote.vnc._server.is_serving()  # type: ignore[union-attr]
+        assert remote.rewarder._server is not None and not remote.rewarder._server.is_serving()
+    finally:
+        await taken.close()
