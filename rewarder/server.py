@@ -18,10 +18,12 @@ import hmac
 import logging
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any, Final, Protocol
 
 import websockets
 from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.http11 import Request, Response
 
 from . import protocol
 from .errors import BadRequest
@@ -38,6 +40,8 @@ MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
 CLOSE_TIMEOUT: Final = 2.0
 
 OBSERVER_HEADER: Final = "openai-observer"
+#: Universe served a browser viewer at http://host:15900/viewer/; we redirect it.
+VIEWER_PATH: Final = "/viewer"
 
 # WebSocket close codes, so a client can tell a refusal it may retry from a final one.
 #: Wrong or missing password: retrying will not help.
@@ -170,6 +174,9 @@ class RewarderServer:
         self.max_queued_messages = max_queued_messages
         self.clients: set[_Client] = set()
         self.active: _Client | None = None
+        #: The port of the remote's browser viewer, if it serves one: Universe's viewer URL
+        #: (``http://host:15900/viewer/``) is then redirected there.
+        self.viewer_port: int | None = None
         self._server: Server | None = None
         self._closing = False
 
@@ -185,6 +192,7 @@ class RewarderServer:
             host,
             port,
             compression=None,
+            process_request=self._process_request,
             max_size=MAX_FRAME_BYTES,
             ping_interval=20,
             ping_timeout=20,
@@ -228,6 +236,24 @@ class RewarderServer:
     def broadcast_observation(self, episode_id: int, observation: Any) -> None:
         for client in self.clients:
             client.send(client.proto.observation(episode_id, observation))
+
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        """Plain HTTP for Universe's viewer URL; everything else goes on to the WebSocket."""
+        if not request.path.startswith(VIEWER_PATH):
+            return None
+        if self.viewer_port is None:
+            return connection.respond(
+                HTTPStatus.NOT_FOUND,
+                "this remote serves no browser viewer; start it with "
+                "`universe-remote serve ENV_ID --http-port`\n",
+            )
+        host = request.headers.get("Host", "127.0.0.1")
+        host = host[: host.index("]") + 1] if host.startswith("[") else host.rsplit(":", 1)[0]
+        response = connection.respond(
+            HTTPStatus.FOUND, f"the viewer is on port {self.viewer_port}\n"
+        )
+        response.headers["Location"] = f"http://{host}:{self.viewer_port}{request.path}"
+        return response
 
     # One connection -----------------------------------------------------------------------
 

@@ -156,6 +156,7 @@ class Remote:
                     describe=lambda: {**self.describe(), "episode_id": self.episode_id},
                 )
                 await self.viewer.start(host, http_port)
+                self.rewarder.viewer_port = self.viewer.port
         except OSError:
             if self.vnc is not None:
                 await self.vnc.close()

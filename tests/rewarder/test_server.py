@@ -281,3 +281,45 @@ async def test_universe_style_payload_shapes(start_remote: StartRemote) -> None:
     assert reward["headers"]["episode_id"].isdigit()
     orjson.dumps(reward)
     await agent.close()
+
+
+async def http_get(port: int, path: str) -> tuple[int, dict[str, str], str]:
+    """A plain HTTP/1.1 GET, no redirects followed: (status, headers, body)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
+    async with asyncio.timeout(10):
+        data = await reader.read()
+    writer.close()
+    head, _, body = data.decode().partition("\r\n\r\n")
+    status_line, *lines = head.split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+async def test_universe_viewer_url_redirects_to_the_viewer(start_remote: StartRemote) -> None:
+    remote = await start_remote("builtin.Catch-v0")
+    status, _, body = await http_get(remote.rewarder.port, "/viewer/")
+    assert status == 404 and "--http-port" in body
+    remote.rewarder.viewer_port = 8999  # what Remote.start sets when it serves the viewer
+    status, headers, _ = await http_get(remote.rewarder.port, "/viewer/?password=pw")
+    assert status == 302
+    assert headers["location"] == "http://127.0.0.1:8999/viewer/?password=pw"
+    agent = await WireClient.open(remote.rewarder.port)  # the rewarder itself is unchanged
+    assert (await agent.recv())["method"] == "v0.env.describe"
+    await agent.close()
+
+
+async def test_a_remote_serving_the_viewer_redirects_to_it() -> None:
+    from runtimes.remote import Remote
+
+    remote = Remote("builtin.Catch-v0")
+    await remote.start("127.0.0.1", 0, 0, http_port=0)
+    try:
+        assert remote.viewer is not None
+        status, headers, _ = await http_get(remote.rewarder.port, "/viewer/")
+        assert status == 302
+        assert headers["location"] == f"http://127.0.0.1:{remote.viewer.port}/viewer/"
+        status, _, _ = await http_get(remote.viewer.port, "/viewer/")
+        assert status in (200, 401)  # the viewer answers there (behind the password, if any)
+    finally:
+        await remote.close()
