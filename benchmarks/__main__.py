@@ -9,7 +9,10 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 #: Benchmark modules in the order they run; each has ``main() -> None``.
-MODULES = ["rewarder_throughput", "remotes_realtime", "vnc_server", "vnc_client", "atari_lockstep"]
+MODULES = [
+    "rewarder_throughput", "remotes_realtime", "vnc_server", "vnc_client", "atari_lockstep",
+    "viewer_port",
+]
 
 
 def main(argv: list[str]) -> int:
