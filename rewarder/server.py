@@ -132,12 +132,8 @@ class _Client:
     async def _write(self) -> None:
         outbox, send = self.outbox, self.ws.send
         try:
-            while (data := await outbox.get()) is not None:
+            while (data := await outbox.get()) is not None:  # no wait when items are queued
                 await send(data, text=True)
-                while not outbox.empty():  # drain what queued meanwhile without sleeping
-                    if (data := outbox.get_nowait()) is None:
-                        return
-                    await send(data, text=True)
         except websockets.ConnectionClosed:
             pass
 
