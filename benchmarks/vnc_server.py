@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -127,7 +127,7 @@ async def _serve(conn: multiprocessing.connection.Connection, scene: str) -> Non
     previous: np.ndarray | None = None
     frame_ready = vnc.frame_ready
 
-    def counting_frame_ready(frame: np.ndarray | None = None) -> None:
+    def counting_frame_ready(frame: np.ndarray | None = None, tag: Any = None) -> None:
         nonlocal changed, overhead, previous
         started = time.process_time()
         current = vnc.frame if frame is None else frame
@@ -138,7 +138,7 @@ async def _serve(conn: multiprocessing.connection.Connection, scene: str) -> Non
             np.copyto(previous, current)
             changed += 1
         overhead += time.process_time() - started
-        frame_ready(frame)
+        frame_ready(frame, tag=tag)
 
     vnc.frame_ready = counting_frame_ready  # type: ignore[method-assign]
     await remote.start("127.0.0.1", 0, 0)
