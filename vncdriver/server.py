@@ -25,7 +25,7 @@ import numpy as np
 from .errors import LocalProtocolError, ServerRefused, VNCError
 from .handshake import ServerHandshake
 from .messages import FrameTag, KeyEvent, PointerEvent, SetPixelFormat
-from .server_protocol import ServerProtocol, changed_tiles
+from .server_protocol import ServerProtocol, SharedEncodings, changed_tiles
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class _Connection(asyncio.Protocol):
         if proto is None or transport is None or self.paused or transport.is_closing():
             return
         try:
-            if proto.send_update(self.server.frame):
+            if proto.send_update(self.server.frame, self.server.shared):
                 self.updates += 1
             out = proto.data_to_send()
         except LocalProtocolError as exc:  # a bug of ours: drop this client, keep serving
@@ -209,6 +209,8 @@ class VNCServer:
         self.frame = frame
         #: The newest frame tag (see :meth:`frame_ready`).
         self.tag: FrameTag | None = None
+        #: What clients of the current frame share of Raw encodings; new for each frame.
+        self.shared: SharedEncodings = {}
         self.name = name
         self.password = password
         self.view_only_password = view_only_password
@@ -249,6 +251,7 @@ class VNCServer:
         FRAME_TAG pseudo-encoding; they get an update for each new tag even when no pixel
         changed, so a lockstep agent can wait for exactly frame N.
         """
+        self.shared = {}  # the frame changed: nothing encoded before is valid
         if tag is not None:
             self.tag = tag
         if frame is not None and frame is not self.frame:

@@ -58,6 +58,12 @@ __all__ = [
 #: (x, y, width, height)
 Rect = tuple[int, int, int, int]
 
+#: Encodings whose bytes for a rectangle depend only on its pixels and the pixel format
+#: (no stream state), so clients of one frame can share them.
+STATELESS_ENCODINGS = frozenset({Encoding.RAW})
+#: (encoding, pixel format, x, y, w, h) -> (the encoded chunks, rectangles they hold)
+SharedEncodings = dict[tuple[Any, ...], tuple[list[bytes], int]]
+
 #: Tile edge for change tracking: 64 like ZRLE's tiles, 192 bytes a row (a multiple of 8).
 TILE = 64
 
@@ -266,8 +272,12 @@ class ServerProtocol:
             return True
         return bool(self._dirty_in(x0, y0, x1, y1).any())
 
-    def send_update(self, frame: np.ndarray) -> int:
+    def send_update(self, frame: np.ndarray, shared: SharedEncodings | None = None) -> int:
         """Answer the outstanding request from ``frame`` if there is anything to send.
+
+        ``shared`` lets clients of one frame share what stateless encodings (Raw) made of
+        the same rectangle in the same pixel format: pass the same dict to every client
+        until the frame changes, then a new one.
 
         Sends the changed tiles inside the requested area (all of it for a
         non-incremental request, DesktopSize first after a resize) and clears them.
@@ -299,10 +309,14 @@ class ServerProtocol:
             rects = [(x0, y0, x1 - x0, y1 - y0)] if x1 > x0 and y1 > y0 else []
         self._clear_dirty(x0, y0, x1, y1)
         self._request = None
-        return self.send_rects(frame, rects, prefix=prefix)
+        return self.send_rects(frame, rects, prefix=prefix, shared=shared)
 
     def send_rects(
-        self, frame: np.ndarray, rects: Iterable[Rect], prefix: Iterable[bytes] = ()
+        self,
+        frame: np.ndarray,
+        rects: Iterable[Rect],
+        prefix: Iterable[bytes] = (),
+        shared: SharedEncodings | None = None,
     ) -> int:
         """Queue one FramebufferUpdate with ``rects`` of ``frame`` in the chosen encoding.
 
@@ -315,6 +329,8 @@ class ServerProtocol:
                 f"uint8[{self.height}, {self.width}, 3] (call resize() first)"
             )
         encoder = self._encoder(self.encoding)
+        if self.encoding not in STATELESS_ENCODINGS:
+            shared = None  # zlib streams continue per connection: nothing to share
         body = list(prefix)
         count = len(body)
         for x, y, w, h in rects:
@@ -325,7 +341,16 @@ class ServerProtocol:
                     f"rectangle {w}x{h} at ({x}, {y}) is outside the "
                     f"{self.width}x{self.height} screen"
                 )
-            count += encoder.encode(frame, x, y, w, h, body)
+            if shared is None:
+                count += encoder.encode(frame, x, y, w, h, body)
+                continue
+            key = (self.encoding, self.pixel_format, x, y, w, h)
+            entry = shared.get(key)
+            if entry is None:
+                chunks: list[bytes] = []
+                entry = shared[key] = (chunks, encoder.encode(frame, x, y, w, h, chunks))
+            body.extend(entry[0])
+            count += entry[1]
         if count > 0xFFFE:
             raise LocalProtocolError(f"{count} rectangles do not fit in one FramebufferUpdate")
         self._out.append(FramebufferUpdate(count).serialize())

@@ -92,3 +92,4 @@ async def test_rewards_name_their_frame(start_remote: StartRemote) -> None:
         while not (reply := await rewarder.step([], frames=50)).reward:
             pass
         assert reply.info["remote.frame"] == reply.frame == remote.frame
+

@@ -278,3 +278,35 @@ def test_changed_tiles_full_frame_is_one_rect() -> None:
     a = np.zeros((768, 1024, 3), np.uint8)
     assert changed_tiles(a, a + 1) == [(0, 0, 1024, 768)]
     assert changed_tiles(a, a) == []
+
+
+def test_raw_encodings_are_shared_between_clients_of_one_frame() -> None:
+    from vncdriver.messages import Encoding, build_encodings
+    from vncdriver.pixelformat import PixelFormat
+
+    raw = build_encodings([Encoding.RAW])
+    frame = make_frame(48, 64, "noise", 3)
+    shared: dict = {}
+    outputs = []
+    for _ in range(3):
+        client, server = protocol_pair(64, 48, client_kwargs={"encodings": raw})
+        client.request_update()
+        server.receive_data(client.data_to_send())
+        server.send_update(frame, shared)
+        data = server.data_to_send()
+        client.receive_data(data)
+        assert np.array_equal(client.framebuffer, frame)
+        outputs.append(data)
+    assert len(shared) == 1 and outputs[0] == outputs[1] == outputs[2]  # encoded once
+    bgr = PixelFormat(32, 24, False, True, 255, 255, 255, 16, 8, 0)
+    client, server = protocol_pair(64, 48, client_kwargs={"encodings": raw, "pixel_format": bgr})
+    client.request_update()
+    server.receive_data(client.data_to_send())
+    server.send_update(frame, shared)
+    client.receive_data(server.data_to_send())
+    assert np.array_equal(client.framebuffer, frame) and len(shared) == 2  # its own format
+    tight, server = protocol_pair(64, 48)  # Tight keeps zlib state per client: never shared
+    tight.request_update()
+    server.receive_data(tight.data_to_send())
+    server.send_update(frame, shared)
+    assert len(shared) == 2
