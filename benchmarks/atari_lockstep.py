@@ -58,6 +58,13 @@ from remotes.loop import LoopThread, shared_loop  # noqa: E402
 from remotes.session import RemoteSession  # noqa: E402
 from remotes.vector import RemoteVectorEnv  # noqa: E402
 from runtimes import registry  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    table as _table,
+    ratio as _ratio,
+    ms as _ms,
+    process_cpu as _process_cpu,
+    machine_ticks as _machine_ticks,
+)
 
 gymnasium.register_envs(ale_py)
 ALEInterface.setLoggerMode(LoggerMode.Error)
@@ -103,49 +110,19 @@ PERIOD: Final = 1.0 / FPS
 LATENCY_STEPS: Final = 300
 LATENCY_WARMUP: Final = 30
 
-_CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 
 
 # Small helpers ---------------------------------------------------------------------------
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Print an aligned table: first column left, the rest right."""
-    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
-    for row in [headers, *rows]:
-        cells = [
-            f"{cell:<{w}}" if i == 0 else f"{cell:>{w}}"
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        print("  " + "  ".join(cells).rstrip())
 
 
-def _ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if b else "-"
 
 
-def _ms(seconds: float, digits: int = 3) -> str:
-    return f"{seconds * 1e3:.{digits}f}"
 
 
-def _process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used; 0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(b")") + 2 :].split()  # after "pid (comm) "; [0] is the state
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
-def _machine_ticks() -> tuple[int, int]:
-    """(busy, total) clock ticks of all CPUs since boot."""
-    with open("/proc/stat", "rb") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + values[4]  # idle + iowait
-    total = sum(values[:8])
-    return total - idle, total
 
 
 class _Run:

@@ -46,6 +46,13 @@ from runtimes import registry  # noqa: E402
 from runtimes.base import KeyEvent, Runtime  # noqa: E402
 from runtimes.builtin import CATCH_PADDLE_COLOUR, CATCH_PADDLE_SPEED, CATCH_PADDLE_Y  # noqa: E402
 from vncdriver.client import VNCClient  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    table as _table,
+    ms as _ms,
+    ratio as _ratio,
+    process_cpu as _process_cpu,
+    machine_ticks as _machine_ticks,
+)
 
 ENV_ID: Final = "builtin.Catch-v0"
 FPS: Final = 60.0
@@ -68,35 +75,18 @@ BUDGET_SECONDS: Final = 210.0
 #: (start + close), for the budget check.
 AVE_START_PER_WORKER: Final = 0.15
 
-_CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 _PADDLE_RGB: Final = np.array(CATCH_PADDLE_COLOUR, np.uint8)
 
 
 # /proc readings -----------------------------------------------------------------------
 
 
-def _process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used; 0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(b")") + 2 :].split()  # after "pid (comm) "; [0] is the state
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
 def _processes_cpu(pids: Sequence[int]) -> float:
     return sum(_process_cpu(pid) for pid in pids)
 
 
-def _machine_ticks() -> tuple[int, int]:
-    """(busy, total) clock ticks of all CPUs since boot, from /proc/stat."""
-    with open("/proc/stat", "rb") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    total = sum(values[:8])  # guest time is already counted in user
-    return total - idle, total
 
 
 class _Meter:
@@ -125,23 +115,10 @@ class _Meter:
 # Tables ----------------------------------------------------------------------------------
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Print an aligned table: first column left, the rest right."""
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    for row in [headers, *rows]:
-        cells = [
-            f"{cell:<{w}}" if i == 0 else f"{cell:>{w}}"
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        print("  " + "  ".join(cells).rstrip())
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3f}"
 
 
-def _ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if b else "-"
 
 
 @contextlib.contextmanager

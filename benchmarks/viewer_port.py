@@ -70,6 +70,11 @@ from websockets.http11 import Request, Response  # noqa: E402
 from remotes.cli import PASSWORD_ENV, PASSWORD_FILE_ENV, VIEW_ONLY_PASSWORD_ENV  # noqa: E402
 from rewarder import protocol  # noqa: E402
 from rewarder.server import OBSERVER_HEADER, RewarderServer  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    table as _table,
+    ratio as _ratio,
+    machine_ticks as _machine_ticks,
+)
 
 #: (env id, --scale): Catch draws little; Enduro at 4x (640x840) makes the watcher's
 #: encoding and the bridge's copying heavy (40-50 KB/s of Tight JPEG).
@@ -137,12 +142,6 @@ def _task_cpu(pid: int) -> float:
     return total / 1e9
 
 
-def _machine_ticks() -> tuple[int, int]:
-    """(busy, total) clock ticks of all CPUs since boot, from /proc/stat."""
-    with open("/proc/stat", "rb") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    return sum(values[:8]) - idle, sum(values[:8])
 
 
 def _busy_since(start: tuple[int, int]) -> float:
@@ -475,19 +474,8 @@ async def _serve_prototype(env_id: str, scale: int) -> None:
 # Tables ----------------------------------------------------------------------------------
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Print an aligned table: first column left, the rest right."""
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    for row in [headers, *rows]:
-        cells = [
-            f"{cell:<{w}}" if i == 0 else f"{cell:>{w}}"
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        print("  " + "  ".join(cells).rstrip())
 
 
-def _ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}x" if a is not None and b else "-"
 
 
 class _Runs:

@@ -1,0 +1,49 @@
+"""What the benchmarks share: aligned tables, ratios, and CPU readings from /proc."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Final
+
+CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Print an aligned table: first column left, the rest right."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    for row in [headers, *rows]:
+        cells = [
+            f"{cell:<{w}}" if i == 0 else f"{cell:>{w}}"
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("  " + "  ".join(cells).rstrip())
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    """``a / b`` as ``1.23x``, or ``-`` when either is missing or ``b`` is 0."""
+    return f"{a / b:.2f}x" if a is not None and b else "-"
+
+
+def ms(seconds: float, digits: int = 3) -> str:
+    return f"{seconds * 1e3:.{digits}f}"
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used; 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(b")") + 2 :].split()  # after "pid (comm) "; [0] is the state
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat", "rb") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    total = sum(values[:8])  # guest time is already counted in user
+    return total - idle, total
