@@ -27,7 +27,6 @@ The machine has 2 cores; every figure is what this run measured, nothing is scal
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import cProfile
 import multiprocessing
@@ -432,7 +431,7 @@ def print_breakdown(
         ],
     )
     ping = statistics.median(r["ping"] for r in rows.values())
-    print(f"  glue: env.step minus the timed step (action check, info dict, VNC stats); hand-off: "
+    print("  glue: env.step minus the timed step (action check, info dict, VNC stats); hand-off: "
           "timed step seen from the calling thread minus its time on the loop\n"
           "  (run_coroutine_threadsafe, waking the loop, waking the caller); remote handling: the "
           "reply's parent_runtime header (parse, 4 frames, VNC diff+encode+write, reply)\n"

@@ -47,18 +47,17 @@ from pathlib import Path
 from typing import Any, ClassVar, Final
 
 from vncdriver import keysyms
-from vncdriver.client import VNCClient
 
-from .base import InputEvent, KeyEvent, Runtime, StepResult
+from .base import InputEvent, StepResult
 from .cdp import CDPClient, CDPError
 from .xdisplay import (
     XVNC_PACKAGE,
     ProgramMissing,
     XProgram,
-    XvncDisplay,
     find_program,
     log_tail,
 )
+from .xruntime import DisplayRuntime
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +180,7 @@ def find_xvnc() -> str:
     return find_program("Xvnc", package=XVNC_PACKAGE)
 
 
-class MiniWoBRuntime(Runtime):
+class MiniWoBRuntime(DisplayRuntime):
     """One MiniWoB++ task in Chromium on an Xvnc display that is the remote's VNC server."""
 
     width: ClassVar[int] = SCREEN_WIDTH
@@ -189,22 +188,17 @@ class MiniWoBRuntime(Runtime):
     fps: ClassVar[float] = FPS
     keys: ClassVar[tuple[str, ...]] = KEYS
     buttons: ClassVar[int] = BUTTONS
-    external_vnc: ClassVar[bool] = True
-    lockstep: ClassVar[bool] = False
     #: The task page's file name (``click-test.html``); set per subclass.
     page: ClassVar[str]
 
     def __init__(self) -> None:
         super().__init__()
-        self.display: XvncDisplay | None = None
         self.browser: XProgram | None = None
         self.cdp: CDPClient | None = None
-        #: The VNC port Xvnc bound (the remote reads it after :meth:`astart`).
-        self.vnc_port: int | None = None
         #: Seconds the last :meth:`astart` took (Xvnc, Chromium, the page).
         self.startup_seconds: float | None = None
+        self._chromium: str | None = None
         self._profile: Path | None = None
-        self._injector: VNCClient | None = None
         self._poller: asyncio.Task[None] | None = None
         self._generation = 0  # bumped by every reset: the poller drops older readings
         self._wob_episode = 0  # WOB_EPISODE_ID when our episode started
@@ -212,7 +206,6 @@ class MiniWoBRuntime(Runtime):
         self._outcome: tuple[float, dict[str, Any]] | None = None  # set by the poller
         self._reported = False
         self._failure: str | None = None  # set by the poller when the browser is lost
-        self._warned_input = False
 
     @classmethod
     def url(cls) -> str:
@@ -230,31 +223,16 @@ class MiniWoBRuntime(Runtime):
     ) -> None:
         """Start Xvnc on ``host:vnc_port`` (0: a free port), Chromium on it, load the task."""
         started = time.monotonic()
-        chromium = find_chromium()  # fail before starting anything if it is missing
-        self.display = XvncDisplay(
-            self.width,
-            self.height,
-            host=host,
-            port=vnc_port,
-            password=password,
-            view_only_password=view_only_password,
-        )
-        try:
-            await self.display.start()
-            self.vnc_port = self.display.port
-            await self._start_browser(chromium)
-            self._injector = VNCClient(
-                self.display.address, password=password, encoding="raw", name=f"{self.env_id} input"
-            )
-            await self._injector.start()
-        except BaseException:
-            await self.aclose()
-            raise
+        self._chromium = find_chromium()  # fail before starting anything if it is missing
+        await super().astart(host, vnc_port, password, view_only_password)
         self._poller = asyncio.get_running_loop().create_task(
             self._poll(), name=f"{self.env_id} reward poller"
         )
         self.startup_seconds = time.monotonic() - started
         log.info("%s started in %.2f s on %s", self.env_id, self.startup_seconds, self.display)
+
+    async def _on_display(self) -> None:
+        await self._start_browser(self._chromium)
 
     async def _start_browser(self, chromium: str | None = None) -> None:
         """Start Chromium on the display with the task page; return once it is ready."""
@@ -308,12 +286,13 @@ class MiniWoBRuntime(Runtime):
             self.cdp = None
         if self.browser is not None:
             browser, self.browser = self.browser, None
-            if self.display is not None and browser in self.display.programs:
-                self.display.programs.remove(browser)
-            await asyncio.to_thread(browser.stop)
+            await self._stop_program(browser)
         if self._profile is not None:
             await asyncio.to_thread(shutil.rmtree, self._profile, True)
             self._profile = None
+
+    async def _stop_programs(self) -> None:
+        await self._stop_browser()
 
     async def aclose(self) -> None:
         """Stop the poller, the browser and Xvnc; remove their files. Idempotent."""
@@ -322,31 +301,16 @@ class MiniWoBRuntime(Runtime):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
             self._poller = None
-        if self._injector is not None:
-            await self._injector.close()
-            self._injector = None
-        await self._stop_browser()
-        if self.display is not None:
-            await self.display.aclose()
-            self.display = None
+        await super().aclose()
 
     def close(self) -> None:
         """Synchronous last resort (no event loop): kill the browser and Xvnc."""
-        if self.display is not None:
-            self.display.stop()
-            self.display = None
+        super().close()
         if self._profile is not None:
             shutil.rmtree(self._profile, ignore_errors=True)
             self._profile = None
 
-    def pids(self) -> list[int]:
-        """Process ids of Xvnc and of Chromium with all its helpers."""
-        return self.display.pids() if self.display is not None else []
-
     # Episodes ------------------------------------------------------------------------------
-
-    def reset(self, seed: int | None = None) -> None:
-        raise RuntimeError(f"{self.env_id} resets asynchronously; the remote awaits areset()")
 
     async def areset(self, seed: int | None = None) -> None:
         """Seed the page and start a new episode; bring the browser back if it is lost."""
@@ -387,18 +351,6 @@ class MiniWoBRuntime(Runtime):
             result.done = True
             result.info = {"browser.error": self._failure}
         return result
-
-    def _inject(self, events: Sequence[InputEvent]) -> None:
-        injector = self._injector
-        if injector is None or not injector.connected:
-            if not self._warned_input:
-                log.warning("%s: no VNC connection to Xvnc; rewarder input dropped", self.env_id)
-                self._warned_input = True
-            return
-        injector.send_events(
-            ("KeyEvent", e.key, e.down) if isinstance(e, KeyEvent) else ("PointerEvent", *e)
-            for e in events
-        )
 
     async def _poll(self) -> None:
         """Read the page's reward globals every POLL_INTERVAL; note an ended episode."""
