@@ -161,6 +161,18 @@ def _local_remotes(n: int, extra_args: Sequence[str] = LOCKSTEP_ARGS) -> Iterato
         remotes.close()
 
 
+def _time_steps(step: Callable[[], None], steps: int) -> dict[str, float]:
+    """Warm up, then time ``step`` for ``steps`` calls (or :data:`RUN_SECONDS`)."""
+    for _ in range(WARMUP_STEPS):
+        step()
+    going, done = _until(steps, RUN_SECONDS), 0
+    with _Run() as run:
+        while going(done):
+            step()
+            done += 1
+    return _result(done, run)
+
+
 def _until(steps: int, seconds: float) -> Callable[[int], bool]:
     """A predicate: go on while fewer than ``steps`` were done and ``seconds`` have not passed."""
     deadline = time.perf_counter() + seconds
@@ -188,14 +200,7 @@ def run_local_ale(steps: int) -> dict[str, float]:
         if ale.game_over():
             ale.reset_game()
 
-    for _ in range(WARMUP_STEPS):
-        step()
-    going, done = _until(steps, RUN_SECONDS), 0
-    with _Run() as run:
-        while going(done):
-            step()
-            done += 1
-    return _result(done, run)
+    return _time_steps(step, steps)
 
 
 def _make_gym() -> gymnasium.Env[Any, Any]:
@@ -213,16 +218,9 @@ def run_gymnasium(steps: int) -> dict[str, float]:
             if terminated or truncated:
                 env.reset()
 
-        for _ in range(WARMUP_STEPS):
-            step()
-        going, done = _until(steps, RUN_SECONDS), 0
-        with _Run() as run:
-            while going(done):
-                step()
-                done += 1
+        return _time_steps(step, steps)
     finally:
         env.close()
-    return _result(done, run)
 
 
 def run_runtime(steps: int) -> dict[str, float]:
@@ -240,16 +238,9 @@ def run_runtime(steps: int) -> dict[str, float]:
                     episodes += 1
                     runtime.reset(episodes)
 
-        for _ in range(WARMUP_STEPS):
-            step()
-        going, done = _until(steps, RUN_SECONDS), 0
-        with _Run() as run:
-            while going(done):
-                step()
-                done += 1
+        return _time_steps(step, steps)
     finally:
         runtime.close()
-    return _result(done, run)
 
 
 def _lockstep_env(remotes: LocalRemotes, encoding: str, loop: LoopThread) -> RemoteEnv:

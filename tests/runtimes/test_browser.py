@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from runtimes import registry
 from runtimes.remote import Remote
 from runtimes.xdisplay import XvncDisplay
 from tests.conftest import StartRemote
+from tests.runtimes.display import alive, display_remotes
 from tests.wire import WireClient
 from vncdriver.client import VNCClient
 from vncdriver.errors import AuthenticationFailed
@@ -54,15 +54,6 @@ TIMEOUT = 10.0
 StartBrowser = Callable[..., Awaitable[Remote]]
 
 
-def _alive(pid: int) -> bool:
-    """True if ``pid`` runs (a zombie has exited: only its parent has not reaped it)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
 @pytest.fixture
 async def start_browser(start_remote: StartRemote) -> AsyncIterator[StartBrowser]:
     """``await start_browser(env_id)``: a remote serving a MiniWoB task on ports 0.
@@ -70,19 +61,8 @@ async def start_browser(start_remote: StartRemote) -> AsyncIterator[StartBrowser
     At teardown the remotes are closed and every Xvnc and Chromium process they started
     must be gone.
     """
-    remotes: list[Remote] = []
-
-    async def start(env_id: str = "miniwob.ClickTest-v0", **kwargs: Any) -> Remote:
-        remote = await start_remote(env_id, **kwargs)
-        remotes.append(remote)
-        assert isinstance(remote.runtime, MiniWoBRuntime)
-        return remote
-
-    yield start
-    pids = [pid for remote in remotes for pid in runtime(remote).pids()]
-    for remote in remotes:
-        await remote.close()
-    assert pids and not [pid for pid in pids if _alive(pid)], "Xvnc/Chromium left running"
+    async with display_remotes(start_remote, MiniWoBRuntime, "miniwob.ClickTest-v0", "Chromium") as start:
+        yield start
 
 
 def runtime(remote: Remote) -> MiniWoBRuntime:
@@ -319,7 +299,7 @@ async def test_xvnc_passwords_view_only_and_taken_ports() -> None:
     finally:
         pids = display.pids()
         await display.aclose()
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if alive(pid)]
 
 
 def _pointer(display: XvncDisplay) -> tuple[int, int]:

@@ -23,6 +23,7 @@ import pytest
 from runtimes import registry
 from runtimes.remote import Remote
 from tests.conftest import StartRemote
+from tests.runtimes.display import alive, display_remotes
 from tests.wire import WireClient
 from vncdriver.client import VNCClient
 
@@ -57,34 +58,14 @@ def _x11_family_installed() -> None:
         pytest.skip("xlogo is not installed: apt-get install x11-apps")
 
 
-def _alive(pid: int) -> bool:
-    """True if ``pid`` runs (a zombie has exited: only its parent has not reaped it)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
 @pytest.fixture
 async def start_x11(start_remote: StartRemote) -> AsyncIterator[StartX11]:
     """``await start_x11(env_id)``: a remote serving an X program on ports 0.
 
     At teardown the remotes are closed and every Xvnc and X program they ran must be gone.
     """
-    remotes: list[Remote] = []
-
-    async def start(env_id: str = "x11.XLogo-v0", **kwargs: Any) -> Remote:
-        remote = await start_remote(env_id, **kwargs)
-        remotes.append(remote)
-        assert isinstance(remote.runtime, X11Runtime)
-        return remote
-
-    yield start
-    pids = [pid for remote in remotes for pid in runtime(remote).pids()]
-    for remote in remotes:
-        await remote.close()
-    assert pids and not [pid for pid in pids if _alive(pid)], "Xvnc/X program left running"
+    async with display_remotes(start_remote, X11Runtime, "x11.XLogo-v0", "X program") as start:
+        yield start
 
 
 def runtime(remote: Remote) -> X11Runtime:
@@ -165,7 +146,7 @@ async def test_vnc_shows_the_program_and_reset_restarts_it(start_x11: StartX11) 
         reply = await agent.reset(seed=7)  # the seed is ignored; the program restarts
         assert reply["method"] == "v0.reply.env.reset"
         second = program_pid(remote)
-        assert second != first and not _alive(first)
+        assert second != first and not alive(first)
         await wait_frame(vnc, xlogo_on_screen)
         await agent.close()
 
