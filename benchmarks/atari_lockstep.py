@@ -536,7 +536,7 @@ REMOTE_RULES: Final[list[Rule]] = [
     ("VNC: diff tiles, encode", _any("(vncdriver/")),
     ("rewarder: socket write", _writes("(rewarder/", "(websockets/")),
     ("rewarder: parse, JSON, WebSocket", _any("(rewarder/", "(websockets/")),
-    ("remote glue (runtimes/remote.py)", _any("(runtimes/")),
+    ("remote glue (envserver/)", _any("(envserver/")),
     ("asyncio and the rest", lambda frames: True),
 ]
 CALLER_RULES: Final[list[Rule]] = [

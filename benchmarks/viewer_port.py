@@ -1,6 +1,6 @@
 """Viewer port: the rewarder's ping round trip, pipelined pings/s and CPU with a browser watcher.
 
-Does serving the browser viewer (:mod:`runtimes.viewer`, ``serve ... --http-port``) slow
+Does serving the browser viewer (:mod:`envserver.viewer`, ``serve ... --http-port``) slow
 the rewarder? The viewer's bridge shares the remote's event loop with the rewarder and
 the game loop, so a watcher could delay the agent's messages. Each scenario is a fresh
 remote process on 127.0.0.1 serving one env, with the agent's rewarder connection in
@@ -67,9 +67,10 @@ from websockets.asyncio.client import connect as ws_connect  # noqa: E402
 from websockets.asyncio.server import ServerConnection  # noqa: E402
 from websockets.http11 import Request, Response  # noqa: E402
 
-from remotes.cli import PASSWORD_ENV, PASSWORD_FILE_ENV, VIEW_ONLY_PASSWORD_ENV  # noqa: E402
+from rewarder.auth import PASSWORD_ENV, PASSWORD_FILE_ENV, VIEW_ONLY_PASSWORD_ENV  # noqa: E402
 from rewarder import protocol  # noqa: E402
-from rewarder.server import OBSERVER_HEADER, RewarderServer  # noqa: E402
+from rewarder.protocol import OBSERVER_HEADER  # noqa: E402
+from rewarder.server import RewarderServer  # noqa: E402
 from benchmarks.common import (  # noqa: E402
     table as _table,
     ratio as _ratio,
@@ -104,7 +105,7 @@ STOP_TIMEOUT: Final = 5.0
 #: Rounds that would start after this many seconds are skipped (and the output says so).
 BUDGET_SECONDS: Final = 115.0
 
-#: The project's root: children run ``-m benchmarks.viewer_port`` and ``-m remotes.cli`` there.
+#: The project's root: children run ``-m benchmarks.viewer_port`` and ``-m universe_remote`` there.
 _ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ADDRESS = re.compile(r"agent address\s+vnc://[^:\s]+:(?P<vnc>\d+)\+(?P<rewarder>\d+)")
 _VIEWER = re.compile(r"viewer\s+http://[^:\s]+:(?P<http>\d+)/viewer/")
@@ -209,7 +210,7 @@ def _read_until(
 def _remote_command(scenario: Scenario, env_id: str, scale: int) -> list[str]:
     if scenario.remote == "prototype":
         return [sys.executable, "-m", "benchmarks.viewer_port", "--prototype", env_id, str(scale)]
-    command = [sys.executable, "-m", "remotes.cli", "serve", env_id, "--host", "127.0.0.1",
+    command = [sys.executable, "-m", "universe_remote", "serve", env_id, "--host", "127.0.0.1",
                "--rewarder-port", "0", "--vnc-port", "0"]
     if scale != 1:
         command += ["--scale", str(scale)]
@@ -457,7 +458,7 @@ async def _pipe(ws: ServerConnection, vnc_port: int | None) -> None:
 
 async def _serve_prototype(env_id: str, scale: int) -> None:
     """A remote whose bridge is on the rewarder's port; prints the address like ``serve``."""
-    from runtimes.remote import Remote
+    from envserver.remote import Remote
 
     remote = Remote(env_id, runtime_options={"scale": scale} if scale != 1 else None)
     remote.rewarder = _PrototypeRewarder(remote, lambda: remote.vnc_port)

@@ -1,6 +1,6 @@
 """VNC server: updates per second per client and server CPU, against the frame rate.
 
-One remote (:class:`runtimes.remote.Remote`, so the real game loop, VNC server and
+One remote (:class:`envserver.remote.Remote`, so the real game loop, VNC server and
 rewarder) runs in a child process at 60 fps; 1, 10 or 30 of our clients
 (:class:`vncdriver.client.VNCClient`, one incremental request outstanding each) share one
 event loop in this process. The limit is the frame rate: a client cannot get more than
@@ -118,7 +118,7 @@ def _remote_main(conn: multiprocessing.connection.Connection, scene: str) -> Non
 
 
 async def _serve(conn: multiprocessing.connection.Connection, scene: str) -> None:
-    from runtimes.remote import Remote
+    from envserver.remote import Remote
 
     remote = Remote(Scroll() if scene == "scroll" else "builtin.Catch-v0", fps=FPS)
     vnc = remote.vnc

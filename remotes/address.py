@@ -13,7 +13,6 @@ entry names a rewarder port or none does.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import urllib.parse
 from collections.abc import Sequence
@@ -29,16 +28,6 @@ _ENTRY = re.compile(
          (?:\+(?P<rewarder>\d+))?$""",
     re.VERBOSE,
 )
-
-
-def is_loopback(host: str) -> bool:
-    """True when ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class AddressError(ValueError):

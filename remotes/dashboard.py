@@ -54,7 +54,7 @@ MAX_THUMBNAIL_WIDTH: Final = 320
 MAX_PNG_PIXELS: Final = 320 * 320
 JPEG_QUALITY: Final = 85
 
-STATIC_DIR: Final = Path(str(resources.files("runtimes") / "static"))
+STATIC_DIR: Final = Path(str(resources.files("remotes") / "static"))
 
 
 def encode_png(rgb: np.ndarray, level: int = 1) -> bytes:

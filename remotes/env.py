@@ -19,7 +19,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
-from rewarder.protocol import LOCKSTEP, REALTIME
+from rewarder.protocol import FRAME_INFO_KEY, LOCKSTEP, REALTIME
 from vncdriver.errors import VNCError
 from vncdriver.messages import FrameTag
 
@@ -38,8 +38,6 @@ from .spaces import VNCActionSpace
 #: real-time remotes are nondeterministic by nature.
 ENV_ID: Final = "universe-remote/Remote-v0"
 DEFAULT_FPS: Final = 60.0
-#: The reward ``info`` key naming the frame that earned it (``runtimes.remote``).
-FRAME_INFO_KEY: Final = "remote.frame"
 #: Seconds connecting may take on top of ``start_timeout`` before we give up waiting.
 _GRACE: Final = 5.0
 

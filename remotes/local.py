@@ -141,7 +141,7 @@ async def _start(
     env_id: str, n: int, password: str | None, fps: float | None,
     start_timeout: float, extra_args: Sequence[str], nice: int,
 ) -> LocalRemotes:
-    command = [sys.executable, "-m", "remotes.cli", "serve", env_id, "--host", "127.0.0.1",
+    command = [sys.executable, "-m", "universe_remote", "serve", env_id, "--host", "127.0.0.1",
                *extra_args]
     if fps is not None:
         command += ["--fps", str(fps)]

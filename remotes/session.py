@@ -25,7 +25,9 @@ from vncdriver.client import VNCClient
 from vncdriver.errors import VNCError
 from vncdriver.messages import FrameTag
 
-from .address import RemoteAddress, is_loopback, parse_remotes
+from vncdriver.addresses import is_loopback
+
+from .address import RemoteAddress, parse_remotes
 
 log = logging.getLogger(__name__)
 

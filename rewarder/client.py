@@ -97,7 +97,6 @@ _REFUSAL_CODES: Final = frozenset({1008, *range(4000, 5000)})
 #: HTTP statuses of a handshake refused for good (another server's way to say no).
 _REFUSAL_STATUSES: Final = frozenset({401, 403})
 
-OBSERVER_HEADER: Final = "openai-observer"
 
 _T = TypeVar("_T")
 
@@ -188,7 +187,7 @@ class RewarderClient:
         #: Where rewards go; :meth:`pop` and :meth:`peek` read it. Observers follow the
         #: server's episodes without resetting.
         self.buffer = RewardBuffer(follow=observer)
-        self._headers = {OBSERVER_HEADER: "true" if observer else "false"}
+        self._headers = {protocol.OBSERVER_HEADER: "true" if observer else "false"}
         if password is not None:
             self._headers["authorization"] = basic_auth(password)
 

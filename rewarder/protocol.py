@@ -34,6 +34,21 @@ MAX_ACTION_EVENTS: Final = 1024
 MAX_KEY_NAME_CHARS: Final = 64
 #: Frames one ``v0.env.step`` may ask for: ~3 minutes of play at 60 fps in one request.
 MAX_STEP_FRAMES: Final = 10_000
+#: Real-time frame rates a reset may ask for. Below MIN_FPS a remote would sleep so long
+#: between ticks that it looks dead (and a tick of 1e-9 fps never comes); above MAX_FPS
+#: no loop of ours keeps time.
+MIN_FPS: Final = 1.0
+MAX_FPS: Final = 1000.0
+#: Largest seed: 32 bits, what every runtime's generator takes (ALE, JavaScript, numpy).
+MAX_SEED: Final = 2**32 - 1
+
+# Header and info keys ------------------------------------------------------------------
+
+#: The handshake header of a watch-only client (Universe's name).
+OBSERVER_HEADER: Final = "openai-observer"
+#: Key in a reward's ``info``: the number of the frame that earned it (the same numbers
+#: as the VNC frame tags), so an agent can pair the reward with the exact frame.
+FRAME_INFO_KEY: Final = "remote.frame"
 
 # Methods -----------------------------------------------------------------------------
 
@@ -214,10 +229,15 @@ def _parse_reset(message_id: Any, sent_at: float, msg: Message) -> ResetRequest:
     env_id, seed, fps = body.get("env_id"), body.get("seed"), body.get("fps")
     if env_id is not None and not isinstance(env_id, str):
         raise ValueError(f"env_id must be a string such as \"builtin.Catch-v0\", not {env_id!r}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise ValueError(f"seed must be a non-negative integer or null, not {seed!r}")
-    if fps is not None and (not _is_number(fps) or not 0 < fps <= 1000):
-        raise ValueError(f"fps must be a number in (0, 1000] or null, not {fps!r}")
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED
+    ):
+        raise ValueError(f"seed must be an integer in 0..{MAX_SEED} (MAX_SEED) or null, not {seed!r}")
+    if fps is not None and (not _is_number(fps) or not MIN_FPS <= fps <= MAX_FPS):
+        raise ValueError(
+            f"fps must be a number in [{MIN_FPS:g}, {MAX_FPS:g}] (MIN_FPS..MAX_FPS) or null, "
+            f"not {fps!r}"
+        )
     mode = body.get("mode")
     if mode is not None and mode not in MODES:
         raise ValueError(f"mode must be {' or '.join(map(repr, MODES))} or null, not {mode!r}")

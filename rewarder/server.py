@@ -12,8 +12,6 @@ stalling the game loop or the other clients.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import hmac
 import logging
 import time
@@ -26,6 +24,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
 from . import protocol
+from .auth import basic_auth_password
 from .errors import BadRequest
 
 log = logging.getLogger(__name__)
@@ -39,7 +38,6 @@ MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
 #: How long shutdown waits for each client to take its v0.connection.close.
 CLOSE_TIMEOUT: Final = 2.0
 
-OBSERVER_HEADER: Final = "openai-observer"
 #: Universe served a browser viewer at http://host:15900/viewer/; we redirect it.
 VIEWER_PATH: Final = "/viewer"
 
@@ -76,20 +74,6 @@ class EnvHandler(Protocol):
 
     def client_left(self, observer: bool) -> None:
         """A client disconnected (release what the active client held)."""
-
-
-def basic_auth_password(header: str | None) -> str | None:
-    """The password of a Universe ``Basic base64("<password>:")`` header, or None."""
-    if not header:
-        return None
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "basic":
-        return None
-    try:
-        decoded = base64.b64decode(token.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    return decoded.partition(":")[0]
 
 
 class _Client:
@@ -255,7 +239,7 @@ class RewarderServer:
 
     async def _serve_client(self, ws: ServerConnection) -> None:
         headers = ws.request.headers if ws.request is not None else {}
-        observer = headers.get(OBSERVER_HEADER, "false").strip().lower() == "true"
+        observer = headers.get(protocol.OBSERVER_HEADER, "false").strip().lower() == "true"
         client = _Client(
             ws,
             observer,

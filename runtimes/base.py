@@ -3,7 +3,7 @@
 Holds the input events (:class:`KeyEvent`, :class:`PointerEvent`, the VNC vocabulary),
 :class:`StepResult` and the :class:`Runtime` base class every environment subclasses.
 
-A runtime knows nothing about sockets. The remote process (``runtimes.remote``) calls
+A runtime knows nothing about sockets. The remote process (``envserver.remote``) calls
 :meth:`Runtime.step` once per frame with the input that arrived since the last frame
 and serves :attr:`Runtime.framebuffer` over VNC and the reward over the rewarder.
 """

@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Final, Self
 
+from vncdriver.addresses import is_loopback
+
 from .errors import RuntimeFailure
 
 log = logging.getLogger(__name__)
@@ -143,10 +145,6 @@ def interface(host: str) -> str | None:
     except socket.gaierror:
         infos = socket.getaddrinfo(host, None, socket.AF_UNSPEC, socket.SOCK_STREAM)
     return str(infos[0][4][0])
-
-
-def is_loopback(address: str | None) -> bool:
-    return address is not None and ipaddress.ip_address(address).is_loopback
 
 
 def free_port(address: str | None) -> int:

@@ -9,7 +9,7 @@ import pytest
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from runtimes.remote import Remote  # noqa: E402
+from envserver.remote import Remote  # noqa: E402
 
 StartRemote = Callable[..., Awaitable[Remote]]
 

@@ -99,7 +99,7 @@ def test_the_image_command_serves_and_its_healthcheck_passes(tmp_path: Path) -> 
 def test_public_host_without_password_is_refused() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("UNIVERSE_REMOTE_PASSWORD")}
     result = subprocess.run(
-        [sys.executable, "-m", "remotes.cli", "serve", *instruction("CMD")],
+        [sys.executable, "-m", "universe_remote", "serve", *instruction("CMD")],
         capture_output=True, text=True, env=env, timeout=60,
     )
     assert result.returncode == 2 and "without a password" in result.stderr

@@ -10,7 +10,7 @@ import sys
 
 from tests.wire import WireClient
 
-CLI = [sys.executable, "-m", "remotes.cli"]
+CLI = [sys.executable, "-m", "universe_remote"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

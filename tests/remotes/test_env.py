@@ -232,7 +232,7 @@ def test_single_env_reconnects_on_reset() -> None:
 
 def test_play_command_runs_an_agent() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "remotes.cli", "play", "builtin.Catch-v0", "-n", "2", "--steps", "90"],
+        [sys.executable, "-m", "universe_remote", "play", "builtin.Catch-v0", "-n", "2", "--steps", "90"],
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stderr

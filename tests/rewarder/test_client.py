@@ -21,7 +21,8 @@ from rewarder import protocol
 from rewarder.client import RewarderClient, basic_auth, connect, parse_address
 from rewarder.errors import BadRequest, ConnectionClosed, ConnectTimeout, RemoteError
 from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED
-from rewarder.server import RewarderServer, basic_auth_password
+from rewarder.auth import basic_auth_password
+from rewarder.server import RewarderServer
 
 TIMEOUT = 5.0
 
@@ -547,7 +548,7 @@ async def test_reconnecting_gives_up_after_start_timeout(
 
 
 async def test_against_the_builtin_catch_remote(clients: list[RewarderClient]) -> None:
-    remote_module = pytest.importorskip("runtimes.remote")
+    remote_module = pytest.importorskip("envserver.remote")
     remote = remote_module.Remote("builtin.Catch-v0", fps=1000)
     await remote.start("127.0.0.1", 0)
     try:

@@ -40,8 +40,8 @@ def test_envelope_round_trip(method: str, body: dict) -> None:
 @given(
     st.integers(0, 2**40),
     st.none() | st.text(min_size=1, max_size=30),
-    st.none() | st.integers(0, 2**31),
-    st.none() | st.floats(0.5, 1000),
+    st.none() | st.integers(0, protocol.MAX_SEED),
+    st.none() | st.floats(protocol.MIN_FPS, protocol.MAX_FPS),
 )
 def test_reset_round_trip(episode_id: int, env_id: str | None, seed: int | None, fps) -> None:
     client, server = pair()

@@ -9,7 +9,8 @@ import orjson
 import pytest
 import websockets
 
-from rewarder.server import CLOSE_BUSY, CLOSE_UNAUTHORIZED, RewarderServer, basic_auth_password
+from rewarder.auth import basic_auth_password
+from rewarder.server import CLOSE_BUSY, CLOSE_UNAUTHORIZED, RewarderServer
 from tests.conftest import StartRemote
 from tests.wire import WireClient, basic_auth
 
@@ -310,7 +311,7 @@ async def test_universe_viewer_url_redirects_to_the_viewer(start_remote: StartRe
 
 
 async def test_a_remote_serving_the_viewer_redirects_to_it() -> None:
-    from runtimes.remote import Remote
+    from envserver.remote import Remote
 
     remote = Remote("builtin.Catch-v0")
     await remote.start("127.0.0.1", 0, 0, http_port=0)

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from runtimes.remote import Remote
+from envserver.remote import Remote
 from runtimes.xruntime import DisplayRuntime
 from tests.conftest import StartRemote
 

@@ -22,7 +22,7 @@ import pytest
 
 from remotes.env import RemoteEnv
 from runtimes import registry
-from runtimes.remote import Remote
+from envserver.remote import Remote
 from runtimes.xdisplay import XvncDisplay
 from tests.conftest import StartRemote
 from tests.runtimes.display import alive, display_remotes
@@ -324,7 +324,7 @@ def _pointer(display: XvncDisplay) -> tuple[int, int]:
 def test_serve_names_the_debian_package_that_is_missing(env: dict[str, str], package: str) -> None:
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "remotes.cli", "serve", "miniwob.ClickTest-v0",
+        [sys.executable, "-m", "universe_remote", "serve", "miniwob.ClickTest-v0",
          "--vnc-port", "0", "--rewarder-port", "0"],
         env={**os.environ, **env}, capture_output=True, text=True, timeout=30, check=False,
     )

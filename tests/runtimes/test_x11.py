@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from runtimes import registry
-from runtimes.remote import Remote
+from envserver.remote import Remote
 from tests.conftest import StartRemote
 from tests.runtimes.display import alive, display_remotes
 from tests.wire import WireClient
@@ -206,7 +206,7 @@ def test_command_unset_or_missing_is_refused_clearly(monkeypatch: pytest.MonkeyP
 def test_serve_without_the_command_says_what_to_set() -> None:
     env = {k: v for k, v in os.environ.items() if k != COMMAND_ENV}
     result = subprocess.run(
-        [sys.executable, "-m", "remotes.cli", "serve", "x11.Command-v0",
+        [sys.executable, "-m", "universe_remote", "serve", "x11.Command-v0",
          "--vnc-port", "0", "--rewarder-port", "0"],
         env=env, capture_output=True, text=True, timeout=30, check=False,
     )

@@ -24,15 +24,16 @@ import numpy as np
 
 from rewarder import protocol
 from rewarder.errors import BadRequest
+from rewarder.protocol import FRAME_INFO_KEY
 from rewarder.server import RewarderServer
 from vncdriver import keysyms, messages
 from vncdriver.messages import FrameTag
 from vncdriver.errors import UnknownKey
 from vncdriver.server import VNCServer
 
-from . import registry
-from .base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult
-from .errors import UnknownEnvironment
+from runtimes import registry
+from runtimes.base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult
+from runtimes.errors import UnknownEnvironment
 
 if TYPE_CHECKING:
     from .viewer import Viewer
@@ -44,9 +45,6 @@ log = logging.getLogger(__name__)
 MAX_PENDING_EVENTS: Final = 4096
 #: The input source of the rewarder's active client (VNC clients are ``("vnc", id)``).
 REWARDER_SOURCE: Final = "rewarder"
-#: Key in a reward's ``info``: the number of the frame that earned it (the same numbers
-#: as the VNC frame tags), so an agent can pair the reward with the exact frame.
-FRAME_INFO_KEY: Final = "remote.frame"
 #: Seconds before retrying a reset that failed after a runtime error, doubling up to the max.
 RECOVER_DELAY: Final = 0.5
 MAX_RECOVER_DELAY: Final = 10.0
@@ -121,6 +119,8 @@ class Remote:
         self._loop_task: asyncio.Task[None] | None = None
         self._frame_waiters: list[asyncio.Future[int]] = []
         self._realtime = asyncio.Event()  # set while the game loop should tick
+        #: Resolves (with the reason) when the runtime failed past recovery.
+        self.failed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -134,7 +134,7 @@ class Remote:
         """Bind the ports (0 picks a free one) and start the game loop.
 
         With ``http_port`` the remote also serves its screen to browsers (view-only noVNC
-        at ``/viewer/``, :mod:`runtimes.viewer`).
+        at ``/viewer/``, :mod:`envserver.viewer`).
         """
         await self.runtime.astart(host, vnc_port, self.password, self.view_only_password)
         await self._begin_episode(seed=None)

@@ -28,9 +28,9 @@ import pytest
 import websockets
 from aiohttp.test_utils import make_mocked_request
 
-from runtimes import viewer as viewer_module
-from runtimes.remote import Remote
-from runtimes.viewer import (
+from envserver import viewer as viewer_module
+from envserver.remote import Remote
+from envserver.viewer import (
     EXTENSION_ENCODINGS,
     MAX_VIEWERS,
     ClientFilter,
@@ -710,7 +710,7 @@ async def test_control_page_does_reach_the_game(
 
 async def test_serve_http_port_prints_the_viewer_url(http: aiohttp.ClientSession) -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "remotes.cli", "serve", "builtin.Catch-v0", "--rewarder-port", "0",
+        sys.executable, "-m", "universe_remote", "serve", "builtin.Catch-v0", "--rewarder-port", "0",
         "--vnc-port", "0", "--password", PASSWORD, "--http-port", "0",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )

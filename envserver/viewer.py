@@ -10,7 +10,7 @@ URLs (``universe-remote serve ENV --http-port 8900``)::
     /viewer/session      JSON for the page: env id, view-only, the bridge's URL with a token
     /viewer/status       JSON: the remote's describe (env state, episode), polled by the page
     /viewer/websockify   the bridge: binary WebSocket <-> the remote's VNC port
-    /viewer/static/      our page's JS and CSS (runtimes/static)
+    /viewer/static/      our page's JS and CSS (envserver/static)
     /viewer/novnc/       noVNC itself, from the Debian package or an npm install
 
 The page takes ``?password=PW``, ``?quality=lossless`` (no JPEG: exact pixels) or
@@ -47,7 +47,6 @@ import binascii
 import contextlib
 import hashlib
 import hmac
-import ipaddress
 import logging
 import os
 import secrets
@@ -61,6 +60,7 @@ from typing import Any, Final
 import orjson
 from aiohttp import WSMsgType, web
 
+from vncdriver.addresses import is_loopback
 from vncdriver.errors import ProtocolError, VNCError
 from vncdriver.handshake import ClientHandshake, HandshakeComplete, ServerHandshake
 from vncdriver.limits import MAX_CUT_TEXT_BYTES, MAX_ENCODINGS
@@ -135,7 +135,7 @@ EXTENSION_ENCODINGS: Final = frozenset(
 #: page asks for ``?quality=lossless``.
 JPEG_ENCODINGS: Final = frozenset(range(-32, -22)) | frozenset(range(-512, -411))
 
-STATIC_DIR: Final = Path(str(resources.files("runtimes") / "static"))
+STATIC_DIR: Final = Path(str(resources.files("envserver") / "static"))
 REALM: Final = "universe-remote viewer"
 CONTROL, VIEW = "control", "view"
 BROWSER_LEFT: Final = "the browser closed the page"
@@ -170,18 +170,6 @@ def credentials(request: web.BaseRequest) -> list[str]:
     if request.query.get("password"):
         offered.append(request.query["password"])
     return offered
-
-
-def is_loopback(address: str | None) -> bool:
-    """True for 127.0.0.0/8, ::1 (and ``localhost`` as a host name)."""
-    if address is None:
-        return False
-    if address.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address.strip("[]").split("%")[0]).is_loopback
-    except ValueError:
-        return False
 
 
 def cross_site(request: web.BaseRequest) -> str | None:

@@ -1,0 +1,205 @@
+"""The remote's commands: ``serve`` (run an environment on its two ports), ``health``
+(is a remote answering?) and ``list`` (the environment ids this install serves).
+
+Heavy imports (the runtimes, the servers) happen inside the commands, so building the
+parser costs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Any, Final
+
+from rewarder.auth import PASSWORD_ENV, PASSWORD_FILE_ENV, VIEW_ONLY_PASSWORD_ENV
+from rewarder.protocol import MAX_FPS, MIN_FPS
+from vncdriver.addresses import is_loopback
+
+#: Seconds ``universe-remote health`` waits for the rewarder's describe.
+HEALTH_TIMEOUT: Final = 5.0
+#: Exit status of ``serve`` when its runtime failed past recovery: a supervisor (Docker,
+#: Ray, systemd) restarts it instead of a dead game being served.
+EXIT_RUNTIME_FAILED: Final = 3
+
+log = logging.getLogger("universe-remote")
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from runtimes import registry
+
+    for env_id in registry.env_ids():
+        runtime = registry.lookup(env_id)
+        description = getattr(runtime, "description", "")
+        print(f"{env_id:32} {description}".rstrip())
+    for family, why in sorted(registry.missing.items()):
+        print(f"({family}.* not available: {why})", file=sys.stderr)
+    return 0
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from .remote import Remote
+
+    remote = Remote(
+        args.env_id,
+        fps=args.fps,
+        password=args.password,
+        view_only_password=args.view_only_password,
+        mode=args.mode,
+        runtime_options={"scale": args.scale} if args.scale != 1 else None,
+    )
+    await remote.start(args.host, args.rewarder_port, args.vnc_port, args.http_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    rewarder_port, vnc_port = remote.rewarder.port, remote.vnc_port
+    host = args.host
+    secret = "?password=<password>" if args.password else ""
+    display = vnc_port - 5900 if 5900 <= vnc_port < 6000 else None
+    viewer = f"{host}:{display}" if display is not None else f"{host}::{vnc_port}"
+    print(
+        f"universe-remote: serving {remote.runtime.env_id} "
+        f"({remote.runtime.width}x{remote.runtime.height} at {remote.fps:g} fps)\n"
+        f"  VNC       {host}:{vnc_port}   watch:  vncviewer {viewer}\n"
+        f"  rewarder  ws://{host}:{rewarder_port}   (JSON over WebSocket, Universe v0)\n"
+        + (
+            f"  viewer    http://{host}:{remote.viewer.port}/viewer/   (view only, in a browser)\n"
+            if remote.viewer is not None
+            else ""
+        )
+        + f"  agent address  vnc://{host}:{vnc_port}+{rewarder_port}{secret}\n"
+        "  Ctrl-C to stop.",
+        flush=True,
+    )
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([stopped, remote.failed], return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if remote.failed.done():
+        log.error("exiting with status %d: %s", EXIT_RUNTIME_FAILED, remote.failed.result())
+        await remote.close(f"the remote failed: {remote.failed.result()}")
+        return EXIT_RUNTIME_FAILED
+    log.info("shutting down")
+    await remote.close("the remote is shutting down (signal received)")
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    if args.fps is not None and not MIN_FPS <= args.fps <= MAX_FPS:
+        print(f"universe-remote: --fps must be in [{MIN_FPS:g}, {MAX_FPS:g}]", file=sys.stderr)
+        return 2
+    if args.password and len(args.password) > 8:
+        log.warning("VNC uses only the first 8 characters of the password")
+    if not is_loopback(args.host) and not args.password:
+        print(
+            f"universe-remote: refusing to serve on {args.host} without a password: anyone "
+            f"who can reach it could control the remote. Pass --password PW or set "
+            f"{PASSWORD_ENV}, or bind --host 127.0.0.1.",
+            file=sys.stderr,
+        )
+        return 2
+    from runtimes.errors import RuntimeFailure
+
+    try:
+        return asyncio.run(_serve(args))
+    except (RuntimeFailure, ValueError) as exc:  # unknown env, missing program, bad option
+        print(f"universe-remote: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(
+            f"universe-remote: cannot listen on {args.host}: {exc.strerror or exc}. "
+            "Is another remote using the port? Pick others with --rewarder-port/--vnc-port"
+            "/--http-port.",
+            file=sys.stderr,
+        )
+        return 1
+
+
+async def _health(args: argparse.Namespace) -> int:
+    from rewarder.client import RewarderClient
+    from rewarder.errors import RewarderError
+
+    client = RewarderClient(
+        f"{args.host}:{args.rewarder_port}",
+        password=args.password,
+        observer=True,
+        start_timeout=args.timeout,
+        reconnect=False,
+        calibration_pings=0,
+    )
+    try:
+        async with client:
+            describe = await client.wait_for_state("running", timeout=args.timeout)
+    except (RewarderError, TimeoutError, OSError) as exc:
+        print(f"unhealthy: {exc}", file=sys.stderr)
+        return 1
+    print(f"healthy: {describe.env_id} episode {describe.episode_id} ({describe.env_state})")
+    return 0
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    return asyncio.run(_health(args))
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``serve``, ``health`` and ``list`` to the ``universe-remote`` subparsers."""
+    serve = sub.add_parser(
+        "serve",
+        help="run an environment and serve it on the VNC and rewarder ports",
+        description="Run ENV_ID in real time and serve it. Stop with Ctrl-C or SIGTERM.",
+    )
+    serve.add_argument("env_id", metavar="ENV_ID", help="for example builtin.Catch-v0")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--rewarder-port", type=int, default=15900, help="default 15900")
+    serve.add_argument("--vnc-port", type=int, default=5900, help="default 5900")
+    serve.add_argument(
+        "--password",
+        default=None,
+        help=f"password for both channels (default: ${PASSWORD_ENV}, or the file "
+        f"${PASSWORD_FILE_ENV} names); required when --host is not loopback",
+    )
+    serve.add_argument(
+        "--view-only-password",
+        default=os.environ.get(VIEW_ONLY_PASSWORD_ENV) or None,
+        help=f"VNC password for viewers whose input is ignored (default: ${VIEW_ONLY_PASSWORD_ENV})",
+    )
+    serve.add_argument(
+        "--fps", type=float, default=None, help="frames per second (default: the runtime's, 60)"
+    )
+    serve.add_argument(
+        "--mode",
+        choices=["realtime", "lockstep"],
+        default="realtime",
+        help="realtime: run at --fps whatever agents do (Universe); lockstep: advance only "
+        "when the active client sends v0.env.step (default realtime; a reset may switch)",
+    )
+    serve.add_argument(
+        "--scale", type=int, default=1, help="integer zoom of the screen for viewers (Atari)"
+    )
+    serve.add_argument(
+        "--http-port",
+        type=int,
+        nargs="?",
+        const=8900,  # runtimes.viewer.DEFAULT_HTTP_PORT (not imported: it needs aiohttp)
+        default=None,
+        metavar="PORT",
+        help="also serve the screen to browsers at http://HOST:PORT/viewer/ (noVNC, view "
+        "only, behind --password); PORT defaults to 8900, 0 picks a free one; off unless given",
+    )
+    serve.set_defaults(func=_cmd_serve)
+
+    health = sub.add_parser(
+        "health",
+        help="exit 0 if a remote's rewarder answers (asks as an observer; for HEALTHCHECK)",
+    )
+    health.add_argument("--host", default="127.0.0.1")
+    health.add_argument("--rewarder-port", type=int, default=15900)
+    health.add_argument("--password", default=None, help=f"default: ${PASSWORD_ENV}")
+    health.add_argument("--timeout", type=float, default=HEALTH_TIMEOUT)
+    health.set_defaults(func=_cmd_health)
+
+    lister = sub.add_parser("list", help="print the environment ids this install can serve")
+    lister.set_defaults(func=_cmd_list)

@@ -1,0 +1,48 @@
+"""Builds the ``universe-remote`` parser from each side's commands and runs one.
+
+Each side adds its subcommands with ``add_commands(subparsers)``; a subcommand imports
+what it needs only when it runs, so ``serve`` in a slim image never loads gymnasium and
+``list`` starts no servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from envserver import cli as server_cli
+from remotes import cli as agent_cli
+from rewarder.auth import default_password
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="universe-remote",
+        description="Universe-style remote environments: VNC pixels and a JSON rewarder.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    server_cli.add_commands(sub)
+    agent_cli.add_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "password", "absent") is None:
+        args.password = default_password()
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # `universe-remote list | head`
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
