@@ -241,7 +241,9 @@ class Remote:
         self._frame_ready()
         info[FRAME_INFO_KEY] = self.frame
         if reward or self.episode_done:
-            self.rewarder.broadcast_reward(self.episode_id, reward, self.episode_done, info)
+            self.rewarder.broadcast_reward(
+                self.episode_id, reward, self.episode_done, info, observers_only=True
+            )
         body = {"reward": reward, "done": self.episode_done, "info": info, "frame": self.frame}
         return self.episode_id, body
     def action(self, request: protocol.ActionRequest) -> None:

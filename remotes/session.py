@@ -263,7 +263,6 @@ class RemoteSession:
                 await self.vnc.wait_frame(reply.frame)  # type: ignore[union-attr]
         except (ConnectionClosed, VNCError, OSError) as exc:  # a RemoteError says what to fix
             raise RemoteUnavailable(self.name, "lockstep step failed", exc) from exc
-        self.rewarder.pop()  # the same reward, also broadcast: the reply already has it
         return self.frame(), reply
 
     async def show_frame_of(self, frame: int | None, timeout: float) -> None:

@@ -204,10 +204,19 @@ class RewarderServer:
             client.send(client.proto.describe(episode_id, body))
 
     def broadcast_reward(
-        self, episode_id: int, reward: float, done: bool, info: dict[str, Any]
+        self,
+        episode_id: int,
+        reward: float,
+        done: bool,
+        info: dict[str, Any],
+        *,
+        observers_only: bool = False,
     ) -> None:
+        """Send a reward to every client, or (``observers_only``) to all but the active one:
+        a lockstep reward reaches the stepping client in its step reply, once."""
         for client in self.clients:
-            client.send(client.proto.reward(episode_id, reward, done, info))
+            if not (observers_only and client is self.active):
+                client.send(client.proto.reward(episode_id, reward, done, info))
 
     def broadcast_text(self, episode_id: int, text: str) -> None:
         for client in self.clients:
