@@ -1,15 +1,24 @@
 """The remote process: one runtime, its game loop, and the servers that expose it.
 
-Holds :class:`Remote`. It runs the runtime at ``fps`` in real time whether or not
-anyone acts (Universe's semantics), applies the input that arrived since the last tick
-at the next tick (from VNC and from ``v0.agent.action`` alike), serves each frame over
-VNC, sends each tick's reward at most once, and resets on request or by itself after
-``done``.
+Holds :class:`Remote`, the composition root of a remote. Its state lives in one place,
+:class:`envserver.state.RemoteState`; every method here fires the machine's events and
+acts on what comes out.
 
-In *lockstep* mode (our extension; ``serve --mode lockstep`` or a reset asking for it)
-the game loop stands still and the active client advances the runtime with
-``v0.env.step``: exactly ``frames`` frames as fast as the runtime goes, then the frame is
-served and the reply carries what those frames earned.
+- **Real time** (Universe's semantics): the game loop advances the runtime one frame per
+  tick at ``fps`` whether or not anyone acts, applies the input that arrived since the last
+  tick (from VNC and ``v0.agent.action`` alike), serves each frame over VNC, sends each
+  tick's reward at most once, and resets by itself after ``done``.
+- **Lockstep** (``serve --mode lockstep``, or a reset asking for it): the loop stands
+  still and the active client advances the runtime with ``v0.env.step``: exactly
+  ``frames`` frames through :meth:`Runtime.advance`, in slices of at most
+  :data:`MAX_SLICE_SECONDS` so pings and viewers are never held behind a long step. The
+  reward goes to the stepper in its reply, and to observers as ``v0.env.reward``.
+- **Failures** never wedge it: a runtime that raises in reset, step, advance or an env
+  switch gives the requester a ``v0.reply.error`` and moves the remote to ``recovering``,
+  where it resets the runtime with backoff; after :data:`MAX_RUNTIME_FAILURES` failures
+  in a row :attr:`Remote.failed` resolves and ``serve`` exits non-zero.
+- **Heartbeat**: a ``v0.env.describe`` at least every :data:`HEARTBEAT_INTERVAL` seconds,
+  so a client can tell an idle remote from a stalled one.
 """
 
 from __future__ import annotations
@@ -26,35 +35,45 @@ from rewarder import protocol
 from rewarder.errors import BadRequest
 from rewarder.protocol import FRAME_INFO_KEY
 from rewarder.server import RewarderServer
-from vncdriver import keysyms, messages
+from runtimes import registry
+from runtimes.base import Runtime, StepResult
+from runtimes.errors import UnknownEnvironment
 from vncdriver.messages import FrameTag
-from vncdriver.errors import UnknownKey
 from vncdriver.server import VNCServer
 
-from runtimes import registry
-from runtimes.base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult
-from runtimes.errors import UnknownEnvironment
+from .inputs import REWARDER_SOURCE, Inputs
+from .state import Event, IllegalTransition, RemoteState, State
 
 if TYPE_CHECKING:
     from .viewer import Viewer
 
 log = logging.getLogger(__name__)
 
-#: Input events waiting for the next tick; more means a client floods us faster than
-#: any player could type, and the excess is refused with an error.
-MAX_PENDING_EVENTS: Final = 4096
-#: The input source of the rewarder's active client (VNC clients are ``("vnc", id)``).
-REWARDER_SOURCE: Final = "rewarder"
-#: Seconds before retrying a reset that failed after a runtime error, doubling up to the max.
+#: Seconds before retrying a recovery reset that failed, doubling up to the max.
 RECOVER_DELAY: Final = 0.5
-MAX_RECOVER_DELAY: Final = 10.0
+MAX_RECOVER_DELAY: Final = 8.0
+#: Runtime failures in a row (no good frame in between) before the remote gives up and
+#: ``serve`` exits non-zero, so a supervisor restarts it instead of a dead game being served.
+MAX_RUNTIME_FAILURES: Final = 5
 #: A tick later than this many frames is not caught up (that would burst frames);
 #: the clock restarts from now and the lateness is counted.
 MAX_CATCH_UP_FRAMES: Final = 2
+#: Longest stretch a lockstep step runs the runtime without letting the event loop serve
+#: others: pings, viewers and frames wait at most about this long (the target is 20 ms).
+MAX_SLICE_SECONDS: Final = 0.005
+#: The pause between two slices of a long lockstep step. A bare yield (``sleep(0)``) gives
+#: the loop one turn, and answering a ping takes several (socket read, handler, write):
+#: measured, pings still waited ~50 ms. A short real sleep lets every chain finish.
+SLICE_PAUSE_SECONDS: Final = 0.0005
+#: Seconds between describes when nothing else changes: Universe's servers sent one at
+#: least this often, so a live but idle remote is told apart from a stalled one.
+HEARTBEAT_INTERVAL: Final = 5.0
+#: How long a reset waits for an automatic reset or a recovery under way to finish.
+MAX_RESET_WAIT: Final = 60.0
 
 
 class Remote:
-    """Serves one runtime over the rewarder (and, from 2/5 on, VNC).
+    """Serves one runtime over VNC and the rewarder (and, if asked, a browser viewer).
 
     ``await remote.start(...)`` binds the ports and starts the game loop;
     ``await remote.close()`` tells clients why and stops.
@@ -81,19 +100,21 @@ class Remote:
         if mode not in protocol.MODES:
             raise ValueError(f"mode must be one of {protocol.MODES}, not {mode!r}")
         self.runtime_options = dict(runtime_options or {})
-        self.runtime: Runtime = (
-            self._make_runtime(env) if isinstance(env, str) else env
-        )
+        self.runtime: Runtime = self._make_runtime(env) if isinstance(env, str) else env
         if mode == protocol.LOCKSTEP and not self.runtime.lockstep:
             raise ValueError(f"{self.runtime.env_id} runs only in real time, not in lockstep")
+        if fps is not None and not protocol.MIN_FPS <= fps <= protocol.MAX_FPS:
+            raise ValueError(
+                f"fps must be in [{protocol.MIN_FPS:g}, {protocol.MAX_FPS:g}], not {fps!r}"
+            )
         self.fps = float(fps or self.runtime.fps)
-        self.mode = mode
-        self.episode_done = False
+        self.machine = RemoteState(mode)
         self.episode_id = 0
-        self.env_state = protocol.RESETTING
         self.frame = 0  # frames drawn since the remote started; never goes back
         self.episode_frame = 0
         self.late_ticks = 0
+        self.runtime_failures = 0  # in a row; a good frame sets it back to 0
+        self.inputs = Inputs()
         self.rewarder = RewarderServer(self, password=password)
         self.password, self.view_only_password = password, view_only_password
         #: Our VNC server, or None when the runtime serves VNC itself (Xvnc).
@@ -110,17 +131,30 @@ class Remote:
         self.vnc_port: int | None = None
         #: The browser viewer (``start(http_port=...)``), or None.
         self.viewer: Viewer | None = None
+        #: Resolves with the reason when the runtime failed past recovery (set in start).
+        self.failed: asyncio.Future[str]
         self._clock = clock
-        self._pending: list[InputEvent] = []
-        #: What each input source (the rewarder's active client, each VNC client) holds,
-        #: so that a source that leaves can be made to let go.
-        self._held: dict[object, tuple[set[str], list[int]]] = {}
         self._seeds = np.random.default_rng()
-        self._loop_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._recovery: asyncio.Task[None] | None = None
         self._frame_waiters: list[asyncio.Future[int]] = []
-        self._realtime = asyncio.Event()  # set while the game loop should tick
-        #: Resolves (with the reason) when the runtime failed past recovery.
-        self.failed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._state_waiters: list[asyncio.Future[State]] = []  # resolved when the state moves
+        self._wake = asyncio.Event()  # wakes the game loop: mode or fps changed
+        self._sleeper: asyncio.Future[bool] | None = None  # the game loop's sleep, if asleep
+        self._slice_frames = 1  # frames per lockstep slice, adapted to MAX_SLICE_SECONDS
+
+    @property
+    def state(self) -> State:
+        return self.machine.state
+
+    @property
+    def mode(self) -> str:
+        return self.machine.mode
+
+    @property
+    def held_keys(self) -> set[str]:
+        """Keys some source holds down now (as the runtime will see them at the next frame)."""
+        return self.inputs.held_keys
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -136,10 +170,12 @@ class Remote:
         With ``http_port`` the remote also serves its screen to browsers (view-only noVNC
         at ``/viewer/``, :mod:`envserver.viewer`).
         """
+        loop = asyncio.get_running_loop()
+        self.failed = loop.create_future()
         await self.runtime.astart(host, vnc_port, self.password, self.view_only_password)
+        self._fire(Event.RESET)
         await self._begin_episode(seed=None)
-        self.env_state = protocol.RUNNING
-        self._set_mode(self.mode)
+        self._fire(Event.RESET_DONE)
         await self.rewarder.start(host, rewarder_port)
         try:
             if self.vnc is not None:
@@ -163,15 +199,15 @@ class Remote:
             await self.rewarder.close("the remote failed to start")
             await self.runtime.aclose()
             raise
-        self._loop_task = asyncio.get_running_loop().create_task(self._game_loop())
+        self._tasks = [loop.create_task(self._game_loop()), loop.create_task(self._heartbeat())]
 
     async def close(self, reason: str = "the remote is shutting down") -> None:
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            try:
-                await self._loop_task
-            except asyncio.CancelledError:
-                pass
+        if self.state is not State.CLOSING:
+            self._fire(Event.SHUTDOWN)
+        tasks = [*self._tasks, *([self._recovery] if self._recovery else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(
             self.rewarder.close(reason),
             *([self.vnc.close()] if self.vnc is not None else []),
@@ -184,95 +220,123 @@ class Remote:
     def describe(self) -> dict[str, Any]:
         return {
             "env_id": self.runtime.env_id,
-            "env_state": self.env_state,
+            "env_state": self.state.wire,
             "fps": self.fps,
             "mode": self.mode,
             "frame": self.frame,
+            # Beyond Universe: the precise state and how the game loop keeps time.
+            "remote_state": self.state.value,
+            "late_ticks": self.late_ticks,
             # Our VNC server tags updates with frame numbers (vncdriver FRAME_TAG); Xvnc doesn't.
             "frame_tags": self.vnc is not None,
             **self.runtime.describe(),
         }
 
     async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
-        if request.env_id is not None and request.env_id != self.runtime.env_id:
-            await self._switch_runtime(request)
-        if request.mode == protocol.LOCKSTEP and not self.runtime.lockstep:
-            raise BadRequest(
-                f"{self.runtime.env_id} runs only in real time (it lives outside this "
-                "process); reset without mode 'lockstep'",
-                request.message_id,
-            )
-        if request.fps is not None:
-            self.fps = float(request.fps)
-        if request.mode is not None:
-            self._set_mode(request.mode)
-        self.episode_id = max(self.episode_id, request.episode_id or 0)
-        await self._begin_episode(request.seed)
+        mid = request.message_id
+        await self._settle(mid)
+        factory = self._check_reset(request)
+        self._fire(Event.RESET, mid)
+        try:
+            if factory is not None:
+                self._fire(Event.ENV_SWITCH, mid)
+                await self._switch_runtime(request, factory)
+            if request.mode is not None and request.mode != self.mode:
+                self.machine.switch_mode(request.mode)
+                self._wake_loop()
+            if request.fps is not None:
+                self.fps = float(request.fps)
+                self._wake_loop()
+            self.episode_id = max(self.episode_id, request.episode_id or 0)
+            await self._begin_episode(request.seed)
+        except Exception as exc:
+            raise self._runtime_failed("reset", exc, mid) from exc
         reply(self.episode_id)
-        self.env_state = protocol.RUNNING
+        self._fire(Event.RESET_DONE)
         self.rewarder.broadcast_describe()
 
-    def step(self, request: protocol.StepRequest) -> tuple[int, dict[str, Any]]:
+    async def step(self, request: protocol.StepRequest) -> tuple[int, dict[str, Any]]:
         """Lockstep: apply the events, advance exactly ``frames`` frames, serve the frame."""
         mid = request.message_id
-        if self.mode != protocol.LOCKSTEP:
-            raise BadRequest(
-                "this remote runs in real time; reset with mode 'lockstep' "
-                "(or serve --mode lockstep) before sending v0.env.step",
-                mid,
-            )
-        if self.episode_done:
-            raise BadRequest(f"episode {self.episode_id} is done; send v0.env.reset", mid)
         if request.episode_id is not None and request.episode_id != self.episode_id:
             raise BadRequest(
                 f"episode {request.episode_id} is not the current one ({self.episode_id}); "
                 "step with the episode id of the last reset",
                 mid,
             )
-        self.push_events(REWARDER_SOURCE, self._events_from_action(request))
-        reward, info = 0.0, {}
-        for _ in range(request.frames):
-            result = self._advance()
-            reward += result.reward
-            info.update(result.info)
-            if result.done:
-                self.episode_done = True
-                break
+        events = Inputs.check_action(self.runtime, request.events, mid)
+        self._fire(Event.STEP, mid)
+        self.inputs.push(REWARDER_SOURCE, events)
+        try:
+            result = await self._advance_sliced(request.frames)
+        except Exception as exc:
+            raise self._runtime_failed("step", exc, mid) from exc
         self._frame_ready()
-        info[FRAME_INFO_KEY] = self.frame
-        if reward or self.episode_done:
+        info = {**result.info, FRAME_INFO_KEY: self.frame}
+        self._fire(Event.EPISODE_DONE if result.done else Event.STEP_DONE)
+        if result.reward or result.done:
             self.rewarder.broadcast_reward(
-                self.episode_id, reward, self.episode_done, info, observers_only=True
+                self.episode_id, result.reward, result.done, info, observers_only=True
             )
-        body = {"reward": reward, "done": self.episode_done, "info": info, "frame": self.frame}
+        body = {"reward": result.reward, "done": result.done, "info": info, "frame": self.frame}
         return self.episode_id, body
+
     def action(self, request: protocol.ActionRequest) -> None:
-        events = self._events_from_action(request)
-        if len(self._pending) + len(events) > MAX_PENDING_EVENTS:
-            raise BadRequest(
-                f"more than {MAX_PENDING_EVENTS} input events are waiting for the next "
-                "frame; send fewer events per frame",
-                request.message_id,
-            )
-        self.push_events(REWARDER_SOURCE, events)
+        self.inputs.push_action(self.runtime, request.events, request.message_id)
 
     def client_left(self, observer: bool) -> None:
         if not observer:
-            self.release(REWARDER_SOURCE)
+            self.inputs.release(REWARDER_SOURCE)
 
-    async def _switch_runtime(self, request: protocol.ResetRequest) -> None:
-        assert request.env_id is not None
-        try:
-            factory = registry.lookup(request.env_id)
-        except UnknownEnvironment as exc:
-            raise BadRequest(str(exc), request.message_id) from None
-        if getattr(factory, "external_vnc", False) or self.runtime.external_vnc:
-            raise BadRequest(
-                f"{self.runtime.env_id} and {request.env_id} cannot share a remote (one of "
-                "them serves its own display); start a remote for each",
-                request.message_id,
+    # Resets, env switches and failures --------------------------------------------------
+
+    async def _settle(self, message_id: Any) -> None:
+        """Wait (bounded) until no automatic reset or recovery is under way."""
+        deadline = time.monotonic() + MAX_RESET_WAIT
+        while self.state in (State.STARTING, State.RESETTING, State.RECOVERING):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BadRequest(
+                    f"the remote has been {self.state.value} for over {MAX_RESET_WAIT:g} s "
+                    "(MAX_RESET_WAIT); try again later, or restart it",
+                    message_id,
+                )
+            changed = asyncio.get_running_loop().create_future()
+            self._state_waiters.append(changed)
+            await asyncio.wait(
+                [changed, self.failed], timeout=remaining, return_when=asyncio.FIRST_COMPLETED
             )
-        runtime = self._make_runtime(request.env_id)
+
+    def _check_reset(self, request: protocol.ResetRequest) -> Callable[..., Runtime] | None:
+        """Refuse a reset that can't work before anything changes; the factory of an env
+        switch, if one is asked for."""
+        mid = request.message_id
+        factory = None
+        target: Any = self.runtime
+        if request.env_id is not None and request.env_id != self.runtime.env_id:
+            try:
+                factory = registry.lookup(request.env_id)
+            except UnknownEnvironment as exc:
+                raise BadRequest(str(exc), mid) from None
+            if getattr(factory, "external_vnc", False) or self.runtime.external_vnc:
+                raise BadRequest(
+                    f"{self.runtime.env_id} and {request.env_id} cannot share a remote (one "
+                    "of them serves its own display); start a remote for each",
+                    mid,
+                )
+            target = factory
+        if request.mode == protocol.LOCKSTEP and not getattr(target, "lockstep", True):
+            raise BadRequest(
+                f"{target.env_id} runs only in real time (it lives outside this process); "
+                "reset without mode 'lockstep'",
+                mid,
+            )
+        return factory
+
+    async def _switch_runtime(
+        self, request: protocol.ResetRequest, factory: Callable[..., Runtime]
+    ) -> None:
+        runtime = self._construct(factory, request.env_id or "")
         await self.runtime.aclose()
         self.runtime = runtime
         assert self.vnc is not None
@@ -281,102 +345,87 @@ class Remote:
             self.fps = float(runtime.fps)
 
     def _make_runtime(self, env_id: str) -> Runtime:
-        """The runtime for ``env_id`` with the options it accepts (scale only where known)."""
-        factory = registry.lookup(env_id)
+        return self._construct(registry.lookup(env_id), env_id)
+
+    def _construct(self, factory: Callable[..., Runtime], env_id: str) -> Runtime:
+        """The runtime with the options it accepts (scale only where known)."""
         accepted = getattr(factory, "options", ())
         ignored = sorted(set(self.runtime_options) - set(accepted))
         if ignored:
             log.warning("%s takes no %s; ignored", env_id, ", ".join(ignored))
         return factory(**{k: v for k, v in self.runtime_options.items() if k in accepted})
 
-    # Input ---------------------------------------------------------------------------------
+    def _runtime_failed(self, what: str, exc: Exception, message_id: Any = None) -> BadRequest:
+        """A runtime raised: start recovering and say so to the requester (if any)."""
+        if isinstance(exc, BadRequest):
+            return exc
+        log.error("runtime %s failed in %s: %r", self.runtime.env_id, what, exc, exc_info=exc)
+        self._fail()
+        return BadRequest(
+            f"{self.runtime.env_id} failed in {what} ({type(exc).__name__}: {exc}); the "
+            "remote is recovering: wait for describe env_state 'running', then reset",
+            message_id,
+        )
 
-    @property
-    def held_keys(self) -> set[str]:
-        """Keys some source holds down now (as the runtime will see them at the next tick)."""
-        return set().union(*(keys for keys, _ in self._held.values()))
+    def _fail(self) -> None:
+        self.runtime_failures += 1
+        if self.machine.allows(Event.RUNTIME_ERROR):
+            self._fire(Event.RUNTIME_ERROR)
+        self.rewarder.broadcast_describe()
+        if self._recovery is None or self._recovery.done():
+            self._recovery = asyncio.get_running_loop().create_task(self._recover())
 
-    def push_events(self, source: object, events: Sequence[InputEvent]) -> None:
-        """Queue checked events from ``source`` for the next tick."""
-        keys, pointer = self._held.setdefault(source, (set(), [0, 0, 0]))
-        for event in events:
-            if isinstance(event, KeyEvent):
-                (keys.add if event.down else keys.discard)(event.key)
+    async def _recover(self) -> None:
+        """Reset the runtime with backoff until it works again, or give up past
+        :data:`MAX_RUNTIME_FAILURES` failures in a row."""
+        delay = RECOVER_DELAY
+        while self.state is State.RECOVERING:
+            if self.runtime_failures >= MAX_RUNTIME_FAILURES:
+                reason = (
+                    f"{self.runtime.env_id} failed {self.runtime_failures} times in a row "
+                    "(MAX_RUNTIME_FAILURES); giving up so a supervisor can restart the remote"
+                )
+                log.error("%s", reason)
+                self._fire(Event.SHUTDOWN)
+                if not self.failed.done():
+                    self.failed.set_result(reason)
+                return
+            try:
+                await self._begin_episode(seed=None)
+            except Exception as exc:
+                self.runtime_failures += 1
+                log.error("resetting %s failed (%r); again in %.1f s", self.runtime.env_id, exc,
+                          delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RECOVER_DELAY)
             else:
-                pointer[:] = event
-        self._pending.extend(events)
+                self._fire(Event.RECOVERED)
+                self.rewarder.broadcast_describe()
 
-    def release(self, source: object) -> None:
-        """Let go of every key and button ``source`` holds (it is gone)."""
-        keys, pointer = self._held.pop(source, (set(), [0, 0, 0]))
-        self._pending.extend(KeyEvent(k, False) for k in sorted(keys))
-        if pointer[2]:
-            self._pending.append(PointerEvent(pointer[0], pointer[1], 0))
+    def _fire(self, event: Event, message_id: Any = None) -> State:
+        """Move the machine; an illegal event becomes a :class:`BadRequest` for the client."""
+        try:
+            state = self.machine.fire(event)
+        except IllegalTransition as exc:
+            raise BadRequest(str(exc), message_id) from None
+        waiters, self._state_waiters = self._state_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(state)
+        return state
 
-    def _vnc_input(self, client_id: int, events: Sequence[Any]) -> None:
-        """VNC input: keys the runtime does not use are dropped (viewers send Shift, ...)."""
-        rt = self.runtime
-        checked: list[InputEvent] = []
-        for event in events:
-            if isinstance(event, messages.KeyEvent):
-                name = keysyms.name(event.key)
-                if name in rt.keys:
-                    checked.append(KeyEvent(name, event.down))
-            else:
-                x = min(max(event.x, 0), rt.width - 1)
-                y = min(max(event.y, 0), rt.height - 1)
-                checked.append(PointerEvent(x, y, event.button_mask))
-        if len(self._pending) + len(checked) <= MAX_PENDING_EVENTS:
-            self.push_events(("vnc", client_id), checked)
-
-    def _vnc_left(self, client_id: int) -> None:
-        self.release(("vnc", client_id))
-
-    def _events_from_action(
-        self, request: protocol.ActionRequest | protocol.StepRequest
-    ) -> list[InputEvent]:
-        events: list[InputEvent] = []
-        rt = self.runtime
-        for i, event in enumerate(request.events):
-            if event[0] == "KeyEvent":
-                _, key, down = event
-                try:
-                    name = keysyms.name(key) if isinstance(key, int) else keysyms.canonical(key)
-                except UnknownKey as exc:
-                    raise BadRequest(f"action[{i}]: {exc}", request.message_id) from None
-                if name not in rt.keys:
-                    raise BadRequest(
-                        f"action[{i}]: {rt.env_id} does not use key {name!r}; it takes "
-                        f"{', '.join(rt.keys) or 'no keys (use PointerEvent)'}",
-                        request.message_id,
-                    )
-                events.append(KeyEvent(name, down))
-            else:
-                _, x, y, mask = event
-                if not (0 <= x < rt.width and 0 <= y < rt.height):
-                    raise BadRequest(
-                        f"action[{i}]: pointer ({x}, {y}) is off the {rt.width}x{rt.height} "
-                        f"screen; x must be in 0..{rt.width - 1}, y in 0..{rt.height - 1}",
-                        request.message_id,
-                    )
-                events.append(PointerEvent(x, y, mask))
-        return events
-
-    # The game loop --------------------------------------------------------------------------
+    # Frames ------------------------------------------------------------------------------
 
     async def _begin_episode(self, seed: int | None) -> None:
         """Move to a new episode id, tell everyone, and reset the runtime under ``seed``."""
         self.episode_id += 1
-        self.env_state = protocol.RESETTING
         self.rewarder.broadcast_describe()
         if seed is not None:
             self._seeds = np.random.default_rng(seed)
         else:
-            seed = int(self._seeds.integers(2**31))
-        self._pending.clear()
-        self._held.clear()
+            seed = int(self._seeds.integers(protocol.MAX_SEED))
+        self.inputs.clear()
         self.episode_frame = 0
-        self.episode_done = False
         await self.runtime.areset(seed)
         self._frame_ready()
 
@@ -385,19 +434,12 @@ class Remote:
         if self.vnc is not None:
             self.vnc.frame_ready(tag=FrameTag(self.frame, self.episode_id, time.time()))
 
-    def _set_mode(self, mode: str) -> None:
-        self.mode = mode
-        if mode == protocol.REALTIME:
-            self._realtime.set()
-        else:
-            self._realtime.clear()
-
-    def _advance(self) -> StepResult:
-        """Step the runtime one frame with the pending input; send its text/observation."""
-        events, self._pending = self._pending, []
-        result = self.runtime.step(events)
-        self.frame += 1
-        self.episode_frame += 1
+    def _advance(self, frames: int, events: Sequence[Any]) -> StepResult:
+        """Advance the runtime; count its frames; send its text/observation."""
+        result = self.runtime.advance(events, frames)
+        self.frame += result.frames
+        self.episode_frame += result.frames
+        self.runtime_failures = 0
         self._frame_drawn()
         if result.text is not None:
             self.rewarder.broadcast_text(self.episode_id, result.text)
@@ -405,16 +447,47 @@ class Remote:
             self.rewarder.broadcast_observation(self.episode_id, result.observation)
         return result
 
+    async def _advance_sliced(self, frames: int) -> StepResult:
+        """Lockstep: advance ``frames`` frames in slices of about :data:`MAX_SLICE_SECONDS`,
+        yielding to the event loop between them (measured: a 10,000-frame Pong step held
+        pings for 0.36 s when run in one go)."""
+        total = StepResult(frames=0)
+        events = self.inputs.take()
+        remaining = frames
+        while remaining > 0:
+            n = min(remaining, self._slice_frames)
+            started = time.perf_counter()
+            result = self._advance(n, events)
+            elapsed = time.perf_counter() - started
+            events = []
+            total.reward += result.reward
+            total.info.update(result.info)
+            total.frames += result.frames
+            total.text = result.text if result.text is not None else total.text
+            if result.observation is not None:
+                total.observation = result.observation
+            remaining -= result.frames
+            # Aim the next slice at the time budget from this one's speed per frame.
+            per_frame = elapsed / max(result.frames, 1)
+            self._slice_frames = max(1, int(MAX_SLICE_SECONDS / max(per_frame, 1e-7)))
+            if result.done:
+                total.done = True
+                break
+            if remaining > 0:
+                await asyncio.sleep(SLICE_PAUSE_SECONDS)
+        return total
+
     async def tick(self) -> None:
         """Real time: advance one frame, serve it, report its reward, restart after done."""
-        result = self._advance()
+        result = self._advance(1, self.inputs.take())
         self._frame_ready()
         if result.reward or result.done:
             info = {**result.info, FRAME_INFO_KEY: self.frame}
             self.rewarder.broadcast_reward(self.episode_id, result.reward, result.done, info)
         if result.done:
+            self._fire(Event.EPISODE_DONE)
             await self._begin_episode(seed=None)
-            self.env_state = protocol.RUNNING
+            self._fire(Event.RESET_DONE)
             self.rewarder.broadcast_describe()
 
     async def wait_frame(self, after: int | None = None) -> int:
@@ -432,38 +505,79 @@ class Remote:
             if not waiter.done():
                 waiter.set_result(self.frame)
 
-    async def _recover(self) -> None:
-        """Start a fresh episode after a runtime failure, retrying with backoff until the
-        runtime comes back (a crashed browser restarting, say); clients see ``resetting``."""
-        delay = RECOVER_DELAY
-        while True:
-            try:
-                await self._begin_episode(seed=None)
-            except Exception:
-                log.exception("resetting %s failed; again in %.1f s", self.runtime.env_id, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_RECOVER_DELAY)
-            else:
-                self.env_state = protocol.RUNNING
-                self.rewarder.broadcast_describe()
-                return
+    # Input from VNC ---------------------------------------------------------------------
+
+    def _vnc_input(self, client_id: int, events: Sequence[Any]) -> None:
+        self.inputs.push_vnc(self.runtime, client_id, events)
+
+    def _vnc_left(self, client_id: int) -> None:
+        self.inputs.release(("vnc", client_id))
+
+    # Background tasks -------------------------------------------------------------------
 
     async def _game_loop(self) -> None:
+        """Real time: tick at ``fps`` while running; stand still in lockstep."""
         next_at = self._clock()
         while True:
-            if not self._realtime.is_set():
-                await self._realtime.wait()  # lockstep: clients advance the runtime
+            if self.mode != protocol.REALTIME:
+                await self._wake.wait()  # a reset switching to real time wakes us
+                self._wake.clear()
                 next_at = self._clock()
-            try:
-                if self.env_state == protocol.RUNNING:  # not while a reset awaits the runtime
+                continue
+            if self.machine.allows(Event.TICK):
+                try:
                     await self.tick()
-            except Exception:  # a runtime bug must not take the servers down silently
-                log.exception("runtime %s failed in step; resetting it", self.runtime.env_id)
-                await self._recover()
+                except BadRequest:
+                    pass  # the state moved under the tick (a reset began): nothing to do
+                except Exception as exc:  # a runtime bug must not take the servers down
+                    self._runtime_failed("step", exc)
             period = 1.0 / self.fps
             next_at += period
             now = self._clock()
             if now - next_at > MAX_CATCH_UP_FRAMES * period:
                 self.late_ticks += 1
                 next_at = now
-            await asyncio.sleep(max(0.0, next_at - now))
+            if await self._sleep(next_at - now):  # an fps or mode change: start afresh
+                next_at = self._clock()
+
+    async def _sleep(self, delay: float) -> bool:
+        """Sleep ``delay`` seconds unless woken first (True then). A future and a timer
+        handle per tick: cheaper than a task from ``asyncio.wait_for``."""
+        if self._wake.is_set():
+            self._wake.clear()
+            return True
+        loop = asyncio.get_running_loop()
+        self._sleeper = waiter = loop.create_future()
+        timer = loop.call_later(max(0.0, delay), _resolve, waiter, False)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self._sleeper = None
+            self._wake.clear()
+
+    def _wake_loop(self) -> None:
+        """The mode or fps changed: the game loop must not finish a sleep of the old rate."""
+        self._wake.set()
+        if self._sleeper is not None:
+            _resolve(self._sleeper, True)
+
+    async def _heartbeat(self) -> None:
+        """A describe every :data:`HEARTBEAT_INTERVAL`; late ticks logged once per interval."""
+        reported = self.late_ticks
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL)
+            self.rewarder.broadcast_describe()
+            if self.late_ticks > reported:
+                log.warning(
+                    "%d ticks of %s came over %d frames late in the last %g s (%d in all): "
+                    "the machine is too busy for %g fps", self.late_ticks - reported,
+                    self.runtime.env_id, MAX_CATCH_UP_FRAMES, HEARTBEAT_INTERVAL,
+                    self.late_ticks, self.fps,
+                )
+                reported = self.late_ticks
+
+
+def _resolve(future: asyncio.Future[bool], value: bool) -> None:
+    if not future.done():
+        future.set_result(value)

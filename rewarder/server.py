@@ -69,8 +69,11 @@ class EnvHandler(Protocol):
     def action(self, request: protocol.ActionRequest) -> None:
         """Queue the events for the next tick; raise :class:`BadRequest` if one is bad."""
 
-    def step(self, request: protocol.StepRequest) -> tuple[int, dict[str, Any]]:
-        """Lockstep: advance as asked; return the episode id and the reply body."""
+    async def step(self, request: protocol.StepRequest) -> tuple[int, dict[str, Any]]:
+        """Lockstep: advance as asked; return the episode id and the reply body.
+
+        Raise :class:`BadRequest` to refuse (or to report a runtime failure).
+        """
 
     def client_left(self, observer: bool) -> None:
         """A client disconnected (release what the active client held)."""
@@ -316,7 +319,7 @@ class RewarderServer:
             elif isinstance(request, protocol.ActionRequest):
                 self.handler.action(request)
             elif isinstance(request, protocol.StepRequest):
-                episode_id, body = self.handler.step(request)
+                episode_id, body = await self.handler.step(request)
                 runtime = time.perf_counter() - started
                 client.send(client.proto.reply_step(parent, episode_id, body, runtime))
             elif isinstance(request, protocol.ResetRequest):
@@ -333,3 +336,10 @@ class RewarderServer:
             client.send(
                 client.proto.reply_error(parent, exc.message, time.perf_counter() - started)
             )
+        except Exception as exc:  # a bug of ours: answer, log, and keep serving everyone
+            log.exception("handling a message from %s failed", client.ws.remote_address)
+            message = (
+                f"the remote failed to handle this message ({type(exc).__name__}: {exc}); "
+                "this is a bug in the remote, please report it"
+            )
+            client.send(client.proto.reply_error(parent, message, time.perf_counter() - started))

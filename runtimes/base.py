@@ -49,6 +49,8 @@ class StepResult:
     info: dict[str, Any] = field(default_factory=dict)
     text: str | None = None
     observation: Any = None
+    #: Frames advanced: 1 for a step; for an advance, fewer than asked if done came first.
+    frames: int = 1
 
 
 class Runtime(abc.ABC):
@@ -93,6 +95,31 @@ class Runtime(abc.ABC):
     @abc.abstractmethod
     def step(self, events: Sequence[InputEvent]) -> StepResult:
         """Apply ``events`` (in order), advance one frame, draw it, say what it earned."""
+
+    def advance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
+        """Apply ``events``, hold that input for ``frames`` frames, say what they earned.
+
+        Stops early at done (``result.frames`` says how many ran). Rewards are summed,
+        info merged (later frames win), the last text and observation kept. This default
+        steps frame by frame; runtimes that can skip drawing the frames in between
+        override it, giving the same frames and rewards.
+        """
+        if frames < 1:
+            raise ValueError(f"advance needs frames >= 1, not {frames}")
+        total = StepResult(frames=0)
+        for i in range(frames):
+            result = self.step(events if i == 0 else ())
+            total.reward += result.reward
+            total.info.update(result.info)
+            total.frames += 1
+            if result.text is not None:
+                total.text = result.text
+            if result.observation is not None:
+                total.observation = result.observation
+            if result.done:
+                total.done = True
+                break
+        return total
 
     def close(self) -> None:
         """Free what the runtime holds (processes, displays). Called once, at shutdown."""

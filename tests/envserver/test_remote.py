@@ -11,7 +11,7 @@ from tests.wire import WireClient
 
 async def test_episode_ids_rewards_and_auto_reset(start_remote: StartRemote) -> None:
     """A seeded reset starts episode E; its rewards carry E; done moves everyone to E+1."""
-    remote = await start_remote("builtin.Catch-v0", fps=2000)
+    remote = await start_remote("builtin.Catch-v0", fps=1000)
     agent = await WireClient.open(remote.rewarder.port)
     reply = await agent.reset(seed=7)
     episode = reply["headers"]["episode_id"]

@@ -376,7 +376,7 @@ async def test_bridge_serves_exact_pixels_and_drops_input_when_view_only(
     rfb.proto.cut_text("typed")
     # The update answers a request sent after the input: the server has read that far.
     await rfb.frame()
-    assert seen == [] and remote.held_keys == set() and remote._pending == []
+    assert seen == [] and remote.held_keys == set() and remote.inputs.pending == []
     await rfb.close()
 
 

@@ -21,7 +21,7 @@ from remotes.local import start_local
 from remotes.loop import LoopThread
 from remotes.play import play
 from remotes.vector import RemoteVectorEnv
-from tests.runtimes.test_viewer import (  # noqa: F401 (fixtures)
+from tests.envserver.test_viewer import (  # noqa: F401 (fixtures)
     Chromium,
     browser,
     canvas_origin,

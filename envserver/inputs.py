@@ -1,0 +1,144 @@
+"""Input for the runtime: events checked, queued for the next frame, and let go of.
+
+Holds :class:`Inputs`. Input comes from the rewarder's active client (``v0.agent.action``
+and ``v0.env.step``, checked strictly: a bad event is refused with an error that says
+why) and from VNC clients (checked leniently: viewers send keys a game does not use, such
+as Shift, and those are dropped). Every source's held keys and buttons are remembered, so
+a source that leaves can be made to let go and no key stays stuck.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Final
+
+from rewarder.errors import BadRequest
+from runtimes.base import InputEvent, KeyEvent, PointerEvent, Runtime
+from vncdriver import keysyms, messages
+from vncdriver.errors import UnknownKey
+
+log = logging.getLogger(__name__)
+
+#: Input events waiting for the next frame; more means a client floods us faster than
+#: any player could type. Rewarder actions past it are refused with an error; VNC input
+#: past it is dropped and counted (releases always apply, so no key stays stuck).
+MAX_PENDING_EVENTS: Final = 4096
+#: The input source of the rewarder's active client (VNC clients are ``("vnc", id)``).
+REWARDER_SOURCE: Final = "rewarder"
+
+
+class Inputs:
+    """Pending events for the next frame and what each source holds down."""
+
+    def __init__(self) -> None:
+        self.pending: list[InputEvent] = []
+        #: VNC events dropped because too many were pending.
+        self.dropped = 0
+        self._held: dict[object, tuple[set[str], list[int]]] = {}
+
+    @property
+    def held_keys(self) -> set[str]:
+        """Keys some source holds down now (as the runtime will see them at the next frame)."""
+        return set().union(*(keys for keys, _ in self._held.values()))
+
+    def take(self) -> list[InputEvent]:
+        """The events for the frame about to be drawn; the queue starts empty again."""
+        events, self.pending = self.pending, []
+        return events
+
+    def clear(self) -> None:
+        """A new episode: nothing pending, nothing held (the runtime let go on reset)."""
+        self.pending.clear()
+        self._held.clear()
+
+    def push(self, source: object, events: Sequence[InputEvent]) -> None:
+        """Queue checked events from ``source`` for the next frame."""
+        keys, pointer = self._held.setdefault(source, (set(), [0, 0, 0]))
+        for event in events:
+            if isinstance(event, KeyEvent):
+                (keys.add if event.down else keys.discard)(event.key)
+            else:
+                pointer[:] = event
+        self.pending.extend(events)
+
+    def release(self, source: object) -> None:
+        """Let go of every key and button ``source`` holds (it is gone)."""
+        keys, pointer = self._held.pop(source, (set(), [0, 0, 0]))
+        self.pending.extend(KeyEvent(k, False) for k in sorted(keys))
+        if pointer[2]:
+            self.pending.append(PointerEvent(pointer[0], pointer[1], 0))
+
+    def push_action(self, runtime: Runtime, events: Sequence[Sequence[Any]], message_id: Any) -> None:
+        """Queue a rewarder client's events, refusing the lot if one is bad or too many wait."""
+        checked = self.check_action(runtime, events, message_id)
+        if len(self.pending) + len(checked) > MAX_PENDING_EVENTS:
+            raise BadRequest(
+                f"more than {MAX_PENDING_EVENTS} input events (MAX_PENDING_EVENTS) are waiting "
+                "for the next frame; send fewer events per frame",
+                message_id,
+            )
+        self.push(REWARDER_SOURCE, checked)
+
+    def push_vnc(self, runtime: Runtime, client_id: int, events: Sequence[Any]) -> None:
+        """VNC input: keys the runtime does not use are dropped, pointers clamped to the screen.
+
+        Past :data:`MAX_PENDING_EVENTS` presses and moves are dropped and counted, but
+        releases still apply, so a flood can't leave a key stuck down.
+        """
+        checked: list[InputEvent] = []
+        room = MAX_PENDING_EVENTS - len(self.pending)
+        for event in events:
+            if isinstance(event, messages.KeyEvent):
+                name = keysyms.name(event.key)
+                if name not in runtime.keys:
+                    continue
+                key = KeyEvent(name, event.down)
+                if len(checked) < room or not event.down:
+                    checked.append(key)
+                    continue
+            else:
+                x = min(max(event.x, 0), runtime.width - 1)
+                y = min(max(event.y, 0), runtime.height - 1)
+                if len(checked) < room:
+                    checked.append(PointerEvent(x, y, event.button_mask))
+                    continue
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % MAX_PENDING_EVENTS == 0:
+                log.warning(
+                    "VNC client %d floods input: %d events dropped so far (MAX_PENDING_EVENTS "
+                    "%d); releases still apply", client_id, self.dropped, MAX_PENDING_EVENTS,
+                )
+        self.push(("vnc", client_id), checked)
+
+    @staticmethod
+    def check_action(
+        runtime: Runtime, events: Sequence[Sequence[Any]], message_id: Any
+    ) -> list[InputEvent]:
+        """Rewarder events as runtime input; :class:`BadRequest` naming the first bad one."""
+        checked: list[InputEvent] = []
+        for i, event in enumerate(events):
+            if event[0] == "KeyEvent":
+                _, key, down = event
+                try:
+                    name = keysyms.name(key) if isinstance(key, int) else keysyms.canonical(key)
+                except UnknownKey as exc:
+                    raise BadRequest(f"action[{i}]: {exc}", message_id) from None
+                if name not in runtime.keys:
+                    raise BadRequest(
+                        f"action[{i}]: {runtime.env_id} does not use key {name!r}; it takes "
+                        f"{', '.join(runtime.keys) or 'no keys (use PointerEvent)'}",
+                        message_id,
+                    )
+                checked.append(KeyEvent(name, down))
+            else:
+                _, x, y, mask = event
+                if not (0 <= x < runtime.width and 0 <= y < runtime.height):
+                    raise BadRequest(
+                        f"action[{i}]: pointer ({x}, {y}) is off the {runtime.width}x"
+                        f"{runtime.height} screen; x must be in 0..{runtime.width - 1}, "
+                        f"y in 0..{runtime.height - 1}",
+                        message_id,
+                    )
+                checked.append(PointerEvent(x, y, mask))
+        return checked
