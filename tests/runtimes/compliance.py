@@ -10,7 +10,9 @@ and, if the runtime needs arguments or a slow environment, override
 The checks: the env id is registered; the framebuffer is ``uint8[height, width, 3]`` and
 stays the same array object; same seed and same events give the same frames, rewards and
 info; different seeds give different episodes; the episode ends by its declared
-``max_episode_frames`` and stays done until reset; describe() and info are JSON.
+``max_episode_frames`` and stays done until reset; describe() and info are JSON;
+``advance(events, k)`` gives the same final frame, reward and done as k frames stepped
+one at a time (1 x k == k x 1), and stops at done saying how many frames ran.
 """
 
 from __future__ import annotations
@@ -176,6 +178,60 @@ class RuntimeCompliance:
             _json(result.info)
         runtime.reset(3)
         assert not runtime.step([]).done
+
+    #: Frames per advance the advance checks use.
+    advance_frames: ClassVar[tuple[int, ...]] = (1, 4, 7)
+
+    def _chunks(self, runtime: Runtime, k: int) -> list[list[InputEvent]]:
+        return self.script(runtime, self.frames // k)
+
+    def test_advance_matches_stepping(self) -> None:
+        """One advance of k frames, k advances of 1 and k steps end in the same place."""
+        for k in self.advance_frames:
+            runs: list[list[tuple[str, float, bool]]] = []
+            for how in ("advance k", "k x advance 1", "k x step"):
+                runtime = self.make_runtime()
+                runtime.reset(11)
+                trace = []
+                for events in self._chunks(runtime, k):
+                    if how == "advance k":
+                        result = runtime.advance(events, k)
+                        reward, done = result.reward, result.done
+                    else:
+                        reward, done = 0.0, False
+                        for i in range(k):
+                            call = runtime.advance if how == "k x advance 1" else None
+                            held = events if i == 0 else []
+                            one = call(held, 1) if call else runtime.step(held)
+                            reward += one.reward
+                            done = one.done
+                            if done:
+                                break
+                    trace.append((_digest(runtime.framebuffer), reward, done))
+                    if done:
+                        break
+                runs.append(trace)
+            assert runs[0] == runs[1] == runs[2], f"advance({k}) differs from stepping"
+
+    def test_advance_reports_frames_and_stops_at_done(self) -> None:
+        runtime = self.make_runtime()
+        runtime.reset(5)
+        result = runtime.advance([], 3)
+        assert isinstance(result, StepResult) and result.frames in (0, 1, 2, 3)
+        if not result.done:
+            assert result.frames == 3
+        with np.testing.assert_raises(ValueError):
+            runtime.advance([], 0)
+        max_frames = self.declared_max_frames(runtime)
+        if max_frames is None:
+            return
+        runtime.reset(5)
+        ran, result = 0, StepResult()
+        while not result.done and ran <= max_frames:
+            result = runtime.advance([], max_frames)
+            ran += result.frames
+        assert result.done and 1 <= ran <= max_frames
+        assert runtime.advance([], 5).done  # and stays done until reset
 
     def test_describe(self) -> None:
         runtime = self.make_runtime()
