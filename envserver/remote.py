@@ -190,6 +190,7 @@ class Remote:
                     self.vnc_port, vnc_host=host, password=self.password,
                     view_only_password=self.view_only_password,
                     describe=lambda: {**self.describe(), "episode_id": self.episode_id},
+                    vnc_server=self.vnc,
                 )
                 await self.viewer.start(host, http_port)
                 self.rewarder.viewer_port = self.viewer.port

@@ -32,11 +32,14 @@ put it in the username), or as ``?password=`` (Universe's viewer URL). The page 
 it for a short-lived token that opens the bridge. With no password, only this machine
 (loopback peers) may watch.
 
-VNC auth stays in the bridge: it connects to the VNC server with the view-only password
-when there is one (else the full one) and offers the browser security type None, so
-no VNC password ever reaches the browser. View-only holds three times over: noVNC's
-``viewOnly`` flag, the bridge dropping KeyEvent/PointerEvent/ClientCutText, and the VNC
-server's own view-only password where one is set.
+Two bridges. When the remote runs its own VNC server, each browser attaches to it
+in-process (:mod:`envserver.attached`): the server offers it security type None (the
+viewer already checked its password), parses its messages once and enforces view-only
+itself. When the runtime serves VNC itself (Xvnc), the bridge (:class:`_Bridge`) dials
+it over TCP with the view-only password when there is one (else the full one), offers
+the browser security None, and :class:`ClientFilter` drops input from view-only
+browsers. Either way no VNC password reaches the browser, and view-only also holds in
+noVNC's ``viewOnly`` flag.
 """
 
 from __future__ import annotations
@@ -73,7 +76,10 @@ from vncdriver.messages import (
     SetPixelFormat,
 )
 from vncdriver.pixelformat import NATIVE
+from vncdriver.server import VNCServer
 from vncdriver.streams import BytesFeeder, Parser, read_exact
+
+from .attached import BROWSER_LEFT, AttachedBridge
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +144,6 @@ JPEG_ENCODINGS: Final = frozenset(range(-32, -22)) | frozenset(range(-512, -411)
 STATIC_DIR: Final = Path(str(resources.files("envserver") / "static"))
 REALM: Final = "universe-remote viewer"
 CONTROL, VIEW = "control", "view"
-BROWSER_LEFT: Final = "the browser closed the page"
 _CLOSED: Final = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
 
 
@@ -407,15 +412,20 @@ class Viewer:
         view_only: bool = True,
         describe: Callable[[], dict[str, Any]] | None = None,
         novnc_dir: str | os.PathLike[str] | None = None,
+        vnc_server: VNCServer | None = None,
     ) -> None:
+        """``vnc_server``: the remote's own VNC server, which browsers then attach to
+        in-process (:mod:`envserver.attached`); without it (Xvnc) each browser gets a TCP
+        bridge to ``vnc_host:vnc_port``."""
         self.vnc_port = vnc_port
+        self.vnc_server = vnc_server
         # The bridge runs beside the VNC server: a wildcard bind is reached on loopback.
         self.vnc_host = "127.0.0.1" if vnc_host in ("", "0.0.0.0", "::") else vnc_host
         self.password, self.view_only_password = password, view_only_password
         self.view_only = view_only
         self.describe = describe or dict
         self.novnc = find_novnc(novnc_dir)
-        self.bridges: set[_Bridge] = set()
+        self.bridges: set[_Bridge | AttachedBridge] = set()
         self._secret = secrets.token_bytes(32)
         self._runner: web.AppRunner | None = None
         self._closing = False
@@ -591,7 +601,17 @@ class Viewer:
         )
         await ws.prepare(request)
         view_only = self.view_only or role == VIEW
-        bridge = _Bridge(self, request, ws, view_only, request.query.get("quality") == "lossless")
+        lossless = request.query.get("quality") == "lossless"
+        bridge: _Bridge | AttachedBridge
+        if self.vnc_server is not None:
+            refusal = None
+            if len(self.bridges) >= MAX_VIEWERS:
+                refusal = f"too many viewers ({MAX_VIEWERS}); try again later"
+            bridge = AttachedBridge(
+                self.vnc_server, ws, request.remote, view_only, lossless, refusal
+            )
+        else:
+            bridge = _Bridge(self, request, ws, view_only, lossless)
         self.bridges.add(bridge)
         try:
             await bridge.run()

@@ -10,15 +10,20 @@ a backlog, and never slows the game or the other clients.
 Input arrives through the ``on_input(client_id, events)`` callback as
 :class:`~vncdriver.messages.KeyEvent`/:class:`~vncdriver.messages.PointerEvent`;
 ``on_disconnect(client_id)`` lets the owner release what that client held.
+
+:meth:`VNCServer.attach` serves a client of the same process over any byte transport
+(the browser viewer's WebSockets): the same per-client code as a socket client, with
+no TCP hop and no second parse of its messages.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 
@@ -40,13 +45,35 @@ HANDSHAKE_TIMEOUT: Final = 10.0
 InputCallback = Callable[[int, Sequence[KeyEvent | PointerEvent]], None]
 
 
+class Transport(Protocol):
+    """What :meth:`VNCServer.attach` needs of a transport (a subset of asyncio's)."""
+
+    def write(self, data: bytes) -> None: ...
+    def close(self) -> None: ...
+    def is_closing(self) -> bool: ...
+    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None: ...
+
+
 class _Connection(asyncio.Protocol):
     """One client: handshake first, then a :class:`ServerProtocol`."""
 
-    def __init__(self, server: VNCServer, client_id: int) -> None:
+    def __init__(
+        self,
+        server: VNCServer,
+        client_id: int,
+        *,
+        trusted: bool = False,
+        view_only: bool = False,
+        lossless: bool = False,
+        refuse_reason: str | None = None,
+    ) -> None:
         self.server = server
+        self.refuse_reason = refuse_reason
         self.client_id = client_id
-        self.transport: asyncio.Transport | None = None
+        #: Authenticated by its owner (the viewer): offered security None.
+        self.trusted, self.force_view_only, self.lossless = trusted, view_only, lossless
+        self.transport: Transport | None = None
         self.handshake: ServerHandshake | None = None
         self.proto: ServerProtocol | None = None
         self.paused = False
@@ -55,15 +82,17 @@ class _Connection(asyncio.Protocol):
 
     # asyncio.Protocol --------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport | Transport) -> None:
+        assert isinstance(transport, asyncio.Transport) or self.trusted
+        self.transport = transport  # type: ignore[assignment]
         transport.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
         server = self.server
         height, width = server.frame.shape[:2]
-        refuse = None
+        refuse = self.refuse_reason
         # Clients still shaking hands count too, or a burst of them slips past the limit.
-        if len(server.connections) + len(server.handshaking) >= server.max_clients:
+        if refuse is not None:
+            pass
+        elif len(server.connections) + len(server.handshaking) >= server.max_clients:
             refuse = f"too many clients ({server.max_clients}); try again later"
         else:
             server.handshaking.add(self)
@@ -71,8 +100,8 @@ class _Connection(asyncio.Protocol):
             width,
             height,
             server.name,
-            password=server.password,
-            view_only_password=server.view_only_password,
+            password=None if self.trusted else server.password,
+            view_only_password=None if self.trusted else server.view_only_password,
             refuse_reason=refuse,
         )
         self._flush_handshake()
@@ -122,7 +151,11 @@ class _Connection(asyncio.Protocol):
         for done in handshake.events_received():
             if self._timeout is not None:
                 self._timeout.cancel()
-            self.proto = ServerProtocol(done, encodings=self.server.encodings)
+            if self.force_view_only:
+                done = dataclasses.replace(done, view_only=True)
+            self.proto = ServerProtocol(
+                done, encodings=self.server.encodings, lossless=self.lossless
+            )
             self.server.handshaking.discard(self)
             self.server.connections[self.client_id] = self
             log.info(
@@ -282,6 +315,30 @@ class VNCServer:
             if tag is not None and connection.proto is not None:
                 connection.proto.set_frame_tag(tag)
             connection.send_update()
+
+    def attach(
+        self,
+        transport: Transport,
+        *,
+        view_only: bool = True,
+        lossless: bool = False,
+        refuse_reason: str | None = None,
+    ) -> _Connection:
+        """A client of this process over ``transport``, authenticated by the caller.
+
+        The client shakes hands with security None (the caller checked who it is), and
+        with ``view_only`` its input never reaches ``on_input``; ``lossless`` ignores its
+        JPEG quality levels. Feed what it sends to ``connection.data_received``, call
+        ``pause_writing``/``resume_writing`` as ``transport`` backs up and drains, and
+        ``connection_lost(None)`` when it is gone. It counts against ``max_clients``;
+        with ``refuse_reason`` its handshake refuses it with that reason (the caller's limit).
+        """
+        connection = _Connection(
+            self, next(self._ids), trusted=True, view_only=view_only, lossless=lossless,
+            refuse_reason=refuse_reason,
+        )
+        connection.connection_made(transport)
+        return connection
 
     def stats(self) -> dict[int, int]:
         """Updates sent so far to each client (by client id), for diagnostics."""

@@ -21,6 +21,7 @@ information; after a request, check ``update_wanted``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -132,8 +133,11 @@ class ServerProtocol:
         encodings: Iterable[int] | None = None,
         max_encodings: int = MAX_ENCODINGS,
         max_cut_text: int = MAX_CUT_TEXT_BYTES,
+        lossless: bool = False,
     ) -> None:
         self.width, self.height = handshake.width, handshake.height
+        #: Ignore the client's JPEG quality levels: exact pixels, whatever it asks.
+        self.lossless = lossless
         self.pixel_format = handshake.pixel_format
         self.view_only = handshake.view_only
         self.preferences = EncodingPreferences()
@@ -192,6 +196,10 @@ class ServerProtocol:
                 body = yield from read_exact(SetEncodings.body_length(header, self.max_encodings))
                 msg = SetEncodings.parse(header + body, self.max_encodings)
                 self.preferences = EncodingPreferences.from_list(msg.encodings)
+                if self.lossless:
+                    self.preferences = dataclasses.replace(
+                        self.preferences, quality=None, fine_quality=None
+                    )
                 self._encodings_received = True
                 if self._resize_pending and not self.preferences.desktop_size:
                     raise ProtocolError(

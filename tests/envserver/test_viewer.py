@@ -399,6 +399,41 @@ async def test_control_viewer_passes_input(
         await viewer.close()
 
 
+async def test_the_remotes_own_viewer_attaches_in_process(
+    start_remote: StartRemote, http: aiohttp.ClientSession
+) -> None:
+    """No TCP hop into our own VNC server: the browser is a client of it directly."""
+    remote = await start_remote(mode="lockstep", password=PASSWORD, http_port=0)
+    assert remote.viewer is not None and remote.vnc is not None
+    rfb = await RFBOverWebSocket.open(http, await session_websocket(http, remote.viewer, PASSWORD))
+    assert np.array_equal(await rfb.frame(), remote.runtime.framebuffer)
+    clients = list(remote.vnc.connections.values())
+    assert len(clients) == 1 and clients[0].trusted and clients[0].force_view_only
+    assert not isinstance(clients[0].transport, asyncio.Transport)
+    await rfb.close()
+
+
+async def test_an_in_process_control_viewer_passes_input(
+    start_remote: StartRemote, http: aiohttp.ClientSession
+) -> None:
+    """The in-process path with view_only=False lets keys through: view-only is the
+    VNC server's doing, not a missing input path."""
+    remote = await start_remote(mode="lockstep", password=PASSWORD)
+    viewer = Viewer(remote.vnc_port or 0, password=PASSWORD, view_only=False,
+                    vnc_server=remote.vnc)
+    await viewer.start("127.0.0.1", 0)
+    try:
+        seen = spy_on_input(remote)
+        rfb = await RFBOverWebSocket.open(http, await session_websocket(http, viewer, PASSWORD))
+        await rfb.frame()
+        rfb.proto.key_event("Left", True)
+        await rfb.frame()
+        assert [type(e) for e in seen] == [KeyEvent] and remote.held_keys == {"Left"}
+        await rfb.close()
+    finally:
+        await viewer.close()
+
+
 async def test_bridge_closes_when_the_remote_goes_away(
     start_remote: StartRemote, http: aiohttp.ClientSession
 ) -> None:
