@@ -1,7 +1,8 @@
 """The VNC client: a thin asyncio shell around :class:`~.client_protocol.ClientProtocol`.
 
-Holds :class:`VNCClient`, its entry point :func:`connect`, :func:`parse_address`,
-:class:`VNCClientStats` and the connection constants (backoff, timeouts, rate window).
+Holds :class:`VNCClient`, its entry point :func:`connect` and the connection constants
+(backoff, timeouts, rate window); re-exports :func:`parse_address` (``addresses``),
+:func:`encoding_list` and :class:`VNCClientStats` (``client_connection``).
 
 One client keeps one RFB connection to one VNC server (our remote, TigerVNC's Xvnc,
 x11vnc, ...). It is an ``asyncio.BufferedProtocol``: the event loop receives straight
@@ -46,37 +47,41 @@ import collections
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Self
 
 import numpy as np
 
 from . import keysyms
+from .addresses import DEFAULT_PORT, DISPLAY_LIMIT, parse_address
+from .client_connection import (
+    ENCODING_PREFERENCES,
+    Connection,
+    VNCClientStats,
+    encoding_list,
+    encoding_name,
+)
 from .client_protocol import ClientProtocol, FramebufferUpdated
-from .encodings import DECODERS
 from .errors import (
     ConnectionLost,
     ConnectTimeout,
     LocalProtocolError,
 )
-from .handshake import ClientHandshake
-from .messages import Bell, Encoding, FrameTag, ServerCutText, Subsampling, build_encodings
-from .pixelformat import NATIVE
+from .messages import Bell, Encoding, FrameTag, ServerCutText, Subsampling
 
 __all__ = [
+    "DEFAULT_PORT",
+    "DISPLAY_LIMIT",
+    "ENCODING_PREFERENCES",
     "VNCClient",
     "VNCClientStats",
     "connect",
+    "encoding_list",
     "parse_address",
 ]
 
 log = logging.getLogger(__name__)
 
-#: VNC's base port: display N listens on 5900 + N.
-DEFAULT_PORT: Final = 5900
-#: ``host:N`` below this is a display number, at or above it a port (as vncviewer reads it).
-DISPLAY_LIMIT: Final = 100
 #: First wait between connection attempts; multiplied by BACKOFF_FACTOR after each failure ...
 BACKOFF_START: Final = 0.05
 BACKOFF_FACTOR: Final = 2.0
@@ -89,232 +94,7 @@ ATTEMPT_TIMEOUT: Final = 5.0
 CLOSE_TIMEOUT: Final = 2.0
 #: Seconds of recent updates the ``*_per_second`` rates in :class:`VNCClientStats` average.
 RATE_WINDOW: Final = 2.0
-#: Receive buffer during the handshake (the largest handshake message is ServerInit with
-#: a desktop name; anything past it is handed to the protocol as trailing data).
-HANDSHAKE_READ_BYTES: Final = 16 * 1024
-
-#: ``encoding=`` names: the named encoding first, then fallbacks the server may use
-#: for what it cannot send that way. CopyRect is always welcome (it costs nothing).
-ENCODING_PREFERENCES: Final[dict[str, tuple[int, ...]]] = {
-    "tight": (Encoding.TIGHT, Encoding.ZRLE, Encoding.COPYRECT, Encoding.RAW),
-    "zrle": (Encoding.ZRLE, Encoding.TIGHT, Encoding.COPYRECT, Encoding.RAW),
-    "raw": (Encoding.RAW, Encoding.COPYRECT),
-}
-_ENCODING_NUMBERS: Final = {
-    "raw": Encoding.RAW,
-    "copyrect": Encoding.COPYRECT,
-    "tight": Encoding.TIGHT,
-    "zrle": Encoding.ZRLE,
-}
-
 UpdateCallback = Callable[["VNCClient", FramebufferUpdated], None]
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """``(host, port)`` of a VNC address: ``host:display``, ``host:port`` or ``host::port``.
-
-    ``host:N`` is display N (port 5900 + N) when N < 100 and port N otherwise; ``host::N``
-    is port N; a missing host is 127.0.0.1 and a missing display is 0. IPv6 hosts are
-    written in brackets: ``[::1]:1``.
-    """
-    text = address.strip()
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            raise ValueError(f"VNC address {address!r}: missing ']' after the IPv6 host")
-        host, rest = text[1:end], text[end + 1 :]
-    else:
-        host, sep, rest = text.partition(":")
-        rest = sep + rest
-    if "://" in text or "/" in rest:
-        raise ValueError(
-            f"VNC address {address!r} must be host:display, host:port or host::port "
-            "(such as localhost:1, 127.0.0.1:5901 or example.com::5901), not a URL"
-        )
-    host = host or "127.0.0.1"
-    if not rest:
-        return host, DEFAULT_PORT
-    explicit = rest.startswith("::")
-    number = rest[2:] if explicit else rest[1:]
-    if not rest.startswith(":") or not number.isdigit():
-        raise ValueError(
-            f"VNC address {address!r}: {number or rest!r} is not a display or port number; "
-            "write host:display, host:port or host::port (IPv6 hosts in brackets: [::1]:1)"
-        )
-    value = int(number)
-    port = value if explicit or value >= DISPLAY_LIMIT else DEFAULT_PORT + value
-    if not 0 < port < 65536:
-        raise ValueError(f"VNC address {address!r}: port {port} is outside 1..65535")
-    return host, port
-
-
-def encoding_list(
-    encoding: str | Sequence[str | int] = "tight",
-    *,
-    quality: int | None = None,
-    compress_level: int | None = None,
-    fine_quality: int | None = None,
-    subsample: Subsampling | int | None = None,
-) -> list[int]:
-    """The SetEncodings list for ``encoding`` (a name of ENCODING_PREFERENCES, or an exact
-    list of names and numbers, best first) plus the JPEG/compression pseudo-encodings."""
-    if isinstance(encoding, str):
-        try:
-            numbers: Iterable[int] = ENCODING_PREFERENCES[encoding.lower()]
-        except KeyError:
-            raise ValueError(
-                f"unknown encoding {encoding!r}; use one of {sorted(ENCODING_PREFERENCES)} "
-                "or a list of names and numbers"
-            ) from None
-    else:
-        numbers = []
-        for item in encoding:
-            if isinstance(item, str):
-                if item.lower() not in _ENCODING_NUMBERS:
-                    raise ValueError(
-                        f"unknown encoding {item!r} in {list(encoding)}; we decode "
-                        f"{sorted(_ENCODING_NUMBERS)}"
-                    )
-                numbers.append(_ENCODING_NUMBERS[item.lower()])
-            elif int(item) >= 0 and int(item) not in DECODERS:
-                raise ValueError(
-                    f"we cannot decode encoding {item} in {list(encoding)}; we decode "
-                    f"{sorted(_ENCODING_NUMBERS)} ({sorted(DECODERS)})"
-                )
-            else:
-                numbers.append(int(item))
-    return build_encodings(
-        numbers,
-        quality=quality,
-        compress_level=compress_level,
-        fine_quality=fine_quality,
-        subsample=subsample,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class VNCClientStats:
-    """Counters since the connection was made, and rates over the last RATE_WINDOW seconds.
-
-    ``bytes`` counts everything received after the handshake; ``bytes_per_second`` only
-    framebuffer updates. ``rectangles_by_encoding`` is keyed by encoding name (pseudo-
-    encodings included, e.g. ``DESKTOP_SIZE``).
-    """
-
-    updates: int
-    rectangles: int
-    bytes: int
-    pixels: int
-    updates_per_second: float
-    rectangles_per_second: float
-    bytes_per_second: float
-    pixels_per_second: float
-    rectangles_by_encoding: dict[str, int]
-
-
-class _Connection(asyncio.BufferedProtocol):
-    """One TCP connection: a :class:`ClientHandshake`, then the client's protocol object.
-
-    ``ready`` resolves to None once the handshake is done, or to the exception that ended
-    it; ``lost`` resolves when the transport is gone.
-    """
-
-    def __init__(self, client: VNCClient) -> None:
-        loop = asyncio.get_running_loop()
-        self.client = client
-        self.transport: asyncio.Transport | None = None
-        self.handshake: ClientHandshake | None = ClientHandshake(
-            password=client.password, shared=client.shared
-        )
-        self.proto: ClientProtocol | None = None
-        self.ready: asyncio.Future[BaseException | None] = loop.create_future()
-        self.lost: asyncio.Future[None] = loop.create_future()
-        self.error: BaseException | None = None  # what made us drop the connection
-        self._handshake_buffer: memoryview | None = memoryview(bytearray(HANDSHAKE_READ_BYTES))
-
-    # asyncio.BufferedProtocol ------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        proto = self.proto
-        if proto is not None:
-            return proto.get_buffer(sizehint)
-        assert self._handshake_buffer is not None
-        return self._handshake_buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
-        proto = self.proto
-        if proto is None:
-            self._handshake_data(nbytes)
-            return
-        try:
-            proto.buffer_updated(nbytes)
-            events = proto.events_received()
-        except Exception as exc:  # noqa: BLE001 (whatever the bytes broke, drop the connection)
-            self.fail(exc)
-            return
-        if events:
-            self.client._handle_events(self, proto, events)
-
-    def eof_received(self) -> bool | None:
-        return None  # close the transport; connection_lost follows
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if exc is not None and self.error is None:
-            self.error = exc
-        if not self.ready.done():
-            reason = "the server closed the connection during the RFB handshake"
-            lost = ConnectionLost(self.client.address, reason)
-            lost.__cause__ = self.error
-            self.ready.set_result(lost)
-        if not self.lost.done():
-            self.lost.set_result(None)
-        self.client._connection_lost(self)
-
-    # ----------------------------------------------------------------------------------
-
-    def write(self, data: bytes) -> None:
-        if data and self.transport is not None:
-            self.transport.write(data)
-
-    def fail(self, exc: BaseException) -> None:
-        """Drop the connection because of ``exc``."""
-        if self.error is None:
-            self.error = exc
-        if not self.ready.done():
-            self.ready.set_result(exc)
-        if self.transport is not None:
-            self.transport.abort()
-
-    def _handshake_data(self, nbytes: int) -> None:
-        handshake, buffer = self.handshake, self._handshake_buffer
-        assert handshake is not None and buffer is not None
-        try:
-            handshake.receive_data(bytes(buffer[:nbytes]))
-            self.write(handshake.data_to_send())
-            if not handshake.complete:
-                return
-            result = handshake.result
-            assert result is not None
-            proto = ClientProtocol(result, pixel_format=NATIVE, encodings=self.client.encodings)
-            trailing = handshake.trailing_data()
-            if trailing:
-                proto.receive_data(trailing)
-            early = proto.events_received()
-        except Exception as exc:  # noqa: BLE001 (AuthenticationFailed, ServerRefused, ...)
-            self.fail(exc)
-            return
-        self.proto = proto
-        self.handshake = self._handshake_buffer = None
-        proto.request_update(incremental=False)
-        self.write(proto.data_to_send())
-        if not self.ready.done():  # (done: the attempt was given up; abort() is under way)
-            self.ready.set_result(None)
-        if early:
-            self.client._handle_events(self, proto, early)
 
 
 class VNCClient:
@@ -372,11 +152,11 @@ class VNCClient:
         self.clipboard: str | None = None
         #: Bell messages received.
         self.bells = 0
-        self._conn: _Connection | None = None
+        self._conn: Connection | None = None
         self._proto: ClientProtocol | None = None
         self._error: ConnectionLost | None = None
         self._closed = False
-        self._dial_task: asyncio.Task[_Connection] | None = None
+        self._dial_task: asyncio.Task[Connection] | None = None
         self._updates = 0
         self._waiters: list[tuple[int, asyncio.Future[int]]] = []
         self._recent: collections.deque[tuple[float, int, int, int]] = collections.deque()
@@ -474,7 +254,7 @@ class VNCClient:
     ) -> None:
         await self.close()
 
-    async def _dial(self) -> _Connection:
+    async def _dial(self) -> Connection:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.start_timeout
         delay = BACKOFF_START
@@ -501,10 +281,10 @@ class VNCClient:
             await asyncio.sleep(min(delay, remaining))
             delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP)
 
-    async def _attempt(self) -> _Connection:
+    async def _attempt(self) -> Connection:
         loop = asyncio.get_running_loop()
         transport, conn = await loop.create_connection(
-            lambda: _Connection(self), self.host, self.port
+            lambda: Connection(self), self.host, self.port
         )
         try:
             failure = await conn.ready
@@ -590,7 +370,7 @@ class VNCClient:
         by_encoding: dict[str, int] = {}
         if proto is not None:
             for number, n in list(proto.stats.rectangles_by_encoding.items()):
-                by_encoding[_encoding_name(number)] = n
+                by_encoding[encoding_name(number)] = n
         return VNCClientStats(
             updates=self._updates,
             rectangles=proto.stats.rectangles if proto else 0,
@@ -741,7 +521,7 @@ class VNCClient:
         if data and conn is not None and conn.transport is not None:
             conn.transport.write(data)
 
-    def _handle_events(self, conn: _Connection, proto: ClientProtocol, events: list[Any]) -> None:
+    def _handle_events(self, conn: Connection, proto: ClientProtocol, events: list[Any]) -> None:
         """Events from the parser: keep one request outstanding, wake waiters, call back."""
         updates: list[FramebufferUpdated] = []
         for event in events:
@@ -795,7 +575,7 @@ class VNCClient:
             window[1] -= nbytes
             window[2] -= pixels
 
-    def _connection_lost(self, conn: _Connection) -> None:
+    def _connection_lost(self, conn: Connection) -> None:
         if conn is not self._conn:
             return  # an attempt still in its handshake: _dial handles it
         if self._closed:
@@ -828,10 +608,3 @@ async def connect(address: str, **kwargs: Any) -> VNCClient:
         await client.close()
         raise
     return client
-
-
-def _encoding_name(number: int) -> str:
-    try:
-        return Encoding(number).name
-    except ValueError:
-        return str(number)

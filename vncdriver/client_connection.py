@@ -1,0 +1,219 @@
+"""The VNC client's pieces below its public API: one TCP connection, encodings, stats.
+
+Holds :class:`Connection` (an ``asyncio.BufferedProtocol``: the handshake, then
+:class:`~.client_protocol.ClientProtocol` receiving straight into numpy buffers),
+:func:`encoding_list` (what ``encoding=`` asks the server for) and
+:class:`VNCClientStats`. :class:`~.client.VNCClient` owns the connection and is what
+callers use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from .client_protocol import ClientProtocol
+from .encodings import DECODERS
+from .errors import ConnectionLost
+from .handshake import ClientHandshake
+from .messages import Encoding, Subsampling, build_encodings
+from .pixelformat import NATIVE
+
+if TYPE_CHECKING:
+    from .client import VNCClient
+
+#: Receive buffer during the handshake (the largest handshake message is ServerInit with
+#: a desktop name; anything past it is handed to the protocol as trailing data).
+HANDSHAKE_READ_BYTES: Final = 16 * 1024
+
+#: ``encoding=`` names: the named encoding first, then fallbacks the server may use
+#: for what it cannot send that way. CopyRect is always welcome (it costs nothing).
+ENCODING_PREFERENCES: Final[dict[str, tuple[int, ...]]] = {
+    "tight": (Encoding.TIGHT, Encoding.ZRLE, Encoding.COPYRECT, Encoding.RAW),
+    "zrle": (Encoding.ZRLE, Encoding.TIGHT, Encoding.COPYRECT, Encoding.RAW),
+    "raw": (Encoding.RAW, Encoding.COPYRECT),
+}
+_ENCODING_NUMBERS: Final = {
+    "raw": Encoding.RAW,
+    "copyrect": Encoding.COPYRECT,
+    "tight": Encoding.TIGHT,
+    "zrle": Encoding.ZRLE,
+}
+
+
+def encoding_list(
+    encoding: str | Sequence[str | int] = "tight",
+    *,
+    quality: int | None = None,
+    compress_level: int | None = None,
+    fine_quality: int | None = None,
+    subsample: Subsampling | int | None = None,
+) -> list[int]:
+    """The SetEncodings list for ``encoding`` (a name of ENCODING_PREFERENCES, or an exact
+    list of names and numbers, best first) plus the JPEG/compression pseudo-encodings."""
+    if isinstance(encoding, str):
+        try:
+            numbers: Iterable[int] = ENCODING_PREFERENCES[encoding.lower()]
+        except KeyError:
+            raise ValueError(
+                f"unknown encoding {encoding!r}; use one of {sorted(ENCODING_PREFERENCES)} "
+                "or a list of names and numbers"
+            ) from None
+    else:
+        numbers = []
+        for item in encoding:
+            if isinstance(item, str):
+                if item.lower() not in _ENCODING_NUMBERS:
+                    raise ValueError(
+                        f"unknown encoding {item!r} in {list(encoding)}; we decode "
+                        f"{sorted(_ENCODING_NUMBERS)}"
+                    )
+                numbers.append(_ENCODING_NUMBERS[item.lower()])
+            elif int(item) >= 0 and int(item) not in DECODERS:
+                raise ValueError(
+                    f"we cannot decode encoding {item} in {list(encoding)}; we decode "
+                    f"{sorted(_ENCODING_NUMBERS)} ({sorted(DECODERS)})"
+                )
+            else:
+                numbers.append(int(item))
+    return build_encodings(
+        numbers,
+        quality=quality,
+        compress_level=compress_level,
+        fine_quality=fine_quality,
+        subsample=subsample,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class VNCClientStats:
+    """Counters since the connection was made, and rates over the last RATE_WINDOW seconds.
+
+    ``bytes`` counts everything received after the handshake; ``bytes_per_second`` only
+    framebuffer updates. ``rectangles_by_encoding`` is keyed by encoding name (pseudo-
+    encodings included, e.g. ``DESKTOP_SIZE``).
+    """
+
+    updates: int
+    rectangles: int
+    bytes: int
+    pixels: int
+    updates_per_second: float
+    rectangles_per_second: float
+    bytes_per_second: float
+    pixels_per_second: float
+    rectangles_by_encoding: dict[str, int]
+
+
+class Connection(asyncio.BufferedProtocol):
+    """One TCP connection: a :class:`ClientHandshake`, then the client's protocol object.
+
+    ``ready`` resolves to None once the handshake is done, or to the exception that ended
+    it; ``lost`` resolves when the transport is gone.
+    """
+
+    def __init__(self, client: VNCClient) -> None:
+        loop = asyncio.get_running_loop()
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.handshake: ClientHandshake | None = ClientHandshake(
+            password=client.password, shared=client.shared
+        )
+        self.proto: ClientProtocol | None = None
+        self.ready: asyncio.Future[BaseException | None] = loop.create_future()
+        self.lost: asyncio.Future[None] = loop.create_future()
+        self.error: BaseException | None = None  # what made us drop the connection
+        self._handshake_buffer: memoryview | None = memoryview(bytearray(HANDSHAKE_READ_BYTES))
+
+    # asyncio.BufferedProtocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        proto = self.proto
+        if proto is not None:
+            return proto.get_buffer(sizehint)
+        assert self._handshake_buffer is not None
+        return self._handshake_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        proto = self.proto
+        if proto is None:
+            self._handshake_data(nbytes)
+            return
+        try:
+            proto.buffer_updated(nbytes)
+            events = proto.events_received()
+        except Exception as exc:
+            self.fail(exc)
+            return
+        if events:
+            self.client._handle_events(self, proto, events)
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and self.error is None:
+            self.error = exc
+        if not self.ready.done():
+            reason = "the server closed the connection during the RFB handshake"
+            lost = ConnectionLost(self.client.address, reason)
+            lost.__cause__ = self.error
+            self.ready.set_result(lost)
+        if not self.lost.done():
+            self.lost.set_result(None)
+        self.client._connection_lost(self)
+
+    # ----------------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if data and self.transport is not None:
+            self.transport.write(data)
+
+    def fail(self, exc: BaseException) -> None:
+        """Drop the connection because of ``exc``."""
+        if self.error is None:
+            self.error = exc
+        if not self.ready.done():
+            self.ready.set_result(exc)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _handshake_data(self, nbytes: int) -> None:
+        handshake, buffer = self.handshake, self._handshake_buffer
+        assert handshake is not None and buffer is not None
+        try:
+            handshake.receive_data(bytes(buffer[:nbytes]))
+            self.write(handshake.data_to_send())
+            if not handshake.complete:
+                return
+            result = handshake.result
+            assert result is not None
+            proto = ClientProtocol(result, pixel_format=NATIVE, encodings=self.client.encodings)
+            trailing = handshake.trailing_data()
+            if trailing:
+                proto.receive_data(trailing)
+            early = proto.events_received()
+        except Exception as exc:
+            self.fail(exc)
+            return
+        self.proto = proto
+        self.handshake = self._handshake_buffer = None
+        proto.request_update(incremental=False)
+        self.write(proto.data_to_send())
+        if not self.ready.done():  # (done: the attempt was given up; abort() is under way)
+            self.ready.set_result(None)
+        if early:
+            self.client._handle_events(self, proto, early)
+
+
+def encoding_name(number: int) -> str:
+    try:
+        return Encoding(number).name
+    except ValueError:
+        return str(number)
