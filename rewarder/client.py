@@ -1,7 +1,8 @@
 """The rewarder client: a thin asyncio shell around :class:`protocol.ClientConnection`.
 
-Holds :class:`RewarderClient`, its entry point :func:`connect`, :class:`ClientStats`,
-:func:`parse_address` and the connection constants (backoff, timeouts, calibration).
+Holds :class:`RewarderClient`, its entry point :func:`connect`, :class:`ClientStats` and
+the request and calibration constants; dialling (address, auth header, backoff) is in
+:mod:`.dial`, whose names are re-exported here.
 
 One client keeps one WebSocket to one remote's rewarder port. A reader task parses
 every server message with the sans-I/O protocol, files rewards into a
@@ -29,7 +30,6 @@ Many clients share one event loop; nothing here starts a thread.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -39,13 +39,22 @@ from typing import Any, Final, Self, TypeVar
 
 import websockets
 from websockets.asyncio.client import ClientConnection as WebSocket
-from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from . import protocol
+from .dial import (
+    ATTEMPT_TIMEOUT,
+    BACKOFF_CAP,
+    BACKOFF_FACTOR,
+    BACKOFF_START,
+    CLOSE_TIMEOUT,
+    DEFAULT_PORT,
+    MAX_SERVER_MESSAGE_BYTES,
+    basic_auth,
+    dial,
+    parse_address,
+)
 from .errors import (
     ConnectionClosed,
-    ConnectTimeout,
     ProtocolError,
     RemoteError,
     RewarderError,
@@ -59,27 +68,21 @@ from .protocol import (
     Observation,
     PingReply,
     ResetReply,
-    StepReply,
     Reward,
     ServerEvent,
+    StepReply,
     Text,
 )
 from .reward_buffer import EpisodeResult, RewardBuffer
 
 log = logging.getLogger(__name__)
 
-#: Universe's rewarder port (VNC is on 5900).
-DEFAULT_PORT: Final = 15900
-#: First wait between connection attempts; doubled after each failure ...
-BACKOFF_START: Final = 0.05
-BACKOFF_FACTOR: Final = 2.0
-#: ... up to this, so a remote that comes up is found within 2 s.
-BACKOFF_CAP: Final = 2.0
-#: One attempt (TCP connect, WebSocket handshake, the server's first message) gives up
-#: after this, so one hung attempt cannot eat the whole start timeout.
-ATTEMPT_TIMEOUT: Final = 5.0
-#: How long close() waits for the server to acknowledge the WebSocket close.
-CLOSE_TIMEOUT: Final = 2.0
+__all__ = [
+    "ATTEMPT_TIMEOUT", "BACKOFF_CAP", "BACKOFF_FACTOR", "BACKOFF_START", "CLOSE_TIMEOUT",
+    "DEFAULT_PORT", "MAX_SERVER_MESSAGE_BYTES", "ClientStats", "RewarderClient",
+    "basic_auth", "connect", "parse_address",
+]
+
 #: Pings per clock calibration: enough to narrow the skew bounds, cheap (~0.2 ms each
 #: on loopback). Universe used 10.
 CALIBRATION_PINGS: Final = 5
@@ -89,44 +92,7 @@ CALIBRATION_INTERVAL: Final = 60.0
 RESET_TIMEOUT: Final = 60.0
 #: Default wait for a ping reply.
 PING_TIMEOUT: Final = 10.0
-#: Largest server message we accept; JSON observations can be big, rewards are tiny.
-MAX_SERVER_MESSAGE_BYTES: Final = 4 * 1024 * 1024
-#: WebSocket close codes that mean "refused", not "try again": policy violation (our
-#: server's refusals) and the application range.
-_REFUSAL_CODES: Final = frozenset({1008, *range(4000, 5000)})
-#: HTTP statuses of a handshake refused for good (another server's way to say no).
-_REFUSAL_STATUSES: Final = frozenset({401, 403})
-
-
 _T = TypeVar("_T")
-
-
-def parse_address(address: str) -> str:
-    """The WebSocket URL of a rewarder at ``host``, ``host:port`` or ``ws://host:port``.
-
-    The port defaults to :data:`DEFAULT_PORT`; ``wss://`` is accepted too.
-    """
-    scheme, sep, rest = address.partition("://")
-    if not sep:
-        scheme, rest = "ws", address
-    if scheme not in ("ws", "wss"):
-        raise ValueError(
-            f"rewarder address {address!r} must be host:port or ws://host:port, not {scheme}://"
-        )
-    rest = rest.rstrip("/")
-    if not rest or "/" in rest:
-        raise ValueError(f"rewarder address {address!r} must be host:port, such as 127.0.0.1:15900")
-    host, sep, port = rest.rpartition(":")
-    if not sep or host.endswith(":"):  # no port, or a bare IPv6 address
-        host, port = rest, str(DEFAULT_PORT)
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"rewarder address {address!r} has a bad port {port!r}")
-    return f"{scheme}://{host}:{int(port)}/"
-
-
-def basic_auth(password: str) -> str:
-    """Universe's ``Authorization`` value: the password in the username field."""
-    return "Basic " + base64.b64encode(f"{password}:".encode()).decode("ascii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -562,80 +528,12 @@ class RewarderClient:
             self._fail(ConnectionClosed(f"{self.name}: rewarder client failed: {exc!r}"))
 
     async def _dial(self, deadline: float) -> WebSocket:
-        """Connect with backoff until ``deadline``; the server's first message is handled.
-
-        Raises :class:`ConnectTimeout`, or :class:`ConnectionClosed` if the server
-        refused us (that is final: no more attempts).
-        """
-        loop = asyncio.get_running_loop()
-        delay = BACKOFF_START
-        attempts = 0
-        last_error: BaseException | None = None
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0 or self._closed:
-                raise ConnectTimeout(self._timeout_message(attempts, last_error))
-            attempts += 1
-            try:
-                return await self._attempt(min(remaining, ATTEMPT_TIMEOUT))
-            except (OSError, TimeoutError, InvalidHandshake, websockets.ConnectionClosed) as exc:
-                last_error = exc
-                log.debug(
-                    "%s: attempt %d to reach %s failed: %r", self.name, attempts, self.url, exc
-                )
-            remaining = deadline - loop.time()
-            await asyncio.sleep(max(0.0, min(delay, remaining)))
-            delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP)
-
-    def _timeout_message(self, attempts: int, last_error: BaseException | None) -> str:
-        port = self.url.rstrip("/").rpartition(":")[2]
-        return (
-            f"{self.name}: no rewarder answered at {self.url} within {self.start_timeout:g} s "
-            f"({attempts} attempts; last error: {last_error!r}). Check that the remote is "
-            f"running and reachable, and that port {port} is its rewarder port "
-            f"({DEFAULT_PORT} by default; VNC is usually on 5900)"
+        """Connect (:func:`~.dial.dial`), then read the server's first message: a
+        ``v0.connection.close`` there is a refusal, final."""
+        ws, first = await dial(
+            self.url, self._headers, deadline=deadline, start_timeout=self.start_timeout,
+            name=self.name, stopped=lambda: self._closed,
         )
-
-    async def _attempt(self, timeout: float) -> WebSocket:
-        """One connection attempt, up to and including the server's first message."""
-        ws: WebSocket | None = None
-        try:
-            async with asyncio.timeout(timeout):
-                try:
-                    ws = await ws_connect(
-                        self.url,
-                        additional_headers=self._headers,
-                        compression=None,
-                        proxy=None,  # remotes are reached directly, never via $HTTP_PROXY
-                        open_timeout=None,
-                        close_timeout=CLOSE_TIMEOUT,
-                        max_size=MAX_SERVER_MESSAGE_BYTES,
-                    )
-                except InvalidStatus as exc:
-                    status = exc.response.status_code
-                    if status in _REFUSAL_STATUSES:
-                        body = exc.response.body.decode(errors="replace").strip()
-                        raise ConnectionClosed(
-                            f"{self.name}: {self.url} refused the connection "
-                            f"(HTTP {status}){': ' + body if body else ''}"
-                        ) from None
-                    raise
-                except InvalidURI as exc:
-                    raise ConnectionClosed(f"{self.name}: bad rewarder URL: {exc}") from None
-                try:
-                    first = await ws.recv()
-                except websockets.ConnectionClosed as exc:
-                    rcvd = exc.rcvd
-                    if rcvd is not None and rcvd.code in _REFUSAL_CODES:
-                        raise ConnectionClosed(
-                            f"{self.name}: {self.url} refused the connection: "
-                            f"{rcvd.reason or f'close code {rcvd.code}'}"
-                        ) from None
-                    raise
-        except BaseException:
-            if ws is not None:
-                ws.transport.abort()
-            raise
         proto = ClientConnection()
         self._messages += 1
         try:

@@ -18,6 +18,7 @@ from websockets.http11 import Request, Response
 
 from rewarder import client as client_module
 from rewarder import protocol
+from rewarder import dial as dial_module
 from rewarder.client import RewarderClient, basic_auth, connect, parse_address
 from rewarder.errors import BadRequest, ConnectionClosed, ConnectTimeout, RemoteError
 from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED
@@ -262,20 +263,21 @@ async def test_connect_to_a_closed_port_times_out_naming_the_address() -> None:
 
 
 async def test_connect_waits_for_a_remote_that_comes_up_late(
-    make_server: ServerFactory, clients: list[RewarderClient]
+    make_server: ServerFactory, clients: list[RewarderClient], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     failed = asyncio.Event()
+    attempt = dial_module._attempt
 
-    class Watched(RewarderClient):
-        async def _attempt(self, timeout: float) -> Any:
-            try:
-                return await super()._attempt(timeout)
-            except OSError:
-                failed.set()
-                raise
+    async def watched(*args: Any) -> Any:
+        try:
+            return await attempt(*args)
+        except OSError:
+            failed.set()
+            raise
 
+    monkeypatch.setattr(dial_module, "_attempt", watched)
     port = free_port()
-    c = Watched(f"127.0.0.1:{port}", start_timeout=TIMEOUT)
+    c = RewarderClient(f"127.0.0.1:{port}", start_timeout=TIMEOUT)
     clients.append(c)
     pending = asyncio.create_task(c.start())
     await asyncio.wait_for(failed.wait(), TIMEOUT)  # nobody listens yet

@@ -1,0 +1,157 @@
+"""Reaching a rewarder: its address, Universe's auth header, and dialling with backoff.
+
+Holds :func:`parse_address`, :func:`basic_auth`, :func:`dial` (attempts with capped
+exponential backoff until a deadline) and the constants they use. :func:`dial` returns
+the open WebSocket and the server's first message; a server that refuses us (its
+``v0.connection.close`` or an HTTP 401/403) is final, everything else is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import Callable, Mapping
+from typing import Final
+
+import websockets
+from websockets.asyncio.client import ClientConnection as WebSocket
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+
+from .errors import ConnectionClosed, ConnectTimeout
+
+log = logging.getLogger(__name__)
+
+#: Universe's rewarder port (VNC is on 5900).
+DEFAULT_PORT: Final = 15900
+#: First wait between connection attempts; doubled after each failure ...
+BACKOFF_START: Final = 0.05
+BACKOFF_FACTOR: Final = 2.0
+#: ... up to this, so a remote that comes up is found within 2 s.
+BACKOFF_CAP: Final = 2.0
+#: One attempt (TCP connect, WebSocket handshake, the server's first message) gives up
+#: after this, so one hung attempt cannot eat the whole start timeout.
+ATTEMPT_TIMEOUT: Final = 5.0
+#: How long close() waits for the server to acknowledge the WebSocket close.
+CLOSE_TIMEOUT: Final = 2.0
+#: Largest server message we accept; JSON observations can be big, rewards are tiny.
+MAX_SERVER_MESSAGE_BYTES: Final = 4 * 1024 * 1024
+#: WebSocket close codes that mean "refused", not "try again": policy violation (our
+#: server's refusals) and the application range.
+_REFUSAL_CODES: Final = frozenset({1008, *range(4000, 5000)})
+#: HTTP statuses of a handshake refused for good (another server's way to say no).
+_REFUSAL_STATUSES: Final = frozenset({401, 403})
+
+
+def parse_address(address: str) -> str:
+    """The WebSocket URL of a rewarder at ``host``, ``host:port`` or ``ws://host:port``.
+
+    The port defaults to :data:`DEFAULT_PORT`; ``wss://`` is accepted too.
+    """
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "ws", address
+    if scheme not in ("ws", "wss"):
+        raise ValueError(
+            f"rewarder address {address!r} must be host:port or ws://host:port, not {scheme}://"
+        )
+    rest = rest.rstrip("/")
+    if not rest or "/" in rest:
+        raise ValueError(f"rewarder address {address!r} must be host:port, such as 127.0.0.1:15900")
+    host, sep, port = rest.rpartition(":")
+    if not sep or host.endswith(":"):  # no port, or a bare IPv6 address
+        host, port = rest, str(DEFAULT_PORT)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"rewarder address {address!r} has a bad port {port!r}")
+    return f"{scheme}://{host}:{int(port)}/"
+
+
+def basic_auth(password: str) -> str:
+    """Universe's ``Authorization`` value: the password in the username field."""
+    return "Basic " + base64.b64encode(f"{password}:".encode()).decode("ascii")
+
+
+async def dial(
+    url: str,
+    headers: Mapping[str, str],
+    *,
+    deadline: float,
+    start_timeout: float,
+    name: str,
+    stopped: Callable[[], bool] = lambda: False,
+) -> tuple[WebSocket, str | bytes]:
+    """Connect with backoff until ``deadline`` (loop time): the WebSocket and the server's
+    first message.
+
+    Raises :class:`ConnectTimeout`, or :class:`ConnectionClosed` if the server refused us
+    (that is final: no more attempts).
+    """
+    loop = asyncio.get_running_loop()
+    delay = BACKOFF_START
+    attempts = 0
+    last_error: BaseException | None = None
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0 or stopped():
+            port = url.rstrip("/").rpartition(":")[2]
+            raise ConnectTimeout(
+                f"{name}: no rewarder answered at {url} within {start_timeout:g} s "
+                f"({attempts} attempts; last error: {last_error!r}). Check that the remote is "
+                f"running and reachable, and that port {port} is its rewarder port "
+                f"({DEFAULT_PORT} by default; VNC is usually on 5900)"
+            )
+        attempts += 1
+        try:
+            return await _attempt(url, headers, min(remaining, ATTEMPT_TIMEOUT), name)
+        except (OSError, TimeoutError, InvalidHandshake, websockets.ConnectionClosed) as exc:
+            last_error = exc
+            log.debug("%s: attempt %d to reach %s failed: %r", name, attempts, url, exc)
+        remaining = deadline - loop.time()
+        await asyncio.sleep(max(0.0, min(delay, remaining)))
+        delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP)
+
+
+async def _attempt(
+    url: str, headers: Mapping[str, str], timeout: float, name: str
+) -> tuple[WebSocket, str | bytes]:
+    """One connection attempt, up to and including the server's first message."""
+    ws: WebSocket | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            try:
+                ws = await ws_connect(
+                    url,
+                    additional_headers=dict(headers),
+                    compression=None,
+                    proxy=None,  # remotes are reached directly, never via $HTTP_PROXY
+                    open_timeout=None,
+                    close_timeout=CLOSE_TIMEOUT,
+                    max_size=MAX_SERVER_MESSAGE_BYTES,
+                )
+            except InvalidStatus as exc:
+                status = exc.response.status_code
+                if status in _REFUSAL_STATUSES:
+                    body = exc.response.body.decode(errors="replace").strip()
+                    raise ConnectionClosed(
+                        f"{name}: {url} refused the connection "
+                        f"(HTTP {status}){': ' + body if body else ''}"
+                    ) from None
+                raise
+            except InvalidURI as exc:
+                raise ConnectionClosed(f"{name}: bad rewarder URL: {exc}") from None
+            try:
+                first = await ws.recv()
+            except websockets.ConnectionClosed as exc:
+                rcvd = exc.rcvd
+                if rcvd is not None and rcvd.code in _REFUSAL_CODES:
+                    raise ConnectionClosed(
+                        f"{name}: {url} refused the connection: "
+                        f"{rcvd.reason or f'close code {rcvd.code}'}"
+                    ) from None
+                raise
+    except BaseException:
+        if ws is not None:
+            ws.transport.abort()
+        raise
+    return ws, first
