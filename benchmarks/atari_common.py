@@ -1,0 +1,139 @@
+"""Shared by the Atari lockstep benchmarks: the workload, its constants and timing helpers.
+
+Holds the constants of :mod:`benchmarks.atari_lockstep` (Pong, frameskip 4, steps and
+rounds per measure), :class:`Run` (wall time and CPU over a block), local remotes, and the
+random-action driver both :mod:`~benchmarks.atari_lockstep` and
+:mod:`~benchmarks.atari_breakdown` use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final
+
+from benchmarks.common import process_cpu as _process_cpu
+from remotes.env import RemoteEnv
+from remotes.local import LocalRemotes, start_local
+from remotes.loop import LoopThread
+
+ENV_ID: Final = "atari.Pong-v0"
+GYM_ID: Final = "ALE/Pong-v5"
+ROM: Final = "pong"
+FRAMESKIP: Final = 4
+LOCKSTEP_ARGS: Final = ("--mode", "lockstep")
+ENCODINGS: Final = ("raw", "tight", "zrle")
+#: Untimed steps before each timed run (connection warm-up, first full frame).
+WARMUP_STEPS: Final = 100
+#: Timed steps per run in measure 1 (a run also stops after RUN_SECONDS).
+STEPS: Final = 2000
+RUN_SECONDS: Final = 10.0
+#: Every contender runs once per round; the median round is reported.
+ROUNDS: Final = 3
+#: The issue's goal for measure 1: lockstep steps/s at least this fraction of local ale-py.
+GOAL_VS_LOCAL: Final = 0.7
+#: Steps of the timed lockstep copy (per encoding) and of the cProfile run.
+TIMED_STEPS: Final = 1000
+PROFILE_STEPS: Final = 1000
+PROFILE_ENCODING: Final = "raw"
+#: Round trips of v0.control.ping, the bare rewarder round trip.
+PINGS: Final = 300
+#: py-spy: seconds and samples per second it records each process.
+PYSPY_SECONDS: Final = 2
+PYSPY_RATE: Final = 400
+#: Busiest leaf frames listed per sampled thread.
+PYSPY_TOP: Final = 6
+#: Functions listed per thread from cProfile.
+PROFILE_TOP: Final = 8
+#: Measure 2: remotes (and AsyncVectorEnv workers), and vector steps per run (each run
+#: also stops after VECTOR_SECONDS).
+COUNTS: Final = (1, 4, 8)
+VECTOR_STEPS: Final = {1: 2000, 4: 800, 8: 400}
+VECTOR_WARMUP: Final = 30
+VECTOR_SECONDS: Final = 10.0
+GOAL_VS_ASYNC: Final = 1.0
+#: Measure 3: real-time steps sampled (after LATENCY_WARMUP) per loop.
+FPS: Final = 60.0
+PERIOD: Final = 1.0 / FPS
+LATENCY_STEPS: Final = 300
+LATENCY_WARMUP: Final = 30
+
+
+class _Run:
+    """Wall time, this process's CPU and other processes' CPU over a ``with`` block."""
+
+    def __init__(self, pids: Sequence[int] = ()) -> None:
+        self.pids = list(pids)
+        self.wall = self.own_cpu = self.others_cpu = 0.0
+
+    def __enter__(self) -> _Run:
+        self._wall, self._own = time.perf_counter(), time.process_time()
+        self._others = sum(_process_cpu(p) for p in self.pids)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.wall = time.perf_counter() - self._wall
+        self.own_cpu = time.process_time() - self._own
+        self.others_cpu = sum(_process_cpu(p) for p in self.pids) - self._others
+
+
+def _result(steps: int, run: _Run) -> dict[str, float]:
+    return {
+        "steps": steps,
+        "steps_per_s": steps / run.wall,
+        "own_cpu": run.own_cpu / steps,
+        "others_cpu": run.others_cpu / steps,
+    }
+
+
+@contextlib.contextmanager
+def _local_remotes(n: int, extra_args: Sequence[str] = LOCKSTEP_ARGS) -> Iterator[LocalRemotes]:
+    """``n`` local Pong remotes, always stopped (their logs go unless one failed)."""
+    remotes = start_local(ENV_ID, n, extra_args=list(extra_args))
+    try:
+        yield remotes
+    finally:
+        remotes.close()
+
+
+def _time_steps(step: Callable[[], None], steps: int) -> dict[str, float]:
+    """Warm up, then time ``step`` for ``steps`` calls (or :data:`RUN_SECONDS`)."""
+    for _ in range(WARMUP_STEPS):
+        step()
+    going, done = _until(steps, RUN_SECONDS), 0
+    with _Run() as run:
+        while going(done):
+            step()
+            done += 1
+    return _result(done, run)
+
+
+def _until(steps: int, seconds: float) -> Callable[[int], bool]:
+    """A predicate: go on while fewer than ``steps`` were done and ``seconds`` have not passed."""
+    deadline = time.perf_counter() + seconds
+    return lambda done: done < steps and time.perf_counter() < deadline
+
+
+def _lockstep_env(remotes: LocalRemotes, encoding: str, loop: LoopThread) -> RemoteEnv:
+    return RemoteEnv(
+        remotes.address, mode="lockstep", frameskip=FRAMESKIP, encoding=encoding, loop=loop
+    )
+
+
+def _drive(env: RemoteEnv, steps: int) -> int:
+    """Step ``env`` with random actions (resetting after an episode); steps done."""
+    going, done = _until(steps, RUN_SECONDS), 0
+    space = env.action_space
+    while going(done):
+        _, _, terminated, truncated, _ = env.step(space.sample())
+        done += 1
+        if terminated or truncated:
+            env.reset()
+    return done
+
+
+def _median(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The run with the median steps/s (its CPU figures belong to it)."""
+    ordered = sorted(runs, key=lambda r: r["steps_per_s"])
+    return ordered[len(ordered) // 2]
