@@ -18,9 +18,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/universe-remote serve $(ENV_ID) --host $(HOST)
 
-test: $(STAMP)
+test: $(STAMP) lint
 	scripts/install-system-packages
 	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

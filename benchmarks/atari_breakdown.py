@@ -43,8 +43,7 @@ from benchmarks.atari_common import (
     _Run,
     _until,
 )
-from benchmarks.common import ms as _ms
-from benchmarks.common import table as _table
+from benchmarks.common import ms as _ms, table as _table
 from remotes.local import LocalRemotes
 from remotes.loop import LoopThread
 from remotes.session import RemoteSession

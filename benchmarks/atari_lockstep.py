@@ -40,10 +40,7 @@ import numpy as np
 from ale_py import ALEInterface, LoggerMode, roms
 from gymnasium.vector import AsyncVectorEnv
 
-from benchmarks.common import machine_ticks as _machine_ticks
-from benchmarks.common import ms as _ms
-from benchmarks.common import ratio as _ratio
-from benchmarks.common import table as _table
+from benchmarks.common import machine_ticks as _machine_ticks, ms as _ms, ratio as _ratio, table as _table
 from remotes.env import RemoteEnv
 from remotes.local import LocalRemotes
 from remotes.loop import LoopThread, shared_loop

@@ -40,19 +40,19 @@ import numpy as np  # noqa: E402
 from gymnasium import spaces  # noqa: E402
 from gymnasium.vector import AsyncVectorEnv  # noqa: E402
 
+from benchmarks.common import (  # noqa: E402
+    machine_ticks as _machine_ticks,
+    ms as _ms,
+    process_cpu as _process_cpu,
+    ratio as _ratio,
+    table as _table,
+)
 from remotes.local import LocalRemotes, start_local  # noqa: E402
 from remotes.vector import RemoteVectorEnv  # noqa: E402
 from runtimes import registry  # noqa: E402
 from runtimes.base import KeyEvent, Runtime  # noqa: E402
 from runtimes.builtin import CATCH_PADDLE_COLOUR, CATCH_PADDLE_SPEED, CATCH_PADDLE_Y  # noqa: E402
 from vncdriver.client import VNCClient  # noqa: E402
-from benchmarks.common import (  # noqa: E402
-    table as _table,
-    ms as _ms,
-    ratio as _ratio,
-    process_cpu as _process_cpu,
-    machine_ticks as _machine_ticks,
-)
 
 ENV_ID: Final = "builtin.Catch-v0"
 FPS: Final = 60.0
@@ -188,7 +188,9 @@ def measure_realtime(n: int) -> dict[str, float]:
         "client_cores": meter.client_cpu / meter.wall,
         "machine": meter.machine_busy,
         # Everything else the machine ran meanwhile (other users' processes, the kernel).
-        "other_cores": max(0.0, meter.machine_busy * ncpu - (meter.client_cpu + meter.others_cpu) / meter.wall),
+        "other_cores": max(
+            0.0, meter.machine_busy * ncpu - (meter.client_cpu + meter.others_cpu) / meter.wall
+        ),
     }
 
 
@@ -295,15 +297,17 @@ def print_latency(r: dict[str, float]) -> None:
     print(f"\n  2. Action-to-pixel latency, one {ENV_ID} remote at {FPS:g} fps on 127.0.0.1: "
           f"{r['samples']:.0f} taps (Right/Left alternating, random phase), from send to the "
           "first VNC update showing the paddle moved")
+    discarded = r["discarded"]
     print(f"     floor: a uniform wait for the next tick, 0..{PERIOD * 1e3:.1f} ms "
           f"(median {PERIOD * 500:.1f} ms), plus encode + loopback + decode"
-          f"{'; ' + str(r['discarded']) + ' taps discarded (episode reset moved the paddle)' if r['discarded'] else ''}")
+          + (f"; {discarded} taps discarded (episode reset moved the paddle)" if discarded else ""))
+    stats = ("min", "p50", "mean", "p99", "max")
     _table(
         ["", "min", "p50", "mean", "p99", "max"],
         [
-            ["ms"] + [_ms(r[k]) for k in ("min", "p50", "mean", "p99", "max")],
-            ["/ frame period (16.7 ms)"] + [f"{r[k] / PERIOD:.2f}" for k in ("min", "p50", "mean", "p99", "max")],
-            ["/ median floor (8.3 ms)", "-"] + [f"{r[k] / (PERIOD / 2):.2f}" for k in ("p50", "mean", "p99", "max")],
+            ["ms"] + [_ms(r[k]) for k in stats],
+            ["/ frame period (16.7 ms)"] + [f"{r[k] / PERIOD:.2f}" for k in stats],
+            ["/ median floor (8.3 ms)", "-"] + [f"{r[k] / (PERIOD / 2):.2f}" for k in stats[1:]],
         ],
     )
 

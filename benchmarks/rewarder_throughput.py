@@ -61,7 +61,7 @@ async def ours() -> tuple[float, float]:
     # server -> client
     base = client.stats.rewards
     started = time.perf_counter()
-    for i in range(MESSAGES):
+    for _ in range(MESSAGES):
         server.broadcast_reward(1, 1.0, False, INFO)
         if remote.outbox.qsize() > 512:  # let the writer drain: the bench must not overflow
             while remote.outbox.qsize() > 64:
@@ -126,7 +126,8 @@ def main() -> None:
     best = {name: (max(r[0] for r in runs), max(r[1] for r in runs)) for name, runs in results.items()}
     print(f"  {MESSAGES} messages each way, best of {ROUNDS}, one event loop, 127.0.0.1")
     print(f"  {'':34}{'server->client':>16}{'client->server':>16}")
-    for name, label in (("baseline", "websockets + json (no protocol)"), ("ours", "universe-remote rewarder")):
+    labels = (("baseline", "websockets + json (no protocol)"), ("ours", "universe-remote rewarder"))
+    for name, label in labels:
         down, up = best[name]
         print(f"  {label:34}{down:>12,.0f} /s {up:>12,.0f} /s")
     down = best["ours"][0] / best["baseline"][0]

@@ -67,15 +67,15 @@ from websockets.asyncio.client import connect as ws_connect  # noqa: E402
 from websockets.asyncio.server import ServerConnection  # noqa: E402
 from websockets.http11 import Request, Response  # noqa: E402
 
-from rewarder.auth import PASSWORD_ENV, PASSWORD_FILE_ENV, VIEW_ONLY_PASSWORD_ENV  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    machine_ticks as _machine_ticks,
+    ratio as _ratio,
+    table as _table,
+)
 from rewarder import protocol  # noqa: E402
+from rewarder.auth import PASSWORD_ENV, PASSWORD_FILE_ENV, VIEW_ONLY_PASSWORD_ENV  # noqa: E402
 from rewarder.protocol import OBSERVER_HEADER  # noqa: E402
 from rewarder.server import RewarderServer  # noqa: E402
-from benchmarks.common import (  # noqa: E402
-    table as _table,
-    ratio as _ratio,
-    machine_ticks as _machine_ticks,
-)
 
 #: (env id, --scale): Catch draws little; Enduro at 4x (640x840) makes the watcher's
 #: encoding and the bridge's copying heavy (40-50 KB/s of Tight JPEG).

@@ -57,6 +57,7 @@ async def _serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     rewarder_port, vnc_port = remote.rewarder.port, remote.vnc_port
+    assert vnc_port is not None
     host = args.host
     secret = "?password=<password>" if args.password else ""
     display = vnc_port - 5900 if 5900 <= vnc_port < 6000 else None
@@ -76,7 +77,8 @@ async def _serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     stopped = asyncio.ensure_future(stop.wait())
-    await asyncio.wait([stopped, remote.failed], return_when=asyncio.FIRST_COMPLETED)
+    waits: list[asyncio.Future[Any]] = [stopped, remote.failed]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     stopped.cancel()
     if remote.failed.done():
         log.error("exiting with status %d: %s", EXIT_RUNTIME_FAILED, remote.failed.result())

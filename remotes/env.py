@@ -174,7 +174,8 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
                 env_id=env_id, seed=seed, fps=self._requested_fps, mode=self._session.mode_request(self.mode)
             )
         )
-        if self._session.screen_size != self.observation_space.shape[1::-1] or env_id:
+        shape = self.observation_space.shape or ()
+        if self._session.screen_size != shape[1::-1] or env_id:
             self._configure_spaces()
         self._steps = 0
         self._next_at = None
@@ -187,7 +188,9 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
     ) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         if self._closed:
             raise RuntimeError("step() on a closed RemoteEnv")
-        problem = self.action_space.check(action)
+        space = self.action_space
+        assert isinstance(space, VNCActionSpace)
+        problem = space.check(action)
         if problem is not None:
             raise ValueError(f"invalid action for remote {self._session.name}: {problem}")
         if not self._session.connected:

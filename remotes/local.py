@@ -15,10 +15,10 @@ import ctypes
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
-import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -155,7 +155,7 @@ async def _start(
     remotes = LocalRemotes(processes, [], password, logs, command, env, nice)
     try:
         addresses = await asyncio.gather(
-            *(_await_ready(p, path, password, start_timeout) for p, path in zip(processes, logs))
+            *(_await_ready(p, path, password, start_timeout) for p, path in zip(processes, logs, strict=True))
         )
         remotes.addresses = list(addresses)
     except BaseException:

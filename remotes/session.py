@@ -21,11 +21,10 @@ from rewarder.client import RewarderClient
 from rewarder.errors import ConnectionClosed, RewarderError
 from rewarder.protocol import LOCKSTEP, MODES, StepReply
 from rewarder.reward_buffer import EMPTY, EpisodeResult
+from vncdriver.addresses import is_loopback
 from vncdriver.client import VNCClient
 from vncdriver.errors import VNCError
 from vncdriver.messages import FrameTag
-
-from vncdriver.addresses import is_loopback
 
 from .address import RemoteAddress, parse_remotes
 

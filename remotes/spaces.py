@@ -98,7 +98,10 @@ class VNCActionSpace(spaces.Space[list[Event]]):
         return None
 
     def __repr__(self) -> str:
-        return f"VNCActionSpace(keys={list(self.keys)}, screen={self.width}x{self.height}, buttons={self.buttons})"
+        return (
+            f"VNCActionSpace(keys={list(self.keys)}, screen={self.width}x{self.height}, "
+            f"buttons={self.buttons})"
+        )
 
     def __eq__(self, other: object) -> bool:
         return (

@@ -89,7 +89,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         ]
         self._loop.run(self._connect_all(), start_timeout + 5.0)
         self._configure_spaces()
-        h, w = self.single_observation_space.shape[:2]
+        shape = self.single_observation_space.shape
+        assert shape is not None
+        h, w = shape[:2]
         self._frames = np.zeros((self.num_envs, h, w, 3), np.uint8)
         self._autoreset = np.zeros(self.num_envs, bool)
         self._steps = np.zeros(self.num_envs, np.int64)
@@ -178,8 +180,10 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             raise RuntimeError("step() on a closed RemoteVectorEnv")
         if len(actions) != self.num_envs:
             raise ValueError(f"{len(actions)} actions for {self.num_envs} remotes")
+        space = self.single_action_space
+        assert isinstance(space, VNCActionSpace)
         for i, action in enumerate(actions):
-            problem = self.single_action_space.check(action)
+            problem = space.check(action)
             if problem is not None:
                 raise ValueError(f"invalid action for remote {i} ({self.sessions[i].name}): {problem}")
         return self._loop.run(self._step([list(a) for a in actions]))

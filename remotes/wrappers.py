@@ -91,6 +91,8 @@ class PointerBox(gymnasium.ActionWrapper[np.ndarray, np.ndarray, list[Event]]):
         )
 
     def action(self, action: np.ndarray) -> list[Event]:
-        low, high = self.action_space.low, self.action_space.high
+        space = self.action_space
+        assert isinstance(space, spaces.Box)
+        low, high = space.low, space.high
         x, y, button = np.clip(np.asarray(action, np.float32), low, high)
         return [("PointerEvent", int(round(x)), int(round(y)), int(button > 0.5))]

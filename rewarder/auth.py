@@ -46,5 +46,7 @@ def default_password() -> str | None:
             with open(path, encoding="utf-8") as f:
                 return f.read().strip() or None
         except OSError as exc:
-            raise SystemExit(f"universe-remote: cannot read ${PASSWORD_FILE_ENV} ({path}): {exc}")
+            raise SystemExit(
+                f"universe-remote: cannot read ${PASSWORD_FILE_ENV} ({path}): {exc}"
+            ) from None
     return None

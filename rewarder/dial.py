@@ -15,8 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 import websockets
-from websockets.asyncio.client import ClientConnection as WebSocket
-from websockets.asyncio.client import connect as ws_connect
+from websockets.asyncio.client import ClientConnection as WebSocket, connect as ws_connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from .errors import ConnectionClosed, ConnectTimeout

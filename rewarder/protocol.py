@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import orjson
 
@@ -132,7 +132,7 @@ def parse_episode_id(value: object) -> int:
     raise ValueError(f"episode_id must be a string holding an integer, not {value!r}")
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

@@ -41,7 +41,7 @@ from typing import Any, ClassVar, Final
 import numpy as np
 from ale_py import Action, ALEInterface, LoggerMode, roms
 
-from .base import InputEvent, KeyEvent, Runtime, StepResult
+from .base import InputEvent, KeyEvent, Runtime, StepResult, check_frames
 
 # Screen and timing -----------------------------------------------------------------------
 
@@ -241,8 +241,7 @@ class AtariRuntime(Runtime):
     def advance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
         """Run ``frames`` ALE frames with the input held; fetch the screen once, at the end
         (measured on Pong, frameskip 4: see the closing note of issue 1/10)."""
-        if frames < 1:
-            raise ValueError(f"advance needs frames >= 1, not {frames}")
+        check_frames(frames)
         if self.done:
             return StepResult(0.0, True, self._info(), frames=0)
         tapped = 0

@@ -4,8 +4,9 @@ Holds the input events (:class:`KeyEvent`, :class:`PointerEvent`, the VNC vocabu
 :class:`StepResult` and the :class:`Runtime` base class every environment subclasses.
 
 A runtime knows nothing about sockets. The remote process (``envserver.remote``) calls
-:meth:`Runtime.step` once per frame with the input that arrived since the last frame
-and serves :attr:`Runtime.framebuffer` over VNC and the reward over the rewarder.
+:meth:`Runtime.advance` with the input that arrived since the last call (one frame at a
+time in real time, k frames per agent step in lockstep) and serves
+:attr:`Runtime.framebuffer` over VNC and the reward over the rewarder.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ InputEvent = KeyEvent | PointerEvent
 
 @dataclass(slots=True)
 class StepResult:
-    """What one frame earned: summed reward, whether the episode ended, extra info.
+    """What one frame (or an advance of several) earned: summed reward, whether the
+    episode ended, extra info.
 
     ``text`` (an instruction, a status line) and ``observation`` (anything JSON) are sent
     to clients as ``v0.env.text`` / ``v0.env.observation`` when not None.
@@ -49,8 +51,15 @@ class StepResult:
     info: dict[str, Any] = field(default_factory=dict)
     text: str | None = None
     observation: Any = None
-    #: Frames advanced: 1 for a step; for an advance, fewer than asked if done came first.
+    #: Frames advanced: 1 for a step; for an advance, fewer than asked if done came first;
+    #: 0 when the episode had already ended (it stays done until reset).
     frames: int = 1
+
+
+def check_frames(frames: int) -> None:
+    """Refuse an advance of no frames: it would draw nothing and hide a caller's bug."""
+    if frames < 1:
+        raise ValueError(f"advance needs frames >= 1, not {frames!r}")
 
 
 class Runtime(abc.ABC):
@@ -104,14 +113,13 @@ class Runtime(abc.ABC):
         steps frame by frame; runtimes that can skip drawing the frames in between
         override it, giving the same frames and rewards.
         """
-        if frames < 1:
-            raise ValueError(f"advance needs frames >= 1, not {frames}")
+        check_frames(frames)
         total = StepResult(frames=0)
         for i in range(frames):
             result = self.step(events if i == 0 else ())
             total.reward += result.reward
             total.info.update(result.info)
-            total.frames += 1
+            total.frames += result.frames  # 0 from a runtime whose episode had already ended
             if result.text is not None:
                 total.text = result.text
             if result.observation is not None:
@@ -121,13 +129,13 @@ class Runtime(abc.ABC):
                 break
         return total
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a hook: most runtimes hold nothing)
         """Free what the runtime holds (processes, displays). Called once, at shutdown."""
 
     # Hooks for runtimes that own processes (X servers, browsers). The remote awaits them
     # on its event loop; the defaults suit runtimes that live in this process.
 
-    async def astart(
+    async def astart(  # noqa: B027 (a hook)
         self, host: str, vnc_port: int, password: str | None, view_only_password: str | None
     ) -> None:
         """Start what the runtime needs; an ``external_vnc`` runtime binds ``vnc_port`` here."""

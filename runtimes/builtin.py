@@ -13,12 +13,13 @@ with numpy slices, and keep answering ``done`` after the episode ends until the 
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final, NamedTuple
 
 import numpy as np
 
-from .base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult
+from .base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult, check_frames
 
 Colour = tuple[int, int, int]
 
@@ -168,7 +169,12 @@ def _rng(seed: int | None) -> np.random.Generator:
 
 
 class _Game(Runtime):
-    """What both games share: an episode clock, a miss count and the describe() extras."""
+    """What both games share: an episode clock, a miss count, the describe() extras, and
+    :meth:`advance`, which plays the rules of every frame but draws only the last.
+
+    Subclasses implement :meth:`_play` (one frame of the rules, not drawn), :meth:`_draw`
+    and :meth:`_info`; :meth:`step` is an advance of one frame.
+    """
 
     #: The episode is done after this many frames at the latest.
     max_episode_frames: ClassVar[int]
@@ -186,6 +192,36 @@ class _Game(Runtime):
             "max_episode_frames": cls.max_episode_frames,
             "max_misses": cls.max_misses,
         }
+
+    def step(self, events: Sequence[InputEvent]) -> StepResult:
+        return self.advance(events, 1)
+
+    def advance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
+        """Play ``frames`` frames with the input held; draw once, at the end: drawing is
+        ~85 % of a frame's cost (Catch: ~12 of ~14 us), so 4 frames cost ~2x less."""
+        check_frames(frames)
+        if self.done:
+            return StepResult(0.0, True, self._info(), frames=0)
+        reward = self._play(events)
+        ran = 1
+        while ran < frames and not self.done:
+            reward += self._play(())
+            ran += 1
+        self._draw()
+        return StepResult(reward, self.done, self._info(), frames=ran)
+
+    @abc.abstractmethod
+    def _play(self, events: Sequence[InputEvent]) -> float:
+        """Apply ``events`` and play one frame of the rules, counting it with
+        :meth:`_tick`, without drawing; its reward."""
+
+    @abc.abstractmethod
+    def _draw(self) -> None:
+        """Draw the current state into :attr:`framebuffer`."""
+
+    @abc.abstractmethod
+    def _info(self) -> dict[str, Any]:
+        """The exact numbers the pips show, for ``StepResult.info``."""
 
     def _start(self, seed: int | None) -> None:
         self.rng = _rng(seed)
@@ -275,9 +311,7 @@ class Catch(_Game):
             "frame": self.frame,
         }
 
-    def step(self, events: Sequence[InputEvent]) -> StepResult:
-        if self.done:
-            return StepResult(0.0, True, self._info())
+    def _play(self, events: Sequence[InputEvent]) -> float:
         tapped: set[str] = set()
         for event in events:
             if isinstance(event, KeyEvent) and event.key in _CATCH_DIRECTIONS:
@@ -317,9 +351,8 @@ class Catch(_Game):
             if self.ball_x is None:
                 self._spawn_in = CATCH_SPAWN_DELAY
 
-        done = self._tick()
-        self._draw()
-        return StepResult(reward, done, self._info())
+        self._tick()
+        return reward
 
     def _draw(self) -> None:
         fb = self.framebuffer
@@ -429,9 +462,7 @@ class ClickTarget(_Game):
             "frame": self.frame,
         }
 
-    def step(self, events: Sequence[InputEvent]) -> StepResult:
-        if self.done:
-            return StepResult(0.0, True, self._info())
+    def _play(self, events: Sequence[InputEvent]) -> float:
         hits = 0
         for event in events:
             if not isinstance(event, PointerEvent):
@@ -452,9 +483,8 @@ class ClickTarget(_Game):
                 self.misses += 1
                 self._move_target()
 
-        done = self._tick()
-        self._draw()
-        return StepResult(reward, done, self._info())
+        self._tick()
+        return reward
 
     def _draw(self) -> None:
         fb = self.framebuffer

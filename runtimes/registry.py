@@ -22,8 +22,10 @@ FAMILIES: dict[str, str] = {
 #: family -> how to install what it needs, for families with optional dependencies.
 EXTRAS: dict[str, str] = {
     "atari": "pip install 'universe-remote[atari]'",
-    "miniwob": "pip install 'universe-remote[browser]' and apt-get install tigervnc-standalone-server chromium",
-    "x11": "apt-get install tigervnc-standalone-server tigervnc-tools (and x11-apps or xterm for the programs)",
+    "miniwob": "pip install 'universe-remote[browser]' and "
+    "apt-get install tigervnc-standalone-server chromium",
+    "x11": "apt-get install tigervnc-standalone-server tigervnc-tools "
+    "(and x11-apps or xterm for the programs)",
 }
 
 _loaded: dict[str, dict[str, Callable[..., Runtime]]] = {}

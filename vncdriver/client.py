@@ -550,13 +550,13 @@ class VNCClient:
         number = self._updates
         if self._waiters:
             keep: list[tuple[int, asyncio.Future[int]]] = []
-            for entry in self._waiters:
-                after, waiter = entry
+            for waiting in self._waiters:
+                after, waiter = waiting
                 if after < number:
                     if not waiter.done():
                         waiter.set_result(number)
                 else:
-                    keep.append(entry)
+                    keep.append(waiting)
             self._waiters = keep
         callback = self.on_update
         if callback is not None:

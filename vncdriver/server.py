@@ -84,8 +84,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport | Transport) -> None:
         assert isinstance(transport, asyncio.Transport) or self.trusted
-        self.transport = transport  # type: ignore[assignment]
-        transport.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
+        own: Transport = transport  # type: ignore[assignment]
+        self.transport = own
+        own.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
         server = self.server
         height, width = server.frame.shape[:2]
         refuse = self.refuse_reason

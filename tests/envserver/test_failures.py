@@ -282,8 +282,8 @@ async def test_the_stepper_gets_its_lockstep_reward_once(start_remote: StartRemo
         url, additional_headers={protocol.OBSERVER_HEADER: "true"}
     ) as observer, RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as agent:
         await agent.reset(seed=1)
-        total, steps = 0.0, 0
-        for steps in range(1, 200):
+        total = 0.0
+        for _ in range(200):
             reply = await agent.step([], frames=30)
             total += reply.reward
             if reply.done:

@@ -44,7 +44,10 @@ async def run_episode(remote, seed: int) -> list[tuple[str, float, bool]]:  # ty
     trace = []
     async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
         await client.reset(seed=seed, mode="lockstep")
-        script = [[("KeyEvent", "Left", True)], [("KeyEvent", "Left", False)], [("KeyEvent", "Right", True)], []]
+        script = [
+            [("KeyEvent", "Left", True)], [("KeyEvent", "Left", False)],
+            [("KeyEvent", "Right", True)], [],
+        ]
         for i in range(120):
             reply = await client.step(script[i % len(script)], frames=4)
             trace.append((digest(remote), reply.reward, reply.done))

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from remotes.address import AddressError, RemoteAddress, format_remotes, parse_remotes
 
@@ -48,7 +47,10 @@ hosts = st.from_regex(r"[a-z][a-z0-9.\-]{0,20}", fullmatch=True)
 ports = st.integers(1, 65535)
 
 
-@given(st.lists(st.tuples(hosts, ports, ports), min_size=1, max_size=5), st.none() | st.text(min_size=1, max_size=10))
+@given(
+    st.lists(st.tuples(hosts, ports, ports), min_size=1, max_size=5),
+    st.none() | st.text(min_size=1, max_size=10),
+)
 def test_round_trip(entries: list[tuple[str, int, int]], password: str | None) -> None:
     remotes = [RemoteAddress(h, v, r) for h, v, r in entries]
     assert parse_remotes(format_remotes(remotes, password)) == (remotes, password)

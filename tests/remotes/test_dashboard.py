@@ -175,7 +175,8 @@ class Lines(io.StringIO):
     """``play``'s output, readable from another thread as it comes."""
 
     def find(self, prefix: str) -> str | None:
-        return next((l for l in self.getvalue().splitlines() if l.startswith(prefix)), None)
+        lines = self.getvalue().splitlines()
+        return next((line for line in lines if line.startswith(prefix)), None)
 
 
 def test_play_serves_the_dashboard_without_slowing_down() -> None:

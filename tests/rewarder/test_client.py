@@ -16,13 +16,11 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
 
-from rewarder import client as client_module
-from rewarder import protocol
-from rewarder import dial as dial_module
+from rewarder import client as client_module, dial as dial_module, protocol
+from rewarder.auth import basic_auth_password
 from rewarder.client import RewarderClient, basic_auth, connect, parse_address
 from rewarder.errors import BadRequest, ConnectionClosed, ConnectTimeout, RemoteError
 from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED
-from rewarder.auth import basic_auth_password
 from rewarder.server import RewarderServer
 
 TIMEOUT = 5.0

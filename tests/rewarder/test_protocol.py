@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from rewarder import protocol
 from rewarder.errors import BadRequest, MessageTooBig, ProtocolError

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from envserver.remote import Remote
 from remotes.env import RemoteEnv
 from runtimes import registry
-from envserver.remote import Remote
 from runtimes.xdisplay import XvncDisplay
 from tests.conftest import StartRemote
 from tests.runtimes.display import alive, display_remotes

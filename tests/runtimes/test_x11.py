@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtimes import registry
 from envserver.remote import Remote
+from runtimes import registry
 from tests.conftest import StartRemote
 from tests.runtimes.display import alive, display_remotes
 from tests.wire import WireClient

@@ -4,8 +4,7 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from vncdriver.client_protocol import (
     DIRECT_READ_BYTES,

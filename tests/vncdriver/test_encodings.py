@@ -6,8 +6,7 @@ import zlib
 import numpy as np
 import pytest
 import simplejpeg
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from vncdriver.encodings import DECODERS, ENCODERS, decode_bytes
 from vncdriver.encodings.common import (

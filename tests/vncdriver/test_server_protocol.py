@@ -2,8 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from vncdriver.errors import LimitExceeded, LocalProtocolError, ProtocolError
 from vncdriver.handshake import HandshakeComplete
