@@ -489,7 +489,7 @@ async def test_bridge_to_tigervnc_with_its_password(
     xservers: XServers, http: aiohttp.ClientSession
 ) -> None:
     """A VNC server nobody here wrote, behind VNC Authentication the bridge answers."""
-    display = xservers.xvnc(320, 240, password="pw")
+    display = await xservers.xvnc(320, 240, password="pw")
     picture = np.zeros((240, 320, 3), np.uint8)
     picture[:, :, 0] = np.arange(320, dtype=np.uint8)[None, :]
     picture[60:180, 80:240] = (10, 200, 90)

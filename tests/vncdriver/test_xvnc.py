@@ -60,8 +60,8 @@ def shows(client: VNCClient, image: np.ndarray, x: int, y: int) -> Callable[[], 
 
 
 @pytest.fixture
-def xvnc(xservers: XServers) -> XDisplay:
-    return xservers.xvnc(320, 240)
+async def xvnc(xservers: XServers) -> XDisplay:
+    return await xservers.xvnc(320, 240)
 
 
 # Pixels ----------------------------------------------------------------------------------
@@ -199,7 +199,7 @@ async def test_pointer_and_keys_reach_x_programs(xservers: XServers, xvnc: XDisp
 
 
 async def test_password(xservers: XServers) -> None:
-    display = xservers.xvnc(160, 120, password="s3cret!")
+    display = await xservers.xvnc(160, 120, password="s3cret!")
     async with VNCClient(display.vnc_address, password="s3cret!") as client:
         await client.wait_update(0, timeout=WAIT)
         assert client.frame().shape == (120, 160, 3)

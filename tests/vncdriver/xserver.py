@@ -6,6 +6,8 @@ use it), :class:`XDisplay`, :class:`XEventLog` (``xev`` output parsed into event
 can wait for), and helpers: :func:`require`, :func:`free_port`, :func:`wait_for_port`,
 :func:`xwd_bytes`, :func:`read_xwd`.
 
+Xvnc is started by the remote's own :class:`runtimes.xdisplay.XvncDisplay` (so these
+tests exercise it too); Xvfb and x11vnc, which the remote never runs, are started here.
 Servers pick their own free display number (``-displayfd``), so tests can run beside
 each other and beside other X servers. Each VNC server gets a free TCP port (picked, then
 retried if another process took it first) and is ready when that port accepts
@@ -37,6 +39,9 @@ from typing import Self
 import numpy as np
 import pytest
 
+from runtimes import xdisplay
+from runtimes.xdisplay import XvncDisplay, log_tail
+
 #: How long a server may take to come up (Xvnc needs < 0.3 s, x11vnc about 1 s).
 START_TIMEOUT = 15.0
 #: How long a process gets to exit after SIGTERM before SIGKILL.
@@ -45,20 +50,6 @@ STOP_TIMEOUT = 3.0
 PORT_ATTEMPTS = 5
 #: Interval of the readiness polls (a condition with a deadline, not synchronisation).
 POLL_INTERVAL = 0.02
-
-#: Xvnc flags from FIELD-NOTES: local only, no password, shared, no blacklisting of the
-#: many quick connections tests make, no X over TCP.
-XVNC_FLAGS = (
-    "-localhost",
-    "-interface",
-    "127.0.0.1",
-    "-AlwaysShared",
-    "-BlacklistThreshold",
-    "1000000",
-    "-nolisten",
-    "tcp",
-)
-
 
 def require(*commands: str) -> None:
     """Skip the test unless every command is installed."""
@@ -69,9 +60,7 @@ def require(*commands: str) -> None:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return xdisplay.free_port("127.0.0.1")
 
 
 def wait_for_port(
@@ -92,11 +81,11 @@ def wait_for_port(
         if process is not None and process.poll() is not None:
             raise RuntimeError(
                 f"{_program(process)} exited with {process.returncode} before listening on "
-                f"port {port}{_log_tail(log)}"
+                f"port {port}{log_tail(log)}"
             )
         if time.monotonic() > deadline:
             raise TimeoutError(
-                f"nothing listened on {host}:{port} within {timeout} s ({error}){_log_tail(log)}"
+                f"nothing listened on {host}:{port} within {timeout} s ({error}){log_tail(log)}"
             )
         time.sleep(POLL_INTERVAL)
 
@@ -104,13 +93,6 @@ def wait_for_port(
 def _program(process: subprocess.Popen[bytes]) -> str:
     args = process.args
     return str(args[0] if isinstance(args, list | tuple) else args)
-
-
-def _log_tail(log: Path | None, lines: int = 15) -> str:
-    if log is None or not log.exists():
-        return ""
-    tail = log.read_text(errors="replace").splitlines()[-lines:]
-    return f"; last lines of {log}:\n" + "\n".join(tail)
 
 
 @dataclass
@@ -159,6 +141,7 @@ class XServers:
             directory = Path(self._tmp.name)
         self.directory = directory
         self._started: list[_Started] = []
+        self._xvnc: list[XvncDisplay] = []
         self._count = 0
 
     def __enter__(self) -> Self:
@@ -169,7 +152,7 @@ class XServers:
 
     # Servers ---------------------------------------------------------------------------
 
-    def xvnc(
+    async def xvnc(
         self,
         width: int = 320,
         height: int = 240,
@@ -177,39 +160,21 @@ class XServers:
         password: str | None = None,
         args: Sequence[str] = (),
     ) -> XDisplay:
-        """TigerVNC ``Xvnc`` (depth 24) on a free display and port; ready to connect.
+        """TigerVNC ``Xvnc`` (depth 24) on a free display and port, started by the remote's
+        own code (:class:`runtimes.xdisplay.XvncDisplay`); ready to connect.
 
-        ``password`` sets VNC Authentication (a ``vncpasswd -f`` file); otherwise the
-        security type is None. ``args`` are more Xvnc options (``-FrameRate 120``, ...).
+        ``password`` sets VNC Authentication; otherwise the security type is None.
+        ``args`` are more Xvnc options (``-FrameRate 120``, ...).
         """
         require("Xvnc", *(("vncpasswd",) if password is not None else ()))
-        if password is not None:
-            security = ["-SecurityTypes", "VncAuth", "-PasswordFile", str(self._passwd(password))]
-        else:
-            security = ["-SecurityTypes", "None"]
-        last: Exception | None = None
-        for _ in range(PORT_ATTEMPTS):
-            port = free_port()
-            argv = [
-                "Xvnc",
-                "-geometry",
-                f"{width}x{height}",
-                "-depth",
-                "24",
-                "-rfbport",
-                str(port),
-                *security,
-                *XVNC_FLAGS,
-                *args,
-            ]
-            try:
-                display = self._x_server(argv, width, height, "Xvnc")
-                display.vnc_port, display.password = port, password
-                wait_for_port(port, process=display.process, log=display.log)
-                return display
-            except RuntimeError as exc:  # most likely the port was taken meanwhile
-                last = exc
-        raise RuntimeError(f"Xvnc did not start in {PORT_ATTEMPTS} attempts: {last}")
+        server = XvncDisplay(width, height, password=password, args=args,
+                             start_timeout=START_TIMEOUT)
+        await server.start()
+        self._xvnc.append(server)
+        assert server.display is not None and server.process is not None
+        assert server.log is not None
+        return XDisplay(server.display, width, height, server.process, server.log,
+                        vnc_port=server.port, password=password)
 
     def xvfb(
         self, width: int = 320, height: int = 240, depth: int = 24, args: Sequence[str] = ()
@@ -329,6 +294,8 @@ class XServers:
         Programs from :meth:`spawn` belong to an event loop: prefer :meth:`aclose` while
         it runs (the ``xservers`` fixture does).
         """
+        while self._xvnc:
+            self._xvnc.pop().stop()
         while self._started:
             started = self._started.pop()
             process = started.process
@@ -407,19 +374,6 @@ class XServers:
             os.close(read_fd)
         return XDisplay(f":{number}", width, height, process, log)
 
-    def _passwd(self, password: str) -> Path:
-        self._count += 1
-        path = self.directory / f"passwd{self._count}"
-        data = subprocess.run(
-            ["vncpasswd", "-f"],
-            input=f"{password}\n{password}\n".encode(),
-            capture_output=True,
-            check=True,
-        ).stdout
-        path.write_bytes(data)
-        path.chmod(0o600)
-        return path
-
 
 def _read_display_number(fd: int, process: subprocess.Popen[bytes], log: Path) -> int:
     """The display number an X server writes to its ``-displayfd`` once it is ready."""
@@ -429,7 +383,7 @@ def _read_display_number(fd: int, process: subprocess.Popen[bytes], log: Path) -
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError(
-                f"{_program(process)} gave no display within {START_TIMEOUT} s{_log_tail(log)}"
+                f"{_program(process)} gave no display within {START_TIMEOUT} s{log_tail(log)}"
             )
         ready, _, _ = select.select([fd], [], [], remaining)
         if ready:
@@ -438,7 +392,7 @@ def _read_display_number(fd: int, process: subprocess.Popen[bytes], log: Path) -
                 process.wait(STOP_TIMEOUT)
                 raise RuntimeError(
                     f"{_program(process)} exited with {process.returncode} before it was "
-                    f"ready{_log_tail(log)}"
+                    f"ready{log_tail(log)}"
                 )
             data += chunk
     return int(data.strip())
