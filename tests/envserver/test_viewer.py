@@ -380,12 +380,15 @@ async def test_bridge_serves_exact_pixels_and_drops_input_when_view_only(
     await rfb.close()
 
 
+@pytest.mark.parametrize("in_process", [False, True], ids=["tcp bridge", "in-process"])
 async def test_control_viewer_passes_input(
-    start_remote: StartRemote, http: aiohttp.ClientSession
+    start_remote: StartRemote, http: aiohttp.ClientSession, in_process: bool
 ) -> None:
-    """The same path with view_only=False lets keys through: the test above can see input."""
+    """The same paths with view_only=False let keys through: the view-only tests can see
+    input (in-process, view-only is the VNC server's doing, not a missing input path)."""
     remote = await start_remote(mode="lockstep", password=PASSWORD)
-    viewer = Viewer(remote.vnc_port or 0, password=PASSWORD, view_only=False)
+    viewer = Viewer(remote.vnc_port or 0, password=PASSWORD, view_only=False,
+                    vnc_server=remote.vnc if in_process else None)
     await viewer.start("127.0.0.1", 0)
     try:
         seen = spy_on_input(remote)
@@ -411,27 +414,6 @@ async def test_the_remotes_own_viewer_attaches_in_process(
     assert len(clients) == 1 and clients[0].trusted and clients[0].force_view_only
     assert not isinstance(clients[0].transport, asyncio.Transport)
     await rfb.close()
-
-
-async def test_an_in_process_control_viewer_passes_input(
-    start_remote: StartRemote, http: aiohttp.ClientSession
-) -> None:
-    """The in-process path with view_only=False lets keys through: view-only is the
-    VNC server's doing, not a missing input path."""
-    remote = await start_remote(mode="lockstep", password=PASSWORD)
-    viewer = Viewer(remote.vnc_port or 0, password=PASSWORD, view_only=False,
-                    vnc_server=remote.vnc)
-    await viewer.start("127.0.0.1", 0)
-    try:
-        seen = spy_on_input(remote)
-        rfb = await RFBOverWebSocket.open(http, await session_websocket(http, viewer, PASSWORD))
-        await rfb.frame()
-        rfb.proto.key_event("Left", True)
-        await rfb.frame()
-        assert [type(e) for e in seen] == [KeyEvent] and remote.held_keys == {"Left"}
-        await rfb.close()
-    finally:
-        await viewer.close()
 
 
 async def test_bridge_closes_when_the_remote_goes_away(
