@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -32,6 +35,18 @@ log = logging.getLogger(__name__)
 
 #: Seconds a reset may take, from the request to the first frame of the new episode.
 RESET_TIMEOUT: Final = 60.0
+
+_client_ids: dict[int, str] = {}
+
+
+def process_client_id() -> str:
+    """This process's rewarder client id: a new env of this process takes over a remote
+    an earlier env of it still holds (``check_env`` builds such second envs), while an
+    agent of another process is refused as busy. New after a fork."""
+    pid = os.getpid()
+    if pid not in _client_ids:
+        _client_ids[pid] = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:12]}"
+    return _client_ids[pid]
 
 
 def check_stepping(mode: str, frameskip: int) -> None:
@@ -136,6 +151,7 @@ class RemoteSession:
                 start_timeout=self.start_timeout,
                 reconnect=False,
                 name=self.name,
+                client_id=process_client_id(),
             )
         starts = [c.start() for c in (self.vnc, self.rewarder) if c is not None]
         results = await asyncio.gather(*starts, return_exceptions=True)

@@ -141,7 +141,11 @@ class RewarderClient:
         name: str | None = None,
         calibration_pings: int = CALIBRATION_PINGS,
         calibration_interval: float = CALIBRATION_INTERVAL,
+        client_id: str | None = None,
     ) -> None:
+        """``client_id`` (header ``openai-client-id``): a connection of ours with the same
+        id may take the active slot from the one holding it (the server closes that one
+        for good with close code 4010)."""
         self.address = address
         self.url = parse_address(address)
         self.name = name or address
@@ -156,6 +160,8 @@ class RewarderClient:
         self._headers = {protocol.OBSERVER_HEADER: "true" if observer else "false"}
         if password is not None:
             self._headers["authorization"] = basic_auth(password)
+        if client_id:
+            self._headers[protocol.CLIENT_ID_HEADER] = client_id
 
         self._ws: WebSocket | None = None
         self._proto: ClientConnection | None = None

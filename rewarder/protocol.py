@@ -46,6 +46,13 @@ MAX_SEED: Final = 2**32 - 1
 
 #: The handshake header of a watch-only client (Universe's name).
 OBSERVER_HEADER: Final = "openai-observer"
+#: The handshake header naming an agent process (Universe's ``client_id``, as a header):
+#: a new active client with the same id replaces the connection holding the active slot
+#: at once (a restarted agent, or a second env of the same process, as ``check_env``
+#: builds), instead of being refused as busy.
+CLIENT_ID_HEADER: Final = "openai-client-id"
+#: Longest client id accepted; longer ids are ignored (treated as none).
+MAX_CLIENT_ID_CHARS: Final = 128
 #: Key in a reward's ``info``: the number of the frame that earned it (the same numbers
 #: as the VNC frame tags), so an agent can pair the reward with the exact frame.
 FRAME_INFO_KEY: Final = "remote.frame"

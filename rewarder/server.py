@@ -48,6 +48,8 @@ CLOSE_UNAUTHORIZED: Final = 4003
 CLOSE_BUSY: Final = 4009
 #: This client fell too far behind reading and was dropped.
 CLOSE_TOO_SLOW: Final = 1008
+#: A newer connection with the same client id took the active slot: final, no redial.
+CLOSE_REPLACED: Final = 4010
 
 
 class EnvHandler(Protocol):
@@ -99,6 +101,7 @@ class _Client:
         self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue(max_queued_messages)
         self.on_drop = on_drop
         self.dropped = False
+        self.client_id = ""
         self.writer = asyncio.get_running_loop().create_task(self._write())
 
     def send(self, data: bytes) -> None:
@@ -259,7 +262,11 @@ class RewarderServer:
             max_queued_messages=self.max_queued_messages,
             on_drop=self._forget,
         )
-        refusal = self._refusal(headers.get("authorization"), observer)
+        client_id = headers.get(protocol.CLIENT_ID_HEADER, "").strip()
+        if len(client_id) > protocol.MAX_CLIENT_ID_CHARS:
+            client_id = ""
+        client.client_id = client_id
+        refusal = self._refusal(headers.get("authorization"), observer, client_id)
         if refusal is None and self._closing:
             refusal = 1001, "the remote is shutting down"
         if refusal is not None:
@@ -270,6 +277,9 @@ class RewarderServer:
             await ws.close(code, reason[:120])
             return
         if not observer:
+            old = self.active
+            if old is not None:  # the same agent again (_refusal allowed it): it wins
+                self._replace(old)
             self.active = client
         self.clients.add(client)
         log.info("%s connected from %s", "observer" if observer else "agent", ws.remote_address)
@@ -280,17 +290,30 @@ class RewarderServer:
         except websockets.ConnectionClosed:
             pass
         finally:
+            was_active = self.active is client  # (not if a newer one replaced it)
             self._forget(client)
             client.writer.cancel()
-            self.handler.client_left(observer)
+            if observer or was_active:
+                self.handler.client_left(observer)
             log.info("%s from %s left", "observer" if observer else "agent", ws.remote_address)
+
+    def _replace(self, old: _Client) -> None:
+        """Close the active client a newer connection with its client id replaces."""
+        reason = "replaced by a newer connection with the same client id"
+        log.info("%s: %s", old.ws.remote_address, reason)
+        self._forget(old)
+        self.handler.client_left(False)
+        old.send(old.proto.close(reason))
+        asyncio.get_running_loop().create_task(old.ws.close(CLOSE_REPLACED, reason))
 
     def _forget(self, client: _Client) -> None:
         self.clients.discard(client)
         if self.active is client:
             self.active = None
 
-    def _refusal(self, authorization: str | None, observer: bool) -> tuple[int, str] | None:
+    def _refusal(
+        self, authorization: str | None, observer: bool, client_id: str = ""
+    ) -> tuple[int, str] | None:
         """Why this handshake may not become a client, with the close code; None if it may."""
         if self.password is not None:
             given = basic_auth_password(authorization)
@@ -301,7 +324,8 @@ class RewarderServer:
                 )
             if not hmac.compare_digest(given.encode(), self.password.encode()):
                 return CLOSE_UNAUTHORIZED, "wrong password for this remote"
-        if not observer and self.active is not None:
+        active = self.active
+        if not observer and active is not None and not (client_id and active.client_id == client_id):
             return CLOSE_BUSY, (
                 "another agent is already connected to this remote as its active client; "
                 "connect with header 'openai-observer: true' to watch, or use another remote"

@@ -10,7 +10,8 @@ import pytest
 import websockets
 
 from rewarder.auth import basic_auth_password
-from rewarder.server import CLOSE_BUSY, CLOSE_UNAUTHORIZED, RewarderServer
+from rewarder import protocol
+from rewarder.server import CLOSE_BUSY, CLOSE_REPLACED, CLOSE_UNAUTHORIZED, RewarderServer
 from tests.conftest import StartRemote
 from tests.wire import WireClient, basic_auth
 
@@ -324,3 +325,45 @@ async def test_a_remote_serving_the_viewer_redirects_to_it() -> None:
         assert status in (200, 401)  # the viewer answers there (behind the password, if any)
     finally:
         await remote.close()
+
+
+async def test_a_new_connection_with_the_same_client_id_takes_over(
+    start_remote: StartRemote,
+) -> None:
+    """Another agent is refused as busy; the same agent (same client id) replaces its old
+    connection at once, which is told why and let go of its keys."""
+    remote = await start_remote(mode="lockstep")
+    url = f"ws://127.0.0.1:{remote.rewarder.port}"
+    same = {protocol.CLIENT_ID_HEADER: "agent-1"}
+    async with websockets.connect(url, additional_headers=same) as old:
+        assert orjson.loads(await old.recv())["method"] == "v0.env.describe"
+        await old.send(orjson.dumps({
+            "method": "v0.agent.action", "headers": {"message_id": 1, "sent_at": 0},
+            "body": {"action": [["KeyEvent", "Left", True]]},
+        }).decode())
+        async with asyncio.timeout(10):
+            while remote.held_keys != {"Left"}:
+                await asyncio.sleep(0.01)
+        other = {protocol.CLIENT_ID_HEADER: "agent-2"}
+        async with websockets.connect(url, additional_headers=other) as refused:
+            assert orjson.loads(await refused.recv())["method"] == "v0.connection.close"
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await refused.recv()
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == CLOSE_BUSY
+        async with websockets.connect(url, additional_headers=same) as new:
+            assert orjson.loads(await new.recv())["method"] == "v0.env.describe"
+            message = orjson.loads(await old.recv())
+            assert message["method"] == "v0.connection.close"
+            assert "same client id" in message["body"]["message"]
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await old.recv()
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == CLOSE_REPLACED
+            assert remote.held_keys == set()  # the old connection's keys were let go
+            await new.send(orjson.dumps({
+                "method": "v0.env.reset", "headers": {"message_id": 1, "sent_at": 0,
+                                                      "episode_id": "0"}, "body": {},
+            }).decode())
+            async with asyncio.timeout(10):
+                while orjson.loads(await new.recv())["method"] != "v0.reply.env.reset":
+                    pass
+            assert remote.rewarder.active is not None
