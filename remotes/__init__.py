@@ -1,38 +1,48 @@
 """The agent side: gymnasium envs over one or many remotes.
 
+    import gymnasium as gym
+    import remotes
+
+    gym.register_envs(remotes)                      # ids universe-remote/<env id>
+    env = gym.make("universe-remote/builtin.Catch-v0")
     from remotes import RemoteEnv, RemoteVectorEnv, start_local
 
-Names are imported lazily, so ``universe-remote serve`` (which lives in this package's
-``cli`` module) never loads gymnasium.
+Importing this package registers an id for every environment this install knows
+(:mod:`remotes.registration`). The ``universe-remote`` command does not import it for
+``serve``, so a remote never loads gymnasium.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .address import RemoteAddress, parse_remotes
+from .containers import DockerRemotes, DockerUnavailable, start_docker
+from .env import RemoteEnv
+from .local import LocalRemotes, start_local
+from .registration import NAMESPACE, make_env, make_vector_env, register
+from .session import RemoteUnavailable
+from .spaces import VNCActionSpace
+from .vector import RemoteVectorEnv
+from .wrappers import DiscreteClicks, DiscreteKeys, PointerBox
 
-_EXPORTS = {
-    "RemoteEnv": "remotes.env",
-    "RemoteVectorEnv": "remotes.vector",
-    "RemoteUnavailable": "remotes.session",
-    "VNCActionSpace": "remotes.spaces",
-    "DiscreteKeys": "remotes.wrappers",
-    "DiscreteClicks": "remotes.wrappers",
-    "PointerBox": "remotes.wrappers",
-    "parse_remotes": "remotes.address",
-    "RemoteAddress": "remotes.address",
-    "start_local": "remotes.local",
-    "LocalRemotes": "remotes.local",
-    "start_docker": "remotes.containers",
-    "DockerRemotes": "remotes.containers",
-    "DockerUnavailable": "remotes.containers",
-}
+__all__ = [
+    "NAMESPACE",
+    "DiscreteClicks",
+    "DiscreteKeys",
+    "DockerRemotes",
+    "DockerUnavailable",
+    "LocalRemotes",
+    "PointerBox",
+    "RemoteAddress",
+    "RemoteEnv",
+    "RemoteUnavailable",
+    "RemoteVectorEnv",
+    "VNCActionSpace",
+    "make_env",
+    "make_vector_env",
+    "parse_remotes",
+    "register",
+    "start_docker",
+    "start_local",
+]
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'remotes' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+register()

@@ -52,7 +52,6 @@ def _spec(kwargs: dict[str, Any]) -> EnvSpec:
     )
 
 
-gymnasium.register(ENV_ID, entry_point="remotes.env:RemoteEnv", nondeterministic=True)
 
 
 class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
@@ -135,6 +134,8 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         self._last_frame: int | None = None
         self._episode_id: int | None = None
         self._closed = False
+        #: What this env started and stops on close (``gymnasium.make``'s local remotes).
+        self.owned: Any = None
 
     # Helpers ---------------------------------------------------------------------------
 
@@ -311,3 +312,5 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             self._run(self._session.close(), 10)
         except (RuntimeError, TimeoutError, RemoteUnavailable):
             pass
+        if self.owned is not None:
+            self.owned.close()

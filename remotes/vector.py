@@ -101,6 +101,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         self._autoreset_seeds: list[np.random.Generator | None] = [None] * self.num_envs
         self._next_at: float | None = None
         self._closed = False
+        #: What this env started and stops on close (``gymnasium.make_vec``'s local remotes).
+        self.owned: Any = None
 
     async def _connect_all(self) -> None:
         results = await asyncio.gather(
@@ -312,6 +314,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             self._loop.run(self._close_all(), 10)
         except (RuntimeError, TimeoutError):
             pass
+        if self.owned is not None:
+            self.owned.close()
 
     async def _close_all(self) -> None:
         await asyncio.gather(*(s.close() for s in self.sessions), return_exceptions=True)

@@ -195,6 +195,12 @@ class AtariRuntime(Runtime):
         self.actions: tuple[str, ...] = tuple(minimal)
         self._action_names = joystick_actions(minimal, rotated=self.rom in ROTATED_ROMS)
         self._joystick = [Action.__members__[name] for name in self._action_names]
+        # The fewest keys that play each action of the minimal set (an agent's Discrete).
+        keys_for: dict[str, list[str]] = {}
+        for mask in sorted(range(len(self._action_names)), key=lambda m: bin(m).count("1")):
+            name = self._action_names[mask]
+            keys_for.setdefault(name, [k for k in KEYS if _KEY_BITS[k] & mask])
+        self.action_keys = [keys_for[a] for a in self.actions if a in keys_for]
         self.reset()
 
     def joystick_action(self, keys: Iterable[str]) -> str:
@@ -212,6 +218,7 @@ class AtariRuntime(Runtime):
             "height": self.height,
             "rom": self.rom,
             "actions": list(self.actions),
+            "action_keys": self.action_keys,
             "scale": self.scale,
             "noop_max": self.noop_max,
             "repeat_action_probability": self.repeat_action_probability,
@@ -239,8 +246,9 @@ class AtariRuntime(Runtime):
         return self.advance(events, 1)
 
     def advance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
-        """Run ``frames`` ALE frames with the input held; fetch the screen once, at the end
-        (measured on Pong, frameskip 4: see the closing note of issue 1/10)."""
+        """Run ``frames`` ALE frames with the input held; fetch and scale the screen once,
+        at the end. Measured on Pong, 4 frames a call: ~380 us against ~480 us for 4 steps
+        at scale 1, ~650 against ~1,470 at scale 2."""
         check_frames(frames)
         if self.done:
             return StepResult(0.0, True, self._info(), frames=0)

@@ -13,11 +13,14 @@ import sys
 from collections.abc import Sequence
 
 from envserver import cli as server_cli
-from remotes import cli as agent_cli
 from rewarder.auth import default_password
 
+#: Commands of the agent side: only they import :mod:`remotes` (and so gymnasium).
+AGENT_COMMANDS = frozenset({"play"})
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(agent: bool = True) -> argparse.ArgumentParser:
+    """The parser; ``agent=False`` leaves out the agent side's commands (and imports)."""
     parser = argparse.ArgumentParser(
         prog="universe-remote",
         description="Universe-style remote environments: VNC pixels and a JSON rewarder.",
@@ -25,12 +28,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     server_cli.add_commands(sub)
-    agent_cli.add_commands(sub)
+    if agent:
+        from remotes import cli as agent_cli
+
+        agent_cli.add_commands(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = next((w for w in words if not w.startswith("-")), None)
+    # serve/health/list never load the agent side; anything else (play, --help) does.
+    server_only = command in {"serve", "health", "list"}
+    args = build_parser(agent=not server_only).parse_args(words)
     if getattr(args, "password", "absent") is None:
         args.password = default_password()
     logging.basicConfig(

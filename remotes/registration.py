@@ -1,0 +1,162 @@
+"""``gymnasium.make`` for every environment a remote can serve.
+
+Holds :func:`register` (run when :mod:`remotes` is imported), :func:`make_env` and
+:func:`make_vector_env` (the ids' entry points) and :func:`action_wrapper` (the action
+space each family gets). Ids are ``universe-remote/<env id>``, as ale-py registers
+``ALE/...``::
+
+    import gymnasium as gym
+    import remotes
+
+    gym.register_envs(remotes)
+    env = gym.make("universe-remote/atari.Pong-v0")                 # starts a local remote
+    env = gym.make("universe-remote/builtin.Catch-v0", remotes="vnc://host:5900+15900")
+    envs = gym.make_vec("universe-remote/builtin.Catch-v0", num_envs=8, mode="lockstep")
+
+or, without the import, ``gym.make("remotes:universe-remote/builtin.Catch-v0")``.
+``remotes=`` an int starts that many local remotes (1 for ``make``, ``num_envs`` for
+``make_vec``) and stops them when the env closes; an address string or list connects
+to remotes already running (the remote is switched to the env id at each reset).
+Every id is registered ``nondeterministic`` (real time is; ``mode="lockstep"`` is not,
+but the flag belongs to the id, not to the mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import gymnasium
+
+from runtimes import registry
+
+from .env import ENV_ID, RemoteEnv
+from .local import LocalRemotes, start_local
+from .vector import RemoteVectorEnv
+from .wrappers import DiscreteClicks, DiscreteKeys
+
+#: gymnasium namespace of our ids.
+NAMESPACE: Final = "universe-remote"
+#: Catch: nothing, Left, Right.
+CATCH_ACTIONS: Final = ([], ["Left"], ["Right"])
+#: Click grid for pointer tasks (MiniWoB, ClickTarget) with ``discrete=True``.
+CLICK_GRID: Final = (8, 8)
+
+
+def gym_id(env_id: str) -> str:
+    return f"{NAMESPACE}/{env_id}"
+
+
+def register() -> None:
+    """Register ``universe-remote/<env id>`` for every id this install knows, and the
+    generic ``universe-remote/Remote-v0`` (any remote, by address); idempotent."""
+    if ENV_ID not in gymnasium.registry:
+        gymnasium.register(ENV_ID, entry_point="remotes.env:RemoteEnv", nondeterministic=True)
+    for env_id in registry.env_ids():
+        if gym_id(env_id) in gymnasium.registry:
+            continue
+        gymnasium.register(
+            gym_id(env_id),
+            entry_point="remotes.registration:make_env",
+            vector_entry_point="remotes.registration:make_vector_env",
+            nondeterministic=True,
+            kwargs={"env_id": env_id},
+        )
+
+
+def action_wrapper(env_id: str, describe: dict[str, Any]) -> Callable[[Any], Any] | None:
+    """The wrapper that gives ``env_id`` a simple action space, or None (VNC events).
+
+    Atari: ``Discrete`` over the game's minimal action set (the remote's describe says
+    which keys play each action); Catch: nothing/Left/Right; pointer tasks: clicks on
+    a :data:`CLICK_GRID`.
+    """
+    family = env_id.split(".", 1)[0]
+    if family == "atari" and describe.get("action_keys"):
+        combos = [keys for keys in describe["action_keys"]]
+        return lambda env: DiscreteKeys(env, combos)
+    if env_id == "builtin.Catch-v0":
+        return lambda env: DiscreteKeys(env, [list(c) for c in CATCH_ACTIONS])
+    if family == "miniwob" or env_id == "builtin.ClickTarget-v0":
+        return lambda env: DiscreteClicks.grid(env, *CLICK_GRID)
+    return None
+
+
+def _addresses(
+    env_id: str, remotes: int | str | Sequence[str], wanted: int, mode: str,
+    password: str | None,
+) -> tuple[str | Sequence[str], LocalRemotes | None]:
+    if isinstance(remotes, bool) or not isinstance(remotes, int | str | list | tuple):
+        raise TypeError(
+            f"remotes must be a number of local remotes to start, an address "
+            f"('vnc://host:5900+15900') or a list of addresses, not {remotes!r}"
+        )
+    if isinstance(remotes, int):
+        if remotes != wanted:
+            raise ValueError(
+                f"remotes={remotes}, but this env drives {wanted}: use gymnasium.make for "
+                "one remote and gymnasium.make_vec(id, num_envs=n) for n"
+            )
+        extra = ["--mode", mode]
+        local = start_local(env_id, remotes, password=password, extra_args=extra)
+        return local.address, local
+    return remotes, None
+
+
+def make_env(
+    env_id: str,
+    remotes: int | str | Sequence[str] = 1,
+    *,
+    mode: str = "realtime",
+    frameskip: int = 1,
+    password: str | None = None,
+    discrete: bool = True,
+    render_mode: str | None = None,
+    **kwargs: Any,
+) -> gymnasium.Env[Any, Any]:
+    """One remote of ``env_id`` as a gymnasium env (``gymnasium.make``'s entry point).
+
+    ``discrete=False`` keeps the raw VNC action space (lists of key and pointer events);
+    other keyword arguments go to :class:`~remotes.env.RemoteEnv`.
+    """
+    address, local = _addresses(env_id, remotes, 1, mode, password)
+    try:
+        env = RemoteEnv(
+            address, password, env_id=env_id, mode=mode, frameskip=frameskip,
+            render_mode=render_mode, **kwargs,
+        )
+    except BaseException:
+        if local is not None:
+            local.close()
+        raise
+    env.owned = local
+    wrap = action_wrapper(env_id, env.session.describe_body()) if discrete else None
+    return wrap(env) if wrap is not None else env
+
+
+def make_vector_env(
+    env_id: str,
+    num_envs: int = 1,
+    remotes: int | str | Sequence[str] | None = None,
+    *,
+    mode: str = "realtime",
+    frameskip: int = 1,
+    password: str | None = None,
+    **kwargs: Any,
+) -> RemoteVectorEnv:
+    """``num_envs`` remotes of ``env_id`` as one :class:`RemoteVectorEnv`
+    (``gymnasium.make_vec``'s entry point); its actions are VNC events."""
+    kwargs.pop("discrete", None)
+    address, local = _addresses(
+        env_id, num_envs if remotes is None else remotes, num_envs, mode, password
+    )
+    try:
+        envs = RemoteVectorEnv(
+            address, password, env_id=env_id, mode=mode, frameskip=frameskip, **kwargs
+        )
+    except BaseException:
+        if local is not None:
+            local.close()
+        raise
+    envs.owned = local
+    return envs

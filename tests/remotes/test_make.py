@@ -1,0 +1,106 @@
+"""``gymnasium.make`` / ``make_vec`` for every environment, with real local remotes."""
+
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import remotes
+from remotes import RemoteVectorEnv, start_local
+from remotes.registration import gym_id
+from runtimes import registry
+
+
+def test_every_env_id_is_registered() -> None:
+    gymnasium.register_envs(remotes)
+    ids = {k for k in gymnasium.registry if k.startswith("universe-remote/")}
+    assert {gym_id(e) for e in registry.env_ids()} <= ids
+    assert "universe-remote/atari.Pong-v0" in ids and "universe-remote/Remote-v0" in ids
+    assert gymnasium.spec("universe-remote/builtin.Catch-v0").vector_entry_point is not None
+
+
+def test_make_starts_a_local_remote_and_close_stops_it() -> None:
+    env = gymnasium.make("universe-remote/builtin.Catch-v0", remotes=1)
+    local = env.unwrapped.owned
+    try:
+        assert env.action_space == gymnasium.spaces.Discrete(3)  # nothing, Left, Right
+        obs, info = env.reset(seed=1)
+        assert obs.shape == (210, 160, 3) and obs.dtype == np.uint8
+        obs, reward, terminated, truncated, info = env.step(2)
+        assert env.observation_space.contains(obs)
+        assert [p.poll() for p in local.processes] == [None]
+    finally:
+        env.close()
+    assert all(p.poll() is not None for p in local.processes)
+
+
+def test_make_with_the_module_prefix_and_an_address() -> None:
+    with start_local("builtin.Catch-v0", 1, extra_args=["--mode", "lockstep"]) as local:
+        env = gymnasium.make(
+            "remotes:universe-remote/builtin.Catch-v0", remotes=local.address, mode="lockstep",
+            frameskip=4,
+        )
+        try:
+            first, _ = env.reset(seed=3)
+            again, _ = env.reset(seed=3)
+            assert np.array_equal(first, again)
+            frames = [env.step(1)[0] for _ in range(3)]
+            assert not np.array_equal(frames[0], first)  # the paddle moved: 4 frames a step
+            assert env.unwrapped.owned is None  # not ours to stop
+        finally:
+            env.close()
+        assert [p.poll() for p in local.processes] == [None]
+
+
+def test_make_vec_gives_a_remote_vector_env() -> None:
+    envs = gymnasium.make_vec("universe-remote/builtin.Catch-v0", num_envs=2, mode="lockstep")
+    try:
+        assert isinstance(envs, RemoteVectorEnv) and envs.num_envs == 2
+        obs, info = envs.reset(seed=0)
+        assert obs.shape == (2, 210, 160, 3)
+        obs, rewards, terminated, truncated, info = envs.step([[], [("KeyEvent", "Left", True)]])
+        assert rewards.shape == (2,)
+        local = envs.owned
+        assert len(local.processes) == 2
+    finally:
+        envs.close()
+    assert all(p.poll() is not None for p in local.processes)
+
+
+def test_atari_gets_its_minimal_action_set_as_discrete() -> None:
+    pytest.importorskip("ale_py")
+    env = gymnasium.make("universe-remote/atari.Pong-v0", mode="lockstep", frameskip=4)
+    try:
+        runtime = registry.make("atari.Pong-v0")
+        assert env.action_space == gymnasium.spaces.Discrete(len(runtime.actions))
+        env.reset(seed=0)
+        # every action, as keys, plays the ALE action of the same index
+        combos = env.unwrapped.session.describe_body()["action_keys"]
+        for name, keys in zip(runtime.actions, combos, strict=True):
+            assert runtime.joystick_action(keys) == name
+        for action in range(env.action_space.n):
+            env.step(action)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("mode", ["realtime", "lockstep"])
+def test_check_env_passes_with_no_check_skipped(mode: str) -> None:
+    with start_local("builtin.Catch-v0", 1) as local:
+        env = gymnasium.make(
+            "universe-remote/builtin.Catch-v0", remotes=local.address, mode=mode,
+            render_mode="rgb_array",
+        )
+        try:
+            check_env(env.unwrapped)
+        finally:
+            env.close()
+
+
+def test_unknown_ids_get_the_closest_matches() -> None:
+    with pytest.raises(gymnasium.error.Error, match="Did you mean: `builtin.Catch`"):
+        gymnasium.make("universe-remote/builtin.Cacth-v0")
+    with pytest.raises(ValueError, match="remotes=3.*make_vec"):
+        remotes.make_env("builtin.Catch-v0", remotes=3)
