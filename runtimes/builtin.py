@@ -198,7 +198,8 @@ class _Game(Runtime):
 
     def advance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
         """Play ``frames`` frames with the input held; draw once, at the end: drawing is
-        ~85 % of a frame's cost (Catch: ~12 of ~14 us), so 4 frames cost ~2x less."""
+        ~85 % of a frame's cost (Catch: ~12 of ~14 us), so an advance of 4 frames costs
+        ~20 us against ~60 us for 4 steps."""
         check_frames(frames)
         if self.done:
             return StepResult(0.0, True, self._info(), frames=0)

@@ -10,20 +10,25 @@ and, if the runtime needs arguments or a slow environment, override
 The checks: the env id is registered; the framebuffer is ``uint8[height, width, 3]`` and
 stays the same array object; same seed and same events give the same frames, rewards and
 info; different seeds give different episodes; the episode ends by its declared
-``max_episode_frames`` and stays done until reset; describe() and info are JSON;
-``advance(events, k)`` gives the same final frame, reward and done as k frames stepped
-one at a time (1 x k == k x 1), and stops at done saying how many frames ran.
+``max_episode_frames`` and stays done (advancing 0 frames) until reset; describe() and
+info are JSON; ``advance(events, k)`` gives the same final frame, reward, done and info
+as k advances of 1 frame and as k steps (1 x k == k x 1), also when done comes inside an
+advance; it reports how many frames ran, stops at done, and refuses ``frames < 1``.
+
+The suite is for lockstep runtimes (``Runtime.lockstep``): it needs same-seed replays.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+import pytest
 
 from runtimes import registry
 from runtimes.base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult
@@ -32,6 +37,10 @@ from runtimes.base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResul
 SCRIPT_SEED = 20240601
 
 Trace = list[tuple[str, float, bool, str]]
+#: One row per advance: frame hash, reward, done, info, frames, text, observation (JSON).
+AdvanceTrace = list[tuple[str, float, bool, str, int, str | None, str]]
+#: The three ways of playing k frames on one input that must agree.
+HOWS = ("advance k", "k x advance 1", "k x step")
 
 
 class RuntimeCompliance:
@@ -46,6 +55,9 @@ class RuntimeCompliance:
     max_frames: ClassVar[int | None] = None
     #: Two seeds whose episodes must differ.
     seeds: ClassVar[tuple[int, int]] = (1, 2)
+    #: Frames per advance the advance checks use: 1, and counts that leave done to fall
+    #: inside an advance now and then.
+    advance_frames: ClassVar[tuple[int, ...]] = (1, 4, 7)
 
     # Hooks ---------------------------------------------------------------------------
 
@@ -57,7 +69,9 @@ class RuntimeCompliance:
         """Events for each of ``frames`` frames, made from the keys and buttons it declares.
 
         Key presses and releases of declared keys, pointer moves anywhere on screen and
-        presses and releases of declared buttons, from a fixed seed.
+        presses and releases of declared buttons, from a fixed seed; now and then a key
+        tapped or a button clicked within one frame (down and up in the same list), which
+        must count for that frame only.
         """
         rng = random.Random(SCRIPT_SEED)
         keys = list(runtime.keys)
@@ -66,9 +80,14 @@ class RuntimeCompliance:
             events: list[InputEvent] = []
             if keys and rng.random() < 0.3:
                 events.append(KeyEvent(rng.choice(keys), rng.random() < 0.6))
+            if keys and rng.random() < 0.1:
+                key = rng.choice(keys)
+                events += [KeyEvent(key, True), KeyEvent(key, False)]
+            x, y = rng.randrange(runtime.width), rng.randrange(runtime.height)
             if rng.random() < 0.5:
-                x, y = rng.randrange(runtime.width), rng.randrange(runtime.height)
                 events.append(PointerEvent(x, y, rng.getrandbits(8) & runtime.buttons))
+            if runtime.buttons and rng.random() < 0.1:
+                events += [PointerEvent(x, y, runtime.buttons), PointerEvent(x, y, 0)]
             script.append(events)
         return script
 
@@ -135,6 +154,8 @@ class RuntimeCompliance:
             assert isinstance(result.reward, float)
             assert isinstance(result.done, bool)
             assert isinstance(result.info, dict)
+            if not result.done:
+                assert result.frames == 1
             _json(result.info)
 
     def test_same_seed_same_episode(self) -> None:
@@ -175,63 +196,150 @@ class RuntimeCompliance:
             result = runtime.step(events)
             assert result.done
             assert result.reward == 0.0
+            assert result.frames == 0
             _json(result.info)
         runtime.reset(3)
         assert not runtime.step([]).done
 
-    #: Frames per advance the advance checks use.
-    advance_frames: ClassVar[tuple[int, ...]] = (1, 4, 7)
+    # Advancing several frames at once ----------------------------------------------
 
-    def _chunks(self, runtime: Runtime, k: int) -> list[list[InputEvent]]:
-        return self.script(runtime, self.frames // k)
+    def advance_in_chunks(
+        self,
+        runtime: Runtime,
+        seed: int,
+        chunks: Iterable[Sequence[InputEvent]],
+        k: int,
+        how: str,
+        limit: int,
+    ) -> AdvanceTrace:
+        """Reset with ``seed``; for each events list in ``chunks``, apply it and hold the
+        input for ``k`` frames, by ``how``: ``"advance k"`` (one advance), ``"k x advance
+        1"`` or ``"k x step"``. One row per chunk, stopping at done or after ``limit`` chunks.
+
+        A row is what an advance of k reports (frames summed, info merged, the last text
+        and observation) and the hash of the frame drawn at its end.
+        """
+        runtime.reset(seed)
+        trace: AdvanceTrace = []
+        for events in itertools.islice(chunks, limit):
+            if how == "advance k":
+                total = runtime.advance(list(events), k)
+            else:
+                total = StepResult(frames=0)
+                for i in range(k):
+                    held = list(events) if i == 0 else []
+                    if how == "k x advance 1":
+                        one = runtime.advance(held, 1)
+                    else:
+                        one = runtime.step(held)
+                    total.reward += one.reward
+                    total.frames += one.frames
+                    total.info.update(one.info)
+                    total.text = one.text if one.text is not None else total.text
+                    if one.observation is not None:
+                        total.observation = one.observation
+                    if one.done:
+                        total.done = True
+                        break
+            trace.append(
+                (
+                    _digest(runtime.framebuffer),
+                    total.reward,
+                    total.done,
+                    _json(total.info),
+                    total.frames,
+                    total.text,
+                    _json(total.observation),
+                )
+            )
+            if total.done:
+                break
+        return trace
 
     def test_advance_matches_stepping(self) -> None:
         """One advance of k frames, k advances of 1 and k steps end in the same place."""
         for k in self.advance_frames:
-            runs: list[list[tuple[str, float, bool]]] = []
-            for how in ("advance k", "k x advance 1", "k x step"):
-                runtime = self.make_runtime()
-                runtime.reset(11)
-                trace = []
-                for events in self._chunks(runtime, k):
-                    if how == "advance k":
-                        result = runtime.advance(events, k)
-                        reward, done = result.reward, result.done
-                    else:
-                        reward, done = 0.0, False
-                        for i in range(k):
-                            call = runtime.advance if how == "k x advance 1" else None
-                            held = events if i == 0 else []
-                            one = call(held, 1) if call else runtime.step(held)
-                            reward += one.reward
-                            done = one.done
-                            if done:
-                                break
-                    trace.append((_digest(runtime.framebuffer), reward, done))
-                    if done:
-                        break
-                runs.append(trace)
+            runtime = self.make_runtime()
+            chunks = self.script(runtime, self.frames // k)
+            runs = [
+                self.advance_in_chunks(runtime, 11, chunks, k, how, len(chunks)) for how in HOWS
+            ]
             assert runs[0] == runs[1] == runs[2], f"advance({k}) differs from stepping"
+            assert all(row[4] == k for row in runs[0] if not row[2]), "frames != k before done"
+            assert len({row[0] for row in runs[0]}) > 1, "the screen never changed: drawn?"
 
-    def test_advance_reports_frames_and_stops_at_done(self) -> None:
+    def test_advance_matches_stepping_up_to_done(self) -> None:
+        """Played to the end of an episode, the ways agree on the frame done came at, even
+        when it comes in the middle of an advance (which then reports fewer frames)."""
+        runtime = self.make_runtime()
+        max_frames = self.declared_max_frames(runtime)
+        if max_frames is None:
+            return
+        k = max(self.advance_frames)
+        script = self.script(runtime, self.frames)
+        runs = [
+            self.advance_in_chunks(runtime, 13, itertools.cycle(script), k, how, max_frames)
+            for how in HOWS
+        ]
+        assert runs[0] == runs[1] == runs[2], f"advance({k}) to done differs from stepping"
+        *before, last = runs[0]
+        assert last[2], f"not done within {max_frames} frames"
+        assert all(row[4] == k and not row[2] for row in before)
+        assert 1 <= last[4] <= k
+        assert sum(row[4] for row in runs[0]) <= max_frames
+
+    def test_advance_reports_its_frames(self) -> None:
         runtime = self.make_runtime()
         runtime.reset(5)
         result = runtime.advance([], 3)
-        assert isinstance(result, StepResult) and result.frames in (0, 1, 2, 3)
+        assert isinstance(result, StepResult)
+        assert result.frames == 3 or (result.done and 1 <= result.frames <= 3)
         if not result.done:
-            assert result.frames == 3
-        with np.testing.assert_raises(ValueError):
-            runtime.advance([], 0)
+            assert runtime.step([]).frames == 1
+
+    def test_advance_of_no_frames_is_refused_and_changes_nothing(self) -> None:
+        runtime, twin = self.make_runtime(), self.make_runtime()
+        events = self.script(runtime, 1)[0]
+        for each in (runtime, twin):
+            each.reset(6)
+            each.advance([], 2)
+        before = _digest(runtime.framebuffer)
+        for frames in (0, -1):
+            with pytest.raises(ValueError, match="frames"):
+                runtime.advance(events, frames)
+        assert _digest(runtime.framebuffer) == before
+        a, b = runtime.advance(events, 3), twin.advance(events, 3)
+        assert (a.reward, a.done, _json(a.info), a.frames) == (
+            b.reward, b.done, _json(b.info), b.frames
+        )
+        assert _digest(runtime.framebuffer) == _digest(twin.framebuffer)
+
+    def test_advance_stops_at_done_and_stays_done(self) -> None:
+        runtime = self.make_runtime()
         max_frames = self.declared_max_frames(runtime)
         if max_frames is None:
             return
         runtime.reset(5)
-        ran, result = 0, StepResult()
-        while not result.done and ran <= max_frames:
+        ran, result = 0, StepResult(frames=0)
+        while not result.done and ran < max_frames:
             result = runtime.advance([], max_frames)
+            assert result.frames >= 1
             ran += result.frames
         assert result.done and 1 <= ran <= max_frames
-        assert runtime.advance([], 5).done  # and stays done until reset
+        stepped = self.make_runtime()
+        stepped.reset(5)
+        steps = 1
+        while not stepped.step([]).done:
+            steps += 1
+        assert ran == steps, "advance reported other frames than stepping took to done"
+        # A finished episode advances no further, whatever arrives, until reset.
+        frame = _digest(runtime.framebuffer)
+        for events in self.script(runtime, 5):
+            for after in (runtime.advance(events, 5), runtime.step(events)):
+                assert (after.done, after.reward, after.frames) == (True, 0.0, 0)
+            assert _digest(runtime.framebuffer) == frame
+        runtime.reset(5)
+        assert not runtime.advance([], 1).done
 
     def test_describe(self) -> None:
         runtime = self.make_runtime()

@@ -8,6 +8,7 @@ player paddle is found by its colour in the framebuffer, as an agent or a human 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -299,6 +300,15 @@ def test_episodes_end_at_max_episode_frames() -> None:
     assert runtime.describe()["max_episode_frames"] == 50
 
 
+def test_an_episode_can_end_inside_an_advance() -> None:
+    runtime = make(max_episode_frames=50)
+    runtime.reset(0)
+    first, second, after = (runtime.advance([], 30) for _ in range(3))
+    assert (first.frames, first.done, first.info["frame"]) == (30, False, 30)
+    assert (second.frames, second.done, second.info["frame"]) == (20, True, 50)
+    assert (after.frames, after.done, after.reward) == (0, True, 0.0)
+
+
 def test_info_counts_lives_and_frames() -> None:
     breakout = make("atari.Breakout-v0")
     breakout.reset(0)
@@ -325,6 +335,42 @@ def test_scaled_frames_are_the_screen_repeated(pong: AtariRuntime) -> None:
         expected = np.repeat(np.repeat(pong.framebuffer, 2, axis=0), 2, axis=1)
         np.testing.assert_array_equal(big.framebuffer, expected)
     assert big.framebuffer is framebuffer
+
+
+class CountingALE:
+    """Stands in for a runtime's ALEInterface, counting the calls made to it."""
+
+    def __init__(self, ale: Any) -> None:
+        self.ale = ale
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.ale, name)
+        if not callable(attribute):
+            return attribute
+
+        def counted(*args: Any) -> Any:
+            self.calls[name] += 1
+            return attribute(*args)
+
+        return counted
+
+
+@pytest.mark.parametrize("scale", [1, 2])
+def test_an_advance_fetches_and_scales_the_screen_once(scale: int) -> None:
+    runtime, stepped = make(scale=scale), make(scale=scale)
+    for each in (runtime, stepped):
+        each.reset(9)
+    spy = CountingALE(runtime.ale)
+    runtime.ale = spy  # type: ignore[assignment]
+    result = runtime.advance([KeyEvent("Up", True)], 10)
+    assert result.frames == 10
+    assert spy.calls["act"] == 10
+    assert spy.calls["getScreenRGB"] == 1
+    stepped.step([KeyEvent("Up", True)])
+    for _ in range(9):
+        stepped.step([])
+    np.testing.assert_array_equal(runtime.framebuffer, stepped.framebuffer)
 
 
 @pytest.mark.parametrize("scale", [0, atari.MAX_SCALE + 1, 1.5])

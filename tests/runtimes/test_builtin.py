@@ -6,11 +6,13 @@ or a human would, so they check what is drawn as well as what is scored.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 
 from runtimes import builtin, registry
-from runtimes.base import InputEvent, KeyEvent, PointerEvent, StepResult
+from runtimes.base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult
 from runtimes.builtin import (
     CATCH_BALL_COLOUR,
     CATCH_BALL_SIZE,
@@ -44,6 +46,29 @@ class TestCatchCompliance(RuntimeCompliance):
 
 class TestClickTargetCompliance(RuntimeCompliance):
     env_id = "builtin.ClickTarget-v0"
+
+
+class SteppedCatch(Catch):
+    """Catch advanced by the base class's loop over :meth:`step`, as a runtime that cannot
+    skip drawing is; its frames send text and observations now and then, so that the
+    suite checks which ones the loop keeps."""
+
+    advance = Runtime.advance
+
+    def step(self, events: Sequence[InputEvent]) -> StepResult:
+        result = Catch.advance(self, events, 1)
+        if result.frames and self.frame % 3 == 0:
+            result.text = f"frame {self.frame}"
+        if result.reward:
+            result.observation = {"caught": result.reward > 0}
+        return result
+
+
+class TestBaseAdvanceCompliance(RuntimeCompliance):
+    env_id = "builtin.Catch-v0"
+
+    def make_runtime(self) -> SteppedCatch:
+        return SteppedCatch()
 
 
 def test_runtimes_table() -> None:
@@ -366,7 +391,7 @@ def test_a_finished_episode_stays_as_it_ended(game_class: type[Catch | ClickTarg
         events: list[InputEvent] = [KeyEvent("Right", pressed), PointerEvent(x, y, int(pressed))]
         if isinstance(runtime, ClickTarget):
             events.append(PointerEvent(*runtime.target_centre, int(pressed)))
-        assert runtime.step(events) == StepResult(0.0, True, info)
+        assert runtime.step(events) == StepResult(0.0, True, info, frames=0)
         assert np.array_equal(runtime.framebuffer, frame)
     runtime.reset(2)
     assert runtime.step([]).done is False
