@@ -474,6 +474,8 @@ class Remote:
             if result.done:
                 total.done = True
                 break
+            if result.frames == 0:  # a runtime that cannot go on says done; never spin
+                break
             if remaining > 0:
                 await asyncio.sleep(SLICE_PAUSE_SECONDS)
         return total
