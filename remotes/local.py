@@ -6,6 +6,11 @@ probe both channels the way an agent would — the VNC greeting, and the rewarde
 ``v0.env.describe`` as an *observer*, so the probe never takes the active slot. The
 processes stop on :meth:`LocalRemotes.close`, on ``with`` exit, at interpreter exit, and
 (on Linux) when this process dies.
+
+Every remote is started from one spawner thread that lives as long as this process
+(:func:`spawner`): Linux's ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the
+child exits, not the process, so a remote started from a short-lived worker thread (a
+``restart()`` from a callback) would be killed when that thread ended.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import asyncio
 import ctypes
 import logging
 import os
+import queue
 import re
 import shutil
 import signal
@@ -22,8 +28,10 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from rewarder.client import RewarderClient
 
@@ -37,6 +45,8 @@ log = logging.getLogger(__name__)
 MAX_LOCAL_REMOTES: Final = 256
 #: Seconds a stopping remote gets after SIGTERM before it is killed.
 STOP_TIMEOUT: Final = 5.0
+
+T = TypeVar("T")
 
 _ADDRESS_LINE = re.compile(rb"agent address\s+vnc://(?P<host>[^:\s]+):(?P<vnc>\d+)\+(?P<rew>\d+)")
 
@@ -53,6 +63,45 @@ def _child_setup(nice: int) -> Callable[[], None]:
             pass
 
     return setup
+
+
+class _Spawner:
+    """One daemon thread that starts every child process, so that each child's
+    ``PR_SET_PDEATHSIG`` is tied to a thread that ends only with this process."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Future[object]]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._main, name="universe-remote-spawner", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        while True:
+            job, future = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(job())
+            except BaseException as exc:  # handed to the caller, never kills the thread
+                future.set_exception(exc)
+
+    def submit(self, job: Callable[[], T]) -> Future[T]:
+        """Run ``job`` on the spawner thread; its future says how it went."""
+        future: Future[T] = Future()
+        self._jobs.put((job, future))  # type: ignore[arg-type]
+        return future
+
+
+_spawner: _Spawner | None = None
+_spawner_lock = threading.Lock()
+
+
+def spawner() -> _Spawner:
+    """The process's spawner thread, started on first use."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = _Spawner()
+        return _spawner
 
 
 class LocalRemotes(RemoteGroup):
@@ -90,14 +139,18 @@ class LocalRemotes(RemoteGroup):
         self.processes[index].wait()
 
     def restart(self, index: int, timeout: float = 30.0) -> None:
-        """Start remote ``index`` again on its old ports (after :meth:`kill` or a crash)."""
+        """Start remote ``index`` again on its old ports (after :meth:`kill` or a crash).
+
+        Safe from any thread: the new process is started by the spawner thread, so it
+        outlives the caller's thread and still dies with this process."""
         proc = self.processes[index]
         if proc.poll() is None:
             proc.terminate()
             proc.wait(STOP_TIMEOUT)
         address = self.addresses[index]
         ports = ["--vnc-port", str(address.vnc_port), "--rewarder-port", str(address.rewarder_port)]
-        new = _spawn([*self.command, *ports], self.env, self.logs[index], self.nice)
+        command = [*self.command, *ports]
+        new = spawner().submit(partial(_spawn, command, self.env, self.logs[index], self.nice)).result()
         self.processes[index] = new
         shared_loop().run(_await_ready(new, self.logs[index], self.password, timeout), timeout + 10)
 
@@ -119,6 +172,7 @@ async def _probe(address: RemoteAddress, password: str | None, timeout: float) -
 def _spawn(
     command: list[str], env: dict[str, str], log_path: Path, nice: int = 0
 ) -> subprocess.Popen[bytes]:
+    """Start one remote; call it on the spawner thread (see the module docstring)."""
     with open(log_path, "ab") as log_file:
         return subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
@@ -151,8 +205,14 @@ async def _start(
     log_dir = Path(tempfile.mkdtemp(prefix="universe-remote-"))
     logs = [log_dir / f"remote-{i}.log" for i in range(n)]
     free_ports = ["--vnc-port", "0", "--rewarder-port", "0"]
-    processes = [_spawn([*command, *free_ports], env, path, nice) for path in logs]
+    started = [spawner().submit(partial(_spawn, [*command, *free_ports], env, path, nice)) for path in logs]
+    spawned = await asyncio.gather(*map(asyncio.wrap_future, started), return_exceptions=True)
+    processes = [p for p in spawned if isinstance(p, subprocess.Popen)]
     remotes = LocalRemotes(processes, [], password, logs, command, env, nice)
+    failed = [p for p in spawned if isinstance(p, BaseException)]
+    if failed:
+        remotes.close()
+        raise failed[0]
     try:
         addresses = await asyncio.gather(
             *(_await_ready(p, path, password, start_timeout) for p, path in zip(processes, logs, strict=True))

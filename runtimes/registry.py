@@ -1,13 +1,26 @@
 """Which environment ids exist and how to build their runtimes.
 
-Families are looked up lazily so that ``universe-remote list`` and a built-in remote
-never import optional dependencies (ale-py, a browser) they do not use.
+Holds :func:`env_ids`, :func:`lookup` and :func:`make` (what a remote serves: each
+family's runtime module, imported on first use, so a built-in remote never imports
+ale-py or looks for a browser) and :func:`catalogue` (the ids, found without importing
+any family's runtime module: what the agent side registers with gymnasium at
+``import remotes``).
+
+The catalogue reads what the optional packages ship as files: ale-py's ROMs and the
+``miniwob`` wheel's task pages, neither package imported, and no program (Xvnc,
+Chromium, the X programs) looked for: those are the remote's business, which may run
+elsewhere. Its naming rules repeat the families' (``runtimes.atari.env_id_for``,
+``runtimes.browser.env_id_for``, ``runtimes.x11.PROGRAMS``), which import what they
+run; ``tests/runtimes/test_registry.py`` keeps the two equal.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
+from pathlib import Path
+from typing import Final
 
 from .base import Runtime
 from .errors import UnknownEnvironment
@@ -64,3 +77,76 @@ def lookup(env_id: str) -> Callable[..., Runtime]:
 def make(env_id: str, **kwargs: object) -> Runtime:
     """A new runtime for ``env_id``."""
     return lookup(env_id)(**kwargs)
+
+
+# The catalogue: ids without importing the families ------------------------------------
+
+#: ROMs ale-py ships that need two players; ale-py registers no env for them either, and
+#: its emulator refuses them (``isSupportedROM``), so ``runtimes.atari`` serves none.
+MULTIPLAYER_ROMS: Final = frozenset({"combat", "joust", "maze_craze", "warlords"})
+#: The names in ``x11.<Name>-v0``: ``runtimes.x11.PROGRAMS``'s keys and ``Command``. A
+#: remote serves a program only where it is installed; the catalogue lists them all.
+X11_NAMES: Final = ("XEyes", "XClock", "XLogo", "XCalc", "XTerm", "Command")
+
+
+def _package_dir(name: str) -> Path | None:
+    """Where an installed package lives, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def atari_env_id(rom: str) -> str:
+    """``"montezuma_revenge"`` -> ``"atari.MontezumaRevenge-v0"`` (``runtimes.atari``'s rule)."""
+    return f"atari.{rom.title().replace('_', '')}-v0"
+
+
+def miniwob_env_id(page: str) -> str:
+    """``"click-test-2.html"`` -> ``"miniwob.ClickTest2-v0"`` (``runtimes.browser``'s rule)."""
+    stem = Path(page).name.removesuffix(".html")
+    return "miniwob." + "".join(part[:1].upper() + part[1:] for part in stem.split("-")) + "-v0"
+
+
+def _atari_ids() -> list[str]:
+    """One id per single-player ROM in the installed ale-py wheel (its ``roms/*.bin``)."""
+    package = _package_dir("ale_py")
+    if package is None:
+        return []
+    roms = (path.stem for path in (package / "roms").glob("*.bin"))
+    return [atari_env_id(rom) for rom in roms if rom not in MULTIPLAYER_ROMS]
+
+
+def _miniwob_ids() -> list[str]:
+    """One id per task page of the installed ``miniwob`` wheel (``html/miniwob/*.html``)."""
+    package = _package_dir("miniwob")
+    if package is None:
+        return []
+    return [miniwob_env_id(page.name) for page in (package / "html" / "miniwob").glob("*.html")]
+
+
+def _x11_ids() -> list[str]:
+    return [f"x11.{name}-v0" for name in X11_NAMES]
+
+
+#: family -> its ids without importing its runtime module; families not here are cheap
+#: to import (numpy only) and are listed by importing them.
+LISTERS: Final[dict[str, Callable[[], list[str]]]] = {
+    "atari": _atari_ids,
+    "miniwob": _miniwob_ids,
+    "x11": _x11_ids,
+}
+
+
+def catalogue() -> list[str]:
+    """Every env id this installation knows, sorted, without importing ale-py, miniwob or
+    a family's runtime module (~1 ms against ~300 ms for :func:`env_ids`).
+
+    A superset of :func:`env_ids`: it also names ids whose programs this machine lacks
+    (a remote in a container may have them).
+    """
+    ids: set[str] = set()
+    for family in FAMILIES:
+        lister = LISTERS.get(family)
+        ids.update(lister() if lister is not None else _family(family))
+    return sorted(ids)

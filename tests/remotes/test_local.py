@@ -1,0 +1,104 @@
+"""Local remotes (``remotes.local``): restart from any thread, and no remote outlives us."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Final
+
+from remotes.local import STOP_TIMEOUT, LocalRemotes, _probe, start_local
+from remotes.loop import shared_loop
+
+#: Seconds we watch a restarted remote after its starting thread ended: a remote killed
+#: by PR_SET_PDEATHSIG is gone within milliseconds.
+WATCH: Final = 1.0
+#: Seconds a remote gets to answer a probe.
+PROBE_TIMEOUT: Final = 10.0
+
+
+def _answers(local: LocalRemotes, index: int) -> None:
+    """Both channels of remote ``index`` answer (raises if not)."""
+    shared_loop().run(_probe(local.addresses[index], local.password, PROBE_TIMEOUT), PROBE_TIMEOUT + 5)
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie nobody reaped yet (it no longer serves either way)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_restart_from_a_thread_outlives_the_thread() -> None:
+    with start_local("builtin.Catch-v0") as local:
+        local.kill(0)
+        errors: list[BaseException] = []
+
+        def restart() -> None:
+            try:
+                local.restart(0)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        worker = threading.Thread(target=restart, name="short-lived")
+        worker.start()
+        worker.join()
+        assert not errors, errors
+        time.sleep(WATCH)
+        assert local.processes[0].poll() is None, "the remote died with the thread that restarted it"
+        _answers(local, 0)
+
+
+def test_start_from_a_thread_outlives_the_thread() -> None:
+    started: list[LocalRemotes] = []
+    worker = threading.Thread(target=lambda: started.append(start_local("builtin.Catch-v0")))
+    worker.start()
+    worker.join()
+    (local,) = started
+    with local:
+        time.sleep(WATCH)
+        assert local.processes[0].poll() is None
+        _answers(local, 0)
+
+
+def test_remotes_restarted_from_a_thread_still_die_with_this_process(tmp_path: Path) -> None:
+    """The agent is killed with SIGKILL (no atexit, no close): its remotes go too."""
+    script = textwrap.dedent(
+        """
+        import sys, threading
+        from remotes.local import start_local
+
+        local = start_local("builtin.Catch-v0")
+        local.kill(0)
+        worker = threading.Thread(target=local.restart, args=(0,))
+        worker.start()
+        worker.join()
+        print(local.processes[0].pid, flush=True)
+        sys.stdin.read()  # until the test kills us
+        """
+    )
+    agent = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        cwd=Path(__file__).parents[2], env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )
+    try:
+        assert agent.stdout is not None
+        remote_pid = int(agent.stdout.readline())
+        time.sleep(WATCH)
+        assert not _dead(remote_pid), "the restarted remote died before its agent did"
+        agent.send_signal(signal.SIGKILL)
+        agent.wait()
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while not _dead(remote_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _dead(remote_pid), "the remote outlived its agent"
+    finally:
+        agent.kill()
+        agent.wait()

@@ -1,0 +1,94 @@
+"""``runtimes.registry``: the catalogue the agent registers, and unknown ids answered briefly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtimes import registry
+from runtimes.errors import LIST_COMMAND, MAX_SUGGESTIONS, UnknownEnvironment, closest_ids
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_the_catalogue_names_what_the_runtimes_serve() -> None:
+    """The catalogue's naming rules and lists agree with the families' own, family by family."""
+    served = registry.env_ids()
+    listed = registry.catalogue()
+    for family in registry.FAMILIES:
+        if family in registry.missing:
+            continue  # not installed here: nothing to compare
+        ours = {i for i in listed if i.startswith(family + ".")}
+        theirs = {i for i in served if i.startswith(family + ".")}
+        if family == "x11":  # the catalogue also names programs this machine lacks
+            from runtimes import x11
+
+            assert ours == {f"x11.{name}-v0" for name in x11.PROGRAMS} | {x11.X11Command.env_id}
+            assert theirs <= ours
+        else:
+            assert ours == theirs, family
+
+
+def test_the_catalogue_imports_no_family() -> None:
+    """Listing ids must not load ale-py, miniwob or a runtime module that needs a program."""
+    code = (
+        "import sys; from runtimes import registry; ids = registry.catalogue(); "
+        "print(len(ids), sorted(m for m in sys.modules if m.startswith(('ale_py', 'miniwob', "
+        "'runtimes.atari', 'runtimes.browser', 'runtimes.x11'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    ).stdout.split(" ", 1)
+    assert int(out[0]) > len(registry.LISTERS)
+    assert out[1].strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("asked", "best"),
+    [
+        ("atari.Pongg-v0", "atari.Pong-v0"),
+        ("atari.pong-v0", "atari.Pong-v0"),
+        ("pong", "atari.Pong-v0"),
+        ("builtin.Catch-v1", "builtin.Catch-v0"),
+        ("miniwob.click-test", "miniwob.ClickTest-v0"),
+    ],
+)
+def test_closest_ids_put_the_meant_one_first(asked: str, best: str) -> None:
+    assert closest_ids(asked, registry.catalogue())[0] == best
+
+
+def test_an_unknown_id_is_answered_with_a_few_close_ones() -> None:
+    with pytest.raises(UnknownEnvironment) as caught:
+        registry.lookup("atari.SpaceInvader-v0")
+    message = str(caught.value)
+    assert "did you mean atari.SpaceInvaders-v0" in message
+    assert f"`{LIST_COMMAND}`" in message
+    assert 0 < len(caught.value.suggestions) <= MAX_SUGGESTIONS
+    named = [i for i in registry.env_ids() if i in message]
+    assert len(named) <= MAX_SUGGESTIONS, "the message lists ids nobody asked for"
+
+
+def test_nothing_close_is_suggested_as_nothing() -> None:
+    with pytest.raises(UnknownEnvironment) as caught:
+        registry.lookup("xyzzy")
+    assert caught.value.suggestions == []
+    assert "did you mean" not in str(caught.value) and LIST_COMMAND in str(caught.value)
+
+
+def test_serve_answers_a_mistyped_id_in_a_few_lines() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "universe_remote", "serve", "builtin.Cacth-v0", "--rewarder-port", "0",
+         "--vnc-port", "0"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 2
+    assert "did you mean builtin.Catch-v0?" in result.stderr
+    assert LIST_COMMAND in result.stderr
+    assert "atari.Pong-v0" not in result.stderr  # not the whole list
+    assert len(result.stderr) < 500, result.stderr
