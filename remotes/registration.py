@@ -29,16 +29,19 @@ from typing import Any, Final
 import gymnasium
 
 from runtimes import registry
+from runtimes.errors import UnknownEnvironment
 
+from .address import RemoteAddress
 from .env import ENV_ID, RemoteEnv
 from .local import LocalRemotes, start_local
+from .session import resolve_addresses
 from .vector import RemoteVectorEnv
 from .wrappers import DiscreteClicks, DiscreteKeys
 
 #: gymnasium namespace of our ids.
 NAMESPACE: Final = "universe-remote"
 #: Catch: nothing, Left, Right.
-CATCH_ACTIONS: Final = ([], ["Left"], ["Right"])
+CATCH_ACTIONS: Final[tuple[list[str], ...]] = ([], ["Left"], ["Right"])
 #: Click grid for pointer tasks (MiniWoB, ClickTarget) with ``discrete=True``.
 CLICK_GRID: Final = (8, 8)
 
@@ -49,10 +52,14 @@ def gym_id(env_id: str) -> str:
 
 def register() -> None:
     """Register ``universe-remote/<env id>`` for every id this install knows, and the
-    generic ``universe-remote/Remote-v0`` (any remote, by address); idempotent."""
+    generic ``universe-remote/Remote-v0`` (any remote, by address); idempotent.
+
+    The ids come from :func:`runtimes.registry.catalogue`, which imports neither ale-py
+    nor a browser family: ~10 ms, where building every runtime table took ~300 ms of
+    ``import remotes``."""
     if ENV_ID not in gymnasium.registry:
         gymnasium.register(ENV_ID, entry_point="remotes.env:RemoteEnv", nondeterministic=True)
-    for env_id in registry.env_ids():
+    for env_id in registry.catalogue():
         if gym_id(env_id) in gymnasium.registry:
             continue
         gymnasium.register(
@@ -85,7 +92,12 @@ def action_wrapper(env_id: str, describe: dict[str, Any]) -> Callable[[Any], Any
 def _addresses(
     env_id: str, remotes: int | str | Sequence[str], wanted: int, mode: str,
     password: str | None,
-) -> tuple[str | Sequence[str], LocalRemotes | None]:
+) -> tuple[list[RemoteAddress], str | None, LocalRemotes | None]:
+    """The ``wanted`` remotes ``remotes=`` names (started here if it is a number), their
+    password, and the local remotes to stop on close."""
+    known = registry.catalogue()
+    if env_id not in known:  # before any process starts: the closest ids, not all of them
+        raise UnknownEnvironment(env_id, known)
     if isinstance(remotes, bool) or not isinstance(remotes, int | str | list | tuple):
         raise TypeError(
             f"remotes must be a number of local remotes to start, an address "
@@ -99,8 +111,15 @@ def _addresses(
             )
         extra = ["--mode", mode]
         local = start_local(env_id, remotes, password=password, extra_args=extra)
-        return local.address, local
-    return remotes, None
+        return local.addresses, local.password, local
+    addresses, address_password = resolve_addresses(remotes)
+    if len(addresses) != wanted:
+        raise ValueError(
+            f"remotes= names {len(addresses)} remotes, but this env drives {wanted}: use "
+            f"gymnasium.make for one remote and gymnasium.make_vec(id, num_envs={len(addresses)}, "
+            "remotes=...) for several"
+        )
+    return addresses, password if password is not None else address_password, None
 
 
 def make_env(
@@ -119,10 +138,10 @@ def make_env(
     ``discrete=False`` keeps the raw VNC action space (lists of key and pointer events);
     other keyword arguments go to :class:`~remotes.env.RemoteEnv`.
     """
-    address, local = _addresses(env_id, remotes, 1, mode, password)
+    addresses, password, local = _addresses(env_id, remotes, 1, mode, password)
     try:
         env = RemoteEnv(
-            address, password, env_id=env_id, mode=mode, frameskip=frameskip,
+            addresses[0], password, env_id=env_id, mode=mode, frameskip=frameskip,
             render_mode=render_mode, **kwargs,
         )
     except BaseException:
@@ -130,6 +149,12 @@ def make_env(
             local.close()
         raise
     env.owned = local
+    try:
+        if env.session.describe_body().get("env_id") != env_id:
+            env.reset()  # a remote serving another env switches at reset: the spaces must fit
+    except BaseException:
+        env.close()
+        raise
     wrap = action_wrapper(env_id, env.session.describe_body()) if discrete else None
     return wrap(env) if wrap is not None else env
 
@@ -147,16 +172,26 @@ def make_vector_env(
     """``num_envs`` remotes of ``env_id`` as one :class:`RemoteVectorEnv`
     (``gymnasium.make_vec``'s entry point); its actions are VNC events."""
     kwargs.pop("discrete", None)
-    address, local = _addresses(
+    addresses, password, local = _addresses(
         env_id, num_envs if remotes is None else remotes, num_envs, mode, password
     )
     try:
         envs = RemoteVectorEnv(
-            address, password, env_id=env_id, mode=mode, frameskip=frameskip, **kwargs
+            addresses, password, env_id=env_id, mode=mode, frameskip=frameskip, **kwargs
         )
     except BaseException:
         if local is not None:
             local.close()
         raise
     envs.owned = local
+    serving = {s.name: s.describe_body().get("env_id") for s in envs.sessions}
+    others = {name: served for name, served in serving.items() if served != env_id}
+    if others:
+        # RemoteVectorEnv sizes its frames once, so it cannot switch its remotes' env.
+        envs.close()
+        listed = ", ".join(f"{name} serves {served}" for name, served in others.items())
+        raise ValueError(
+            f"{listed}, not {env_id}: start remotes of {env_id} (universe-remote serve "
+            f"{env_id}, or remotes={num_envs} to start them here)"
+        )
     return envs

@@ -1,0 +1,96 @@
+"""``remotes.registration``: the ids, cheaply; wrong ids and wrong counts answered before
+anything starts; a remote serving another env switched before the spaces are set.
+
+(``tests/remotes/test_make.py`` covers making and stepping each kind of env.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium
+import pytest
+
+import remotes
+from remotes import start_local
+from remotes.registration import gym_id
+from runtimes import registry
+from runtimes.errors import LIST_COMMAND, UnknownEnvironment
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_every_catalogued_id_is_registered_nondeterministic() -> None:
+    gymnasium.register_envs(remotes)
+    for env_id in registry.catalogue():
+        spec = gymnasium.spec(gym_id(env_id))
+        assert spec.nondeterministic, env_id  # real time is the default mode
+        assert spec.vector_entry_point is not None
+        assert spec.kwargs == {"env_id": env_id}
+
+
+def test_import_remotes_loads_no_runtime_family() -> None:
+    """Registering ~240 ids must not import ale-py, miniwob, or a family that looks for
+    Chromium or Xvnc: an agent machine may have none of them."""
+    code = (
+        "import sys, gymnasium, remotes; "
+        "print('universe-remote/atari.Pong-v0' in gymnasium.registry, sorted(m for m in sys.modules "
+        "if m.startswith(('ale_py', 'miniwob', 'runtimes.atari', 'runtimes.browser', 'runtimes.x11'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    ).stdout
+    assert out.split() == ["True", "[]"]
+
+
+def test_an_unknown_env_id_is_answered_before_anything_starts() -> None:
+    with pytest.raises(UnknownEnvironment, match="did you mean builtin.Catch-v0") as caught:
+        gymnasium.make("universe-remote/builtin.Catch-v0", env_id="builtin.Cacth-v0")
+    assert LIST_COMMAND in str(caught.value)
+    assert "atari.Pong-v0" not in str(caught.value)
+
+
+def test_a_mistyped_gymnasium_id_gets_gymnasium_s_closest_match() -> None:
+    """gymnasium looks ids up itself: its error, with its difflib suggestion."""
+    gymnasium.register_envs(remotes)
+    with pytest.raises(gymnasium.error.NameNotFound, match="Did you mean: `atari.Pong`"):
+        gymnasium.make("universe-remote/atari.Pongg-v0")
+
+
+def test_remote_counts_must_match() -> None:
+    with pytest.raises(ValueError, match="names 2 remotes.*make_vec"):
+        gymnasium.make("universe-remote/builtin.Catch-v0",
+                       remotes="vnc://127.0.0.1:1+2,127.0.0.1:3+4")
+    with pytest.raises(ValueError, match="names 1 remotes.*drives 2"):
+        gymnasium.make_vec("universe-remote/builtin.Catch-v0", num_envs=2,
+                           remotes="vnc://127.0.0.1:1+2")
+    with pytest.raises(TypeError, match="number of local remotes"):
+        gymnasium.make("universe-remote/builtin.Catch-v0", remotes=True)
+
+
+def test_a_remote_serving_another_env_is_switched_before_the_spaces_are_set() -> None:
+    with start_local("builtin.Catch-v0") as local:
+        env = gymnasium.make("universe-remote/builtin.ClickTarget-v0", remotes=local.address)
+        try:
+            assert env.observation_space.shape == (240, 320, 3)  # ClickTarget's, not Catch's
+            assert isinstance(env.action_space, gymnasium.spaces.Discrete)
+            obs, _ = env.reset(seed=0)
+            assert obs.shape == (240, 320, 3)
+            obs, *_ = env.step(0)
+            assert env.observation_space.contains(obs)
+        finally:
+            env.close()
+
+
+def test_make_vec_refuses_remotes_serving_another_env() -> None:
+    """A vector env stacks frames of one size, so it does not switch envs: it says so."""
+    with start_local("builtin.Catch-v0", 2) as local:
+        with pytest.raises(ValueError, match="serves builtin.Catch-v0, not builtin.ClickTarget-v0"):
+            gymnasium.make_vec(
+                "universe-remote/builtin.ClickTarget-v0", num_envs=2, remotes=local.address
+            )
+        assert [p.poll() for p in local.processes] == [None, None]  # not ours to stop
