@@ -1,0 +1,149 @@
+"""The shipped Dockerfile, built and run for real with podman, offline, on loopback only.
+
+The base image comes from Debian packages (mmdebstrap), the project and its
+dependencies from a wheelhouse made here: the build needs no registry and no network.
+Containers run with ``--network=host`` inside a network namespace that has only loopback
+(:func:`~tests.docker.podman.in_netns`), so ``--host 0.0.0.0`` — what the image's CMD
+says — reaches nothing but the checking script in that namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.docker import podman as pm
+
+pytestmark = pytest.mark.skipif(
+    bool(pm.MISSING), reason=f"{', '.join(pm.MISSING)} not installed (scripts/install-system-packages)"
+)
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The image, built once per test session from the shipped Dockerfile."""
+    workdir = tmp_path_factory.mktemp("image")
+    pm.build_base(workdir)
+    pm.build_image(pm.build_context(workdir))
+    yield pm.IMAGE
+
+
+#: Runs inside the namespace: starts containers, checks them from outside, prints JSON.
+CHECKS = textwrap.dedent(
+    """
+    import asyncio, json, os, socket, subprocess, sys, time
+    sys.path.insert(0, os.environ["PYTHONPATH"])
+    import websockets
+    from tests.docker import podman as pm
+    from rewarder.client import RewarderClient
+    from rewarder.errors import ConnectionClosed
+    from remotes import RemoteEnv
+
+    IMAGE, SECRET = sys.argv[1], sys.argv[2]
+    out = {}
+    for name in ("env-pw", "file-pw"):  # left by an interrupted run
+        pm.podman("rm", "-f", name, check=False)
+
+    def wait_port(port, deadline, greeting=False):
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                    return s.recv(12) if greeting else b"open"
+            except OSError:
+                time.sleep(0.05)  # a poll with a deadline, not synchronisation
+        raise TimeoutError(port)
+
+    def run(name, vnc, rewarder, *extra):
+        started = time.monotonic()
+        pm.podman("run", "-d", "--name", name, "--network=host", "--pull=never", *extra, IMAGE,
+                  "builtin.Catch-v0", "--host", "0.0.0.0", "--vnc-port", str(vnc),
+                  "--rewarder-port", str(rewarder))
+        deadline = started + 60
+        greeting = wait_port(vnc, deadline, greeting=True)
+        wait_port(rewarder, deadline)
+        return greeting, time.monotonic() - started
+
+    async def describe(port, password):
+        try:
+            async with RewarderClient(f"127.0.0.1:{port}", password=password, observer=True,
+                                      calibration_pings=0, start_timeout=10) as c:
+                return (await c.wait_for_state("running", timeout=10)).env_id
+        except ConnectionClosed as exc:
+            return "refused: " + str(exc)
+
+    greeting, out["startup_s"] = run("env-pw", 5900, 15900, "-e", "UNIVERSE_REMOTE_PASSWORD=pw")
+    out["greeting"] = greeting.decode()
+    out["with_password"] = asyncio.run(describe(15900, "pw"))
+    out["without_password"] = asyncio.run(describe(15900, None))
+    out["wrong_password"] = asyncio.run(describe(15900, "nope"))
+    out["uid"] = pm.podman("exec", "env-pw", "id", "-u").stdout.strip()
+    out["healthcheck"] = pm.podman("healthcheck", "run", "env-pw", check=False).returncode
+    env = RemoteEnv("vnc://127.0.0.1:5900+15900", password="pw")
+    obs, _ = env.reset(seed=1)
+    steps = [env.step([("KeyEvent", "Left", True)]) for _ in range(30)]
+    out["env"] = [list(obs.shape), len(steps)]
+    env.close()
+
+    async def close_message():
+        headers = {"openai-observer": "true", "authorization": "Basic cHc6"}  # "pw:"
+        async with websockets.connect("ws://127.0.0.1:15900", additional_headers=headers) as ws:
+            await ws.recv()  # describe
+            stop = asyncio.create_task(asyncio.to_thread(pm.podman, "stop", "-t", "10", "env-pw"))
+            try:
+                while True:
+                    message = json.loads(await asyncio.wait_for(ws.recv(), 20))
+                    if message["method"] == "v0.connection.close":
+                        return message["body"]["message"]
+            finally:
+                await stop
+    out["sigterm_close"] = asyncio.run(close_message())
+    out["exit_code"] = pm.podman("inspect", "env-pw", "--format", "{{.State.ExitCode}}").stdout.strip()
+
+    run("file-pw", 5901, 15901, "-v", f"{SECRET}:/run/secrets/remote_password:ro",
+        "-e", "UNIVERSE_REMOTE_PASSWORD_FILE=/run/secrets/remote_password")
+    out["file_password"] = asyncio.run(describe(15901, "from-file"))
+    out["file_wrong"] = asyncio.run(describe(15901, "pw"))
+    for name in ("env-pw", "file-pw"):
+        pm.podman("rm", "-f", name, check=False)
+    print(json.dumps(out))
+    """
+)
+
+
+def test_the_image_builds_runs_and_guards_its_ports(image: str, tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("from-file\n")
+    secret.chmod(0o644)
+    tmp_path.chmod(0o755)
+    done = pm.in_netns(CHECKS.replace("sys.argv[1], sys.argv[2]", f"{image!r}, {str(secret)!r}"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["greeting"] == "RFB 003.008\n"
+    assert out["with_password"] == "builtin.Catch-v0"
+    assert out["without_password"].startswith("refused") and "password" in out["without_password"]
+    assert out["wrong_password"].startswith("refused") and "wrong password" in out["wrong_password"]
+    assert out["uid"] == "10001"  # not root
+    assert out["healthcheck"] == 0
+    assert out["env"] == [[210, 160, 3], 30]
+    assert "shutting down" in out["sigterm_close"]
+    assert out["exit_code"] == "0"
+    assert out["file_password"] == "builtin.Catch-v0"
+    assert out["file_wrong"].startswith("refused")
+    print(f"start-up to both ports answering: {out['startup_s']:.2f} s")
+
+
+def test_the_image_is_lean(image: str) -> None:
+    """No build tools or caches in the image; its size is reported."""
+    size = int(pm.podman("image", "inspect", image, "--format", "{{.Size}}").stdout)
+    listing = pm.podman(
+        "run", "--rm", "--network=none", "--entrypoint", "sh", image, "-c",
+        "ls /root/.cache /home/remote/.cache /src 2>&1; which gcc cc make || true",
+    ).stdout
+    assert "/src" in listing and "No such file" in listing  # the source stayed in the build stage
+    assert "gcc" not in listing.replace("which gcc", "") and "/usr/bin/make" not in listing
+    print(f"image size: {size / 1e6:.0f} MB")
+    assert size < 600e6
