@@ -42,8 +42,22 @@ from .wrappers import DiscreteClicks, DiscreteKeys
 NAMESPACE: Final = "universe-remote"
 #: Catch: nothing, Left, Right.
 CATCH_ACTIONS: Final[tuple[list[str], ...]] = ([], ["Left"], ["Right"])
-#: Click grid for pointer tasks (MiniWoB, ClickTarget) with ``discrete=True``.
-CLICK_GRID: Final = (8, 8)
+#: Pixels between the click points of ClickTarget: its 24 px disc always covers a point
+#: when they are at most 24 / sqrt(2) apart (an 8x8 grid, 40x30 px apart, missed most).
+CLICK_TARGET_CELL: Final = 16
+#: Pixels between the click points of a MiniWoB task: its smallest controls (checkboxes,
+#: radio buttons) are ~13 px across.
+MINIWOB_CELL: Final = 10
+
+
+def click_points(area: Sequence[int], cell: int) -> list[tuple[int, int]]:
+    """The centres of ``cell``-pixel squares tiling ``area`` (x, y, width, height), row by row."""
+    x0, y0, width, height = area
+    return [
+        (x0 + x + cell // 2, y0 + y + cell // 2)
+        for y in range(0, height - cell // 2, cell)
+        for x in range(0, width - cell // 2, cell)
+    ]
 
 
 def gym_id(env_id: str) -> str:
@@ -75,8 +89,9 @@ def action_wrapper(env_id: str, describe: dict[str, Any]) -> Callable[[Any], Any
     """The wrapper that gives ``env_id`` a simple action space, or None (VNC events).
 
     Atari: ``Discrete`` over the game's minimal action set (the remote's describe says
-    which keys play each action); Catch: nothing/Left/Right; pointer tasks: clicks on
-    a :data:`CLICK_GRID`.
+    which keys play each action); Catch: nothing/Left/Right; ClickTarget: a click every
+    :data:`CLICK_TARGET_CELL` pixels of the screen; MiniWoB: every :data:`MINIWOB_CELL`
+    pixels of the task area (``task_area`` in the describe), not of the whole screen.
     """
     family = env_id.split(".", 1)[0]
     if family == "atari" and describe.get("action_keys"):
@@ -84,8 +99,12 @@ def action_wrapper(env_id: str, describe: dict[str, Any]) -> Callable[[Any], Any
         return lambda env: DiscreteKeys(env, combos)
     if env_id == "builtin.Catch-v0":
         return lambda env: DiscreteKeys(env, [list(c) for c in CATCH_ACTIONS])
-    if family == "miniwob" or env_id == "builtin.ClickTarget-v0":
-        return lambda env: DiscreteClicks.grid(env, *CLICK_GRID)
+    screen = (0, 0, int(describe.get("width", 0)), int(describe.get("height", 0)))
+    if env_id == "builtin.ClickTarget-v0":
+        return lambda env: DiscreteClicks(env, click_points(screen, CLICK_TARGET_CELL))
+    if family == "miniwob":
+        area = describe.get("task_area") or screen
+        return lambda env: DiscreteClicks(env, click_points(area, MINIWOB_CELL))
     return None
 
 

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Final
 
 import gymnasium
 import pytest
@@ -94,3 +95,36 @@ def test_make_vec_refuses_remotes_serving_another_env() -> None:
                 "universe-remote/builtin.ClickTarget-v0", num_envs=2, remotes=local.address
             )
         assert [p.poll() for p in local.processes] == [None, None]  # not ours to stop
+
+
+#: Seeds (target positions) tried: an 8x8 grid of clicks could hit ClickTarget's 24 px disc
+#: from only some of them.
+CLICK_SEEDS: Final = range(8)
+
+
+def test_click_target_s_clicks_can_hit_every_target() -> None:
+    runtime = registry.make("builtin.ClickTarget-v0")
+    env = gymnasium.make("universe-remote/builtin.ClickTarget-v0", mode="lockstep")
+    try:
+        points = env.get_wrapper_attr("points")
+        assert env.action_space == gymnasium.spaces.Discrete(len(points))
+        for seed in CLICK_SEEDS:
+            runtime.reset(seed)
+            hits = [i for i, (x, y) in enumerate(points) if runtime.on_target(x, y)]
+            assert hits, f"seed {seed}: no click point lands on the target at {runtime.target_centre}"
+            env.reset(seed=seed)
+            _, reward, *_ = env.step(hits[0])
+            assert reward == 1.0
+    finally:
+        env.close()
+
+
+def test_miniwob_clicks_cover_the_task_area_only() -> None:
+    from remotes.registration import MINIWOB_CELL, click_points
+
+    area = (0, 0, 160, 210)  # runtimes.browser.TASK_AREA, on a 640x480 screen
+    points = click_points(area, MINIWOB_CELL)
+    xs, ys = sorted({x for x, _ in points}), sorted({y for _, y in points})
+    assert all(0 <= x < 160 for x in xs) and all(0 <= y < 210 for y in ys)
+    assert len(xs) == 16 and len(ys) == 21
+    assert max(b - a for a, b in zip(xs[:-1], xs[1:], strict=True)) == MINIWOB_CELL
