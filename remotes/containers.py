@@ -32,6 +32,9 @@ FIRST_VNC_PORT: Final = 5900
 MAX_PORT_SCAN: Final = 1000
 #: Seconds a docker CLI call may take.
 DOCKER_TIMEOUT: Final = 30.0
+#: First wait between probes of a container that does not answer yet, doubling up to the max.
+PROBE_BACKOFF: Final = 0.05
+MAX_PROBE_BACKOFF: Final = 1.0
 
 
 class DockerUnavailable(RuntimeError):
@@ -157,4 +160,24 @@ def start_docker(
 
 
 async def _probe_all(addresses: list[RemoteAddress], password: str, timeout: float) -> None:
-    await asyncio.gather(*(_probe(a, password, timeout) for a in addresses))
+    await asyncio.gather(*(_probe_until_up(a, password, timeout) for a in addresses))
+
+
+async def _probe_until_up(address: RemoteAddress, password: str, timeout: float) -> None:
+    """Probe until the container answers: ``docker run`` returns before the remote inside
+    listens (measured with podman: ~0.4 s later), and a published port refuses until then."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = PROBE_BACKOFF
+    while True:
+        try:
+            await _probe(address, password, max(0.1, deadline - loop.time()))
+            return
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            if loop.time() + delay > deadline:
+                raise ConnectionError(
+                    f"container at {address} did not answer within {timeout:g} s: {exc}; "
+                    "see `docker logs` of the container"
+                ) from exc
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, MAX_PROBE_BACKOFF)

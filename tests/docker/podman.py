@@ -36,10 +36,17 @@ CONTEXT_SKIP: Final = (".venv", ".git", "tests", "benchmarks", "docs", "build", 
                        ".mypy_cache", "*.egg-info", "wheelhouse")
 
 _conf_dir = Path(tempfile.mkdtemp(prefix="podman-conf-"))
-(_conf_dir / "containers.conf").write_text("[containers]\ndefault_ulimits = []\n")
+# The flags again, as configuration: the podman service that Docker's CLI talks to
+# (start_docker) takes no command-line flags for its containers.
+(_conf_dir / "containers.conf").write_text(
+    '[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n'
+)
+#: Where ``podman system service`` listens for Docker's CLI (DOCKER_HOST) in a namespace.
+SERVICE_SOCKET: Final = _conf_dir / "podman.sock"
 ENV: Final = {**os.environ, "CONTAINERS_CONF": str(_conf_dir / "containers.conf")}
 
-MISSING = [c for c in ("podman", "mmdebstrap", "runc", "unshare", "ip") if not shutil.which(c)]
+MISSING = [c for c in ("podman", "mmdebstrap", "runc", "unshare", "ip", "docker")
+           if not shutil.which(c)]
 
 
 def podman(*args: str, timeout: float = 120.0, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -106,3 +113,17 @@ def in_netns(script: str, timeout: float = 180.0) -> subprocess.CompletedProcess
         capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=timeout,
         check=False,
     )
+
+
+#: Prepended to a script for :func:`in_netns`: starts podman's Docker-compatible API in
+#: the namespace and points Docker's CLI (``start_docker``) at it.
+SERVICE_PRELUDE: Final = f"""
+import os, subprocess, time
+_service = subprocess.Popen(
+    ["podman", "system", "service", "--time=0", "unix://{SERVICE_SOCKET}"],
+    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+_deadline = time.monotonic() + 30
+while not os.path.exists("{SERVICE_SOCKET}") and time.monotonic() < _deadline:
+    time.sleep(0.05)  # a poll with a deadline: the socket appears when the service is up
+os.environ["DOCKER_HOST"] = "unix://{SERVICE_SOCKET}"
+"""

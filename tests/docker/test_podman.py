@@ -147,3 +147,50 @@ def test_the_image_is_lean(image: str) -> None:
     assert "gcc" not in listing.replace("which gcc", "") and "/usr/bin/make" not in listing
     print(f"image size: {size / 1e6:.0f} MB")
     assert size < 600e6
+
+
+#: Runs inside the namespace, after SERVICE_PRELUDE: start_docker through Docker's CLI.
+START_DOCKER = textwrap.dedent(
+    """
+    import json, subprocess, sys, time
+    from remotes import RemoteVectorEnv, start_docker
+    IMAGE = sys.argv[1]
+    out = {}
+    try:
+        started = time.monotonic()
+        remotes = start_docker("builtin.Catch-v0", 4, image=IMAGE)
+        out["start_s"] = time.monotonic() - started
+        out["running"] = len(subprocess.run(
+            ["docker", "ps", "-q", "--filter", "label=com.universe-remote.managed=true"],
+            capture_output=True, text=True, check=True).stdout.split())
+        envs = RemoteVectorEnv(remotes.address, password=remotes.password)
+        envs.reset(seed=0)
+        for _ in range(30):  # warm up
+            envs.step([[]] * 4)
+        began, steps = time.monotonic(), 0
+        while time.monotonic() - began < 5.0:
+            envs.step([[("KeyEvent", "Left", True)]] * 4)
+            steps += 1
+        out["steps_per_s_per_remote"] = steps / (time.monotonic() - began)
+        envs.close()
+        remotes.close()
+        out["left"] = len(subprocess.run(
+            ["docker", "ps", "-aq", "--filter", "label=com.universe-remote.managed=true"],
+            capture_output=True, text=True, check=True).stdout.split())
+    finally:
+        _service.terminate()
+    print(json.dumps(out))
+    """
+)
+
+
+def test_start_docker_runs_four_remotes_a_vector_env_steps(image: str) -> None:
+    script = pm.SERVICE_PRELUDE + START_DOCKER.replace("sys.argv[1]", repr(image))
+    done = pm.in_netns(script, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["running"] == 4
+    assert out["steps_per_s_per_remote"] > 30  # real time at 60 fps: the figure goes in the note
+    assert out["left"] == 0  # close() removed every container
+    print(f"start_docker(4): {out['start_s']:.1f} s; RemoteVectorEnv over 4 containers: "
+          f"{out['steps_per_s_per_remote']:.1f} steps/s per remote at 60 fps")
