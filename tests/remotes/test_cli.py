@@ -30,10 +30,11 @@ def test_serve_refuses_a_public_host_without_password() -> None:
     assert "--password" in result.stderr and "UNIVERSE_REMOTE_PASSWORD" in result.stderr
 
 
-def test_serve_unknown_env_lists_the_known_ones() -> None:
-    result = run("serve", "builtin.Nope-v0", "--rewarder-port", "0")
+def test_serve_unknown_env_names_the_closest_ones() -> None:
+    result = run("serve", "builtin.Cacth-v0", "--rewarder-port", "0")
     assert result.returncode == 2
-    assert "builtin.Nope-v0" in result.stderr and "builtin.Catch-v0" in result.stderr
+    assert "builtin.Cacth-v0" in result.stderr and "builtin.Catch-v0" in result.stderr
+    assert "universe-remote list" in result.stderr and "atari.Pong-v0" not in result.stderr
 
 
 def test_help_names_every_option() -> None:
