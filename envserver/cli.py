@@ -50,6 +50,7 @@ async def _serve(args: argparse.Namespace) -> int:
         view_only_password=args.view_only_password,
         mode=args.mode,
         runtime_options={"scale": args.scale} if args.scale != 1 else None,
+        allow_origins=args.allow_origin,
     )
     await remote.start(args.host, args.rewarder_port, args.vnc_port, args.http_port)
     stop = asyncio.Event()
@@ -180,6 +181,15 @@ def add_commands(sub: Any) -> None:
     )
     serve.add_argument(
         "--scale", type=int, default=1, help="integer zoom of the screen for viewers (Atari)"
+    )
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="accept rewarder WebSocket handshakes from this web page (e.g. "
+        "https://example.org; repeatable). Browsers send an Origin and agents don't, so "
+        "without it every web page is refused: a page open here could drive the remote",
     )
     serve.add_argument(
         "--http-port",

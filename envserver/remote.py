@@ -43,6 +43,7 @@ from vncdriver.server import VNCServer
 
 from .inputs import REWARDER_SOURCE, Inputs
 from .state import Event, IllegalTransition, RemoteState, State
+from .throttle import AuthThrottle
 
 if TYPE_CHECKING:
     from .viewer import Viewer
@@ -89,13 +90,18 @@ class Remote:
         mode: str = protocol.REALTIME,
         runtime_options: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        allow_origins: Sequence[str] = (),
+        auth_throttle: AuthThrottle | None = None,
     ) -> None:
         """Serve ``env``: an env id from the registry, or a runtime instance of your own.
 
         ``password`` guards both channels (VNC uses its first 8 characters);
         ``view_only_password`` lets VNC viewers watch without their input reaching the game.
         ``runtime_options`` are keyword arguments for the runtime (``{"scale": 2}``), kept
-        for runtimes a reset switches to.
+        for runtimes a reset switches to. ``allow_origins`` names web pages whose
+        WebSocket handshakes the rewarder accepts (any other page is refused). One
+        ``auth_throttle`` (default: a new :class:`AuthThrottle`) counts wrong passwords on
+        every port.
         """
         if mode not in protocol.MODES:
             raise ValueError(f"mode must be one of {protocol.MODES}, not {mode!r}")
@@ -115,7 +121,10 @@ class Remote:
         self.late_ticks = 0
         self.runtime_failures = 0  # in a row; a good frame sets it back to 0
         self.inputs = Inputs()
-        self.rewarder = RewarderServer(self, password=password)
+        self.auth_throttle = auth_throttle or AuthThrottle()
+        self.rewarder = RewarderServer(
+            self, password=password, allow_origins=allow_origins, auth_guard=self.auth_throttle
+        )
         self.password, self.view_only_password = password, view_only_password
         #: Our VNC server, or None when the runtime serves VNC itself (Xvnc).
         self.vnc: VNCServer | None = None
@@ -127,6 +136,7 @@ class Remote:
                 view_only_password=view_only_password,
                 on_input=self._vnc_input,
                 on_disconnect=self._vnc_left,
+                auth_guard=self.auth_throttle,
             )
         self.vnc_port: int | None = None
         #: The browser viewer (``start(http_port=...)``), or None.
@@ -191,6 +201,7 @@ class Remote:
                     view_only_password=self.view_only_password,
                     describe=lambda: {**self.describe(), "episode_id": self.episode_id},
                     vnc_server=self.vnc,
+                    auth_guard=self.auth_throttle,
                 )
                 await self.viewer.start(host, http_port)
                 self.rewarder.viewer_port = self.viewer.port

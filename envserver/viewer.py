@@ -76,7 +76,7 @@ from vncdriver.messages import (
     SetPixelFormat,
 )
 from vncdriver.pixelformat import NATIVE
-from vncdriver.server import VNCServer
+from vncdriver.server import AuthGuard, VNCServer
 from vncdriver.streams import BytesFeeder, Parser, read_exact
 
 from .attached import BROWSER_LEFT, AttachedBridge
@@ -413,12 +413,15 @@ class Viewer:
         describe: Callable[[], dict[str, Any]] | None = None,
         novnc_dir: str | os.PathLike[str] | None = None,
         vnc_server: VNCServer | None = None,
+        auth_guard: AuthGuard | None = None,
     ) -> None:
         """``vnc_server``: the remote's own VNC server, which browsers then attach to
         in-process (:mod:`envserver.attached`); without it (Xvnc) each browser gets a TCP
         bridge to ``vnc_host:vnc_port``."""
         self.vnc_port = vnc_port
         self.vnc_server = vnc_server
+        #: Wrong-password throttling shared with the remote's other ports.
+        self.auth_guard = auth_guard
         # The bridge runs beside the VNC server: a wildcard bind is reached on loopback.
         self.vnc_host = "127.0.0.1" if vnc_host in ("", "0.0.0.0", "::") else vnc_host
         self.password, self.view_only_password = password, view_only_password
@@ -479,6 +482,17 @@ class Viewer:
             return None
         if self.password is None and self.view_only_password is None:
             return CONTROL if is_loopback(request.remote) and is_loopback(request.url.host) else None
+        guard = self.auth_guard
+        if guard is not None and guard.refusal(request.remote) is not None:
+            return None
+        role = self._password_role(request)
+        if guard is not None and role is not None:
+            guard.succeeded(request.remote)
+        elif guard is not None and credentials(request):
+            guard.failed(request.remote, "the viewer port")
+        return role
+
+    def _password_role(self, request: web.BaseRequest) -> str | None:
         for given in credentials(request):
             if self.password is not None and hmac.compare_digest(given.encode(), self.password.encode()):
                 return CONTROL

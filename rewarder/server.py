@@ -15,7 +15,7 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from typing import Any, Final, Protocol
 
@@ -50,6 +50,22 @@ CLOSE_BUSY: Final = 4009
 CLOSE_TOO_SLOW: Final = 1008
 #: A newer connection with the same client id took the active slot: final, no redial.
 CLOSE_REPLACED: Final = 4010
+#: Too many wrong passwords from this address: it is refused for a while.
+CLOSE_THROTTLED: Final = 4029
+#: Seconds between WebSocket pings to every client, and the wait for each pong: an
+#: active client that stops answering (hung, SIGSTOPped, its machine gone) frees the
+#: slot within their sum plus CLOSE_TIMEOUT (websockets then waits for the closing
+#: handshake), 4.5 s at most (was 20 + 20 + 2 s; measured ~41 s).
+KEEPALIVE_INTERVAL: Final = 1.0
+KEEPALIVE_TIMEOUT: Final = 1.5
+
+
+class AuthGuard(Protocol):
+    """Failed-password throttling shared by a remote's ports (``envserver.throttle``)."""
+
+    def refusal(self, address: str | None) -> str | None: ...
+    def failed(self, address: str | None, where: str) -> None: ...
+    def succeeded(self, address: str | None) -> None: ...
 
 
 class EnvHandler(Protocol):
@@ -153,9 +169,17 @@ class RewarderServer:
         password: str | None = None,
         max_message_bytes: int = protocol.MAX_MESSAGE_BYTES,
         max_queued_messages: int = MAX_QUEUED_MESSAGES,
+        allow_origins: Sequence[str] = (),
+        auth_guard: AuthGuard | None = None,
     ) -> None:
+        """``allow_origins``: web pages (``Origin`` values, ``https://host``) whose
+        WebSocket handshakes are accepted; any other handshake with an ``Origin`` header
+        is refused, because browsers send one and agents don't. ``auth_guard`` throttles
+        wrong passwords per address."""
         self.handler = handler
         self.password = password
+        self.allow_origins = frozenset(o.rstrip("/").lower() for o in allow_origins)
+        self.auth_guard = auth_guard
         self.max_message_bytes = max_message_bytes
         self.max_queued_messages = max_queued_messages
         self.clients: set[_Client] = set()
@@ -180,8 +204,8 @@ class RewarderServer:
             compression=None,
             process_request=self._process_request,
             max_size=MAX_FRAME_BYTES,
-            ping_interval=20,
-            ping_timeout=20,
+            ping_interval=KEEPALIVE_INTERVAL,
+            ping_timeout=KEEPALIVE_TIMEOUT,
             close_timeout=CLOSE_TIMEOUT,
             server_header="universe-remote",
         )
@@ -233,7 +257,18 @@ class RewarderServer:
             client.send(client.proto.observation(episode_id, observation))
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        """Plain HTTP for Universe's viewer URL; everything else goes on to the WebSocket."""
+        """Plain HTTP for Universe's viewer URL; web pages refused; the rest goes on to the
+        WebSocket."""
+        origin = request.headers.get("Origin")
+        if origin is not None and origin.rstrip("/").lower() not in self.allow_origins:
+            log.info("refusing a handshake from a web page (Origin %s)", origin[:200])
+            return connection.respond(
+                HTTPStatus.FORBIDDEN,
+                f"this rewarder does not accept connections from web pages (Origin: "
+                f"{origin[:200]}): any site open in a browser here could drive the remote. "
+                "Agents send no Origin header. To allow this page, serve with "
+                f"--allow-origin {origin[:200]}\n",
+            )
         if not request.path.startswith(VIEWER_PATH):
             return None
         if self.viewer_port is None:
@@ -266,7 +301,8 @@ class RewarderServer:
         if len(client_id) > protocol.MAX_CLIENT_ID_CHARS:
             client_id = ""
         client.client_id = client_id
-        refusal = self._refusal(headers.get("authorization"), observer, client_id)
+        peer = ws.remote_address[0] if ws.remote_address else None
+        refusal = self._refusal(headers.get("authorization"), observer, client_id, peer)
         if refusal is None and self._closing:
             refusal = 1001, "the remote is shutting down"
         if refusal is not None:
@@ -312,10 +348,14 @@ class RewarderServer:
             self.active = None
 
     def _refusal(
-        self, authorization: str | None, observer: bool, client_id: str = ""
+        self, authorization: str | None, observer: bool, client_id: str = "",
+        peer: str | None = None,
     ) -> tuple[int, str] | None:
         """Why this handshake may not become a client, with the close code; None if it may."""
+        guard = self.auth_guard
         if self.password is not None:
+            if guard is not None and (throttled := guard.refusal(peer)) is not None:
+                return CLOSE_THROTTLED, throttled
             given = basic_auth_password(authorization)
             if given is None:
                 return CLOSE_UNAUTHORIZED, (
@@ -323,7 +363,11 @@ class RewarderServer:
                     "base64(\"<password>:\")' (the password in the username field)"
                 )
             if not hmac.compare_digest(given.encode(), self.password.encode()):
+                if guard is not None:
+                    guard.failed(peer, "the rewarder port")
                 return CLOSE_UNAUTHORIZED, "wrong password for this remote"
+            if guard is not None:
+                guard.succeeded(peer)
         active = self.active
         if not observer and active is not None and not (client_id and active.client_id == client_id):
             return CLOSE_BUSY, (

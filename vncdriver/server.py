@@ -27,7 +27,7 @@ from typing import Any, Final, Protocol
 
 import numpy as np
 
-from .errors import LocalProtocolError, ServerRefused, VNCError
+from .errors import AuthenticationFailed, LocalProtocolError, ServerRefused, VNCError
 from .handshake import ServerHandshake
 from .messages import FrameTag, KeyEvent, PointerEvent, SetPixelFormat
 from .server_protocol import ServerProtocol, SharedEncodings, changed_tiles
@@ -43,6 +43,14 @@ MAX_WRITE_BUFFER: Final = 8 * 1024 * 1024
 HANDSHAKE_TIMEOUT: Final = 10.0
 
 InputCallback = Callable[[int, Sequence[KeyEvent | PointerEvent]], None]
+
+
+class AuthGuard(Protocol):
+    """Failed-password throttling shared by a remote's ports (``envserver.throttle``)."""
+
+    def refusal(self, address: str | None) -> str | None: ...
+    def failed(self, address: str | None, where: str) -> None: ...
+    def succeeded(self, address: str | None) -> None: ...
 
 
 class Transport(Protocol):
@@ -90,6 +98,9 @@ class _Connection(asyncio.Protocol):
         server = self.server
         height, width = server.frame.shape[:2]
         refuse = self.refuse_reason
+        guard = server.auth_guard
+        if refuse is None and guard is not None and not self.trusted and server.password:
+            refuse = guard.refusal(self._peer())
         # Clients still shaking hands count too, or a burst of them slips past the limit.
         if refuse is not None:
             pass
@@ -116,8 +127,16 @@ class _Connection(asyncio.Protocol):
                 self._handshake_data(data)
             else:
                 self._protocol_data(data)
+        except AuthenticationFailed as exc:
+            if self.server.auth_guard is not None:
+                self.server.auth_guard.failed(self._peer(), "the VNC port")
+            self._abort(str(exc))
         except (VNCError, ServerRefused) as exc:
             self._abort(str(exc))
+
+    def _peer(self) -> str | None:
+        peer = self.transport.get_extra_info("peername") if self.transport else None
+        return str(peer[0]) if isinstance(peer, tuple) and peer else None
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timeout is not None:
@@ -152,6 +171,8 @@ class _Connection(asyncio.Protocol):
         for done in handshake.events_received():
             if self._timeout is not None:
                 self._timeout.cancel()
+            if self.server.auth_guard is not None and self.server.password and not self.trusted:
+                self.server.auth_guard.succeeded(self._peer())
             if self.force_view_only:
                 done = dataclasses.replace(done, view_only=True)
             self.proto = ServerProtocol(
@@ -237,6 +258,7 @@ class VNCServer:
         view_only_password: str | None = None,
         on_input: InputCallback | None = None,
         on_disconnect: Callable[[int], None] | None = None,
+        auth_guard: AuthGuard | None = None,
         encodings: Sequence[int] | None = None,
         max_clients: int = MAX_CLIENTS,
     ) -> None:
@@ -251,6 +273,8 @@ class VNCServer:
         self.on_input: InputCallback = on_input or (lambda client_id, events: None)
         self.on_disconnect: Callable[[int], None] = on_disconnect or (lambda client_id: None)
         self.encodings = encodings
+        #: Counts wrong passwords per address and refuses blocked ones (one per remote).
+        self.auth_guard = auth_guard
         self.max_clients = max_clients
         self.connections: dict[int, _Connection] = {}
         #: Connections still in the RFB handshake (they count against ``max_clients``).

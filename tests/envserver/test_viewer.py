@@ -30,6 +30,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from envserver import viewer as viewer_module
 from envserver.remote import Remote
+from envserver.throttle import AuthThrottle
 from envserver.viewer import (
     EXTENSION_ENCODINGS,
     MAX_VIEWERS,
@@ -173,7 +174,10 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 async def test_password_guards_page_session_and_bridge(
     start_remote: StartRemote, http: aiohttp.ClientSession
 ) -> None:
-    remote = await start_remote(password=PASSWORD, view_only_password="watcher", http_port=0)
+    remote = await start_remote(  # 8 wrong tries below: more than the throttle allows
+        password=PASSWORD, view_only_password="watcher", http_port=0,
+        auth_throttle=AuthThrottle(max_failures=100),
+    )
     assert remote.viewer is not None
     base = f"http://127.0.0.1:{remote.viewer.port}"
     for path in ("/viewer/", "/viewer/session", "/viewer/status", "/viewer/websockify"):

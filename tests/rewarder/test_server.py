@@ -9,8 +9,8 @@ import orjson
 import pytest
 import websockets
 
-from rewarder.auth import basic_auth_password
 from rewarder import protocol
+from rewarder.auth import basic_auth_password
 from rewarder.server import CLOSE_BUSY, CLOSE_REPLACED, CLOSE_UNAUTHORIZED, RewarderServer
 from tests.conftest import StartRemote
 from tests.wire import WireClient, basic_auth
@@ -63,10 +63,10 @@ async def test_reset_moves_past_the_clients_episode(start_remote: StartRemote) -
 async def test_reset_to_another_env_and_unknown_env(start_remote: StartRemote) -> None:
     remote = await start_remote()
     client = await WireClient.open(remote.rewarder.port)
-    error = await client.reset(env_id="builtin.Nope-v0")
+    error = await client.reset(env_id="builtin.ClickTraget-v0")
     assert error["method"] == "v0.reply.error"
-    assert "builtin.Nope-v0" in error["body"]["message"]
-    assert "builtin.ClickTarget-v0" in error["body"]["message"]  # it lists what there is
+    assert "builtin.ClickTraget-v0" in error["body"]["message"]
+    assert "builtin.ClickTarget-v0" in error["body"]["message"]  # the closest id there is
     reply = await client.reset(env_id="builtin.ClickTarget-v0")
     assert reply["method"] == "v0.reply.env.reset"
     running = await client.recv_until("v0.env.describe", episode_id=reply["headers"]["episode_id"])
