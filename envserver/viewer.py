@@ -62,6 +62,7 @@ from typing import Any, Final
 
 import orjson
 from aiohttp import WSMsgType, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from vncdriver.addresses import is_loopback
 from vncdriver.errors import ProtocolError, VNCError
@@ -394,6 +395,24 @@ class _Bridge:
 # The app ----------------------------------------------------------------------------------------
 
 
+class _QuietBadRequests(logging.Filter):
+    """aiohttp logs a traceback at ERROR for every malformed request (a 100 KB URL, say):
+    a client's mistake, not ours. One INFO line instead, without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg, record.args = "refused a malformed HTTP request: %s", (
+                str(exc.message)[:200],
+            )
+        return True
+
+
+_QUIET_BAD_REQUESTS: Final = _QuietBadRequests()
+
+
 class Viewer:
     """Serves the page, noVNC and one WebSocket-to-VNC bridge per browser.
 
@@ -430,6 +449,8 @@ class Viewer:
         self.novnc = find_novnc(novnc_dir)
         self.bridges: set[_Bridge | AttachedBridge] = set()
         self._secret = secrets.token_bytes(32)
+        #: Nonces of redeemed tokens, with their expiry: a token opens one bridge.
+        self._used_tokens: dict[str, float] = {}
         self._runner: web.AppRunner | None = None
         self._closing = False
         self.app = self._make_app()
@@ -449,6 +470,7 @@ class Viewer:
             )
         if self.novnc is None:
             log.warning("viewer: noVNC not found, the page will say so; %s", INSTALL_NOVNC)
+        logging.getLogger("aiohttp.server").addFilter(_QUIET_BAD_REQUESTS)  # once: a set
         self._runner = web.AppRunner(
             self.app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT
         )
@@ -503,7 +525,8 @@ class Viewer:
         return None
 
     def _token(self, role: str) -> str:
-        claim = f"{int(time.time() + TOKEN_LIFETIME)}.{role}"
+        """A signed, single-use token for the bridge: ``expires.role.nonce.signature``."""
+        claim = f"{int(time.time() + TOKEN_LIFETIME)}.{role}.{secrets.token_urlsafe(9)}"
         return f"{claim}.{self._sign(claim)}"
 
     def _sign(self, claim: str) -> str:
@@ -511,13 +534,28 @@ class Viewer:
         return base64.urlsafe_b64encode(digest[:18]).decode()
 
     def _token_role(self, token: str | None) -> str | None:
-        expires, _, rest = (token or "").partition(".")
-        role, _, signature = rest.partition(".")
+        """The role a valid, unexpired, unused token grants, else None."""
+        parts = (token or "").split(".")
+        if len(parts) != 4:
+            return None
+        expires, role, nonce, signature = parts
         if not (expires.isdigit() and role in (CONTROL, VIEW)):
             return None
-        if not hmac.compare_digest(signature, self._sign(f"{expires}.{role}")):
+        if not hmac.compare_digest(signature, self._sign(f"{expires}.{role}.{nonce}")):
             return None
-        return role if int(expires) >= time.time() else None
+        if int(expires) < time.time() or nonce in self._used_tokens:
+            return None
+        return role
+
+    def _redeem(self, token: str | None) -> str | None:
+        """:meth:`_token_role`, and the token cannot open another bridge."""
+        role = self._token_role(token)
+        if role is not None:
+            now = time.time()
+            self._used_tokens = {n: t for n, t in self._used_tokens.items() if t >= now}
+            expires, _, nonce, _ = (token or "").split(".")
+            self._used_tokens[nonce] = float(expires)
+        return role
 
     def _refusal(self, request: web.BaseRequest) -> web.Response:
         if (why := cross_site(request)) is not None:
@@ -599,7 +637,7 @@ class Viewer:
             return {}
 
     async def _websockify(self, request: web.Request) -> web.StreamResponse:
-        role = None if cross_site(request) else self._token_role(request.query.get("token"))
+        role = None if cross_site(request) else self._redeem(request.query.get("token"))
         role = role or self.role(request)
         if role is None:
             return self._refusal(request)

@@ -277,8 +277,9 @@ class RewarderServer:
                 "this remote serves no browser viewer; start it with "
                 "`universe-remote serve ENV_ID --http-port`\n",
             )
-        host = request.headers.get("Host", "127.0.0.1")
-        host = host[: host.index("]") + 1] if host.startswith("[") else host.rsplit(":", 1)[0]
+        # The address the request came in on, never its Host header (a client's words).
+        host = str(connection.local_address[0]) if connection.local_address else "127.0.0.1"
+        host = f"[{host}]" if ":" in host else host
         response = connection.respond(
             HTTPStatus.FOUND, f"the viewer is on port {self.viewer_port}\n"
         )

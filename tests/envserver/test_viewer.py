@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import re
 import shutil
 import signal
@@ -214,11 +215,19 @@ async def test_tokens_are_signed_and_expire(
     viewer = remote.viewer
     assert viewer is not None
     token = viewer._token("view")
-    assert viewer._token_role(token) == "view"
-    expires, _, signature = token.split(".")
-    assert viewer._token_role(f"{expires}.control.{signature}") is None  # role is signed
-    assert viewer._token_role(f"{int(expires) + 9}.view.{signature}") is None
+    assert viewer._token_role(token) == "view" and token != viewer._token("view")
+    expires, _, nonce, signature = token.split(".")
+    assert viewer._token_role(f"{expires}.control.{nonce}.{signature}") is None  # signed role
+    assert viewer._token_role(f"{int(expires) + 9}.view.{nonce}.{signature}") is None
     assert viewer._token_role("garbage") is None and viewer._token_role(None) is None
+    # single use: a token opens one bridge, never a second
+    once = await session_websocket(http, viewer, PASSWORD)
+    rfb = await RFBOverWebSocket.open(http, once)
+    await rfb.frame()
+    with pytest.raises(aiohttp.WSServerHandshakeError) as replay:
+        await http.ws_connect(once)
+    assert replay.value.status == 401
+    await rfb.close()
     monkeypatch.setattr(viewer_module.time, "time", lambda: int(expires) + 1)
     assert viewer._token_role(token) is None
     async with http.get(
@@ -766,3 +775,20 @@ async def test_a_taken_http_port_fails_the_start_and_closes_the_rest() -> None:
         assert remote.rewarder._server is not None and not remote.rewarder._server.is_serving()
     finally:
         await taken.close()
+
+
+async def test_a_huge_url_is_refused_without_a_traceback(
+    start_remote: StartRemote, caplog: pytest.LogCaptureFixture
+) -> None:
+    remote = await start_remote(mode="lockstep", http_port=0)
+    assert remote.viewer is not None
+    for _ in range(3):
+        reader, writer = await asyncio.open_connection("127.0.0.1", remote.viewer.port)
+        writer.write(b"GET /viewer/" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        assert (await asyncio.wait_for(reader.read(12), 10)).startswith(b"HTTP/1.")
+        writer.close()
+    async with asyncio.timeout(10):
+        while not any("malformed HTTP request" in r.getMessage() for r in caplog.records):
+            await asyncio.sleep(0.01)
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]

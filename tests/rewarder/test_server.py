@@ -285,10 +285,13 @@ async def test_universe_style_payload_shapes(start_remote: StartRemote) -> None:
     await agent.close()
 
 
-async def http_get(port: int, path: str) -> tuple[int, dict[str, str], str]:
+async def http_get(
+    port: int, path: str, host: str | None = None
+) -> tuple[int, dict[str, str], str]:
     """A plain HTTP/1.1 GET, no redirects followed: (status, headers, body)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
+    host = host or f"127.0.0.1:{port}"
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
     async with asyncio.timeout(10):
         data = await reader.read()
     writer.close()
@@ -306,6 +309,9 @@ async def test_universe_viewer_url_redirects_to_the_viewer(start_remote: StartRe
     status, headers, _ = await http_get(remote.rewarder.port, "/viewer/?password=pw")
     assert status == 302
     assert headers["location"] == "http://127.0.0.1:8999/viewer/?password=pw"
+    # built from the address we serve on, not from what the request's Host header says
+    status, headers, _ = await http_get(remote.rewarder.port, "/viewer/", host="evil.example")
+    assert status == 302 and headers["location"] == "http://127.0.0.1:8999/viewer/"
     agent = await WireClient.open(remote.rewarder.port)  # the rewarder itself is unchanged
     assert (await agent.recv())["method"] == "v0.env.describe"
     await agent.close()

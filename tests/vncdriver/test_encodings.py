@@ -236,6 +236,21 @@ def test_tight_jpeg_by_hand() -> None:
         tight(np.zeros((8, 8, 3), np.uint8), b"\x90\x05hello")
 
 
+def test_tight_jpeg_size_is_checked_before_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small JPEG that claims 60000x60000 pixels is refused from its header alone."""
+    from vncdriver.encodings import tight as tight_module
+
+    jpeg = bytearray(simplejpeg.encode_jpeg(make_frame(16, 24, "smooth", 0), quality=90))
+    sof = jpeg.index(b"\xff\xc0")  # baseline frame header: ..., height, width (big-endian)
+    jpeg[sof + 5 : sof + 9] = (60000).to_bytes(2, "big") * 2
+    decoded: list[bytes] = []
+    monkeypatch.setattr(tight_module.simplejpeg, "decode_jpeg",
+                        lambda data, **kw: decoded.append(data))
+    with pytest.raises(ProtocolError, match="Tight JPEG is 60000x60000, the rectangle 24x16; not decoded"):
+        tight(np.zeros((16, 24, 3), np.uint8), b"\x90" + compact_length(len(jpeg)) + bytes(jpeg))
+    assert decoded == []
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

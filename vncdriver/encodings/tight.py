@@ -128,6 +128,18 @@ class TightDecoder:
         elif kind == JPEG:
             data = yield from _read_sized(target, "Tight JPEG")
             try:
+                # The size the JPEG claims, before decoding: a few MB of JPEG can ask for
+                # gigabytes of pixels.
+                height, width, *_ = simplejpeg.decode_jpeg_header(data)
+            except ValueError as exc:
+                raise ProtocolError(
+                    f"Tight JPEG for {w}x{h} at ({x}, {y}) is corrupt: {exc}"
+                ) from None
+            if (height, width) != (h, w):
+                raise ProtocolError(
+                    f"Tight JPEG is {width}x{height}, the rectangle {w}x{h}; not decoded"
+                )
+            try:
                 image = simplejpeg.decode_jpeg(data, colorspace="RGB")
             except ValueError as exc:
                 raise ProtocolError(
