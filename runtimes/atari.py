@@ -243,7 +243,7 @@ class AtariRuntime(Runtime):
         self._draw()
 
     def step(self, events: Sequence[InputEvent]) -> StepResult:
-        return self.advance(events, 1)
+        return AtariRuntime.advance(self, events, 1)  # not a subclass's (it may loop step)
 
     def advance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
         """Run ``frames`` ALE frames with the input held; fetch and scale the screen once,

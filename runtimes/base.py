@@ -94,6 +94,14 @@ class Runtime(abc.ABC):
 
     framebuffer: np.ndarray
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that redefines :meth:`step` but not :meth:`advance` gets the base
+        advance (a loop of its ``step``): an advance inherited from a faster parent would
+        skip the subclass's step, in real time too, where the remote advances 1 frame."""
+        super().__init_subclass__(**kwargs)
+        if "step" in vars(cls) and "advance" not in vars(cls):
+            cls.advance = Runtime.advance  # type: ignore[method-assign]
+
     def __init__(self) -> None:
         self.framebuffer = np.zeros((self.height, self.width, 3), dtype=np.uint8)
 

@@ -194,7 +194,7 @@ class _Game(Runtime):
         }
 
     def step(self, events: Sequence[InputEvent]) -> StepResult:
-        return self.advance(events, 1)
+        return _Game.advance(self, events, 1)  # not a subclass's (it may loop step)
 
     def advance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
         """Play ``frames`` frames with the input held; draw once, at the end: drawing is

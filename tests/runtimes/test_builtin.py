@@ -395,3 +395,23 @@ def test_a_finished_episode_stays_as_it_ended(game_class: type[Catch | ClickTarg
         assert np.array_equal(runtime.framebuffer, frame)
     runtime.reset(2)
     assert runtime.step([]).done is False
+
+
+def test_a_subclass_that_redefines_step_is_advanced_through_its_step() -> None:
+    """The remote advances every runtime (1 frame in real time): a subclass's own step
+    must run then, not be skipped by the faster advance it inherits."""
+    calls: list[int] = []
+
+    class Counting(Catch):
+        def step(self, events):  # type: ignore[no-untyped-def]
+            calls.append(1)
+            return super().step(events)
+
+    runtime = Counting()
+    runtime.reset(1)
+    result = runtime.advance([], 3)
+    assert len(calls) == result.frames == 3
+    plain = Catch()
+    plain.reset(1)
+    plain.advance([], 3)
+    assert np.array_equal(runtime.framebuffer, plain.framebuffer)  # same game, same frames
