@@ -16,9 +16,10 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
 
-from rewarder import client as client_module, dial as dial_module, protocol
+from rewarder import dial as dial_module, protocol
 from rewarder.auth import basic_auth_password
 from rewarder.client import RewarderClient, basic_auth, connect, parse_address
+from rewarder.client_channel import intersect_skew
 from rewarder.errors import BadRequest, ConnectionClosed, ConnectTimeout, RemoteError
 from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED
 from rewarder.server import RewarderServer
@@ -151,7 +152,7 @@ def test_basic_auth_puts_the_password_in_the_username_field() -> None:
 
 
 def test_skew_bounds_intersect_and_survive_a_clock_jump() -> None:
-    intersect = client_module._intersect
+    intersect = intersect_skew
     assert intersect(None, (-1.0, 1.0)) == (-1.0, 1.0)
     assert intersect((-1.0, 1.0), (-0.5, 2.0)) == (-0.5, 1.0)
     assert intersect((-1.0, 1.0), (5.0, 6.0)) == (5.0, 6.0)

@@ -1,0 +1,414 @@
+"""The rewarder client's machinery below its public API: one WebSocket, kept up.
+
+Holds :class:`ClientChannel` (the dial, serve, redial loop; requests and the replies that
+resolve them; the reader that files every server message; clock calibration), the
+calibration constants and :func:`intersect_skew`. :class:`~.client.RewarderClient` is a
+``ClientChannel`` and adds what callers use: start and close, waiting, reset, step,
+ping, actions.
+
+Clock skew: each ping bounds server clock minus local clock by ``[reply.sent_at -
+received_at, reply.sent_at - request_sent_at]``; a calibration intersects the bounds of
+:data:`CALIBRATION_PINGS` pings, on connect and every :data:`CALIBRATION_INTERVAL`
+seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import websockets
+from websockets.asyncio.client import ClientConnection as WebSocket
+
+from . import protocol
+from .dial import dial
+from .errors import (
+    ConnectionClosed,
+    ProtocolError,
+    RemoteError,
+    RewarderError,
+    UnknownMethod,
+)
+from .protocol import (
+    ClientConnection,
+    Close,
+    Describe,
+    ErrorReply,
+    Observation,
+    PingReply,
+    ResetReply,
+    Reward,
+    ServerEvent,
+    StepReply,
+    Text,
+)
+from .reward_buffer import RewardBuffer
+
+log = logging.getLogger(__name__)
+
+#: Pings per clock calibration: enough to narrow the skew bounds, cheap (~0.2 ms each
+#: on loopback). Universe used 10.
+CALIBRATION_PINGS: Final = 5
+#: Seconds between background recalibrations (clocks drift; Universe used 300 s).
+CALIBRATION_INTERVAL: Final = 60.0
+#: Default wait for a ping reply.
+PING_TIMEOUT: Final = 10.0
+
+
+class _ServerClosed(Exception):
+    """Internal: the server sent ``v0.connection.close`` (the reader stops)."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+class ClientChannel:
+    """One WebSocket to one rewarder at ``url``, redialled after drops: the state and
+    machinery behind :class:`~.client.RewarderClient`, which is what callers use."""
+
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        *,
+        name: str,
+        buffer: RewardBuffer,
+        start_timeout: float,
+        reconnect: bool,
+        calibration_pings: int,
+        calibration_interval: float,
+    ) -> None:
+        """``headers`` go with every dial (observer flag, authorization, client id)."""
+        self.url = url
+        self.name = name
+        self.start_timeout = start_timeout
+        self.reconnect = reconnect
+        self.calibration_pings = calibration_pings
+        self.calibration_interval = calibration_interval
+        #: Where rewards go; :meth:`~.client.RewarderClient.pop` and
+        #: :meth:`~.client.RewarderClient.peek` read it.
+        self.buffer = buffer
+        self._headers = dict(headers)
+
+        self._ws: WebSocket | None = None
+        self._proto: ClientConnection | None = None
+        self._ready = False
+        self._pending: dict[Any, tuple[str, asyncio.Future[Any]]] = {}
+        self._describe: Describe | None = None
+        self._changed = asyncio.Event()
+        self._failure: RewarderError | None = None
+        self._closed = False
+        self._supervisor: asyncio.Task[None] | None = None
+        self._rtt: float | None = None
+        self._skew: tuple[float, float] | None = None
+        self._messages = 0
+        self._rewards = 0
+        self._reconnects = 0
+        self._unknown = 0
+        self._bad = 0
+        self._remote_errors = 0
+        self._unknown_seen: set[str] = set()
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Reward: self._on_reward,
+            Describe: self._on_describe,
+            Text: self._on_episode_event,
+            Observation: self._on_episode_event,
+            ResetReply: self._on_reset_reply,
+            PingReply: self._on_reply,
+            StepReply: self._on_reply,
+            ErrorReply: self._on_error,
+            Close: self._on_close,
+        }
+
+    # Waiters -------------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        """Wake every waiter to re-check its condition."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _raise_if_stopped(self) -> None:
+        if self._failure is not None:
+            raise self._failure.with_traceback(None)
+        if self._closed:
+            raise ConnectionClosed(f"rewarder client {self.name} is closed")
+        if self._supervisor is None:
+            raise ConnectionClosed(
+                f"rewarder client {self.name} is not started: await client.start() "
+                "or use rewarder.client.connect()"
+            )
+
+    # Requests ----------------------------------------------------------------------------
+
+    def _connection(self) -> tuple[WebSocket, ClientConnection]:
+        ws, proto = self._ws, self._proto
+        if ws is None or proto is None:
+            self._raise_if_stopped()
+            raise ConnectionClosed(
+                f"{self.name}: not connected to {self.url}; reconnecting in the background "
+                "(await client.wait_connected())"
+            )
+        return ws, proto
+
+    async def _request(
+        self, ws: WebSocket, method: str, message_id: int, data: bytes, timeout: float | None
+    ) -> tuple[Any, float]:
+        """Send a request and wait for its reply: ``(event, local time it arrived)``."""
+        future: asyncio.Future[tuple[Any, float]] = asyncio.get_running_loop().create_future()
+        self._pending[message_id] = (method, future)
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                await ws.send(data, text=True)
+                return await future
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise TimeoutError(
+                f"{self.name}: no reply to {method} from {self.url} within {timeout} s"
+            ) from None
+        except websockets.ConnectionClosed as exc:
+            raise ConnectionClosed(
+                f"{self.name}: connection lost sending {method}: {exc}"
+            ) from None
+        finally:
+            self._pending.pop(message_id, None)
+
+    async def _ping_once(self, timeout: float | None) -> tuple[float, float, float]:
+        ws, proto = self._connection()
+        started_wall, started = time.time(), time.perf_counter()
+        message_id, data = proto.ping()
+        (reply, received_wall), received = (
+            await self._request(ws, protocol.PING, message_id, data, timeout),
+            time.perf_counter(),
+        )
+        return received - started, reply.sent_at - received_wall, reply.sent_at - started_wall
+
+    async def _calibrate(self) -> None:
+        """:data:`CALIBRATION_PINGS` pings; the skew bounds become their intersection."""
+        skew: tuple[float, float] | None = None
+        for _ in range(self.calibration_pings):
+            rtt, lo, hi = await self._ping_once(PING_TIMEOUT)
+            self._rtt = rtt
+            skew = intersect_skew(skew, (lo, hi))
+        if skew is not None:
+            self._skew = skew
+
+    async def _recalibrate_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.calibration_interval)
+            try:
+                await self._calibrate()
+            except (RewarderError, TimeoutError) as exc:
+                log.debug("%s: clock recalibration failed: %s", self.name, exc)
+
+    # Connecting ----------------------------------------------------------------------------
+
+    async def _supervise(self) -> None:
+        """Dial, serve the connection, and redial after drops until told to stop."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.start_timeout
+        first = True
+        try:
+            while True:
+                try:
+                    ws = await self._dial(deadline)
+                except RewarderError as exc:
+                    self._fail(exc)
+                    return
+                if not first:
+                    self._reconnects += 1
+                    log.info("%s: reconnected to %s", self.name, self.url)
+                first = False
+                reason = await self._serve(ws)
+                if self._closed:
+                    return
+                if not self.reconnect:
+                    self._fail(ConnectionClosed(f"{self.name}: {reason}"))
+                    return
+                log.warning(
+                    "%s: %s; reconnecting for up to %.1f s", self.name, reason, self.start_timeout
+                )
+                deadline = loop.time() + self.start_timeout
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug here must not leave callers waiting forever
+            log.exception("%s: rewarder client failed", self.name)
+            self._fail(ConnectionClosed(f"{self.name}: rewarder client failed: {exc!r}"))
+
+    async def _dial(self, deadline: float) -> WebSocket:
+        """Connect (:func:`~.dial.dial`), then read the server's first message: a
+        ``v0.connection.close`` there is a refusal, final."""
+        ws, first = await dial(
+            self.url, self._headers, deadline=deadline, start_timeout=self.start_timeout,
+            name=self.name, stopped=lambda: self._closed,
+        )
+        proto = ClientConnection()
+        self._messages += 1
+        try:
+            event: ServerEvent | None = proto.receive(first)
+        except ProtocolError as exc:
+            self._on_bad_message(first, exc)
+            event = None
+        if type(event) is Close:
+            await ws.close()
+            raise ConnectionClosed(
+                f"{self.name}: {self.url} refused the connection: {event.message}"
+            )
+        self._ws, self._proto = ws, proto
+        if event is not None:
+            self._handlers[type(event)](event)
+        return ws
+
+    async def _serve(self, ws: WebSocket) -> str:
+        """Run one established connection until it ends; returns why it ended."""
+        loop = asyncio.get_running_loop()
+        reader = loop.create_task(self._read(ws), name=f"rewarder reader {self.name}")
+        recalibrate: asyncio.Task[None] | None = None
+        try:
+            try:
+                await self._calibrate()
+            except (RewarderError, TimeoutError) as exc:
+                if self._ws is not ws:  # the connection ended during calibration
+                    return await reader
+                log.warning("%s: clock calibration failed: %s", self.name, exc)
+            if self._ws is ws:
+                self._ready = True
+                self._notify()
+                recalibrate = loop.create_task(self._recalibrate_forever())
+            return await reader
+        finally:
+            reader.cancel()
+            if recalibrate is not None:
+                recalibrate.cancel()
+
+    def _fail(self, exc: RewarderError) -> None:
+        """Stop for good: every waiter and later request gets ``exc``."""
+        if not self._closed:
+            log.warning("%s", exc)
+        self._failure = exc
+        self._drop(str(exc))
+        self._notify()
+
+    def _drop(self, reason: str) -> None:
+        """The connection is gone: fail pending requests, end the running episode."""
+        had_connection = self._ws is not None
+        self._ws = self._proto = None
+        self._ready = False
+        self._describe = None
+        pending, self._pending = self._pending, {}
+        for method, future in pending.values():
+            if not future.done():
+                future.set_exception(
+                    ConnectionClosed(f"{self.name}: {method} got no reply: {reason}")
+                )
+        if had_connection:
+            self.buffer.disconnected()
+        self._notify()
+
+    # Reading -------------------------------------------------------------------------------
+
+    async def _read(self, ws: WebSocket) -> str:
+        """Handle every server message until the connection ends; returns why it ended."""
+        proto = self._proto
+        assert proto is not None
+        receive = proto.receive
+        handlers = self._handlers
+        reason = f"the connection to {self.url} closed"
+        server_closed = False
+        try:
+            try:
+                async for data in ws:
+                    self._messages += 1
+                    try:
+                        event = receive(data)
+                    except ProtocolError as exc:
+                        self._on_bad_message(data, exc)
+                        continue
+                    handlers[type(event)](event)
+            except _ServerClosed as exc:
+                reason = f"the server closed the connection: {exc.message}"
+                server_closed = True
+            except websockets.ConnectionClosed as exc:
+                reason = f"the connection to {self.url} dropped ({exc})"
+            else:
+                if ws.close_code is not None:
+                    reason = (
+                        f"the connection to {self.url} closed "
+                        f"({ws.close_code} {ws.close_reason})".rstrip()
+                    )
+        finally:
+            if self._ws is ws:
+                self._drop(reason)  # pending requests fail now, not after the close handshake
+        if server_closed:
+            await ws.close()
+        return reason
+
+    def _on_reward(self, event: Reward) -> None:
+        self._rewards += 1
+        self.buffer.file(event)
+
+    def _on_episode_event(self, event: Text | Observation) -> None:
+        self.buffer.file(event)
+
+    def _on_describe(self, event: Describe) -> None:
+        self._describe = event
+        self.buffer.file(event)
+        self._notify()
+
+    def _on_reset_reply(self, event: ResetReply) -> None:
+        # The server started a new episode even if nobody waits for this reply any more.
+        self.buffer.reset(event.episode_id)
+        self._on_reply(event)
+
+    def _pending_for(self, parent: Any) -> tuple[str, asyncio.Future[Any]] | None:
+        entry = self._pending.get(parent)
+        if entry is None and isinstance(parent, str) and parent.isdigit():
+            entry = self._pending.get(int(parent))  # Universe servers echo ids as strings
+        if entry is None or entry[1].done():
+            return None
+        return entry
+
+    def _on_reply(self, event: ResetReply | PingReply) -> None:
+        entry = self._pending_for(event.parent_message_id)
+        if entry is not None:
+            entry[1].set_result((event, time.time()))
+
+    def _on_error(self, event: ErrorReply) -> None:
+        self._remote_errors += 1
+        entry = self._pending_for(event.parent_message_id)
+        if entry is not None:
+            entry[1].set_exception(RemoteError(event.message, entry[0]))
+        else:
+            log.warning(
+                "%s: the server refused message %s: %s",
+                self.name,
+                event.parent_message_id,
+                event.message,
+            )
+
+    def _on_close(self, event: Close) -> None:
+        raise _ServerClosed(event.message)
+
+    def _on_bad_message(self, data: str | bytes, exc: ProtocolError) -> None:
+        if isinstance(exc, UnknownMethod):
+            self._unknown += 1
+            if exc.method not in self._unknown_seen:
+                self._unknown_seen.add(exc.method)
+                log.info("%s: ignoring unknown server method %r", self.name, exc.method)
+            return
+        self._bad += 1
+        log.warning("%s: ignoring a server message: %s", self.name, exc)
+
+
+def intersect_skew(
+    bounds: tuple[float, float] | None, new: tuple[float, float]
+) -> tuple[float, float]:
+    """Both bounds hold, so their overlap does; if none (a clock jumped), trust the new."""
+    if bounds is None:
+        return new
+    lo, hi = max(bounds[0], new[0]), min(bounds[1], new[1])
+    return (lo, hi) if lo <= hi else new
