@@ -1,8 +1,10 @@
 """The VNC client: a thin asyncio shell around :class:`~.client_protocol.ClientProtocol`.
 
-Holds :class:`VNCClient`, its entry point :func:`connect` and the connection constants
-(backoff, timeouts, rate window); re-exports :func:`parse_address` (``addresses``),
-:func:`encoding_list` and :class:`VNCClientStats` (``client_connection``).
+Holds :class:`VNCClient`, its entry point :func:`connect` and :data:`CLOSE_TIMEOUT`.
+Below it, :mod:`.client_connection` holds the TCP connection and the dialling (backoff
+constants re-exported here) and :mod:`.client_stats` the counters and rates
+(:class:`VNCClientStats`, :data:`RATE_WINDOW`, re-exported); :func:`parse_address`
+(``addresses``) and :func:`encoding_list` are re-exported too.
 
 One client keeps one RFB connection to one VNC server (our remote, TigerVNC's Xvnc,
 x11vnc, ...). It is an ``asyncio.BufferedProtocol``: the event loop receives straight
@@ -43,7 +45,6 @@ Many clients share one event loop; nothing here starts a thread.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -55,24 +56,29 @@ import numpy as np
 from . import keysyms
 from .addresses import DEFAULT_PORT, DISPLAY_LIMIT, parse_address
 from .client_connection import (
+    ATTEMPT_TIMEOUT,
+    BACKOFF_CAP,
+    BACKOFF_FACTOR,
+    BACKOFF_START,
     ENCODING_PREFERENCES,
     Connection,
-    VNCClientStats,
+    dial,
     encoding_list,
-    encoding_name,
 )
 from .client_protocol import ClientProtocol, FramebufferUpdated
-from .errors import (
-    ConnectionLost,
-    ConnectTimeout,
-    LocalProtocolError,
-)
+from .client_stats import RATE_WINDOW, UpdateRates, VNCClientStats
+from .errors import ConnectionLost, LocalProtocolError
 from .messages import Bell, Encoding, FrameTag, ServerCutText, Subsampling
 
 __all__ = [
+    "ATTEMPT_TIMEOUT",
+    "BACKOFF_CAP",
+    "BACKOFF_FACTOR",
+    "BACKOFF_START",
     "DEFAULT_PORT",
     "DISPLAY_LIMIT",
     "ENCODING_PREFERENCES",
+    "RATE_WINDOW",
     "VNCClient",
     "VNCClientStats",
     "connect",
@@ -82,18 +88,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: First wait between connection attempts; multiplied by BACKOFF_FACTOR after each failure ...
-BACKOFF_START: Final = 0.05
-BACKOFF_FACTOR: Final = 2.0
-#: ... up to this, so a server that comes up is found within a second.
-BACKOFF_CAP: Final = 1.0
-#: One attempt (TCP connect plus RFB handshake) gives up after this, so one hung attempt
-#: cannot eat the whole start timeout.
-ATTEMPT_TIMEOUT: Final = 5.0
 #: How long close() lets queued input drain before it drops the connection.
 CLOSE_TIMEOUT: Final = 2.0
-#: Seconds of recent updates the ``*_per_second`` rates in :class:`VNCClientStats` average.
-RATE_WINDOW: Final = 2.0
 UpdateCallback = Callable[["VNCClient", FramebufferUpdated], None]
 
 
@@ -159,9 +155,7 @@ class VNCClient:
         self._dial_task: asyncio.Task[Connection] | None = None
         self._updates = 0
         self._waiters: list[tuple[int, asyncio.Future[int]]] = []
-        self._recent: collections.deque[tuple[float, int, int, int]] = collections.deque()
-        #: Running sums over ``_recent``: rectangles, bytes, pixels.
-        self._window = [0, 0, 0]
+        self._rates = UpdateRates()
         self._connected_at = 0.0
 
     def __repr__(self) -> str:
@@ -189,7 +183,7 @@ class VNCClient:
             return
         if self._dial_task is not None:
             raise LocalProtocolError(f"{self.name}: start() is already running")
-        task = asyncio.get_running_loop().create_task(self._dial(), name=f"VNC dial {self.name}")
+        task = asyncio.get_running_loop().create_task(dial(self), name=f"VNC dial {self.name}")
         self._dial_task = task
         try:
             conn = await task
@@ -254,48 +248,6 @@ class VNCClient:
     ) -> None:
         await self.close()
 
-    async def _dial(self) -> Connection:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.start_timeout
-        delay = BACKOFF_START
-        last: BaseException | None = None
-        attempts = 0
-        while True:
-            attempts += 1
-            budget = min(ATTEMPT_TIMEOUT, deadline - loop.time())
-            try:
-                async with asyncio.timeout(max(0.0, budget)):
-                    return await self._attempt()
-            except TimeoutError:  # (an OSError too: caught first)
-                # An attempt the deadline cut short says less than the error before it.
-                if last is None or budget >= ATTEMPT_TIMEOUT:
-                    last = TimeoutError(
-                        f"no RFB handshake within {max(0.0, budget):.3g} s of connecting"
-                    )
-            except (OSError, ConnectionLost) as exc:
-                last = exc
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise ConnectTimeout(f"{self.host}:{self.port}", self.start_timeout, last)
-            log.debug("%s: attempt %d failed (%s); retrying", self.name, attempts, last)
-            await asyncio.sleep(min(delay, remaining))
-            delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP)
-
-    async def _attempt(self) -> Connection:
-        loop = asyncio.get_running_loop()
-        transport, conn = await loop.create_connection(
-            lambda: Connection(self), self.host, self.port
-        )
-        try:
-            failure = await conn.ready
-        except BaseException:  # cancelled: the attempt timed out or the client was closed
-            transport.abort()
-            raise
-        if failure is not None:
-            transport.abort()
-            raise failure
-        return conn
-
     # State -------------------------------------------------------------------------------
 
     @property
@@ -357,31 +309,7 @@ class VNCClient:
 
         Cheap (running sums, no pass over history) and safe to read from another thread.
         """
-        proto = self._proto
-        now = time.monotonic()
-        try:
-            oldest = self._recent[0][0]
-        except IndexError:
-            oldest = now
-        # The window, or the connection's age if younger; if updates stopped, the entries
-        # spread over a longer time and the rates fall instead of freezing.
-        span = max(min(RATE_WINDOW, max(now - self._connected_at, 1e-3)), now - oldest)
-        count, rects, nbytes, pixels = len(self._recent), *self._window
-        by_encoding: dict[str, int] = {}
-        if proto is not None:
-            for number, n in list(proto.stats.rectangles_by_encoding.items()):
-                by_encoding[encoding_name(number)] = n
-        return VNCClientStats(
-            updates=self._updates,
-            rectangles=proto.stats.rectangles if proto else 0,
-            bytes=proto.stats.bytes_received if proto else 0,
-            pixels=proto.stats.pixels if proto else 0,
-            updates_per_second=count / span,
-            rectangles_per_second=rects / span,
-            bytes_per_second=nbytes / span,
-            pixels_per_second=pixels / span,
-            rectangles_by_encoding=by_encoding,
-        )
+        return self._rates.snapshot(self._proto, self._updates, self._connected_at)
 
     @property
     def tag(self) -> FrameTag | None:
@@ -537,16 +465,8 @@ class VNCClient:
         if proto.pending_requests == 0:
             proto.request_update()
         conn.write(proto.data_to_send())
-        now = time.monotonic()
-        recent, window = self._recent, self._window
-        for update in updates:
-            self._updates += 1
-            entry = (now, len(update.rects), update.nbytes, update.npixels)
-            recent.append(entry)
-            window[0] += entry[1]
-            window[1] += entry[2]
-            window[2] += entry[3]
-        self._trim(now)
+        self._updates += len(updates)
+        self._rates.record(time.monotonic(), updates)
         number = self._updates
         if self._waiters:
             keep: list[tuple[int, asyncio.Future[int]]] = []
@@ -565,15 +485,6 @@ class VNCClient:
                     callback(self, update)
                 except Exception:
                     log.exception("%s: on_update callback failed", self.name)
-
-    def _trim(self, now: float) -> None:
-        """Drop updates older than the rate window (on the loop thread only)."""
-        recent, window, horizon = self._recent, self._window, now - RATE_WINDOW
-        while recent and recent[0][0] < horizon:
-            _, rects, nbytes, pixels = recent.popleft()
-            window[0] -= rects
-            window[1] -= nbytes
-            window[2] -= pixels
 
     def _connection_lost(self, conn: Connection) -> None:
         if conn is not self._conn:

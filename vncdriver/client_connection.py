@@ -1,28 +1,40 @@
-"""The VNC client's pieces below its public API: one TCP connection, encodings, stats.
+"""The VNC client's pieces below its public API: one TCP connection, dialling, encodings.
 
 Holds :class:`Connection` (an ``asyncio.BufferedProtocol``: the handshake, then
 :class:`~.client_protocol.ClientProtocol` receiving straight into numpy buffers),
-:func:`encoding_list` (what ``encoding=`` asks the server for) and
-:class:`VNCClientStats`. :class:`~.client.VNCClient` owns the connection and is what
-callers use.
+:func:`dial` (attempts with capped exponential backoff until ``start_timeout``) and its
+constants, and :func:`encoding_list` (what ``encoding=`` asks the server for).
+:class:`~.client.VNCClient` owns the connection and is what callers use; its statistics
+are in :mod:`.client_stats`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from .client_protocol import ClientProtocol
 from .encodings import DECODERS
-from .errors import ConnectionLost
+from .errors import ConnectionLost, ConnectTimeout
 from .handshake import ClientHandshake
 from .messages import Encoding, Subsampling, build_encodings
 from .pixelformat import NATIVE
 
 if TYPE_CHECKING:
     from .client import VNCClient
+
+log = logging.getLogger(__name__)
+
+#: First wait between connection attempts; multiplied by BACKOFF_FACTOR after each failure ...
+BACKOFF_START: Final = 0.05
+BACKOFF_FACTOR: Final = 2.0
+#: ... up to this, so a server that comes up is found within a second.
+BACKOFF_CAP: Final = 1.0
+#: One attempt (TCP connect plus RFB handshake) gives up after this, so one hung attempt
+#: cannot eat the whole start timeout.
+ATTEMPT_TIMEOUT: Final = 5.0
 
 #: Receive buffer during the handshake (the largest handshake message is ServerInit with
 #: a desktop name; anything past it is handed to the protocol as trailing data).
@@ -85,26 +97,6 @@ def encoding_list(
         fine_quality=fine_quality,
         subsample=subsample,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class VNCClientStats:
-    """Counters since the connection was made, and rates over the last RATE_WINDOW seconds.
-
-    ``bytes`` counts everything received after the handshake; ``bytes_per_second`` only
-    framebuffer updates. ``rectangles_by_encoding`` is keyed by encoding name (pseudo-
-    encodings included, e.g. ``DESKTOP_SIZE``).
-    """
-
-    updates: int
-    rectangles: int
-    bytes: int
-    pixels: int
-    updates_per_second: float
-    rectangles_per_second: float
-    bytes_per_second: float
-    pixels_per_second: float
-    rectangles_by_encoding: dict[str, int]
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -212,8 +204,52 @@ class Connection(asyncio.BufferedProtocol):
             self.client._handle_events(self, proto, early)
 
 
-def encoding_name(number: int) -> str:
+
+async def dial(client: VNCClient) -> Connection:
+    """Connect ``client`` to its server, retrying with backoff until its start_timeout.
+
+    Returns the :class:`Connection` once its handshake is done. Raises
+    :class:`ConnectTimeout` (with the last attempt's error) when time is up, or at once
+    what makes retrying pointless (AuthenticationFailed, ServerRefused, ProtocolError).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + client.start_timeout
+    delay = BACKOFF_START
+    last: BaseException | None = None
+    attempts = 0
+    while True:
+        attempts += 1
+        budget = min(ATTEMPT_TIMEOUT, deadline - loop.time())
+        try:
+            async with asyncio.timeout(max(0.0, budget)):
+                return await _attempt(client)
+        except TimeoutError:  # (an OSError too: caught first)
+            # An attempt the deadline cut short says less than the error before it.
+            if last is None or budget >= ATTEMPT_TIMEOUT:
+                last = TimeoutError(
+                    f"no RFB handshake within {max(0.0, budget):.3g} s of connecting"
+                )
+        except (OSError, ConnectionLost) as exc:
+            last = exc
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise ConnectTimeout(f"{client.host}:{client.port}", client.start_timeout, last)
+        log.debug("%s: attempt %d failed (%s); retrying", client.name, attempts, last)
+        await asyncio.sleep(min(delay, remaining))
+        delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP)
+
+
+async def _attempt(client: VNCClient) -> Connection:
+    loop = asyncio.get_running_loop()
+    transport, conn = await loop.create_connection(
+        lambda: Connection(client), client.host, client.port
+    )
     try:
-        return Encoding(number).name
-    except ValueError:
-        return str(number)
+        failure = await conn.ready
+    except BaseException:  # cancelled: the attempt timed out or the client was closed
+        transport.abort()
+        raise
+    if failure is not None:
+        transport.abort()
+        raise failure
+    return conn
