@@ -3,7 +3,10 @@
 Holds :class:`XvncDisplay` (an Xvnc server on a free display number, bound to the
 remote's host and VNC port, and the X programs started on it), :class:`XProgram` (one such
 program and its process group), :class:`ProgramMissing`, :func:`find_program` and the
-limits of starting and stopping.
+limits of starting and stopping; and the steps an X server's start is made of, for any X
+server (the tests start Xvfb and x11vnc with them): :func:`start_process`,
+:func:`start_x_server`, :func:`read_display_number`, :func:`wait_listening`,
+:func:`stop_group`, :func:`free_port`, :func:`log_tail`.
 
 The display is the remote's VNC server: viewers and agents connect to Xvnc directly, so a
 runtime on it sets ``external_vnc``. Xvnc picks its own display number (``-displayfd``:
@@ -155,6 +158,118 @@ def free_port(address: str | None) -> int:
         return int(s.getsockname()[1])
 
 
+def start_process(
+    argv: Sequence[str],
+    *,
+    stdout: IO[bytes] | int,
+    stderr: IO[bytes] | int,
+    env: dict[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` as the remote starts every program: in a session (so a process
+    group) of its own, SIGTERMed when the remote dies; stop it with :func:`stop_group`.
+
+    Its own session: the remote's Ctrl-C is the remote's to handle, and a program's
+    helpers (a browser's renderers) are stopped with it.
+    """
+    return subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        env=env,
+        pass_fds=tuple(pass_fds),
+        start_new_session=True,
+        preexec_fn=_die_with_parent,  # noqa: PLW1509 (one libc call, no locks)
+    )
+
+
+def start_x_server(
+    argv: Sequence[str], log_file: IO[bytes]
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start X server ``argv`` (:func:`start_process`, output to ``log_file``) with
+    ``-displayfd``; returns it and the read end of that pipe, for
+    :func:`read_display_number` (the caller closes it)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        process = start_process(
+            [argv[0], "-displayfd", str(write_fd), *argv[1:]],
+            stdout=log_file,
+            stderr=log_file,
+            pass_fds=(write_fd,),
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    return process, read_fd
+
+
+async def read_display_number(
+    fd: int,
+    process: subprocess.Popen[bytes],
+    *,
+    timeout: float,
+    log: Path | None,
+    name: str = "Xvnc",
+) -> int | None:
+    """The display number an X server writes to ``-displayfd`` when ready; None if it
+    exits first. Raises :class:`XvncFailed` (quoting ``log``) after ``timeout`` s."""
+    os.set_blocking(fd, False)
+    deadline = time.monotonic() + timeout
+    data = b""
+    while not data.endswith(b"\n"):
+        try:
+            chunk = os.read(fd, 64)
+        except BlockingIOError:
+            chunk = None
+        if chunk == b"":  # every writer closed: the server exited
+            await asyncio.to_thread(process.wait, STOP_TIMEOUT)
+            return None
+        if chunk:
+            data += chunk
+            continue
+        if time.monotonic() > deadline:
+            raise XvncFailed(
+                f"{name} gave no display number within {timeout} s{log_tail(log)}"
+            )
+        await asyncio.sleep(POLL_INTERVAL)
+    return int(data.strip())
+
+
+async def wait_listening(
+    host: str,
+    port: int,
+    process: subprocess.Popen[bytes],
+    *,
+    timeout: float,
+    log: Path | None,
+    name: str = "Xvnc",
+) -> None:
+    """Poll until ``host:port`` accepts a TCP connection; raises :class:`XvncFailed`
+    (quoting ``log``) if ``process`` exits first or ``timeout`` s pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _, writer = await asyncio.open_connection(host, port)
+        except OSError as exc:
+            error = exc
+        else:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+            return
+        if process.poll() is not None:
+            raise XvncFailed(f"{name} exited with {process.returncode}{log_tail(log)}")
+        if time.monotonic() > deadline:
+            raise XvncFailed(
+                f"{name} did not listen on {host}:{port} within {timeout} s "
+                f"({error}){log_tail(log)}"
+            )
+        await asyncio.sleep(POLL_INTERVAL)
+
+
 class XProgram:
     """An X program started by :meth:`XvncDisplay.spawn`, in a process group of its own
     (a browser's helpers die with it); stdout and stderr go to :attr:`log`."""
@@ -175,7 +290,7 @@ class XProgram:
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """SIGTERM the program and its group, SIGKILL them after ``timeout``; idempotent."""
-        _stop_group(self.process, timeout)
+        stop_group(self.process, timeout)
         self._log_file.close()
 
 
@@ -308,94 +423,33 @@ class XvncDisplay:
 
     async def _try_start(self, argv: list[str], port: int) -> bool:
         """Start ``argv``; True once it listens, False if the port was taken meanwhile."""
-        read_fd = self._launch(argv)
+        process, read_fd = self._launch(argv)
         try:
-            number = await self._read_display_number(read_fd)
+            number = await read_display_number(
+                read_fd, process, timeout=self.start_timeout, log=self.log
+            )
         finally:
             os.close(read_fd)
-        assert self.process is not None
         if number is None:
             if "Address already in use" in log_tail(self.log):
                 return False
-            raise XvncFailed(f"Xvnc exited with {self.process.returncode}{log_tail(self.log)}")
+            raise XvncFailed(f"Xvnc exited with {process.returncode}{log_tail(self.log)}")
         self.display, self.port = f":{number}", port
-        await self._wait_listening()
-        log.info("Xvnc %s listening on %s (pid %d)", self.display, self.address, self.process.pid)
+        host = self.address.rsplit("::", 1)[0].strip("[]")
+        await wait_listening(host, port, process, timeout=self.start_timeout, log=self.log)
+        log.info("Xvnc %s listening on %s (pid %d)", self.display, self.address, process.pid)
         return True
 
-    def _launch(self, argv: list[str]) -> int:
-        """Start Xvnc with a fresh log; the read end of its ``-displayfd`` pipe."""
+    def _launch(self, argv: list[str]) -> tuple[subprocess.Popen[bytes], int]:
+        """Start Xvnc with a fresh log: its process, the read end of its ``-displayfd`` pipe."""
         self._count += 1
         assert self.directory is not None
         self.log = self.directory / f"xvnc-{self._count}.log"
         if self._log_file is not None:
             self._log_file.close()
         self._log_file = open(self.log, "wb")  # noqa: SIM115 (closed in stop())
-        read_fd, write_fd = os.pipe()
-        try:
-            self.process = subprocess.Popen(
-                [argv[0], "-displayfd", str(write_fd), *argv[1:]],
-                stdin=subprocess.DEVNULL,
-                stdout=self._log_file,
-                stderr=self._log_file,
-                pass_fds=(write_fd,),
-                start_new_session=True,  # the remote's Ctrl-C is the remote's to handle
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 (one libc call, no locks)
-            )
-        except BaseException:
-            os.close(read_fd)
-            raise
-        finally:
-            os.close(write_fd)
-        return read_fd
-
-    async def _read_display_number(self, fd: int) -> int | None:
-        """The display number Xvnc writes to ``-displayfd`` when ready; None if it exits."""
-        assert self.process is not None
-        os.set_blocking(fd, False)
-        deadline = time.monotonic() + self.start_timeout
-        data = b""
-        while not data.endswith(b"\n"):
-            try:
-                chunk = os.read(fd, 64)
-            except BlockingIOError:
-                chunk = None
-            if chunk == b"":  # every writer closed: Xvnc exited
-                await asyncio.to_thread(self.process.wait, STOP_TIMEOUT)
-                return None
-            if chunk:
-                data += chunk
-                continue
-            if time.monotonic() > deadline:
-                raise XvncFailed(
-                    f"Xvnc gave no display number within {self.start_timeout} s{log_tail(self.log)}"
-                )
-            await asyncio.sleep(POLL_INTERVAL)
-        return int(data.strip())
-
-    async def _wait_listening(self) -> None:
-        """Poll until the VNC port accepts a TCP connection (Xvnc binds it at start-up)."""
-        assert self.process is not None and self.port is not None
-        host = self.address.rsplit("::", 1)[0].strip("[]")
-        deadline = time.monotonic() + self.start_timeout
-        while True:
-            try:
-                _, writer = await asyncio.open_connection(host, self.port)
-            except OSError as exc:
-                error = exc
-            else:
-                writer.close()
-                with contextlib.suppress(OSError):
-                    await writer.wait_closed()
-                return
-            if self.process.poll() is not None:
-                raise XvncFailed(f"Xvnc exited with {self.process.returncode}{log_tail(self.log)}")
-            if time.monotonic() > deadline:
-                raise XvncFailed(
-                    f"Xvnc did not listen on {host}:{self.port} within {self.start_timeout} s "
-                    f"({error}){log_tail(self.log)}"
-                )
-            await asyncio.sleep(POLL_INTERVAL)
+        self.process, read_fd = start_x_server(argv, self._log_file)
+        return self.process, read_fd
 
     def _password_file(self) -> Path:
         """A ``vncpasswd -f`` file: the password, then the view-only one if any."""
@@ -435,14 +489,8 @@ class XvncDisplay:
         path = self.directory / f"{name}-{self._count}.log"
         log_file = open(path, "wb")  # noqa: SIM115 (closed by XProgram.stop)
         try:
-            process = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=log_file,
-                env={**self.env, **(env or {})},
-                start_new_session=True,  # its own group: its helpers are stopped with it
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 (one libc call, no locks)
+            process = start_process(
+                argv, stdout=log_file, stderr=log_file, env={**self.env, **(env or {})}
             )
         except BaseException:
             log_file.close()
@@ -458,7 +506,7 @@ class XvncDisplay:
         while self.programs:
             self.programs.pop().stop()
         if self.process is not None:
-            _stop_group(self.process, STOP_TIMEOUT)
+            stop_group(self.process, STOP_TIMEOUT)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
@@ -478,8 +526,9 @@ class XvncDisplay:
         await self.aclose()
 
 
-def _stop_group(process: subprocess.Popen[bytes], timeout: float) -> None:
-    """SIGTERM ``process`` and its process group (it leads one), then SIGKILL what is left."""
+def stop_group(process: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> None:
+    """SIGTERM ``process`` and its process group (it leads one: :func:`start_process`),
+    then SIGKILL what is left after ``timeout`` s."""
     pgid = process.pid  # started with start_new_session: it leads its own group
     if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):

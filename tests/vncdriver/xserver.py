@@ -3,16 +3,20 @@
 Holds :class:`XServers` (starts servers and programs, kills them all at ``close()``),
 the pytest fixture ``xservers`` (import :func:`xservers_fixture` into a test module to
 use it), :class:`XDisplay`, :class:`XEventLog` (``xev`` output parsed into events you
-can wait for), and helpers: :func:`require`, :func:`free_port`, :func:`wait_for_port`,
-:func:`xwd_bytes`, :func:`read_xwd`.
+can wait for), and helpers: :func:`require`, :func:`free_port`, :func:`xwd_bytes`,
+:func:`read_xwd`.
 
-Xvnc is started by the remote's own :class:`runtimes.xdisplay.XvncDisplay` (so these
-tests exercise it too); Xvfb and x11vnc, which the remote never runs, are started here.
-Servers pick their own free display number (``-displayfd``), so tests can run beside
-each other and beside other X servers. Each VNC server gets a free TCP port (picked, then
-retried if another process took it first) and is ready when that port accepts
-connections. Nothing here sleeps to synchronise: readiness is a condition polled with a
-deadline, and X program output is read as it comes.
+Servers are started by the remote's own code in :mod:`runtimes.xdisplay` (so these tests
+exercise it too): Xvnc by :class:`~runtimes.xdisplay.XvncDisplay`; Xvfb and x11vnc, which
+the remote never runs, through the steps it is made of (``start_x_server``,
+``read_display_number``, ``wait_listening``, ``stop_group``), as is every program here
+but :meth:`XServers.spawn`'s. Servers pick their own free display number
+(``-displayfd``), so tests can run beside each other and beside other X servers. Each
+VNC server gets a free TCP port (picked, then retried if another process took it first)
+and is ready when that port accepts connections. Nothing here sleeps to synchronise:
+readiness is a condition polled with a deadline, and X program output is read as it
+comes. Those waits are coroutines; the synchronous methods here run them on a loop of
+their own (:func:`_blocking`), so they work in sync fixtures and async tests alike.
 
 Needs the Debian packages ``scripts/install-system-packages`` installs; where one is
 missing, :func:`require` skips the test (CI installs everything and fails on a skip).
@@ -21,35 +25,30 @@ missing, :func:`require` skips the test (CI installs everything and fails on a s
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import re
-import select
 import shutil
-import socket
 import struct
 import subprocess
 import tempfile
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import Any, Self, TypeVar
 
 import numpy as np
 import pytest
 
 from runtimes import xdisplay
-from runtimes.xdisplay import XvncDisplay, log_tail
+from runtimes.xdisplay import PORT_ATTEMPTS, STOP_TIMEOUT, XvncDisplay, XvncFailed, log_tail
 
-#: How long a server may take to come up (Xvnc needs < 0.3 s, x11vnc about 1 s).
+#: How long a server may take to come up (Xvnc needs < 0.3 s, x11vnc about 1 s; the
+#: remote's own limit is shorter, tests get slack for a loaded machine).
 START_TIMEOUT = 15.0
-#: How long a process gets to exit after SIGTERM before SIGKILL.
-STOP_TIMEOUT = 3.0
-#: Attempts at a free VNC port when another process grabs the one we picked.
-PORT_ATTEMPTS = 5
-#: Interval of the readiness polls (a condition with a deadline, not synchronisation).
-POLL_INTERVAL = 0.02
+_T = TypeVar("_T")
+
 
 def require(*commands: str) -> None:
     """Skip the test unless every command is installed."""
@@ -63,36 +62,12 @@ def free_port() -> int:
     return xdisplay.free_port("127.0.0.1")
 
 
-def wait_for_port(
-    port: int,
-    timeout: float = START_TIMEOUT,
-    process: subprocess.Popen[bytes] | None = None,
-    log: Path | None = None,
-    host: str = "127.0.0.1",
-) -> None:
-    """Poll until ``host:port`` accepts a TCP connection; raise if ``process`` dies first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection((host, port), timeout=1.0):
-                return
-        except OSError as exc:
-            error = exc
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(
-                f"{_program(process)} exited with {process.returncode} before listening on "
-                f"port {port}{log_tail(log)}"
-            )
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"nothing listened on {host}:{port} within {timeout} s ({error}){log_tail(log)}"
-            )
-        time.sleep(POLL_INTERVAL)
-
-
-def _program(process: subprocess.Popen[bytes]) -> str:
-    args = process.args
-    return str(args[0] if isinstance(args, list | tuple) else args)
+def _blocking(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coro`` to its end on an event loop of its own, in a thread of its own: the
+    readiness waits of :mod:`runtimes.xdisplay` are coroutines, and a synchronous helper
+    may be called while this thread's loop runs (from an async test)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 @dataclass
@@ -182,7 +157,25 @@ class XServers:
         """``Xvfb`` on a free display (no VNC: add :meth:`x11vnc`, or run a viewer on it)."""
         require("Xvfb")
         argv = ["Xvfb", "-screen", "0", f"{width}x{height}x{depth}", "-nolisten", "tcp", *args]
-        return self._x_server(argv, width, height, "Xvfb")
+        log = self._log("Xvfb")
+        log_file = open(log, "wb")  # noqa: SIM115 (closed at close())
+        try:
+            process, read_fd = xdisplay.start_x_server(argv, log_file)
+        except BaseException:
+            log_file.close()
+            raise
+        self._started.append(_Started(process, "Xvfb", [log_file]))
+        try:
+            number = _blocking(xdisplay.read_display_number(
+                read_fd, process, timeout=START_TIMEOUT, log=log, name="Xvfb"
+            ))
+        finally:
+            os.close(read_fd)
+        if number is None:
+            raise XvncFailed(
+                f"Xvfb exited with {process.returncode} before it was ready{log_tail(log)}"
+            )
+        return XDisplay(f":{number}", width, height, process, log)
 
     def x11vnc(
         self, display: XDisplay, *, password: str | None = None, args: Sequence[str] = ()
@@ -209,8 +202,12 @@ class XServers:
             ]
             process = self._popen(argv, "x11vnc", log=log, env=display.env)
             try:
-                wait_for_port(port, process=process, log=log)
-            except RuntimeError as exc:
+                _blocking(xdisplay.wait_listening(
+                    "127.0.0.1", port, process, timeout=START_TIMEOUT, log=log, name="x11vnc"
+                ))
+            except XvncFailed as exc:
+                if process.poll() is None:
+                    raise  # it runs but does not listen: not a port someone took
                 last = exc
                 continue
             display.vnc_port, display.password = port, password
@@ -300,7 +297,7 @@ class XServers:
             started = self._started.pop()
             process = started.process
             if isinstance(process, subprocess.Popen):
-                _stop(process)
+                xdisplay.stop_group(process, STOP_TIMEOUT)
             elif process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
@@ -341,71 +338,18 @@ class XServers:
         log: Path,
         env: dict[str, str] | None = None,
         stdout: int | None = None,
-        pass_fds: Sequence[int] = (),
     ) -> subprocess.Popen[bytes]:
+        """Start ``argv`` as the remote starts programs (a process group of its own)."""
         log_file = open(log, "wb")  # noqa: SIM115 (closed at close())
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file if stdout is None else stdout,
-            stderr=log_file,
-            env=env,
-            pass_fds=tuple(pass_fds),
-        )
+        try:
+            process = xdisplay.start_process(
+                argv, stdout=log_file if stdout is None else stdout, stderr=log_file, env=env
+            )
+        except BaseException:
+            log_file.close()
+            raise
         self._started.append(_Started(process, name, [log_file]))
         return process
-
-    def _x_server(self, argv: list[str], width: int, height: int, name: str) -> XDisplay:
-        """Start an X server with ``-displayfd`` and return once it accepts X clients."""
-        read_fd, write_fd = os.pipe()
-        log = self._log(name)
-        try:
-            process = self._popen(
-                [argv[0], "-displayfd", str(write_fd), *argv[1:]],
-                name,
-                log=log,
-                pass_fds=(write_fd,),
-            )
-        finally:
-            os.close(write_fd)
-        try:
-            number = _read_display_number(read_fd, process, log)
-        finally:
-            os.close(read_fd)
-        return XDisplay(f":{number}", width, height, process, log)
-
-
-def _read_display_number(fd: int, process: subprocess.Popen[bytes], log: Path) -> int:
-    """The display number an X server writes to its ``-displayfd`` once it is ready."""
-    deadline = time.monotonic() + START_TIMEOUT
-    data = b""
-    while not data.endswith(b"\n"):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(
-                f"{_program(process)} gave no display within {START_TIMEOUT} s{log_tail(log)}"
-            )
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if ready:
-            chunk = os.read(fd, 64)
-            if not chunk:
-                process.wait(STOP_TIMEOUT)
-                raise RuntimeError(
-                    f"{_program(process)} exited with {process.returncode} before it was "
-                    f"ready{log_tail(log)}"
-                )
-            data += chunk
-    return int(data.strip())
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture(name="xservers")
