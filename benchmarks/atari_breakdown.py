@@ -38,10 +38,10 @@ from benchmarks.atari_common import (
     RUN_SECONDS,
     TIMED_STEPS,
     WARMUP_STEPS,
-    _drive,
-    _lockstep_env,
-    _Run,
-    _until,
+    Run,
+    drive,
+    lockstep_env,
+    until,
 )
 from benchmarks.common import ms as _ms, table as _table
 from remotes.local import LocalRemotes
@@ -76,15 +76,15 @@ def measure_breakdown(
     remotes: LocalRemotes, encoding: str, loop: LoopThread
 ) -> dict[str, float]:
     """Time the parts of TIMED_STEPS lockstep steps (median of each part), and the ping."""
-    env = _lockstep_env(remotes, encoding, loop)
+    env = lockstep_env(remotes, encoding, loop)
     try:
         env.reset(seed=0)
         env.action_space.seed(0)
-        _drive(env, WARMUP_STEPS)
+        drive(env, WARMUP_STEPS)
         session, space = env.session, env.action_space
         parts: dict[str, list[float]] = {k: [] for k in (
             "env_step", "wall", "handoff", "rtt", "server", "to_frame", "copy", "already")}
-        going, done = _until(TIMED_STEPS, RUN_SECONDS), 0
+        going, done = until(TIMED_STEPS, RUN_SECONDS), 0
         while going(done):  # env.step and the timed copy take turns, for the glue column
             c0 = time.perf_counter()
             _, _, terminated, truncated, _ = env.step(space.sample())
@@ -165,16 +165,16 @@ async def _profiler(profile: cProfile.Profile, on: bool) -> None:
 
 def profile_agent(remotes: LocalRemotes, encoding: str, loop: LoopThread) -> dict[str, Any]:
     """cProfile the calling thread and the loop thread over PROFILE_STEPS env.step calls."""
-    env = _lockstep_env(remotes, encoding, loop)
+    env = lockstep_env(remotes, encoding, loop)
     main, loop_profile = cProfile.Profile(), cProfile.Profile()
     try:
         env.reset(seed=0)
         env.action_space.seed(0)
-        _drive(env, WARMUP_STEPS)
+        drive(env, WARMUP_STEPS)
         loop.run(_profiler(loop_profile, True))
         main.enable()
-        with _Run() as run:
-            done = _drive(env, PROFILE_STEPS)
+        with Run() as run:
+            done = drive(env, PROFILE_STEPS)
         main.disable()
         loop.run(_profiler(loop_profile, False))
     finally:
@@ -296,14 +296,14 @@ def spy_run(remotes: LocalRemotes, encoding: str, loop: LoopThread) -> dict[str,
     spy = _py_spy()
     if spy is None:
         return "py-spy is not installed (pip install py-spy): skipped"
-    env = _lockstep_env(remotes, encoding, loop)
+    env = lockstep_env(remotes, encoding, loop)
     folder = Path(tempfile.mkdtemp(prefix="atari-lockstep-spy-"))
     spies: list[subprocess.Popen[bytes]] = []
     targets = {"remote": remotes.processes[0].pid, "agent": os.getpid()}
     try:
         env.reset(seed=0)
         env.action_space.seed(0)
-        _drive(env, WARMUP_STEPS)
+        drive(env, WARMUP_STEPS)
         for name, pid in targets.items():
             spies.append(subprocess.Popen(
                 [spy, "record", "--pid", str(pid), "--duration", str(PYSPY_SECONDS),
@@ -313,9 +313,9 @@ def spy_run(remotes: LocalRemotes, encoding: str, loop: LoopThread) -> dict[str,
             ))
         deadline = time.perf_counter() + PYSPY_SECONDS + 15
         done = 0
-        with _Run() as run:
+        with Run() as run:
             while any(s.poll() is None for s in spies) and time.perf_counter() < deadline:
-                done += _drive(env, 50)
+                done += drive(env, 50)
         failures = [s.stderr.read().decode(errors="replace").strip().splitlines()[-1:]
                     for s in spies if s.returncode not in (0, None) and s.stderr]
         if failures or any(not (folder / n).exists() for n in targets):

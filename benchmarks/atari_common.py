@@ -1,9 +1,11 @@
 """Shared by the Atari lockstep benchmarks: the workload, its constants and timing helpers.
 
 Holds the constants of :mod:`benchmarks.atari_lockstep` (Pong, frameskip 4, steps and
-rounds per measure), :class:`Run` (wall time and CPU over a block), local remotes, and the
-random-action driver both :mod:`~benchmarks.atari_lockstep` and
-:mod:`~benchmarks.atari_breakdown` use.
+rounds per measure), :class:`Run` (wall time and CPU over a block) with
+:func:`step_rates` and :func:`median_run` (its figures per step, the median round),
+:func:`local_remotes`, :func:`lockstep_env`, and the random-action drivers
+(:func:`time_steps`, :func:`drive`, :func:`until`) both :mod:`~benchmarks.atari_lockstep`
+and :mod:`~benchmarks.atari_breakdown` use.
 """
 
 from __future__ import annotations
@@ -60,14 +62,14 @@ LATENCY_STEPS: Final = 300
 LATENCY_WARMUP: Final = 30
 
 
-class _Run:
+class Run:
     """Wall time, this process's CPU and other processes' CPU over a ``with`` block."""
 
     def __init__(self, pids: Sequence[int] = ()) -> None:
         self.pids = list(pids)
         self.wall = self.own_cpu = self.others_cpu = 0.0
 
-    def __enter__(self) -> _Run:
+    def __enter__(self) -> Run:
         self._wall, self._own = time.perf_counter(), time.process_time()
         self._others = sum(_process_cpu(p) for p in self.pids)
         return self
@@ -78,7 +80,7 @@ class _Run:
         self.others_cpu = sum(_process_cpu(p) for p in self.pids) - self._others
 
 
-def _result(steps: int, run: _Run) -> dict[str, float]:
+def step_rates(steps: int, run: Run) -> dict[str, float]:
     return {
         "steps": steps,
         "steps_per_s": steps / run.wall,
@@ -88,7 +90,7 @@ def _result(steps: int, run: _Run) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def _local_remotes(n: int, extra_args: Sequence[str] = LOCKSTEP_ARGS) -> Iterator[LocalRemotes]:
+def local_remotes(n: int, extra_args: Sequence[str] = LOCKSTEP_ARGS) -> Iterator[LocalRemotes]:
     """``n`` local Pong remotes, always stopped (their logs go unless one failed)."""
     remotes = start_local(ENV_ID, n, extra_args=list(extra_args))
     try:
@@ -97,33 +99,33 @@ def _local_remotes(n: int, extra_args: Sequence[str] = LOCKSTEP_ARGS) -> Iterato
         remotes.close()
 
 
-def _time_steps(step: Callable[[], None], steps: int) -> dict[str, float]:
+def time_steps(step: Callable[[], None], steps: int) -> dict[str, float]:
     """Warm up, then time ``step`` for ``steps`` calls (or :data:`RUN_SECONDS`)."""
     for _ in range(WARMUP_STEPS):
         step()
-    going, done = _until(steps, RUN_SECONDS), 0
-    with _Run() as run:
+    going, done = until(steps, RUN_SECONDS), 0
+    with Run() as run:
         while going(done):
             step()
             done += 1
-    return _result(done, run)
+    return step_rates(done, run)
 
 
-def _until(steps: int, seconds: float) -> Callable[[int], bool]:
+def until(steps: int, seconds: float) -> Callable[[int], bool]:
     """A predicate: go on while fewer than ``steps`` were done and ``seconds`` have not passed."""
     deadline = time.perf_counter() + seconds
     return lambda done: done < steps and time.perf_counter() < deadline
 
 
-def _lockstep_env(remotes: LocalRemotes, encoding: str, loop: LoopThread) -> RemoteEnv:
+def lockstep_env(remotes: LocalRemotes, encoding: str, loop: LoopThread) -> RemoteEnv:
     return RemoteEnv(
         remotes.address, mode="lockstep", frameskip=FRAMESKIP, encoding=encoding, loop=loop
     )
 
 
-def _drive(env: RemoteEnv, steps: int) -> int:
+def drive(env: RemoteEnv, steps: int) -> int:
     """Step ``env`` with random actions (resetting after an episode); steps done."""
-    going, done = _until(steps, RUN_SECONDS), 0
+    going, done = until(steps, RUN_SECONDS), 0
     space = env.action_space
     while going(done):
         _, _, terminated, truncated, _ = env.step(space.sample())
@@ -133,7 +135,7 @@ def _drive(env: RemoteEnv, steps: int) -> int:
     return done
 
 
-def _median(runs: list[dict[str, float]]) -> dict[str, float]:
+def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
     """The run with the median steps/s (its CPU figures belong to it)."""
     ordered = sorted(runs, key=lambda r: r["steps_per_s"])
     return ordered[len(ordered) // 2]

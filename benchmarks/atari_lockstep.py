@@ -78,14 +78,14 @@ from benchmarks.atari_common import (  # noqa: E402
     VECTOR_STEPS,
     VECTOR_WARMUP,
     WARMUP_STEPS,
-    _drive,
-    _local_remotes,
-    _lockstep_env,
-    _median,
-    _result,
-    _Run,
-    _time_steps,
-    _until,
+    Run,
+    drive,
+    local_remotes,
+    lockstep_env,
+    median_run,
+    step_rates,
+    time_steps,
+    until,
 )
 
 # 1. One lockstep remote vs ale-py and gymnasium -------------------------------------------
@@ -109,7 +109,7 @@ def run_local_ale(steps: int) -> dict[str, float]:
         if ale.game_over():
             ale.reset_game()
 
-    return _time_steps(step, steps)
+    return time_steps(step, steps)
 
 
 def _make_gym() -> gymnasium.Env[Any, Any]:
@@ -127,7 +127,7 @@ def run_gymnasium(steps: int) -> dict[str, float]:
             if terminated or truncated:
                 env.reset()
 
-        return _time_steps(step, steps)
+        return time_steps(step, steps)
     finally:
         env.close()
 
@@ -146,7 +146,7 @@ def run_runtime(steps: int) -> dict[str, float]:
                 episodes += 1
                 runtime.reset(episodes)
 
-        return _time_steps(step, steps)
+        return time_steps(step, steps)
     finally:
         runtime.close()
 
@@ -154,18 +154,18 @@ def run_runtime(steps: int) -> dict[str, float]:
 def run_ours(
     remotes: LocalRemotes, encoding: str, loop: LoopThread, steps: int
 ) -> dict[str, float]:
-    env = _lockstep_env(remotes, encoding, loop)
+    env = lockstep_env(remotes, encoding, loop)
     try:
         env.reset(seed=0)
         env.action_space.seed(0)
-        _drive(env, WARMUP_STEPS)
-        with _Run([p.pid for p in remotes.processes]) as run:
-            done = _drive(env, steps)
+        drive(env, WARMUP_STEPS)
+        with Run([p.pid for p in remotes.processes]) as run:
+            done = drive(env, steps)
         updates = env.session.vnc.stats.updates if env.session.vnc else 0
         nbytes = env.session.vnc.stats.bytes if env.session.vnc else 0
     finally:
         env.close()
-    return {**_result(done, run), "bytes_per_update": nbytes / updates if updates else 0.0}
+    return {**step_rates(done, run), "bytes_per_update": nbytes / updates if updates else 0.0}
 
 
 def measure_single(remotes: LocalRemotes, loop: LoopThread) -> dict[str, list[dict[str, float]]]:
@@ -184,8 +184,8 @@ def print_single(results: dict[str, list[dict[str, float]]]) -> None:
     print(f"\n  1. One lockstep remote: {ENV_ID}, frameskip {FRAMESKIP}, random actions, "
           f"{STEPS} steps after {WARMUP_STEPS} warm-up, median of {ROUNDS} rounds (contenders "
           "take turns)")
-    local = _median(results["local"])["steps_per_s"]
-    gym = _median(results["gymnasium"])["steps_per_s"]
+    local = median_run(results["local"])["steps_per_s"]
+    gym = median_run(results["gymnasium"])["steps_per_s"]
     labels = {
         "local": "ale-py in process (limit)",
         "gymnasium": f"gymnasium {GYM_ID}",
@@ -195,7 +195,7 @@ def print_single(results: dict[str, list[dict[str, float]]]) -> None:
     rows = []
     for key, label in labels.items():
         runs = results[key]
-        m = _median(runs)
+        m = median_run(runs)
         rates = [r["steps_per_s"] for r in runs]
         spread = f"{min(rates):.0f}-{max(rates):.0f}"
         remote_cpu = _ms(m["others_cpu"]) if key in ENCODINGS else "-"
@@ -207,8 +207,8 @@ def print_single(results: dict[str, list[dict[str, float]]]) -> None:
         ])
     _table(["", "steps/s", "rounds", "wall ms/step", "this process CPU ms/step",
             "remote CPU ms/step", "VNC KiB/update", "/ local", "/ gymnasium"], rows)
-    best = max(ENCODINGS, key=lambda e: _median(results[e])["steps_per_s"])
-    best_ratio = _median(results[best])["steps_per_s"] / local
+    best = max(ENCODINGS, key=lambda e: median_run(results[e])["steps_per_s"])
+    best_ratio = median_run(results[best])["steps_per_s"] / local
     verdict = "MET" if best_ratio >= GOAL_VS_LOCAL else "NOT MET"
     print(f"  goal: lockstep >= {GOAL_VS_LOCAL:.2f} x local ale-py. Best encoding here: {best}, "
           f"{best_ratio:.2f} x local -> {verdict}"
@@ -226,7 +226,7 @@ def print_single(results: dict[str, list[dict[str, float]]]) -> None:
 
 def measure_vector_ours(n: int, encoding: str) -> dict[str, float]:
     started = time.perf_counter()
-    with _local_remotes(n) as remotes:
+    with local_remotes(n) as remotes:
         env = RemoteVectorEnv(
             remotes.address, mode="lockstep", frameskip=FRAMESKIP, encoding=encoding
         )
@@ -237,14 +237,14 @@ def measure_vector_ours(n: int, encoding: str) -> dict[str, float]:
             space.seed(0)
             for _ in range(VECTOR_WARMUP):
                 env.step([space.sample() for _ in range(n)])
-            going, done = _until(VECTOR_STEPS[n], VECTOR_SECONDS), 0
-            with _Run([p.pid for p in remotes.processes]) as run:
+            going, done = until(VECTOR_STEPS[n], VECTOR_SECONDS), 0
+            with Run([p.pid for p in remotes.processes]) as run:
                 while going(done):
                     env.step([space.sample() for _ in range(n)])
                     done += 1
         finally:
             env.close()
-    return {**_result(done, run), "start": start}
+    return {**step_rates(done, run), "start": start}
 
 
 def measure_vector_async(n: int) -> dict[str, float]:
@@ -256,8 +256,8 @@ def measure_vector_async(n: int) -> dict[str, float]:
         envs.action_space.seed(0)
         for _ in range(VECTOR_WARMUP):
             envs.step(envs.action_space.sample())
-        going, done = _until(VECTOR_STEPS[n], VECTOR_SECONDS), 0
-        with _Run([p.pid for p in envs.processes if p.pid is not None]) as run:
+        going, done = until(VECTOR_STEPS[n], VECTOR_SECONDS), 0
+        with Run([p.pid for p in envs.processes if p.pid is not None]) as run:
             while going(done):
                 envs.step(envs.action_space.sample())
                 done += 1
@@ -267,7 +267,7 @@ def measure_vector_async(n: int) -> dict[str, float]:
             if proc.is_alive():
                 proc.terminate()
                 proc.join(5)
-    return {**_result(done, run), "start": start}
+    return {**step_rates(done, run), "start": start}
 
 
 def print_vector(
@@ -313,7 +313,7 @@ async def _frame_locked_step(
 
 
 def measure_latency() -> dict[str, Any]:
-    with _local_remotes(1, extra_args=()) as remotes:
+    with local_remotes(1, extra_args=()) as remotes:
         env = RemoteEnv(remotes.address, loop=shared_loop())
         try:
             env.reset(seed=0)
@@ -408,17 +408,17 @@ def main() -> None:
           f"{gymnasium.__version__}, all on 127.0.0.1")
 
     loop = shared_loop()
-    with _local_remotes(1) as remotes:
+    with local_remotes(1) as remotes:
         single = measure_single(remotes, loop)
         print_single(single)
         breakdown = {e: measure_breakdown(remotes, e, loop) for e in ENCODINGS}
-        print_breakdown(breakdown, 1 / _median(single["runtime"])["steps_per_s"],
-                        1 / _median(single["local"])["steps_per_s"])
+        print_breakdown(breakdown, 1 / median_run(single["runtime"])["steps_per_s"],
+                        1 / median_run(single["local"])["steps_per_s"])
         print_profile(profile_agent(remotes, PROFILE_ENCODING, loop))
         print_spy(spy_run(remotes, PROFILE_ENCODING, loop))
     print(f"  ({time.perf_counter() - began:.0f} s so far)", flush=True)
 
-    best = max(ENCODINGS, key=lambda e: _median(single[e])["steps_per_s"])
+    best = max(ENCODINGS, key=lambda e: median_run(single[e])["steps_per_s"])
     multiprocessing.set_forkserver_preload(["numpy", "gymnasium", "ale_py"])
     ours = {n: measure_vector_ours(n, best) for n in COUNTS}
     theirs = {n: measure_vector_async(n) for n in COUNTS}
