@@ -7,7 +7,7 @@ ENV_ID ?= builtin.Catch-v0
 HOST ?= 127.0.0.1
 export OPENBLAS_NUM_THREADS := 1
 
-.PHONY: run test bench lint clean
+.PHONY: run test bench lint fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ test: $(STAMP) lint
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+
+fuzz: $(STAMP)
+	$(PY) -m fuzz
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
