@@ -8,13 +8,28 @@ this process and at most one watcher in its own process:
 
 * **no watcher**: ``universe-remote serve ENV``; the peer of every other scenario.
 * **VNC direct**: the same remote, a watcher on its VNC port.
-* **bridge, own port**: ``serve ENV --http-port 0``, the watcher through the viewer's
-  WebSocket-to-VNC bridge at ``/viewer/websockify`` on the viewer's port (what ships).
+* **in-process bridge, own port**: the viewer on its own port given the remote's VNC
+  server (``Viewer(vnc_server=...)``, what ``serve ENV --http-port`` ships): the watcher's
+  WebSocket at ``/viewer/websockify`` is a client of the VNC server attached in-process
+  (:meth:`vncdriver.server.VNCServer.attach`), no TCP hop, its messages parsed once.
+* **TCP bridge, own port**: the same viewer without ``vnc_server``, as it was before the
+  in-process path and as it still is for runtimes that serve VNC themselves (Xvnc): its
+  bridge dials the VNC port over loopback TCP and frames the browser's messages again.
 * **PROTOTYPE, rewarder port**: a bridge on the rewarder's own port, as Universe had it.
   It exists only in this benchmark (:class:`_PrototypeRewarder`): the rewarder's
-  ``websockets`` server hands ``/viewer/websockify`` to a raw WebSocket<->VNC pipe, so the
-  watcher shakes hands with the VNC server itself (the shipped bridge does the handshake
-  and filters the browser's input; per update both just copy the server's bytes).
+  ``websockets`` server hands ``/viewer/websockify`` to a raw WebSocket<->VNC pipe over
+  TCP, so the watcher shakes hands with the VNC server itself (the TCP bridge does the
+  handshake and filters the browser's input; per update both just copy the server's
+  bytes); compare it with the TCP bridge.
+
+A last section repeats VNC direct and the two bridges on Enduro x4 with a **Raw
+watcher** (:data:`RAW_ENV`; a recorder or a lossless client on loopback asks for Raw):
+megabytes per second instead of kilobytes go through the bridge, so what the bridge
+itself costs per byte shows in the remote's CPU (no pings in those runs).
+
+The two bridge scenarios run :func:`_serve_viewer` (a subprocess building the remote and
+its viewer with or without ``vnc_server``), so each measures the path it names whatever
+``serve`` wires.
 
 The watcher is noVNC-like: Tight with JPEG quality 6 and compression level 2, one
 incremental update request after each update (:func:`_watch`). Per run, after the watcher
@@ -34,11 +49,11 @@ saw its first update and :data:`SETTLE_SECONDS`:
    and the watcher's updates/s (limit: fps) and KB/s.
 
 Every measure is shown as the median of :data:`ROUNDS` rounds (min..max), with its
-ratio to the "no watcher" peer; a last table puts the two questions side by side
-(bridge vs VNC direct, rewarder port vs own port). Rounds interleave the scenarios, in a
-rotated order, so drift in the machine's load hits all of them. The machine has 2
-cores and may be shared: pipelined pings/s swings most with other load; the remote's
-CPU time is the steadiest figure. Every figure is what this run measured.
+ratio to the "no watcher" peer; a last table puts the questions side by side
+(in-process bridge vs VNC direct and vs the TCP bridge, rewarder port vs own port).
+Rounds interleave the scenarios, in a rotated order, so drift in the machine's load
+hits all of them. The machine has 2 cores and may be shared: pipelined pings/s swings
+most with other load; the remote's CPU time is the steadiest figure. Every figure is what this run measured.
 """
 
 from __future__ import annotations
@@ -80,7 +95,8 @@ from rewarder.server import RewarderServer  # noqa: E402
 #: (env id, --scale): Catch draws little; Enduro at 4x (640x840) makes the watcher's
 #: encoding and the bridge's copying heavy (40-50 KB/s of Tight JPEG).
 ENVS: Final = (("builtin.Catch-v0", 1), ("atari.Enduro-v0", 4))
-#: Rounds; each runs every scenario once per env (about 28 s a round on 2 cores).
+#: Rounds; each runs every scenario once per env, and the Raw section once (about 45-60 s
+#: a round on 2 cores).
 ROUNDS: Final = 3
 #: Seconds after the watcher's first update before measuring (warm-up, not a handshake).
 SETTLE_SECONDS: Final = 0.3
@@ -103,7 +119,7 @@ CHUNK: Final = 256 * 1024
 START_TIMEOUT: Final = 20.0
 STOP_TIMEOUT: Final = 5.0
 #: Rounds that would start after this many seconds are skipped (and the output says so).
-BUDGET_SECONDS: Final = 115.0
+BUDGET_SECONDS: Final = 200.0
 
 #: The project's root: children run ``-m benchmarks.viewer_port`` and ``-m universe_remote`` there.
 _ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -115,8 +131,9 @@ _VIEWER = re.compile(r"viewer\s+http://[^:\s]+:(?P<http>\d+)/viewer/")
 class Scenario:
     key: str
     label: str
-    #: Which remote: "serve" (the real CLI), "serve-viewer" (with --http-port 0) or
-    #: "prototype" (this module's bridge on the rewarder port).
+    #: Which remote: "serve" (the real CLI), "in-process" / "tcp" (:func:`_serve_viewer`:
+    #: a viewer with / without ``vnc_server``) or "prototype" (this module's bridge on
+    #: the rewarder port).
     remote: str
     #: Where the watcher connects: None (no watcher), "vnc", "viewer" or "rewarder".
     watch: str | None
@@ -124,11 +141,15 @@ class Scenario:
 
 NONE = Scenario("none", "no watcher", "serve", None)
 DIRECT = Scenario("vnc", "watcher on VNC directly", "serve", "vnc")
-BRIDGE = Scenario("bridge", "watcher via bridge, own port (--http-port)", "serve-viewer", "viewer")
+BRIDGE = Scenario("bridge", "watcher via in-process bridge, own port", "in-process", "viewer")
+TCP_BRIDGE = Scenario("tcp", "watcher via TCP bridge, own port (before)", "tcp", "viewer")
 SHARED = Scenario(
-    "shared", "PROTOTYPE: watcher via bridge on rewarder port", "prototype", "rewarder"
+    "shared", "PROTOTYPE: watcher via TCP pipe on rewarder port", "prototype", "rewarder"
 )
-SCENARIOS: Final = (NONE, DIRECT, BRIDGE, SHARED)
+SCENARIOS: Final = (NONE, DIRECT, BRIDGE, TCP_BRIDGE, SHARED)
+#: The Raw section: its env (a big screen whose road moves every frame) and scenarios.
+RAW_ENV: Final = ("atari.Enduro-v0", 4)
+RAW_SCENARIOS: Final = (DIRECT, BRIDGE, TCP_BRIDGE)
 
 
 # /proc readings ------------------------------------------------------------------------
@@ -208,14 +229,13 @@ def _read_until(
 
 
 def _remote_command(scenario: Scenario, env_id: str, scale: int) -> list[str]:
-    if scenario.remote == "prototype":
-        return [sys.executable, "-m", "benchmarks.viewer_port", "--prototype", env_id, str(scale)]
+    if scenario.remote in ("prototype", "in-process", "tcp"):
+        return [sys.executable, "-m", "benchmarks.viewer_port", "--remote", scenario.remote,
+                env_id, str(scale)]
     command = [sys.executable, "-m", "universe_remote", "serve", env_id, "--host", "127.0.0.1",
                "--rewarder-port", "0", "--vnc-port", "0"]
     if scale != 1:
         command += ["--scale", str(scale)]
-    if scenario.remote == "serve-viewer":
-        command += ["--http-port", "0"]
     return command
 
 
@@ -289,18 +309,19 @@ async def _pings(port: int) -> dict[str, float]:
     }
 
 
-async def _agent_measures(pid: int, port: int) -> dict[str, float]:
+async def _agent_measures(pid: int, port: int, pings: bool = True) -> dict[str, float]:
     frame0, t0, fps = await _frame_counter(port)
     cpu0, w0 = _task_cpu(pid), time.perf_counter()
     await asyncio.sleep(CPU_SECONDS)
     cpu = (_task_cpu(pid) - cpu0) / (time.perf_counter() - w0)
-    pings = await _pings(port)
+    rtts = await _pings(port) if pings else {}
     frame1, t1, _ = await _frame_counter(port)
-    return {"cpu": cpu, "fps": (frame1 - frame0) / (t1 - t0), "fps_limit": fps, **pings}
+    return {"cpu": cpu, "fps": (frame1 - frame0) / (t1 - t0), "fps_limit": fps, **rtts}
 
 
-def measure(scenario: Scenario, env_id: str, scale: int) -> dict[str, float]:
-    """One run: a fresh remote (and watcher) for ``scenario``; what the agent measured."""
+def measure(scenario: Scenario, env_id: str, scale: int, raw: bool = False) -> dict[str, float]:
+    """One run: a fresh remote (and watcher) for ``scenario``; what the agent measured.
+    ``raw``: the watcher asks for Raw, and the agent sends no pings."""
     with contextlib.ExitStack() as stack:  # stops the watcher, then the remote
         remote = stack.enter_context(_child(_remote_command(scenario, env_id, scale)))
         address = _read_until(remote, _ADDRESS, f"remote ({scenario.key})")
@@ -310,11 +331,11 @@ def measure(scenario: Scenario, env_id: str, scale: int) -> dict[str, float]:
         watcher = None
         if scenario.watch is not None:
             watch = [sys.executable, "-m", "benchmarks.viewer_port", "--watch",
-                     _watch_target(scenario, ports)]
+                     _watch_target(scenario, ports), *(["raw"] if raw else [])]
             watcher = stack.enter_context(_child(watch))
             _read_until(watcher, re.compile(r"ready\n"), f"watcher ({scenario.key})")
         time.sleep(SETTLE_SECONDS)
-        result = asyncio.run(_agent_measures(remote.pid, ports["rewarder"]))
+        result = asyncio.run(_agent_measures(remote.pid, ports["rewarder"], pings=not raw))
         if watcher is not None:
             stats = json.loads(_stop(watcher).decode().strip().splitlines()[-1])
             if "error" in stats:
@@ -323,11 +344,12 @@ def measure(scenario: Scenario, env_id: str, scale: int) -> dict[str, float]:
     return result
 
 
-# The watcher (a subprocess: ``python -m benchmarks.viewer_port --watch TARGET``) --------
+# The watcher (a subprocess: ``python -m benchmarks.viewer_port --watch TARGET [raw]``) --
 
 
-async def _watch(target: str) -> None:
-    """A noVNC-like watcher of ``tcp:PORT`` or ``ws://...`` until SIGTERM.
+async def _watch(target: str, raw: bool = False) -> None:
+    """A noVNC-like watcher of ``tcp:PORT`` or ``ws://...`` until SIGTERM (``raw``: it
+    asks for Raw only, as a recorder would, instead of Tight JPEG).
 
     Prints ``ready`` after its first update, then on SIGTERM one JSON line: updates/s and
     KB/s from the first update on (or ``error``).
@@ -374,8 +396,11 @@ async def _watch(target: str) -> None:
             if out := handshake.data_to_send():
                 await send(out)
         assert handshake.result is not None
-        encodings = build_encodings((Encoding.TIGHT, Encoding.COPYRECT, Encoding.RAW),
-                                    quality=6, compress_level=2)
+        if raw:
+            encodings = build_encodings((Encoding.RAW,))
+        else:
+            encodings = build_encodings((Encoding.TIGHT, Encoding.COPYRECT, Encoding.RAW),
+                                        quality=6, compress_level=2)
         rfb = ClientProtocol(handshake.result, encodings=encodings)
         rfb.receive_data(handshake.trailing_data())
         rfb.request_update(incremental=False)
@@ -456,6 +481,27 @@ async def _pipe(ws: ServerConnection, vnc_port: int | None) -> None:
         writer.close()
 
 
+async def _serve_viewer(kind: str, env_id: str, scale: int) -> None:
+    """A remote and its viewer on its own port, the viewer given the remote's VNC server
+    (``kind`` "in-process") or not ("tcp": the loopback TCP bridge); prints like ``serve``."""
+    from envserver.remote import Remote
+    from envserver.viewer import Viewer
+
+    remote = Remote(env_id, runtime_options={"scale": scale} if scale != 1 else None)
+    await remote.start("127.0.0.1", 0, 0)
+    assert remote.vnc is not None and remote.vnc_port is not None
+    viewer = Viewer(remote.vnc_port, describe=remote.describe,
+                    vnc_server=remote.vnc if kind == "in-process" else None)
+    await viewer.start("127.0.0.1", 0)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    print(f"  viewer    http://127.0.0.1:{viewer.port}/viewer/ ({kind})\n"
+          f"  agent address  vnc://127.0.0.1:{remote.vnc_port}+{remote.rewarder.port}", flush=True)
+    await stop.wait()
+    await viewer.close()
+    await remote.close()
+
+
 async def _serve_prototype(env_id: str, scale: int) -> None:
     """A remote whose bridge is on the rewarder's port; prints the address like ``serve``."""
     from envserver.remote import Remote
@@ -531,12 +577,13 @@ def print_env(env_id: str, scale: int, results: dict[str, _Runs]) -> None:
 
 
 def print_questions(everything: dict[str, dict[str, _Runs]]) -> None:
-    print("\n  The questions, as ratios of medians: what the shipped bridge adds over a watcher"
-          " on VNC directly, and what\n  moving it onto the rewarder's port (prototype) would"
-          " change. RTT and CPU: below 1x is better; pings/s, updates/s: above")
+    print("\n  The questions, as ratios of medians: what the shipped (in-process) bridge adds over"
+          " a watcher on VNC directly,\n  what it saves over the TCP bridge it replaced, and what"
+          " moving a TCP bridge onto the rewarder's port\n  (prototype) would change. RTT and"
+          " CPU: below 1x is better; pings/s, updates/s: above")
     rows = []
     for env, results in everything.items():
-        for a, b in ((BRIDGE, DIRECT), (SHARED, BRIDGE)):
+        for a, b in ((BRIDGE, DIRECT), (BRIDGE, TCP_BRIDGE), (SHARED, TCP_BRIDGE)):
             ra, rb = results[a.key], results[b.key]
             rows.append([
                 f"{env}: {a.key} / {b.key}",
@@ -546,10 +593,30 @@ def print_questions(everything: dict[str, dict[str, _Runs]]) -> None:
             ])
     _table(["env: scenario / peer", "RTT p50", "RTT mean", "RTT p99", "pipelined/s",
             "remote CPU", "watcher upd/s", "watcher KB/s"], rows)
-    print("  bridge = watcher via the shipped viewer's bridge on its own port; vnc = watcher on"
-          " VNC directly;\n  shared = PROTOTYPE bridge on the rewarder port (a raw pipe on the"
-          " rewarder's websockets server,\n  only in this benchmark; the watcher does the VNC"
-          " handshake through it)")
+    print("  bridge = watcher via the shipped viewer's in-process bridge on its own port; tcp ="
+          " the viewer's TCP bridge\n  (before; Xvnc runtimes); vnc = watcher on VNC directly;"
+          " shared = PROTOTYPE TCP pipe on the rewarder port\n  (a raw pipe on the rewarder's"
+          " websockets server, only in this benchmark; the watcher does the VNC handshake"
+          " through it)")
+
+
+def print_raw(results: dict[str, _Runs]) -> None:
+    env_id, scale = RAW_ENV
+    direct = results[DIRECT.key]
+    rounds = len(direct.runs)
+    print(f"\n  {env_id} x{scale}, a Raw watcher: median of {rounds} round{'s' * (rounds != 1)}"
+          " (min..max); the bridge's own cost is its CPU over 'VNC directly' per MB carried")
+    rows = []
+    for s in RAW_SCENARIOS:
+        r = results[s.key]
+        cpu, base, mbytes = r.median("cpu"), direct.median("cpu"), r.median("kbytes")
+        per_mb = "-"
+        if s is not DIRECT and cpu is not None and base is not None and mbytes:
+            per_mb = f"{(cpu - base) * 1e3 / (mbytes / 1024):.2f}"
+        rows.append([s.label, r.cell("cpu", 1e3, 1), _ratio(cpu, base),
+                     r.cell("updates", digits=1), r.cell("kbytes", 1 / 1024, 1), per_mb])
+    _table(["scenario", "remote CPU ms/s", "/ vnc", "watcher updates/s", "watcher MB/s",
+            "bridge CPU ms per MB"], rows)
 
 
 # Main ------------------------------------------------------------------------------------
@@ -574,6 +641,7 @@ def main() -> None:
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
         env_id: {s.key: [] for s in SCENARIOS} for env_id, _ in envs
     }
+    raw_runs: dict[str, list[dict[str, float]]] = {s.key: [] for s in RAW_SCENARIOS}
     start_ticks = _machine_ticks()
     round_seconds = 0.0
     for n in range(ROUNDS):
@@ -587,6 +655,9 @@ def main() -> None:
         for env_id, scale in envs:
             for scenario in order:
                 runs[env_id][scenario.key].append(measure(scenario, env_id, scale))
+        if RAW_ENV in envs:
+            for scenario in RAW_SCENARIOS[n % len(RAW_SCENARIOS):] + RAW_SCENARIOS[:n % len(RAW_SCENARIOS)]:
+                raw_runs[scenario.key].append(measure(scenario, *RAW_ENV, raw=True))
         round_seconds = time.perf_counter() - round_start
     busy = _busy_since(start_ticks)
 
@@ -596,6 +667,8 @@ def main() -> None:
         everything[env_id] = results
         print_env(env_id, scale, results)
     print_questions(everything)
+    if RAW_ENV in envs:
+        print_raw({k: _Runs(v) for k, v in raw_runs.items()})
     print("\n  remote CPU: the remote process's on-CPU time per wall second while only the game"
           " loop and the watcher ran;\n  ping RTT: a ping that meets the remote's frame work"
           f" (step, encode, bridge) waits for it; p99 of {PING_SAMPLES} is the "
@@ -608,8 +681,10 @@ def main() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--watch"]:
-        asyncio.run(_watch(sys.argv[2]))
-    elif sys.argv[1:2] == ["--prototype"]:
-        asyncio.run(_serve_prototype(sys.argv[2], int(sys.argv[3])))
+        asyncio.run(_watch(sys.argv[2], raw=sys.argv[3:4] == ["raw"]))
+    elif sys.argv[1:3] == ["--remote", "prototype"]:
+        asyncio.run(_serve_prototype(sys.argv[3], int(sys.argv[4])))
+    elif sys.argv[1:2] == ["--remote"]:
+        asyncio.run(_serve_viewer(sys.argv[2], sys.argv[3], int(sys.argv[4])))
     else:
         main()

@@ -1,79 +1,92 @@
 """A browser watching the remote's own VNC server in-process: no TCP hop, no second parse.
 
 Holds :class:`AttachedBridge`, the viewer's bridge when the remote runs its own VNC
-server (every runtime but those that serve VNC themselves through Xvnc). The browser's
-WebSocket becomes a client of :class:`~vncdriver.server.VNCServer` through
-:meth:`~vncdriver.server.VNCServer.attach`: the server parses what the browser sends
-(once), enforces view-only itself, and writes updates into :class:`_WebSocketTransport`,
-which never blocks the game loop: past :data:`HIGH_WATER` bytes unsent it pauses the
-client, which then skips frames and later gets only the newest one, like a slow socket.
+server (every runtime but those that serve VNC themselves through Xvnc), its
+:class:`_Outbox`, and :func:`close_websocket` (both bridges close a browser with it).
+
+The browser's WebSocket becomes a client of
+:class:`~vncdriver.server.VNCServer` through :meth:`~vncdriver.server.VNCServer.attach`:
+the server parses what the browser sends (once) and enforces view-only itself. What the
+server writes goes into the outbox, which a task sends to the browser: the game loop
+never waits for a browser. Past :data:`HIGH_WATER` bytes unsent the client is paused and
+skips frames, then gets only the newest one, like a slow socket client.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import WSMsgType, web
 
 if TYPE_CHECKING:
-    from vncdriver.server import VNCServer
+    from vncdriver.server import AttachedClient, VNCServer
 
 log = logging.getLogger(__name__)
 
-#: Bytes waiting for one browser before its VNC client is paused (a few Raw frames).
+#: Bytes waiting for one browser before its VNC client is paused (a few Raw frames):
+#: with aiohttp's writer limit and the socket's buffers, what a slow browser holds here.
 HIGH_WATER: Final = 4 * 1024 * 1024
 #: Bytes below which a paused browser's client resumes.
 LOW_WATER: Final = 256 * 1024
 
+#: Seconds a browser has to take our WebSocket close frame and answer it; one that reads
+#: nothing (its socket full) is cut off after that, or a stalled page would hold up
+#: the remote's shutdown.
+CLOSE_TIMEOUT: Final = 2.0
+
 #: Why a bridge closed when the browser went away (a normal close, code 1000).
 BROWSER_LEFT: Final = "the browser closed the page"
+#: Why a bridge closed when the VNC server ended its client (its reason follows).
+SERVER_CLOSED: Final = "the VNC server closed the connection"
 
 _CLOSED: Final = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
 
 
-class _WebSocketTransport:
-    """The transport an attached VNC client writes to: a queue a task sends to the browser."""
+async def close_websocket(request: web.BaseRequest, ws: web.WebSocketResponse, reason: str,
+                          code: int = 1011) -> None:
+    """Close ``ws`` with ``reason`` (code 1000 when the browser left), in CLOSE_TIMEOUT."""
+    if ws.closed:
+        return
+    if reason == BROWSER_LEFT:
+        code = 1000
+    try:
+        async with asyncio.timeout(CLOSE_TIMEOUT):
+            await ws.close(code=code, message=reason.encode()[:120])
+    except TimeoutError:  # it reads nothing: our close frame cannot even be sent
+        if request.transport is not None:
+            request.transport.abort()
+    except Exception:  # already gone
+        log.debug("viewer: closing a WebSocket failed", exc_info=True)
 
-    def __init__(self, ws: web.WebSocketResponse, peer: str | None) -> None:
-        self.ws, self.peer = ws, peer
-        self.connection: Any = None  # the server's client, set right after attach
+
+class _Outbox:
+    """What the VNC server wrote for one browser; :meth:`pump` sends it, one message a turn."""
+
+    def __init__(self, ws: web.WebSocketResponse) -> None:
+        self.ws = ws
+        self.client: AttachedClient | None = None  # set right after attach
         self.queued = 0
-        self.bytes_down = 0
         self._chunks: list[bytes] = []
         self._ready = asyncio.Event()
-        self._closing = False
-
-    # What the VNC server calls ----------------------------------------------------------
+        self._ended = False
 
     def write(self, data: bytes) -> None:
-        if self._closing or not data:
-            return
+        """The server's ``write``: queue, never block; pause the client past HIGH_WATER."""
         self._chunks.append(data)
         self.queued += len(data)
         self._ready.set()
-        if self.queued > HIGH_WATER and self.connection is not None:
-            self.connection.pause_writing()
+        if self.queued > HIGH_WATER and self.client is not None:
+            self.client.pause()
 
-    def close(self) -> None:
-        self._closing = True
+    def end(self) -> None:
+        """The server's ``close``: send what is queued, then stop."""
+        self._ended = True
         self._ready.set()
 
-    def is_closing(self) -> bool:
-        return self._closing
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("browser", self.peer) if name == "peername" else default
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        """Ours are :data:`HIGH_WATER` and :data:`LOW_WATER`."""
-
-    # The task that sends -----------------------------------------------------------------
-
     async def pump(self) -> str:
-        """Send queued bytes to the browser until closed; returns why it stopped."""
+        """Send queued bytes to the browser until the server ends; returns why it stopped."""
         try:
             while True:
                 await self._ready.wait()
@@ -81,14 +94,13 @@ class _WebSocketTransport:
                 if self._chunks:
                     data = b"".join(self._chunks)
                     self._chunks.clear()
-                    await self.ws.send_bytes(data)
+                    await self.ws.send_bytes(data)  # waits while the browser's socket is full
                     self.queued -= len(data)
-                    self.bytes_down += len(data)
-                    if self.queued < LOW_WATER and self.connection is not None:
-                        if self.connection.paused:
-                            self.connection.resume_writing()
-                if self._closing and not self._chunks:
-                    return "the VNC server closed the connection"
+                    if self.queued < LOW_WATER and self.client is not None:
+                        self.client.resume()
+                if self._ended and not self._chunks:
+                    reason = self.client.close_reason if self.client is not None else None
+                    return f"{SERVER_CLOSED}: {reason}" if reason else SERVER_CLOSED
         except (ConnectionError, RuntimeError) as exc:  # aiohttp: closing transport
             return f"connection lost: {exc}"
 
@@ -97,43 +109,41 @@ class AttachedBridge:
     """One browser as an in-process client of the remote's VNC server."""
 
     def __init__(
-        self, server: VNCServer, ws: web.WebSocketResponse, peer: str | None,
+        self, server: VNCServer, request: web.BaseRequest, ws: web.WebSocketResponse,
         view_only: bool, lossless: bool, refuse_reason: str | None = None,
     ) -> None:
-        self.server, self.ws, self.peer = server, ws, peer
+        self.server, self.request, self.ws = server, request, ws
+        self.peer = request.remote
         self.view_only, self.lossless = view_only, lossless
-        self.transport = _WebSocketTransport(ws, peer)
-        self.closing: str | None = None
         self.refuse_reason = refuse_reason
-
-    @property
-    def bytes_down(self) -> int:
-        return self.transport.bytes_down
+        self.outbox = _Outbox(ws)
+        #: The browser's handle on the VNC server, once :meth:`run` attached it.
+        self.client: AttachedClient | None = None
+        self.closing: str | None = None
 
     async def run(self) -> None:
-        transport = self.transport
-        connection = self.server.attach(
-            transport, view_only=self.view_only, lossless=self.lossless,
-            refuse_reason=self.refuse_reason,
+        """Attach to the VNC server, then pump both ways until either side ends."""
+        outbox = self.outbox
+        client = self.client = self.server.attach(
+            outbox.write, outbox.end, view_only=self.view_only, lossless=self.lossless,
+            peer=f"browser {self.peer}", refuse_reason=self.refuse_reason,
         )
-        transport.connection = connection
+        outbox.client = client
         mode = "view only" if self.view_only else "control"
         log.info("viewer: %s watches in-process (%s)", self.peer, mode)
-        pump = asyncio.create_task(transport.pump())
-        receive = asyncio.create_task(self._receive(connection))
+        pumps = [asyncio.create_task(outbox.pump()), asyncio.create_task(self._receive(client))]
         try:
-            done, _ = await asyncio.wait([pump, receive], return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
             reason = self.closing or done.pop().result()
         finally:
-            for task in (pump, receive):
+            for task in pumps:
                 task.cancel()
-            await asyncio.gather(pump, receive, return_exceptions=True)
-            transport.close()
-            connection.connection_lost(None)
+            await asyncio.gather(*pumps, return_exceptions=True)
+            client.close()
         await self.close(reason)
         log.info("viewer: %s left (%s)", self.peer, reason)
 
-    async def _receive(self, connection: Any) -> str:
+    async def _receive(self, client: AttachedClient) -> str:
         """Browser -> the VNC server's parser; returns why it stopped."""
         while True:
             msg = await self.ws.receive()
@@ -141,17 +151,14 @@ class AttachedBridge:
                 return BROWSER_LEFT
             if msg.type != WSMsgType.BINARY:
                 return "the browser sent a text message; the bridge carries binary RFB"
-            connection.data_received(msg.data)
-            if self.transport.is_closing():
-                return "the VNC server closed the connection"
+            # Once the server ended the client this feeds nothing: the outbox sends what is
+            # left (a refusal's reason), then its pump says why the bridge ends.
+            client.feed(msg.data)
 
     async def close(self, reason: str, code: int = 1011) -> None:
-        """Close the WebSocket with ``reason``, once."""
+        """Leave the VNC server and close the WebSocket with ``reason``, once."""
         if self.closing is None:
             self.closing = reason
-        self.transport.close()
-        if not self.ws.closed:
-            if reason == BROWSER_LEFT:
-                code = 1000
-            with contextlib.suppress(Exception):
-                await self.ws.close(code=code, message=reason.encode()[:120])
+        if self.client is not None:
+            self.client.close()
+        await close_websocket(self.request, self.ws, reason, code)

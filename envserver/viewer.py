@@ -80,7 +80,7 @@ from vncdriver.pixelformat import NATIVE
 from vncdriver.server import AuthGuard, VNCServer
 from vncdriver.streams import BytesFeeder, Parser, read_exact
 
-from .attached import BROWSER_LEFT, AttachedBridge
+from .attached import BROWSER_LEFT, CLOSE_TIMEOUT, AttachedBridge, close_websocket
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +117,6 @@ HANDSHAKE_TIMEOUT: Final = 10.0
 TOKEN_LIFETIME: Final = 60.0
 #: Seconds between WebSocket pings, so a vanished browser is noticed.
 HEARTBEAT: Final = 30.0
-#: Seconds a browser has to answer our WebSocket close (a gone one costs no more).
-CLOSE_TIMEOUT: Final = 2.0
 #: Seconds a stopping viewer waits for its handlers.
 SHUTDOWN_TIMEOUT: Final = 2.0
 
@@ -264,12 +262,11 @@ class _Bridge:
 
     def __init__(self, viewer: Viewer, request: web.Request, ws: web.WebSocketResponse,
                  view_only: bool, lossless: bool) -> None:
-        self.viewer, self.ws = viewer, ws
+        self.viewer, self.request, self.ws = viewer, request, ws
         self.peer = request.remote
         self.filter = ClientFilter(view_only=view_only, lossless=lossless)
         self.writer: asyncio.StreamWriter | None = None
         self.closing: str | None = None
-        self.bytes_down = 0  # VNC server -> browser
 
     async def run(self) -> None:
         """Shake hands with the VNC server, then with the browser, then pump both ways."""
@@ -349,7 +346,6 @@ class _Bridge:
             if first:
                 await self.ws.send_bytes(first)
             while data := await reader.read(BRIDGE_CHUNK):
-                self.bytes_down += len(data)
                 await self.ws.send_bytes(data)
         except OSError as exc:
             return f"connection lost: {exc}"
@@ -385,11 +381,7 @@ class _Bridge:
             self.writer.close()
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
-        if not self.ws.closed:
-            if reason == BROWSER_LEFT:
-                code = 1000
-            with contextlib.suppress(Exception):
-                await self.ws.close(code=code, message=reason.encode()[:120])
+        await close_websocket(self.request, self.ws, reason, code)
 
 
 # The app ----------------------------------------------------------------------------------------
@@ -659,9 +651,7 @@ class Viewer:
             refusal = None
             if len(self.bridges) >= MAX_VIEWERS:
                 refusal = f"too many viewers ({MAX_VIEWERS}); try again later"
-            bridge = AttachedBridge(
-                self.vnc_server, ws, request.remote, view_only, lossless, refusal
-            )
+            bridge = AttachedBridge(self.vnc_server, request, ws, view_only, lossless, refusal)
         else:
             bridge = _Bridge(self, request, ws, view_only, lossless)
         self.bridges.add(bridge)

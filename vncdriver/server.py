@@ -12,8 +12,9 @@ Input arrives through the ``on_input(client_id, events)`` callback as
 ``on_disconnect(client_id)`` lets the owner release what that client held.
 
 :meth:`VNCServer.attach` serves a client of the same process over any byte transport
-(the browser viewer's WebSockets): the same per-client code as a socket client, with
-no TCP hop and no second parse of its messages.
+(the browser viewer's WebSockets) and returns its :class:`AttachedClient` handle: the
+same per-client code as a socket client (handshake, encodings, dirty tiles, skipping
+while backed up, view-only), with no TCP hop and no second parse of its messages.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ class AuthGuard(Protocol):
     def succeeded(self, address: str | None) -> None: ...
 
 
-class Transport(Protocol):
-    """What :meth:`VNCServer.attach` needs of a transport (a subset of asyncio's)."""
+class _Transport(Protocol):
+    """What a :class:`_Connection` writes to: an asyncio transport or :class:`_Callbacks`."""
 
     def write(self, data: bytes) -> None: ...
     def close(self) -> None: ...
@@ -81,18 +82,20 @@ class _Connection(asyncio.Protocol):
         self.client_id = client_id
         #: Authenticated by its owner (the viewer): offered security None.
         self.trusted, self.force_view_only, self.lossless = trusted, view_only, lossless
-        self.transport: Transport | None = None
+        self.transport: _Transport | None = None
         self.handshake: ServerHandshake | None = None
         self.proto: ServerProtocol | None = None
         self.paused = False
         self.updates = 0
+        #: Why the server closed this client, if it did.
+        self.abort_reason: str | None = None
         self._timeout: asyncio.TimerHandle | None = None
 
     # asyncio.Protocol --------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport | Transport) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport | _Transport) -> None:
         assert isinstance(transport, asyncio.Transport) or self.trusted
-        own: Transport = transport  # type: ignore[assignment]
+        own: _Transport = transport  # type: ignore[assignment]
         self.transport = own
         own.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
         server = self.server
@@ -237,9 +240,113 @@ class _Connection(asyncio.Protocol):
             self._abort("the screen size changed and the client does not accept DesktopSize")
 
     def _abort(self, reason: str) -> None:
+        if self.abort_reason is None:
+            self.abort_reason = reason
         log.info("closing VNC client %d: %s", self.client_id, reason)
         if self.transport is not None:
             self.transport.close()
+
+
+class _Callbacks:
+    """An attached client's transport: the owner's ``write`` and ``close`` callbacks.
+
+    Like an asyncio transport, closing reports the loss on the next loop iteration, so a
+    client the server ends while it iterates its clients leaves between iterations.
+    """
+
+    def __init__(self, write: Callable[[bytes], None], close: Callable[[], None],
+                 peer: str | None) -> None:
+        self._write, self._close, self.peer = write, close, peer
+        self.connection: _Connection | None = None
+        self.closing = False
+        #: The client has left the server (connection_lost ran).
+        self.ended = False
+
+    def write(self, data: bytes) -> None:
+        if data and not self.closing:
+            self._write(data)
+
+    def close(self) -> None:
+        """The server ends the client: it leaves, then the owner hears ``close()``."""
+        if not self.closing:
+            self.closing = True
+            asyncio.get_running_loop().call_soon(self._end, True)
+
+    def _end(self, tell_owner: bool) -> None:
+        if self.ended:
+            return
+        self.closing = self.ended = True
+        if self.connection is not None:
+            self.connection.connection_lost(None)
+        if tell_owner:
+            self._close()
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self.peer if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        """The owner's buffer decides: it calls :meth:`AttachedClient.pause`/``resume``."""
+
+
+class AttachedClient:
+    """The handle of a client attached in-process (:meth:`VNCServer.attach`).
+
+    Call :meth:`feed` with what the client sent; :meth:`pause` when the bytes handed to
+    ``write`` back up and :meth:`resume` when they drain (meanwhile the server encodes
+    nothing for it, then sends the newest frame, as for a slow socket); :meth:`close`
+    when the client is gone. It is a VNC client like any other: it counts against
+    ``max_clients``, appears in ``connections`` and ``stats()`` under :attr:`client_id`.
+    """
+
+    def __init__(self, connection: _Connection, transport: _Callbacks) -> None:
+        self._connection, self._transport = connection, transport
+        self.client_id = connection.client_id
+
+    @property
+    def closed(self) -> bool:
+        """Closed by either side: feeding it does nothing, and nothing more is written."""
+        return self._transport.closing
+
+    @property
+    def close_reason(self) -> str | None:
+        """Why the server closed it (bad bytes, a refusal, shutdown), if it did."""
+        return self._connection.abort_reason
+
+    @property
+    def paused(self) -> bool:
+        return self._connection.paused
+
+    @property
+    def ready(self) -> bool:
+        """Past the RFB handshake: it gets updates."""
+        return self._connection.proto is not None
+
+    @property
+    def updates(self) -> int:
+        """Updates sent to it so far."""
+        return self._connection.updates
+
+    def feed(self, data: bytes) -> None:
+        """Bytes the client sent; the server answers through ``write`` (or closes it)."""
+        if not self.closed:
+            self._connection.data_received(data)
+
+    def pause(self) -> None:
+        """Its output is backed up: stop encoding for it, let its dirty tiles accumulate."""
+        self._connection.pause_writing()
+
+    def resume(self) -> None:
+        """Its output drained: send what changed since it paused, at once if it asked."""
+        if self._connection.paused:
+            self._connection.resume_writing()
+
+    def close(self) -> None:
+        """The client is gone: it leaves the server now (``on_disconnect``). Idempotent;
+        ``close`` (the callback) is not called for it."""
+        self._transport._end(tell_owner=False)
 
 
 class VNCServer:
@@ -282,6 +389,7 @@ class VNCServer:
         self._previous: np.ndarray | None = None
         self._ids = itertools.count(1)
         self._server: asyncio.Server | None = None
+        self._closed = False
 
     @property
     def port(self) -> int:
@@ -295,6 +403,7 @@ class VNCServer:
         )
 
     async def close(self) -> None:
+        self._closed = True
         if self._server is not None:
             self._server.close()
         for connection in [*self.connections.values(), *self.handshaking]:
@@ -343,27 +452,38 @@ class VNCServer:
 
     def attach(
         self,
-        transport: Transport,
+        write: Callable[[bytes], None],
+        close: Callable[[], None],
         *,
-        view_only: bool = True,
+        view_only: bool,
         lossless: bool = False,
+        peer: str | None = None,
         refuse_reason: str | None = None,
-    ) -> _Connection:
-        """A client of this process over ``transport``, authenticated by the caller.
+    ) -> AttachedClient:
+        """A client of this process whose transport is not a socket (a browser's WebSocket).
 
-        The client shakes hands with security None (the caller checked who it is), and
-        with ``view_only`` its input never reaches ``on_input``; ``lossless`` ignores its
-        JPEG quality levels. Feed what it sends to ``connection.data_received``, call
-        ``pause_writing``/``resume_writing`` as ``transport`` backs up and drains, and
-        ``connection_lost(None)`` when it is gone. It counts against ``max_clients``;
-        with ``refuse_reason`` its handshake refuses it with that reason (the caller's limit).
+        The server writes to it with ``write`` (never blocking: queue the bytes, and
+        report back-up with :meth:`AttachedClient.pause`) and calls ``close`` once when
+        it ends the client (unless the owner closed the handle first).
+
+        The client is pre-authenticated: the caller checked who it is, so its RFB
+        handshake offers security None whatever the passwords. With ``view_only`` the
+        server drops its key, pointer and clipboard messages: they never reach
+        ``on_input``. ``lossless`` ignores its JPEG quality levels. ``peer`` names it in
+        logs. With ``refuse_reason`` (the caller's limit) its handshake refuses it with
+        that reason. Call from the server's event loop; the server need not listen on
+        TCP at all.
         """
+        if self._closed and refuse_reason is None:
+            refuse_reason = "the remote is shutting down"
+        transport = _Callbacks(write, close, peer)
         connection = _Connection(
             self, next(self._ids), trusted=True, view_only=view_only, lossless=lossless,
             refuse_reason=refuse_reason,
         )
+        transport.connection = connection
         connection.connection_made(transport)
-        return connection
+        return AttachedClient(connection, transport)
 
     def stats(self) -> dict[int, int]:
         """Updates sent so far to each client (by client id), for diagnostics."""

@@ -1,5 +1,6 @@
-"""The browser viewer: its RFB filter (sans-I/O), auth, the WebSocket-to-VNC bridge, and
-noVNC in a real, headed Chromium on Xvfb showing the remote's exact pixels.
+"""The browser viewer: its RFB filter (sans-I/O), auth, the WebSocket-to-VNC bridges (the
+in-process one, attached to a VNCServer, and the TCP one for Xvnc), and noVNC in a real,
+headed Chromium on Xvfb showing the remote's exact pixels.
 
 Also holds the helpers the dashboard's tests reuse: :class:`Chromium` (a headed Chromium
 driven over the DevTools protocol) and :func:`find_image` (where a frame sits in a
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import re
@@ -19,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ import websockets
 from aiohttp.test_utils import make_mocked_request
 
 from envserver import viewer as viewer_module
+from envserver.attached import HIGH_WATER, AttachedBridge
 from envserver.remote import Remote
 from envserver.throttle import AuthThrottle
 from envserver.viewer import (
@@ -47,11 +50,13 @@ from vncdriver.errors import ProtocolError, ServerRefused
 from vncdriver.handshake import ClientHandshake, SecurityType
 from vncdriver.messages import (
     ClientCutText,
+    Encoding,
     FramebufferUpdateRequest,
     KeyEvent,
     PointerEvent,
     SetEncodings,
     SetPixelFormat,
+    build_encodings,
 )
 from vncdriver.pixelformat import NATIVE
 from vncdriver.server import VNCServer
@@ -310,7 +315,8 @@ class RFBOverWebSocket:
 
     @classmethod
     async def open(cls, http: aiohttp.ClientSession, url: str,
-                   headers: dict[str, str] | None = None) -> RFBOverWebSocket:
+                   headers: dict[str, str] | None = None,
+                   encodings: Sequence[int] | None = None) -> RFBOverWebSocket:
         ws = await http.ws_connect(url, headers=headers or {}, max_msg_size=0)
         handshake = ClientHandshake(None)  # the bridge must not ask the browser for a password
         try:
@@ -325,7 +331,7 @@ class RFBOverWebSocket:
             await ws.close()
             raise
         assert handshake.result is not None
-        proto = ClientProtocol(handshake.result)
+        proto = ClientProtocol(handshake.result, encodings=encodings)
         proto.receive_data(handshake.trailing_data())
         client = cls(ws, proto, handshake.result.security_type)
         await client.flush()
@@ -423,10 +429,164 @@ async def test_the_remotes_own_viewer_attaches_in_process(
     assert remote.viewer is not None and remote.vnc is not None
     rfb = await RFBOverWebSocket.open(http, await session_websocket(http, remote.viewer, PASSWORD))
     assert np.array_equal(await rfb.frame(), remote.runtime.framebuffer)
-    clients = list(remote.vnc.connections.values())
-    assert len(clients) == 1 and clients[0].trusted and clients[0].force_view_only
-    assert not isinstance(clients[0].transport, asyncio.Transport)
+    [bridge] = remote.viewer.bridges
+    assert isinstance(bridge, AttachedBridge) and bridge.client is not None
+    assert list(remote.vnc.connections) == [bridge.client.client_id]
     await rfb.close()
+
+
+# In-process: a Viewer given the VNC server attaches each browser to it ----------------------
+
+
+def noise(height: int, width: int, seed: int) -> np.ndarray:
+    """A frame no encoder shrinks much: every update costs its size in bytes."""
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+@contextlib.asynccontextmanager
+async def in_process_viewer(vnc: VNCServer, **kwargs: Any) -> AsyncIterator[tuple[Viewer, list[int]]]:
+    """A started Viewer given ``vnc``, whose ``vnc_port`` is a trap: a listener that
+    records every connection made to it (the list). ``vnc`` never listens on TCP."""
+    dialed: list[int] = []
+
+    def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        dialed.append(1)
+        writer.close()
+
+    trap = await asyncio.start_server(record, "127.0.0.1", 0)
+    viewer = Viewer(trap.sockets[0].getsockname()[1], vnc_server=vnc, **kwargs)
+    await viewer.start("127.0.0.1", 0)
+    try:
+        yield viewer, dialed
+    finally:
+        await viewer.close()
+        await vnc.close()
+        trap.close()
+        await trap.wait_closed()
+
+
+async def test_a_viewer_given_the_vnc_server_serves_it_in_process_view_only(
+    http: aiohttp.ClientSession,
+) -> None:
+    """Frames reach the browser with no TCP connection to any VNC port, and its keys,
+    pointer and clipboard never reach the game: the VNC server drops them itself."""
+    frame = noise(48, 64, seed=1)
+    seen: list[Any] = []
+    vnc = VNCServer(frame, name="in-process", password="vncpass",
+                    on_input=lambda client_id, events: seen.extend(events))
+    async with in_process_viewer(vnc, password=PASSWORD) as (viewer, dialed):
+        rfb = await RFBOverWebSocket.open(http, await session_websocket(http, viewer, PASSWORD))
+        assert rfb.security == SecurityType.NONE and rfb.proto.name == "in-process"
+        assert np.array_equal(await rfb.frame(), frame)
+        frame[10:20, 5:30] = 255 - frame[10:20, 5:30]
+        vnc.frame_ready()
+        assert np.array_equal(await rfb.frame(incremental=True), frame)
+
+        rfb.proto.key_event("Left", True)
+        rfb.proto.pointer_event(5, 5, 1)
+        rfb.proto.cut_text("typed")
+        await rfb.frame()  # answers a request sent after the input: the server read it all
+        assert seen == []
+        [bridge] = viewer.bridges
+        assert isinstance(bridge, AttachedBridge) and bridge.client is not None
+        assert list(vnc.connections) == [bridge.client.client_id]
+        assert dialed == []
+        await rfb.close()
+        await wait_until(lambda: not vnc.connections, "the browser's client to leave")
+        assert not viewer.bridges
+
+
+async def test_a_stalled_browser_holds_up_neither_the_game_nor_other_browsers(
+    http: aiohttp.ClientSession,
+) -> None:
+    """A browser that stops reading is paused on the VNC server once HIGH_WATER bytes wait
+    for it: frame_ready goes on, the other browser gets every frame, what waits stays
+    bounded, and when it reads again it gets the newest frame, not a backlog."""
+    height, width = 480, 640  # 900 KB a Raw update: the buffers fill in a few frames
+    frame = noise(height, width, seed=2)
+    vnc = VNCServer(frame)
+    raw = build_encodings([Encoding.RAW])
+    async with in_process_viewer(vnc, password=PASSWORD) as (viewer, dialed):
+        fast = await RFBOverWebSocket.open(
+            http, await session_websocket(http, viewer, PASSWORD), encodings=raw)
+        stalled = await RFBOverWebSocket.open(
+            http, await session_websocket(http, viewer, PASSWORD), encodings=raw)
+        assert np.array_equal(await fast.frame(), frame)
+        assert np.array_equal(await stalled.frame(), frame)
+        [bridge] = [b for b in viewer.bridges if isinstance(b, AttachedBridge) and b.client
+                    and b.client.client_id == max(vnc.connections)]  # ids count up: the newest
+        client, outbox = bridge.client, bridge.outbox
+        assert client is not None
+        # From now on `stalled` asks for every frame but reads nothing (aiohttp stops
+        # reading its socket once 64 KB wait unread).
+        seed, frames_paused, updates_at_pause = 2, 0, None
+        while frames_paused < 10:
+            seed += 1
+            assert seed < 200, "the stalled browser's buffers never filled up"
+            frame[:] = noise(height, width, seed)
+            stalled.proto.request_update(incremental=True)
+            await stalled.flush()
+            vnc.frame_ready()
+            assert np.array_equal(await fast.frame(incremental=True), frame)
+            assert outbox.queued <= HIGH_WATER + frame.nbytes + 1024  # bounded: one update past
+            if client.paused:
+                if updates_at_pause is None:
+                    updates_at_pause = client.updates
+                frames_paused += 1
+                assert client.updates == updates_at_pause  # skipped: nothing encoded for it
+        assert updates_at_pause is not None and updates_at_pause < seed - 2
+        assert fast.updates == seed - 1  # the first frame, then every new one
+
+        async with asyncio.timeout(TIMEOUT):  # it reads again: what was on its way, then the newest
+            while not np.array_equal(stalled.proto.framebuffer, frame):
+                msg = await stalled.ws.receive()
+                assert msg.type == aiohttp.WSMsgType.BINARY, msg
+                stalled.proto.receive_data(msg.data)
+                stalled.proto.events_received()
+        assert client.updates == updates_at_pause + 1 and not client.paused
+        assert dialed == []
+        await fast.close()
+        await stalled.close()
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["tcp bridge", "in-process"])
+async def test_a_stalled_browser_does_not_hold_up_the_viewers_close(
+    http: aiohttp.ClientSession, in_process: bool
+) -> None:
+    """Our close frame cannot reach a browser that reads nothing: the viewer cuts it off
+    after CLOSE_TIMEOUT instead of waiting for it forever (and the remote's shutdown)."""
+    height, width = 480, 640
+    frame = noise(height, width, seed=3)
+    vnc = VNCServer(frame)
+    await vnc.start("127.0.0.1", 0)
+    viewer = Viewer(vnc.port, password=PASSWORD, vnc_server=vnc if in_process else None)
+    await viewer.start("127.0.0.1", 0)
+    raw = build_encodings([Encoding.RAW])
+    try:
+        fast = await RFBOverWebSocket.open(
+            http, await session_websocket(http, viewer, PASSWORD), encodings=raw)
+        stalled = await RFBOverWebSocket.open(
+            http, await session_websocket(http, viewer, PASSWORD), encodings=raw)
+        await fast.frame()
+        await stalled.frame()
+        stalled_id = max(vnc.connections)
+        unchanged, last, seed = 0, vnc.stats()[stalled_id], 3
+        while unchanged < 5:  # the VNC server skips it: every buffer on the way is full
+            seed += 1
+            assert seed < 200, "the stalled browser's buffers never filled up"
+            frame[:] = noise(height, width, seed)
+            stalled.proto.request_update(incremental=True)
+            await stalled.flush()
+            vnc.frame_ready()
+            await fast.frame(incremental=True)
+            now = vnc.stats()[stalled_id]
+            unchanged, last = (unchanged + 1 if now == last else 0), now
+        async with asyncio.timeout(TIMEOUT):
+            await viewer.close()
+        assert not viewer.bridges
+    finally:
+        await viewer.close()
+        await vnc.close()
 
 
 async def test_bridge_closes_when_the_remote_goes_away(

@@ -30,8 +30,8 @@ from runtimes.builtin import CLICK_HEIGHT, CLICK_HUD_COLOUR, CLICK_WIDTH, Catch
 from tests.wire import WireClient
 from vncdriver.client_protocol import ClientProtocol, DesktopResized, FramebufferUpdated
 from vncdriver.errors import ServerRefused, VNCError
-from vncdriver.handshake import ClientHandshake
-from vncdriver.messages import Encoding, FramebufferUpdateRequest, build_encodings
+from vncdriver.handshake import ClientHandshake, SecurityType
+from vncdriver.messages import Encoding, FramebufferUpdateRequest, KeyEvent, build_encodings
 from vncdriver.pixelformat import NATIVE, PixelFormat
 from vncdriver.server import VNCServer
 
@@ -509,3 +509,164 @@ async def test_a_client_silent_in_the_handshake_is_closed(serve, monkeypatch, ca
     assert "did not finish the RFB handshake in time" in caplog.text
     assert not server.handshaking  # its place is free again
     writer.close()
+
+
+# Clients attached in-process (VNCServer.attach) ----------------------------------------------
+
+
+class AttachedLink:
+    """A :class:`Viewer` attached in-process: :meth:`VNCServer.attach`'s callbacks on one
+    side, the Viewer's transport on the other. Bytes cross on the next loop turn each way,
+    as over a socket, so neither side re-enters the other."""
+
+    def __init__(self, server: VNCServer, *, view_only: bool, attach: dict[str, Any] | None = None,
+                 **viewer_kwargs: Any) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.viewer = Viewer(**viewer_kwargs)
+        self.viewer.transport = self  # type: ignore[assignment]
+        #: Times the server called ``close``, and bytes it wrote.
+        self.closed_by_server = 0
+        self.written = 0
+        self._closing = False
+        self.client = server.attach(
+            self._from_server, self._server_closed, view_only=view_only, **(attach or {})
+        )
+
+    # The server's callbacks.
+    def _from_server(self, data: bytes) -> None:
+        self.written += len(data)
+        self.loop.call_soon(self.viewer.data_received, data)
+
+    def _server_closed(self) -> None:
+        self.closed_by_server += 1
+        self._closing = True
+        self.loop.call_soon(self.viewer.connection_lost, None)
+
+    # The Viewer's transport.
+    def write(self, data: bytes) -> None:
+        self.loop.call_soon(self.client.feed, bytes(data))
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        if not self._closing:
+            self._closing = True
+            self.client.close()
+            self.loop.call_soon(self.viewer.connection_lost, None)
+
+
+def sprite(frame: np.ndarray, x: int, y: int, size: int = 6) -> None:
+    frame[y : y + size, x : x + size] = 255 - frame[y : y + size, x : x + size]
+
+
+async def test_an_attached_client_is_served_like_a_socket_client() -> None:
+    """Handshake (security None: pre-authenticated, whatever the passwords), the whole
+    frame, then only changed tiles, with no TCP listener at all; view-only is the
+    server's doing: that client's keys, pointer and clipboard never reach on_input."""
+    frame = pattern(240, 320, seed=21)
+    seen: list[tuple[int, Any]] = []
+    departures = Departures()
+    server = VNCServer(frame, password="secret", view_only_password="watch",
+                       on_input=lambda cid, events: seen.extend((cid, e) for e in events),
+                       on_disconnect=departures)  # never started: no socket
+    watcher = AttachedLink(server, view_only=True, encodings=RAW)
+    await watcher.viewer.wait_frame(frame)
+    assert watcher.viewer.handshake.result is not None
+    assert watcher.viewer.handshake.result.security_type == SecurityType.NONE
+    assert list(server.connections) == [watcher.client.client_id] and watcher.client.ready
+
+    sprite(frame, 100, 100)
+    server.frame_ready()
+    await watcher.viewer.wait_updates(2)
+    assert [(r.x, r.y, r.width, r.height) for r in watcher.viewer.updates[1].rects] == [
+        (64, 64, 64, 64)
+    ]
+    assert watcher.viewer.shows(frame)
+
+    assert watcher.viewer.proto is not None
+    watcher.viewer.proto.key_event("Left", True)
+    watcher.viewer.proto.pointer_event(5, 5, 1)
+    watcher.viewer.proto.cut_text("typed")
+    watcher.viewer.request(incremental=False)  # answered after the server read the input
+    await watcher.viewer.wait_updates(3)
+    assert seen == []
+
+    # The same path without view_only passes input: the test above can see it.
+    controller = AttachedLink(server, view_only=False, encodings=RAW)
+    await controller.viewer.wait_frame(frame)
+    controller.viewer.key("Left", True)
+    controller.viewer.request(incremental=False)
+    await controller.viewer.wait_updates(2)
+    assert [(cid, type(e)) for cid, e in seen] == [(controller.client.client_id, KeyEvent)]
+    assert server.stats() == {watcher.client.client_id: 3, controller.client.client_id: 2}
+
+    await watcher.viewer.close()
+    await controller.viewer.close()
+    assert sorted(departures.left) == sorted([watcher.client.client_id, controller.client.client_id])
+    assert not server.connections
+    assert watcher.closed_by_server == controller.closed_by_server == 0
+
+
+async def test_a_paused_attached_client_skips_frames_then_gets_the_newest(serve) -> None:  # type: ignore[no-untyped-def]
+    """While its owner reports a back-up, nothing is encoded for it and the others go on;
+    on resume it gets one update: the newest frame, not a backlog."""
+    frame = pattern(240, 320, seed=22)
+    server = await serve(frame)
+    other = await Viewer.connect(server.port, encodings=RAW)
+    attached = AttachedLink(server, view_only=True, encodings=RAW)
+    await asyncio.gather(other.wait_frame(frame), attached.viewer.wait_frame(frame))
+    attached.client.pause()
+    assert attached.client.paused
+    written = attached.written
+    for seed in range(23, 28):
+        frame[:] = pattern(240, 320, seed)
+        server.frame_ready()
+        await other.wait_frame(frame)
+    assert attached.written == written and server.stats()[attached.client.client_id] == 1
+    assert len(other.updates) == 6
+
+    attached.client.resume()
+    await attached.viewer.wait_frame(frame)
+    assert len(attached.viewer.updates) == 2
+    assert not attached.client.paused
+    await other.close()
+    await attached.viewer.close()
+
+
+async def test_the_server_ends_attached_clients_and_they_leave() -> None:
+    """Bad bytes, the handshake's refusal and shutdown end the client with a reason (and
+    call the owner's ``close`` once, unless it closed first); the owner's own close()
+    leaves without a callback."""
+    frame = pattern(32, 48, seed=29)
+    departures = Departures()
+    server = VNCServer(frame, on_disconnect=departures, max_clients=2)
+    bad = AttachedLink(server, view_only=True)
+    await bad.viewer.wait_ready()
+    bad.viewer.send_raw(b"\xff")
+    async with asyncio.timeout(TIMEOUT):
+        await bad.viewer.closed
+    assert bad.closed_by_server == 1 and bad.client.closed
+    assert "unknown client message type 255" in (bad.client.close_reason or "")
+    await departures.wait_count(1)
+
+    refused = AttachedLink(server, view_only=True, attach={"refuse_reason": "too many viewers"})
+    with pytest.raises(ServerRefused, match="too many viewers"):
+        await refused.viewer.wait_ready()
+    assert refused.client.closed and "too many viewers" in (refused.client.close_reason or "")
+
+    leaving = AttachedLink(server, view_only=True)
+    staying = AttachedLink(server, view_only=True)
+    await asyncio.gather(leaving.viewer.wait_ready(), staying.viewer.wait_ready())
+    leaving.client.close()
+    leaving.client.close()  # idempotent
+    assert departures.left[-1] == leaving.client.client_id and leaving.closed_by_server == 0
+    assert list(server.connections) == [staying.client.client_id]
+
+    await server.close()
+    async with asyncio.timeout(TIMEOUT):
+        await staying.viewer.closed
+    assert staying.closed_by_server == 1 and not server.connections
+    late = AttachedLink(server, view_only=True)
+    with pytest.raises(ServerRefused, match="shutting down"):
+        await late.viewer.wait_ready()
