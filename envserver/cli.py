@@ -51,6 +51,7 @@ async def _serve(args: argparse.Namespace) -> int:
         mode=args.mode,
         runtime_options={"scale": args.scale} if args.scale != 1 else None,
         allow_origins=args.allow_origin,
+        max_viewers=args.max_viewers,
     )
     await remote.start(args.host, args.rewarder_port, args.vnc_port, args.http_port)
     stop = asyncio.Event()
@@ -181,6 +182,14 @@ def add_commands(sub: Any) -> None:
     )
     serve.add_argument(
         "--scale", type=int, default=1, help="integer zoom of the screen for viewers (Atari)"
+    )
+    serve.add_argument(
+        "--max-viewers",
+        type=int,
+        default=128,  # vncdriver.server.MAX_VIEWERS (not imported: parsing stays cheap)
+        metavar="N",
+        help="VNC viewers served at once (clients that ask for no frame tags); agents have "
+        "slots of their own (default 128)",
     )
     serve.add_argument(
         "--allow-origin",

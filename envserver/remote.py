@@ -39,7 +39,7 @@ from runtimes import registry
 from runtimes.base import Runtime, StepResult
 from runtimes.errors import UnknownEnvironment
 from vncdriver.messages import FrameTag
-from vncdriver.server import VNCServer
+from vncdriver.server import MAX_VIEWERS, VNCServer
 
 from .inputs import REWARDER_SOURCE, Inputs
 from .state import Event, IllegalTransition, RemoteState, State
@@ -92,6 +92,7 @@ class Remote:
         clock: Callable[[], float] = time.monotonic,
         allow_origins: Sequence[str] = (),
         auth_throttle: AuthThrottle | None = None,
+        max_viewers: int = MAX_VIEWERS,
     ) -> None:
         """Serve ``env``: an env id from the registry, or a runtime instance of your own.
 
@@ -137,6 +138,7 @@ class Remote:
                 on_input=self._vnc_input,
                 on_disconnect=self._vnc_left,
                 auth_guard=self.auth_throttle,
+                max_viewers=max_viewers,
             )
         self.vnc_port: int | None = None
         #: The browser viewer (``start(http_port=...)``), or None.

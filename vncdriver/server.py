@@ -30,18 +30,30 @@ import numpy as np
 
 from .errors import AuthenticationFailed, LocalProtocolError, ServerRefused, VNCError
 from .handshake import ServerHandshake
-from .messages import FrameTag, KeyEvent, PointerEvent, SetPixelFormat
+from .messages import FrameTag, KeyEvent, PointerEvent, SetEncodings, SetPixelFormat
 from .server_protocol import ServerProtocol, SharedEncodings, changed_tiles
 
 log = logging.getLogger(__name__)
 
-#: Clients sharing one remote: agents, observers and people; more are refused with a reason.
-MAX_CLIENTS: Final = 64
+#: Viewers (clients that do not ask for frame tags: people, noVNC, recorders) one remote
+#: serves; more are refused with a reason. 100 viewers and an agent fit.
+MAX_VIEWERS: Final = 128
+#: Connections kept for agents (clients that ask for FRAME_TAG) beyond MAX_VIEWERS, so
+#: the agent's own VNC connection never competes with viewers.
+AGENT_SLOTS: Final = 4
+#: Connections still in the RFB handshake (not yet authenticated): their own cap, below
+#: the client slots, so half-open connections cannot take the places of clients that got
+#: in; high enough for a burst of 40 clients connecting at once (a test does).
+MAX_HANDSHAKING: Final = 48
+#: Compatibility name: every client slot there is.
+MAX_CLIENTS: Final = MAX_VIEWERS + AGENT_SLOTS
 #: Bytes queued in the kernel and transport for one client before we stop encoding for it
 #: and let it catch up (a few full 1024x768 Raw frames).
 MAX_WRITE_BUFFER: Final = 8 * 1024 * 1024
-#: Seconds a client has to finish the RFB handshake.
-HANDSHAKE_TIMEOUT: Final = 10.0
+#: Seconds a client has to finish the RFB handshake (a VNC password prompt included:
+#: viewers ask for it before they connect). Was 10 s, which let a half-open connection
+#: hold a slot for long.
+HANDSHAKE_TIMEOUT: Final = 3.0
 
 InputCallback = Callable[[int, Sequence[KeyEvent | PointerEvent]], None]
 
@@ -87,6 +99,8 @@ class _Connection(asyncio.Protocol):
         self.proto: ServerProtocol | None = None
         self.paused = False
         self.updates = 0
+        #: "agent" (asked for frame tags) or "viewer", from its first SetEncodings.
+        self.kind: str | None = None
         #: Why the server closed this client, if it did.
         self.abort_reason: str | None = None
         self._timeout: asyncio.TimerHandle | None = None
@@ -107,8 +121,17 @@ class _Connection(asyncio.Protocol):
         # Clients still shaking hands count too, or a burst of them slips past the limit.
         if refuse is not None:
             pass
+        elif len(server.handshaking) >= server.max_handshaking:
+            refuse = (
+                f"too many connections still shaking hands ({server.max_handshaking}, "
+                "MAX_HANDSHAKING); try again in a moment"
+            )
         elif len(server.connections) + len(server.handshaking) >= server.max_clients:
-            refuse = f"too many clients ({server.max_clients}); try again later"
+            # (Those still shaking hands count too, or a burst slips past the limit.)
+            refuse = (
+                f"too many clients ({server.max_clients}); serve --max-viewers raises the "
+                "limit; try again later"
+            )
         else:
             server.handshaking.add(self)
         self.handshake = ServerHandshake(
@@ -215,9 +238,24 @@ class _Connection(asyncio.Protocol):
         events = [e for e in received if isinstance(e, KeyEvent | PointerEvent)]
         if events:
             self.server.on_input(self.client_id, events)
+        if self.kind is None and any(isinstance(e, SetEncodings) for e in received):
+            self._classify()
         if self.server.tag is not None:
             proto.set_frame_tag(self.server.tag)  # for a client that just asked for tags
         self.send_update()
+
+    def _classify(self) -> None:
+        """A client's first SetEncodings says what it is: an agent asks for frame tags.
+        Viewers past ``max_viewers`` go; agents have slots of their own."""
+        assert self.proto is not None
+        self.kind = "agent" if self.proto.preferences.frame_tag else "viewer"
+        if self.kind == "viewer":
+            viewers = sum(c.kind == "viewer" for c in self.server.connections.values())
+            if viewers > self.server.max_viewers:
+                self._abort(
+                    f"too many viewers ({self.server.max_viewers}, serve --max-viewers); "
+                    "try again later"
+                )
 
     def send_update(self) -> None:
         """Answer the outstanding request from the current frame, unless backed up."""
@@ -367,7 +405,10 @@ class VNCServer:
         on_disconnect: Callable[[int], None] | None = None,
         auth_guard: AuthGuard | None = None,
         encodings: Sequence[int] | None = None,
-        max_clients: int = MAX_CLIENTS,
+        max_clients: int | None = None,
+        max_viewers: int = MAX_VIEWERS,
+        agent_slots: int = AGENT_SLOTS,
+        max_handshaking: int = MAX_HANDSHAKING,
     ) -> None:
         self.frame = frame
         #: The newest frame tag (see :meth:`frame_ready`).
@@ -382,9 +423,14 @@ class VNCServer:
         self.encodings = encodings
         #: Counts wrong passwords per address and refuses blocked ones (one per remote).
         self.auth_guard = auth_guard
-        self.max_clients = max_clients
+        if max_clients is not None:  # the old single cap: all of it for viewers
+            max_viewers, agent_slots = max_clients, 0
+        self.max_viewers, self.agent_slots = max_viewers, agent_slots
+        self.max_handshaking = max_handshaking
+        #: Every client slot: viewers and agents.
+        self.max_clients = max_viewers + agent_slots
         self.connections: dict[int, _Connection] = {}
-        #: Connections still in the RFB handshake (they count against ``max_clients``).
+        #: Connections still in the RFB handshake (capped by ``max_handshaking``).
         self.handshaking: set[_Connection] = set()
         self._previous: np.ndarray | None = None
         self._ids = itertools.count(1)

@@ -177,3 +177,64 @@ async def test_a_hung_agent_frees_the_active_slot_within_5_s(start_remote: Start
         agent.kill()
         os.kill(agent.pid, signal.SIGCONT) if agent.poll() is None else None
         agent.wait()
+
+
+async def test_100_viewers_and_the_agent_all_fit(start_remote: StartRemote) -> None:
+    """Measured before: of 100 viewers, 37 were refused (one cap of 64 for everyone)."""
+    remote = await start_remote(mode="lockstep")
+    address = f"127.0.0.1::{remote.vnc_port}"
+    viewers: list[VNCClient] = []
+    try:
+        for _ in range(10):  # ten at a time, as viewers arrive
+            clients = [VNCClient(address, encoding="raw", start_timeout=WAIT) for _ in range(10)]
+            await asyncio.gather(*(c.start() for c in clients))
+            viewers += clients
+        async with VNCClient(address, frame_tags=True, start_timeout=WAIT) as agent:
+            await agent.wait_update(0, timeout=WAIT)
+            assert agent.connected and all(v.connected for v in viewers)
+            assert remote.vnc is not None and len(remote.vnc.connections) == 101
+    finally:
+        await asyncio.gather(*(v.close() for v in viewers))
+
+
+async def test_viewers_past_the_cap_go_but_an_agent_gets_in(start_remote: StartRemote) -> None:
+    remote = await start_remote(mode="lockstep", max_viewers=2)
+    address = f"127.0.0.1::{remote.vnc_port}"
+    async with VNCClient(address, start_timeout=WAIT) as one, VNCClient(
+        address, start_timeout=WAIT
+    ) as two:
+        third = VNCClient(address, start_timeout=WAIT)
+        await third.start()  # in, until its SetEncodings says it is a viewer
+        async with asyncio.timeout(WAIT):
+            while third.connected:
+                await asyncio.sleep(0.01)
+        await third.close()
+        async with VNCClient(address, frame_tags=True, start_timeout=WAIT) as agent:
+            await agent.wait_update(0, timeout=WAIT)
+            assert agent.connected and one.connected and two.connected
+
+
+async def test_half_open_connections_have_their_own_cap_and_deadline(
+    start_remote: StartRemote, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vncdriver import server as vnc_server
+
+    monkeypatch.setattr(vnc_server, "HANDSHAKE_TIMEOUT", 0.5)
+    remote = await start_remote(mode="lockstep")
+    assert remote.vnc is not None
+    remote.vnc.max_handshaking = 3
+    address = f"127.0.0.1::{remote.vnc_port}"
+    half_open = [await asyncio.open_connection("127.0.0.1", remote.vnc_port) for _ in range(3)]
+    try:
+        with pytest.raises(ServerRefused, match="still shaking hands"):
+            async with VNCClient(address, start_timeout=WAIT):
+                pass
+        for reader, _ in half_open:  # dropped at the deadline
+            async with asyncio.timeout(WAIT):
+                while await reader.read(1024):
+                    pass
+        async with VNCClient(address, start_timeout=WAIT) as client:
+            await client.wait_update(0, timeout=WAIT)
+    finally:
+        for _, writer in half_open:
+            writer.close()
