@@ -137,8 +137,14 @@ def _local_remotes(n: int) -> Iterator[LocalRemotes]:
 
 
 def _frames_ticked(env: RemoteVectorEnv) -> list[int]:
-    """Each remote's frame counter as of its last ``v0.env.describe``."""
-    return [int(s.describe_body().get("frame", 0)) for s in env.sessions]
+    """Each remote's frame counter as of its last ``v0.env.describe`` (a snapshot taken on
+    the env's loop thread)."""
+    return [int(r.describe.get("frame", 0)) for r in env.remotes]
+
+
+def _vnc_updates(env: RemoteVectorEnv) -> int:
+    """VNC updates received by all of the env's remotes (a snapshot)."""
+    return sum(r.vnc_updates for r in env.remotes)
 
 
 def measure_realtime(n: int) -> dict[str, float]:
@@ -152,7 +158,7 @@ def measure_realtime(n: int) -> dict[str, float]:
             frames_before, frames_at = _frames_ticked(env), time.perf_counter()
             space = env.single_action_space
             space.seed(0)
-            updates_before = sum(s.vnc.updates for s in env.sessions if s.vnc is not None)
+            updates_before = _vnc_updates(env)
             steps = late_steps = 0
             lateness = 0.0
             with _Meter([p.pid for p in remotes.processes]) as meter:
@@ -164,7 +170,7 @@ def measure_realtime(n: int) -> dict[str, float]:
                     if late > 0:
                         late_steps += 1
                         lateness += late
-            updates = sum(s.vnc.updates for s in env.sessions if s.vnc is not None) - updates_before
+            updates = _vnc_updates(env) - updates_before
             env.reset()  # a fresh describe carries each remote's frame counter
             ticked = np.subtract(_frames_ticked(env), frames_before)
             ticked_rate = ticked / (time.perf_counter() - frames_at)

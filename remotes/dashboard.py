@@ -155,9 +155,9 @@ class Dashboard:
     @classmethod
     def for_env(cls, env: RemoteVectorEnv, **kwargs: Any) -> Dashboard:
         """A dashboard for every remote of ``env``, on ``env``'s loop."""
-        names = [s.name for s in env.sessions]
-        env_ids = [s.describe_body().get("env_id") or env.env_id for s in env.sessions]
-        return cls(names, env_ids, target_fps=env.fps, loop=env._loop, **kwargs)
+        names = env.names  # snapshots: session state stays on the loop thread
+        env_ids = [d.get("env_id") or env.env_id for d in env.describes]
+        return cls(names, env_ids, target_fps=env.fps, loop=env.loop, **kwargs)
 
     # Fed by the agent loop (any thread) -------------------------------------------------
 

@@ -1,16 +1,28 @@
-"""``RemoteEnv``: one remote as a gymnasium env.
+"""``RemoteEnv``: one remote as a gymnasium env — a one-wide view of the stepping core.
 
 The observation is the remote's screen, ``uint8[H, W, 3]``; an action is a list of VNC
 events (:class:`~remotes.spaces.VNCActionSpace`). Stepping is real time, like Universe's
-Throttle: :meth:`RemoteEnv.step` sends the events at once, then waits for the next frame
-boundary at the remote's fps, and returns the newest frame with the reward the current
-episode earned since the last step.
+Throttle: :meth:`RemoteEnv.step` sends the events at once, then waits for the remote's
+next frame (by its frame tag; by our clock at the remote's fps for remotes without tags)
+and returns it with the reward the current episode earned since the last step. How
+steps, episodes and faults go is :mod:`remotes.stepper`'s, shared with
+:class:`~remotes.vector.RemoteVectorEnv`; every socket is read on the loop thread and the
+agent gets snapshots (:mod:`remotes.loop`).
+
+Faults, as a single env sees them: a remote that drops or stalls past ``stall_timeout``
+ends the episode — that step returns ``truncated=True`` with ``info["remote.error"]`` —
+and is reconnected in the background as soon as it greets again; :meth:`RemoteEnv.reset`
+waits for that (up to ``start_timeout``). ``info["remote.stalled"]`` flags a remote whose
+frames stopped advancing before that.
+
+One remote, one agent: a remote serves one active client. A new env of this process on
+the same remote takes it over (``gymnasium.utils.env_checker.check_env`` builds such
+envs); the older env's next step says so in ``info["remote.error"]``, it does not take
+the remote back by itself, and its :meth:`~RemoteEnv.reset` does.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Sequence
 from typing import Any, Final, SupportsFloat
 
@@ -19,25 +31,26 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
-from rewarder.protocol import FRAME_INFO_KEY, LOCKSTEP, REALTIME
-from vncdriver.errors import VNCError
-from vncdriver.messages import FrameTag
+from rewarder.protocol import REALTIME
 
 from .address import RemoteAddress
 from .loop import LoopThread, shared_loop
 from .session import (
     RemoteSession,
+    RemoteState,
     RemoteUnavailable,
     VNCOptions,
     check_stepping,
     resolve_addresses,
 )
 from .spaces import VNCActionSpace
+from .stepper import DEFAULT_FPS, STALL_FRAMES, STALL_TIMEOUT, Batch, Stepper
+
+__all__ = ["DEFAULT_FPS", "ENV_ID", "RemoteEnv"]
 
 #: The id RemoteEnv registers under (``gymnasium.make("universe-remote/Remote-v0", ...)``);
 #: real-time remotes are nondeterministic by nature.
 ENV_ID: Final = "universe-remote/Remote-v0"
-DEFAULT_FPS: Final = 60.0
 #: Seconds connecting may take on top of ``start_timeout`` before we give up waiting.
 _GRACE: Final = 5.0
 
@@ -52,6 +65,20 @@ def _spec(kwargs: dict[str, Any]) -> EnvSpec:
     )
 
 
+def action_space(state: RemoteState) -> VNCActionSpace:
+    """The VNC action space a remote's describe calls for (its keys and buttons)."""
+    describe = state.describe
+    return VNCActionSpace(
+        describe.get("keys", ()), state.width, state.height, int(describe.get("buttons", 1))
+    )
+
+
+def _spaces_differ(new: RemoteState, old: RemoteState) -> bool:
+    """Whether a reset changed what the spaces are made of (an env switch does)."""
+    keys = ("keys", "buttons", "fps")
+    return new.screen_size != old.screen_size or any(
+        new.describe.get(k) != old.describe.get(k) for k in keys
+    )
 
 
 class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
@@ -64,12 +91,16 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         env_id: ask the remote for this environment at every reset.
         encoding, quality: how VNC sends pixels (``"tight"``/``"zrle"``/``"raw"``; None:
             Raw on loopback, Tight elsewhere; quality 0-9 turns on lossy JPEG).
-        start_timeout: seconds to wait for the remote to answer (connect and reconnect).
+        start_timeout: seconds to wait for the remote to answer (connect, and a reset
+            waiting for a reconnection).
         max_episode_steps: truncate episodes after this many steps (None: never).
         mode: ``"realtime"`` (Universe's: the remote runs at its fps whatever we do) or
             ``"lockstep"`` (the remote advances only when we step: deterministic, and as
             fast as the runtime goes).
         frameskip: frames one step spans (lockstep: exactly; real time: frame periods).
+        stall_frames: frame periods without a new frame before ``info["remote.stalled"]``.
+        stall_timeout: seconds without a new frame (lockstep: without a step's reply)
+            before the episode is truncated and the remote reconnected.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": DEFAULT_FPS}
@@ -89,6 +120,8 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         mode: str = REALTIME,
         frameskip: int = 1,
         loop: LoopThread | None = None,
+        stall_frames: int = STALL_FRAMES,
+        stall_timeout: float = STALL_TIMEOUT,
     ) -> None:
         check_stepping(mode, frameskip)
         self.mode, self.frameskip = mode, frameskip
@@ -104,19 +137,26 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         self.env_id = env_id
         self.start_timeout = start_timeout
         self.max_episode_steps = max_episode_steps
-        self._requested_fps = fps
+        self._closed = True  # until connected: close() has nothing to do
+        #: What this env started and stops on close (``gymnasium.make``'s local remotes).
+        self.owned: Any = None
         self._loop = loop or shared_loop()
-        self._session = RemoteSession(
-            remotes[0],
-            password if password is not None else address_password,
-            vnc=VNCOptions(encoding=encoding, quality=quality),
+        pw = password if password is not None else address_password
+        session = RemoteSession(
+            remotes[0], pw, vnc=VNCOptions(encoding=encoding, quality=quality),
             start_timeout=start_timeout,
         )
-        self._run(self._session.connect(), start_timeout + _GRACE)
+        self._core = Stepper(
+            [session], mode=mode, frameskip=frameskip, fps=fps, env_id=env_id,
+            max_episode_steps=max_episode_steps, start_timeout=start_timeout,
+            stall_frames=stall_frames, stall_timeout=stall_timeout,
+        )
+        (state,) = self._loop.run(self._core.connect(), start_timeout + _GRACE)
+        self._closed = False
         self.spec = _spec(
             {
                 "address": str(remotes[0]),
-                "password": password if password is not None else address_password,
+                "password": pw,
                 "fps": fps,
                 "env_id": env_id,
                 "encoding": encoding,
@@ -125,37 +165,44 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
                 "max_episode_steps": max_episode_steps,
                 "mode": mode,
                 "frameskip": frameskip,
+                "stall_frames": stall_frames if stall_frames != STALL_FRAMES else None,
+                "stall_timeout": stall_timeout if stall_timeout != STALL_TIMEOUT else None,
             }
         )
-        self._configure_spaces()
-        self._frame = self._session.frame()
-        self._steps = 0
-        self._next_at: float | None = None
-        self._last_frame: int | None = None
-        self._episode_id: int | None = None
-        self._closed = False
-        #: What this env started and stops on close (``gymnasium.make``'s local remotes).
-        self.owned: Any = None
+        self._configure_spaces(state)
+        self._frame = np.zeros(self.observation_space.shape or (), np.uint8)
 
     # Helpers ---------------------------------------------------------------------------
 
-    def _run(self, coro: Any, timeout: float | None = None) -> Any:
-        return self._loop.run(coro, timeout)
-
-    def _configure_spaces(self) -> None:
-        width, height = self._session.screen_size
-        describe = self._session.describe_body()
-        self.fps = float(self._requested_fps or describe.get("fps") or DEFAULT_FPS)
+    def _configure_spaces(self, state: RemoteState) -> None:
+        """Spaces and fps from a snapshot of the remote (taken on the loop thread)."""
+        self._state = state
+        self.fps = self._core.fps
         self.metadata = {**self.metadata, "render_fps": self.fps}
-        self.observation_space = spaces.Box(0, 255, (height, width, 3), np.uint8)
-        self.action_space = VNCActionSpace(
-            describe.get("keys", ()), width, height, int(describe.get("buttons", 1))
-        )
+        self.observation_space = spaces.Box(0, 255, (state.height, state.width, 3), np.uint8)
+        self.action_space = action_space(state)
 
     @property
     def session(self) -> RemoteSession:
-        """The async session underneath (for diagnostics)."""
-        return self._session
+        """The live session underneath: **loop thread only** (pass it to coroutines you run
+        with ``env.loop.run``); from your own thread read :attr:`remote` instead."""
+        return self._core.sessions[0]
+
+    @property
+    def loop(self) -> LoopThread:
+        """The loop thread this env's sockets live on."""
+        return self._loop
+
+    @property
+    def remote(self) -> RemoteState:
+        """A fresh snapshot of the remote (name, screen, describe, connected, error)."""
+        (state,) = self._loop.run(self._core.snapshot())
+        return state
+
+    @property
+    def describe(self) -> dict[str, Any]:
+        """The remote's describe as of the last connect or reset (a copy)."""
+        return dict(self._state.describe)
 
     # gymnasium API -----------------------------------------------------------------------
 
@@ -164,25 +211,19 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start a new episode (``options={"env_id": ...}`` switches environment).
 
-        Reconnects first if the remote dropped, waiting up to ``start_timeout``.
+        A remote that is away (dropped, stalled, or taken by a newer env) is reconnected
+        first, waiting up to ``start_timeout``; :class:`RemoteUnavailable` if it is not back.
         """
+        if self._closed:
+            raise RuntimeError("reset() on a closed RemoteEnv")
         super().reset(seed=seed)
-        env_id = (options or {}).get("env_id", self.env_id)
-        if not self._session.connected:
-            self._run(self._session.connect(), self.start_timeout + _GRACE)
-        self._episode_id = self._run(
-            self._session.reset(
-                env_id=env_id, seed=seed, fps=self._requested_fps, mode=self._session.mode_request(self.mode)
-            )
-        )
-        shape = self.observation_space.shape or ()
-        if self._session.screen_size != shape[1::-1] or env_id:
-            self._configure_spaces()
-        self._steps = 0
-        self._next_at = None
-        self._last_frame = None
-        self._frame, info = self._run(self._snapshot())
-        return self._frame, {"episode_id": self._episode_id, **info}
+        env_id = (options or {}).get("env_id")
+        batch, (state,) = self._loop.run(self._core.reset([seed], env_id))
+        if _spaces_differ(state, self._state):
+            self._configure_spaces(state)
+        self._state = state
+        self._frame = batch.obs[0]
+        return self._frame, batch.infos[0]
 
     def step(
         self, action: Sequence[tuple[Any, ...]]
@@ -193,124 +234,25 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         assert isinstance(space, VNCActionSpace)
         problem = space.check(action)
         if problem is not None:
-            raise ValueError(f"invalid action for remote {self._session.name}: {problem}")
-        if not self._session.connected:
-            return self._lost()
-        if self.mode == LOCKSTEP:
-            try:
-                frame, reply, info, tag = self._run(self._step_lockstep(list(action)))
-            except RemoteUnavailable:
-                return self._lost()
-            reward, done = reply.reward, reply.done
-            info.update(reply.info, episode_id=reply.episode_id)
-        else:
-            frame, result, info, tag, late, sent_at = self._run(self._step(list(action)))
-            if not self._session.connected:
-                return self._lost()
-            reward, done = result.reward, result.done
-            info.update(result.info)
-            info.update(
-                episode_id=result.episode_id,
-                env_state=result.env_state,
-                text=list(result.text),
-            )
-            info["step.late"] = late
-            if result.observation is not None:
-                info["rewarder.observation"] = result.observation
-            info.update(self._latency(tag, sent_at))
-        if tag is not None:
-            info["frame"] = tag.frame
-        self._frame = frame
-        self._steps += 1
-        truncated = self.max_episode_steps is not None and self._steps >= self.max_episode_steps
-        return frame, reward, done, truncated, info
-
-    def _latency(self, tag: FrameTag | None, sent_at: float) -> dict[str, float]:
-        """Latencies read from the frame tag's server time (no pixels read): how long
-        after our action the shown frame was drawn, and how old it is now."""
-        skew = self._session.clock_skew()
-        if tag is None or skew is None:
-            return {}
-        drawn = tag.timestamp - skew  # the frame's time on our clock
-        latency = {"latency.frame_to_agent": time.time() - drawn}
-        if drawn >= sent_at:
-            latency["latency.action_to_frame"] = drawn - sent_at
-        return latency
-
-    async def _step_lockstep(
-        self, action: list[tuple[Any, ...]]
-    ) -> tuple[np.ndarray, Any, dict[str, Any], FrameTag | None]:
-        frame, reply = await self._session.step_lockstep(action, self.frameskip)
-        return frame, reply, self._session.info(), self._session.tag
-
-    async def _step(
-        self, action: list[tuple[Any, ...]]
-    ) -> tuple[np.ndarray, Any, dict[str, Any], FrameTag | None, float, float]:
-        """Real time: send, wait for the next frame boundary, gather (on the loop thread)."""
-        session = self._session
-        sent_at = time.time()
-        session.send(action)
-        if session.frame_tags and session.tag is not None:
-            late = await self._wait_frames()
-        else:
-            late = await self._wait_clock()
-        result = session.pop()
-        await session.show_frame_of(result.info.get(FRAME_INFO_KEY), 2.0 / self.fps)
-        return session.frame(), result, session.info(), session.tag, late, sent_at
-
-    async def _wait_frames(self) -> float:
-        """Pace by the remote's own frame clock: return as soon as the frame ``frameskip``
-        past the last one returned is in (measured: frames ~1 ms old instead of 0-16 ms by
-        our own clock). Returns how late we are, in seconds."""
-        vnc, tag = self._session.vnc, self._session.tag
-        assert vnc is not None and tag is not None
-        last = tag.frame if self._last_frame is None else self._last_frame
-        target = last + self.frameskip
-        if tag.frame >= target:
-            late = (tag.frame - target) / self.fps
-        else:
-            late = 0.0
-            try:
-                await vnc.wait_frame(target, timeout=2 * self.frameskip / self.fps + 0.1)
-            except (TimeoutError, VNCError):  # stalled or gone: step() reports a lost remote
-                pass
-        self._last_frame = vnc.tag.frame if vnc.tag is not None else None
-        return late
-
-    async def _wait_clock(self) -> float:
-        """Pace by our own clock at ``fps`` (remotes whose VNC server sends no frame tags)."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        if self._next_at is None:
-            self._next_at = now
-        self._next_at += self.frameskip / self.fps
-        late = now - self._next_at
-        if late > 0:  # the agent took longer than a frame: do not try to catch up
-            self._next_at = now
-            return late
-        await asyncio.sleep(-late)
-        return 0.0
-
-    async def _snapshot(self) -> tuple[np.ndarray, dict[str, Any]]:
-        """The frame and diagnostics, read on the loop thread (which writes them)."""
-        return self._session.frame(), self._session.info()
-
-    def _lost(self) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        """The remote dropped: end the episode; the next reset reconnects."""
-        error = self._session.error or "connection lost"
-        info = {"remote.error": error, "remote.connected": False, "remote.name": self._session.name}
-        return self._frame, 0.0, False, True, info
+            raise ValueError(f"invalid action for remote {self._state.name}: {problem}")
+        batch: Batch = self._loop.run(self._core.step([list(action)]))
+        self._frame = batch.obs[0]
+        return (
+            self._frame, float(batch.rewards[0]), bool(batch.terminated[0]),
+            bool(batch.truncated[0]), batch.infos[0],
+        )
 
     def render(self) -> np.ndarray | None:  # type: ignore[override]
         return self._frame if self.render_mode == "rgb_array" else None
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._run(self._session.close(), 10)
-        except (RuntimeError, TimeoutError, RemoteUnavailable):
-            pass
-        if self.owned is not None:
-            self.owned.close()
+        """Close the connections (idempotent), and stop what this env started."""
+        if not self._closed:
+            self._closed = True
+            try:
+                self._loop.run(self._core.close(), 10)
+            except (RuntimeError, TimeoutError, RemoteUnavailable):
+                pass
+        owned, self.owned = self.owned, None
+        if owned is not None:
+            owned.close()

@@ -1,19 +1,40 @@
-"""The one event loop behind the synchronous gymnasium API.
+"""The one event loop behind the synchronous gymnasium API, and the rule for threads.
 
 Holds :class:`LoopThread` and :func:`shared_loop`. Every env in a process runs its
 sessions on one asyncio loop in one daemon thread, so 64 remotes cost one thread, not 64.
+
+**Threads.** Two threads meet here: the agent's (which calls ``reset``/``step``) and the
+loop thread (which owns every socket). The rule:
+
+- Session state (``RemoteSession``, its VNC and rewarder clients, the stepping core's
+  slots) is read and written **only on the loop thread**, inside coroutines the agent
+  runs with :meth:`LoopThread.run`. A reconnect sets a session's clients to None and back
+  at any moment between two of the agent's calls.
+- The agent's thread receives **snapshots**: a step's observations, rewards and infos are
+  fresh objects built on the loop thread and never touched by it again
+  (``remotes.stepper.Batch``); what a remote is like (name, screen, describe,
+  connected) is a frozen :class:`~remotes.session.RemoteState`.
+- Never call :meth:`LoopThread.run` from the loop thread (it would wait on itself);
+  ``await`` there instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import logging
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+#: Seconds :meth:`LoopThread.close` gives the loop's tasks to finish once cancelled
+#: (closing sockets), before it stops the loop anyway.
+SHUTDOWN_TIMEOUT: Final = 5.0
 
 
 class LoopThread:
@@ -28,9 +49,15 @@ class LoopThread:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
+    @property
+    def thread(self) -> threading.Thread:
+        """The loop's thread (where session state may be read)."""
+        return self._thread
+
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result (cancelling it on timeout)."""
         if threading.current_thread() is self._thread:
+            coro.close()
             raise RuntimeError("LoopThread.run() called from its own loop: await instead")
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
@@ -43,12 +70,31 @@ class LoopThread:
             raise
 
     def close(self) -> None:
+        """Cancel every task still on the loop and let them finish (so none is destroyed
+        pending, which asyncio reports as noise at exit), then stop the loop."""
         if self.loop.is_closed():
             return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            done = asyncio.run_coroutine_threadsafe(_cancel_all(), self.loop)
+            try:
+                done.result(SHUTDOWN_TIMEOUT + 1.0)
+            except (FutureTimeout, RuntimeError):
+                log.debug("the loop's tasks did not finish within %s s", SHUTDOWN_TIMEOUT)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=5)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+async def _cancel_all() -> None:
+    """Cancel every other task on this loop and wait (bounded) until they end."""
+    current = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not current]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=SHUTDOWN_TIMEOUT)
+    await asyncio.get_running_loop().shutdown_asyncgens()
 
 
 _shared: LoopThread | None = None

@@ -1,10 +1,16 @@
-"""One remote's two channels, paired: the async core of the gymnasium envs.
+"""One remote's two channels, paired: what the stepping core drives.
 
-Holds :class:`RemoteSession` and :class:`RemoteUnavailable`. A session owns a
-:class:`~vncdriver.client.VNCClient` and a :class:`~rewarder.client.RewarderClient`
-(either may be absent for VNC-only or rewarder-only addresses), connects them together,
-resets through the rewarder's episode handshake and reads frame + reward per step.
-Everything here runs on the env's event loop; the envs wrap it synchronously.
+Holds :class:`RemoteSession`, :class:`RemoteState` (a frozen snapshot of a session for
+the agent's thread), :class:`RemoteUnavailable` and :func:`answers` (is a remote
+listening and alive?). A session owns a :class:`~vncdriver.client.VNCClient` and a
+:class:`~rewarder.client.RewarderClient` (either may be absent for VNC-only or
+rewarder-only addresses), connects them together, resets through the rewarder's
+episode handshake and reads frame + reward per step.
+
+**Loop thread only.** A session's fields change on the env's event loop (a reconnect
+sets ``vnc``/``rewarder`` to None and back); read them only from coroutines run there
+(``LoopThread.run``). The agent's thread gets :class:`RemoteState` snapshots instead
+(``RemoteEnv.remote``, ``RemoteVectorEnv.remotes``); see :mod:`remotes.loop`.
 """
 
 from __future__ import annotations
@@ -13,9 +19,12 @@ import asyncio
 import logging
 import os
 import socket
+import threading
 import uuid
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
 
 import numpy as np
@@ -26,8 +35,9 @@ from rewarder.protocol import LOCKSTEP, MODES, StepReply
 from rewarder.reward_buffer import EMPTY, EpisodeResult
 from vncdriver.addresses import is_loopback
 from vncdriver.client import VNCClient
+from vncdriver.client_protocol import FramebufferUpdated
 from vncdriver.errors import VNCError
-from vncdriver.messages import FrameTag
+from vncdriver.messages import FrameTag, RectangleHeader
 
 from .address import RemoteAddress, parse_remotes
 
@@ -35,6 +45,11 @@ log = logging.getLogger(__name__)
 
 #: Seconds a reset may take, from the request to the first frame of the new episode.
 RESET_TIMEOUT: Final = 60.0
+#: Seconds :func:`answers` waits for a VNC greeting: a live remote greets at once, a
+#: stopped (SIGSTOP) or wedged one never; short, because a reconnect polls with it.
+PROBE_TIMEOUT: Final = 0.5
+#: The RFB greeting every VNC server sends first (``RFB 003.008\n``): 12 bytes.
+_RFB_GREETING_BYTES: Final = 12
 
 _client_ids: dict[int, str] = {}
 
@@ -47,6 +62,26 @@ def process_client_id() -> str:
     if pid not in _client_ids:
         _client_ids[pid] = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:12]}"
     return _client_ids[pid]
+
+
+#: Which session of this process holds each remote's active slot (its rewarder address):
+#: a newer session on the same remote takes the slot over (same client id), and the
+#: older one learns it was replaced instead of taking the slot back by reconnecting.
+_holders: dict[str, weakref.ReferenceType[RemoteSession]] = {}
+_holders_lock = threading.Lock()
+
+
+def _take_slot(session: RemoteSession) -> None:
+    """Record ``session`` as its remote's holder; mark the one it replaces."""
+    key = session.address.rewarder
+    if key is None:
+        return
+    with _holders_lock:
+        old_ref = _holders.get(key)
+        old = old_ref() if old_ref is not None else None
+        if old is not None and old is not session:
+            old.replaced = True
+        _holders[key] = weakref.ref(session)
 
 
 def check_stepping(mode: str, frameskip: int) -> None:
@@ -68,16 +103,89 @@ def resolve_addresses(
     return parse_remotes(spec)  # type: ignore[arg-type]
 
 
+#: What to check when a remote does not answer (said once per error).
+_HINT: Final = (
+    "Is it running (universe-remote serve ...)? Check the address, the ports and the password."
+)
+
+
 class RemoteUnavailable(ConnectionError):
     """A remote could not be reached or dropped; the message says which and what to do."""
 
     def __init__(self, name: str, what: str, cause: BaseException | None = None) -> None:
-        self.name, self.cause = name, cause
-        detail = f": {cause}" if cause is not None else ""
-        super().__init__(
-            f"remote {name}: {what}{detail}. Is it running (universe-remote serve ...)? "
-            "Check the address, the ports and the password."
+        self.name, self.what, self.cause = name, what, cause
+        #: With :meth:`several`: each remote's own error.
+        self.errors: list[BaseException] = [self]
+        super().__init__(f"remote {name}: {self.problem}. {_HINT}")
+
+    @property
+    def problem(self) -> str:
+        """What went wrong, without the hint."""
+        if self.cause is None:
+            return self.what
+        cause = self.cause.problem if isinstance(self.cause, RemoteUnavailable) else self.cause
+        return f"{self.what}: {cause}"
+
+    @classmethod
+    def several(cls, errors: Sequence[BaseException], total: int) -> RemoteUnavailable:
+        """One error for the remotes of an env that did not answer, each with its reason."""
+        names = ", ".join(getattr(e, "name", "?") for e in errors)
+        reasons = "; ".join(
+            e.problem if isinstance(e, RemoteUnavailable) else str(e) for e in errors
         )
+        error = cls(names, f"{len(errors)} of {total} remotes did not answer ({reasons})")
+        error.errors = list(errors)
+        return error
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteState:
+    """A session as the agent's thread may see it: taken on the loop thread, never changed.
+
+    ``describe`` is the body of the remote's last ``v0.env.describe`` (read-only).
+    """
+
+    name: str
+    connected: bool
+    error: str | None
+    width: int
+    height: int
+    describe: Mapping[str, Any]
+    frame_tags: bool
+    #: VNC framebuffer updates received by the current connection.
+    vnc_updates: int
+    #: The rewarder's current episode (None before a reset, or without a rewarder).
+    episode_id: int | None
+
+    @property
+    def screen_size(self) -> tuple[int, int]:
+        return self.width, self.height
+
+    def describe_body(self) -> dict[str, Any]:
+        """A copy of :attr:`describe` (as :meth:`RemoteSession.describe_body` gives)."""
+        return dict(self.describe)
+
+
+async def answers(address: RemoteAddress, timeout: float = PROBE_TIMEOUT) -> bool:
+    """True if the remote at ``address`` accepts a connection and is alive: its VNC
+    server greets within ``timeout`` (a stopped process accepts into its backlog but
+    never greets), or, without VNC, its rewarder port accepts."""
+    port = address.vnc_port if address.vnc_port is not None else address.rewarder_port
+    if port is None:
+        return False
+    writer = None
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(address.host, port)
+            if address.vnc_port is not None:
+                greeting = await reader.readexactly(_RFB_GREETING_BYTES)
+                return greeting.startswith(b"RFB ")
+            return True
+    except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        return False
+    finally:
+        if writer is not None:
+            writer.transport.abort()  # no close handshake to wait for on a dead peer
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,43 +235,99 @@ class RemoteSession:
         self.start_timeout = start_timeout
         self.vnc: VNCClient | None = None
         self.rewarder: RewarderClient | None = None
+        #: Called after each VNC update is applied, with its frame tag (None without tags)
+        #: and the rectangles it changed (on the loop thread): the stepping core's frame
+        #: clock. Survives reconnects.
+        self.on_frame: Callable[[FrameTag | None, Sequence[RectangleHeader]], None] | None = None
+        #: True once a newer session of this process took this remote's active slot.
+        self.replaced = False
         self._blank: np.ndarray | None = None
+        #: The newest episode id any connection of this session saw: a reset after a
+        #: reconnect asks past it, so episode ids keep growing across a restarted remote.
+        self._newest_episode: int | None = None
+        self._sends: set[asyncio.Task[None]] = set()
 
     # Connection -------------------------------------------------------------------------
 
-    async def connect(self) -> None:
-        """Connect both channels (concurrently); raise :class:`RemoteUnavailable`."""
+    async def connect(self, start_timeout: float | None = None) -> None:
+        """Connect both channels (concurrently), dialling for up to ``start_timeout``
+        (default: the session's); raise :class:`RemoteUnavailable`."""
         await self.close()
+        timeout = self.start_timeout if start_timeout is None else start_timeout
         addr = self.address
         if addr.vnc is not None:
             self.vnc = VNCClient(
                 addr.vnc,
                 password=self.password,
-                start_timeout=self.start_timeout,
+                start_timeout=timeout,
                 name=self.name,
                 frame_tags=True,  # servers that are not ours ignore the request
+                on_update=self._vnc_update,
                 **self.vnc_options.kwargs(addr.host),
             )
         if addr.rewarder is not None:
             self.rewarder = RewarderClient(
                 addr.rewarder,
                 password=self.password,
-                start_timeout=self.start_timeout,
+                start_timeout=timeout,
                 reconnect=False,
                 name=self.name,
                 client_id=process_client_id(),
             )
+            if self._newest_episode is not None:
+                # Drops the new connection's news of older episodes and makes the next
+                # reset's episode_id header ask past them (RewarderClient has no option).
+                self.rewarder.buffer.reset(self._newest_episode)
         starts = [c.start() for c in (self.vnc, self.rewarder) if c is not None]
-        results = await asyncio.gather(*starts, return_exceptions=True)
+        try:
+            results = await asyncio.gather(*starts, return_exceptions=True)
+        except BaseException:  # cancelled (an interrupted constructor): leave nothing behind,
+            await self.close()  # or a late handshake would take the remote's active slot
+            raise
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             await self.close()
             raise RemoteUnavailable(self.name, "cannot connect", errors[0])
+        self.replaced = False
+        _take_slot(self)
 
     async def close(self) -> None:
+        """Close both channels (idempotent); the session may :meth:`connect` again."""
         clients = [c for c in (self.vnc, self.rewarder) if c is not None]
+        if self.rewarder is not None:
+            newest = self.rewarder.buffer.newest_episode_id
+            if newest is not None:
+                self._newest_episode = max(newest, self._newest_episode or 0)
         self.vnc = self.rewarder = None
-        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+        sends, self._sends = self._sends, set()
+        for task in sends:
+            task.cancel()
+        await asyncio.gather(
+            *(c.close() for c in clients), *sends, return_exceptions=True
+        )
+
+    def _vnc_update(self, client: VNCClient, update: FramebufferUpdated) -> None:
+        if self.on_frame is not None and client is self.vnc:
+            self.on_frame(update.tag, update.rects)
+
+    def state(self) -> RemoteState:
+        """A snapshot for the agent's thread (call on the loop thread)."""
+        vnc, rewarder = self.vnc, self.rewarder
+        try:
+            width, height = self.screen_size
+        except RemoteUnavailable:
+            width = height = 0
+        return RemoteState(
+            name=self.name,
+            connected=self.connected,
+            error=self.error,
+            width=width,
+            height=height,
+            describe=MappingProxyType(self.describe_body()),
+            frame_tags=self.frame_tags,
+            vnc_updates=vnc.updates if vnc is not None else 0,
+            episode_id=rewarder.episode_id if rewarder is not None else None,
+        )
 
     @property
     def connected(self) -> bool:
@@ -206,9 +370,11 @@ class RemoteSession:
         return self._blank.copy()
 
     def describe_body(self) -> dict[str, Any]:
-        if self.rewarder is not None and self.rewarder.describe is not None:
-            return dict(self.rewarder.describe.body)
-        return {}
+        """A copy of the last ``v0.env.describe`` body ({} without one). Reads each field
+        once, so a reconnect on the loop thread cannot break it halfway."""
+        rewarder = self.rewarder
+        describe = rewarder.describe if rewarder is not None else None
+        return dict(describe.body) if describe is not None else {}
 
     def mode_request(self, mode: str) -> str | None:
         """The mode to ask for at reset: only our remotes know modes; ask others nothing."""
@@ -220,6 +386,12 @@ class RemoteSession:
     def frame_tags(self) -> bool:
         """True when VNC updates say which frame they show (the remote's VNC server is ours)."""
         return self.vnc is not None and bool(self.describe_body().get("frame_tags"))
+
+    @property
+    def heartbeats(self) -> bool:
+        """True when the remote is ours, so its rewarder sends a describe every few
+        seconds even when nothing happens (a silent one is stalled)."""
+        return "remote_state" in self.describe_body()
 
     @property
     def tag(self) -> FrameTag | None:
@@ -268,6 +440,15 @@ class RemoteSession:
     ) -> tuple[np.ndarray, StepReply]:
         """Lockstep: advance exactly ``frames`` frames holding ``events``; the resulting
         frame (waited for by its tag) and the server's reply."""
+        reply = await self.advance(events, frames, timeout)
+        return self.frame(), reply
+
+    async def advance(
+        self, events: Sequence[Sequence[Any]], frames: int, timeout: float = RESET_TIMEOUT
+    ) -> StepReply:
+        """Lockstep: advance exactly ``frames`` frames holding ``events``; returns the
+        server's reply once VNC shows the resulting frame (read it with :meth:`frame`).
+        Raises :class:`RemoteUnavailable` (TimeoutError past ``timeout``)."""
         if self.rewarder is None or not self.frame_tags:
             raise RemoteUnavailable(
                 self.name, "lockstep needs a universe-remote remote with both channels"
@@ -278,7 +459,7 @@ class RemoteSession:
                 await self.vnc.wait_frame(reply.frame)  # type: ignore[union-attr]
         except (ConnectionClosed, VNCError, OSError) as exc:  # a RemoteError says what to fix
             raise RemoteUnavailable(self.name, "lockstep step failed", exc) from exc
-        return self.frame(), reply
+        return reply
 
     async def show_frame_of(self, frame: int | None, timeout: float) -> None:
         """Pair a reward with its frame: wait (briefly) until VNC shows frame ``frame``."""
@@ -306,7 +487,15 @@ class RemoteSession:
         if self.vnc is not None:
             self.vnc.send_events(events)
         elif self.rewarder is not None:
-            asyncio.get_running_loop().create_task(self.rewarder.send_action(events))
+            task = asyncio.get_running_loop().create_task(self.rewarder.send_action(events))
+            self._sends.add(task)
+            task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        """Forget a finished ``v0.agent.action`` send; a failure shows as a lost connection."""
+        self._sends.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("%s: sending an action failed: %s", self.name, task.exception())
 
     def pop(self) -> EpisodeResult:
         """Reward, done, info and text gathered since the last pop, for the current episode."""
