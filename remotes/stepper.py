@@ -88,6 +88,9 @@ TAGLESS_STALL_SECONDS: Final = 2 * REMOTE_HEARTBEAT + 1.0
 #: Seconds a real-time step waits for the frame a reward names (rewarder and VNC travel
 #: separately), in frame periods.
 PAIRING_FRAMES: Final = 2
+#: Screens up to this many bytes are mirrored whole after each update (one copy, ~5 us
+#: for Catch's 100 KB) rather than rectangle by rectangle (~2.5 us per rectangle).
+MIRROR_WHOLE_BYTES: Final = 256 * 1024
 
 
 class Phase(enum.Enum):
@@ -128,6 +131,10 @@ class _Slot:
     phase: Phase = Phase.RUNNING
     #: Steps into the current episode (for ``max_episode_steps``).
     steps: int = 0
+    #: What the remote's describe said at the last (re)connect or reset: its VNC updates
+    #: carry frame tags; it sends heartbeats (so a silent one is stalled).
+    tags: bool = False
+    heartbeats: bool = False
     #: The episode that ended (ENDED): the next frame must belong to a later one.
     ended_episode: int | None = None
     #: The frame number last returned, and the newest one VNC showed.
@@ -143,9 +150,10 @@ class _Slot:
     required: bool = True
     #: Missed its target frame at the last deadline and has not moved since.
     behind: bool = False
-    #: Why the slot is away, and the task bringing it back.
+    #: Why the slot is away, and the task bringing it back (True once it is back; False
+    #: when it only closed the connection of a replaced session).
     error: str | None = None
-    reconnect: asyncio.Task[None] | None = None
+    reconnect: asyncio.Task[bool] | None = None
     #: Steps returned while away since the loss (or since the idle stretch ended).
     away_steps: int = 0
     #: Draws the seeds of the episodes this slot starts by itself, from the reset seed.
@@ -232,7 +240,11 @@ class Stepper:
             if len(failed) == 1 and self.num == 1:
                 raise failed[0][1]
             raise RemoteUnavailable.several([e for _, e in failed], self.num)
-        self._configure()
+        try:
+            self._configure()
+        except ValueError:
+            await asyncio.gather(*(s.close() for s in self.sessions), return_exceptions=True)
+            raise
         for slot in self.slots:
             self._baseline(slot)
         return self.states()
@@ -338,7 +350,9 @@ class Stepper:
 
     def _baseline(self, slot: _Slot) -> None:
         """A (re)connection or reset: the frame clock starts over from what VNC shows."""
-        tag = slot.session.tag
+        session = slot.session
+        slot.tags, slot.heartbeats = session.frame_tags, session.heartbeats
+        tag = session.tag
         slot.seen = slot.returned = tag.frame if tag is not None else None
         slot.progress_at = time.monotonic()
         slot.activity = -1
@@ -401,23 +415,21 @@ class Stepper:
 
     async def _come_back(self, slot: _Slot) -> None:
         """Wait (up to ``start_timeout``) for an away slot's reconnection, or connect it."""
-        task = slot.reconnect
-        if task is None or task.done():
-            slot.reconnect = None
-            await slot.session.connect()
-            return
-        try:
-            async with asyncio.timeout(self.start_timeout):
-                await asyncio.shield(task)
-        except TimeoutError:
-            raise RemoteUnavailable(
-                slot.session.name,
-                f"did not come back within start_timeout={self.start_timeout:g} s "
-                f"(last error: {slot.error})",
-            ) from None
-        finally:
-            if task.done():
-                slot.reconnect = None
+        task, slot.reconnect = slot.reconnect, None
+        if task is not None and not task.done():
+            try:
+                async with asyncio.timeout(self.start_timeout):
+                    await asyncio.shield(task)
+            except TimeoutError:
+                slot.reconnect = task  # it goes on trying
+                raise RemoteUnavailable(
+                    slot.session.name,
+                    f"did not come back within start_timeout={self.start_timeout:g} s "
+                    f"(last error: {slot.error})",
+                ) from None
+        session = slot.session
+        if not _came_back(task) or not session.connected or session.replaced:
+            await session.connect()
 
     # Stepping ------------------------------------------------------------------------------
 
@@ -534,6 +546,7 @@ class Stepper:
         period = 1.0 / self.fps
         running: list[_Slot] = []
         starting: list[_Slot] = []
+        lost: list[tuple[_Slot, str]] = []
         late = np.zeros(self.num)
         clock = False
         for slot in self.slots:
@@ -543,7 +556,7 @@ class Stepper:
                 continue
             reason = self._lost_reason(slot, now)
             if reason is not None:
-                infos[i] = await self._lose_draining(slot, reason, rewards, terminated, truncated)
+                lost.append((slot, reason))
                 continue
             if slot.phase is not Phase.RUNNING:
                 starting.append(slot)
@@ -551,10 +564,10 @@ class Stepper:
             try:
                 slot.session.send(actions[i])
             except (VNCError, OSError) as exc:
-                infos[i] = await self._lose_draining(slot, _reason(exc), rewards, terminated, truncated)
+                lost.append((slot, _reason(exc)))
                 continue
             running.append(slot)
-            if slot.session.frame_tags and slot.seen is not None:
+            if slot.tags and slot.seen is not None:
                 base = slot.returned if slot.returned is not None else slot.seen
                 target = base + self.frameskip
                 if slot.seen >= target:
@@ -563,10 +576,12 @@ class Stepper:
                     self._expect(slot, target, not slot.behind and not self._stalled(slot, now))
             else:
                 clock = True
+        for slot, reason in lost:  # after the healthy remotes got their actions
+            infos[slot.index] = await self._lose_draining(slot, reason, rewards, terminated, truncated)
         if clock:
             late_clock = await self._tick(now)
             for slot in running:
-                if not slot.session.frame_tags:
+                if not slot.tags:
                     late[slot.index] = late_clock
         starts: dict[int, dict[str, Any]] = {}
         deadline = now + (self.frameskip + WAIT_SLACK_FRAMES) * period
@@ -624,7 +639,7 @@ class Stepper:
         waiting = False
         for slot in running:
             frame = infos[slot.index].get(FRAME_INFO_KEY)
-            if isinstance(frame, int) and slot.session.frame_tags and not slot.behind:
+            if isinstance(frame, int) and slot.tags and not slot.behind:
                 self._expect(slot, frame)
                 waiting = waiting or slot.target is not None
         if waiting:
@@ -758,15 +773,15 @@ class Stepper:
         return now - self._progress(slot, now) > self._stall_after(slot)
 
     def _stall_after(self, slot: _Slot) -> float:
-        if slot.session.frame_tags:
+        if slot.tags:
             return self.stall_frames / self.fps
         return TAGLESS_STALL_SECONDS
 
     def _progress(self, slot: _Slot, now: float) -> float:
         """When the slot last showed life (frames, or without tags, any message)."""
         session = slot.session
-        if not session.frame_tags:
-            if not session.heartbeats:
+        if not slot.tags:
+            if not slot.heartbeats:
                 return now  # a foreign remote: a still screen is no sign of trouble
             vnc, rewarder = session.vnc, session.rewarder
             activity = (vnc.updates if vnc is not None else 0) + (
@@ -837,9 +852,7 @@ class Stepper:
         slot.error = reason
         slot.away_steps = 0
         slot.target = None
-        if session.replaced:
-            slot.reconnect = None  # the newer env has it; reset() takes it back
-        elif not self._closed:
+        if not self._closed:
             slot.reconnect = asyncio.get_running_loop().create_task(
                 self._reconnect(slot), name=f"reconnect {session.name}"
             )
@@ -847,8 +860,7 @@ class Stepper:
 
     def _away(self, slot: _Slot, truncated: np.ndarray | None) -> dict[str, Any]:
         """A step of a slot that is away: idle, or back (see the module docstring)."""
-        task = slot.reconnect
-        back = task is not None and task.done() and not task.cancelled() and task.exception() is None
+        back = _came_back(slot.reconnect)
         if back and slot.away_steps == 0 and not self._same_step:
             slot.reconnect = None
             self._baseline(slot)
@@ -872,10 +884,14 @@ class Stepper:
             info["remote.stalled"] = False
         return info
 
-    async def _reconnect(self, slot: _Slot) -> None:
+    async def _reconnect(self, slot: _Slot) -> bool:
         """Close the lost connection, then probe every :data:`RECONNECT_POLL` s; once the
-        remote greets, connect and reset it (its frame clock starts over)."""
+        remote greets, connect and reset it (its frame clock starts over). True once back;
+        False at once for a session another env replaced (its ``reset()`` takes it back)."""
         session = slot.session
+        if session.replaced:
+            await session.close()
+            return False
         # Closing a stalled remote's rewarder waits for a close handshake it never gets:
         # let that run alongside the probes (close() drops the clients at once).
         closing = asyncio.get_running_loop().create_task(session.close())
@@ -890,7 +906,7 @@ class Stepper:
                                 env_id=self.env_id, seed=slot.next_seed(), fps=self.requested_fps,
                                 mode=session.mode_request(self.mode),
                             )
-                        return
+                        return True
                     except (RemoteUnavailable, TimeoutError, ValueError) as exc:
                         slot.error = f"reconnecting: {_reason(exc)}"
                         log.info("remote %s: %s", session.name, slot.error)
@@ -913,6 +929,14 @@ class Stepper:
             raise RuntimeError("the env is closed")
 
 
+def _came_back(task: asyncio.Task[bool] | None) -> bool:
+    """Whether a slot's reconnect task brought its remote back."""
+    return (
+        task is not None and task.done() and not task.cancelled()
+        and task.exception() is None and task.result()
+    )
+
+
 def _mirror(slot: _Slot, tag: FrameTag | None, rects: Sequence[RectangleHeader]) -> None:
     """Keep ``slot.mirror`` equal to the framebuffer while its episode lasts (the update's
     rectangles only: a few small tiles a frame); when an update starts another episode,
@@ -928,10 +952,13 @@ def _mirror(slot: _Slot, tag: FrameTag | None, rects: Sequence[RectangleHeader])
     mirror = slot.mirror
     if mirror is not None and mirror.shape == buffer.shape and episode is not None:
         if episode == slot.mirror_episode:
-            for rect in rects:
-                x, y, w, h = rect.x, rect.y, rect.width, rect.height
-                if w and h:
-                    mirror[y : y + h, x : x + w] = buffer[y : y + h, x : x + w]
+            if buffer.nbytes <= MIRROR_WHOLE_BYTES:
+                np.copyto(mirror, buffer)
+            else:
+                for rect in rects:
+                    x, y, w, h = rect.x, rect.y, rect.width, rect.height
+                    if w and h:
+                        mirror[y : y + h, x : x + w] = buffer[y : y + h, x : x + w]
             slot.mirror_frame = tag.frame if tag is not None else None
             return
         if slot.mirror_episode is not None:  # a new episode: keep the old one's last frame

@@ -25,7 +25,7 @@ stopping the others; ``info["remote.stalled"]`` flags one whose frames stopped f
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 from gymnasium import spaces
@@ -50,6 +50,48 @@ from .stepper import DEFAULT_FPS, STALL_FRAMES, STALL_TIMEOUT, Batch, Stepper
 __all__ = ["DEFAULT_FPS", "RemoteVectorEnv"]
 
 _MODES = {AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP}
+#: Value types gymnasium batches into a typed array (others go in an object array).
+_SCALARS: Final = (int, float, bool)
+
+
+def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
+    """gymnasium's vector info — for each key an array over the ``n`` envs and a ``_key``
+    mask of those that have it, nested dicts batched alike, ``final_obs`` an object
+    array — built a key at a time (``VectorEnv._add_info`` goes an env and a key at a
+    time: ~3 us per key and env, a third of a step's info cost at 16 remotes).
+
+    The array's type is the type of the first env's value, as ``_add_info`` picks it.
+    """
+    keys: dict[str, None] = {}
+    for info in infos:
+        keys.update(dict.fromkeys(info))
+    out: dict[str, Any] = {}
+    for key in keys:
+        present = [i for i, info in enumerate(infos) if key in info]
+        values = [infos[i][key] for i in present]
+        first = values[0]
+        if key == "final_obs":
+            array: Any = np.full(n, None, dtype=object)
+            for i, value in zip(present, values, strict=True):
+                array[i] = value
+        elif isinstance(first, dict):
+            nested = [info.get(key, {}) if isinstance(info.get(key), dict) else {} for info in infos]
+            array = batch_infos(nested, n)
+        elif type(first) in _SCALARS or isinstance(first, np.number):
+            array = np.zeros(n, dtype=type(first))
+            array[present] = values
+        elif isinstance(first, np.ndarray):
+            array = np.zeros((n, *first.shape), dtype=first.dtype)
+            for i, value in zip(present, values, strict=True):
+                array[i] = value
+        else:
+            array = np.full(n, None, dtype=object)
+            for i, value in zip(present, values, strict=True):
+                array[i] = value
+        mask = np.zeros(n, dtype=np.bool_)
+        mask[present] = True
+        out[key], out[f"_{key}"] = array, mask
+    return out
 
 
 class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
@@ -185,7 +227,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             self._configure_spaces(states)
         self._states = states
         self._frames = batch.obs
-        return batch.obs, self._batch_infos(batch.infos)
+        return batch.obs, batch_infos(batch.infos, self.num_envs)
 
     def step(
         self, actions: Sequence[Sequence[tuple[Any, ...]]]
@@ -203,20 +245,11 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         batch: Batch = self._loop.run(self._core.step([list(a) for a in actions], same_step))
         self._frames = batch.obs
-        infos: dict[str, Any] = {}
-        for i, (final_obs, final_info) in batch.final.items():
-            infos = self._add_info(infos, {"final_obs": final_obs, "final_info": final_info}, i)
-        infos = self._batch_infos(batch.infos, infos)
+        per_remote = list(batch.infos)
+        for i, (final_obs, final_info) in batch.final.items():  # as SyncVectorEnv puts them
+            per_remote[i] = {"final_obs": final_obs, "final_info": final_info, **per_remote[i]}
+        infos = batch_infos(per_remote, self.num_envs)
         return batch.obs, batch.rewards, batch.terminated, batch.truncated, infos
-
-    def _batch_infos(
-        self, per_remote: Sequence[dict[str, Any]], infos: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """gymnasium's dict of arrays (with ``_key`` masks) from one dict per remote."""
-        infos = {} if infos is None else infos
-        for i, info in enumerate(per_remote):
-            infos = self._add_info(infos, info, i)
-        return infos
 
     def render(self) -> np.ndarray | None:  # type: ignore[override]
         """A copy of the last observations (``render_mode="rgb_array"``)."""
