@@ -148,6 +148,12 @@ class _Slot:
     target: int | None = None
     #: Whether the step waits for ``target`` (not for a remote that is behind or stalled).
     required: bool = True
+    #: Whether reaching ``target`` copies the frame into the batch there and then, and the
+    #: frame (and its episode) so captured: a step returns each remote's target frame
+    #: even when the remote draws the next one before the slowest remote is in.
+    capture: bool = False
+    captured: int | None = None
+    captured_episode: int | None = None
     #: Missed its target frame at the last deadline and has not moved since.
     behind: bool = False
     #: Why the slot is away, and the task bringing it back (True once it is back; False
@@ -300,6 +306,8 @@ class Stepper:
             target = slot.target
             if target is not None and tag.frame >= target:
                 slot.target = None
+                if slot.capture:
+                    self._capture(slot, tag)
                 if slot.required:
                     self._waiting -= 1
                     gate = self._gate
@@ -308,9 +316,23 @@ class Stepper:
 
         return on_frame
 
-    def _expect(self, slot: _Slot, frame: int, required: bool = True) -> None:
+    def _capture(self, slot: _Slot, tag: FrameTag) -> None:
+        """Copy ``slot``'s frame into the batch now (its target frame just came in)."""
+        frames, vnc = self._frames, slot.session.vnc
+        if frames is None or vnc is None:
+            return
+        buffer = vnc.framebuffer
+        if buffer.shape == frames.shape[1:]:
+            np.copyto(frames[slot.index], buffer)
+            slot.captured, slot.captured_episode = tag.frame, tag.episode_id
+
+    def _expect(
+        self, slot: _Slot, frame: int, required: bool = True, capture: bool = False
+    ) -> None:
         """Make the next :meth:`_wait` wait until ``slot`` shows ``frame`` — or, unless
-        ``required`` (a remote that is behind or stalled), only while it waits for others."""
+        ``required`` (a remote that is behind or stalled), only while it waits for others;
+        with ``capture``, the frame is copied into the batch as it comes in."""
+        slot.capture = capture
         if slot.seen is not None and slot.seen >= frame:
             return
         if slot.target is None:
@@ -567,13 +589,18 @@ class Stepper:
                 lost.append((slot, _reason(exc)))
                 continue
             running.append(slot)
+            slot.captured = None
             if slot.tags and slot.seen is not None:
                 base = slot.returned if slot.returned is not None else slot.seen
                 target = base + self.frameskip
                 if slot.seen >= target:
                     late[i] = (slot.seen - target) / self.fps
+                    tag = slot.session.tag
+                    if slot.seen == target and tag is not None:
+                        self._capture(slot, tag)  # in just now: this one, not a later one
                 else:
-                    self._expect(slot, target, not slot.behind and not self._stalled(slot, now))
+                    required = not slot.behind and not self._stalled(slot, now)
+                    self._expect(slot, target, required, capture=True)
             else:
                 clock = True
         for slot, reason in lost:  # after the healthy remotes got their actions
@@ -634,29 +661,40 @@ class Stepper:
                 slot.phase = Phase.NEEDS_RESET
 
     async def _pair(self, running: list[_Slot], infos: list[dict[str, Any]]) -> None:
-        """Copy each running slot's frame, first waiting (briefly) for the frame its
-        newest reward names: a reward is returned with the frame that earned it."""
+        """Settle each running slot's frame: the target frame captured as it came in;
+        or, when its newest reward names a later frame, that frame (waited for briefly: a
+        reward is returned with the frame that earned it); or the newest frame; and for
+        an episode that ended, a frame of that episode, not of the next."""
         waiting = False
         for slot in running:
             frame = infos[slot.index].get(FRAME_INFO_KEY)
-            if isinstance(frame, int) and slot.tags and not slot.behind:
-                self._expect(slot, frame)
-                waiting = waiting or slot.target is not None
+            have = slot.captured if slot.captured is not None else slot.seen
+            if isinstance(frame, int) and slot.tags and (have is None or frame > have):
+                slot.captured = None  # a newer frame earned the reward: return that one
+                if not slot.behind:
+                    self._expect(slot, frame)
+                    waiting = waiting or slot.target is not None
         if waiting:
             await self._wait(time.monotonic() + PAIRING_FRAMES / self.fps)
+        frames = self._frames
+        assert frames is not None
         for slot in running:
             info = infos[slot.index]
             tag = slot.session.tag
             ended = slot.ended_episode if slot.phase is Phase.ENDED else None
-            if (
-                ended is not None and tag is not None and tag.episode_id != ended
-                and slot.ending_episode == ended and slot.ending is not None
-                and self._frames is not None and slot.ending.shape == self._frames.shape[1:]
+            if slot.captured is not None and ended in (None, slot.captured_episode):
+                slot.returned = slot.captured  # copied in as it came (_capture)
+            elif ended is None or (tag is not None and tag.episode_id == ended):
+                self._copy_frame(slot)
+            elif (
+                slot.ending_episode == ended and slot.ending is not None
+                and slot.ending.shape == frames.shape[1:]
             ):  # the next episode is drawn already: return this one's own last frame
-                np.copyto(self._frames[slot.index], slot.ending)
+                np.copyto(frames[slot.index], slot.ending)
                 slot.returned = slot.ending_frame
             else:
                 self._copy_frame(slot)
+            slot.captured = None
             if slot.returned is not None:
                 info["frame"] = slot.returned
             info.update(self._latency(slot))

@@ -436,3 +436,31 @@ def test_single_env_stall_flag_then_timeout_then_reset() -> None:
         finally:
             os.kill(pid, signal.SIGCONT)
             env.close()
+
+
+def test_lockstep_steps_go_on_without_a_killed_remote_and_take_it_back() -> None:
+    with start_local("builtin.Catch-v0", 2, extra_args=["--mode", "lockstep"]) as local:
+        env = RemoteVectorEnv(local.address, mode="lockstep", frameskip=4)
+        try:
+            env.reset(seed=0)
+            local.kill(1)
+            _, _, _, truncated, infos = env.step([[], []])
+            assert truncated.tolist() == [False, True] and "lost" in infos["remote.error"][1]
+            restart = Restart(local, 1)
+            steps = 0
+            for _ in range(int(PATIENCE * 100)):
+                _, _, terminated, truncated, infos = env.step([[], []])
+                assert not truncated[0]
+                steps += not terminated[0]
+                if flag(infos, "remote.reconnected", 1):
+                    break
+            else:
+                pytest.fail("remote 1 did not come back")
+            back = time.monotonic()
+            restart.join()
+            assert restart.greeted_at is not None and back - restart.greeted_at <= RECONNECT_LIMIT
+            assert steps > 10  # remote 0 went on stepping meanwhile
+            _, _, _, truncated, infos = env.step([[], []])
+            assert not truncated.any() and infos["remote.connected"].all()
+        finally:
+            env.close()
