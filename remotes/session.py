@@ -449,6 +449,8 @@ class RemoteSession:
         """Lockstep: advance exactly ``frames`` frames holding ``events``; returns the
         server's reply once VNC shows the resulting frame (read it with :meth:`frame`).
         Raises :class:`RemoteUnavailable` (TimeoutError past ``timeout``)."""
+        if not self.connected:
+            raise RemoteUnavailable(self.name, "lockstep step failed", ConnectionError(self.error))
         if self.rewarder is None or not self.frame_tags:
             raise RemoteUnavailable(
                 self.name, "lockstep needs a universe-remote remote with both channels"

@@ -19,6 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 import numpy as np
@@ -56,9 +57,9 @@ POLL: Final = 0.01
 
 class RecordingBuffer(RewardBuffer):
     """An observer's reward buffer that also keeps every reward as it arrives, and calls
-    ``on_reward`` (once) at the first nonzero one, on the loop thread."""
+    ``on_reward(event)`` with each nonzero one, on the loop thread."""
 
-    def __init__(self, on_reward: Callable[[], None] | None = None) -> None:
+    def __init__(self, on_reward: Callable[[Reward], None] | None = None) -> None:
         super().__init__(follow=True)
         self.rewards: list[tuple[int, int | None, float]] = []
         self.lock = threading.Lock()
@@ -69,9 +70,41 @@ class RecordingBuffer(RewardBuffer):
             with self.lock:
                 self.rewards.append((event.episode_id, event.info.get(FRAME_INFO_KEY), event.reward))
             if event.reward and self.on_reward is not None:
-                hook, self.on_reward = self.on_reward, None
-                hook()
+                self.on_reward(event)
         return super().file(event)
+
+
+class KillOnSharedReward:
+    """Kill -9 a remote the moment both the env's connection and the observer's hold the
+    same reward, before the env steps again: that reward is in flight in the env when the
+    remote dies. (The remote writes to each client in turn, so killing it at the first
+    one's reward could kill it before it wrote to the other.)"""
+
+    def __init__(self, process: Any) -> None:
+        self.process = process
+        self.seen: dict[tuple[int, Any], set[str]] = defaultdict(set)
+        self.killed = threading.Event()
+        self.at = 0.0
+
+    def saw(self, who: str, event: Reward) -> None:
+        key = (event.episode_id, event.info.get(FRAME_INFO_KEY))
+        self.seen[key].add(who)
+        if self.seen[key] == {"env", "observer"} and not self.killed.is_set():
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.at = time.monotonic()
+            self.killed.set()
+
+    async def watch_env(self, session: Any) -> None:
+        """Wrap the env session's reward buffer (test instrumentation, on the loop thread)."""
+        buffer = session.rewarder.buffer
+        file = buffer.file
+
+        def filed(event: Any) -> bool:
+            if isinstance(event, Reward) and event.reward:
+                self.saw("env", event)
+            return bool(file(event))
+
+        buffer.file = filed
 
 
 class Observers:
@@ -81,7 +114,7 @@ class Observers:
         self.local = local
         self.clients: dict[int, list[RewarderClient]] = defaultdict(list)
 
-    def watch(self, index: int, on_reward: Callable[[], None] | None = None) -> None:
+    def watch(self, index: int, on_reward: Callable[[Reward], None] | None = None) -> None:
         address = self.local.addresses[index]
         assert address.rewarder is not None
         client = RewarderClient(address.rewarder, observer=True, reconnect=False, calibration_pings=0)
@@ -276,28 +309,21 @@ def four() -> Iterator[LocalRemotes]:
 
 
 def test_a_killed_remote_is_reported_and_back_within_a_second(four: LocalRemotes) -> None:
-    """Remote 1 is killed the moment it sends a reward (its observer sees it): that reward
-    reaches the env too, and must come back in the step that reports the loss."""
+    """Remote 1 is killed the moment a reward it sent reached both the env and the
+    observer: the env must return it (in the step that reports the loss, or before)."""
     observers = Observers(four)
-    killed = threading.Event()
-
-    killed_at: list[float] = []
-
-    def kill() -> None:
-        os.kill(four.processes[1].pid, signal.SIGKILL)
-        killed_at.append(time.monotonic())
-        killed.set()
-
+    killer = KillOnSharedReward(four.processes[1])
     for i in range(4):
-        observers.watch(i, kill if i == 1 else None)
+        observers.watch(i, partial(killer.saw, "observer") if i == 1 else None)
     env = RemoteVectorEnv(four.address)
     ledger = Ledger()
     try:
+        shared_loop().run(killer.watch_env(env.sessions[1]), PATIENCE)
         env.reset(seed=0)
         infos, before = step_until(env, ledger, lambda infos, tr: bool(tr[1]), "remote 1's truncation")
-        assert killed.is_set()
+        assert killer.killed.is_set()
         four.processes[1].wait(PATIENCE)
-        before = [s for s in before if s.at >= killed_at[0]]
+        before = [s for s in before if s.at >= killer.at]
         assert "connection lost" in infos["remote.error"][1]
         assert not infos["remote.connected"][1]
         restart = Restart(four, 1)
