@@ -134,8 +134,10 @@ class _Slot:
     heartbeats: bool = False
     #: The episode that ended (ENDED): the next frame must belong to a later one.
     ended_episode: int | None = None
-    #: The frame number last returned, and the newest one VNC showed.
+    #: The frame number last returned (and its episode, by its tag), and the newest
+    #: frame number VNC showed.
     returned: int | None = None
+    episode: int | None = None
     seen: int | None = None
     #: Loop time the frames (or, without tags, the messages) last advanced.
     progress_at: float = 0.0
@@ -161,15 +163,6 @@ class _Slot:
     away_steps: int = 0
     #: Draws the seeds of the episodes this slot starts by itself, from the reset seed.
     rng: np.random.Generator | None = None
-    #: Real time: a copy of the framebuffer kept up to date rectangle by rectangle while
-    #: the episode it shows lasts, so that when the remote's next episode is drawn over
-    #: it, the last frame of the one that ended survives as :attr:`ending`.
-    mirror: np.ndarray | None = None
-    mirror_episode: int | None = None
-    mirror_frame: int | None = None
-    ending: np.ndarray | None = None
-    ending_episode: int | None = None
-    ending_frame: int | None = None
 
     def next_seed(self) -> int | None:
         return None if self.rng is None else int(self.rng.integers(2**31))
@@ -287,13 +280,9 @@ class Stepper:
     def _frame_callback(
         self, slot: _Slot
     ) -> Callable[[FrameTag | None, Sequence[RectangleHeader]], None]:
-        mirrors = self.mode != LOCKSTEP  # lockstep remotes wait at the end: nothing to keep
-
         def on_frame(tag: FrameTag | None, rects: Sequence[RectangleHeader]) -> None:
-            """A VNC update was applied for ``slot`` (loop thread): keep the mirror, note
-            progress, open the gate when the last remote a step waits for is in."""
-            if mirrors:
-                _mirror(slot, tag, rects)
+            """A VNC update was applied for ``slot`` (loop thread): note progress, capture
+            a target frame, open the gate when the last remote a step waits for is in."""
             if tag is None:
                 return
             if tag.frame != slot.seen:
@@ -316,8 +305,8 @@ class Stepper:
     def _capture(self, slot: _Slot, tag: FrameTag) -> None:
         """Copy ``slot``'s frame into the batch now (its target frame just came in)."""
         frames, vnc = self._frames, slot.session.vnc
-        if frames is None or vnc is None:
-            return
+        if frames is None or vnc is None or tag.episode_id != slot.episode:
+            return  # a frame of the next episode: the step decides (see _pair)
         buffer = vnc.framebuffer
         if buffer.shape == frames.shape[1:]:
             np.copyto(frames[slot.index], buffer)
@@ -373,6 +362,7 @@ class Stepper:
         slot.tags, slot.heartbeats = session.frame_tags, session.heartbeats
         tag = session.tag
         slot.seen = slot.returned = tag.frame if tag is not None else None
+        slot.episode = tag.episode_id if tag is not None else None
         slot.progress_at = time.monotonic()
         slot.activity = -1
         slot.behind = False
@@ -660,14 +650,18 @@ class Stepper:
     async def _pair(self, running: list[_Slot], infos: list[dict[str, Any]]) -> None:
         """Settle each running slot's frame: the target frame captured as it came in;
         or, when its newest reward names a later frame, that frame (waited for briefly: a
-        reward is returned with the frame that earned it); or the newest frame; and for
-        an episode that ended, a frame of that episode, not of the next."""
+        reward is returned with the frame that earned it); or the newest frame. For an
+        episode that ended, a frame of that episode, never of the next: the newest if VNC
+        still shows it, else the one captured in this step, else the one returned last.
+        (Keeping every episode's last frame would mean copying every update: measured,
+        32 remotes stepped 28% slower.)"""
         waiting = False
         for slot in running:
             frame = infos[slot.index].get(FRAME_INFO_KEY)
             have = slot.captured if slot.captured is not None else slot.seen
             if isinstance(frame, int) and slot.tags and (have is None or frame > have):
-                slot.captured = None  # a newer frame earned the reward: return that one
+                if slot.phase is not Phase.ENDED:
+                    slot.captured = None  # a newer frame earned the reward: return that one
                 if not slot.behind:
                     self._expect(slot, frame)
                     waiting = waiting or slot.target is not None
@@ -679,18 +673,15 @@ class Stepper:
             info = infos[slot.index]
             tag = slot.session.tag
             ended = slot.ended_episode if slot.phase is Phase.ENDED else None
-            if slot.captured is not None and ended in (None, slot.captured_episode):
+            episode = ended if ended is not None else info.get("episode_id")
+            if slot.captured is not None and ended is None:
                 slot.returned = slot.captured  # copied in as it came (_capture)
-            elif ended is None or (tag is not None and tag.episode_id == ended):
+            elif tag is None or episode is None or tag.episode_id <= episode:
                 self._copy_frame(slot)
-            elif (
-                slot.ending_episode == ended and slot.ending is not None
-                and slot.ending.shape == frames.shape[1:]
-            ):  # the next episode is drawn already: return this one's own last frame
-                np.copyto(frames[slot.index], slot.ending)
-                slot.returned = slot.ending_frame
-            else:
-                self._copy_frame(slot)
+            elif slot.captured is not None:
+                slot.returned = slot.captured  # of this episode (_capture checks)
+            # else VNC shows the next episode while this one's end is in flight or just
+            # in: the frame returned last (of this episode) stays
             slot.captured = None
             if slot.returned is not None:
                 info["frame"] = slot.returned
@@ -708,7 +699,7 @@ class Stepper:
             if buffer.shape == frames.shape[1:]:
                 np.copyto(frames[slot.index], buffer)
             if tag is not None:
-                slot.returned = tag.frame
+                slot.returned, slot.episode = tag.frame, tag.episode_id
                 if slot.seen is None or tag.frame > slot.seen:
                     slot.seen = tag.frame
         elif session.rewarder is not None:
@@ -970,37 +961,6 @@ def _came_back(task: asyncio.Task[bool] | None) -> bool:
         task is not None and task.done() and not task.cancelled()
         and task.exception() is None and task.result()
     )
-
-
-def _mirror(slot: _Slot, tag: FrameTag | None, rects: Sequence[RectangleHeader]) -> None:
-    """Keep ``slot.mirror`` equal to the framebuffer while its episode lasts (the update's
-    rectangles only: a few small tiles a frame); when an update starts another episode,
-    the mirror still holds the last one's last frame and becomes ``slot.ending``.
-
-    The client has one update request outstanding at a time, so every update reaches
-    this callback before the next is applied."""
-    vnc = slot.session.vnc
-    if vnc is None:
-        return
-    buffer = vnc.framebuffer
-    episode = tag.episode_id if tag is not None else None
-    mirror = slot.mirror
-    if mirror is not None and mirror.shape == buffer.shape and episode is not None:
-        if episode == slot.mirror_episode:  # (measured: cheaper than one whole copy)
-            for rect in rects:
-                x, y, w, h = rect.x, rect.y, rect.width, rect.height
-                if w and h:
-                    mirror[y : y + h, x : x + w] = buffer[y : y + h, x : x + w]
-            slot.mirror_frame = tag.frame if tag is not None else None
-            return
-        if slot.mirror_episode is not None:  # a new episode: keep the old one's last frame
-            slot.ending, slot.mirror = mirror, slot.ending
-            slot.ending_episode, slot.ending_frame = slot.mirror_episode, slot.mirror_frame
-    if slot.mirror is None or slot.mirror.shape != buffer.shape:
-        slot.mirror = np.empty_like(buffer)
-    np.copyto(slot.mirror, buffer)
-    slot.mirror_episode = episode
-    slot.mirror_frame = tag.frame if tag is not None else None
 
 
 def _reason(exc: BaseException, timeout: float | None = None) -> str:
