@@ -37,7 +37,7 @@ from vncdriver.addresses import is_loopback
 from vncdriver.client import VNCClient
 from vncdriver.client_protocol import FramebufferUpdated
 from vncdriver.errors import VNCError
-from vncdriver.messages import FrameTag, RectangleHeader
+from vncdriver.messages import FrameTag
 
 from .address import RemoteAddress, parse_remotes
 
@@ -235,10 +235,9 @@ class RemoteSession:
         self.start_timeout = start_timeout
         self.vnc: VNCClient | None = None
         self.rewarder: RewarderClient | None = None
-        #: Called after each VNC update is applied, with its frame tag (None without tags)
-        #: and the rectangles it changed (on the loop thread): the stepping core's frame
-        #: clock. Survives reconnects.
-        self.on_frame: Callable[[FrameTag | None, Sequence[RectangleHeader]], None] | None = None
+        #: Called after each tagged VNC update is applied, with its frame tag (on the loop
+        #: thread): the stepping core's frame clock. Survives reconnects.
+        self.on_frame: Callable[[FrameTag], None] | None = None
         #: True once a newer session of this process took this remote's active slot.
         self.replaced = False
         self._blank: np.ndarray | None = None
@@ -307,8 +306,9 @@ class RemoteSession:
         )
 
     def _vnc_update(self, client: VNCClient, update: FramebufferUpdated) -> None:
-        if self.on_frame is not None and client is self.vnc:
-            self.on_frame(update.tag, update.rects)
+        tag = update.tag
+        if tag is not None and self.on_frame is not None and client is self.vnc:
+            self.on_frame(tag)
 
     def state(self) -> RemoteState:
         """A snapshot for the agent's thread (call on the loop thread)."""

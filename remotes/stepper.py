@@ -2,24 +2,29 @@
 
 Holds :class:`Stepper` (what both gymnasium envs drive: ``RemoteEnv`` is a one-wide
 view of it, ``RemoteVectorEnv`` an n-wide one), :class:`Batch` (what a reset or step
-hands the agent's thread) and the limits that decide when a remote is late, stalled or
-gone. Every method of :class:`Stepper` is a coroutine for the loop thread; the envs run
+hands the agent's thread) and the step's timing limits; a remote's stepping state and
+the frame clock are in :mod:`remotes.slot`, what happens when a remote fails in
+:mod:`remotes.faults`. Every method of :class:`Stepper` is a coroutine for the loop thread; the envs run
 them with :meth:`~remotes.loop.LoopThread.run` and get a :class:`Batch` back, built of
 fresh objects the loop never touches again (the rule is in :mod:`remotes.loop`).
 
 **Real time.** A step sends each remote its events, then waits until each remote's VNC
 shows the frame ``frameskip`` past the one it returned last — the remote's own frame
-clock, read from the frame tags our VNC server sends — and returns the newest frames
-with the rewards each episode earned since the last step. A remote that misses that
-frame by :data:`WAIT_SLACK_FRAMES` periods is not waited for (it returns its newest
-frame, and is waited for again once it moves). Remotes that send no tags (Xvnc) are
-paced by our own clock at ``fps``.
+clock, read from the frame tags our VNC server sends (:class:`~remotes.slot.FrameGate`)
+— and returns that frame of each remote, copied as it comes in (waiting for the slowest
+remote skips no other remote's frame), with the rewards each episode earned since the
+last step (a reward waits briefly for the frame that earned it). A remote that misses its
+frame by :data:`WAIT_SLACK_FRAMES` periods returns its newest frame and holds no step up
+until it moves again. An agent that comes late gets the newest frames
+(``info["step.late"]``). Remotes that send no tags (Xvnc) are paced by our clock at fps.
 
 **Episodes.** gymnasium's autoreset: the step after ``terminated``/``truncated`` for a
 remote (``NEXT_STEP``), or the same step (``SAME_STEP``), returns the new episode's
 first frame — checked by its tag to belong to the new episode — with reward 0. In real
 time the remote starts that episode by itself after ``done``; after a truncation (the
-step limit) and in lockstep the step sends a reset.
+step limit) and in lockstep the step sends a reset. A step never returns a frame of
+another episode than the one its info names: an episode's last step returns its last
+frame if it was still shown, else the newest one of it the env saw.
 
 **Faults.** A remote whose connection drops, whose frames stop advancing for
 ``stall_timeout`` seconds, or whose active slot another env of this process took,
@@ -38,10 +43,9 @@ before that.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -49,11 +53,23 @@ import numpy as np
 
 from rewarder.errors import RewarderError
 from rewarder.protocol import FRAME_INFO_KEY, LOCKSTEP
-from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED, EpisodeResult
+from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED
 from vncdriver.errors import VNCError
-from vncdriver.messages import FrameTag, RectangleHeader
 
-from .session import RESET_TIMEOUT, RemoteSession, RemoteState, RemoteUnavailable, answers
+from .faults import (
+    RECONNECT_POLL,
+    STALL_FRAMES,
+    STALL_TIMEOUT,
+    Recovery,
+    error_text,
+)
+from .session import RESET_TIMEOUT, RemoteSession, RemoteState, RemoteUnavailable
+from .slot import FrameGate, Phase, Slot
+
+__all__ = [
+    "DEFAULT_FPS", "PAIRING_FRAMES", "RECONNECT_POLL", "STALL_FRAMES", "STALL_TIMEOUT",
+    "WAIT_SLACK_FRAMES", "Batch", "Stepper",
+]
 
 log = logging.getLogger(__name__)
 
@@ -63,44 +79,9 @@ DEFAULT_FPS: Final = 60.0
 #: that remote's newest frame: one period absorbs a busy machine's jitter without
 #: letting one slow remote halve everyone's step rate.
 WAIT_SLACK_FRAMES: Final = 1
-#: Frame periods without a new frame before a step flags ``info["remote.stalled"]``: a
-#: busy remote skips a frame or two (it catches up at most 2), never half a second.
-STALL_FRAMES: Final = 30
-#: Seconds without a new frame before the episode is truncated and the remote
-#: reconnected: a hung, stopped or starved remote, not a hiccup (a runtime reset or a
-#: loaded machine stays far below). Lockstep: seconds a step may wait for its reply.
-STALL_TIMEOUT: Final = 10.0
-#: Seconds between probes of a dropped remote: it is reconnected within about this much
-#: of greeting again (the goal is 1 s).
-RECONNECT_POLL: Final = 0.1
-#: Seconds one reconnection (both channels, clock calibration, reset) may take once the
-#: remote greets; past it, probing resumes.
-RECONNECT_ATTEMPT_TIMEOUT: Final = 10.0
-#: Seconds a step whose VNC connection dropped waits for the rewarder's to drop too, so
-#: the rewards the remote sent before it died are read and returned, not lost.
-DRAIN_TIMEOUT: Final = 0.25
-#: Seconds between the describes our remotes send even when idle (``envserver``'s
-#: HEARTBEAT_INTERVAL; remotes/ may not import envserver).
-REMOTE_HEARTBEAT: Final = 5.0
-#: A remote without frame tags (Xvnc) shows progress only by messages: it is stalled
-#: when its rewarder has been silent for two heartbeats and a second.
-TAGLESS_STALL_SECONDS: Final = 2 * REMOTE_HEARTBEAT + 1.0
 #: Seconds a real-time step waits for the frame a reward names (rewarder and VNC travel
 #: separately), in frame periods.
 PAIRING_FRAMES: Final = 2
-
-
-class Phase(enum.Enum):
-    """Where a remote's slot is between two steps."""
-
-    #: Stepping an episode.
-    RUNNING = "running"
-    #: The remote ended the episode (real time: it starts the next by itself).
-    ENDED = "ended"
-    #: We ended it (step limit) or the remote waits for a reset (lockstep): reset next.
-    NEEDS_RESET = "needs reset"
-    #: Dropped, stalled or replaced: reconnecting in the background.
-    AWAY = "away"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,56 +100,7 @@ class Batch:
     final: dict[int, tuple[np.ndarray, dict[str, Any]]] = field(default_factory=dict)
 
 
-@dataclass(slots=True, eq=False)
-class _Slot:
-    """One remote's stepping state (loop thread only)."""
-
-    index: int
-    session: RemoteSession
-    phase: Phase = Phase.RUNNING
-    #: Steps into the current episode (for ``max_episode_steps``).
-    steps: int = 0
-    #: What the remote's describe said at the last (re)connect or reset: its VNC updates
-    #: carry frame tags; it sends heartbeats (so a silent one is stalled).
-    tags: bool = False
-    heartbeats: bool = False
-    #: The episode that ended (ENDED): the next frame must belong to a later one.
-    ended_episode: int | None = None
-    #: The frame number last returned (and its episode, by its tag), and the newest
-    #: frame number VNC showed.
-    returned: int | None = None
-    episode: int | None = None
-    seen: int | None = None
-    #: Loop time the frames (or, without tags, the messages) last advanced.
-    progress_at: float = 0.0
-    #: Without tags: VNC updates + rewarder messages at the last check.
-    activity: int = -1
-    #: The frame a step waits for (None: not waiting).
-    target: int | None = None
-    #: Whether the step waits for ``target`` (not for a remote that is behind or stalled).
-    required: bool = True
-    #: Whether reaching ``target`` copies the frame into the batch there and then, and the
-    #: frame (and its episode) so captured: a step returns each remote's target frame
-    #: even when the remote draws the next one before the slowest remote is in.
-    capture: bool = False
-    captured: int | None = None
-    captured_episode: int | None = None
-    #: Missed its target frame at the last deadline and has not moved since.
-    behind: bool = False
-    #: Why the slot is away, and the task bringing it back (True once it is back; False
-    #: when it only closed the connection of a replaced session).
-    error: str | None = None
-    reconnect: asyncio.Task[bool] | None = None
-    #: Steps returned while away since the loss (or since the idle stretch ended).
-    away_steps: int = 0
-    #: Draws the seeds of the episodes this slot starts by itself, from the reset seed.
-    rng: np.random.Generator | None = None
-
-    def next_seed(self) -> int | None:
-        return None if self.rng is None else int(self.rng.integers(2**31))
-
-
-class Stepper:
+class Stepper(Recovery):
     """Steps ``sessions`` together; every method runs on the loop thread.
 
     ``fps``: requested steps per second (None: the first remote's describe); the rest
@@ -201,23 +133,28 @@ class Stepper:
         self.start_timeout = start_timeout
         self.stall_frames = stall_frames
         self.stall_timeout = stall_timeout
-        self.slots = [_Slot(i, s) for i, s in enumerate(self.sessions)]
-        for slot in self.slots:
-            slot.session.on_frame = self._frame_callback(slot)
-        self._frames: np.ndarray | None = None
+        self.slots = [Slot(i, s) for i, s in enumerate(self.sessions)]
+        self._gate = FrameGate(self.slots)
         #: SAME_STEP autoreset in the step under way (a slot back from away then ends
         #: its idle stretch and starts its episode in the same step).
         self._same_step = False
         #: Wall time this step's actions went out (for ``latency.action_to_frame``).
         self._sent_at = 0.0
-        self._gate: asyncio.Future[None] | None = None
-        self._waiting = 0
         self._next_at: float | None = None
         self._closed = False
 
     @property
     def num(self) -> int:
         return len(self.slots)
+
+    @property  # type: ignore[override]
+    def _frames(self) -> np.ndarray | None:
+        """The batch under construction (the gate copies target frames into it)."""
+        return self._gate.frames
+
+    @_frames.setter
+    def _frames(self, frames: np.ndarray | None) -> None:
+        self._gate.frames = frames
 
     # Connecting ---------------------------------------------------------------------------
 
@@ -242,7 +179,7 @@ class Stepper:
             await asyncio.gather(*(s.close() for s in self.sessions), return_exceptions=True)
             raise
         for slot in self.slots:
-            self._baseline(slot)
+            slot.baseline()
         return self.states()
 
     def _configure(self) -> None:
@@ -276,100 +213,6 @@ class Stepper:
         await asyncio.gather(*(s.close() for s in self.sessions), return_exceptions=True)
 
     # Frame clock ----------------------------------------------------------------------------
-
-    def _frame_callback(
-        self, slot: _Slot
-    ) -> Callable[[FrameTag | None, Sequence[RectangleHeader]], None]:
-        def on_frame(tag: FrameTag | None, rects: Sequence[RectangleHeader]) -> None:
-            """A VNC update was applied for ``slot`` (loop thread): note progress, capture
-            a target frame, open the gate when the last remote a step waits for is in."""
-            if tag is None:
-                return
-            if tag.frame != slot.seen:
-                slot.seen = tag.frame
-                slot.progress_at = time.monotonic()
-                slot.behind = False
-            target = slot.target
-            if target is not None and tag.frame >= target:
-                slot.target = None
-                if slot.capture:
-                    self._capture(slot, tag)
-                if slot.required:
-                    self._waiting -= 1
-                    gate = self._gate
-                    if self._waiting <= 0 and gate is not None and not gate.done():
-                        gate.set_result(None)
-
-        return on_frame
-
-    def _capture(self, slot: _Slot, tag: FrameTag) -> None:
-        """Copy ``slot``'s frame into the batch now (its target frame just came in)."""
-        frames, vnc = self._frames, slot.session.vnc
-        if frames is None or vnc is None or tag.episode_id != slot.episode:
-            return  # a frame of the next episode: the step decides (see _pair)
-        buffer = vnc.framebuffer
-        if buffer.shape == frames.shape[1:]:
-            np.copyto(frames[slot.index], buffer)
-            slot.captured, slot.captured_episode = tag.frame, tag.episode_id
-
-    def _expect(
-        self, slot: _Slot, frame: int, required: bool = True, capture: bool = False
-    ) -> None:
-        """Make the next :meth:`_wait` wait until ``slot`` shows ``frame`` — or, unless
-        ``required`` (a remote that is behind or stalled), only while it waits for others;
-        with ``capture``, the frame is copied into the batch as it comes in."""
-        slot.capture = capture
-        if slot.seen is not None and slot.seen >= frame:
-            return
-        if slot.target is None:
-            slot.required = required
-            if required:
-                self._waiting += 1
-        elif required and not slot.required:
-            slot.required = True
-            self._waiting += 1
-        slot.target = frame
-
-    async def _wait(self, deadline: float) -> None:
-        """Wait until every required expected frame is in (every expected one, when none
-        is required: a lone slow remote still paces the step), or until ``deadline``
-        (monotonic time); slots still short then are marked behind."""
-        if self._waiting <= 0:
-            for slot in self.slots:
-                if slot.target is not None:
-                    slot.required = True
-                    self._waiting += 1
-        try:
-            if self._waiting > 0:
-                loop = asyncio.get_running_loop()
-                gate = self._gate = loop.create_future()
-                timer = loop.call_later(max(0.0, deadline - time.monotonic()), _resolve, gate)
-                try:
-                    await gate
-                finally:
-                    timer.cancel()
-                    self._gate = None
-        finally:  # also when the step is cancelled (an interrupt): the next starts clean
-            self._waiting = 0
-            for slot in self.slots:
-                if slot.target is not None:
-                    slot.target = None
-                    slot.behind = True
-
-    def _baseline(self, slot: _Slot) -> None:
-        """A (re)connection or reset: the frame clock starts over from what VNC shows."""
-        session = slot.session
-        slot.tags, slot.heartbeats = session.frame_tags, session.heartbeats
-        tag = session.tag
-        slot.seen = slot.returned = tag.frame if tag is not None else None
-        slot.episode = tag.episode_id if tag is not None else None
-        slot.progress_at = time.monotonic()
-        slot.activity = -1
-        slot.behind = False
-        slot.target = None
-        slot.steps = 0
-        slot.phase = Phase.RUNNING
-        slot.ended_episode = None
 
     # Resetting ------------------------------------------------------------------------------
 
@@ -406,7 +249,7 @@ class Stepper:
         return batch, self.states()
 
     async def _reset_slot(
-        self, slot: _Slot, seed: int | None, env_id: str | None, explicit: bool
+        self, slot: Slot, seed: int | None, env_id: str | None, explicit: bool
     ) -> int | None:
         """Reset one remote (an explicit reset reconnects it first if it is away)."""
         session = slot.session
@@ -418,27 +261,9 @@ class Stepper:
             env_id=env_id or self.env_id, seed=seed, fps=self.requested_fps,
             mode=session.mode_request(self.mode),
         )
-        self._baseline(slot)
+        slot.baseline()
         slot.error = None
         return episode
-
-    async def _come_back(self, slot: _Slot) -> None:
-        """Wait (up to ``start_timeout``) for an away slot's reconnection, or connect it."""
-        task, slot.reconnect = slot.reconnect, None
-        if task is not None and not task.done():
-            try:
-                async with asyncio.timeout(self.start_timeout):
-                    await asyncio.shield(task)
-            except TimeoutError:
-                slot.reconnect = task  # it goes on trying
-                raise RemoteUnavailable(
-                    slot.session.name,
-                    f"did not come back within start_timeout={self.start_timeout:g} s "
-                    f"(last error: {slot.error})",
-                ) from None
-        session = slot.session
-        if not _came_back(task) or not session.connected or session.replaced:
-            await session.connect()
 
     # Stepping ------------------------------------------------------------------------------
 
@@ -474,7 +299,7 @@ class Stepper:
         return Batch(frames.copy(), rewards, terminated, truncated, tuple(infos), final)
 
     async def _autoresets(
-        self, slots: list[_Slot], truncated: np.ndarray | None
+        self, slots: list[Slot], truncated: np.ndarray | None
     ) -> dict[int, dict[str, Any]]:
         """The autoreset of each slot (an episode ended, or it is away), concurrently; a
         slot whose reset fails goes away (and is ``truncated`` if given)."""
@@ -499,16 +324,16 @@ class Stepper:
             if isinstance(result, BaseException):
                 if not isinstance(result, Exception):
                     raise result
-                out[index] = self._lose(self.slots[index], _reason(result), None, truncated)
+                out[index] = self._lose(self.slots[index], error_text(result), None, truncated)
             else:
                 out[index] = result
         return out
 
-    async def _autoreset(self, slot: _Slot) -> dict[str, Any]:
+    async def _autoreset(self, slot: Slot) -> dict[str, Any]:
         """Start the slot's next episode and return its info; the frame is copied in."""
         if slot.phase is Phase.ENDED and self.mode != LOCKSTEP:
             episode = await self._next_episode(slot)
-            self._baseline(slot)
+            slot.baseline()
         else:
             episode = await self._reset_slot(slot, slot.next_seed(), None, False)
         self._copy_frame(slot)
@@ -517,7 +342,7 @@ class Stepper:
             info["frame"] = slot.returned
         return info
 
-    async def _next_episode(self, slot: _Slot) -> int | None:
+    async def _next_episode(self, slot: Slot) -> int | None:
         """Real time: wait until the remote shows the episode it started by itself after
         ``slot.ended_episode`` (by the frame tag; without tags, by the describe and the
         next VNC update). Returns its id."""
@@ -553,9 +378,9 @@ class Stepper:
     ) -> None:
         now = time.monotonic()
         period = 1.0 / self.fps
-        running: list[_Slot] = []
-        starting: list[_Slot] = []
-        lost: list[tuple[_Slot, str]] = []
+        running: list[Slot] = []
+        starting: list[Slot] = []
+        lost: list[tuple[Slot, str]] = []
         late = np.zeros(self.num)
         clock = False
         for slot in self.slots:
@@ -573,7 +398,7 @@ class Stepper:
             try:
                 slot.session.send(actions[i])
             except (VNCError, OSError) as exc:
-                lost.append((slot, _reason(exc)))
+                lost.append((slot, error_text(exc)))
                 continue
             running.append(slot)
             slot.captured = None
@@ -584,10 +409,10 @@ class Stepper:
                     late[i] = (slot.seen - target) / self.fps
                     tag = slot.session.tag
                     if slot.seen == target and tag is not None:
-                        self._capture(slot, tag)  # in just now: this one, not a later one
+                        self._gate.capture(slot, tag)  # in just now: this one, not a later one
                 else:
                     required = not slot.behind and not self._stalled(slot, now)
-                    self._expect(slot, target, required, capture=True)
+                    self._gate.expect(slot, target, required, capture=True)
             else:
                 clock = True
         for slot, reason in lost:  # after the healthy remotes got their actions
@@ -601,17 +426,17 @@ class Stepper:
         deadline = now + (self.frameskip + WAIT_SLACK_FRAMES) * period
         if starting:
             _, starts = await asyncio.gather(
-                self._wait(deadline), self._autoresets(starting, truncated)
+                self._gate.wait(deadline), self._autoresets(starting, truncated)
             )
         else:
-            await self._wait(deadline)
+            await self._gate.wait(deadline)
         for slot in starting:
             infos[slot.index] = starts[slot.index]
         self._collect(running, rewards, terminated, truncated, infos, late)
         await self._pair(running, infos)
 
     def _collect(
-        self, running: list[_Slot], rewards: np.ndarray, terminated: np.ndarray,
+        self, running: list[Slot], rewards: np.ndarray, terminated: np.ndarray,
         truncated: np.ndarray, infos: list[dict[str, Any]], late: np.ndarray,
     ) -> None:
         """Pop each running slot's rewards; its frame is copied by :meth:`_pair`."""
@@ -647,7 +472,7 @@ class Stepper:
             elif truncated[i]:
                 slot.phase = Phase.NEEDS_RESET
 
-    async def _pair(self, running: list[_Slot], infos: list[dict[str, Any]]) -> None:
+    async def _pair(self, running: list[Slot], infos: list[dict[str, Any]]) -> None:
         """Settle each running slot's frame: the target frame captured as it came in;
         or, when its newest reward names a later frame, that frame (waited for briefly: a
         reward is returned with the frame that earned it); or the newest frame. For an
@@ -663,10 +488,10 @@ class Stepper:
                 if slot.phase is not Phase.ENDED:
                     slot.captured = None  # a newer frame earned the reward: return that one
                 if not slot.behind:
-                    self._expect(slot, frame)
+                    self._gate.expect(slot, frame)
                     waiting = waiting or slot.target is not None
         if waiting:
-            await self._wait(time.monotonic() + PAIRING_FRAMES / self.fps)
+            await self._gate.wait(time.monotonic() + PAIRING_FRAMES / self.fps)
         frames = self._frames
         assert frames is not None
         for slot in running:
@@ -687,7 +512,7 @@ class Stepper:
                 info["frame"] = slot.returned
             info.update(self._latency(slot))
 
-    def _copy_frame(self, slot: _Slot) -> None:
+    def _copy_frame(self, slot: Slot) -> None:
         """The slot's newest frame into the batch (its tag noted as returned)."""
         frames = self._frames
         assert frames is not None
@@ -705,7 +530,7 @@ class Stepper:
         elif session.rewarder is not None:
             frames[slot.index] = 0
 
-    def _latency(self, slot: _Slot) -> dict[str, float]:
+    def _latency(self, slot: Slot) -> dict[str, float]:
         """Latencies read from the frame tag's server time (no pixels read): how long
         after this step's action the returned frame was drawn, and how old it is now."""
         session = slot.session
@@ -735,8 +560,8 @@ class Stepper:
     ) -> None:
         """Every remote advances ``frameskip`` frames; no clock involved."""
         now = time.monotonic()
-        work: list[tuple[_Slot, Coroutine[Any, Any, Any]]] = []
-        starting: list[_Slot] = []
+        work: list[tuple[Slot, Coroutine[Any, Any, Any]]] = []
+        starting: list[Slot] = []
         for slot in self.slots:
             i = slot.index
             if slot.phase is Phase.AWAY:
@@ -777,7 +602,7 @@ class Stepper:
                     raise reply
                 if not isinstance(reply, RemoteUnavailable | TimeoutError):
                     raise reply  # a RemoteError: the remote refused the step, say why
-                infos[i] = self._lose(slot, _reason(reply, self.stall_timeout), rewards, truncated)
+                infos[i] = self._lose(slot, error_text(reply, self.stall_timeout), rewards, truncated)
                 continue
             self._copy_frame(slot)
             rewards[i], terminated[i] = reply.reward, reply.done
@@ -793,182 +618,8 @@ class Stepper:
 
     # Faults ---------------------------------------------------------------------------------
 
-    def _stalled(self, slot: _Slot, now: float) -> bool:
-        """No new frame for ``stall_frames`` periods (without tags: no message for
-        :data:`TAGLESS_STALL_SECONDS`, and only from remotes that send heartbeats)."""
-        return now - self._progress(slot, now) > self._stall_after(slot)
-
-    def _stall_after(self, slot: _Slot) -> float:
-        if slot.tags:
-            return self.stall_frames / self.fps
-        return TAGLESS_STALL_SECONDS
-
-    def _progress(self, slot: _Slot, now: float) -> float:
-        """When the slot last showed life (frames, or without tags, any message)."""
-        session = slot.session
-        if not slot.tags:
-            if not slot.heartbeats:
-                return now  # a foreign remote: a still screen is no sign of trouble
-            vnc, rewarder = session.vnc, session.rewarder
-            activity = (vnc.updates if vnc is not None else 0) + (
-                rewarder.stats.messages if rewarder is not None else 0
-            )
-            if activity != slot.activity:
-                slot.activity = activity
-                slot.progress_at = now
-        return slot.progress_at
-
-    def _lost_reason(self, slot: _Slot, now: float) -> str | None:
-        """Why the slot cannot step any more, or None."""
-        session = slot.session
-        if session.replaced:
-            return (
-                "another env of this process connected to this remote and took its active "
-                "slot (one agent per remote); this env's reset() takes it back"
-            )
-        if not session.connected:
-            return session.error or "connection lost"
-        silent = now - self._progress(slot, now)
-        if silent > max(self.stall_timeout, self._stall_after(slot)):
-            return (
-                f"stalled: no new frame for {silent:.1f} s (stall_timeout={self.stall_timeout:g} s); "
-                "the remote is hung, stopped or starved of CPU; reconnecting"
-            )
-        return None
-
-    async def _lose_draining(
-        self, slot: _Slot, reason: str, rewards: np.ndarray, terminated: np.ndarray,
-        truncated: np.ndarray,
-    ) -> dict[str, Any]:
-        """:meth:`_lose`, after letting a dying remote's rewarder deliver what it sent."""
-        session = slot.session
-        rewarder, vnc = session.rewarder, session.vnc
-        if rewarder is not None and rewarder.connected and vnc is not None and not vnc.connected:
-            deadline = time.monotonic() + DRAIN_TIMEOUT
-            while rewarder.connected and time.monotonic() < deadline:
-                await asyncio.sleep(0.005)
-        return self._lose(slot, reason, rewards, truncated, terminated)
-
-    def _lose(
-        self, slot: _Slot, reason: str, rewards: np.ndarray | None, truncated: np.ndarray | None,
-        terminated: np.ndarray | None = None, result: EpisodeResult | None = None,
-    ) -> dict[str, Any]:
-        """End the slot's episode here (its last rewards included: ``result``, or popped
-        now) and start bringing the remote back; the info of this step."""
-        i, session = slot.index, slot.session
-        if result is None and slot.phase is Phase.RUNNING:
-            result = session.pop()
-        info: dict[str, Any] = dict(result.info) if result is not None else {}
-        if result is not None:
-            if rewards is not None:
-                rewards[i] = result.reward
-            done = result.done and not info.get(ARTIFICIAL_DONE) and not info.get(DISCONNECTED)
-            if terminated is not None and done:
-                terminated[i] = True
-            elif truncated is not None:
-                truncated[i] = True
-            info["episode_id"] = result.episode_id
-        elif truncated is not None:
-            truncated[i] = True
-        info.update({"remote.connected": False, "remote.error": reason, "remote.name": session.name})
-        if self.mode != LOCKSTEP:
-            info["remote.stalled"] = reason.startswith("stalled")
-        log.warning("remote %s: %s", session.name, reason)
-        slot.phase = Phase.AWAY
-        slot.error = reason
-        slot.away_steps = 0
-        slot.target = None
-        if not self._closed:
-            slot.reconnect = asyncio.get_running_loop().create_task(
-                self._reconnect(slot), name=f"reconnect {session.name}"
-            )
-        return info
-
-    def _away(self, slot: _Slot, truncated: np.ndarray | None) -> dict[str, Any]:
-        """A step of a slot that is away: idle, or back (see the module docstring)."""
-        back = _came_back(slot.reconnect)
-        if back and slot.away_steps == 0 and not self._same_step:
-            slot.reconnect = None
-            self._baseline(slot)
-            self._copy_frame(slot)
-            info: dict[str, Any] = {
-                "episode_id": slot.session.rewarder.episode_id if slot.session.rewarder else None,
-                "remote.connected": True, "remote.reconnected": True,
-            }
-            if slot.returned is not None:
-                info["frame"] = slot.returned
-            log.info("remote %s is back", slot.session.name)
-            return info
-        if back:
-            slot.away_steps = 0
-            if truncated is not None:
-                truncated[slot.index] = True
-            return {"remote.connected": False, "remote.back": True}
-        slot.away_steps += 1
-        info = {"remote.connected": False, "remote.error": slot.error}
-        if self.mode != LOCKSTEP:
-            info["remote.stalled"] = False
-        return info
-
-    async def _reconnect(self, slot: _Slot) -> bool:
-        """Close the lost connection, then probe every :data:`RECONNECT_POLL` s; once the
-        remote greets, connect and reset it (its frame clock starts over). True once back;
-        False at once for a session another env replaced (its ``reset()`` takes it back)."""
-        session = slot.session
-        if session.replaced:
-            await session.close()
-            return False
-        # Closing a stalled remote's rewarder waits for a close handshake it never gets:
-        # let that run alongside the probes (close() drops the clients at once).
-        closing = asyncio.get_running_loop().create_task(session.close())
-        try:
-            while True:
-                if await answers(session.address):
-                    try:
-                        async with asyncio.timeout(RECONNECT_ATTEMPT_TIMEOUT):
-                            await session.connect(start_timeout=RECONNECT_ATTEMPT_TIMEOUT)
-                            self._check_size(session)
-                            await session.reset(
-                                env_id=self.env_id, seed=slot.next_seed(), fps=self.requested_fps,
-                                mode=session.mode_request(self.mode),
-                            )
-                        return True
-                    except (RemoteUnavailable, TimeoutError, ValueError) as exc:
-                        slot.error = f"reconnecting: {_reason(exc)}"
-                        log.info("remote %s: %s", session.name, slot.error)
-                        await session.close()
-                await asyncio.sleep(RECONNECT_POLL)
-        finally:
-            await asyncio.gather(closing, return_exceptions=True)
-
-    def _check_size(self, session: RemoteSession) -> None:
-        frames = self._frames
-        width, height = session.screen_size
-        if frames is not None and frames.shape[1:3] != (height, width):
-            raise ValueError(
-                f"the screen is now {width}x{height}, not {frames.shape[2]}x{frames.shape[1]}: "
-                "the remote serves another env; make a new env for it"
-            )
-
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("the env is closed")
 
 
-def _came_back(task: asyncio.Task[bool] | None) -> bool:
-    """Whether a slot's reconnect task brought its remote back."""
-    return (
-        task is not None and task.done() and not task.cancelled()
-        and task.exception() is None and task.result()
-    )
-
-
-def _reason(exc: BaseException, timeout: float | None = None) -> str:
-    if isinstance(exc, TimeoutError) and timeout is not None:
-        return f"stalled: no reply within stall_timeout={timeout:g} s; reconnecting"
-    return str(exc) or type(exc).__name__
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

@@ -17,7 +17,7 @@ Faults (:mod:`remotes.stepper` has the details): a remote that drops, or whose f
 stop for ``stall_timeout`` seconds, returns ``truncated=True`` with
 ``info["remote.error"]``, keeps its last frame with reward 0 and
 ``info["remote.connected"] = False`` while away, and is reconnected in the background
-within about :data:`~remotes.stepper.RECONNECT_POLL` seconds of greeting again, without
+within about :data:`~remotes.faults.RECONNECT_POLL` seconds of greeting again, without
 stopping the others; ``info["remote.stalled"]`` flags one whose frames stopped for
 ``stall_frames`` periods.
 """

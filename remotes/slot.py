@@ -1,0 +1,194 @@
+"""One remote's place in the stepping core, and the frame clock that paces a step.
+
+Holds :class:`Phase` (where a remote is between two steps), :class:`Slot` (its stepping
+state) and :class:`FrameGate` (waits until each remote shows the frame a step wants, by
+the frame tags our VNC server sends, and copies each in as it comes). Loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from vncdriver.messages import FrameTag
+
+from .session import RemoteSession
+
+
+class Phase(enum.Enum):
+    """Where a remote's slot is between two steps."""
+
+    #: Stepping an episode.
+    RUNNING = "running"
+    #: The remote ended the episode (real time: it starts the next by itself).
+    ENDED = "ended"
+    #: We ended it (step limit) or the remote waits for a reset (lockstep): reset next.
+    NEEDS_RESET = "needs reset"
+    #: Dropped, stalled or replaced: reconnecting in the background.
+    AWAY = "away"
+
+
+@dataclass(slots=True, eq=False)
+class Slot:
+    """One remote's stepping state (loop thread only)."""
+
+    index: int
+    session: RemoteSession
+    phase: Phase = Phase.RUNNING
+    #: Steps into the current episode (for ``max_episode_steps``).
+    steps: int = 0
+    #: What the remote's describe said at the last (re)connect or reset: its VNC updates
+    #: carry frame tags; it sends heartbeats (so a silent one is stalled).
+    tags: bool = False
+    heartbeats: bool = False
+    #: The episode that ended (ENDED): the next frame must belong to a later one.
+    ended_episode: int | None = None
+    #: The frame number last returned (and its episode, by its tag), and the newest
+    #: frame number VNC showed.
+    returned: int | None = None
+    episode: int | None = None
+    seen: int | None = None
+    #: Loop time the frames (or, without tags, the messages) last advanced.
+    progress_at: float = 0.0
+    #: Without tags: VNC updates + rewarder messages at the last check.
+    activity: int = -1
+    #: The frame a step waits for (None: not waiting).
+    target: int | None = None
+    #: Whether the step waits for ``target`` (not for a remote that is behind or stalled).
+    required: bool = True
+    #: Whether reaching ``target`` copies the frame into the batch there and then, and the
+    #: frame (and its episode) so captured: a step returns each remote's target frame
+    #: even when the remote draws the next one before the slowest remote is in.
+    capture: bool = False
+    captured: int | None = None
+    captured_episode: int | None = None
+    #: Missed its target frame at the last deadline and has not moved since.
+    behind: bool = False
+    #: Why the slot is away, and the task bringing it back (True once it is back; False
+    #: when it only closed the connection of a replaced session).
+    error: str | None = None
+    reconnect: asyncio.Task[bool] | None = None
+    #: Steps returned while away since the loss (or since the idle stretch ended).
+    away_steps: int = 0
+    #: Draws the seeds of the episodes this slot starts by itself, from the reset seed.
+    rng: np.random.Generator | None = None
+
+    def next_seed(self) -> int | None:
+        """The seed of the next episode the slot starts by itself (None: unseeded)."""
+        return None if self.rng is None else int(self.rng.integers(2**31))
+
+    def baseline(self) -> None:
+        """A (re)connection or reset: the frame clock starts over from what VNC shows."""
+        session = self.session
+        self.tags, self.heartbeats = session.frame_tags, session.heartbeats
+        tag = session.tag
+        self.seen = self.returned = tag.frame if tag is not None else None
+        self.episode = tag.episode_id if tag is not None else None
+        self.progress_at = time.monotonic()
+        self.activity = -1
+        self.behind = False
+        self.target = None
+        self.steps = 0
+        self.phase = Phase.RUNNING
+        self.ended_episode = None
+
+
+
+class FrameGate:
+    """Waits until every remote a step expects shows its frame (or a deadline passes),
+    woken by the sessions' ``on_frame`` hooks; copies target frames into :attr:`frames`
+    as they come in."""
+
+    def __init__(self, slots: Sequence[Slot]) -> None:
+        self.slots = slots
+        #: The batch the stepper returns copies of (``[n, H, W, 3]``).
+        self.frames: np.ndarray | None = None
+        self._gate: asyncio.Future[None] | None = None
+        self._waiting = 0
+        for slot in slots:
+            slot.session.on_frame = self._hook(slot)
+
+    def _hook(self, slot: Slot) -> Callable[[FrameTag], None]:
+        def on_frame(tag: FrameTag) -> None:
+            """A VNC update was applied for ``slot`` (loop thread): note progress, capture
+            a target frame, open the gate when the last remote a step waits for is in."""
+            if tag.frame != slot.seen:
+                slot.seen = tag.frame
+                slot.progress_at = time.monotonic()
+                slot.behind = False
+            target = slot.target
+            if target is not None and tag.frame >= target:
+                slot.target = None
+                if slot.capture:
+                    self.capture(slot, tag)
+                if slot.required:
+                    self._waiting -= 1
+                    gate = self._gate
+                    if self._waiting <= 0 and gate is not None and not gate.done():
+                        gate.set_result(None)
+
+        return on_frame
+
+    def capture(self, slot: Slot, tag: FrameTag) -> None:
+        """Copy ``slot``'s frame into the batch now (its target frame just came in)."""
+        frames, vnc = self.frames, slot.session.vnc
+        if frames is None or vnc is None or tag.episode_id != slot.episode:
+            return  # a frame of the next episode: the step decides (see Stepper._pair)
+        buffer = vnc.framebuffer
+        if buffer.shape == frames.shape[1:]:
+            np.copyto(frames[slot.index], buffer)
+            slot.captured, slot.captured_episode = tag.frame, tag.episode_id
+
+    def expect(
+        self, slot: Slot, frame: int, required: bool = True, capture: bool = False
+    ) -> None:
+        """Make the next :meth:`wait` wait until ``slot`` shows ``frame`` — or, unless
+        ``required`` (a remote that is behind or stalled), only while it waits for others;
+        with ``capture``, the frame is copied into the batch as it comes in."""
+        slot.capture = capture
+        if slot.seen is not None and slot.seen >= frame:
+            return
+        if slot.target is None:
+            slot.required = required
+            if required:
+                self._waiting += 1
+        elif required and not slot.required:
+            slot.required = True
+            self._waiting += 1
+        slot.target = frame
+
+    async def wait(self, deadline: float) -> None:
+        """Wait until every required expected frame is in (every expected one, when none
+        is required: a lone slow remote still paces the step), or until ``deadline``
+        (monotonic time); slots still short then are marked behind."""
+        if self._waiting <= 0:
+            for slot in self.slots:
+                if slot.target is not None:
+                    slot.required = True
+                    self._waiting += 1
+        try:
+            if self._waiting > 0:
+                loop = asyncio.get_running_loop()
+                gate = self._gate = loop.create_future()
+                timer = loop.call_later(max(0.0, deadline - time.monotonic()), _resolve, gate)
+                try:
+                    await gate
+                finally:
+                    timer.cancel()
+                    self._gate = None
+        finally:  # also when the step is cancelled (an interrupt): the next starts clean
+            self._waiting = 0
+            for slot in self.slots:
+                if slot.target is not None:
+                    slot.target = None
+                    slot.behind = True
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
