@@ -474,18 +474,12 @@ class Remote:
             result = self._advance(n, events)
             elapsed = time.perf_counter() - started
             events = []
-            total.reward += result.reward
-            total.info.update(result.info)
-            total.frames += result.frames
-            total.text = result.text if result.text is not None else total.text
-            if result.observation is not None:
-                total.observation = result.observation
+            total.add(result)
             remaining -= result.frames
             # Aim the next slice at the time budget from this one's speed per frame.
             per_frame = elapsed / max(result.frames, 1)
             self._slice_frames = max(1, int(MAX_SLICE_SECONDS / max(per_frame, 1e-7)))
             if result.done:
-                total.done = True
                 break
             if result.frames == 0:  # a runtime that cannot go on says done; never spin
                 break

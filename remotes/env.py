@@ -81,6 +81,22 @@ def _spaces_differ(new: RemoteState, old: RemoteState) -> bool:
     )
 
 
+#: Seconds close() waits for the connections to close.
+CLOSE_TIMEOUT: Final = 10.0
+
+
+def close_all(loop: LoopThread, core: Stepper | None, owned: Any) -> None:
+    """From the agent's thread: close the stepper's connections (if ``core``), then stop
+    what the env started (``owned``: local remotes or containers). Both envs' close()."""
+    if core is not None:
+        try:
+            loop.run(core.close(), CLOSE_TIMEOUT)
+        except (RuntimeError, TimeoutError, RemoteUnavailable):
+            pass
+    if owned is not None:
+        owned.close()
+
+
 class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
     """A gymnasium env over one remote at ``address`` (``vnc://host:5900+15900``).
 
@@ -247,12 +263,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
 
     def close(self) -> None:
         """Close the connections (idempotent), and stop what this env started."""
-        if not self._closed:
-            self._closed = True
-            try:
-                self._loop.run(self._core.close(), 10)
-            except (RuntimeError, TimeoutError, RemoteUnavailable):
-                pass
+        core = None if self._closed else self._core
+        self._closed = True
         owned, self.owned = self.owned, None
-        if owned is not None:
-            owned.close()
+        close_all(self._loop, core, owned)

@@ -35,12 +35,11 @@ from gymnasium.vector.utils import batch_space
 from rewarder.protocol import REALTIME
 
 from .address import RemoteAddress
-from .env import _GRACE, _spaces_differ, action_space
+from .env import _GRACE, _spaces_differ, action_space, close_all
 from .loop import LoopThread, shared_loop
 from .session import (
     RemoteSession,
     RemoteState,
-    RemoteUnavailable,
     VNCOptions,
     check_stepping,
     resolve_addresses,
@@ -258,12 +257,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
     def close_extras(self, **kwargs: Any) -> None:
         """Close every connection and stop reconnecting (idempotent); stop what this env
         started."""
-        if not self._closed:
-            self._closed = True
-            try:
-                self._loop.run(self._core.close(), 10)
-            except (RuntimeError, TimeoutError, RemoteUnavailable):
-                pass
+        core = None if self._closed else self._core
+        self._closed = True
         owned, self.owned = self.owned, None
-        if owned is not None:
-            owned.close()
+        close_all(self._loop, core, owned)

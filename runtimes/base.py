@@ -55,6 +55,18 @@ class StepResult:
     #: 0 when the episode had already ended (it stays done until reset).
     frames: int = 1
 
+    def add(self, later: StepResult) -> None:
+        """Fold the frames that came after into this total: rewards and frames summed,
+        info merged (later wins), the last text and observation kept, done once done."""
+        self.reward += later.reward
+        self.info.update(later.info)
+        self.frames += later.frames
+        if later.text is not None:
+            self.text = later.text
+        if later.observation is not None:
+            self.observation = later.observation
+        self.done = self.done or later.done
+
 
 def check_frames(frames: int) -> None:
     """Refuse an advance of no frames: it would draw nothing and hide a caller's bug."""
@@ -125,15 +137,8 @@ class Runtime(abc.ABC):
         total = StepResult(frames=0)
         for i in range(frames):
             result = self.step(events if i == 0 else ())
-            total.reward += result.reward
-            total.info.update(result.info)
-            total.frames += result.frames  # 0 from a runtime whose episode had already ended
-            if result.text is not None:
-                total.text = result.text
-            if result.observation is not None:
-                total.observation = result.observation
+            total.add(result)  # frames 0 from a runtime whose episode had already ended
             if result.done:
-                total.done = True
                 break
         return total
 
