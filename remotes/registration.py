@@ -169,12 +169,12 @@ def make_env(
         raise
     env.owned = local
     try:
-        if env.session.describe_body().get("env_id") != env_id:
+        if env.describe.get("env_id") != env_id:
             env.reset()  # a remote serving another env switches at reset: the spaces must fit
     except BaseException:
         env.close()
         raise
-    wrap = action_wrapper(env_id, env.session.describe_body()) if discrete else None
+    wrap = action_wrapper(env_id, dict(env.remote.describe)) if discrete else None
     return wrap(env) if wrap is not None else env
 
 
@@ -203,7 +203,7 @@ def make_vector_env(
             local.close()
         raise
     envs.owned = local
-    serving = {s.name: s.describe_body().get("env_id") for s in envs.sessions}
+    serving = {remote.name: remote.describe.get("env_id") for remote in envs.remotes}
     others = {name: served for name, served in serving.items() if served != env_id}
     if others:
         # RemoteVectorEnv sizes its frames once, so it cannot switch its remotes' env.
