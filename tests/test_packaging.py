@@ -22,8 +22,8 @@ OFFLINE: Final = ("Could not find a version that satisfies", "Network is unreach
                   "Temporary failure in name resolution", "No matching distribution")
 
 
-def test_the_wheel_builds_without_warnings(tmp_path: Path) -> None:
-    """As ``make`` installs it: pip, an isolated build with the newest setuptools."""
+def _source(tmp_path: Path) -> Path:
+    """A copy of what a build reads, so the build cannot touch the tree."""
     source = tmp_path / "source"
     for name in BUILD_INPUTS:
         path = ROOT / name
@@ -32,9 +32,13 @@ def test_the_wheel_builds_without_warnings(tmp_path: Path) -> None:
         else:
             source.mkdir(exist_ok=True)
             shutil.copy(path, source / name)
+    return source
+
+
+def _pip(python: str | Path, *args: str) -> str:
+    """Run pip; its output, once it succeeded and said nothing of the build backend's."""
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(tmp_path / "wheels"),
-         str(source)],
+        [str(python), "-m", "pip", *args],
         capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False,
     )
     output = result.stdout + result.stderr
@@ -42,8 +46,35 @@ def test_the_wheel_builds_without_warnings(tmp_path: Path) -> None:
         pytest.skip(f"pip cannot fetch the build requirements here: {output[-300:]}")
     assert result.returncode == 0, output
     # The build backend's warnings (pip's own, about this machine's index settings, are not ours).
-    warnings = [line for line in output.splitlines() if "BuildBackendWarning" in line or "deprecat" in line]
+    warnings = [
+        line for line in output.splitlines()
+        if "BuildBackendWarning" in line or "deprecat" in line or "Editable install" in line
+    ]
     assert not warnings, "\n".join(warnings)
+    return output
+
+
+def test_the_editable_install_is_quiet(tmp_path: Path) -> None:
+    """``make`` installs with ``pip install -e``: setuptools says nothing about it, and
+    the packages are found in the tree (found, not imported: no dependencies here)."""
+    source = _source(tmp_path)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=BUILD_TIMEOUT)
+    # As make does: a newer pip shows what the build backend warns, the bundled one hides it.
+    _pip(venv / "bin" / "python", "install", "--quiet", "--upgrade", "pip")
+    _pip(venv / "bin" / "python", "install", "--no-deps", "-e", str(source))
+    found = subprocess.run(
+        [str(venv / "bin" / "python"), "-c",
+         "import importlib.util as u; print(u.find_spec('remotes').origin)"],
+        capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=True, cwd=tmp_path,
+    )
+    assert found.stdout.strip() == str(source / "remotes" / "__init__.py")
+
+
+def test_the_wheel_builds_without_warnings(tmp_path: Path) -> None:
+    """As ``make`` installs it: pip, an isolated build with the newest setuptools."""
+    source = _source(tmp_path)
+    _pip(sys.executable, "wheel", "--no-deps", "--wheel-dir", str(tmp_path / "wheels"), str(source))
 
     (wheel,) = (tmp_path / "wheels").glob("universe_remote-*.whl")
     with zipfile.ZipFile(wheel) as archive:
