@@ -252,6 +252,10 @@ def came_back(task: asyncio.Task[bool] | None) -> bool:
 
 
 def error_text(exc: BaseException, timeout: float | None = None) -> str:
+    """A lost step's ``info["remote.error"]``: what happened, once (``remote.name`` and
+    the log line name the remote; the connect-time hint would mislead mid-episode)."""
     if isinstance(exc, TimeoutError) and timeout is not None:
         return f"stalled: no reply within stall_timeout={timeout:g} s; reconnecting"
+    if isinstance(exc, RemoteUnavailable):
+        return exc.problem
     return str(exc) or type(exc).__name__

@@ -450,7 +450,8 @@ class RemoteSession:
         server's reply once VNC shows the resulting frame (read it with :meth:`frame`).
         Raises :class:`RemoteUnavailable` (TimeoutError past ``timeout``)."""
         if not self.connected:
-            raise RemoteUnavailable(self.name, "lockstep step failed", ConnectionError(self.error))
+            raise RemoteUnavailable(self.name, "connection lost before a lockstep step",
+                                    ConnectionError(self.error))
         if self.rewarder is None or not self.frame_tags:
             raise RemoteUnavailable(
                 self.name, "lockstep needs a universe-remote remote with both channels"
@@ -459,8 +460,10 @@ class RemoteSession:
             async with asyncio.timeout(timeout):
                 reply = await self.rewarder.step(events, frames)
                 await self.vnc.wait_frame(reply.frame)  # type: ignore[union-attr]
+        except TimeoutError:
+            raise  # an OSError too, but a stall (the stepper says so), not a lost connection
         except (ConnectionClosed, VNCError, OSError) as exc:  # a RemoteError says what to fix
-            raise RemoteUnavailable(self.name, "lockstep step failed", exc) from exc
+            raise RemoteUnavailable(self.name, "connection lost in a lockstep step", exc) from exc
         return reply
 
     async def show_frame_of(self, frame: int | None, timeout: float) -> None:

@@ -14,11 +14,13 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Final
 
+import orjson
 import websockets
 from websockets.asyncio.client import ClientConnection as WebSocket, connect as ws_connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from .errors import ConnectionClosed, ConnectTimeout
+from .protocol import CLOSE_BUSY, CONNECTION_CLOSE
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,9 @@ BACKOFF_CAP: Final = 2.0
 #: One attempt (TCP connect, WebSocket handshake, the server's first message) gives up
 #: after this, so one hung attempt cannot eat the whole start timeout.
 ATTEMPT_TIMEOUT: Final = 5.0
+#: Seconds between attempts on a busy remote: it answers at once, and the slot of an agent
+#: that died or hung frees at a moment we cannot see coming.
+BUSY_RETRY: Final = 0.25
 #: How long close() waits for the server to acknowledge the WebSocket close.
 CLOSE_TIMEOUT: Final = 2.0
 #: Largest server message we accept; JSON observations can be big, rewards are tiny.
@@ -84,7 +89,7 @@ async def dial(
     first message.
 
     Raises :class:`ConnectTimeout`, or :class:`ConnectionClosed` if the server refused us
-    (that is final: no more attempts).
+    (that is final: no more attempts) or stayed busy (another agent's) until the deadline.
     """
     loop = asyncio.get_running_loop()
     delay = BACKOFF_START
@@ -94,6 +99,10 @@ async def dial(
         remaining = deadline - loop.time()
         if remaining <= 0 or stopped():
             port = url.rstrip("/").rpartition(":")[2]
+            if isinstance(last_error, _Busy):
+                raise ConnectionClosed(
+                    f"{name}: {last_error} (retried for start_timeout={start_timeout:g} s)"
+                )
             raise ConnectTimeout(
                 f"{name}: no rewarder answered at {url} within {start_timeout:g} s "
                 f"({attempts} attempts; last error: {last_error!r}). Check that the remote is "
@@ -103,12 +112,36 @@ async def dial(
         attempts += 1
         try:
             return await _attempt(url, headers, min(remaining, ATTEMPT_TIMEOUT), name)
+        except _Busy as exc:
+            if not isinstance(last_error, _Busy):
+                log.info("%s: %s; retrying until the start timeout", name, exc)
+            last_error = exc
         except (OSError, TimeoutError, InvalidHandshake, websockets.ConnectionClosed) as exc:
             last_error = exc
             log.debug("%s: attempt %d to reach %s failed: %r", name, attempts, url, exc)
         remaining = deadline - loop.time()
-        await asyncio.sleep(max(0.0, min(delay, remaining)))
+        wait = BUSY_RETRY if isinstance(last_error, _Busy) else delay
+        await asyncio.sleep(max(0.0, min(wait, remaining)))
         delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP)
+
+
+def _refusal(message: str | bytes) -> str | None:
+    """The reason a server's first message gives if it is ``v0.connection.close``."""
+    try:
+        decoded = orjson.loads(message)
+        if decoded.get("method") != CONNECTION_CLOSE:
+            return None
+        return str((decoded.get("body") or {}).get("message") or "")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None  # the channel reports a bad first message
+
+
+class _Busy(Exception):
+    """The remote's active slot is taken: worth retrying, since an agent that died or hung
+    frees it within seconds (the server drops one that stops answering its pings)."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"{url} is busy: {reason or 'another agent holds its active slot'}")
 
 
 async def _attempt(
@@ -141,8 +174,16 @@ async def _attempt(
                 raise ConnectionClosed(f"{name}: bad rewarder URL: {exc}") from None
             try:
                 first = await ws.recv()
+                refusal = _refusal(first)
+                if refusal is not None:
+                    # Our server says why before its close code: busy is worth a retry.
+                    await ws.wait_closed()
+                    if ws.close_code == CLOSE_BUSY:
+                        raise _Busy(url, refusal)
             except websockets.ConnectionClosed as exc:
                 rcvd = exc.rcvd
+                if rcvd is not None and rcvd.code == CLOSE_BUSY:
+                    raise _Busy(url, rcvd.reason) from None
                 if rcvd is not None and rcvd.code in _REFUSAL_CODES:
                     raise ConnectionClosed(
                         f"{name}: {url} refused the connection: "

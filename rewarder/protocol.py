@@ -75,6 +75,19 @@ ACTION: Final = "v0.agent.action"
 #: Our extension: advance a lockstep remote by exactly ``frames`` frames.
 STEP: Final = "v0.env.step"
 
+# WebSocket close codes, so a client can tell a refusal it may retry from a final one.
+#: Wrong or missing password: retrying will not help.
+CLOSE_UNAUTHORIZED: Final = 4003
+#: The active slot is taken: retry later (an agent that just died or hung frees it within
+#: seconds), or connect as an observer.
+CLOSE_BUSY: Final = 4009
+#: This client fell too far behind reading and was dropped.
+CLOSE_TOO_SLOW: Final = 1008
+#: A newer connection with the same client id took the active slot: final, no redial.
+CLOSE_REPLACED: Final = 4010
+#: Too many wrong passwords from this address: it is refused for a while.
+CLOSE_THROTTLED: Final = 4029
+
 RESETTING: Final = "resetting"
 RUNNING: Final = "running"
 

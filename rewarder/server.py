@@ -26,6 +26,13 @@ from websockets.http11 import Request, Response
 from . import protocol
 from .auth import basic_auth_password
 from .errors import BadRequest
+from .protocol import (
+    CLOSE_BUSY,
+    CLOSE_REPLACED,
+    CLOSE_THROTTLED,
+    CLOSE_TOO_SLOW,
+    CLOSE_UNAUTHORIZED,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +48,6 @@ CLOSE_TIMEOUT: Final = 2.0
 #: Universe served a browser viewer at http://host:15900/viewer/; we redirect it.
 VIEWER_PATH: Final = "/viewer"
 
-# WebSocket close codes, so a client can tell a refusal it may retry from a final one.
-#: Wrong or missing password: retrying will not help.
-CLOSE_UNAUTHORIZED: Final = 4003
-#: The active slot is taken: retry later, or connect as an observer.
-CLOSE_BUSY: Final = 4009
-#: This client fell too far behind reading and was dropped.
-CLOSE_TOO_SLOW: Final = 1008
-#: A newer connection with the same client id took the active slot: final, no redial.
-CLOSE_REPLACED: Final = 4010
-#: Too many wrong passwords from this address: it is refused for a while.
-CLOSE_THROTTLED: Final = 4029
 #: Seconds between WebSocket pings to every client, and the wait for each pong: an
 #: active client that stops answering (hung, SIGSTOPped, its machine gone) frees the
 #: slot within their sum plus CLOSE_TIMEOUT (websockets then waits for the closing

@@ -210,8 +210,10 @@ async def test_second_active_client_is_refused_with_the_observer_hint(
 ) -> None:
     server, env = await make_server()
     agent = await open_client(clients, server)
-    with pytest.raises(ConnectionClosed, match="openai-observer: true"):
-        await connect(f"127.0.0.1:{server.port}", start_timeout=TIMEOUT)
+    started = time.monotonic()
+    with pytest.raises(ConnectionClosed, match="busy: .*openai-observer: true.*start_timeout=0.5"):
+        await connect(f"127.0.0.1:{server.port}", start_timeout=0.5)
+    assert time.monotonic() - started >= 0.5  # busy is retried until the start timeout
     watcher = await open_client(clients, server, observer=True)
     env.reward(2.0)
     await agent.ping()
@@ -221,6 +223,26 @@ async def test_second_active_client_is_refused_with_the_observer_hint(
     assert agent.pop().masked  # the agent has not reset yet
     with pytest.raises(RemoteError, match="observers may only ping"):
         await watcher.reset()
+
+
+async def test_a_busy_remote_is_retried_until_its_agent_leaves(
+    make_server: ServerFactory, clients: list[RewarderClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An agent that died or hung frees the slot within seconds: the next one waits for it."""
+    caplog.set_level("INFO", logger=dial_module.__name__)
+    server, _ = await make_server()
+    agent = await open_client(clients, server)
+    waiting = asyncio.create_task(connect(f"127.0.0.1:{server.port}", start_timeout=TIMEOUT))
+    async with asyncio.timeout(TIMEOUT):  # refused once, and said it retries
+        while not any("is busy" in r.getMessage() for r in caplog.records):
+            await asyncio.sleep(0.01)
+    assert not waiting.done()
+    await agent.close()
+    async with asyncio.timeout(TIMEOUT):
+        newcomer = await waiting
+    clients.append(newcomer)
+    await newcomer.ping()
+    assert server.active is not None
 
 
 async def test_http_401_is_a_final_refusal() -> None:
