@@ -12,7 +12,7 @@ export OPENBLAS_NUM_THREADS := 1
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,atari,browser]'
+	$(PY) -m pip install --quiet -e '.[test,atari,browser,dmenv]'
 	touch $@
 
 run: $(STAMP)

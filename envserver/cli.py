@@ -53,7 +53,9 @@ async def _serve(args: argparse.Namespace) -> int:
         allow_origins=args.allow_origin,
         max_viewers=args.max_viewers,
     )
-    await remote.start(args.host, args.rewarder_port, args.vnc_port, args.http_port)
+    await remote.start(
+        args.host, args.rewarder_port, args.vnc_port, args.http_port, args.dm_env_rpc_port
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -72,6 +74,11 @@ async def _serve(args: argparse.Namespace) -> int:
         + (
             f"  viewer    http://{host}:{remote.viewer.port}/viewer/   (view only, in a browser)\n"
             if remote.viewer is not None
+            else ""
+        )
+        + (
+            f"  dm_env_rpc  {host}:{remote.dm_env_rpc.port}   (gRPC; docs/dm_env_rpc.md)\n"
+            if remote.dm_env_rpc is not None
             else ""
         )
         + f"  agent address  vnc://{host}:{vnc_port}+{rewarder_port}{secret}\n"
@@ -116,7 +123,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(
             f"universe-remote: cannot listen on {args.host}: {exc.strerror or exc}. "
             "Is another remote using the port? Pick others with --rewarder-port/--vnc-port"
-            "/--http-port.",
+            "/--http-port/--dm-env-rpc-port.",
             file=sys.stderr,
         )
         return 1
@@ -209,6 +216,16 @@ def add_commands(sub: Any) -> None:
         metavar="PORT",
         help="also serve the screen to browsers at http://HOST:PORT/viewer/ (noVNC, view "
         "only, behind --password); PORT defaults to 8900, 0 picks a free one; off unless given",
+    )
+    serve.add_argument(
+        "--dm-env-rpc-port",
+        type=int,
+        nargs="?",
+        const=16000,  # envserver.dmrpc.server.DEFAULT_PORT (not imported: it needs grpc)
+        default=None,
+        metavar="PORT",
+        help="also serve dm_env_rpc (DeepMind's protocol, gRPC) on PORT (default 16000; "
+        "needs pip install 'universe-remote[dmenv]'); off unless given",
     )
     serve.set_defaults(func=_cmd_serve)
 

@@ -44,11 +44,16 @@ from vncdriver.server import MAX_VIEWERS, VNCServer
 from .inputs import REWARDER_SOURCE, Inputs
 from .state import Event, IllegalTransition, RemoteState, State
 from .throttle import AuthThrottle
+from .version import PROTOCOLS, server_version
 
 if TYPE_CHECKING:
+    from .dmrpc.server import DmEnvRpcServer
     from .viewer import Viewer
 
 log = logging.getLogger(__name__)
+
+#: Read once: describes go out every few seconds to every client.
+SERVER_VERSION: Final = server_version()
 
 #: Seconds before retrying a recovery reset that failed, doubling up to the max.
 RECOVER_DELAY: Final = 0.5
@@ -124,7 +129,8 @@ class Remote:
         self.inputs = Inputs()
         self.auth_throttle = auth_throttle or AuthThrottle()
         self.rewarder = RewarderServer(
-            self, password=password, allow_origins=allow_origins, auth_guard=self.auth_throttle
+            self, password=password, allow_origins=allow_origins, auth_guard=self.auth_throttle,
+            held_by=lambda: self.held_by(),
         )
         self.password, self.view_only_password = password, view_only_password
         #: Our VNC server, or None when the runtime serves VNC itself (Xvnc).
@@ -143,6 +149,8 @@ class Remote:
         self.vnc_port: int | None = None
         #: The browser viewer (``start(http_port=...)``), or None.
         self.viewer: Viewer | None = None
+        #: The dm_env_rpc port (``start(dm_env_rpc_port=...)``), or None.
+        self.dm_env_rpc: DmEnvRpcServer | None = None
         #: Resolves with the reason when the runtime failed past recovery (set in start).
         self.failed: asyncio.Future[str]
         self._clock = clock
@@ -154,6 +162,12 @@ class Remote:
         self._wake = asyncio.Event()  # wakes the game loop: mode or fps changed
         self._sleeper: asyncio.Future[bool] | None = None  # the game loop's sleep, if asleep
         self._slice_frames = 1  # frames per lockstep slice, adapted to MAX_SLICE_SECONDS
+        #: Called with (episode id, result) after every advance, in either mode: how other
+        #: front ends (the dm_env_rpc port) see rewards, text and ends as they happen.
+        self.result_sinks: list[Callable[[int, StepResult], None]] = []
+        #: Says which agent of another front end holds the remote (None: none does); the
+        #: rewarder refuses agents meanwhile.
+        self.held_by: Callable[[], str | None] = lambda: None
 
     @property
     def state(self) -> State:
@@ -162,6 +176,21 @@ class Remote:
     @property
     def mode(self) -> str:
         return self.machine.mode
+
+    def screen(self) -> np.ndarray:
+        """The runtime's screen as drawn last (read it before the next frame is drawn)."""
+        return self.runtime.framebuffer
+
+    def agent(self) -> str | None:
+        """Who drives the remote over the rewarder now, or None."""
+        return "an agent on the rewarder port" if self.rewarder.active is not None else None
+
+    def set_fps(self, fps: float) -> None:
+        """Change the real-time rate now (the game loop does not finish a sleep at the old one)."""
+        if not protocol.MIN_FPS <= fps <= protocol.MAX_FPS:
+            raise ValueError(f"fps must be in [{protocol.MIN_FPS:g}, {protocol.MAX_FPS:g}], not {fps!r}")
+        self.fps = float(fps)
+        self._wake_loop()
 
     @property
     def held_keys(self) -> set[str]:
@@ -176,12 +205,19 @@ class Remote:
         rewarder_port: int = 15900,
         vnc_port: int = 5900,
         http_port: int | None = None,
+        dm_env_rpc_port: int | None = None,
     ) -> None:
         """Bind the ports (0 picks a free one) and start the game loop.
 
         With ``http_port`` the remote also serves its screen to browsers (view-only noVNC
-        at ``/viewer/``, :mod:`envserver.viewer`).
+        at ``/viewer/``, :mod:`envserver.viewer`); with ``dm_env_rpc_port``, to
+        dm_env_rpc agents over gRPC (:mod:`envserver.dmrpc`, the ``dmenv`` extra).
         """
+        if dm_env_rpc_port is not None and self.runtime.external_vnc:
+            raise ValueError(
+                f"{self.runtime.env_id} draws its screen in an X server, which the dm_env_rpc "
+                "port cannot read yet: drive it over VNC and the rewarder"
+            )
         loop = asyncio.get_running_loop()
         self.failed = loop.create_future()
         await self.runtime.astart(host, vnc_port, self.password, self.view_only_password)
@@ -207,7 +243,23 @@ class Remote:
                 )
                 await self.viewer.start(host, http_port)
                 self.rewarder.viewer_port = self.viewer.port
-        except OSError:
+            if dm_env_rpc_port is not None:
+                try:
+                    from .dmrpc.server import DmEnvRpcServer
+                except ModuleNotFoundError as exc:
+                    raise ValueError(
+                        f"the dm_env_rpc port needs {exc.name}: pip install "
+                        "'universe-remote[dmenv]'"
+                    ) from None
+
+                self.dm_env_rpc = DmEnvRpcServer(
+                    self, password=self.password, auth_guard=self.auth_throttle
+                )
+                self.held_by = self.dm_env_rpc.endpoint.held_by
+                await self.dm_env_rpc.start(host, dm_env_rpc_port)
+        except (OSError, ValueError):
+            if self.viewer is not None:
+                await self.viewer.close("the remote failed to start")
             if self.vnc is not None:
                 await self.vnc.close()
             await self.rewarder.close("the remote failed to start")
@@ -226,6 +278,7 @@ class Remote:
             self.rewarder.close(reason),
             *([self.vnc.close()] if self.vnc is not None else []),
             *([self.viewer.close(reason)] if self.viewer is not None else []),
+            *([self.dm_env_rpc.close()] if self.dm_env_rpc is not None else []),
         )
         await self.runtime.aclose()
 
@@ -243,6 +296,8 @@ class Remote:
             "late_ticks": self.late_ticks,
             # Our VNC server tags updates with frame numbers (vncdriver FRAME_TAG); Xvnc doesn't.
             "frame_tags": self.vnc is not None,
+            "server_version": SERVER_VERSION,
+            "protocols": PROTOCOLS,
             **self.runtime.describe(),
         }
 
@@ -259,8 +314,7 @@ class Remote:
                 self.machine.switch_mode(request.mode)
                 self._wake_loop()
             if request.fps is not None:
-                self.fps = float(request.fps)
-                self._wake_loop()
+                self.set_fps(request.fps)
             self.episode_id = max(self.episode_id, request.episode_id or 0)
             await self._begin_episode(request.seed)
         except Exception as exc:
@@ -454,6 +508,8 @@ class Remote:
         self.frame += result.frames
         self.episode_frame += result.frames
         self.runtime_failures = 0
+        for sink in self.result_sinks:
+            sink(self.episode_id, result)
         self._frame_drawn()
         if result.text is not None:
             self.rewarder.broadcast_text(self.episode_id, result.text)

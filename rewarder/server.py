@@ -167,12 +167,15 @@ class RewarderServer:
         max_queued_messages: int = MAX_QUEUED_MESSAGES,
         allow_origins: Sequence[str] = (),
         auth_guard: AuthGuard | None = None,
+        held_by: Callable[[], str | None] = lambda: None,
     ) -> None:
         """``allow_origins``: web pages (``Origin`` values, ``https://host``) whose
         WebSocket handshakes are accepted; any other handshake with an ``Origin`` header
         is refused, because browsers send one and agents don't. ``auth_guard`` throttles
-        wrong passwords per address."""
+        wrong passwords per address. ``held_by`` names an agent of another front end
+        holding the remote (the dm_env_rpc port's): agents are refused as busy meanwhile."""
         self.handler = handler
+        self.held_by = held_by
         self.password = password
         self.allow_origins = frozenset(o.rstrip("/").lower() for o in allow_origins)
         self.auth_guard = auth_guard
@@ -365,6 +368,12 @@ class RewarderServer:
                 return CLOSE_UNAUTHORIZED, "wrong password for this remote"
             if guard is not None:
                 guard.succeeded(peer)
+        holder = None if observer else self.held_by()
+        if holder is not None:
+            return CLOSE_BUSY, (
+                f"{holder} holds this remote; connect with header 'openai-observer: true' to "
+                "watch, or use another remote"
+            )
         active = self.active
         if not observer and active is not None and not (client_id and active.client_id == client_id):
             return CLOSE_BUSY, (

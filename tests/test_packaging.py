@@ -81,5 +81,6 @@ def test_the_wheel_builds_without_warnings(tmp_path: Path) -> None:
         names = set(archive.namelist())
         metadata = next(archive.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
     assert "License-Expression: MIT" in metadata
-    for page in ("envserver/static/viewer.html", "remotes/static/dashboard.html", "remotes/py.typed"):
+    for page in ("envserver/static/viewer.html", "remotes/static/dashboard.html", "remotes/py.typed",
+                 "envserver/dmrpc/server.py"):
         assert page in names

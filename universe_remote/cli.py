@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from envserver import cli as server_cli
+from envserver.version import version_line
 from rewarder.auth import default_password
 
 #: Commands of the agent side: only they import :mod:`remotes` (and so gymnasium).
@@ -26,6 +27,10 @@ def build_parser(agent: bool = True) -> argparse.ArgumentParser:
         description="Universe-style remote environments: VNC pixels and a JSON rewarder.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    parser.add_argument(
+        "--version", action="version", version=version_line(),
+        help="print the version and the protocol versions, then exit",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     server_cli.add_commands(sub)
     if agent:

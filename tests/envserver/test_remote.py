@@ -161,3 +161,20 @@ async def test_a_failing_runtime_is_restarted_and_the_remote_goes_on(start_remot
     frame = await remote.wait_frame()
     await remote.wait_frame(frame + 3)  # the game loop ticks again
     await agent.close()
+
+
+async def test_describe_and_the_command_say_which_versions_they_speak(start_remote: StartRemote) -> None:
+    import subprocess
+    import sys
+
+    from envserver.version import PROTOCOLS, server_version
+
+    remote = await start_remote()
+    describe = remote.describe()
+    assert describe["server_version"] == server_version() != "0+unknown"
+    assert describe["protocols"] == PROTOCOLS
+    printed = subprocess.run(
+        [sys.executable, "-m", "universe_remote", "--version"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout
+    assert printed.startswith(f"universe-remote {server_version()} ") and "dm_env_rpc v1" in printed

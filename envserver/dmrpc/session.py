@@ -1,0 +1,349 @@
+"""One dm_env_rpc connection: its requests, answered in order, against the remote's world.
+
+A connection is unjoined, or joined at a sequence's first step, or running; the table
+:data:`ALLOWED` says which requests each phase takes (others are refused with what to
+do, and the stream stays open). A step in real time sends the action's input events and
+returns the screen at the next frame boundary (``frameskip`` frames after the last step
+at least); in lockstep it advances exactly ``frameskip`` frames through the same
+state machine and ``Runtime.advance`` the rewarder drives. A step whose sequence ended
+says TERMINATED; one whose sequence was ended by someone else (ResetWorld, a ``mode``
+write) says INTERRUPTED; either way the next step starts the next sequence, its actions
+ignored, as dm_env_rpc specifies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb
+from dm_env_rpc.v1.extensions import properties_pb2 as props
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, status_pb2
+
+from rewarder import protocol
+from rewarder.errors import BadRequest
+from runtimes.base import StepResult
+
+from .properties import PropertyError
+from .specs import (
+    EPISODE_ID,
+    FRAME,
+    REWARD,
+    RGB,
+    TEXT,
+    Held,
+    SpecError,
+    Specs,
+    check_requested,
+    pack_observations,
+)
+from .world import RemoteLike, World, WorldError, unpack_settings
+
+#: Seconds a real-time step waits for its frame before it reports the remote stalled.
+STEP_TIMEOUT: Final = 10.0
+#: Episodes whose rewards a connection keeps while it has not stepped them (bounded).
+MAX_PENDING_EPISODES: Final = 4
+
+_worlds = itertools.count(1)
+
+
+class Phase(enum.Enum):
+    UNJOINED = "unjoined"
+    FIRST = "at a sequence's first step"
+    RUNNING = "running"
+
+
+#: The requests each phase takes. Every other pair is refused (FAILED_PRECONDITION).
+ALLOWED: Final[Mapping[Phase, frozenset[str]]] = {
+    Phase.UNJOINED: frozenset(
+        {"create_world", "join_world", "leave_world", "reset_world", "destroy_world", "extension"}
+    ),
+    Phase.FIRST: frozenset(
+        {"create_world", "step", "reset", "leave_world", "reset_world", "destroy_world", "extension"}
+    ),
+    Phase.RUNNING: frozenset(
+        {"create_world", "step", "reset", "leave_world", "reset_world", "destroy_world", "extension"}
+    ),
+}
+_HINTS: Final = {
+    Phase.UNJOINED: "join a world first (CreateWorld, then JoinWorld)",
+    Phase.FIRST: "this connection has joined a world already: LeaveWorld first",
+    Phase.RUNNING: "this connection has joined a world already: LeaveWorld first",
+}
+
+
+class Endpoint:
+    """What every connection of one remote shares: the remote and its world, if any."""
+
+    def __init__(self, remote: RemoteLike) -> None:
+        self.remote = remote
+        self.world: World | None = None
+
+    def named(self, name: str) -> World:
+        world = self.world
+        if world is None or world.name != name:
+            have = f"its world is {world.name!r}" if world is not None else "it has no world (CreateWorld)"
+            raise WorldError(code_pb2.NOT_FOUND, f"this remote has no world {name!r}: {have}")
+        return world
+
+    def held_by(self) -> str | None:
+        """Which dm_env_rpc agent holds the remote (the rewarder refuses agents meanwhile)."""
+        world = self.world
+        if world is None or world.joined is None:
+            return None
+        return f"a dm_env_rpc agent (joined to world {world.name!r})"
+
+    def free(self) -> None:
+        """Refuse to change the remote under an agent of the rewarder."""
+        agent = self.remote.agent()
+        if agent is not None:
+            raise WorldError(
+                code_pb2.FAILED_PRECONDITION,
+                f"{agent} drives this remote; one agent at a time: wait until it leaves",
+            )
+
+
+@dataclass
+class _Seen:
+    """What the remote's frames brought one episode, as the result sink saw it."""
+
+    reward: float = 0.0
+    done: bool = False
+    final_screen: np.ndarray | None = None
+
+
+@dataclass
+class Session:
+    """One connection's state; :meth:`handle` answers each request."""
+
+    endpoint: Endpoint
+    phase: Phase = Phase.UNJOINED
+    specs: Specs | None = None
+    held: Held = field(default_factory=Held)
+    episode: int = 0
+    needs_reset: bool = True
+    last_frame: int = 0
+    text: str = ""
+    seen: dict[int, _Seen] = field(default_factory=dict)
+
+    @property
+    def remote(self) -> RemoteLike:
+        return self.endpoint.remote
+
+    async def handle(self, request: pb.EnvironmentRequest) -> pb.EnvironmentResponse:
+        """The response to ``request``: its payload's, or an error (the stream goes on)."""
+        which = request.WhichOneof("payload")
+        try:
+            if which is None:
+                raise WorldError(code_pb2.INVALID_ARGUMENT, "an EnvironmentRequest with no payload")
+            if which not in ALLOWED[self.phase]:
+                if which == "join_world":
+                    raise WorldError(code_pb2.FAILED_PRECONDITION, _HINTS[self.phase])
+                raise WorldError(
+                    code_pb2.FAILED_PRECONDITION,
+                    f"{which} needs a joined world; {_HINTS[self.phase]}",
+                )
+            result = await getattr(self, f"_{which}")(getattr(request, which))
+            return pb.EnvironmentResponse(**{which: result})
+        except (WorldError, PropertyError) as exc:
+            return _error(exc.code, str(exc))
+        except (SpecError, ValueError) as exc:
+            return _error(code_pb2.INVALID_ARGUMENT, str(exc))
+        except BadRequest as exc:  # the remote refused (its state machine, its runtime)
+            return _error(code_pb2.FAILED_PRECONDITION, exc.message)
+        except TimeoutError:
+            return _error(
+                code_pb2.UNAVAILABLE,
+                f"no frame within {STEP_TIMEOUT:g} s (STEP_TIMEOUT): the remote is stalled",
+            )
+
+    def close(self) -> None:
+        """The stream ended: leave the world (held keys are released)."""
+        if self.phase is not Phase.UNJOINED:
+            self._leave()
+
+    # Worlds ------------------------------------------------------------------------------
+
+    async def _create_world(self, request: pb.CreateWorldRequest) -> pb.CreateWorldResponse:
+        endpoint = self.endpoint
+        if endpoint.world is not None:
+            raise WorldError(
+                code_pb2.FAILED_PRECONDITION,
+                f"this remote has a world already, {endpoint.world.name!r} (one per remote): "
+                "join it, or destroy it first",
+            )
+        settings = unpack_settings(request.settings)
+        endpoint.free()
+        env_id = settings.get("env_id") or self.remote.describe()["env_id"]
+        world = World(self.remote, name=f"{env_id}/{next(_worlds)}")
+        await world.apply(settings, start=False)
+        endpoint.world = world
+        return pb.CreateWorldResponse(world_name=world.name)
+
+    async def _reset_world(self, request: pb.ResetWorldRequest) -> pb.ResetWorldResponse:
+        world = self.endpoint.named(request.world_name)
+        settings = unpack_settings(request.settings)
+        if world.joined is None:
+            self.endpoint.free()
+        await world.apply(settings, start=True)
+        return pb.ResetWorldResponse()
+
+    async def _destroy_world(self, request: pb.DestroyWorldRequest) -> pb.DestroyWorldResponse:
+        world = self.endpoint.named(request.world_name)
+        if world.joined is not None:
+            raise WorldError(
+                code_pb2.FAILED_PRECONDITION,
+                f"an agent has joined world {world.name!r}: it must LeaveWorld before the world goes",
+            )
+        self.endpoint.world = None
+        return pb.DestroyWorldResponse()
+
+    async def _join_world(self, request: pb.JoinWorldRequest) -> pb.JoinWorldResponse:
+        world = self.endpoint.named(request.world_name)
+        if request.settings:
+            raise WorldError(
+                code_pb2.INVALID_ARGUMENT,
+                f"JoinWorld takes no settings (got {sorted(request.settings)}); "
+                "world settings go to CreateWorld or ResetWorld",
+            )
+        if world.joined is not None:
+            raise WorldError(
+                code_pb2.FAILED_PRECONDITION,
+                f"another agent has joined world {world.name!r}; one agent at a time",
+            )
+        self.endpoint.free()
+        world.joined = self
+        self.remote.result_sinks.append(self._on_result)
+        self.held = Held()
+        self._begin(needs_reset=True)
+        return pb.JoinWorldResponse(specs=self._specs().proto)
+
+    async def _leave_world(self, request: pb.LeaveWorldRequest) -> pb.LeaveWorldResponse:
+        if self.phase is not Phase.UNJOINED:
+            self._leave()
+        return pb.LeaveWorldResponse()
+
+    def _leave(self) -> None:
+        world = self.endpoint.world
+        if world is not None and world.joined is self:
+            world.joined = None
+        if self._on_result in self.remote.result_sinks:
+            self.remote.result_sinks.remove(self._on_result)
+        self.remote.client_left(observer=False)  # let go of the keys and buttons it held
+        self.phase, self.specs = Phase.UNJOINED, None
+
+    async def _reset(self, request: pb.ResetRequest) -> pb.ResetResponse:
+        world = self._world()
+        await world.apply(unpack_settings(request.settings), start=True)
+        self.specs = None  # an env switch changes them
+        self._begin(needs_reset=False)
+        return pb.ResetResponse(specs=self._specs().proto)
+
+    async def _extension(self, request: any_pb2.Any) -> any_pb2.Any:
+        if not request.Is(props.PropertyRequest.DESCRIPTOR):
+            raise WorldError(
+                code_pb2.UNIMPLEMENTED,
+                f"unknown extension {request.type_url!r}; this remote has the Properties extension",
+            )
+        world = self.endpoint.world
+        if world is None:
+            raise WorldError(code_pb2.FAILED_PRECONDITION, "properties belong to a world: CreateWorld first")
+        unpacked = props.PropertyRequest()
+        request.Unpack(unpacked)
+        packed = any_pb2.Any()
+        packed.Pack(await world.properties.handle(unpacked))
+        return packed
+
+    # Steps ----------------------------------------------------------------------------------
+
+    async def _step(self, request: pb.StepRequest) -> pb.StepResponse:
+        specs = self._specs()
+        check_requested(specs, request.requested_observations)
+        remote = self.remote
+        if self.phase is Phase.FIRST:  # the actions are ignored, as the protocol says
+            if self.needs_reset:
+                await self._world().reset()
+            self._start_sequence(remote.episode_id)
+            return self._response(request, pb.EnvironmentStateType.RUNNING, 0.0)
+        if remote.episode_id != self.episode and not self._seen(self.episode).done:
+            self._begin(needs_reset=False)  # someone else began a new one
+            return self._response(request, pb.EnvironmentStateType.INTERRUPTED, 0.0)
+        events = self.held.events(specs, specs.unpack_actions(request.actions))
+        frameskip = self._world().frameskip
+        if remote.mode == protocol.LOCKSTEP:
+            await remote.step(protocol.StepRequest(
+                message_id="dm_env_rpc step", sent_at=0.0, episode_id=self.episode,
+                events=tuple(events), frames=frameskip,
+            ))
+        else:
+            if events:
+                remote.action(protocol.ActionRequest("dm_env_rpc step", 0.0, tuple(events)))
+            after = max(remote.frame, self.last_frame + frameskip - 1)
+            async with asyncio.timeout(STEP_TIMEOUT):
+                await remote.wait_frame(after)
+        seen = self.seen.pop(self.episode, _Seen())
+        if seen.done:
+            self._begin(needs_reset=remote.mode == protocol.LOCKSTEP)
+            return self._response(request, pb.EnvironmentStateType.TERMINATED, seen.reward,
+                                  seen.final_screen)
+        return self._response(request, pb.EnvironmentStateType.RUNNING, seen.reward)
+
+    def _on_result(self, episode_id: int, result: StepResult) -> None:
+        """The remote's result sink: every advance, in either mode, as it happens."""
+        if result.text is not None:
+            self.text = result.text
+        if not (result.reward or result.done):
+            return
+        seen = self._seen(episode_id)
+        seen.reward += result.reward
+        if result.done and not seen.done:
+            seen.done = True
+            if self.remote.mode == protocol.REALTIME:  # the remote draws the next episode next
+                seen.final_screen = self.remote.screen().copy()
+        while len(self.seen) > MAX_PENDING_EPISODES:
+            del self.seen[min(self.seen)]
+
+    def _seen(self, episode_id: int) -> _Seen:
+        return self.seen.setdefault(episode_id, _Seen())
+
+    def _begin(self, needs_reset: bool) -> None:
+        self.phase, self.needs_reset = Phase.FIRST, needs_reset
+
+    def _start_sequence(self, episode_id: int) -> None:
+        self.phase, self.episode, self.needs_reset = Phase.RUNNING, episode_id, False
+        for old in [e for e in self.seen if e < episode_id]:
+            del self.seen[old]
+
+    def _response(self, request: pb.StepRequest, state: int, reward: float,
+                  screen: np.ndarray | None = None) -> pb.StepResponse:
+        remote = self.remote
+        self.last_frame = remote.frame
+        requested = request.requested_observations
+        if not requested:
+            return pb.StepResponse(state=state)
+        values = {
+            RGB: remote.screen() if screen is None else screen,
+            REWARD: reward, TEXT: self.text, EPISODE_ID: self.episode, FRAME: remote.frame,
+        }
+        return pb.StepResponse(state=state, observations=pack_observations(self._specs(), requested, values))
+
+    def _world(self) -> World:
+        world = self.endpoint.world
+        if world is None or world.joined is not self:
+            raise WorldError(code_pb2.FAILED_PRECONDITION, "the world this connection joined is gone")
+        return world
+
+    def _specs(self) -> Specs:
+        if self.specs is None:
+            self.specs = Specs.of(self.remote.describe())
+        return self.specs
+
+
+def _error(code: int, message: str) -> pb.EnvironmentResponse:
+    return pb.EnvironmentResponse(error=status_pb2.Status(code=code, message=message))
