@@ -42,6 +42,7 @@ from vncdriver.messages import FrameTag
 from vncdriver.server import MAX_VIEWERS, VNCServer
 
 from .inputs import REWARDER_SOURCE, Inputs
+from .properties import Properties, PropertyError, remote_properties
 from .state import Event, IllegalTransition, RemoteState, State
 from .throttle import AuthThrottle
 from .version import PROTOCOLS, server_version
@@ -168,6 +169,8 @@ class Remote:
         #: Says which agent of another front end holds the remote (None: none does); the
         #: rewarder refuses agents meanwhile.
         self.held_by: Callable[[], str | None] = lambda: None
+        #: What ``v0.env.properties.*`` (and the dm_env_rpc extension) read and write.
+        self.property_table = Properties(remote_properties(self))
 
     @property
     def state(self) -> State:
@@ -351,6 +354,17 @@ class Remote:
 
     def action(self, request: protocol.ActionRequest) -> None:
         self.inputs.push_action(self.runtime, request.events, request.message_id)
+
+    async def properties(self, request: protocol.PropertiesRequest) -> dict[str, Any]:
+        table, key = self.property_table, request.key
+        try:
+            if request.op == "list":
+                return {"properties": table.specs()}
+            if request.op == "write":
+                await table.write(key, request.value)
+            return {"key": key, "value": table.read(key)}
+        except PropertyError as exc:
+            raise BadRequest(str(exc), request.message_id) from None
 
     def client_left(self, observer: bool) -> None:
         if not observer:

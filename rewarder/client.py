@@ -347,6 +347,21 @@ class RewarderClient(ClientChannel):
         reply, _ = await self._request(ws, protocol.STEP, message_id, data, timeout)
         return reply  # type: ignore[no-any-return]
 
+    async def properties(
+        self, op: str = "list", key: str = "", value: Any = None,
+        timeout: float | None = PING_TIMEOUT,
+    ) -> dict[str, Any]:
+        """The remote's properties (our extension): ``op`` ``"list"`` gives
+        ``{"properties": [{"key", "type", "description", "readable", "writable"}, ...]}``,
+        ``"read"`` and ``"write"`` give ``{"key", "value"}``. :class:`RemoteError` names an
+        unknown key, a read-only one or a bad value."""
+        if op not in ("list", "read", "write"):
+            raise ValueError(f"op must be list, read or write, not {op!r}")
+        ws, proto = self._connection()
+        message_id, data = proto.properties(op, key, value)
+        reply, _ = await self._request(ws, f"v0.env.properties.{op}", message_id, data, timeout)
+        return dict(reply.body)
+
     async def ping(self, timeout: float | None = PING_TIMEOUT) -> float:
         """Round trip to the server in seconds; also narrows :attr:`clock_skew`."""
         rtt, lo, hi = await self._ping_once(timeout)

@@ -39,6 +39,7 @@ from .protocol import (
     ErrorReply,
     Observation,
     PingReply,
+    PropertiesReply,
     ResetReply,
     Reward,
     ServerEvent,
@@ -119,6 +120,7 @@ class ClientChannel:
             ResetReply: self._on_reset_reply,
             PingReply: self._on_reply,
             StepReply: self._on_reply,
+            PropertiesReply: self._on_reply,
             ErrorReply: self._on_error,
             Close: self._on_close,
         }

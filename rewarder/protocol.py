@@ -74,6 +74,13 @@ PING: Final = "v0.control.ping"
 ACTION: Final = "v0.agent.action"
 #: Our extension: advance a lockstep remote by exactly ``frames`` frames.
 STEP: Final = "v0.env.step"
+#: Our extension: the remote's properties (DM Lab / dm_env_rpc style), see docs/rewarder.md.
+PROPERTIES_LIST: Final = "v0.env.properties.list"
+PROPERTIES_READ: Final = "v0.env.properties.read"
+PROPERTIES_WRITE: Final = "v0.env.properties.write"
+REPLY_PROPERTIES: Final = "v0.reply.env.properties"
+#: Longest property key accepted.
+MAX_PROPERTY_KEY_CHARS: Final = 128
 
 # WebSocket close codes, so a client can tell a refusal it may retry from a final one.
 #: Wrong or missing password: retrying will not help.
@@ -205,7 +212,18 @@ class StepRequest:
     frames: int
 
 
-Request = ResetRequest | PingRequest | ActionRequest | StepRequest
+@dataclass(frozen=True, slots=True)
+class PropertiesRequest:
+    """``v0.env.properties.{list,read,write}``: ``op`` is the last word of the method."""
+
+    message_id: Any
+    sent_at: float
+    op: str
+    key: str
+    value: Any = None
+
+
+Request = ResetRequest | PingRequest | ActionRequest | StepRequest | PropertiesRequest
 
 
 def _parse_event(index: int, event: object) -> ActionEvent:
@@ -295,14 +313,29 @@ def _parse_step(message_id: Any, sent_at: float, msg: Message) -> StepRequest:
     return StepRequest(message_id, sent_at, episode_id, _parse_events(msg.body), frames)
 
 
+def _parse_properties(message_id: Any, sent_at: float, msg: Message) -> PropertiesRequest:
+    op = msg.method.rpartition(".")[2]
+    key = msg.body.get("key", "")
+    if not isinstance(key, str) or len(key) > MAX_PROPERTY_KEY_CHARS:
+        raise ValueError(f"key must be a string of at most {MAX_PROPERTY_KEY_CHARS} characters")
+    if op != "list" and not key:
+        raise ValueError('needs a body {"key": ...} (v0.env.properties.list names the keys)')
+    if op == "write" and "value" not in msg.body:
+        raise ValueError('needs a body {"key": ..., "value": ...}')
+    return PropertiesRequest(message_id, sent_at, op, key, msg.body.get("value"))
+
+
 _REQUEST_PARSERS: dict[str, Callable[[Any, float, Message], Request]] = {
     RESET: _parse_reset,
     PING: _parse_ping,
     ACTION: _parse_action,
     STEP: _parse_step,
+    PROPERTIES_LIST: _parse_properties,
+    PROPERTIES_READ: _parse_properties,
+    PROPERTIES_WRITE: _parse_properties,
 }
 #: What an observer (``openai-observer: true``) may send.
-OBSERVER_METHODS: Final = frozenset({PING})
+OBSERVER_METHODS: Final = frozenset({PING, PROPERTIES_LIST, PROPERTIES_READ})
 
 
 # Server events: what a client receives ---------------------------------------------------
@@ -399,8 +432,19 @@ class Close:
     sent_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class PropertiesReply:
+    """``v0.reply.env.properties``: ``{"properties": [...]}`` for a list, else the key and
+    its (new) value."""
+
+    parent_message_id: Any
+    body: dict[str, Any]
+    sent_at: float
+
+
 ServerEvent = (
     Describe | Reward | Text | Observation | ResetReply | PingReply | StepReply | ErrorReply | Close
+    | PropertiesReply
 )
 
 
@@ -470,6 +514,10 @@ def _read_step_reply(msg: Message, sent_at: float) -> StepReply:
     )
 
 
+def _read_properties_reply(msg: Message, sent_at: float) -> PropertiesReply:
+    return PropertiesReply(_parent(msg), dict(msg.body), sent_at)
+
+
 def _read_error(msg: Message, sent_at: float) -> ErrorReply:
     return ErrorReply(msg.headers.get("parent_message_id"), str(msg.body.get("message")), sent_at)
 
@@ -486,6 +534,7 @@ _EVENT_READERS: dict[str, Callable[[Message, float], ServerEvent]] = {
     REPLY_RESET: _read_reset_reply,
     REPLY_PING: _read_ping_reply,
     REPLY_STEP: _read_step_reply,
+    REPLY_PROPERTIES: _read_properties_reply,
     REPLY_ERROR: _read_error,
     CONNECTION_CLOSE: _read_close,
 }
@@ -552,8 +601,8 @@ class ServerConnection:
             )
         if self.observer and msg.method not in OBSERVER_METHODS:
             raise BadRequest(
-                f"observers may only ping, not send {msg.method}; connect without "
-                "'openai-observer: true' to act",
+                f"observers may only ping and list or read properties, not send "
+                f"{msg.method}; connect without 'openai-observer: true' to act",
                 message_id,
             )
         try:
@@ -594,6 +643,9 @@ class ServerConnection:
 
     def reply_ping(self, parent: Any, runtime: float) -> bytes:
         return self.send(REPLY_PING, {}, parent_message_id=parent, parent_runtime=runtime)
+
+    def reply_properties(self, parent: Any, body: Mapping[str, Any], runtime: float) -> bytes:
+        return self.send(REPLY_PROPERTIES, body, parent_message_id=parent, parent_runtime=runtime)
 
     def reply_error(self, parent: Any, message: str, runtime: float = 0.0) -> bytes:
         return self.send(
@@ -643,6 +695,11 @@ class ClientConnection:
 
     def action(self, events: list[Any] | tuple[Any, ...]) -> tuple[int, bytes]:
         return self._request(ACTION, {"action": [list(e) for e in events]})
+
+    def properties(self, op: str, key: str = "", value: Any = None) -> tuple[int, bytes]:
+        """``op``: list, read or write."""
+        body: dict[str, Any] = {"key": key} if op != "write" else {"key": key, "value": value}
+        return self._request(f"v0.env.properties.{op}", body)
 
     def receive(self, data: str | bytes) -> ServerEvent:
         """Parse one server message into an event."""

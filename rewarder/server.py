@@ -89,6 +89,9 @@ class EnvHandler(Protocol):
         Raise :class:`BadRequest` to refuse (or to report a runtime failure).
         """
 
+    async def properties(self, request: protocol.PropertiesRequest) -> dict[str, Any]:
+        """List, read or write properties; the reply body. :class:`BadRequest` to refuse."""
+
     def client_left(self, observer: bool) -> None:
         """A client disconnected (release what the active client held)."""
 
@@ -392,6 +395,10 @@ class RewarderServer:
                 client.send(client.proto.reply_ping(parent, time.perf_counter() - started))
             elif isinstance(request, protocol.ActionRequest):
                 self.handler.action(request)
+            elif isinstance(request, protocol.PropertiesRequest):
+                body = await self.handler.properties(request)
+                runtime = time.perf_counter() - started
+                client.send(client.proto.reply_properties(parent, body, runtime))
             elif isinstance(request, protocol.StepRequest):
                 episode_id, body = await self.handler.step(request)
                 runtime = time.perf_counter() - started

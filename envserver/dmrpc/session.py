@@ -30,7 +30,8 @@ from rewarder import protocol
 from rewarder.errors import BadRequest
 from runtimes.base import StepResult
 
-from .properties import PropertyError
+from ..properties import PropertyError
+from . import properties
 from .specs import (
     EPISODE_ID,
     FRAME,
@@ -151,8 +152,10 @@ class Session:
                 )
             result = await getattr(self, f"_{which}")(getattr(request, which))
             return pb.EnvironmentResponse(**{which: result})
-        except (WorldError, PropertyError) as exc:
+        except WorldError as exc:
             return _error(exc.code, str(exc))
+        except PropertyError as exc:
+            return _error(properties.CODES[exc.refusal], str(exc))
         except (SpecError, ValueError) as exc:
             return _error(code_pb2.INVALID_ARGUMENT, str(exc))
         except BadRequest as exc:  # the remote refused (its state machine, its runtime)
@@ -257,7 +260,7 @@ class Session:
         unpacked = props.PropertyRequest()
         request.Unpack(unpacked)
         packed = any_pb2.Any()
-        packed.Pack(await world.properties.handle(unpacked))
+        packed.Pack(await properties.handle(world.properties, unpacked))
         return packed
 
     # Steps ----------------------------------------------------------------------------------

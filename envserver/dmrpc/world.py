@@ -19,8 +19,7 @@ from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb, tensor_utils
 from rewarder import protocol
 from runtimes.base import StepResult
 
-from ..version import PROTOCOLS, server_version
-from .properties import Properties, Property
+from ..properties import Properties, Property
 
 #: The world settings and their Python types.
 WORLD_SETTINGS: Final = {"env_id": str, "seed": int, "mode": str, "frameskip": int}
@@ -41,6 +40,7 @@ class RemoteLike(Protocol):
     episode_id: int
     frame: int
     result_sinks: list[Callable[[int, StepResult], None]]
+    property_table: Properties
 
     @property
     def mode(self) -> str: ...
@@ -111,22 +111,15 @@ class World:
 
     def __post_init__(self) -> None:
         remote = self.remote
+        shared = [row for key, row in remote.property_table.rows.items() if key != "mode"]
         self.properties = Properties([
-            Property("env_id", str, "the environment the remote serves", lambda: remote.describe()["env_id"]),
-            Property("fps", float, "frames per second in real time", lambda: remote.fps, self._write_fps),
+            *shared,
             Property("mode", str, "realtime or lockstep; writing it starts a new sequence",
                      lambda: remote.mode, self._write_mode),
             Property("frameskip", int, "frames each step advances (waits, in real time)",
                      lambda: self.frameskip, self._write_frameskip),
             Property("seed", int, "the seed of the next sequence (-1: the remote picks)",
                      lambda: -1 if self.seed is None else self.seed, self._write_seed),
-            Property("width", int, "screen width in pixels", lambda: int(remote.describe()["width"])),
-            Property("height", int, "screen height in pixels", lambda: int(remote.describe()["height"])),
-            Property("episode_id", int, "the remote's current episode", lambda: remote.episode_id),
-            Property("frame", int, "frames the remote has drawn since it started", lambda: remote.frame),
-            Property("version", str, "the universe-remote version serving", server_version),
-            Property("protocols", str, "the protocols this remote speaks, with versions",
-                     lambda: ", ".join(f"{name} {v}" for name, v in PROTOCOLS.items())),
         ])
 
     async def apply(self, settings: Mapping[str, Any], start: bool) -> None:
@@ -157,9 +150,6 @@ class World:
         return episode[0]
 
     # Property writers -----------------------------------------------------------------
-
-    async def _write_fps(self, fps: float) -> None:
-        self.remote.set_fps(fps)
 
     async def _write_mode(self, mode: str) -> None:
         check_settings({"mode": mode})

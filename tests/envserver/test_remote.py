@@ -178,3 +178,35 @@ async def test_describe_and_the_command_say_which_versions_they_speak(start_remo
         capture_output=True, text=True, timeout=30, check=True,
     ).stdout
     assert printed.startswith(f"universe-remote {server_version()} ") and "dm_env_rpc v1" in printed
+
+
+async def test_properties_over_the_rewarder(start_remote: StartRemote) -> None:
+    import pytest
+
+    from rewarder.client import RewarderClient
+    from rewarder.errors import RemoteError
+
+    remote = await start_remote()
+    url = f"127.0.0.1:{remote.rewarder.port}"
+    async with RewarderClient(url, calibration_pings=0) as agent, RewarderClient(
+        url, observer=True, calibration_pings=0
+    ) as observer:
+        listed = (await observer.properties("list"))["properties"]
+        specs = {p["key"]: p for p in listed}
+        assert {"env_id", "fps", "mode", "width", "height", "episode_id", "version"} <= set(specs)
+        assert specs["fps"]["writable"] and not specs["env_id"]["writable"]
+        assert all(p["description"] and p["readable"] for p in listed)
+        assert await observer.properties("read", "env_id") == {"key": "env_id", "value": "builtin.Catch-v0"}
+        assert (await agent.properties("write", "fps", 30))["value"] == 30.0
+        assert remote.fps == 30.0 and remote.describe()["fps"] == 30.0
+        for args, words in (
+            (("read", "colour"), "no property 'colour'"),
+            (("write", "env_id", "atari.Pong-v0"), "read-only"),
+            (("write", "fps", "fast"), "takes a float"),
+            (("write", "fps", 1e9), "fps must be in"),
+        ):
+            with pytest.raises(RemoteError, match=words):
+                await agent.properties(*args)
+        with pytest.raises(RemoteError, match="observers may only"):
+            await observer.properties("write", "fps", 60)
+        assert remote.fps == 30.0  # nothing a refused write asked for happened
