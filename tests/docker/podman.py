@@ -86,7 +86,7 @@ def build_context(workdir: Path) -> Path:
     shutil.copytree(ROOT, context, ignore=shutil.ignore_patterns(*CONTEXT_SKIP))
     wheelhouse = context / "wheelhouse"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
-    subprocess.run([*pip, "wheel", f"{ROOT}[atari]", "-w", str(wheelhouse)],
+    subprocess.run([*pip, "wheel", f"{ROOT}[atari,dmenv]", "-w", str(wheelhouse)],
                    check=True, timeout=BUILD_TIMEOUT)
     subprocess.run([*pip, "download", "setuptools>=68", "wheel", "-d", str(wheelhouse)],
                    check=True, timeout=BUILD_TIMEOUT)

@@ -42,11 +42,11 @@ def test_hadolint_passes() -> None:
 
 def test_image_rules() -> None:
     text = DOCKERFILE.read_text()
-    assert re.search(r"^EXPOSE 5900 15900$", text, re.MULTILINE)
+    assert re.search(r"^EXPOSE 5900 15900 16000$", text, re.MULTILINE)
     assert re.search(r"^USER \d+$", text, re.MULTILINE), "runs as a non-root user"
     assert "PASSWORD=" not in text.replace("UNIVERSE_REMOTE_PASSWORD=...", ""), "no baked password"
     assert instruction("ENTRYPOINT") == ["universe-remote", "serve"]
-    assert "[atari]" in text
+    assert "[atari,dmenv]" in text
 
 
 def test_compose_runs_port_pairs() -> None:
@@ -61,7 +61,7 @@ def test_compose_runs_port_pairs() -> None:
 
 def local_args(args: list[str]) -> list[str]:
     """The image's arguments for a test: loopback host and free ports."""
-    swaps = {"0.0.0.0": "127.0.0.1", "5900": "0", "15900": "0"}
+    swaps = {"0.0.0.0": "127.0.0.1", "5900": "0", "15900": "0", "16000": "0"}
     return [swaps.get(a, a) for a in args]
 
 

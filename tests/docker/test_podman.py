@@ -61,7 +61,7 @@ CHECKS = textwrap.dedent(
         started = time.monotonic()
         pm.podman("run", "-d", "--name", name, "--network=host", "--pull=never", *extra, IMAGE,
                   "builtin.Catch-v0", "--host", "0.0.0.0", "--vnc-port", str(vnc),
-                  "--rewarder-port", str(rewarder))
+                  "--rewarder-port", str(rewarder), "--dm-env-rpc-port", str(rewarder + 100))
         deadline = started + 60
         greeting = wait_port(vnc, deadline, greeting=True)
         wait_port(rewarder, deadline)
@@ -81,6 +81,12 @@ CHECKS = textwrap.dedent(
     out["without_password"] = asyncio.run(describe(15900, None))
     out["wrong_password"] = asyncio.run(describe(15900, "nope"))
     out["uid"] = pm.podman("exec", "env-pw", "id", "-u").stdout.strip()
+    import grpc
+    from dm_env_rpc.v1 import connection as dm_connection, dm_env_rpc_pb2
+    channel = grpc.insecure_channel("127.0.0.1:16000")
+    grpc.channel_ready_future(channel).result(30)
+    with dm_connection.Connection(channel, metadata=[("authorization", "Basic cHc6")]) as dm:
+        out["dm_world"] = dm.send(dm_env_rpc_pb2.CreateWorldRequest()).world_name
     out["healthcheck"] = pm.podman("healthcheck", "run", "env-pw", check=False).returncode
     env = RemoteEnv("vnc://127.0.0.1:5900+15900", password="pw")
     obs, _ = env.reset(seed=1)
@@ -127,6 +133,7 @@ def test_the_image_builds_runs_and_guards_its_ports(image: str, tmp_path: Path) 
     assert out["without_password"].startswith("refused") and "password" in out["without_password"]
     assert out["wrong_password"].startswith("refused") and "wrong password" in out["wrong_password"]
     assert out["uid"] == "10001"  # not root
+    assert out["dm_world"].startswith("builtin.Catch-v0/")  # the dm_env_rpc port answers
     assert out["healthcheck"] == 0
     assert out["env"] == [[210, 160, 3], 30]
     assert "shutting down" in out["sigterm_close"]
