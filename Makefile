@@ -2,20 +2,28 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Two installs: what serving needs (make run), and the extras tests, lint and benchmarks use.
+RUN_STAMP := $(VENV)/.run-stamp
 STAMP := $(VENV)/.installed-stamp
 ENV_ID ?= builtin.Catch-v0
 HOST ?= 127.0.0.1
 export OPENBLAS_NUM_THREADS := 1
 
-.PHONY: run test bench lint fuzz clean
+.PHONY: run test bench lint fuzz docs clean
 
-$(STAMP): pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,atari,browser,dmenv]'
+
+$(RUN_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e .
 	touch $@
 
-run: $(STAMP)
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[test,atari,browser,dmenv]'
+	touch $@ $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	$(VENV)/bin/universe-remote serve $(ENV_ID) --host $(HOST)
 
 test: $(STAMP) lint
@@ -31,6 +39,10 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
+
+# The API reference, from the docstrings: build/api/index.html.
+docs: $(STAMP)
+	$(VENV)/bin/pdoc --docformat restructuredtext -o build/api rewarder vncdriver runtimes envserver remotes
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

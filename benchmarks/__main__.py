@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -16,10 +17,16 @@ MODULES = [
 
 
 def main(argv: list[str]) -> int:
-    for name in argv or MODULES:
+    names = argv or MODULES
+    began = time.monotonic()
+    for i, name in enumerate(names, 1):
         module = importlib.import_module(f"benchmarks.{name}")
-        print(f"== {name}: {module.__doc__.strip().splitlines()[0]}", flush=True)
+        doc = (module.__doc__ or "").strip().splitlines()
+        print(f"== [{i}/{len(names)}] {name}: {doc[0] if doc else ''}", flush=True)
+        started = time.monotonic()
         module.main()
+        print(f"   ({name} took {time.monotonic() - started:.0f} s; "
+              f"{time.monotonic() - began:.0f} s so far)", flush=True)
     return 0
 
 

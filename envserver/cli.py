@@ -145,7 +145,14 @@ async def _health(args: argparse.Namespace) -> int:
         async with client:
             describe = await client.wait_for_state("running", timeout=args.timeout)
     except (RewarderError, TimeoutError, OSError) as exc:
-        print(f"unhealthy: {exc}", file=sys.stderr)
+        message = str(exc)
+        if "needs a password" in message or "wrong password" in message:
+            where = "wrong" if "wrong password" in message else "missing"
+            message = (
+                f"the remote at {args.host}:{args.rewarder_port} refused the password ({where}): "
+                f"pass --password PW or set ${PASSWORD_ENV}"
+            )
+        print(f"unhealthy: {message}", file=sys.stderr)
         return 1
     print(f"healthy: {describe.env_id} episode {describe.episode_id} ({describe.env_state})")
     return 0
@@ -232,12 +239,24 @@ def add_commands(sub: Any) -> None:
     health = sub.add_parser(
         "health",
         help="exit 0 if a remote's rewarder answers (asks as an observer; for HEALTHCHECK)",
+        description="Ask a remote's rewarder, as an observer, whether it runs: exit 0 if it "
+        "answers with a describe, 1 if not (the reason on stderr).",
     )
-    health.add_argument("--host", default="127.0.0.1")
-    health.add_argument("--rewarder-port", type=int, default=15900)
-    health.add_argument("--password", default=None, help=f"default: ${PASSWORD_ENV}")
-    health.add_argument("--timeout", type=float, default=HEALTH_TIMEOUT)
+    health.add_argument("--host", default="127.0.0.1", help="the remote's host (default 127.0.0.1)")
+    health.add_argument("--rewarder-port", type=int, default=15900, help="default 15900")
+    health.add_argument(
+        "--password", default=None,
+        help=f"the remote's password (default: ${PASSWORD_ENV}, or the file ${PASSWORD_FILE_ENV} names)",
+    )
+    health.add_argument(
+        "--timeout", type=float, default=HEALTH_TIMEOUT,
+        help=f"seconds to wait for an answer (default {HEALTH_TIMEOUT:g})",
+    )
     health.set_defaults(func=_cmd_health)
 
-    lister = sub.add_parser("list", help="print the environment ids this install can serve")
+    lister = sub.add_parser(
+        "list", help="print the environment ids this install can serve",
+        description="Print each environment id this install can serve, with one line about "
+        "it; families whose packages are missing are named on stderr with what to install.",
+    )
     lister.set_defaults(func=_cmd_list)

@@ -509,6 +509,9 @@ class Remote:
         self.inputs.clear()
         self.episode_frame = 0
         await self.runtime.areset(seed)
+        text = self.runtime.instruction()
+        if text is not None:
+            self.rewarder.broadcast_text(self.episode_id, text)
         self._frame_ready()
 
     def _frame_ready(self) -> None:

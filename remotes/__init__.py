@@ -22,6 +22,7 @@ from .registration import NAMESPACE, make_env, make_vector_env, register
 from .session import RemoteUnavailable
 from .spaces import VNCActionSpace
 from .vector import RemoteVectorEnv
+from .vector_wrappers import VectorDiscreteClicks, VectorDiscreteKeys, VectorPointerBox
 from .wrappers import DiscreteClicks, DiscreteKeys, PointerBox
 
 __all__ = [
@@ -37,6 +38,9 @@ __all__ = [
     "RemoteUnavailable",
     "RemoteVectorEnv",
     "VNCActionSpace",
+    "VectorDiscreteClicks",
+    "VectorDiscreteKeys",
+    "VectorPointerBox",
     "make_env",
     "make_vector_env",
     "parse_remotes",

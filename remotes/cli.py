@@ -28,7 +28,10 @@ def _cmd_play(args: argparse.Namespace) -> int:
             password=args.password,
             dashboard=args.dashboard,
         )
-    except (RemoteUnavailable, ValueError) as exc:
+    except LookupError as exc:  # an unknown env id: the closest ones are in the message
+        print(f"universe-remote play: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+    except (RemoteUnavailable, ValueError, RuntimeError) as exc:  # RuntimeError: a remote failed to start
         print(f"universe-remote play: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -46,7 +49,10 @@ def add_commands(sub: Any) -> None:
     player.add_argument("env_id", metavar="ENV_ID", nargs="?", help="start local remotes of this env")
     player.add_argument("--remote", metavar="ADDRESS", help="vnc://host:5900+15900,... instead")
     player.add_argument("-n", type=int, default=1, help="local remotes to start (default 1)")
-    player.add_argument("--agent", choices=["random", "noop"], default="random")
+    player.add_argument(
+        "--agent", choices=["random", "noop"], default="random",
+        help="random: random actions; noop: no input (default random)",
+    )
     player.add_argument("--steps", type=int, default=None, help="stop after N steps")
     player.add_argument("--seconds", type=float, default=None, help="stop after S seconds")
     player.add_argument("--fps", type=float, default=None, help="steps per second (default: remote's)")

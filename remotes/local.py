@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 from rewarder.client import RewarderClient
+from runtimes import registry
+from runtimes.errors import UnknownEnvironment
 
 from .address import RemoteAddress
 from .group import RemoteGroup
@@ -258,6 +260,9 @@ def start_local(
     """
     if not 1 <= n <= MAX_LOCAL_REMOTES:
         raise ValueError(f"n must be 1..{MAX_LOCAL_REMOTES}, not {n}")
+    known = registry.catalogue()
+    if env_id not in known:  # before any process starts: the closest ids, not a remote's log
+        raise UnknownEnvironment(env_id, known)
     return shared_loop().run(
         _start(env_id, n, password, fps, start_timeout, extra_args, nice), start_timeout + 10
     )

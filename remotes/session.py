@@ -20,6 +20,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -30,13 +31,13 @@ from typing import Any, Final
 import numpy as np
 
 from rewarder.client import RewarderClient
-from rewarder.errors import ConnectionClosed, RewarderError
+from rewarder.errors import ConnectionClosed, Refused, RemoteError, RewarderError
 from rewarder.protocol import LOCKSTEP, MODES, StepReply
 from rewarder.reward_buffer import EMPTY, EpisodeResult
 from vncdriver.addresses import is_loopback
 from vncdriver.client import VNCClient
 from vncdriver.client_protocol import FramebufferUpdated
-from vncdriver.errors import VNCError
+from vncdriver.errors import AuthenticationFailed, ServerRefused, VNCError
 from vncdriver.messages import FrameTag
 
 from .address import RemoteAddress, parse_remotes
@@ -103,10 +104,16 @@ def resolve_addresses(
     return parse_remotes(spec)  # type: ignore[arg-type]
 
 
+#: Seconds between "still waiting" lines while a remote does not answer.
+WAIT_REPORT_INTERVAL: Final = 5.0
 #: What to check when a remote does not answer (said once per error).
 _HINT: Final = (
     "Is it running (universe-remote serve ...)? Check the address, the ports and the password."
 )
+
+
+#: Errors that carry the remote's own reason.
+_EXPLAINED: Final = (Refused, RemoteError, AuthenticationFailed, ServerRefused)
 
 
 class RemoteUnavailable(ConnectionError):
@@ -116,7 +123,16 @@ class RemoteUnavailable(ConnectionError):
         self.name, self.what, self.cause = name, what, cause
         #: With :meth:`several`: each remote's own error.
         self.errors: list[BaseException] = [self]
-        super().__init__(f"remote {name}: {self.problem}. {_HINT}")
+        hint = f" {_HINT}" if self.unexplained else ""
+        super().__init__(f"remote {name}: {self.problem}.{hint}")
+
+    @property
+    def unexplained(self) -> bool:
+        """Whether nothing said why (no answer, a drop): then the hint helps. A remote that
+        refused (password, busy) or failed a request said why, and the hint would mislead."""
+        if isinstance(self.cause, RemoteUnavailable):
+            return self.cause.unexplained
+        return not isinstance(self.cause, _EXPLAINED)
 
     @property
     def problem(self) -> str:
@@ -277,18 +293,51 @@ class RemoteSession:
                 # Drops the new connection's news of older episodes and makes the next
                 # reset's episode_id header ask past them (RewarderClient has no option).
                 self.rewarder.buffer.reset(self._newest_episode)
-        starts = [c.start() for c in (self.vnc, self.rewarder) if c is not None]
+        channels = {
+            kind: asyncio.ensure_future(client.start())
+            for kind, client in (("VNC", self.vnc), ("rewarder", self.rewarder)) if client is not None
+        }
+        reporter = asyncio.ensure_future(self._report_waiting(channels, timeout))
         try:
-            results = await asyncio.gather(*starts, return_exceptions=True)
+            pending = set(channels.values())
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+                if any(isinstance(t.exception(), _EXPLAINED) for t in done):
+                    break  # the remote said why: the other channel cannot help
         except BaseException:  # cancelled (an interrupted constructor): leave nothing behind,
+            for task in channels.values():
+                task.cancel()
             await self.close()  # or a late handshake would take the remote's active slot
             raise
-        errors = [r for r in results if isinstance(r, BaseException)]
+        finally:
+            reporter.cancel()
+        for task in pending:
+            task.cancel()
+        errors = [
+            t.exception() for t in channels.values()
+            if t.done() and not t.cancelled() and t.exception() is not None
+        ]
         if errors:
             await self.close()
-            raise RemoteUnavailable(self.name, "cannot connect", errors[0])
+            # The rewarder's refusal says most (VNC auth says only "failed").
+            first = next((e for e in errors if isinstance(e, Refused)), errors[0])
+            raise RemoteUnavailable(self.name, "cannot connect", first)
         self.replaced = False
         _take_slot(self)
+
+    async def _report_waiting(self, channels: Mapping[str, asyncio.Future[Any]], timeout: float) -> None:
+        """Every :data:`WAIT_REPORT_INTERVAL` s of a slow connect, say which channel is
+        still missing: silence for ``start_timeout`` seconds looks like a hang."""
+        started = time.monotonic()
+        while True:
+            await asyncio.sleep(WAIT_REPORT_INTERVAL)
+            missing = [kind for kind, task in channels.items() if not task.done()]
+            if missing:
+                log.warning(
+                    "waiting for remote %s: %s not answering yet (%.0f of %g s); is it "
+                    "running, and are these its ports?", self.name, " and ".join(missing),
+                    time.monotonic() - started, timeout,
+                )
 
     async def close(self) -> None:
         """Close both channels (idempotent); the session may :meth:`connect` again."""

@@ -243,6 +243,9 @@ class Stepper(Recovery):
             info: dict[str, Any] = {"episode_id": episode}
             if slot.returned is not None:
                 info["frame"] = slot.returned
+            rewarder = slot.session.rewarder
+            if rewarder is not None:  # the instruction a task sent with its reset
+                info["text"] = list(rewarder.peek().text)
             infos.append(info)
         n = self.num
         batch = Batch(frames.copy(), np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), tuple(infos))

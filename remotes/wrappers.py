@@ -3,7 +3,9 @@
 Holds :class:`DiscreteKeys` (``Discrete(n)`` -> a held key combination),
 :class:`DiscreteClicks` (``Discrete(n)`` -> a click at one of n points) and
 :class:`PointerBox` (``Box`` (x, y, button) -> pointer moves and clicks). Each overrides
-gymnasium's one hook, :meth:`action`.
+gymnasium's one hook, :meth:`action`. Given a :class:`~remotes.vector.RemoteVectorEnv`
+(any gymnasium ``VectorEnv``) each gives its vector form instead
+(:mod:`remotes.vector_wrappers`), which translates every env's action the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +22,52 @@ from vncdriver import keysyms
 Event = tuple[Any, ...]
 
 
+def _vector_form(name: str, env: Any) -> type | None:
+    """The vector wrapper class for ``env`` if it is a vector env (else None)."""
+    if isinstance(env, gymnasium.vector.VectorEnv):
+        from . import vector_wrappers
+
+        return getattr(vector_wrappers, name)  # type: ignore[no-any-return]
+    return None
+
+
+def key_combos(combos: Sequence[Sequence[str]]) -> list[frozenset[str]]:
+    """Canonical key names of each combination (``["left"]`` -> ``{"Left"}``)."""
+    if not combos:
+        raise ValueError("DiscreteKeys needs at least one key combination, e.g. [[]]")
+    return [frozenset(keysyms.canonical(k) for k in combo) for combo in combos]
+
+
+def key_events(held: frozenset[str], wanted: frozenset[str]) -> list[Event]:
+    """Release what is held and not wanted, press what is wanted and not held."""
+    events: list[Event] = [("KeyEvent", k, False) for k in sorted(held - wanted)]
+    events += [("KeyEvent", k, True) for k in sorted(wanted - held)]
+    return events
+
+
+def click_events(x: int, y: int, button: int) -> list[Event]:
+    return [("PointerEvent", x, y, 0), ("PointerEvent", x, y, button), ("PointerEvent", x, y, 0)]
+
+
+def screen_size(env: Any) -> tuple[int, int]:
+    """(height, width) of one env's observations (vector envs too)."""
+    space = getattr(env, "single_observation_space", env.observation_space)
+    height, width = space.shape[:2]
+    return int(height), int(width)
+
+
+def pointer_box(height: int, width: int) -> spaces.Box:
+    return spaces.Box(
+        np.array([0, 0, 0], np.float32), np.array([width - 1, height - 1, 1], np.float32),
+        dtype=np.float32,
+    )
+
+
+def pointer_events(space: spaces.Box, action: np.ndarray) -> list[Event]:
+    x, y, button = np.clip(np.asarray(action, np.float32), space.low, space.high)
+    return [("PointerEvent", int(round(x)), int(round(y)), int(button > 0.5))]
+
+
 class DiscreteKeys(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]]):
     """``Discrete(len(combos))``: action *i* holds exactly the keys of ``combos[i]``.
 
@@ -28,11 +76,13 @@ class DiscreteKeys(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]]):
     combination releases the keys it no longer holds and presses the new ones.
     """
 
+    def __new__(cls, env: Any, *args: Any, **kwargs: Any) -> Any:
+        vector = _vector_form("VectorDiscreteKeys", env)
+        return vector(env, *args, **kwargs) if vector else super().__new__(cls)
+
     def __init__(self, env: gymnasium.Env[Any, Any], combos: Sequence[Sequence[str]]) -> None:
         super().__init__(env)
-        if not combos:
-            raise ValueError("DiscreteKeys needs at least one key combination, e.g. [[]]")
-        self.combos = [frozenset(keysyms.canonical(k) for k in combo) for combo in combos]
+        self.combos = key_combos(combos)
         self.action_space = spaces.Discrete(len(self.combos))
         self._held: frozenset[str] = frozenset()
 
@@ -44,8 +94,7 @@ class DiscreteKeys(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]]):
         if not self.action_space.contains(np.int64(action)):
             raise ValueError(f"action {action!r} is not in {self.action_space}")
         wanted = self.combos[int(action)]
-        events: list[Event] = [("KeyEvent", k, False) for k in sorted(self._held - wanted)]
-        events += [("KeyEvent", k, True) for k in sorted(wanted - self._held)]
+        events = key_events(self._held, wanted)
         self._held = wanted
         return events
 
@@ -55,6 +104,10 @@ class DiscreteClicks(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]])
 
     ``DiscreteClicks.grid(env, columns, rows)`` spreads the points over the screen.
     """
+
+    def __new__(cls, env: Any, *args: Any, **kwargs: Any) -> Any:
+        vector = _vector_form("VectorDiscreteClicks", env)
+        return vector(env, *args, **kwargs) if vector else super().__new__(cls)
 
     def __init__(
         self, env: gymnasium.Env[Any, Any], points: Sequence[tuple[int, int]], button: int = 1
@@ -67,32 +120,27 @@ class DiscreteClicks(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]])
         self.action_space = spaces.Discrete(len(self.points))
 
     @classmethod
-    def grid(cls, env: gymnasium.Env[Any, Any], columns: int, rows: int) -> DiscreteClicks:
-        height, width = env.observation_space.shape[:2]  # type: ignore[index]
+    def grid(cls, env: Any, columns: int, rows: int) -> DiscreteClicks:
+        height, width = screen_size(env)
         xs = (np.arange(columns) + 0.5) * width / columns
         ys = (np.arange(rows) + 0.5) * height / rows
         return cls(env, [(int(x), int(y)) for y in ys for x in xs])
 
     def action(self, action: np.int64 | int) -> list[Event]:
-        x, y = self.points[int(action)]
-        return [("PointerEvent", x, y, 0), ("PointerEvent", x, y, self.button), ("PointerEvent", x, y, 0)]
+        return click_events(*self.points[int(action)], self.button)
 
 
 class PointerBox(gymnasium.ActionWrapper[np.ndarray, np.ndarray, list[Event]]):
     """``Box(low=[0, 0, 0], high=[W-1, H-1, 1])``: move to (x, y), button down while > 0.5."""
 
+    def __new__(cls, env: Any, *args: Any, **kwargs: Any) -> Any:
+        vector = _vector_form("VectorPointerBox", env)
+        return vector(env, *args, **kwargs) if vector else super().__new__(cls)
+
     def __init__(self, env: gymnasium.Env[Any, Any]) -> None:
         super().__init__(env)
-        height, width = env.observation_space.shape[:2]  # type: ignore[index]
-        self.action_space = spaces.Box(
-            np.array([0, 0, 0], np.float32),
-            np.array([width - 1, height - 1, 1], np.float32),
-            dtype=np.float32,
-        )
+        self.action_space = pointer_box(*screen_size(env))
 
     def action(self, action: np.ndarray) -> list[Event]:
-        space = self.action_space
-        assert isinstance(space, spaces.Box)
-        low, high = space.low, space.high
-        x, y, button = np.clip(np.asarray(action, np.float32), low, high)
-        return [("PointerEvent", int(round(x)), int(round(y)), int(button > 0.5))]
+        assert isinstance(self.action_space, spaces.Box)
+        return pointer_events(self.action_space, action)

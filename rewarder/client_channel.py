@@ -28,6 +28,7 @@ from .dial import dial
 from .errors import (
     ConnectionClosed,
     ProtocolError,
+    Refused,
     RemoteError,
     RewarderError,
     UnknownMethod,
@@ -257,7 +258,7 @@ class ClientChannel:
             event = None
         if type(event) is Close:
             await ws.close()
-            raise ConnectionClosed(
+            raise Refused(
                 f"{self.name}: {self.url} refused the connection: {event.message}"
             )
         self._ws, self._proto = ws, proto
@@ -288,9 +289,10 @@ class ClientChannel:
                 recalibrate.cancel()
 
     def _fail(self, exc: RewarderError) -> None:
-        """Stop for good: every waiter and later request gets ``exc``."""
+        """Stop for good: every waiter and later request gets ``exc`` (that is the report;
+        the log line is for debugging, not a second warning on the user's terminal)."""
         if not self._closed:
-            log.warning("%s", exc)
+            log.info("%s", exc)
         self._failure = exc
         self._drop(str(exc))
         self._notify()

@@ -17,9 +17,9 @@ from typing import Final
 import orjson
 import websockets
 from websockets.asyncio.client import ClientConnection as WebSocket, connect as ws_connect
-from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.exceptions import InvalidHandshake, InvalidMessage, InvalidStatus, InvalidURI
 
-from .errors import ConnectionClosed, ConnectTimeout
+from .errors import ConnectTimeout, Refused
 from .protocol import CLOSE_BUSY, CONNECTION_CLOSE
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,8 @@ ATTEMPT_TIMEOUT: Final = 5.0
 #: Seconds between attempts on a busy remote: it answers at once, and the slot of an agent
 #: that died or hung frees at a moment we cannot see coming.
 BUSY_RETRY: Final = 0.25
+#: Seconds a probe of a port that did not speak HTTP waits for a VNC greeting.
+PROBE_TIMEOUT: Final = 0.5
 #: How long close() waits for the server to acknowledge the WebSocket close.
 CLOSE_TIMEOUT: Final = 2.0
 #: Largest server message we accept; JSON observations can be big, rewards are tiny.
@@ -100,7 +102,7 @@ async def dial(
         if remaining <= 0 or stopped():
             port = url.rstrip("/").rpartition(":")[2]
             if isinstance(last_error, _Busy):
-                raise ConnectionClosed(
+                raise Refused(
                     f"{name}: {last_error} (retried for start_timeout={start_timeout:g} s)"
                 )
             raise ConnectTimeout(
@@ -119,6 +121,11 @@ async def dial(
         except (OSError, TimeoutError, InvalidHandshake, websockets.ConnectionClosed) as exc:
             last_error = exc
             log.debug("%s: attempt %d to reach %s failed: %r", name, attempts, url, exc)
+            if isinstance(exc, InvalidMessage) and await _greets_as_vnc(url):
+                raise Refused(
+                    f"{name}: {url} is a VNC server (it greets 'RFB ...'), not a rewarder: are "
+                    "the ports swapped? The address is vnc://HOST:VNC_PORT+REWARDER_PORT"
+                ) from None
         remaining = deadline - loop.time()
         wait = BUSY_RETRY if isinstance(last_error, _Busy) else delay
         await asyncio.sleep(max(0.0, min(wait, remaining)))
@@ -134,6 +141,20 @@ def _refusal(message: str | bytes) -> str | None:
         return str((decoded.get("body") or {}).get("message") or "")
     except (orjson.JSONDecodeError, AttributeError):
         return None  # the channel reports a bad first message
+
+
+async def _greets_as_vnc(url: str) -> bool:
+    """Whether what answers at ``url`` speaks first with an RFB greeting (a VNC port)."""
+    host, _, port = url.split("://", 1)[1].rstrip("/").rpartition(":")
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT):
+            reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+            try:
+                return (await reader.read(4)) == b"RFB "
+            finally:
+                writer.close()
+    except (OSError, TimeoutError, ValueError):
+        return False
 
 
 class _Busy(Exception):
@@ -165,13 +186,13 @@ async def _attempt(
                 status = exc.response.status_code
                 if status in _REFUSAL_STATUSES:
                     body = exc.response.body.decode(errors="replace").strip()
-                    raise ConnectionClosed(
+                    raise Refused(
                         f"{name}: {url} refused the connection "
                         f"(HTTP {status}){': ' + body if body else ''}"
                     ) from None
                 raise
             except InvalidURI as exc:
-                raise ConnectionClosed(f"{name}: bad rewarder URL: {exc}") from None
+                raise Refused(f"{name}: bad rewarder URL: {exc}") from None
             try:
                 first = await ws.recv()
                 refusal = _refusal(first)
@@ -185,7 +206,7 @@ async def _attempt(
                 if rcvd is not None and rcvd.code == CLOSE_BUSY:
                     raise _Busy(url, rcvd.reason) from None
                 if rcvd is not None and rcvd.code in _REFUSAL_CODES:
-                    raise ConnectionClosed(
+                    raise Refused(
                         f"{name}: {url} refused the connection: "
                         f"{rcvd.reason or f'close code {rcvd.code}'}"
                     ) from None

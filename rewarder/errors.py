@@ -72,5 +72,10 @@ class ConnectionClosed(RewarderError):
         super().__init__(reason)
 
 
+class Refused(ConnectionClosed):
+    """The server refused the connection and said why (password, busy, throttled, a bad
+    URL): the message is the whole story, retrying the same way will not help."""
+
+
 class ConnectTimeout(RewarderError, TimeoutError):
     """Nothing answered at the address before the start timeout ran out."""

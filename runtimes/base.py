@@ -142,6 +142,11 @@ class Runtime(abc.ABC):
                 break
         return total
 
+    def instruction(self) -> str | None:
+        """The new episode's text known at reset (a task's instruction), taken once: the
+        remote sends it before the reset's reply, so an agent has it from ``reset()``."""
+        return None
+
     def close(self) -> None:  # noqa: B027 (a hook: most runtimes hold nothing)
         """Free what the runtime holds (processes, displays). Called once, at shutdown."""
 

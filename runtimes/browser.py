@@ -336,6 +336,10 @@ class MiniWoBRuntime(DisplayRuntime):
         self._wob_episode = int(episode)
         self._text = str(utterance)
 
+    def instruction(self) -> str | None:
+        text, self._text = self._text, None
+        return text
+
     def step(self, events: Sequence[InputEvent]) -> StepResult:
         """Send rewarder input into X; report the instruction once and the outcome once."""
         if events:

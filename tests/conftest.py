@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Final
 
 import pytest
 
@@ -22,6 +24,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if os.environ.get("CI") == "true" and report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where every optional part is installed: {report.longrepr}"
+
+
+#: The ports a remote of `make run` (or the README's examples) holds: no test may need them.
+DEFAULT_PORTS: Final = (5900, 15900, 16000, 8900, 8800)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_ports_taken() -> Iterator[None]:
+    """Hold the default ports for the whole run (where free), as a remote from `make run`
+    would: a test that binds a fixed port fails here, not on a user's machine."""
+    held = []
+    for port in DEFAULT_PORTS:
+        sock = socket.socket()
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+            held.append(sock)
+        except OSError:  # taken already, by a real remote: just as good
+            sock.close()
+    yield
+    for sock in held:
+        sock.close()
 
 
 @pytest.fixture

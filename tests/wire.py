@@ -67,6 +67,15 @@ class WireClient:
                 ):
                     return message
 
+    async def episode_text(self, episode_id: str, timeout: float = TIMEOUT) -> str:
+        """The episode's ``v0.env.text``: seen already (a task's instruction comes before
+        the reset's reply), or the next one."""
+        for message in self.seen:
+            if message["method"] == "v0.env.text" and message["headers"].get("episode_id") == episode_id:
+                return str(message["body"]["text"])
+        found = await self.recv_until("v0.env.text", timeout, episode_id=episode_id)
+        return str(found["body"]["text"])
+
     async def ping(self) -> dict[str, Any]:
         message_id = await self.send("v0.control.ping")
         return await self.recv_until("v0.reply.control.ping", parent_message_id=message_id)

@@ -16,6 +16,8 @@ from envserver import cli as server_cli
 from envserver.version import version_line
 from rewarder.auth import default_password
 
+#: The logger of the commands' own messages ("shutting down", ...), shown at INFO.
+COMMAND_LOGGER = "universe-remote"
 #: Commands of the agent side: only they import :mod:`remotes` (and so gymnasium).
 AGENT_COMMANDS = frozenset({"play"})
 
@@ -37,6 +39,9 @@ def build_parser(agent: bool = True) -> argparse.ArgumentParser:
         from remotes import cli as agent_cli
 
         agent_cli.add_commands(sub)
+    for command in sub.choices.values():  # `universe-remote serve ENV -v` works too
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                             help="log debug details")
     return parser
 
 
@@ -48,10 +53,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(agent=not server_only).parse_args(words)
     if getattr(args, "password", "absent") is None:
         args.password = default_password()
+    # Our command's own lines at INFO; libraries (websockets, grpc, our channels) only
+    # when something is wrong, unless -v: a banner and a progress line stay readable.
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        logging.getLogger(COMMAND_LOGGER).setLevel(logging.INFO)
     try:
         return int(args.func(args))
     except BrokenPipeError:  # `universe-remote list | head`

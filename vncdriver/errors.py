@@ -54,7 +54,10 @@ class AuthenticationFailed(VNCError):
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
-        super().__init__(f"VNC authentication failed: {reason}")
+        # RFB servers (ours, TigerVNC) say only "authentication failed" to a wrong password.
+        hint = " (a wrong password? VNC checks its first 8 characters)" if reason.lower().startswith(
+            "authentication fail") else ""
+        super().__init__(f"VNC authentication failed: {reason}{hint}")
 
 
 class ServerRefused(VNCError):

@@ -90,7 +90,7 @@ def test_the_image_command_serves_and_its_healthcheck_passes(tmp_path: Path) -> 
         assert "healthy: atari.Pong-v0" in ok.stdout
         no_password = {k: v for k, v in env.items() if not k.startswith("UNIVERSE_REMOTE_PASSWORD")}
         refused = subprocess.run(health, capture_output=True, text=True, env=no_password, timeout=30)
-        assert refused.returncode == 1 and "needs a password" in refused.stderr
+        assert refused.returncode == 1 and "pass --password" in refused.stderr
     finally:
         proc.terminate()
         proc.wait(10)

@@ -573,7 +573,7 @@ async def test_reconnecting_gives_up_after_start_timeout(
 async def test_against_the_builtin_catch_remote(clients: list[RewarderClient]) -> None:
     remote_module = pytest.importorskip("envserver.remote")
     remote = remote_module.Remote("builtin.Catch-v0", fps=1000)
-    await remote.start("127.0.0.1", 0)
+    await remote.start("127.0.0.1", 0, 0)
     try:
         c = await open_client(clients, remote.rewarder)
         episode = await c.reset(seed=1)

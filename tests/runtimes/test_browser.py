@@ -142,8 +142,7 @@ async def test_click_through_vnc_earns_a_positive_reward(start_browser: StartBro
     assert remote.vnc is None and remote.vnc_port  # Xvnc is the VNC server, on a free port
     agent = await WireClient.open(remote.rewarder.port)
     episode = (await agent.reset(seed=3))["headers"]["episode_id"]
-    text = await agent.recv_until("v0.env.text", episode_id=episode)
-    assert text["body"]["text"] == "Click the button."
+    assert await agent.episode_text(episode) == "Click the button."
     async with VNCClient(f"127.0.0.1::{remote.vnc_port}") as vnc:
         assert (vnc.width, vnc.height) == (640, 480)
         x, y = await find_button(vnc, remote)
@@ -163,7 +162,7 @@ async def test_wrong_button_ends_the_episode_and_resets_start_fresh(
     wrong = None
     for seed in range(1, 20):  # a seed whose page has a button that is not the answer
         episode = (await agent.reset(seed=seed))["headers"]["episode_id"]
-        texts[seed] = (await agent.recv_until("v0.env.text", episode_id=episode))["body"]["text"]
+        texts[seed] = await agent.episode_text(episode)
         wrong = await page(
             remote,
             """(() => {
@@ -195,9 +194,9 @@ async def test_wrong_button_ends_the_episode_and_resets_start_fresh(
     reply = await agent.reset(seed=other)
     other_episode = reply["headers"]["episode_id"]
     assert int(other_episode) > int(episode)
-    other_text = (await agent.recv_until("v0.env.text", episode_id=other_episode))["body"]["text"]
+    other_text = await agent.episode_text(other_episode)
     again = (await agent.reset(seed=first))["headers"]["episode_id"]
-    again_text = (await agent.recv_until("v0.env.text", episode_id=again))["body"]["text"]
+    again_text = await agent.episode_text(again)
     assert again_text == texts[first]
     assert len({*texts.values(), other_text}) > 1  # instructions change with the seed
     assert await page(remote, "WOB_DONE_GLOBAL") is False  # the episode runs
@@ -247,6 +246,7 @@ async def test_remote_env_plays_the_page_unchanged(start_browser: StartBrowser) 
         env = RemoteEnv(address)
         try:
             obs, info = env.reset(seed=11)
+            assert info["text"] == ["Click the button."]  # the instruction, from reset()
             assert obs.shape == (480, 640, 3) and obs.dtype == np.uint8
             assert obs in env.observation_space
             rewards: list[float] = []

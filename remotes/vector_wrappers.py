@@ -1,0 +1,104 @@
+"""The action wrappers of :mod:`remotes.wrappers` for vector envs: each env's action is
+translated as the single-env wrapper would, into that env's list of VNC events.
+
+``DiscreteKeys(vector_env, combos)`` gives a :class:`VectorDiscreteKeys` (and so on), so
+the same line works for one remote and for many. Held keys are tracked per env and
+forgotten when its episode ends: the remote releases everything at a reset, and under
+``NEXT_STEP`` autoreset the step after an episode's end does not send that env's action.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorActionWrapper
+
+from .wrappers import (
+    Event,
+    click_events,
+    key_combos,
+    key_events,
+    pointer_box,
+    pointer_events,
+    screen_size,
+)
+
+
+class VectorDiscreteKeys(VectorActionWrapper):  # type: ignore[type-arg]
+    """``MultiDiscrete([len(combos)] * num_envs)``: env *i*'s action holds ``combos[a_i]``."""
+
+    def __init__(self, env: gymnasium.vector.VectorEnv, combos: Sequence[Sequence[str]]) -> None:
+        super().__init__(env)
+        self.combos = key_combos(combos)
+        n = self.num_envs
+        self.single_action_space = spaces.Discrete(len(self.combos))
+        self.action_space = spaces.MultiDiscrete([len(self.combos)] * n)
+        self._held = [frozenset[str]()] * n
+        self._resetting = np.zeros(n, bool)
+        self._next_step = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) in (
+            AutoresetMode.NEXT_STEP, AutoresetMode.NEXT_STEP.value,
+        )
+
+    def reset(self, **kwargs: Any) -> Any:
+        self._held = [frozenset[str]()] * self.num_envs
+        self._resetting[:] = False
+        return super().reset(**kwargs)
+
+    def actions(self, actions: Any) -> list[list[Event]]:
+        chosen = np.asarray(actions).reshape(-1)
+        if chosen.shape != (self.num_envs,) or not self.action_space.contains(chosen.astype(np.int64)):
+            raise ValueError(f"actions {actions!r} are not in {self.action_space}")
+        out: list[list[Event]] = []
+        for i, action in enumerate(chosen.tolist()):
+            if self._resetting[i]:  # this step resets env i and drops its action
+                out.append([])
+                continue
+            wanted = self.combos[action]
+            out.append(key_events(self._held[i], wanted))
+            self._held[i] = wanted
+        return out
+
+    def step(self, actions: Any) -> Any:
+        obs, rewards, terminated, truncated, infos = super().step(actions)
+        ended = np.logical_or(terminated, truncated)
+        for i in np.flatnonzero(ended):
+            self._held[i] = frozenset()
+        self._resetting = ended.copy() if self._next_step else np.zeros(self.num_envs, bool)
+        return obs, rewards, terminated, truncated, infos
+
+
+class VectorDiscreteClicks(VectorActionWrapper):  # type: ignore[type-arg]
+    """``MultiDiscrete([len(points)] * num_envs)``: env *i* clicks at ``points[a_i]``."""
+
+    def __init__(
+        self, env: gymnasium.vector.VectorEnv, points: Sequence[tuple[int, int]], button: int = 1
+    ) -> None:
+        super().__init__(env)
+        if not points:
+            raise ValueError("DiscreteClicks needs at least one point")
+        self.points = [(int(x), int(y)) for x, y in points]
+        self.button = button
+        self.single_action_space = spaces.Discrete(len(self.points))
+        self.action_space = spaces.MultiDiscrete([len(self.points)] * self.num_envs)
+
+    def actions(self, actions: Any) -> list[list[Event]]:
+        return [click_events(*self.points[int(a)], self.button) for a in np.asarray(actions).reshape(-1)]
+
+
+class VectorPointerBox(VectorActionWrapper):  # type: ignore[type-arg]
+    """``Box`` of shape (num_envs, 3): env *i* moves to (x, y), button down while > 0.5."""
+
+    def __init__(self, env: gymnasium.vector.VectorEnv) -> None:
+        super().__init__(env)
+        self.single_action_space = box = pointer_box(*screen_size(env))
+        n = self.num_envs
+        self.action_space = spaces.Box(np.tile(box.low, (n, 1)), np.tile(box.high, (n, 1)), dtype=np.float32)
+
+    def actions(self, actions: Any) -> list[list[Event]]:
+        box = self.single_action_space
+        assert isinstance(box, spaces.Box)
+        return [pointer_events(box, a) for a in np.asarray(actions, np.float32).reshape(self.num_envs, 3)]
