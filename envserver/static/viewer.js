@@ -4,7 +4,16 @@ import RFB from "../novnc/core/rfb.js";
 
 const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
-const viewer = (window.viewer = { state: "starting", detail: "", rfb: null, session: null });
+// Fit the screen to the window (a 160x210 game or a 1024x768 desktop alike) unless
+// ?scale=1 asks for pixel for pixel; the header's button toggles.
+const viewer = (window.viewer = {
+  state: "starting", detail: "", rfb: null, session: null, fit: params.get("scale") !== "1",
+});
+
+function applyScale() {
+  if (viewer.rfb) viewer.rfb.scaleViewport = viewer.fit;
+  $("scale").textContent = viewer.fit ? "1:1" : "fit";
+}
 
 function show(state, detail = "") {
   viewer.state = state;
@@ -62,7 +71,7 @@ async function connect() {
   $("screen").replaceChildren();
   const rfb = (viewer.rfb = new RFB($("screen"), url.href, { shared: true }));
   rfb.viewOnly = session.view_only;
-  rfb.scaleViewport = params.get("scale") === "fit";
+  applyScale();
   if (quality !== null && /^[0-9]$/.test(quality)) rfb.qualityLevel = Number(quality);
   rfb.addEventListener("connect", () => show("connected", describe(session)));
   rfb.addEventListener("disconnect", (e) =>
@@ -81,5 +90,6 @@ async function poll() {
 }
 
 $("reconnect").addEventListener("click", connect);
+$("scale").addEventListener("click", () => { viewer.fit = !viewer.fit; applyScale(); });
 setInterval(poll, 2000);
 connect();

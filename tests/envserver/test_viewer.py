@@ -823,7 +823,7 @@ async def test_novnc_in_chromium_shows_the_exact_frame(
     xs, display = xvfb
     remote = await start_remote(mode="lockstep", password=PASSWORD, http_port=0)  # a still frame
     assert remote.viewer is not None
-    url = f"http://user:{PASSWORD}@127.0.0.1:{remote.viewer.port}/viewer/?quality=lossless"
+    url = f"http://user:{PASSWORD}@127.0.0.1:{remote.viewer.port}/viewer/?quality=lossless&scale=1"
     page = await browser(url)
     await wait_until(lambda: page.evaluate("window.viewer && window.viewer.state === 'connected'"),
                      "noVNC to connect")
@@ -952,3 +952,21 @@ async def test_a_huge_url_is_refused_without_a_traceback(
         while not any("malformed HTTP request" in r.getMessage() for r in caplog.records):
             await asyncio.sleep(0.01)
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+@needs_novnc
+async def test_the_screen_fits_the_window_and_a_button_shows_it_one_to_one(
+    start_remote: StartRemote, browser: Callable[[str], Awaitable[Chromium]],
+) -> None:
+    remote = await start_remote(password=PASSWORD, http_port=0)
+    assert remote.viewer is not None
+    page = await browser(f"http://user:{PASSWORD}@127.0.0.1:{remote.viewer.port}/viewer/")
+    await wait_until(lambda: page.evaluate("window.viewer && window.viewer.state === 'connected'"),
+                     "noVNC to connect")
+    width = "document.querySelector('#screen canvas').getBoundingClientRect().width"
+    # Catch is 160x210; the 800x600 window shows it about 2.6 times as large.
+    await wait_until(lambda: page.evaluate(f"{width} > 320"), "the screen to fill the window")
+    assert await page.evaluate("window.viewer.rfb.scaleViewport") is True
+    await page.evaluate("document.getElementById('scale').click(); true")
+    await wait_until(lambda: page.evaluate(f"{width} === 160"), "the screen at 1:1")
+    assert await page.evaluate("document.getElementById('scale').textContent") == "fit"
