@@ -20,6 +20,7 @@ from gymnasium.vector import AutoresetMode, VectorActionWrapper
 from .wrappers import (
     Event,
     click_events,
+    click_points,
     key_combos,
     key_events,
     pointer_box,
@@ -78,10 +79,7 @@ class VectorDiscreteClicks(VectorActionWrapper):  # type: ignore[type-arg]
         self, env: gymnasium.vector.VectorEnv, points: Sequence[tuple[int, int]], button: int = 1
     ) -> None:
         super().__init__(env)
-        if not points:
-            raise ValueError("DiscreteClicks needs at least one point")
-        self.points = [(int(x), int(y)) for x, y in points]
-        self.button = button
+        self.points, self.button = click_points(points), button
         self.single_action_space = spaces.Discrete(len(self.points))
         self.action_space = spaces.MultiDiscrete([len(self.points)] * self.num_envs)
 

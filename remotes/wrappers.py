@@ -45,6 +45,12 @@ def key_events(held: frozenset[str], wanted: frozenset[str]) -> list[Event]:
     return events
 
 
+def click_points(points: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    if not points:
+        raise ValueError("DiscreteClicks needs at least one point")
+    return [(int(x), int(y)) for x, y in points]
+
+
 def click_events(x: int, y: int, button: int) -> list[Event]:
     return [("PointerEvent", x, y, 0), ("PointerEvent", x, y, button), ("PointerEvent", x, y, 0)]
 
@@ -113,10 +119,7 @@ class DiscreteClicks(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]])
         self, env: gymnasium.Env[Any, Any], points: Sequence[tuple[int, int]], button: int = 1
     ) -> None:
         super().__init__(env)
-        if not points:
-            raise ValueError("DiscreteClicks needs at least one point")
-        self.points = [(int(x), int(y)) for x, y in points]
-        self.button = button
+        self.points, self.button = click_points(points), button
         self.action_space = spaces.Discrete(len(self.points))
 
     @classmethod

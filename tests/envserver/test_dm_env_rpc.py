@@ -130,6 +130,14 @@ class _OnARemote:
                 self._connection.send(dm_env_rpc_pb2.DestroyWorldRequest(world_name=self._world))
             self._connection.close()
 
+    @property
+    def connection(self) -> dm_connection.Connection:
+        return self._connection
+
+    @property
+    def world_name(self) -> str:
+        return self._created()
+
     def _created(self) -> str:
         if self._world is None:
             self._world = create(self._connection, **self.world_settings)
@@ -140,10 +148,6 @@ class _OnARemote:
 
 
 class TestCreateDestroyWorld(_OnARemote, create_destroy_world.CreateDestroyWorld):
-    @property
-    def connection(self) -> dm_connection.Connection:
-        return self._connection
-
     @property
     def required_world_settings(self) -> dict[str, Any]:
         return {}  # a world of the remote as it runs
@@ -160,45 +164,23 @@ class TestCreateDestroyWorld(_OnARemote, create_destroy_world.CreateDestroyWorld
 
 class TestJoinLeaveWorld(_OnARemote, join_leave_world.JoinLeaveWorld):
     @property
-    def connection(self) -> dm_connection.Connection:
-        return self._connection
-
-    @property
-    def world_name(self) -> str:
-        return self._created()
-
-    @property
     def invalid_join_settings(self) -> dict[str, Any]:
         return {"seed": pack(1)}  # settings belong to worlds
 
 
 class TestReset(_OnARemote, reset.Reset):
-    @property
-    def connection(self) -> dm_connection.Connection:
-        return self._connection
-
     def join_world(self) -> dm_env_rpc_pb2.ActionObservationSpecs:
         return join(self._connection, self._created())
 
 
 class TestResetWorld(_OnARemote, reset_world.ResetWorld):
-    @property
-    def connection(self) -> dm_connection.Connection:
-        return self._connection
-
-    @property
-    def world_name(self) -> str:
-        return self._created()
+    """Everything it needs is on the base: a connection and a world."""
 
 
 class TestStep(_OnARemote, step.Step):
     def setUp(self) -> None:
         super().setUp()
         self._specs = join(self._connection, self._created())
-
-    @property
-    def connection(self) -> dm_connection.Connection:
-        return self._connection
 
     @property
     def specs(self) -> dm_env_rpc_pb2.ActionObservationSpecs:
