@@ -9,6 +9,13 @@ from typing import Any
 from rewarder.auth import PASSWORD_ENV
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def _cmd_play(args: argparse.Namespace) -> int:
     if args.env_id is None and args.remote is None:
         print("universe-remote play: give an ENV_ID or --remote ADDRESS", file=sys.stderr)
@@ -48,7 +55,7 @@ def add_commands(sub: Any) -> None:
     )
     player.add_argument("env_id", metavar="ENV_ID", nargs="?", help="start local remotes of this env")
     player.add_argument("--remote", metavar="ADDRESS", help="vnc://host:5900+15900,... instead")
-    player.add_argument("-n", type=int, default=1, help="local remotes to start (default 1)")
+    player.add_argument("-n", type=_positive, default=1, help="local remotes to start (default 1)")
     player.add_argument(
         "--agent", choices=["random", "noop"], default="random",
         help="random: random actions; noop: no input (default random)",

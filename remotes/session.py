@@ -31,13 +31,24 @@ from typing import Any, Final
 import numpy as np
 
 from rewarder.client import RewarderClient
-from rewarder.errors import ConnectionClosed, Refused, RemoteError, RewarderError
+from rewarder.errors import (
+    ConnectionClosed,
+    ConnectTimeout as RewarderConnectTimeout,
+    Refused,
+    RemoteError,
+    RewarderError,
+)
 from rewarder.protocol import LOCKSTEP, MODES, StepReply
 from rewarder.reward_buffer import EMPTY, EpisodeResult
 from vncdriver.addresses import is_loopback
 from vncdriver.client import VNCClient
 from vncdriver.client_protocol import FramebufferUpdated
-from vncdriver.errors import AuthenticationFailed, ServerRefused, VNCError
+from vncdriver.errors import (
+    AuthenticationFailed,
+    ConnectTimeout as VNCConnectTimeout,
+    ServerRefused,
+    VNCError,
+)
 from vncdriver.messages import FrameTag
 
 from .address import RemoteAddress, parse_remotes
@@ -112,8 +123,13 @@ _HINT: Final = (
 )
 
 
-#: Errors that carry the remote's own reason.
-_EXPLAINED: Final = (Refused, RemoteError, AuthenticationFailed, ServerRefused)
+#: Errors that carry the remote's own reason, or advice of their own (the connect timeouts
+#: say what to check): the generic hint would only repeat or mislead.
+_EXPLAINED: Final = (
+    Refused, RemoteError, AuthenticationFailed, ServerRefused, RewarderConnectTimeout, VNCConnectTimeout,
+)
+#: Of those, the ones that are a final answer: the other channel need not be waited for.
+_FINAL: Final = (Refused, RemoteError, AuthenticationFailed, ServerRefused)
 
 
 class RemoteUnavailable(ConnectionError):
@@ -302,7 +318,7 @@ class RemoteSession:
             pending = set(channels.values())
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-                if any(isinstance(t.exception(), _EXPLAINED) for t in done):
+                if any(isinstance(t.exception(), _FINAL) for t in done):
                     break  # the remote said why: the other channel cannot help
         except BaseException:  # cancelled (an interrupted constructor): leave nothing behind,
             for task in channels.values():
