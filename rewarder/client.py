@@ -32,6 +32,7 @@ Many clients share one event loop; nothing here starts a thread.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -113,17 +114,20 @@ class RewarderClient(ClientChannel):
         calibration_pings: int = CALIBRATION_PINGS,
         calibration_interval: float = CALIBRATION_INTERVAL,
         client_id: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """``client_id`` (header ``openai-client-id``): a connection of ours with the same
         id may take the active slot from the one holding it (the server closes that one
-        for good with close code 4010)."""
+        for good with close code 4010). ``tls``: a verifying client context
+        (:func:`rewarder.tls.client_context`); ``host:port`` then means ``wss://``, and a
+        certificate it does not trust raises :class:`~.errors.Untrusted`."""
         headers = {protocol.OBSERVER_HEADER: "true" if observer else "false"}
         if password is not None:
             headers["authorization"] = basic_auth(password)
         if client_id:
             headers[protocol.CLIENT_ID_HEADER] = client_id
         super().__init__(
-            parse_address(address),
+            parse_address(address, tls=tls is not None),
             headers,
             name=name or address,
             # Observers follow the server's episodes without resetting.
@@ -132,6 +136,7 @@ class RewarderClient(ClientChannel):
             reconnect=reconnect,
             calibration_pings=calibration_pings,
             calibration_interval=calibration_interval,
+            tls=tls,
         )
         self.address = address
         self.observer = observer

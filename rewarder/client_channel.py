@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -82,9 +83,12 @@ class ClientChannel:
         reconnect: bool,
         calibration_pings: int,
         calibration_interval: float,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        """``headers`` go with every dial (observer flag, authorization, client id)."""
+        """``headers`` go with every dial (observer flag, authorization, client id);
+        ``tls`` verifies a ``wss://`` server."""
         self.url = url
+        self.tls = tls
         self.name = name
         self.start_timeout = start_timeout
         self.reconnect = reconnect
@@ -247,7 +251,7 @@ class ClientChannel:
         ``v0.connection.close`` there is a refusal, final."""
         ws, first = await dial(
             self.url, self._headers, deadline=deadline, start_timeout=self.start_timeout,
-            name=self.name, stopped=lambda: self._closed,
+            name=self.name, stopped=lambda: self._closed, tls=self.tls,
         )
         proto = ClientConnection()
         self._messages += 1

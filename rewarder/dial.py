@@ -3,7 +3,8 @@
 Holds :func:`parse_address`, :func:`basic_auth`, :func:`dial` (attempts with capped
 exponential backoff until a deadline) and the constants they use. :func:`dial` returns
 the open WebSocket and the server's first message; a server that refuses us (its
-``v0.connection.close`` or an HTTP 401/403) is final, everything else is retried.
+``v0.connection.close`` or an HTTP 401/403) is final, and so is a TLS certificate our
+context does not trust; everything else is retried.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Final
 
@@ -19,8 +21,9 @@ import websockets
 from websockets.asyncio.client import ClientConnection as WebSocket, connect as ws_connect
 from websockets.exceptions import InvalidHandshake, InvalidMessage, InvalidStatus, InvalidURI
 
-from .errors import ConnectTimeout, Refused
+from .errors import ConnectTimeout, Refused, Untrusted
 from .protocol import CLOSE_BUSY, CONNECTION_CLOSE
+from .tls import client_context, not_tls, tls_failure
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +53,20 @@ _REFUSAL_CODES: Final = frozenset({1008, *range(4000, 5000)})
 _REFUSAL_STATUSES: Final = frozenset({401, 403})
 
 
-def parse_address(address: str) -> str:
+def parse_address(address: str, *, tls: bool = False) -> str:
     """The WebSocket URL of a rewarder at ``host``, ``host:port`` or ``ws://host:port``.
 
-    The port defaults to :data:`DEFAULT_PORT`; ``wss://`` is accepted too.
+    The port defaults to :data:`DEFAULT_PORT`; ``wss://`` is accepted too, and ``tls``
+    makes a bare ``host:port`` a ``wss://`` URL.
     """
     scheme, sep, rest = address.partition("://")
     if not sep:
-        scheme, rest = "ws", address
+        scheme, rest = ("wss" if tls else "ws"), address
+    elif tls and scheme == "ws":
+        raise ValueError(
+            f"rewarder address {address!r} says ws:// (no TLS) but a TLS context was given; "
+            "write wss://host:port or host:port"
+        )
     if scheme not in ("ws", "wss"):
         raise ValueError(
             f"rewarder address {address!r} must be host:port or ws://host:port, not {scheme}://"
@@ -86,12 +95,15 @@ async def dial(
     start_timeout: float,
     name: str,
     stopped: Callable[[], bool] = lambda: False,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[WebSocket, str | bytes]:
     """Connect with backoff until ``deadline`` (loop time): the WebSocket and the server's
-    first message.
+    first message. ``tls``: the context a ``wss://`` URL is verified with (None:
+    :func:`~.tls.client_context`'s default, $UNIVERSE_REMOTE_TLS_CA or the system's).
 
     Raises :class:`ConnectTimeout`, or :class:`ConnectionClosed` if the server refused us
-    (that is final: no more attempts) or stayed busy (another agent's) until the deadline.
+    (that is final: no more attempts) or stayed busy (another agent's) until the deadline;
+    :class:`~.errors.Untrusted` (final) for a certificate ``tls`` does not trust.
     """
     loop = asyncio.get_running_loop()
     delay = BACKOFF_START
@@ -113,7 +125,7 @@ async def dial(
             )
         attempts += 1
         try:
-            return await _attempt(url, headers, min(remaining, ATTEMPT_TIMEOUT), name)
+            return await _attempt(url, headers, min(remaining, ATTEMPT_TIMEOUT), name, tls)
         except _Busy as exc:
             if not isinstance(last_error, _Busy):
                 log.info("%s: %s; retrying until the start timeout", name, exc)
@@ -126,6 +138,16 @@ async def dial(
                     f"{name}: {url} is a VNC server (it greets 'RFB ...'), not a rewarder: are "
                     "the ports swapped? The address is vnc://HOST:VNC_PORT+REWARDER_PORT"
                 ) from None
+            if isinstance(exc, InvalidMessage) and url.startswith("ws:") and await _speaks_tls(url):
+                raise Refused(
+                    f"{name}: {_where(url)} serves TLS (a remote served with --tls-cert): "
+                    "use wss:// or vnc+tls://HOST:VNC_PORT+REWARDER_PORT, with tls_ca= if "
+                    "its CA is not in the system's trust store"
+                ) from None
+            if (url.startswith("wss:") and isinstance(exc, OSError)
+                    and not isinstance(exc, ConnectionRefusedError | TimeoutError)
+                    and await _answers_in_clear(url)):
+                raise Untrusted(f"{name}: {not_tls(_where(url), 'it answers in clear')}") from None
         remaining = deadline - loop.time()
         wait = BUSY_RETRY if isinstance(last_error, _Busy) else delay
         await asyncio.sleep(max(0.0, min(wait, remaining)))
@@ -145,12 +167,44 @@ def _refusal(message: str | bytes) -> str | None:
 
 async def _greets_as_vnc(url: str) -> bool:
     """Whether what answers at ``url`` speaks first with an RFB greeting (a VNC port)."""
-    host, _, port = url.split("://", 1)[1].rstrip("/").rpartition(":")
     try:
         async with asyncio.timeout(PROBE_TIMEOUT):
-            reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+            reader, writer = await asyncio.open_connection(*_host_port(url))
             try:
                 return (await reader.read(4)) == b"RFB "
+            finally:
+                writer.close()
+    except (OSError, TimeoutError, ValueError):
+        return False
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    host, _, port = _where(url).rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+async def _speaks_tls(url: str) -> bool:
+    """Whether what answers at ``url`` completes a TLS handshake (unverified: this only
+    chooses the error message; nothing is sent over it)."""
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    probe.check_hostname, probe.verify_mode = False, ssl.CERT_NONE
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT):
+            _, writer = await asyncio.open_connection(*_host_port(url), ssl=probe)
+            writer.close()
+            return True
+    except (OSError, TimeoutError, ValueError):
+        return False
+
+
+async def _answers_in_clear(url: str) -> bool:
+    """Whether what answers at ``url`` speaks HTTP or RFB without TLS (a plain remote)."""
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT):
+            reader, writer = await asyncio.open_connection(*_host_port(url))
+            try:
+                writer.write(b"GET / HTTP/1.0\r\n\r\n")  # a VNC server greets first anyway
+                return (await reader.read(5)) in (b"HTTP/", b"RFB 0")
             finally:
                 writer.close()
     except (OSError, TimeoutError, ValueError):
@@ -165,8 +219,14 @@ class _Busy(Exception):
         super().__init__(f"{url} is busy: {reason or 'another agent holds its active slot'}")
 
 
+def _where(url: str) -> str:
+    """``host:port`` of a rewarder URL."""
+    return url.split("://", 1)[-1].rstrip("/")
+
+
 async def _attempt(
-    url: str, headers: Mapping[str, str], timeout: float, name: str
+    url: str, headers: Mapping[str, str], timeout: float, name: str,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[WebSocket, str | bytes]:
     """One connection attempt, up to and including the server's first message."""
     ws: WebSocket | None = None
@@ -181,7 +241,12 @@ async def _attempt(
                     open_timeout=None,
                     close_timeout=CLOSE_TIMEOUT,
                     max_size=MAX_SERVER_MESSAGE_BYTES,
+                    ssl=(tls or client_context()) if url.startswith("wss:") else None,
                 )
+            except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                raise  # the peer hung up mid-handshake: retried like a reset connection
+            except ssl.SSLError as exc:
+                raise Untrusted(f"{name}: {tls_failure(_where(url), exc)}") from None
             except InvalidStatus as exc:
                 status = exc.response.status_code
                 if status in _REFUSAL_STATUSES:

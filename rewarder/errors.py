@@ -7,6 +7,8 @@
     │   └── UnknownMethod   ... a method this client does not know (a newer server)
     ├── RemoteError         the server answered our request with v0.reply.error
     ├── ConnectionClosed    the server sent v0.connection.close or the socket dropped
+    │   └── Refused         ... it refused us and said why (final)
+    │       └── Untrusted   ... our TLS client refused its certificate (final)
     └── ConnectTimeout      no server answered within the start timeout
 
 ``BadRequest`` is what the *peer* (the client) did wrong, seen from the server;
@@ -75,6 +77,11 @@ class ConnectionClosed(RewarderError):
 class Refused(ConnectionClosed):
     """The server refused the connection and said why (password, busy, throttled, a bad
     URL): the message is the whole story, retrying the same way will not help."""
+
+
+class Untrusted(Refused):
+    """TLS: the remote's certificate did not verify (unknown CA, wrong name, expired), or
+    the remote does not speak TLS at all; retrying will not change that."""
 
 
 class ConnectTimeout(RewarderError, TimeoutError):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from http import HTTPStatus
@@ -171,8 +172,10 @@ class RewarderServer:
         allow_origins: Sequence[str] = (),
         auth_guard: AuthGuard | None = None,
         held_by: Callable[[], str | None] = lambda: None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        """``allow_origins``: web pages (``Origin`` values, ``https://host``) whose
+        """``tls``: a server context (:func:`rewarder.tls.server_tls`) serves ``wss://``
+        only. ``allow_origins``: web pages (``Origin`` values, ``https://host``) whose
         WebSocket handshakes are accepted; any other handshake with an ``Origin`` header
         is refused, because browsers send one and agents don't. ``auth_guard`` throttles
         wrong passwords per address. ``held_by`` names an agent of another front end
@@ -180,6 +183,7 @@ class RewarderServer:
         self.handler = handler
         self.held_by = held_by
         self.password = password
+        self.tls = tls
         self.allow_origins = frozenset(o.rstrip("/").lower() for o in allow_origins)
         self.auth_guard = auth_guard
         self.max_message_bytes = max_message_bytes
@@ -210,6 +214,7 @@ class RewarderServer:
             ping_timeout=KEEPALIVE_TIMEOUT,
             close_timeout=CLOSE_TIMEOUT,
             server_header="universe-remote",
+            ssl=self.tls,
         )
 
     async def close(self, reason: str = "the remote is shutting down") -> None:
@@ -285,7 +290,8 @@ class RewarderServer:
         response = connection.respond(
             HTTPStatus.FOUND, f"the viewer is on port {self.viewer_port}\n"
         )
-        response.headers["Location"] = f"http://{host}:{self.viewer_port}{request.path}"
+        scheme = "https" if self.tls is not None else "http"  # the viewer serves TLS with us
+        response.headers["Location"] = f"{scheme}://{host}:{self.viewer_port}{request.path}"
         return response
 
     # One connection -----------------------------------------------------------------------

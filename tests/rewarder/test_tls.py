@@ -1,0 +1,175 @@
+"""The rewarder over TLS (``wss://``) on 127.0.0.1, with certificates made at test time:
+a verifying client gets in, a client that trusts another CA is refused at once with what
+to do, and every file ``server_tls``/``client_context`` cannot use is named."""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+
+from rewarder.client import RewarderClient
+from rewarder.errors import Refused, Untrusted
+from rewarder.server import RewarderServer
+from rewarder.tls import CA_ENV, MIN_VERSION, TLSSetupError, client_context, server_tls
+from tests.rewarder.test_client import FakeEnv
+from tests.tls import Certs, certs_fixture, make_certs, other_ca_fixture  # noqa: F401
+
+TIMEOUT = 5.0
+
+MakeServer = Callable[..., Awaitable[RewarderServer]]
+
+
+@pytest.fixture
+async def make_server() -> AsyncIterator[MakeServer]:
+    servers: list[RewarderServer] = []
+
+    async def make(tls: ssl.SSLContext | None) -> RewarderServer:
+        env = FakeEnv()
+        server = RewarderServer(env, tls=tls)
+        env.server = server
+        await server.start("127.0.0.1", 0)
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        await server.close("test over")
+
+
+async def test_wss_with_a_verifying_client(make_server: MakeServer, certs: Certs) -> None:
+    server = await make_server(certs.server().context)
+    async with RewarderClient(
+        f"127.0.0.1:{server.port}", tls=client_context(certs.ca), start_timeout=TIMEOUT
+    ) as client:
+        assert client.url == f"wss://127.0.0.1:{server.port}/"
+        assert client.describe.env_id == "test.Fake-v0"
+        assert await client.ping() >= 0
+        assert server.clients and all(c.ws.transport.get_extra_info("ssl_object") for c in server.clients)
+
+
+async def test_the_ca_may_come_from_the_environment(
+    make_server: MakeServer, certs: Certs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await make_server(certs.server().context)
+    monkeypatch.setenv(CA_ENV, str(certs.ca))
+    async with RewarderClient(f"wss://127.0.0.1:{server.port}", start_timeout=TIMEOUT) as client:
+        assert client.describe.env_id == "test.Fake-v0"
+
+
+async def test_a_certificate_of_another_ca_is_refused_at_once_saying_what_to_do(
+    make_server: MakeServer, certs: Certs, other_ca: Certs
+) -> None:
+    server = await make_server(certs.server().context)
+    client = RewarderClient(
+        f"127.0.0.1:{server.port}", tls=client_context(other_ca.ca), start_timeout=30.0
+    )
+    # Final, not retried: a ConnectTimeout would come only after the 30 s start timeout.
+    with pytest.raises(Untrusted) as refused:
+        async with client:
+            pass
+    message = str(refused.value)
+    assert f"certificate of 127.0.0.1:{server.port} not trusted" in message
+    assert "tls_ca=" in message and CA_ENV in message
+
+
+async def test_the_system_trust_store_does_not_trust_a_private_ca(
+    make_server: MakeServer, certs: Certs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(CA_ENV, raising=False)
+    server = await make_server(certs.server().context)
+    with pytest.raises(Untrusted, match="not trusted"):
+        async with RewarderClient(f"wss://127.0.0.1:{server.port}", start_timeout=30.0):
+            pass
+
+
+async def test_a_certificate_for_another_name_is_refused(
+    make_server: MakeServer, tmp_path: Path
+) -> None:
+    elsewhere = make_certs(tmp_path, names=("remote.example",))
+    server = await make_server(elsewhere.server().context)
+    with pytest.raises(Untrusted, match="not trusted.*127.0.0.1"):
+        async with RewarderClient(
+            f"127.0.0.1:{server.port}", tls=client_context(elsewhere.ca), start_timeout=30.0
+        ):
+            pass
+
+
+async def test_tls_client_to_a_plain_remote_says_it_does_not_speak_tls(
+    make_server: MakeServer, certs: Certs
+) -> None:
+    server = await make_server(None)
+    with pytest.raises(Untrusted, match="does not speak TLS.*vnc://, not vnc\\+tls://"):
+        async with RewarderClient(
+            f"127.0.0.1:{server.port}", tls=client_context(certs.ca), start_timeout=30.0
+        ):
+            pass
+
+
+async def test_plain_client_to_a_tls_remote_is_told_to_use_tls(
+    make_server: MakeServer, certs: Certs
+) -> None:
+    server = await make_server(certs.server().context)
+    with pytest.raises(Refused, match="serves TLS.*use wss:// or vnc\\+tls://"):
+        async with RewarderClient(f"127.0.0.1:{server.port}", start_timeout=30.0):
+            pass
+    assert not server.clients
+
+
+def test_a_tls_context_with_a_ws_url_is_a_contradiction(certs: Certs) -> None:
+    with pytest.raises(ValueError, match="ws:// \\(no TLS\\) but a TLS context"):
+        RewarderClient("ws://127.0.0.1:15901", tls=client_context(certs.ca))
+
+
+def test_both_contexts_refuse_tls_before_1_2(certs: Certs) -> None:
+    assert certs.server().context.minimum_version == MIN_VERSION == ssl.TLSVersion.TLSv1_2
+    assert client_context(certs.ca).minimum_version == MIN_VERSION
+    assert client_context(certs.ca).verify_mode == ssl.CERT_REQUIRED
+    assert client_context(certs.ca).check_hostname
+
+
+# Files that cannot be used, named -------------------------------------------------------------
+
+
+def _encrypted(key: Path, out: Path) -> Path:
+    loaded = serialization.load_pem_private_key(key.read_bytes(), None)
+    out.write_bytes(loaded.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"passphrase"),
+    ))
+    return out
+
+
+def test_server_tls_names_the_file_and_what_to_do(certs: Certs, other_ca: Certs, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.pem"
+    text = tmp_path / "text.pem"
+    text.write_text("not a certificate\n")
+    cases = [
+        ((missing, certs.key), [str(missing), "does not exist", "--tls-cert"]),
+        ((certs.cert, missing), [str(missing), "does not exist", "--tls-key"]),
+        ((tmp_path, certs.key), [str(tmp_path), "is a directory"]),
+        ((text, certs.key), [str(text), "holds no PEM certificate", "trustme"]),
+        ((certs.key, certs.cert), [str(certs.key), "swapped"]),
+        ((certs.cert, text), [str(text), "holds no PEM private key"]),
+        ((certs.cert, other_ca.key), [str(other_ca.key), "is not the key of the certificate"]),
+        ((certs.cert, _encrypted(certs.key, tmp_path / "enc.key")),
+         ["enc.key", "is encrypted", "openssl pkey"]),
+    ]
+    for (cert, key), words in cases:
+        with pytest.raises(TLSSetupError) as error:
+            server_tls(cert, key)
+        for word in words:
+            assert word in str(error.value), (cert, key, str(error.value))
+
+
+def test_client_context_names_a_bad_ca_file(certs: Certs, tmp_path: Path) -> None:
+    with pytest.raises(TLSSetupError, match=f"does not exist: check tls_ca=.*{CA_ENV}"):
+        client_context(tmp_path / "nope.pem")
+    with pytest.raises(TLSSetupError, match="holds no PEM certificate: pass the CA"):
+        client_context(certs.key)
+    copy = shutil.copy(certs.ca, tmp_path / "ca copy.pem")
+    assert client_context(copy).cert_store_stats()["x509_ca"] == 1
