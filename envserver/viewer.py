@@ -13,6 +13,8 @@ URLs (``universe-remote serve ENV --http-port 8900``)::
     /viewer/static/      our page's JS and CSS (envserver/static)
     /viewer/novnc/       noVNC itself, from the Debian package or an npm install
 
+Served over https when the remote has a certificate (``serve --tls-cert/--tls-key``).
+
 The page takes ``?password=PW``, ``?quality=lossless`` (no JPEG: exact pixels) or
 ``?quality=0..9`` (noVNC's JPEG level; default 6 where the server does JPEG), and
 ``?scale=fit`` (fit the window instead of 1:1).
@@ -26,10 +28,11 @@ noVNC-like watcher, Catch and Enduro x4) the rewarder's ping round trip, p99 and
 messages/s are the same with the bridge on its own port as on the rewarder's: what a
 watcher costs is the VNC encoding it asks for, wherever it connects.
 
-Password: with one configured, the page, ``session``, ``status`` and the bridge need it,
+Password (:mod:`envserver.viewer_auth`): with one configured, every URL here needs it,
 as HTTP Basic auth with the password in the username *or* the password field (Universe
-put it in the username), or as ``?password=`` (Universe's viewer URL). The page trades
-it for a short-lived token that opens the bridge. With no password, only this machine
+put it in the username), or as ``?password=`` (Universe's viewer URL); the page's own
+files accept the session cookie the page sets instead. The page trades it for a
+short-lived, single-use token that opens the bridge. With no password, only this machine
 (loopback peers) may watch.
 
 Two bridges. When the remote runs its own VNC server, each browser attaches to it
@@ -45,16 +48,11 @@ noVNC's ``viewOnly`` flag.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import hashlib
-import hmac
 import logging
 import os
-import secrets
+import ssl
 import sys
-import time
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -81,6 +79,9 @@ from vncdriver.server import AuthGuard, VNCServer
 from vncdriver.streams import BytesFeeder, Parser, read_exact
 
 from .attached import BROWSER_LEFT, CLOSE_TIMEOUT, AttachedBridge, close_websocket
+from .viewer_auth import CONTROL, VIEW, ViewerAuth, credentials, cross_site
+
+__all__ = ["ClientFilter", "Viewer", "credentials", "cross_site", "find_novnc"]
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,6 @@ MAX_BROWSER_MESSAGE: Final = 64 * 1024
 WRITER_LIMIT: Final = 1024 * 1024
 #: Seconds for the VNC handshake with the remote and for the browser's.
 HANDSHAKE_TIMEOUT: Final = 10.0
-#: Seconds a session token may wait before it opens the bridge (the page uses it at once).
-TOKEN_LIFETIME: Final = 60.0
 #: Seconds between WebSocket pings, so a vanished browser is noticed.
 HEARTBEAT: Final = 30.0
 #: Seconds a stopping viewer waits for its handlers.
@@ -141,9 +140,14 @@ EXTENSION_ENCODINGS: Final = frozenset(
 JPEG_ENCODINGS: Final = frozenset(range(-32, -22)) | frozenset(range(-512, -411))
 
 STATIC_DIR: Final = Path(str(resources.files("envserver") / "static"))
-REALM: Final = "universe-remote viewer"
-CONTROL, VIEW = "control", "view"
 _CLOSED: Final = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
+#: URLs anyone may ask for (redirects to the page), and the bridge (its token decides).
+_OPEN_PATHS: Final = frozenset({"/", "/viewer", "/viewer/websockify"})
+#: Files the page loads after it was let in: a refusal there says how to get the cookie.
+_PAGE_FILES: Final = ("/viewer/static/", "/viewer/novnc/")
+_PAGE: Final = "/viewer/"
+#: The role a request's password or cookie gives, for the handlers.
+_ROLE: Final = web.RequestKey("role", str)
 
 
 def find_novnc(explicit: str | os.PathLike[str] | None = None) -> Path | None:
@@ -157,37 +161,6 @@ def find_novnc(explicit: str | os.PathLike[str] | None = None) -> Path | None:
             return path.resolve()
     if chosen:
         log.warning("%s (%s) holds no core/rfb.js; %s", NOVNC_ENV, chosen, INSTALL_NOVNC)
-    return None
-
-
-def credentials(request: web.BaseRequest) -> list[str]:
-    """Passwords a request offers: both fields of Basic auth, and ``?password=``."""
-    offered = []
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() == "basic":
-        try:
-            user, _, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            user = password = ""
-        offered += [s for s in (user, password) if s]
-    if request.query.get("password"):
-        offered.append(request.query["password"])
-    return offered
-
-
-def cross_site(request: web.BaseRequest) -> str | None:
-    """Why a request that a web page elsewhere made must be refused, else None.
-
-    WebSockets ignore the same-origin policy, so any site a local user visits could open
-    the bridge: a browser's ``Origin`` must be this server. Without a password, the
-    ``Host`` must also be a loopback name, or a site that rebinds its DNS name to
-    127.0.0.1 would count as this server.
-    """
-    origin = request.headers.get("Origin")
-    # Host only, not the scheme: a TLS proxy in front makes it https outside, http here.
-    if origin is not None and origin.partition("://")[2].lower() != request.host.lower():
-        return f"a page from {origin} may not open this remote's viewer"
     return None
 
 
@@ -425,14 +398,16 @@ class Viewer:
         novnc_dir: str | os.PathLike[str] | None = None,
         vnc_server: VNCServer | None = None,
         auth_guard: AuthGuard | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """``vnc_server``: the remote's own VNC server, which browsers then attach to
         in-process (:mod:`envserver.attached`); without it (Xvnc) each browser gets a TCP
-        bridge to ``vnc_host:vnc_port``."""
+        bridge to ``vnc_host:vnc_port``. ``tls``: a server context: https only."""
         self.vnc_port = vnc_port
         self.vnc_server = vnc_server
-        #: Wrong-password throttling shared with the remote's other ports.
-        self.auth_guard = auth_guard
+        self.tls = tls
+        #: Passwords, the page's session cookies, the bridge's tokens, refusals.
+        self.auth = ViewerAuth(password, view_only_password, auth_guard, secure=tls is not None)
         # The bridge runs beside the VNC server: a wildcard bind is reached on loopback.
         self.vnc_host = "127.0.0.1" if vnc_host in ("", "0.0.0.0", "::") else vnc_host
         self.password, self.view_only_password = password, view_only_password
@@ -440,9 +415,6 @@ class Viewer:
         self.describe = describe or dict
         self.novnc = find_novnc(novnc_dir)
         self.bridges: set[_Bridge | AttachedBridge] = set()
-        self._secret = secrets.token_bytes(32)
-        #: Nonces of redeemed tokens, with their expiry: a token opens one bridge.
-        self._used_tokens: dict[str, float] = {}
         self._runner: web.AppRunner | None = None
         self._closing = False
         self.app = self._make_app()
@@ -467,12 +439,13 @@ class Viewer:
             self.app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        site = web.TCPSite(self._runner, host, port, ssl_context=self.tls)
         try:
             await site.start()
         except OSError:
             await self._runner.cleanup()
             raise
+        self.auth.bind(self.port)
 
     async def close(self, reason: str = "the remote is shutting down") -> None:
         if self._closing:
@@ -488,89 +461,10 @@ class Viewer:
             return self.view_only_password
         return self.password
 
-    # Auth --------------------------------------------------------------------------------
-
-    def role(self, request: web.BaseRequest) -> str | None:
-        """CONTROL or VIEW for a request that may watch, else None."""
-        if cross_site(request) is not None:
-            return None
-        if self.password is None and self.view_only_password is None:
-            return CONTROL if is_loopback(request.remote) and is_loopback(request.url.host) else None
-        guard = self.auth_guard
-        if guard is not None and guard.refusal(request.remote) is not None:
-            return None
-        role = self._password_role(request)
-        if guard is not None and role is not None:
-            guard.succeeded(request.remote)
-        elif guard is not None and credentials(request):
-            guard.failed(request.remote, "the viewer port")
-        return role
-
-    def _password_role(self, request: web.BaseRequest) -> str | None:
-        for given in credentials(request):
-            if self.password is not None and hmac.compare_digest(given.encode(), self.password.encode()):
-                return CONTROL
-            if self.view_only_password is not None and hmac.compare_digest(
-                given.encode(), self.view_only_password.encode()
-            ):
-                return VIEW
-        return None
-
-    def _token(self, role: str) -> str:
-        """A signed, single-use token for the bridge: ``expires.role.nonce.signature``."""
-        claim = f"{int(time.time() + TOKEN_LIFETIME)}.{role}.{secrets.token_urlsafe(9)}"
-        return f"{claim}.{self._sign(claim)}"
-
-    def _sign(self, claim: str) -> str:
-        digest = hmac.new(self._secret, claim.encode(), hashlib.sha256).digest()
-        return base64.urlsafe_b64encode(digest[:18]).decode()
-
-    def _token_role(self, token: str | None) -> str | None:
-        """The role a valid, unexpired, unused token grants, else None."""
-        parts = (token or "").split(".")
-        if len(parts) != 4:
-            return None
-        expires, role, nonce, signature = parts
-        if not (expires.isdigit() and role in (CONTROL, VIEW)):
-            return None
-        if not hmac.compare_digest(signature, self._sign(f"{expires}.{role}.{nonce}")):
-            return None
-        if int(expires) < time.time() or nonce in self._used_tokens:
-            return None
-        return role
-
-    def _redeem(self, token: str | None) -> str | None:
-        """:meth:`_token_role`, and the token cannot open another bridge."""
-        role = self._token_role(token)
-        if role is not None:
-            now = time.time()
-            self._used_tokens = {n: t for n, t in self._used_tokens.items() if t >= now}
-            expires, _, nonce, _ = (token or "").split(".")
-            self._used_tokens[nonce] = float(expires)
-        return role
-
-    def _refusal(self, request: web.BaseRequest) -> web.Response:
-        if (why := cross_site(request)) is not None:
-            return web.Response(status=403, text=why + "\n")
-        if self.password is None and self.view_only_password is None:
-            return web.Response(
-                status=403,
-                text="This remote has no password, so its viewer serves only this machine "
-                "at http://127.0.0.1 or http://localhost. Serve it with --password to watch "
-                "from elsewhere.\n",
-            )
-        why = "wrong password" if credentials(request) else "this remote needs a password"
-        return web.Response(
-            status=401,
-            text=f"{why}: log in with the remote's password (as user name or password), "
-            "or open /viewer/?password=<password>\n",
-            headers={"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'},
-        )
-
     # Handlers ----------------------------------------------------------------------------
 
     def _make_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._headers])
+        app = web.Application(middlewares=[self._guard])
         app.router.add_get("/", self._to_viewer)
         app.router.add_get("/viewer", self._to_viewer)
         app.router.add_get("/viewer/", self._page)
@@ -583,19 +477,29 @@ class Viewer:
         return app
 
     @web.middleware
-    async def _headers(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Every viewer URL but the redirects needs the password or the page's session
+        cookie (the bridge: its token, checked by its handler); renews the cookie."""
+        session = None
+        if request.path not in _OPEN_PATHS:
+            role, session = self.auth.authorise(request)
+            if role is None:
+                return self.auth.refusal(request, page_file=request.path.startswith(_PAGE_FILES))
+            request[_ROLE] = role
+            if session is None and request.path == _PAGE and not self.auth.open:
+                session = self.auth.open_session(role)  # for the files the page loads next
         response: web.StreamResponse = await handler(request)
         if not response.prepared:
             response.headers.setdefault("Referrer-Policy", "no-referrer")  # ?password=
             response.headers.setdefault("X-Content-Type-Options", "nosniff")
+            if session is not None:
+                self.auth.set_cookie(response, session)
         return response
 
     async def _to_viewer(self, request: web.Request) -> web.StreamResponse:
         raise web.HTTPFound("/viewer/" + (f"?{request.query_string}" if request.query_string else ""))
 
     async def _page(self, request: web.Request) -> web.StreamResponse:
-        if self.role(request) is None:
-            return self._refusal(request)
         if self.novnc is None:
             return web.Response(
                 status=503,
@@ -605,20 +509,16 @@ class Viewer:
         return web.FileResponse(STATIC_DIR / "viewer.html", headers={"Cache-Control": "no-store"})
 
     async def _session(self, request: web.Request) -> web.Response:
-        role = self.role(request)
-        if role is None:
-            return self._refusal(request)
+        role = request[_ROLE]
         view_only = self.view_only or role == VIEW
         body = {
             **self._describe(),
             "view_only": view_only,
-            "websocket": f"websockify?token={self._token(VIEW if view_only else CONTROL)}",
+            "websocket": f"websockify?token={self.auth.token(VIEW if view_only else CONTROL)}",
         }
         return _json(body)
 
     async def _status(self, request: web.Request) -> web.Response:
-        if self.role(request) is None:
-            return self._refusal(request)
         return _json({**self._describe(), "viewers": len(self.bridges)})
 
     def _describe(self) -> dict[str, Any]:
@@ -629,10 +529,10 @@ class Viewer:
             return {}
 
     async def _websockify(self, request: web.Request) -> web.StreamResponse:
-        role = None if cross_site(request) else self._redeem(request.query.get("token"))
-        role = role or self.role(request)
+        role = None if cross_site(request) else self.auth.redeem(request.query.get("token"))
+        role = role or self.auth.authorise(request)[0]
         if role is None:
-            return self._refusal(request)
+            return self.auth.refusal(request)
         if self._closing:
             return web.Response(status=503, text="the remote is shutting down\n")
         ws = web.WebSocketResponse(

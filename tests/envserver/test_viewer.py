@@ -31,7 +31,7 @@ import pytest
 import websockets
 from aiohttp.test_utils import make_mocked_request
 
-from envserver import viewer as viewer_module
+from envserver import viewer as viewer_module, viewer_auth
 from envserver.attached import HIGH_WATER, AttachedBridge
 from envserver.remote import Remote
 from envserver.throttle import AuthThrottle
@@ -206,9 +206,6 @@ async def test_password_guards_page_session_and_bridge(
     async with http.get(f"{base}/viewer/status", headers=basic(PASSWORD)) as r:
         status = await r.json()
         assert status["env_state"] == "running" and status["episode_id"] == remote.episode_id
-    # Static code needs no password: it holds no secret and no pixels.
-    async with http.get(f"{base}/viewer/static/viewer.js") as r:
-        assert r.status == 200
     async with http.get(base + "/", allow_redirects=False) as r:
         assert r.status == 302 and r.headers["Location"] == "/viewer/"
 
@@ -219,12 +216,12 @@ async def test_tokens_are_signed_and_expire(
     remote = await start_remote(password=PASSWORD, http_port=0)
     viewer = remote.viewer
     assert viewer is not None
-    token = viewer._token("view")
-    assert viewer._token_role(token) == "view" and token != viewer._token("view")
+    token = viewer.auth.token("view")
+    assert viewer.auth.token_role(token) == "view" and token != viewer.auth.token("view")
     expires, _, nonce, signature = token.split(".")
-    assert viewer._token_role(f"{expires}.control.{nonce}.{signature}") is None  # signed role
-    assert viewer._token_role(f"{int(expires) + 9}.view.{nonce}.{signature}") is None
-    assert viewer._token_role("garbage") is None and viewer._token_role(None) is None
+    assert viewer.auth.token_role(f"{expires}.control.{nonce}.{signature}") is None  # signed role
+    assert viewer.auth.token_role(f"{int(expires) + 9}.view.{nonce}.{signature}") is None
+    assert viewer.auth.token_role("garbage") is None and viewer.auth.token_role(None) is None
     # single use: a token opens one bridge, never a second
     once = await session_websocket(http, viewer, PASSWORD)
     rfb = await RFBOverWebSocket.open(http, once)
@@ -233,8 +230,8 @@ async def test_tokens_are_signed_and_expire(
         await http.ws_connect(once)
     assert replay.value.status == 401
     await rfb.close()
-    monkeypatch.setattr(viewer_module.time, "time", lambda: int(expires) + 1)
-    assert viewer._token_role(token) is None
+    monkeypatch.setattr(viewer_auth.time, "time", lambda: int(expires) + 1)
+    assert viewer.auth.token_role(token) is None
     async with http.get(
         f"http://127.0.0.1:{viewer.port}/viewer/websockify?token={token}"
     ) as r:
@@ -249,16 +246,16 @@ def test_no_password_serves_loopback_only() -> None:
         return make_mocked_request("GET", "/viewer/", headers={"Host": host, **headers},
                                    transport=transport)
 
-    assert viewer.role(request("127.0.0.1")) == "control"
-    assert viewer.role(request("::1", "[::1]:8900")) == "control"
-    assert viewer.role(request("127.0.0.1", "localhost:8900")) == "control"
-    assert viewer.role(request("10.1.2.3")) is None
-    assert viewer._refusal(request("10.1.2.3")).status == 403
+    assert viewer.auth.role(request("127.0.0.1")) == "control"
+    assert viewer.auth.role(request("::1", "[::1]:8900")) == "control"
+    assert viewer.auth.role(request("127.0.0.1", "localhost:8900")) == "control"
+    assert viewer.auth.role(request("10.1.2.3")) is None
+    assert viewer.auth.refusal(request("10.1.2.3")).status == 403
     # A site whose name was rebound to 127.0.0.1, and pages from other origins.
-    assert viewer.role(request("127.0.0.1", "evil.example:8900")) is None
-    assert viewer.role(request("127.0.0.1", Origin="http://evil.example")) is None
-    assert viewer.role(request("127.0.0.1", Origin="http://127.0.0.1:8900")) == "control"
-    assert "evil.example" in viewer._refusal(request("127.0.0.1", Origin="http://evil.example")).text
+    assert viewer.auth.role(request("127.0.0.1", "evil.example:8900")) is None
+    assert viewer.auth.role(request("127.0.0.1", Origin="http://evil.example")) is None
+    assert viewer.auth.role(request("127.0.0.1", Origin="http://127.0.0.1:8900")) == "control"
+    assert "evil.example" in viewer.auth.refusal(request("127.0.0.1", Origin="http://evil.example")).text
     assert credentials(make_mocked_request("GET", "/viewer/?password=a b", headers=basic("u", "p"))) == [
         "u", "p", "a b",
     ]
