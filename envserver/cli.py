@@ -13,11 +13,15 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from rewarder.auth import PASSWORD_ENV, PASSWORD_FILE_ENV, VIEW_ONLY_PASSWORD_ENV
 from rewarder.protocol import MAX_FPS, MIN_FPS
+from rewarder.tls import CA_ENV, CERT_ENV, KEY_ENV, TLSSetupError, client_context, server_tls
 from vncdriver.addresses import is_loopback
+
+if TYPE_CHECKING:
+    from rewarder.tls import ServerTLS
 
 #: Seconds ``universe-remote health`` waits for the rewarder's describe.
 HEALTH_TIMEOUT: Final = 5.0
@@ -40,7 +44,66 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve(args: argparse.Namespace) -> int:
+def exposure_refusal(host: str, *, password: str | None, tls: bool, insecure: bool) -> str | None:
+    """Why ``serve`` must not start on ``host``, else None (docs/security.md).
+
+    Off loopback, a password is always needed (TLS hides traffic, it does not say who may
+    drive the remote), and so is TLS unless ``insecure`` says the network is private.
+    """
+    if is_loopback(host):
+        return None
+    if not password:
+        return (
+            f"refusing to serve on {host} without a password: anyone who can reach it could "
+            f"control the remote. Pass --password PW or set ${PASSWORD_ENV}, or bind "
+            "--host 127.0.0.1."
+        )
+    if not tls and not insecure:
+        return (
+            f"refusing to serve on {host} in clear: pixels, input, rewards and the password "
+            f"would cross the network unencrypted. Pass --tls-cert CERT --tls-key KEY (or set "
+            f"${CERT_ENV} and ${KEY_ENV}; docs/security.md), or --insecure if only trusted "
+            "machines can reach it (a private network, a container whose ports are published "
+            "on 127.0.0.1)."
+        )
+    return None
+
+
+def _banner(args: argparse.Namespace, remote: Any) -> str:
+    """What ``serve`` prints once it listens: each port with its scheme, how to connect."""
+    host, tls = args.host, remote.tls is not None
+    rewarder_port, vnc_port = remote.rewarder.port, remote.vnc_port
+    secret = "?password=<password>" if args.password else ""
+    display = vnc_port - 5900 if 5900 <= vnc_port < 6000 else None
+    target = f"{host}:{display}" if display is not None else f"{host}::{vnc_port}"
+    if tls:  # TigerVNC's names for VeNCrypt with X.509 certificates
+        kind = "X509Vnc" if args.password else "X509None"
+        watch = f"vncviewer -SecurityTypes {kind} -X509CA CA.pem {target}"
+    else:
+        watch = f"vncviewer {target}"
+    lines = [
+        f"universe-remote: serving {remote.runtime.env_id} "
+        f"({remote.runtime.width}x{remote.runtime.height} at {remote.fps:g} fps)"
+        + (f", TLS with {remote.tls.cert}" if tls else ""),
+        f"  VNC       {host}:{vnc_port}{'  (VeNCrypt)' if tls else ''}   watch:  {watch}",
+        f"  rewarder  {'wss' if tls else 'ws'}://{host}:{rewarder_port}   "
+        "(JSON over WebSocket, Universe v0)",
+    ]
+    if remote.viewer is not None:
+        lines.append(f"  viewer    {'https' if tls else 'http'}://{host}:{remote.viewer.port}"
+                     "/viewer/   (view only, in a browser)")
+    if remote.dm_env_rpc is not None:
+        lines.append(f"  dm_env_rpc  {host}:{remote.dm_env_rpc.port}   "
+                     f"(gRPC{' with TLS' if tls else ''}; docs/dm_env_rpc.md)")
+    lines.append(f"  agent address  vnc{'+tls' if tls else ''}://{host}:{vnc_port}+{rewarder_port}{secret}")
+    if tls:
+        lines.append(f"  CA.pem: the CA that issued the certificate (a self-signed one: the "
+                     f"certificate itself); agents take it as tls_ca= or ${CA_ENV}")
+    lines.append("  Ctrl-C to stop.")
+    return "\n".join(lines)
+
+
+async def _serve(args: argparse.Namespace, tls: ServerTLS | None = None) -> int:
     from .remote import Remote
 
     remote = Remote(
@@ -52,6 +115,7 @@ async def _serve(args: argparse.Namespace) -> int:
         runtime_options={"scale": args.scale} if args.scale != 1 else None,
         allow_origins=args.allow_origin,
         max_viewers=args.max_viewers,
+        tls=tls,
     )
     await remote.start(
         args.host, args.rewarder_port, args.vnc_port, args.http_port, args.dm_env_rpc_port
@@ -60,31 +124,7 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    rewarder_port, vnc_port = remote.rewarder.port, remote.vnc_port
-    assert vnc_port is not None
-    host = args.host
-    secret = "?password=<password>" if args.password else ""
-    display = vnc_port - 5900 if 5900 <= vnc_port < 6000 else None
-    viewer = f"{host}:{display}" if display is not None else f"{host}::{vnc_port}"
-    print(
-        f"universe-remote: serving {remote.runtime.env_id} "
-        f"({remote.runtime.width}x{remote.runtime.height} at {remote.fps:g} fps)\n"
-        f"  VNC       {host}:{vnc_port}   watch:  vncviewer {viewer}\n"
-        f"  rewarder  ws://{host}:{rewarder_port}   (JSON over WebSocket, Universe v0)\n"
-        + (
-            f"  viewer    http://{host}:{remote.viewer.port}/viewer/   (view only, in a browser)\n"
-            if remote.viewer is not None
-            else ""
-        )
-        + (
-            f"  dm_env_rpc  {host}:{remote.dm_env_rpc.port}   (gRPC; docs/dm_env_rpc.md)\n"
-            if remote.dm_env_rpc is not None
-            else ""
-        )
-        + f"  agent address  vnc://{host}:{vnc_port}+{rewarder_port}{secret}\n"
-        "  Ctrl-C to stop.",
-        flush=True,
-    )
+    print(_banner(args, remote), flush=True)
     stopped = asyncio.ensure_future(stop.wait())
     waits: list[asyncio.Future[Any]] = [stopped, remote.failed]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -104,18 +144,26 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     if args.password and len(args.password) > 8:
         log.warning("VNC uses only the first 8 characters of the password")
-    if not is_loopback(args.host) and not args.password:
-        print(
-            f"universe-remote: refusing to serve on {args.host} without a password: anyone "
-            f"who can reach it could control the remote. Pass --password PW or set "
-            f"{PASSWORD_ENV}, or bind --host 127.0.0.1.",
-            file=sys.stderr,
-        )
+    if (args.tls_cert is None) != (args.tls_key is None):
+        given, missing = ("--tls-cert", "--tls-key") if args.tls_key is None else ("--tls-key", "--tls-cert")
+        print(f"universe-remote: {given} needs {missing} too (the certificate and its key)",
+              file=sys.stderr)
+        return 2
+    refusal = exposure_refusal(
+        args.host, password=args.password, tls=args.tls_cert is not None, insecure=args.insecure
+    )
+    if refusal is not None:
+        print(f"universe-remote: {refusal}", file=sys.stderr)
+        return 2
+    try:  # before anything binds: a bad certificate is the operator's to fix
+        tls = server_tls(args.tls_cert, args.tls_key) if args.tls_cert is not None else None
+    except TLSSetupError as exc:
+        print(f"universe-remote: {exc}", file=sys.stderr)
         return 2
     from runtimes.errors import RuntimeFailure
 
     try:
-        return asyncio.run(_serve(args))
+        return asyncio.run(_serve(args, tls))
     except (RuntimeFailure, ValueError) as exc:  # unknown env, missing program, bad option
         print(f"universe-remote: {exc}", file=sys.stderr)
         return 2
@@ -133,6 +181,11 @@ async def _health(args: argparse.Namespace) -> int:
     from rewarder.client import RewarderClient
     from rewarder.errors import RewarderError
 
+    try:
+        tls = client_context(args.tls_ca) if args.tls or args.tls_ca else None
+    except TLSSetupError as exc:
+        print(f"unhealthy: {exc}", file=sys.stderr)
+        return 1
     client = RewarderClient(
         f"{args.host}:{args.rewarder_port}",
         password=args.password,
@@ -140,6 +193,7 @@ async def _health(args: argparse.Namespace) -> int:
         start_timeout=args.timeout,
         reconnect=False,
         calibration_pings=0,
+        tls=tls,
     )
     try:
         async with client:
@@ -152,7 +206,7 @@ async def _health(args: argparse.Namespace) -> int:
                 f"the remote at {args.host}:{args.rewarder_port} refused the password ({where}): "
                 f"pass --password PW or set ${PASSWORD_ENV}"
             )
-        print(f"unhealthy: {message}", file=sys.stderr)
+        print(f"unhealthy: {message.replace('pass tls_ca=', 'pass --tls-ca ')}", file=sys.stderr)
         return 1
     print(f"healthy: {describe.env_id} episode {describe.episode_id} ({describe.env_state})")
     return 0
@@ -177,7 +231,8 @@ def add_commands(sub: Any) -> None:
         "--password",
         default=None,
         help=f"password for both channels (default: ${PASSWORD_ENV}, or the file "
-        f"${PASSWORD_FILE_ENV} names); required when --host is not loopback",
+        f"${PASSWORD_FILE_ENV} names); required when --host is not loopback, and so is "
+        "--tls-cert (or --insecure)",
     )
     serve.add_argument(
         "--view-only-password",
@@ -234,6 +289,26 @@ def add_commands(sub: Any) -> None:
         help="also serve dm_env_rpc (DeepMind's protocol, gRPC) on PORT (default 16000; "
         "needs pip install 'universe-remote[dmenv]'); off unless given",
     )
+    serve.add_argument(
+        "--tls-cert",
+        default=os.environ.get(CERT_ENV) or None,
+        metavar="CERT",
+        help="serve every port over TLS with this PEM certificate (chain): the rewarder as "
+        "wss://, the viewer as https://, VNC as VeNCrypt X509, dm_env_rpc as gRPC with TLS "
+        f"(default: ${CERT_ENV}; needs --tls-key)",
+    )
+    serve.add_argument(
+        "--tls-key",
+        default=os.environ.get(KEY_ENV) or None,
+        metavar="KEY",
+        help=f"the certificate's PEM private key, unencrypted (default: ${KEY_ENV})",
+    )
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve off loopback without TLS (a private network, or a container whose ports "
+        "are published on 127.0.0.1); a password is still required",
+    )
     serve.set_defaults(func=_cmd_serve)
 
     health = sub.add_parser(
@@ -247,6 +322,15 @@ def add_commands(sub: Any) -> None:
     health.add_argument(
         "--password", default=None,
         help=f"the remote's password (default: ${PASSWORD_ENV}, or the file ${PASSWORD_FILE_ENV} names)",
+    )
+    health.add_argument(
+        "--tls", action="store_true",
+        help="the remote serves TLS (serve --tls-cert): verify it against the system's trust "
+        f"store, or --tls-ca / ${CA_ENV}",
+    )
+    health.add_argument(
+        "--tls-ca", default=None, metavar="CA.pem",
+        help=f"the CA that issued the remote's certificate (implies --tls; default ${CA_ENV})",
     )
     health.add_argument(
         "--timeout", type=float, default=HEALTH_TIMEOUT,

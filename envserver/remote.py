@@ -48,6 +48,8 @@ from .throttle import AuthThrottle
 from .version import PROTOCOLS, server_version
 
 if TYPE_CHECKING:
+    from rewarder.tls import ServerTLS
+
     from .dmrpc.server import DmEnvRpcServer
     from .viewer import Viewer
 
@@ -99,6 +101,7 @@ class Remote:
         allow_origins: Sequence[str] = (),
         auth_throttle: AuthThrottle | None = None,
         max_viewers: int = MAX_VIEWERS,
+        tls: ServerTLS | None = None,
     ) -> None:
         """Serve ``env``: an env id from the registry, or a runtime instance of your own.
 
@@ -108,7 +111,8 @@ class Remote:
         for runtimes a reset switches to. ``allow_origins`` names web pages whose
         WebSocket handshakes the rewarder accepts (any other page is refused). One
         ``auth_throttle`` (default: a new :class:`AuthThrottle`) counts wrong passwords on
-        every port.
+        every port. ``tls`` (:func:`rewarder.tls.server_tls`) serves every port over TLS:
+        ``wss://``, ``https://``, VeNCrypt, gRPC with TLS.
         """
         if mode not in protocol.MODES:
             raise ValueError(f"mode must be one of {protocol.MODES}, not {mode!r}")
@@ -129,14 +133,23 @@ class Remote:
         self.runtime_failures = 0  # in a row; a good frame sets it back to 0
         self.inputs = Inputs()
         self.auth_throttle = auth_throttle or AuthThrottle()
+        if tls is not None and self.runtime.external_vnc:
+            raise ValueError(
+                f"{self.runtime.env_id} serves its screen from its own X VNC server, which "
+                "this remote cannot put behind TLS yet: serve it on 127.0.0.1 without "
+                "--tls-cert and reach it through an SSH tunnel"
+            )
+        self.tls = tls
         self.rewarder = RewarderServer(
             self, password=password, allow_origins=allow_origins, auth_guard=self.auth_throttle,
-            held_by=lambda: self.held_by(),
+            held_by=lambda: self.held_by(), tls=tls.context if tls else None,
         )
         self.password, self.view_only_password = password, view_only_password
         #: Our VNC server, or None when the runtime serves VNC itself (Xvnc).
         self.vnc: VNCServer | None = None
         if not self.runtime.external_vnc:
+            # VeNCrypt (vncdriver, in progress): passed only when asked for until it lands.
+            vnc_tls: dict[str, Any] = {"tls": tls.context} if tls is not None else {}
             self.vnc = VNCServer(
                 self.runtime.framebuffer,
                 name=self.runtime.env_id,
@@ -146,6 +159,7 @@ class Remote:
                 on_disconnect=self._vnc_left,
                 auth_guard=self.auth_throttle,
                 max_viewers=max_viewers,
+                **vnc_tls,
             )
         self.vnc_port: int | None = None
         #: The browser viewer (``start(http_port=...)``), or None.
@@ -243,11 +257,14 @@ class Remote:
                     describe=lambda: {**self.describe(), "episode_id": self.episode_id},
                     vnc_server=self.vnc,
                     auth_guard=self.auth_throttle,
+                    tls=self.tls.context if self.tls else None,
                 )
                 await self.viewer.start(host, http_port)
                 self.rewarder.viewer_port = self.viewer.port
             if dm_env_rpc_port is not None:
                 try:
+                    import grpc
+
                     from .dmrpc.server import DmEnvRpcServer
                 except ModuleNotFoundError as exc:
                     raise ValueError(
@@ -255,8 +272,10 @@ class Remote:
                         "'universe-remote[dmenv]'"
                     ) from None
 
+                pems = [(self.tls.key_pem, self.tls.cert_pem)] if self.tls else None
                 self.dm_env_rpc = DmEnvRpcServer(
-                    self, password=self.password, auth_guard=self.auth_throttle
+                    self, password=self.password, auth_guard=self.auth_throttle,
+                    credentials=grpc.ssl_server_credentials(pems) if pems else None,
                 )
                 self.held_by = self.dm_env_rpc.endpoint.held_by
                 await self.dm_env_rpc.start(host, dm_env_rpc_port)

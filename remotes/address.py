@@ -5,10 +5,12 @@ Holds :class:`RemoteAddress`, :func:`parse_remotes` and :func:`format_remotes`.
     vnc://host:5900+15900,host2:5901+15901?password=secret
     vnc://host:5900              VNC only (no rewards)
     vnc://host:+15900            rewarder only (no pixels)
+    vnc+tls://host:5900+15900    both channels over TLS (VeNCrypt, wss://): a remote
+                                 served with --tls-cert; its certificate is verified
 
 The ``vnc://`` prefix is optional, spaces around commas are ignored, and a list of
-strings may be given instead of one comma-separated string. As in Universe, either every
-entry names a rewarder port or none does.
+strings may be given instead of one comma-separated string (each with its own scheme).
+As in Universe, either every entry names a rewarder port or none does.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from typing import Final
 
 #: More remotes than this in one address is a typo (or a cluster, which wants a scheduler).
 MAX_REMOTES: Final = 1024
+#: The schemes: plain, and TLS on both channels.
+SCHEME: Final = "vnc://"
+TLS_SCHEME: Final = "vnc+tls://"
 
 _ENTRY = re.compile(
     r"""^(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.\-]+)
@@ -36,11 +41,13 @@ class AddressError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class RemoteAddress:
-    """One remote: its host and the ports of its two channels (None: not used)."""
+    """One remote: its host, the ports of its two channels (None: not used), and whether
+    it serves them over TLS (``vnc+tls://``)."""
 
     host: str
     vnc_port: int | None
     rewarder_port: int | None
+    tls: bool = False
 
     @property
     def vnc(self) -> str | None:
@@ -52,11 +59,17 @@ class RemoteAddress:
         """``host:port`` for the rewarder client, or None."""
         return None if self.rewarder_port is None else f"{self.host}:{self.rewarder_port}"
 
-    def __str__(self) -> str:
+    @property
+    def entry(self) -> str:
+        """``host:5900+15900``: the address without its scheme."""
         vnc = "" if self.vnc_port is None else str(self.vnc_port)
         rewarder = "" if self.rewarder_port is None else f"+{self.rewarder_port}"
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{vnc}{rewarder}"
+
+    def __str__(self) -> str:
+        """:attr:`entry`, with ``vnc+tls://`` in front for a TLS remote."""
+        return f"{TLS_SCHEME}{self.entry}" if self.tls else self.entry
 
 
 def _port(text: str, entry: str) -> int:
@@ -68,16 +81,43 @@ def _port(text: str, entry: str) -> int:
 
 def parse_remotes(spec: str | Sequence[str]) -> tuple[list[RemoteAddress], str | None]:
     """The remotes an address names, and the password it carries (or None)."""
-    if isinstance(spec, str):
-        text = spec.strip()
-    else:
-        text = ",".join(s.strip().removeprefix("vnc://") for s in spec)
-    if text.startswith("vnc://"):
-        text = text[len("vnc://") :]
+    if not isinstance(spec, str):
+        parsed = [_parse(s) for s in spec]
+        passwords = {password for _, password in parsed if password is not None}
+        if len(passwords) > 1:
+            raise AddressError(f"the addresses in {spec!r} carry different passwords; give one")
+        remotes = [remote for group, _ in parsed for remote in group]
+        _check(remotes, spec)
+        return remotes, passwords.pop() if passwords else None
+    remotes, password = _parse(spec)
+    _check(remotes, spec)
+    return remotes, password
+
+
+def _check(remotes: Sequence[RemoteAddress], spec: str | Sequence[str]) -> None:
+    """Rules over the whole address: how many, and rewarder ports everywhere or nowhere."""
+    if not remotes:
+        raise AddressError(f"{spec!r} names no remote; write vnc://host:5900+15900")
+    if len(remotes) > MAX_REMOTES:
+        raise AddressError(f"{len(remotes)} remotes is over the limit of {MAX_REMOTES}")
+    with_rewarder = {r.rewarder_port is not None for r in remotes}
+    if len(with_rewarder) > 1:
+        raise AddressError(
+            f"either every remote in {spec!r} names a rewarder port (+15900) or none does"
+        )
+
+
+def _parse(spec: str) -> tuple[list[RemoteAddress], str | None]:
+    """One address string's remotes (one scheme for all) and password."""
+    text = spec.strip()
+    tls = text.startswith(TLS_SCHEME)
+    if tls or text.startswith(SCHEME):
+        text = text.split("://", 1)[1]
     elif "://" in text:
         scheme = text.split("://", 1)[0]
         raise AddressError(
-            f"unknown scheme {scheme!r}:// in {spec!r}; use vnc://host:5900+15900"
+            f"unknown scheme {scheme!r}:// in {spec!r}; use vnc://host:5900+15900, or "
+            "vnc+tls://host:5900+15900 for a remote served with TLS"
         )
     text, _, query = text.partition("?")
     password = None
@@ -96,7 +136,7 @@ def parse_remotes(spec: str | Sequence[str]) -> tuple[list[RemoteAddress], str |
         )
     if len(entries) > MAX_REMOTES:
         raise AddressError(f"{len(entries)} remotes is over the limit of {MAX_REMOTES}")
-    remotes = []
+    remotes: list[RemoteAddress] = []
     for entry in entries:
         match = _ENTRY.match(entry)
         if match is None:
@@ -108,16 +148,18 @@ def parse_remotes(spec: str | Sequence[str]) -> tuple[list[RemoteAddress], str |
         rewarder = _port(match["rewarder"], entry) if match["rewarder"] else None
         if vnc is None and rewarder is None:
             raise AddressError(f"remote {entry!r} names no port")
-        remotes.append(RemoteAddress(match["host"].strip("[]"), vnc, rewarder))
-    with_rewarder = {r.rewarder_port is not None for r in remotes}
-    if len(with_rewarder) > 1:
-        raise AddressError(
-            f"either every remote in {spec!r} names a rewarder port (+15900) or none does"
-        )
+        remotes.append(RemoteAddress(match["host"].strip("[]"), vnc, rewarder, tls))
     return remotes, password
 
 
 def format_remotes(remotes: Sequence[RemoteAddress], password: str | None = None) -> str:
-    """The address string for ``remotes`` (what :func:`parse_remotes` reads back)."""
+    """The address string for ``remotes`` (what :func:`parse_remotes` reads back); one
+    string has one scheme, so the remotes are all TLS or all plain."""
+    if len({r.tls for r in remotes}) > 1:
+        raise AddressError(
+            "one address string cannot mix TLS and plain remotes: pass a list of two strings "
+            "(vnc+tls://... and vnc://...)"
+        )
     query = "?" + urllib.parse.urlencode({"password": password}) if password else ""
-    return "vnc://" + ",".join(str(r) for r in remotes) + query
+    scheme = TLS_SCHEME if remotes and remotes[0].tls else SCHEME
+    return scheme + ",".join(r.entry for r in remotes) + query

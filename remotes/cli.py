@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from rewarder.auth import PASSWORD_ENV
+from rewarder.tls import CA_ENV
 
 
 def _positive(text: str) -> int:
@@ -34,6 +35,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
             fps=args.fps,
             password=args.password,
             dashboard=args.dashboard,
+            tls_ca=args.tls_ca,
         )
     except LookupError as exc:  # an unknown env id: the closest ones are in the message
         print(f"universe-remote play: {exc.args[0] if exc.args else exc}", file=sys.stderr)
@@ -54,7 +56,15 @@ def add_commands(sub: Any) -> None:
         description="Start -n local remotes of ENV_ID (or use --remote ADDRESS) and run an agent.",
     )
     player.add_argument("env_id", metavar="ENV_ID", nargs="?", help="start local remotes of this env")
-    player.add_argument("--remote", metavar="ADDRESS", help="vnc://host:5900+15900,... instead")
+    player.add_argument(
+        "--remote", metavar="ADDRESS",
+        help="vnc://host:5900+15900,... instead (vnc+tls://... for remotes served with TLS)",
+    )
+    player.add_argument(
+        "--tls-ca", metavar="CA.pem", default=None,
+        help=f"the CA that issued a vnc+tls:// remote's certificate (default: ${CA_ENV}, "
+        "else the system's trust store)",
+    )
     player.add_argument("-n", type=_positive, default=1, help="local remotes to start (default 1)")
     player.add_argument(
         "--agent", choices=["random", "noop"], default="random",

@@ -116,7 +116,8 @@ def docker_run_command(
         "--publish", f"127.0.0.1:{vnc_port}:5900",
         "--publish", f"127.0.0.1:{rewarder_port}:15900",
         "--env", "UNIVERSE_REMOTE_PASSWORD",
-        image, env_id, "--host", "0.0.0.0", *args,
+        # --insecure: the ports are published on 127.0.0.1 only (above).
+        image, env_id, "--host", "0.0.0.0", "--insecure", *args,
     ]
 
 

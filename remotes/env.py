@@ -23,6 +23,7 @@ the remote back by itself, and its :meth:`~RemoteEnv.reset` does.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any, Final, SupportsFloat
 
@@ -42,6 +43,7 @@ from .session import (
     VNCOptions,
     check_stepping,
     resolve_addresses,
+    tls_context,
 )
 from .spaces import VNCActionSpace
 from .stepper import DEFAULT_FPS, STALL_FRAMES, STALL_TIMEOUT, Batch, Stepper
@@ -117,6 +119,9 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         stall_frames: frame periods without a new frame before ``info["remote.stalled"]``.
         stall_timeout: seconds without a new frame (lockstep: without a step's reply)
             before the episode is truncated and the remote reconnected.
+        tls_ca: for a ``vnc+tls://`` address, the PEM file of the CA that issued the
+            remote's certificate (default: $UNIVERSE_REMOTE_TLS_CA, else the system's
+            trust store); both channels verify the certificate against it.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": DEFAULT_FPS}
@@ -138,6 +143,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         loop: LoopThread | None = None,
         stall_frames: int = STALL_FRAMES,
         stall_timeout: float = STALL_TIMEOUT,
+        tls_ca: str | os.PathLike[str] | None = None,
     ) -> None:
         check_stepping(mode, frameskip)
         self.mode, self.frameskip = mode, frameskip
@@ -160,7 +166,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         pw = password if password is not None else address_password
         session = RemoteSession(
             remotes[0], pw, vnc=VNCOptions(encoding=encoding, quality=quality),
-            start_timeout=start_timeout,
+            start_timeout=start_timeout, tls=tls_context(remotes, tls_ca),
         )
         self._core = Stepper(
             [session], mode=mode, frameskip=frameskip, fps=fps, env_id=env_id,
@@ -171,7 +177,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         self._closed = False
         self.spec = _spec(
             {
-                "address": str(remotes[0]),
+                "address": str(remotes[0]),  # vnc+tls://... for a TLS remote
                 "password": pw,
                 "fps": fps,
                 "env_id": env_id,
@@ -183,6 +189,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
                 "frameskip": frameskip,
                 "stall_frames": stall_frames if stall_frames != STALL_FRAMES else None,
                 "stall_timeout": stall_timeout if stall_timeout != STALL_TIMEOUT else None,
+                "tls_ca": None if tls_ca is None else str(tls_ca),
             }
         )
         self._configure_spaces(state)

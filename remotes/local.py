@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 from rewarder.client import RewarderClient
+from rewarder.tls import client_context
 from runtimes import registry
 from runtimes.errors import UnknownEnvironment
 
@@ -50,7 +51,9 @@ STOP_TIMEOUT: Final = 5.0
 
 T = TypeVar("T")
 
-_ADDRESS_LINE = re.compile(rb"agent address\s+vnc://(?P<host>[^:\s]+):(?P<vnc>\d+)\+(?P<rew>\d+)")
+_ADDRESS_LINE = re.compile(
+    rb"agent address\s+vnc(?P<tls>\+tls)?://(?P<host>[^:\s]+):(?P<vnc>\d+)\+(?P<rew>\d+)"
+)
 
 
 def _child_setup(nice: int) -> Callable[[], None]:
@@ -166,7 +169,8 @@ async def _probe(address: RemoteAddress, password: str | None, timeout: float) -
         if not greeting.startswith(b"RFB "):
             raise ConnectionError(f"{address}: VNC port answered {greeting!r}, not an RFB greeting")
         client = RewarderClient(address.rewarder, password=password, observer=True,
-                                start_timeout=timeout, reconnect=False, calibration_pings=0)
+                                start_timeout=timeout, reconnect=False, calibration_pings=0,
+                                tls=client_context() if address.tls else None)
         async with client:
             await client.wait_for_state("running", timeout=timeout)
 
@@ -234,7 +238,9 @@ def _read_address(proc: subprocess.Popen[bytes], log_path: Path) -> RemoteAddres
         match = _ADDRESS_LINE.search(line)
         if match:
             threading.Thread(target=stdout.read, daemon=True).start()
-            return RemoteAddress(match["host"].decode(), int(match["vnc"]), int(match["rew"]))
+            return RemoteAddress(
+                match["host"].decode(), int(match["vnc"]), int(match["rew"]), tls=bool(match["tls"])
+            )
     proc.wait()
     raise RuntimeError(
         f"a local remote exited ({proc.returncode}) before it served; the end of its log "
@@ -257,6 +263,8 @@ def start_local(
     ``nice`` lowers the remotes' CPU priority: with more remotes than cores, the kernel
     otherwise hands the agent only its per-process share and steps come late (measured:
     32 remotes on 2 cores, 38 -> 54 steps/s per remote at nice 10).
+    ``extra_args`` go to ``serve``; with ``--tls-cert``/``--tls-key`` the remotes serve TLS
+    (``vnc+tls://`` addresses), checked against $UNIVERSE_REMOTE_TLS_CA or the system's CAs.
     """
     if not 1 <= n <= MAX_LOCAL_REMOTES:
         raise ValueError(f"n must be 1..{MAX_LOCAL_REMOTES}, not {n}")

@@ -51,6 +51,7 @@ def play(
     password: str | None = None,
     dashboard: int | None = None,
     out: TextIO = sys.stdout,
+    tls_ca: str | None = None,
 ) -> dict[str, Any]:
     """Run ``agent`` for ``steps`` steps (or ``seconds``); print progress; return a summary.
 
@@ -65,7 +66,9 @@ def play(
         local = start_local(env_id, n, password=password)
         remote = local.address
         print(f"remotes: {remote}", file=out, flush=True)
-    env = RemoteVectorEnv(remote, password=password, fps=fps, env_id=env_id if local is None else None)
+    env = RemoteVectorEnv(
+        remote, password=password, fps=fps, env_id=env_id if local is None else None, tls_ca=tls_ca
+    )
     board = None
     try:
         if dashboard is not None:

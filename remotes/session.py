@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -37,9 +38,11 @@ from rewarder.errors import (
     Refused,
     RemoteError,
     RewarderError,
+    Untrusted,
 )
 from rewarder.protocol import LOCKSTEP, MODES, StepReply
 from rewarder.reward_buffer import EMPTY, EpisodeResult
+from rewarder.tls import client_context, untrusted, verification_error
 from vncdriver.addresses import is_loopback
 from vncdriver.client import VNCClient
 from vncdriver.client_protocol import FramebufferUpdated
@@ -113,6 +116,21 @@ def resolve_addresses(
     if spec and not isinstance(spec, str) and all(isinstance(a, RemoteAddress) for a in spec):
         return list(spec), None  # type: ignore[arg-type]
     return parse_remotes(spec)  # type: ignore[arg-type]
+
+
+def tls_context(
+    remotes: Sequence[RemoteAddress], tls_ca: str | os.PathLike[str] | None
+) -> ssl.SSLContext | None:
+    """The one verifying context the ``vnc+tls://`` remotes among ``remotes`` share
+    (``tls_ca``, else $UNIVERSE_REMOTE_TLS_CA, else the system's trust store), or None."""
+    if any(r.tls for r in remotes):
+        return client_context(tls_ca)
+    if tls_ca is not None:
+        raise ValueError(
+            f"tls_ca={str(tls_ca)!r} was given, but no remote in the address serves TLS: "
+            "write vnc+tls://host:5900+15900 for a remote served with --tls-cert"
+        )
+    return None
 
 
 #: Seconds between "still waiting" lines while a remote does not answer.
@@ -259,8 +277,12 @@ class RemoteSession:
         *,
         vnc: VNCOptions = VNCOptions(),
         start_timeout: float = 30.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls``: the verifying context for a ``vnc+tls://`` address (None: the
+        default of :func:`rewarder.tls.client_context`)."""
         self.address = address
+        self.tls = (tls or client_context()) if address.tls else None
         self.name = str(address)
         self.password = password
         self.vnc_options = vnc
@@ -287,6 +309,8 @@ class RemoteSession:
         timeout = self.start_timeout if start_timeout is None else start_timeout
         addr = self.address
         if addr.vnc is not None:
+            # VeNCrypt (vncdriver, in progress): passed only when asked for until it lands.
+            vnc_tls: dict[str, Any] = {"tls": self.tls} if self.tls is not None else {}
             self.vnc = VNCClient(
                 addr.vnc,
                 password=self.password,
@@ -295,6 +319,7 @@ class RemoteSession:
                 frame_tags=True,  # servers that are not ours ignore the request
                 on_update=self._vnc_update,
                 **self.vnc_options.kwargs(addr.host),
+                **vnc_tls,
             )
         if addr.rewarder is not None:
             self.rewarder = RewarderClient(
@@ -304,6 +329,7 @@ class RemoteSession:
                 reconnect=False,
                 name=self.name,
                 client_id=process_client_id(),
+                tls=self.tls,
             )
             if self._newest_episode is not None:
                 # Drops the new connection's news of older episodes and makes the next
@@ -337,6 +363,8 @@ class RemoteSession:
             await self.close()
             # The rewarder's refusal says most (VNC auth says only "failed").
             first = next((e for e in errors if isinstance(e, Refused)), errors[0])
+            if not isinstance(first, Refused) and (bad := verification_error(first)) is not None:
+                first = Untrusted(untrusted(f"{addr.host}:{addr.vnc_port}", bad))
             raise RemoteUnavailable(self.name, "cannot connect", first)
         self.replaced = False
         _take_slot(self)

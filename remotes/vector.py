@@ -24,6 +24,7 @@ stopping the others; ``info["remote.stalled"]`` flags one whose frames stopped f
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -43,6 +44,7 @@ from .session import (
     VNCOptions,
     check_stepping,
     resolve_addresses,
+    tls_context,
 )
 from .stepper import DEFAULT_FPS, STALL_FRAMES, STALL_TIMEOUT, Batch, Stepper
 
@@ -121,6 +123,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         stall_frames: int = STALL_FRAMES,
         stall_timeout: float = STALL_TIMEOUT,
+        tls_ca: str | os.PathLike[str] | None = None,
     ) -> None:
         check_stepping(mode, frameskip)
         autoreset = AutoresetMode(autoreset_mode)
@@ -151,8 +154,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         self._loop = loop or shared_loop()
         pw = password if password is not None else address_password
         options = VNCOptions(encoding=encoding, quality=quality)
+        tls = tls_context(remotes, tls_ca)
         self._core = Stepper(
-            [RemoteSession(r, pw, vnc=options, start_timeout=start_timeout) for r in remotes],
+            [RemoteSession(r, pw, vnc=options, start_timeout=start_timeout, tls=tls) for r in remotes],
             mode=mode, frameskip=frameskip, fps=fps, env_id=env_id,
             max_episode_steps=max_episode_steps, start_timeout=start_timeout,
             stall_frames=stall_frames, stall_timeout=stall_timeout,

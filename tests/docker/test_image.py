@@ -116,4 +116,4 @@ def test_docker_run_line_publishes_a_port_pair_on_loopback() -> None:
     command = docker_run_command("img", "atari.Pong-v0", 5901, 15901)
     assert "127.0.0.1:5901:5900" in command and "127.0.0.1:15901:15900" in command
     assert "UNIVERSE_REMOTE_PASSWORD" in command  # by name: the value never shows in `ps`
-    assert command[-3:] == ["atari.Pong-v0", "--host", "0.0.0.0"]
+    assert command[-4:] == ["atari.Pong-v0", "--host", "0.0.0.0", "--insecure"]

@@ -60,7 +60,7 @@ CHECKS = textwrap.dedent(
     def run(name, vnc, rewarder, *extra):
         started = time.monotonic()
         pm.podman("run", "-d", "--name", name, "--network=host", "--pull=never", *extra, IMAGE,
-                  "builtin.Catch-v0", "--host", "0.0.0.0", "--vnc-port", str(vnc),
+                  "builtin.Catch-v0", "--host", "0.0.0.0", "--insecure", "--vnc-port", str(vnc),
                   "--rewarder-port", str(rewarder), "--dm-env-rpc-port", str(rewarder + 100))
         deadline = started + 60
         greeting = wait_port(vnc, deadline, greeting=True)
