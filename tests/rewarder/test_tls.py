@@ -4,6 +4,7 @@ to do, and every file ``server_tls``/``client_context`` cannot use is named."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -118,6 +119,23 @@ async def test_plain_client_to_a_tls_remote_is_told_to_use_tls(
         async with RewarderClient(f"127.0.0.1:{server.port}", start_timeout=30.0):
             pass
     assert not server.clients
+
+
+async def test_universes_viewer_url_redirects_to_the_https_viewer(
+    make_server: MakeServer, certs: Certs
+) -> None:
+    server = await make_server(certs.server().context)
+    server.viewer_port = 4321
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", server.port, ssl=client_context(certs.ca), server_hostname="127.0.0.1"
+    )
+    try:
+        writer.write(b"GET /viewer/ HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)
+    finally:
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 302")
+    assert b"\r\nLocation: https://127.0.0.1:4321/viewer/\r\n" in head
 
 
 def test_a_tls_context_with_a_ws_url_is_a_contradiction(certs: Certs) -> None:
