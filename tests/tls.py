@@ -3,18 +3,22 @@
 and ``tls_ca=`` take them, and a second CA that trusts none of them.
 
 Import the fixtures into a test module:
-``from tests.tls import certs_fixture, other_ca_fixture  # noqa: F401``.
+``from tests.tls import certs_fixture, other_ca_fixture  # noqa: F401``; also
+``tls_rewarder_fixture``: a rewarder (of a fake env) serving ``wss://`` with ``certs``.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import trustme
 
+from rewarder.server import RewarderServer
 from rewarder.tls import ServerTLS, server_tls
+from tests.rewarder.test_client import FakeEnv
 
 #: The names agents on this machine dial: the certificate covers them.
 NAMES = ("127.0.0.1", "localhost", "::1")
@@ -54,3 +58,13 @@ def certs_fixture(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 def other_ca_fixture(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     """Another CA (with its own certificate): the remote's certificate is not its."""
     return make_certs(tmp_path_factory.mktemp("tls-other"))
+
+
+@pytest.fixture(name="tls_rewarder")
+async def tls_rewarder_fixture(certs: Certs) -> AsyncIterator[RewarderServer]:
+    env = FakeEnv()
+    server = RewarderServer(env, tls=certs.server().context)
+    env.server = server
+    await server.start("127.0.0.1", 0)
+    yield server
+    await server.close("test over")

@@ -9,7 +9,6 @@ refusals happen before ``_serve`` (replaced by a stub that records what it was g
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,8 +18,7 @@ from envserver import cli as server_cli
 from envserver.cli import exposure_refusal
 from rewarder.server import RewarderServer
 from rewarder.tls import CA_ENV, CERT_ENV, KEY_ENV, ServerTLS
-from tests.rewarder.test_client import FakeEnv
-from tests.tls import Certs, certs_fixture, other_ca_fixture  # noqa: F401
+from tests.tls import Certs, certs_fixture, other_ca_fixture, tls_rewarder_fixture  # noqa: F401
 from universe_remote.cli import build_parser, main
 
 ELSEWHERE = ("0.0.0.0", "::", "192.0.2.7", "remote.example")  # never bound: refused or stubbed
@@ -133,16 +131,6 @@ def test_the_banner_prints_each_ports_scheme_and_how_to_connect(certs: Certs) ->
     assert "gRPC with TLS" in tls and f"TLS with {certs.cert}" in tls and CA_ENV in tls
     args.password = None
     assert "-SecurityTypes X509None" in server_cli._banner(args, fake_remote(certs.server()))
-
-
-@pytest.fixture
-async def tls_rewarder(certs: Certs) -> AsyncIterator[RewarderServer]:
-    env = FakeEnv()
-    server = RewarderServer(env, tls=certs.server().context)
-    env.server = server
-    await server.start("127.0.0.1", 0)
-    yield server
-    await server.close("test over")
 
 
 def health_args(*args: str) -> argparse.Namespace:

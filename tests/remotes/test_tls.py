@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 import ssl
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import gymnasium
 import numpy as np
@@ -18,8 +18,7 @@ from remotes.local import LocalRemotes
 from remotes.session import RemoteSession, RemoteUnavailable, tls_context
 from rewarder.server import RewarderServer
 from rewarder.tls import CA_ENV, client_context
-from tests.rewarder.test_client import FakeEnv
-from tests.tls import Certs, certs_fixture, other_ca_fixture  # noqa: F401
+from tests.tls import Certs, certs_fixture, other_ca_fixture, tls_rewarder_fixture  # noqa: F401
 from vncdriver.client import VNCClient
 from vncdriver.server import VNCServer
 
@@ -64,16 +63,6 @@ def test_tls_ca_needs_a_tls_address(certs: Certs) -> None:
 
 
 # The rewarder channel of a session (needs no VeNCrypt) ------------------------------------------
-
-
-@pytest.fixture
-async def tls_rewarder(certs: Certs) -> AsyncIterator[RewarderServer]:
-    env = FakeEnv()
-    server = RewarderServer(env, tls=certs.server().context)
-    env.server = server
-    await server.start("127.0.0.1", 0)
-    yield server
-    await server.close("test over")
 
 
 async def test_a_session_dials_wss_and_verifies_the_certificate(
