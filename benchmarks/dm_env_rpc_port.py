@@ -1,6 +1,7 @@
 """dm_env_rpc port: lockstep Pong steps/s through our dm_env_rpc endpoint (``DmEnvAdaptor``)
-against our own rewarder path (``RemoteEnv`` lockstep) on the same kind of remote, and
-the emulator in process (the limit), in one run; ratios printed.
+against a minimal dm_env_rpc server over ALE (:mod:`benchmarks.dm_peer`, the same client
+code), our own rewarder path (``RemoteEnv`` lockstep) on the same kind of remote, and the
+emulator in process (the limit), in one run; ratios printed.
 
 Each row: Pong, frameskip 4, the RGB frame every step, random actions; the median of
 :data:`~benchmarks.atari_common.ROUNDS` rounds.
@@ -9,6 +10,7 @@ Each row: Pong, frameskip 4, the RGB frame every step, random actions; the media
 from __future__ import annotations
 
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -100,8 +102,24 @@ def row_raw_ale() -> float:
     return timed(step)
 
 
+@contextmanager
+def peer() -> Iterator[int]:
+    """The minimal dm_env_rpc server in its own process: its port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.dm_peer", str(port)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def row_dm_env_rpc(port: int) -> float:
-    """Ours over dm_env_rpc: a world in lockstep, DmEnvAdaptor, the RGB observation."""
+    """A dm_env_rpc server (ours or the peer): a world in lockstep, DmEnvAdaptor, RGB."""
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     grpc.channel_ready_future(channel).result(START_TIMEOUT)
     with dm_connection.Connection(channel) as connection:
@@ -153,19 +171,24 @@ def row_rewarder(address: str) -> float:
 
 
 def main() -> None:
-    rows: dict[str, list[float]] = {"raw": [], "dm": [], "rewarder": []}
-    with served() as (address, port):
+    rows: dict[str, list[float]] = {"raw": [], "peer": [], "dm": [], "rewarder": []}
+    with served() as (address, port), peer() as peer_port:
         for _ in range(ROUNDS):
             rows["raw"].append(row_raw_ale())
+            rows["peer"].append(row_dm_env_rpc(peer_port))
             rows["dm"].append(row_dm_env_rpc(port))
             rows["rewarder"].append(row_rewarder(address))
-    raw, dm, rewarder = (statistics.median(rows[k]) for k in ("raw", "dm", "rewarder"))
+    raw, theirs, dm, rewarder = (statistics.median(rows[k]) for k in ("raw", "peer", "dm", "rewarder"))
     table(
-        ["row", "env-steps/s", "vs raw ALE", "vs our rewarder path"],
+        ["row", "env-steps/s", "vs raw ALE", "vs minimal dm_env_rpc", "vs our rewarder path"],
         [
-            ["raw ale_py.ALEInterface in process (the limit)", f"{raw:,.0f}", "1.00", ""],
-            ["ours: dm_env_rpc port, DmEnvAdaptor", f"{dm:,.0f}", ratio(dm, raw), ratio(dm, rewarder)],
-            ["ours: rewarder, RemoteEnv lockstep", f"{rewarder:,.0f}", ratio(rewarder, raw), "1.00"],
+            ["raw ale_py.ALEInterface in process (the limit)", f"{raw:,.0f}", "1.00", "", ""],
+            ["minimal dm_env_rpc server over ALE (benchmarks.dm_peer)", f"{theirs:,.0f}",
+             ratio(theirs, raw), "1.00", ""],
+            ["ours: dm_env_rpc port, DmEnvAdaptor", f"{dm:,.0f}", ratio(dm, raw), ratio(dm, theirs),
+             ratio(dm, rewarder)],
+            ["ours: rewarder, RemoteEnv lockstep", f"{rewarder:,.0f}", ratio(rewarder, raw),
+             ratio(rewarder, theirs), "1.00"],
         ],
     )
 
