@@ -41,6 +41,7 @@ from runtimes.errors import UnknownEnvironment
 from vncdriver.messages import FrameTag
 from vncdriver.server import MAX_VIEWERS, VNCServer
 
+from .front_ends import start_dm_env_rpc, start_viewer
 from .inputs import REWARDER_SOURCE, Inputs
 from .properties import Properties, PropertyError, remote_properties
 from .state import Event, IllegalTransition, RemoteState, State
@@ -249,36 +250,10 @@ class Remote:
             else:
                 self.vnc_port = int(getattr(self.runtime, "vnc_port", vnc_port))
             if http_port is not None:
-                from .viewer import Viewer
-
-                self.viewer = Viewer(
-                    self.vnc_port, vnc_host=host, password=self.password,
-                    view_only_password=self.view_only_password,
-                    describe=lambda: {**self.describe(), "episode_id": self.episode_id},
-                    vnc_server=self.vnc,
-                    auth_guard=self.auth_throttle,
-                    tls=self.tls.context if self.tls else None,
-                )
-                await self.viewer.start(host, http_port)
+                self.viewer = await start_viewer(self, host, http_port)
                 self.rewarder.viewer_port = self.viewer.port
             if dm_env_rpc_port is not None:
-                try:
-                    import grpc
-
-                    from .dmrpc.server import DmEnvRpcServer
-                except ModuleNotFoundError as exc:
-                    raise ValueError(
-                        f"the dm_env_rpc port needs {exc.name}: pip install "
-                        "'universe-remote[dmenv]'"
-                    ) from None
-
-                pems = [(self.tls.key_pem, self.tls.cert_pem)] if self.tls else None
-                self.dm_env_rpc = DmEnvRpcServer(
-                    self, password=self.password, auth_guard=self.auth_throttle,
-                    credentials=grpc.ssl_server_credentials(pems) if pems else None,
-                )
-                self.held_by = self.dm_env_rpc.endpoint.held_by
-                await self.dm_env_rpc.start(host, dm_env_rpc_port)
+                self.dm_env_rpc = await start_dm_env_rpc(self, host, dm_env_rpc_port)
         except (OSError, ValueError):
             if self.viewer is not None:
                 await self.viewer.close("the remote failed to start")

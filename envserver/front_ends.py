@@ -1,0 +1,58 @@
+"""The remote's optional front ends, started on request: the browser viewer
+(``serve --http-port``) and the dm_env_rpc port (``serve --dm-env-rpc-port``).
+
+Each is imported only here, when asked for: a remote that serves neither never loads
+aiohttp's server or gRPC. Both drive the one :class:`~envserver.remote.Remote` they are
+given (never a copy of the game), with its password, throttle and certificate.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .dmrpc.server import DmEnvRpcServer
+    from .remote import Remote
+    from .viewer import Viewer
+
+
+async def start_viewer(remote: Remote, host: str, port: int) -> Viewer:
+    """The browser viewer of ``remote`` on ``port``, attached to its VNC server in-process."""
+    from .viewer import Viewer
+
+    assert remote.vnc_port is not None
+    viewer = Viewer(
+        remote.vnc_port, vnc_host=host, password=remote.password,
+        view_only_password=remote.view_only_password,
+        describe=lambda: {**remote.describe(), "episode_id": remote.episode_id},
+        vnc_server=remote.vnc,
+        auth_guard=remote.auth_throttle,
+        tls=remote.tls.context if remote.tls else None,
+    )
+    try:
+        await viewer.start(host, port)
+    except BaseException:
+        await viewer.close("the remote failed to start")
+        raise
+    return viewer
+
+
+async def start_dm_env_rpc(remote: Remote, host: str, port: int) -> DmEnvRpcServer:
+    """The dm_env_rpc port of ``remote`` (gRPC with TLS when the remote has a certificate);
+    :class:`ValueError` naming the extra to install when gRPC or dm-env-rpc is missing."""
+    try:
+        import grpc
+
+        from .dmrpc.server import DmEnvRpcServer
+    except ModuleNotFoundError as exc:
+        raise ValueError(
+            f"the dm_env_rpc port needs {exc.name}: pip install 'universe-remote[dmenv]'"
+        ) from None
+    tls = remote.tls
+    server = DmEnvRpcServer(
+        remote, password=remote.password, auth_guard=remote.auth_throttle,
+        credentials=grpc.ssl_server_credentials([(tls.key_pem, tls.cert_pem)]) if tls else None,
+    )
+    remote.held_by = server.endpoint.held_by
+    await server.start(host, port)
+    return server
