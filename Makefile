@@ -20,7 +20,7 @@ $(RUN_STAMP): pyproject.toml | $(PY)
 	touch $@
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[test,atari,browser,dmenv,ray]'
+	$(PY) -m pip install --quiet -e '.[test,atari,browser,dmenv,ray,minari]'
 	touch $@ $(RUN_STAMP)
 
 run: $(RUN_STAMP)
@@ -42,7 +42,7 @@ bench: $(STAMP)
 
 # The API reference, from the docstrings: build/api/index.html.
 docs: $(STAMP)
-	$(VENV)/bin/pdoc --docformat restructuredtext -o build/api rewarder vncdriver runtimes envserver remotes
+	$(VENV)/bin/pdoc --docformat restructuredtext -o build/api rewarder vncdriver recordings runtimes envserver remotes
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -107,7 +107,7 @@ async def _serve(args: argparse.Namespace, tls: ServerTLS | None = None) -> int:
     from .remote import Remote
 
     remote = Remote(
-        args.env_id,
+        _replay_runtime(args) if args.command == "replay" else args.env_id,
         fps=args.fps,
         password=args.password,
         view_only_password=args.view_only_password,
@@ -117,9 +117,41 @@ async def _serve(args: argparse.Namespace, tls: ServerTLS | None = None) -> int:
         max_viewers=args.max_viewers,
         tls=tls,
     )
-    await remote.start(
-        args.host, args.rewarder_port, args.vnc_port, args.http_port, args.dm_env_rpc_port
-    )
+    recorder = _recorder(args, remote)
+    try:
+        await remote.start(
+            args.host, args.rewarder_port, args.vnc_port, args.http_port, args.dm_env_rpc_port
+        )
+    except BaseException:
+        if recorder is not None:
+            recorder.close()
+        raise
+    try:
+        return await _run(args, remote)
+    finally:
+        if recorder is not None:
+            recorder.close()
+
+
+def _replay_runtime(args: argparse.Namespace) -> Any:
+    """``replay DIR``: the recording as a runtime (docs/recording.md)."""
+    from runtimes.replay import replay_runtime
+
+    return replay_runtime(args.recording, args.episode)()
+
+
+def _recorder(args: argparse.Namespace, remote: Any) -> Any:
+    """``serve --record DIR``: a recorder attached to ``remote``, or None."""
+    if getattr(args, "record", None) is None:
+        return None
+    from .recorder import Recorder
+
+    recorder = Recorder(args.record)
+    recorder.attach(remote)
+    return recorder
+
+
+async def _run(args: argparse.Namespace, remote: Any) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -164,7 +196,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(_serve(args, tls))
-    except (RuntimeFailure, ValueError) as exc:  # unknown env, missing program, bad option
+    except (RuntimeFailure, ValueError) as exc:  # unknown env, missing program, bad option, bad recording
         print(f"universe-remote: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
@@ -309,7 +341,26 @@ def add_commands(sub: Any) -> None:
         help="serve off loopback without TLS (a private network, or a container whose ports "
         "are published on 127.0.0.1); a password is still required",
     )
+    serve.add_argument(
+        "--record", default=None, metavar="DIR",
+        help="record every episode to DIR as it happens: frames, input with who sent it, "
+        "rewards (docs/recording.md); the property 'recording' (1/0) switches it on and off",
+    )
     serve.set_defaults(func=_cmd_serve)
+
+    replay = sub.add_parser(
+        "replay", help="serve a recording (serve --record DIR) as a remote, to watch or step",
+        description="Serve the episodes recorded in DIR as a remote: VNC viewers, the browser "
+        "viewer and agents watch it in real time (one recorded step per tick) or step it "
+        "in lockstep. Input is ignored. Takes serve's options.",
+    )
+    replay.add_argument("recording", metavar="DIR", help="a directory serve --record wrote")
+    replay.add_argument("--episode", type=int, default=None, metavar="K",
+                        help="only episode K (episode-00000K); default: every episode in turn")
+    for action in serve._actions:  # serve's options, shared (argparse has no public way)
+        if action.dest not in ("help", "env_id", "record"):
+            replay._add_action(action)
+    replay.set_defaults(func=_cmd_serve)
 
     health = sub.add_parser(
         "health",

@@ -10,7 +10,7 @@ a source that leaves can be made to let go and no key stays stuck.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from rewarder.errors import BadRequest
@@ -28,11 +28,29 @@ MAX_PENDING_EVENTS: Final = 4096
 REWARDER_SOURCE: Final = "rewarder"
 
 
+def source_name(source: object) -> str:
+    """How recordings name a source: ``"agent"`` (the rewarder's client) or ``"vnc:N"``."""
+    if source == REWARDER_SOURCE:
+        return "agent"
+    if isinstance(source, tuple) and len(source) == 2:
+        return f"{source[0]}:{source[1]}"
+    return str(source)
+
+
 class Inputs:
     """Pending events for the next frame and what each source holds down."""
 
     def __init__(self) -> None:
         self.pending: list[InputEvent] = []
+        #: Who sent each pending event (``name_source`` of its source), for recordings.
+        self.pending_sources: list[str] = []
+        #: Names sources; the remote's recorder sets one that tells browser viewers apart.
+        self.name_source: Callable[[object], str] = source_name
+        #: The sources of the events the last :meth:`take` returned, and how many takes
+        #: there have been (a recorder tells a new take from the one it saw).
+        self.taken: list[InputEvent] = []
+        self.taken_sources: list[str] = []
+        self.takes = 0
         #: VNC events dropped because too many were pending.
         self.dropped = 0
         self._held: dict[object, tuple[set[str], list[int]]] = {}
@@ -45,11 +63,15 @@ class Inputs:
     def take(self) -> list[InputEvent]:
         """The events for the frame about to be drawn; the queue starts empty again."""
         events, self.pending = self.pending, []
+        self.taken = events
+        self.taken_sources, self.pending_sources = self.pending_sources, []
+        self.takes += 1
         return events
 
     def clear(self) -> None:
         """A new episode: nothing pending, nothing held (the runtime let go on reset)."""
         self.pending.clear()
+        self.pending_sources.clear()
         self._held.clear()
 
     def push(self, source: object, events: Sequence[InputEvent]) -> None:
@@ -61,13 +83,16 @@ class Inputs:
             else:
                 pointer[:] = event
         self.pending.extend(events)
+        self.pending_sources.extend([self.name_source(source)] * len(events))
 
     def release(self, source: object) -> None:
         """Let go of every key and button ``source`` holds (it is gone)."""
         keys, pointer = self._held.pop(source, (set(), [0, 0, 0]))
-        self.pending.extend(KeyEvent(k, False) for k in sorted(keys))
+        released: list[InputEvent] = [KeyEvent(k, False) for k in sorted(keys)]
         if pointer[2]:
-            self.pending.append(PointerEvent(pointer[0], pointer[1], 0))
+            released.append(PointerEvent(pointer[0], pointer[1], 0))
+        self.pending.extend(released)
+        self.pending_sources.extend([self.name_source(source)] * len(released))
 
     def push_action(self, runtime: Runtime, events: Sequence[Sequence[Any]], message_id: Any) -> None:
         """Queue a rewarder client's events, refusing the lot if one is bad or too many wait."""

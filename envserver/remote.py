@@ -149,8 +149,6 @@ class Remote:
         #: Our VNC server, or None when the runtime serves VNC itself (Xvnc).
         self.vnc: VNCServer | None = None
         if not self.runtime.external_vnc:
-            # VeNCrypt (vncdriver, in progress): passed only when asked for until it lands.
-            vnc_tls: dict[str, Any] = {"tls": tls.context} if tls is not None else {}
             self.vnc = VNCServer(
                 self.runtime.framebuffer,
                 name=self.runtime.env_id,
@@ -160,7 +158,7 @@ class Remote:
                 on_disconnect=self._vnc_left,
                 auth_guard=self.auth_throttle,
                 max_viewers=max_viewers,
-                **vnc_tls,
+                tls=tls.context if tls is not None else None,
             )
         self.vnc_port: int | None = None
         #: The browser viewer (``start(http_port=...)``), or None.
@@ -181,6 +179,9 @@ class Remote:
         #: Called with (episode id, result) after every advance, in either mode: how other
         #: front ends (the dm_env_rpc port) see rewards, text and ends as they happen.
         self.result_sinks: list[Callable[[int, StepResult], None]] = []
+        #: Called with (episode id, seed, its text) once an episode's first frame is drawn
+        #: (a recorder: ``envserver.recorder``).
+        self.episode_sinks: list[Callable[[int, int, str | None], None]] = []
         #: Says which agent of another front end holds the remote (None: none does); the
         #: rewarder refuses agents meanwhile.
         self.held_by: Callable[[], str | None] = lambda: None
@@ -504,6 +505,8 @@ class Remote:
         self.episode_frame = 0
         await self.runtime.areset(seed)
         text = self.runtime.instruction()
+        for episode_sink in self.episode_sinks:
+            episode_sink(self.episode_id, seed, text)
         if text is not None:
             self.rewarder.broadcast_text(self.episode_id, text)
         self._frame_ready()

@@ -1,0 +1,172 @@
+"""Recording a remote's episodes as they happen (``serve --record DIR``).
+
+Holds :class:`Recorder`: attached to a :class:`~envserver.remote.Remote`, it hears each
+episode's start (``Remote.episode_sinks``) and every advance (``Remote.result_sinks``),
+takes the input events of that advance with who sent them (``Inputs.taken_sources``),
+and hands each step with a copy of the frame to a
+:class:`~recordings.writer.RecordingWriter`, whose thread compresses and writes: the
+game loop pays for a frame copy and a dict, never for a disk. The ``recording``
+property (1/0) switches it on and off while the remote runs. The format is
+``docs/recording.md``; :mod:`recordings` reads it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+from recordings.format import CLOSED, DONE, RESET, STOPPED, event_json
+from recordings.writer import RecordingWriter
+from runtimes.base import StepResult
+
+from .inputs import source_name
+from .properties import Properties, Property
+from .version import server_version
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .remote import Remote
+
+log = logging.getLogger(__name__)
+
+#: The property that switches recording on (1) and off (0).
+RECORDING_PROPERTY: Final = "recording"
+
+
+class Recorder:
+    """Records every episode of one remote under ``root`` while :attr:`enabled`."""
+
+    def __init__(self, root: str | os.PathLike[str], *, enabled: bool = True,
+                 writer: RecordingWriter | None = None) -> None:
+        self.writer = writer or RecordingWriter(root)
+        self.enabled = enabled
+        self.remote: Remote | None = None
+        #: Steps recorded in the open episode (None: no episode is open).
+        self._step: int | None = None
+        self._seed: int | None = None
+        self._text: str | None = None
+        self._takes_seen = 0
+        #: Browser viewers' VNC client ids, remembered while they were connected.
+        self._viewers: set[int] = set()
+
+    @property
+    def root(self) -> Path:
+        return self.writer.root
+
+    def attach(self, remote: Remote) -> None:
+        """Hear ``remote``'s episodes and frames; add the ``recording`` property. Call
+        before ``remote.start()`` (the first episode starts there)."""
+        if remote.runtime.external_vnc:
+            raise ValueError(
+                f"{remote.runtime.env_id} draws in its own X server, whose frames this remote "
+                "does not see yet: --record works with runtimes it serves itself (builtin, atari)"
+            )
+        self.remote = remote
+        remote.episode_sinks.append(self._episode_began)
+        remote.result_sinks.append(self._advanced)
+        remote.inputs.name_source = self._name_source
+        rows = [*remote.property_table.rows.values(), Property(
+            RECORDING_PROPERTY, int,
+            f"1: record each episode to {self.root} (starting now), 0: stop", self._read, self._write,
+        )]
+        remote.property_table = Properties(rows)
+
+    def close(self) -> None:
+        """End the open episode (status ``closed``) and write everything queued."""
+        self._end(CLOSED)
+        self.writer.close()
+
+    # The property ------------------------------------------------------------------------
+
+    def _read(self) -> int:
+        return int(self.enabled)
+
+    async def _write(self, value: int) -> None:
+        if value not in (0, 1):
+            raise ValueError("1 records, 0 stops")
+        if bool(value) == self.enabled:
+            return
+        self.enabled = bool(value)
+        if not self.enabled:
+            self._end(STOPPED)
+        elif self.remote is not None and self.remote.state.value in ("running", "stepping", "done"):
+            self._begin(from_reset=False)  # from the frame on screen now
+        log.info("recording %s", "on" if self.enabled else "off")
+
+    # What the remote tells us ----------------------------------------------------------------
+
+    def _name_source(self, source: object) -> str:
+        """``viewer:N`` for a browser (an in-process VNC client), else as Inputs names it."""
+        if isinstance(source, tuple) and source[0] == "vnc":
+            client_id = int(source[1])
+            vnc = self.remote.vnc if self.remote is not None else None
+            connection = vnc.connections.get(client_id) if vnc is not None else None
+            if connection is not None and connection.trusted:
+                self._viewers.add(client_id)
+            if client_id in self._viewers:
+                return f"viewer:{client_id}"
+        return source_name(source)
+
+    def _episode_began(self, episode_id: int, seed: int, text: str | None) -> None:
+        self._end(RESET)
+        self._seed, self._text = seed, text
+        if self.enabled:
+            self._begin(from_reset=True)
+
+    def _begin(self, from_reset: bool) -> None:
+        remote = self.remote
+        assert remote is not None
+        runtime = remote.runtime
+        self._takes_seen = remote.inputs.takes
+        meta = {
+            "env_id": runtime.env_id, "seed": self._seed if from_reset else None,
+            "episode_seed": self._seed, "mode": remote.mode, "fps": remote.fps,
+            "width": runtime.width, "height": runtime.height, "keys": list(runtime.keys),
+            "buttons": runtime.buttons, "remote_episode_id": remote.episode_id,
+            "from_reset": from_reset, "first_frame": remote.frame,
+            "episode_frame": remote.episode_frame, "started": time.time(),
+            "software": {"universe-remote": server_version()}, "codec": "zstd-xor",
+        }
+        step: dict[str, Any] = {"i": 0, "frame": remote.frame, "frames": 0, "t": meta["started"]}
+        if from_reset and self._text is not None:
+            step["text"] = self._text
+        path = self.writer.begin(meta, step, runtime.framebuffer)
+        self._step = 1
+        log.info("recording episode %d of %s to %s", remote.episode_id, runtime.env_id, path)
+
+    def _advanced(self, episode_id: int, result: StepResult) -> None:
+        remote = self.remote
+        if self._step is None or remote is None or result.frames == 0:
+            return
+        inputs = remote.inputs
+        step: dict[str, Any] = {"i": self._step, "frame": remote.frame, "t": time.time()}
+        if result.frames != 1:
+            step["frames"] = result.frames
+        if inputs.takes != self._takes_seen:  # this advance applied what the last take got
+            self._takes_seen = inputs.takes
+            if inputs.taken:
+                step["events"] = [event_json(source, event) for source, event
+                                  in zip(inputs.taken_sources, inputs.taken, strict=True)]
+        if result.reward:
+            step["reward"] = result.reward
+        if result.done:
+            step["done"] = True
+        if result.info:
+            step["info"] = result.info
+        if result.text is not None:
+            step["text"] = result.text
+        if result.observation is not None:
+            step["observation"] = result.observation
+        self.writer.step(step, remote.runtime.framebuffer)
+        self._step += 1
+        if result.done:
+            self._end(DONE)
+
+    def _end(self, status: str) -> None:
+        if self._step is None:
+            return
+        self.writer.end(status)
+        self._step = None

@@ -1,0 +1,112 @@
+"""A recording as a Minari dataset (``universe-remote export DIR --minari NAME``), so
+offline-RL libraries load it with ``minari.load_dataset(NAME)``.
+
+Observations are the frames (HxWx3 uint8, stored losslessly); rewards and terminations
+are the recorded steps'. Minari wants one action per step, and a remote receives any
+number of input events per step, from anyone: :func:`step_actions` folds them into the
+*state of the input devices* each step was drawn under, a vector of ints::
+
+    [key_0 .. key_{k-1}, pointer_x, pointer_y, buttonmask]
+
+with one entry per key the runtime uses (``meta.json``'s ``keys``, in that order): 1 if
+the key was held after the step's events *or went down during them* (a tap within one
+frame still shows), else 0; then where the pointer was after them and the buttons held
+(a click within one frame shows in the mask likewise). Every source counts (agent, VNC
+client, viewer): the game saw them all. The events themselves, with their senders, stay
+in the recording (:class:`recordings.Step`).
+
+Needs the ``minari`` extra (``pip install 'universe-remote[minari]'``: Minari with its
+arrow storage; no jax).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .format import FormatError
+from .reader import Episode, open_recording
+
+
+def step_actions(episode: Episode) -> np.ndarray:
+    """One action per step after the first: (steps - 1, keys + 3) int64 (module doc)."""
+    keys = list(episode.meta.get("keys", ()))
+    index = {key: i for i, key in enumerate(keys)}
+    held = np.zeros(len(keys), np.int64)
+    pointer = np.zeros(3, np.int64)
+    out = np.zeros((max(len(episode.steps) - 1, 0), len(keys) + 3), np.int64)
+    for row, step in zip(out, episode.steps[1:], strict=True):
+        pressed = np.zeros(len(keys), np.int64)
+        clicked = 0
+        for event in step.events:
+            if event.kind == "KeyEvent":
+                key, down = event.args
+                if key in index:
+                    held[index[key]] = int(down)
+                    pressed[index[key]] |= int(down)
+            else:
+                pointer[:] = event.args
+                clicked |= int(event.args[2])
+        row[: len(keys)] = held | pressed
+        row[len(keys) :] = pointer
+        row[-1] |= clicked
+    return out
+
+
+def export_minari(
+    path: str | os.PathLike[str], name: str, episodes: Sequence[int] | None = None,
+    *, description: str | None = None,
+) -> Any:
+    """Write the recording at ``path`` (or its ``episodes``, by number) as the Minari
+    dataset ``name``; the dataset. Episodes with no step after their first frame are left
+    out; those the game did not end are truncated at their last step."""
+    try:
+        import gymnasium as gym
+        import minari
+        from minari.data_collector import EpisodeBuffer
+    except ImportError as exc:
+        raise RuntimeError(
+            f"exporting to Minari needs the minari extra ({exc}): pip install 'universe-remote[minari]'"
+        ) from None
+    recording = open_recording(path)
+    chosen = [recording.episode(n) for n in episodes] if episodes else list(recording)
+    chosen = [e for e in chosen if len(e.steps) >= 2]
+    if not chosen:
+        raise FormatError(f"{recording.path} has no episode with a step to export")
+    first = chosen[0]
+    other = [e.number for e in chosen if e.env_id != first.env_id or e.shape != first.shape]
+    if other:
+        raise FormatError(
+            f"episodes {other} are of another env or screen than {first.number} ({first.env_id}); "
+            "a dataset holds one: export those with --episode"
+        )
+    height, width, _ = first.shape
+    keys = len(first.meta.get("keys", ()))
+    high = np.array([1] * keys + [width - 1, height - 1, 255], np.int64)
+    action_space = gym.spaces.Box(0, high, dtype=np.int64)
+    observation_space = gym.spaces.Box(0, 255, first.shape, np.uint8)
+    buffers: list[Any] = []
+    for episode in chosen:
+        steps = episode.steps[1:]
+        done = [s.done for s in steps]
+        truncated = [False] * len(steps)
+        if not done[-1]:
+            truncated[-1] = True
+        buffers.append(EpisodeBuffer(
+            id=len(buffers), seed=episode.seed, observations=list(episode.frame_array()),
+            actions=list(step_actions(episode)), rewards=[s.reward for s in steps],
+            terminations=done, truncations=truncated,
+        ))
+    with warnings.catch_warnings():  # no env to name: Minari warns of each missing part
+        warnings.filterwarnings("ignore", category=UserWarning, module="minari")
+        return minari.create_dataset_from_buffers(
+            name, buffers, observation_space=observation_space, action_space=action_space,
+            algorithm_name="universe-remote recording",
+            description=description or f"{first.env_id} episodes recorded by universe-remote "
+            f"(actions: held keys {first.meta.get('keys', [])}, pointer x, y, buttonmask)",
+            data_format="arrow", jpeg_encoding=False,  # lossless frames
+        )
