@@ -5,7 +5,7 @@
 
     gym.register_envs(remotes)                      # ids universe-remote/<env id>
     env = gym.make("universe-remote/builtin.Catch-v0")
-    from remotes import RemoteEnv, RemoteVectorEnv, start_local
+    from remotes import RemoteEnv, RemoteVectorEnv, start_local, start_ray
 
 Importing this package registers an id for every environment this install knows
 (:mod:`remotes.registration`). The ``universe-remote`` command does not import it for
@@ -18,6 +18,7 @@ from .address import RemoteAddress, parse_remotes
 from .containers import DockerRemotes, DockerUnavailable, start_docker
 from .env import RemoteEnv
 from .local import LocalRemotes, start_local
+from .ray import RayRemotes, RayUnavailable, start_ray  # imports Ray only when called
 from .registration import NAMESPACE, make_env, make_vector_env, register
 from .session import RemoteUnavailable
 from .spaces import VNCActionSpace
@@ -33,6 +34,8 @@ __all__ = [
     "DockerUnavailable",
     "LocalRemotes",
     "PointerBox",
+    "RayRemotes",
+    "RayUnavailable",
     "RemoteAddress",
     "RemoteEnv",
     "RemoteUnavailable",
@@ -47,6 +50,7 @@ __all__ = [
     "register",
     "start_docker",
     "start_local",
+    "start_ray",
 ]
 
 register()

@@ -36,11 +36,13 @@ def _cmd_play(args: argparse.Namespace) -> int:
             password=args.password,
             dashboard=args.dashboard,
             tls_ca=args.tls_ca,
+            ray=args.ray,
         )
     except LookupError as exc:  # an unknown env id: the closest ones are in the message
         print(f"universe-remote play: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
-    except (RemoteUnavailable, ValueError, RuntimeError) as exc:  # RuntimeError: a remote failed to start
+    # RuntimeError: a remote failed to start, or Ray is missing or has no room (RayUnavailable)
+    except (RemoteUnavailable, ValueError, RuntimeError) as exc:
         print(f"universe-remote play: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -66,6 +68,11 @@ def add_commands(sub: Any) -> None:
         "else the system's trust store)",
     )
     player.add_argument("-n", type=_positive, default=1, help="local remotes to start (default 1)")
+    player.add_argument(
+        "--ray", metavar="ADDRESS", nargs="?", const="", default=None,
+        help="start the -n remotes as actors on a Ray cluster (ADDRESS: ray.init's, e.g. auto or "
+        "ray://head:10001; none: $RAY_ADDRESS, else a new local one); needs the ray extra",
+    )
     player.add_argument(
         "--agent", choices=["random", "noop"], default="random",
         help="random: random actions; noop: no input (default random)",

@@ -179,6 +179,7 @@ class Dashboard:
         connected = _info(infos, "remote.connected")
         errors = _info(infos, "remote.error")
         episode_ids = _info(infos, "episode_id")
+        names = _info(infos, "remote.name")  # a remote that came back elsewhere (Ray)
         with self._lock:
             self._frames = observations
             self._frame_step += 1
@@ -188,6 +189,8 @@ class Dashboard:
                 return
             self.steps += 1
             for i, remote in enumerate(self.remotes):
+                if names is not None and names[1][i]:
+                    remote.name = str(names[0][i])
                 if episode_ids is not None and episode_ids[1][i]:
                     remote.episode_id = episode_ids[0][i]
                 if connected is not None and connected[1][i] and not connected[0][i]:

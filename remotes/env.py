@@ -35,6 +35,7 @@ from gymnasium.envs.registration import EnvSpec
 from rewarder.protocol import REALTIME
 
 from .address import RemoteAddress
+from .group import RemoteGroup, follow
 from .loop import LoopThread, shared_loop
 from .session import (
     RemoteSession,
@@ -103,7 +104,9 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
     """A gymnasium env over one remote at ``address`` (``vnc://host:5900+15900``).
 
     Args:
-        address: Universe's grammar; ``?password=`` may carry the password.
+        address: Universe's grammar; ``?password=`` may carry the password. Or a
+            :class:`~remotes.group.RemoteGroup` of one remote (its password, and its
+            address after a restart elsewhere).
         password: the remote's password (overrides the address's).
         fps: steps per second (default: the remote's own fps from ``v0.env.describe``).
         env_id: ask the remote for this environment at every reset.
@@ -128,7 +131,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
 
     def __init__(
         self,
-        address: str | RemoteAddress = "vnc://127.0.0.1:5900+15900",
+        address: str | RemoteAddress | RemoteGroup = "vnc://127.0.0.1:5900+15900",
         password: str | None = None,
         fps: float | None = None,
         *,
@@ -147,7 +150,11 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
     ) -> None:
         check_stepping(mode, frameskip)
         self.mode, self.frameskip = mode, frameskip
-        remotes, address_password = resolve_addresses(address)
+        group = address if isinstance(address, RemoteGroup) else None
+        if group is not None:  # its password, and where its remote is after a restart
+            remotes, address_password = list(group.addresses), group.password
+        else:
+            remotes, address_password = resolve_addresses(address)  # type: ignore[arg-type]
         if len(remotes) != 1:
             raise ValueError(
                 f"RemoteEnv drives one remote and {address!r} names {len(remotes)}; "
@@ -168,6 +175,8 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             remotes[0], pw, vnc=VNCOptions(encoding=encoding, quality=quality),
             start_timeout=start_timeout, tls=tls_context(remotes, tls_ca),
         )
+        if group is not None:
+            follow(group, [session])
         self._core = Stepper(
             [session], mode=mode, frameskip=frameskip, fps=fps, env_id=env_id,
             max_episode_steps=max_episode_steps, start_timeout=start_timeout,

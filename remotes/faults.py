@@ -83,6 +83,7 @@ class Recovery:
                 ) from None
         session = slot.session
         if not came_back(task) or not session.connected or session.replaced:
+            await relocate(session)
             await session.connect()
 
     def _stalled(self, slot: Slot, now: float) -> bool:
@@ -185,7 +186,7 @@ class Recovery:
             self._copy_frame(slot)
             info: dict[str, Any] = {
                 "episode_id": slot.session.rewarder.episode_id if slot.session.rewarder else None,
-                "remote.connected": True, "remote.reconnected": True,
+                "remote.connected": True, "remote.reconnected": True, "remote.name": slot.session.name,
             }
             if slot.returned is not None:
                 info["frame"] = slot.returned
@@ -215,6 +216,7 @@ class Recovery:
         closing = asyncio.get_running_loop().create_task(session.close())
         try:
             while True:
+                await relocate(session)
                 if await answers(session.address):
                     try:
                         async with asyncio.timeout(RECONNECT_ATTEMPT_TIMEOUT):
@@ -241,6 +243,21 @@ class Recovery:
                 f"the screen is now {width}x{height}, not {frames.shape[2]}x{frames.shape[1]}: "
                 "the remote serves another env; make a new env for it"
             )
+
+
+async def relocate(session: RemoteSession) -> None:
+    """Point a dropped session at where its remote is now, if it can move (a restarted
+    Ray actor serves on another node or other ports); a failed answer keeps the old one."""
+    if session.locate is None:
+        return
+    try:
+        address = await session.locate()
+    except Exception as exc:  # the group could not say (yet): probe the old address
+        log.debug("remote %s: where is it now? %s", session.name, exc)
+        return
+    if address != session.address:
+        log.info("remote %s is now at %s", session.name, address)
+        session.move(address)
 
 
 def came_back(task: asyncio.Task[bool] | None) -> bool:

@@ -3,11 +3,16 @@ return: remotes this process started, stopped on close, ``with`` exit or interpr
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 from collections.abc import Sequence
-from typing import Any, Self
+from functools import partial
+from typing import TYPE_CHECKING, Any, Self
 
 from .address import RemoteAddress, format_remotes
+
+if TYPE_CHECKING:
+    from .session import RemoteSession
 
 
 class RemoteGroup:
@@ -31,6 +36,15 @@ class RemoteGroup:
     def __len__(self) -> int:
         return len(self.addresses)
 
+    def address_of(self, index: int) -> RemoteAddress:
+        """Remote ``index``'s current address; blocking, so call it off the loop thread.
+
+        Fixed for remotes restarted on their old ports; a group whose remotes come back
+        elsewhere (:class:`~remotes.ray.RayRemotes`) asks where they are now. A
+        :class:`~remotes.vector.RemoteVectorEnv` made from a group asks before each probe
+        of a dropped remote."""
+        return self.addresses[index]
+
     def close(self) -> None:
         """Stop every remote (idempotent)."""
         atexit.unregister(self.close)
@@ -38,3 +52,10 @@ class RemoteGroup:
 
     def _stop(self) -> None:
         raise NotImplementedError
+
+
+def follow(group: RemoteGroup, sessions: Sequence[RemoteSession]) -> None:
+    """Have session *i* ask ``group`` where remote *i* is now whenever it reconnects
+    (``address_of`` blocks, so on a worker thread, never on the loop)."""
+    for i, session in enumerate(sessions):
+        session.locate = partial(asyncio.to_thread, group.address_of, i)

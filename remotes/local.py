@@ -199,10 +199,9 @@ async def _await_ready(
 
 async def _start(
     env_id: str, n: int, password: str | None, fps: float | None,
-    start_timeout: float, extra_args: Sequence[str], nice: int,
+    start_timeout: float, extra_args: Sequence[str], nice: int, host: str,
 ) -> LocalRemotes:
-    command = [sys.executable, "-m", "universe_remote", "serve", env_id, "--host", "127.0.0.1",
-               *extra_args]
+    command = [sys.executable, "-m", "universe_remote", "serve", env_id, "--host", host, *extra_args]
     if fps is not None:
         command += ["--fps", str(fps)]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
@@ -257,14 +256,18 @@ def start_local(
     start_timeout: float = 30.0,
     extra_args: Sequence[str] = (),
     nice: int = 0,
+    host: str = "127.0.0.1",
 ) -> LocalRemotes:
-    """Start ``n`` remotes serving ``env_id`` on 127.0.0.1 and wait until each answers.
+    """Start ``n`` remotes serving ``env_id`` on ``host`` (127.0.0.1) and wait until each answers.
 
     ``nice`` lowers the remotes' CPU priority: with more remotes than cores, the kernel
     otherwise hands the agent only its per-process share and steps come late (measured:
     32 remotes on 2 cores, 38 -> 54 steps/s per remote at nice 10).
     ``extra_args`` go to ``serve``; with ``--tls-cert``/``--tls-key`` the remotes serve TLS
     (``vnc+tls://`` addresses), checked against $UNIVERSE_REMOTE_TLS_CA or the system's CAs.
+    ``host`` other than loopback: ``serve`` refuses it without a password, and without TLS
+    or ``--insecure`` in ``extra_args`` (docs/security.md); :func:`remotes.ray.start_ray`'s
+    actors bind their node's address this way.
     """
     if not 1 <= n <= MAX_LOCAL_REMOTES:
         raise ValueError(f"n must be 1..{MAX_LOCAL_REMOTES}, not {n}")
@@ -272,5 +275,5 @@ def start_local(
     if env_id not in known:  # before any process starts: the closest ids, not a remote's log
         raise UnknownEnvironment(env_id, known)
     return shared_loop().run(
-        _start(env_id, n, password, fps, start_timeout, extra_args, nice), start_timeout + 10
+        _start(env_id, n, password, fps, start_timeout, extra_args, nice, host), start_timeout + 10
     )

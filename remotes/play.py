@@ -1,7 +1,8 @@
 """``universe-remote play``: run an agent against remotes and show how it goes.
 
 Holds :func:`play` and the agents it knows (:data:`AGENTS`). With an env id it starts
-``-n`` local remotes itself; with ``--remote ADDRESS`` it drives remotes already running.
+``-n`` local remotes itself (``--ray``: as actors on a Ray cluster); with ``--remote
+ADDRESS`` it drives remotes already running.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from .group import RemoteGroup
 from .local import start_local
 from .vector import RemoteVectorEnv
 
@@ -52,23 +54,38 @@ def play(
     dashboard: int | None = None,
     out: TextIO = sys.stdout,
     tls_ca: str | None = None,
+    ray: str | None = None,
 ) -> dict[str, Any]:
     """Run ``agent`` for ``steps`` steps (or ``seconds``); print progress; return a summary.
 
     ``dashboard``: serve the live dashboard (:mod:`remotes.dashboard`) on this port of
-    127.0.0.1 (0 picks a free one) while playing.
+    127.0.0.1 (0 picks a free one) while playing. ``ray``: start the remotes on this Ray
+    cluster instead ("" for $RAY_ADDRESS or a new local one; :func:`remotes.ray.start_ray`).
     """
-    local = None
+    local: RemoteGroup | None = None
+    if remote is not None and ray is not None:
+        raise ValueError("--ray starts remotes and --remote names running ones: give one")
     if remote is None:
         if env_id is None:
             raise ValueError("give an ENV_ID to start local remotes, or --remote ADDRESS")
-        print(f"starting {n} local remote(s) of {env_id} ...", file=out, flush=True)
-        local = start_local(env_id, n, password=password)
-        remote = local.address
-        print(f"remotes: {remote}", file=out, flush=True)
-    env = RemoteVectorEnv(
-        remote, password=password, fps=fps, env_id=env_id if local is None else None, tls_ca=tls_ca
-    )
+        if ray is not None:
+            from .ray import start_ray
+
+            print(f"starting {n} remote(s) of {env_id} on Ray ...", file=out, flush=True)
+            local = start_ray(env_id, n, address=ray or None, password=password)
+        else:
+            print(f"starting {n} local remote(s) of {env_id} ...", file=out, flush=True)
+            local = start_local(env_id, n, password=password)
+        print(f"remotes: {local.address}", file=out, flush=True)
+    try:
+        env = RemoteVectorEnv(
+            local if local is not None else remote,  # type: ignore[arg-type]
+            password=password, fps=fps, env_id=env_id if local is None else None, tls_ca=tls_ca,
+        )
+    except BaseException:
+        if local is not None:
+            local.close()
+        raise
     board = None
     try:
         if dashboard is not None:

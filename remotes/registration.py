@@ -15,7 +15,9 @@ space each family gets). Ids are ``universe-remote/<env id>``, as ale-py registe
 
 or, without the import, ``gym.make("remotes:universe-remote/builtin.Catch-v0")``.
 ``remotes=`` an int starts that many local remotes (1 for ``make``, ``num_envs`` for
-``make_vec``) and stops them when the env closes; an address string or list connects
+``make_vec``) and stops them when the env closes; ``"ray:N"`` starts them as Ray actors
+(:func:`~remotes.ray.start_ray` on $RAY_ADDRESS's cluster, or a new local one) and
+follows each to its replacement after a crash; an address string or list connects
 to remotes already running (the remote is switched to the env id at each reset).
 Every id is registered ``nondeterministic`` (real time is; ``mode="lockstep"`` is not,
 but the flag belongs to the id, not to the mode).
@@ -33,11 +35,14 @@ from runtimes.errors import UnknownEnvironment
 
 from .address import RemoteAddress
 from .env import ENV_ID, RemoteEnv
-from .local import LocalRemotes, start_local
+from .group import RemoteGroup
+from .local import start_local
 from .session import resolve_addresses
 from .vector import RemoteVectorEnv
 from .wrappers import DiscreteClicks, DiscreteKeys
 
+#: ``remotes=`` that starts remotes on Ray: ``ray:`` and their number.
+RAY_PREFIX: Final = "ray:"
 #: gymnasium namespace of our ids.
 NAMESPACE: Final = "universe-remote"
 #: Catch: nothing, Left, Right.
@@ -108,20 +113,38 @@ def action_wrapper(env_id: str, describe: dict[str, Any]) -> Callable[[Any], Any
     return None
 
 
+def _ray_count(spec: str) -> int:
+    count = spec.removeprefix(RAY_PREFIX)
+    if not count.isdigit():
+        raise ValueError(f"remotes={spec!r}: write ray:N, the number of remotes to start on Ray")
+    return int(count)
+
+
 def _addresses(
     env_id: str, remotes: int | str | Sequence[str], wanted: int, mode: str,
     password: str | None,
-) -> tuple[list[RemoteAddress], str | None, LocalRemotes | None]:
-    """The ``wanted`` remotes ``remotes=`` names (started here if it is a number), their
-    password, and the local remotes to stop on close."""
+) -> tuple[list[RemoteAddress], str | None, RemoteGroup | None]:
+    """The ``wanted`` remotes ``remotes=`` names (started here if it is a number or
+    ``ray:N``), their password, and the group started here, to stop on close."""
     known = registry.catalogue()
     if env_id not in known:  # before any process starts: the closest ids, not all of them
         raise UnknownEnvironment(env_id, known)
     if isinstance(remotes, bool) or not isinstance(remotes, int | str | list | tuple):
         raise TypeError(
-            f"remotes must be a number of local remotes to start, an address "
+            f"remotes must be a number of local remotes to start, 'ray:N' (N remotes on Ray), an address "
             f"('vnc://host:5900+15900') or a list of addresses, not {remotes!r}"
         )
+    if isinstance(remotes, str) and remotes.startswith(RAY_PREFIX):
+        count = _ray_count(remotes)
+        if count != wanted:
+            raise ValueError(
+                f"remotes={remotes!r} starts {count}, but this env drives {wanted}: use "
+                f"gymnasium.make_vec(id, num_envs={count}, remotes={remotes!r})"
+            )
+        from .ray import start_ray
+
+        group = start_ray(env_id, count, password=password, extra_args=["--mode", mode])
+        return group.addresses, group.password, group
     if isinstance(remotes, int):
         if remotes != wanted:
             raise ValueError(
@@ -160,8 +183,8 @@ def make_env(
     addresses, password, local = _addresses(env_id, remotes, 1, mode, password)
     try:
         env = RemoteEnv(
-            addresses[0], password, env_id=env_id, mode=mode, frameskip=frameskip,
-            render_mode=render_mode, **kwargs,
+            local if local is not None else addresses[0], password, env_id=env_id, mode=mode,
+            frameskip=frameskip, render_mode=render_mode, **kwargs,
         )
     except BaseException:
         if local is not None:
@@ -196,7 +219,8 @@ def make_vector_env(
     )
     try:
         envs = RemoteVectorEnv(
-            addresses, password, env_id=env_id, mode=mode, frameskip=frameskip, **kwargs
+            local if local is not None else addresses, password, env_id=env_id, mode=mode,
+            frameskip=frameskip, **kwargs,
         )
     except BaseException:
         if local is not None:

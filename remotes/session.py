@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
@@ -294,11 +294,19 @@ class RemoteSession:
         self.on_frame: Callable[[FrameTag], None] | None = None
         #: True once a newer session of this process took this remote's active slot.
         self.replaced = False
+        #: Where the remote is now, for remotes that come back at another address (a
+        #: restarted Ray actor): asked before each probe of a dropped remote.
+        self.locate: Callable[[], Awaitable[RemoteAddress]] | None = None
         self._blank: np.ndarray | None = None
         #: The newest episode id any connection of this session saw: a reset after a
         #: reconnect asks past it, so episode ids keep growing across a restarted remote.
         self._newest_episode: int | None = None
         self._sends: set[asyncio.Task[None]] = set()
+
+    def move(self, address: RemoteAddress) -> None:
+        """Point this (closed) session at the remote's new address."""
+        self.address, self.name = address, str(address)
+        self.tls = (self.tls or client_context()) if address.tls else None
 
     # Connection -------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from rewarder.protocol import REALTIME
 
 from .address import RemoteAddress
 from .env import _GRACE, _spaces_differ, action_space, close_all
+from .group import RemoteGroup, follow
 from .loop import LoopThread, shared_loop
 from .session import (
     RemoteSession,
@@ -96,7 +97,9 @@ def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
 
 
 class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
-    """``num_envs`` remotes named by one address string (or a list of them).
+    """``num_envs`` remotes named by one address string (or a list of them), or the
+    remotes of a :class:`~remotes.group.RemoteGroup` (``start_local``, ``start_ray``...:
+    its password, and each remote's current address when one comes back elsewhere).
 
     Takes :class:`~remotes.env.RemoteEnv`'s keyword arguments, and ``autoreset_mode``
     (``NEXT_STEP``, the default, or ``SAME_STEP``). All remotes must share one screen
@@ -107,7 +110,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
 
     def __init__(
         self,
-        addresses: str | Sequence[str] | Sequence[RemoteAddress],
+        addresses: str | Sequence[str] | Sequence[RemoteAddress] | RemoteGroup,
         password: str | None = None,
         fps: float | None = None,
         *,
@@ -133,7 +136,11 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
                 "next episode by themselves; use NEXT_STEP or SAME_STEP"
             )
         self.mode, self.frameskip = mode, frameskip
-        remotes, address_password = resolve_addresses(addresses)
+        group = addresses if isinstance(addresses, RemoteGroup) else None
+        if group is not None:
+            remotes, address_password = list(group.addresses), group.password
+        else:
+            remotes, address_password = resolve_addresses(addresses)  # type: ignore[arg-type]
         seen: set[str] = set()
         for remote in remotes:
             if str(remote) in seen:
@@ -155,8 +162,11 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         pw = password if password is not None else address_password
         options = VNCOptions(encoding=encoding, quality=quality)
         tls = tls_context(remotes, tls_ca)
+        sessions = [RemoteSession(r, pw, vnc=options, start_timeout=start_timeout, tls=tls) for r in remotes]
+        if group is not None:
+            follow(group, sessions)
         self._core = Stepper(
-            [RemoteSession(r, pw, vnc=options, start_timeout=start_timeout, tls=tls) for r in remotes],
+            sessions,
             mode=mode, frameskip=frameskip, fps=fps, env_id=env_id,
             max_episode_steps=max_episode_steps, start_timeout=start_timeout,
             stall_frames=stall_frames, stall_timeout=stall_timeout,

@@ -1,0 +1,355 @@
+"""Remotes on a Ray cluster: the counterpart of :func:`remotes.local.start_local` over
+many machines.
+
+Holds :func:`start_ray`, :class:`RayRemotes`, :class:`RemoteActor` (the body of each
+actor), :class:`Placement` (what an actor reports) and :class:`RayUnavailable`. Ray is
+imported only when a function here is called (``pip install 'universe-remote[ray]'``).
+
+Each remote is one Ray actor that starts ``universe-remote serve`` on its node, bound to
+the node's address on free ports (``start_local``'s spawning and banner reading, with
+``host=``), and reports where it serves. When that process dies the actor ends itself
+with it (``os._exit``), so Ray restarts the actor (``max_restarts``) — on the same node
+while it has room, on another one if the node is gone — and the new process serves on
+new ports. :meth:`RayRemotes.address_of` asks the actor where its remote is now; a
+``RemoteVectorEnv(group)`` asks it before each probe of a remote that dropped, so it
+follows the replacement without stopping the others.
+
+Spread: with ``spread=True`` one placement group of ``n`` bundles with strategy
+``SPREAD`` reserves room for every remote at once (nothing starts unless all fit) and
+puts them on as many nodes as it can. Measured on two nodes of 8 CPUs, 0.25 CPU each:
+the placement group and the ``"SPREAD"`` scheduling strategy both split 4 and 16 remotes
+evenly, but the strategy alone put 3 of 4 zero-CPU actors on one node, and it reserves
+nothing up front. ``spread=False`` lets Ray's default scheduler pack them.
+
+Security: a remote always has a password (a random one when none is given), and one
+that binds a node's non-loopback address serves TLS when ``tls=`` names a certificate
+and key present on every node, else ``--insecure`` (clear text behind the password:
+a cluster's private network; docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import sys
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from runtimes import registry
+from runtimes.errors import UnknownEnvironment
+from vncdriver.addresses import is_loopback
+
+from .address import RemoteAddress
+from .group import RemoteGroup
+from .local import start_local
+
+if TYPE_CHECKING:
+    import subprocess
+
+log = logging.getLogger(__name__)
+
+#: Remotes one call may start (the address grammar's limit too).
+MAX_RAY_REMOTES: Final = 1024
+#: What each remote reserves unless ``resources=`` says: a builtin or Atari remote uses
+#: ~0.06 of a core at 60 fps (measured here); a browser remote wants ``{"CPU": 1}``.
+DEFAULT_RESOURCES: Final[Mapping[str, float]] = {"CPU": 0.25}
+#: Times Ray restarts an actor whose remote died, over the group's life.
+DEFAULT_MAX_RESTARTS: Final = 10
+#: Seconds :meth:`RayRemotes.address_of` waits for an actor's answer before it returns
+#: the last known address (a restarting actor answers once its new remote serves).
+ADDRESS_WAIT: Final = 0.5
+#: Seconds :meth:`RayRemotes.close` gives the actors to stop their remotes before it
+#: kills them (their remotes then get SIGTERM from the kernel: PR_SET_PDEATHSIG).
+STOP_TIMEOUT: Final = 10.0
+#: Characters of a generated password (VNC's DES authentication uses 8).
+PASSWORD_CHARS: Final = 8
+#: Exit status of an actor whose remote died: Ray restarts an actor that exits this way.
+EXIT_REMOTE_DIED: Final = 70
+#: Characters of a dead remote's log an actor prints before it exits (Ray's worker log).
+LOG_TAIL: Final = 2000
+#: Resource names that have their own ``ray.remote`` option.
+_OPTION_NAMES: Final = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
+
+
+class RayUnavailable(RuntimeError):
+    """Ray is missing, or the cluster cannot hold the remotes; the message says what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one actor's remote serves: its address, the Ray node, the remote process's
+    pid and the actor's own, and whether Ray restarted this actor."""
+
+    address: RemoteAddress
+    node_id: str
+    pid: int
+    actor_pid: int
+    restarted: bool
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable(
+            "Ray is not installed: pip install 'universe-remote[ray]' (ray[default] 2.x) on "
+            "this machine and on every node of the cluster"
+        ) from None
+    return ray
+
+
+def serve_args(host: str, tls: tuple[str, str] | None, extra_args: Sequence[str]) -> list[str]:
+    """``serve``'s arguments for a remote bound to ``host``: TLS with ``tls``'s files,
+    else ``--insecure`` off loopback (the password is always set)."""
+    args = list(extra_args)
+    if tls is not None:
+        cert, key = tls
+        args += ["--tls-cert", cert, "--tls-key", key]
+    elif not is_loopback(host) and "--insecure" not in args:
+        args.append("--insecure")
+    return args
+
+
+class RemoteActor:
+    """One remote on this actor's node (the class :func:`start_ray` hands ``ray.remote``).
+
+    Starts ``universe-remote serve`` bound to the node's address and, when that process
+    exits without :meth:`stop`, ends this process so that Ray restarts the actor."""
+
+    def __init__(
+        self, env_id: str, password: str, extra_args: Sequence[str],
+        tls: tuple[str, str] | None, start_timeout: float,
+    ) -> None:
+        ray = _ray()
+        context = ray.get_runtime_context()
+        host = ray.util.get_node_ip_address()
+        with warnings.catch_warnings():  # Ray 2.60 reads its own deprecated actor_id inside
+            warnings.simplefilter("ignore", DeprecationWarning)
+            restarted = bool(context.was_current_actor_reconstructed)
+        self._stopping = False
+        try:
+            self._group = start_local(
+                env_id, 1, password=password, host=host, start_timeout=start_timeout,
+                extra_args=serve_args(host, tls, extra_args),
+            )
+        except Exception as exc:
+            if not restarted:
+                raise  # start_ray reports it
+            print(f"universe-remote: a restarted remote did not start: {exc}", file=sys.stderr, flush=True)
+            os._exit(EXIT_REMOTE_DIED)  # Ray tries again while restarts are left
+        process = self._group.processes[0]
+        self.placement = Placement(
+            self._group.addresses[0], context.get_node_id(), process.pid, os.getpid(), restarted
+        )
+        threading.Thread(
+            target=self._watch, args=(process,), name="universe-remote-watch", daemon=True
+        ).start()
+
+    def _watch(self, process: subprocess.Popen[bytes]) -> None:
+        status = process.wait()
+        if self._stopping:
+            return
+        tail = self._group.logs[0].read_text(errors="replace")[-LOG_TAIL:].strip()
+        print(
+            f"universe-remote: the remote at {self.placement.address} (pid {process.pid}) "
+            f"exited ({status}); ending its actor so that Ray restarts it"
+            + (f". The end of its log:\n{tail}" if tail else ""), file=sys.stderr, flush=True,
+        )
+        os._exit(EXIT_REMOTE_DIED)
+
+    def where(self) -> Placement:
+        """Where this actor's remote serves."""
+        return self.placement
+
+    def stop(self) -> None:
+        """Stop the remote (SIGTERM, then SIGKILL after a while) without ending the actor."""
+        self._stopping = True
+        self._group.close()
+
+
+class RayRemotes(RemoteGroup):
+    """Remotes running as Ray actors; :attr:`address` is their address string as last
+    known, :meth:`address_of` where one is now, :attr:`placements` on which node."""
+
+    def __init__(
+        self, actors: list[Any], placements: Sequence[Placement], password: str,
+        placement_group: Any = None,
+    ) -> None:
+        super().__init__([p.address for p in placements], password)
+        self.actors = actors
+        self.placements = list(placements)
+        self.placement_group = placement_group
+        self._asking: list[Any] = [None] * len(actors)
+        self._lock = threading.Lock()
+
+    @property
+    def nodes(self) -> list[str]:
+        """The Ray node id of each remote, as last known."""
+        return [p.node_id for p in self.placements]
+
+    def placement_of(self, index: int, timeout: float = ADDRESS_WAIT) -> Placement:
+        """Ask actor ``index`` where its remote serves; after ``timeout`` seconds without an
+        answer (it is restarting) the last known placement. One question per actor is in
+        flight at a time: a later call waits for the same answer."""
+        ray = _ray()
+        with self._lock:
+            ref = self._asking[index]
+            if ref is None:
+                ref = self._asking[index] = self.actors[index].where.remote()
+        ready, _ = ray.wait([ref], timeout=timeout)
+        if not ready:
+            return self.placements[index]
+        with self._lock:
+            if self._asking[index] is ref:
+                self._asking[index] = None
+        try:
+            placement: Placement = ray.get(ref)
+        except ray.exceptions.RayActorError as exc:  # it died meanwhile: ask its successor next
+            log.debug("remote %d: its actor died: %s", index, exc)
+            return self.placements[index]
+        with self._lock:
+            self.placements[index] = placement
+            self.addresses[index] = placement.address
+        return placement
+
+    def address_of(self, index: int) -> RemoteAddress:
+        """Where remote ``index`` serves now (see :meth:`placement_of`)."""
+        return self.placement_of(index).address
+
+    def refresh(self, timeout: float = ADDRESS_WAIT) -> list[Placement]:
+        """Ask every actor where its remote serves (concurrently)."""
+        ray = _ray()
+        refs = [a.where.remote() for a in self.actors]
+        ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        return [self.placement_of(i, timeout) for i in range(len(self.actors))]
+
+    def _stop(self) -> None:
+        """Stop every remote, kill every actor (no restart) and free the placement group."""
+        actors, self.actors = self.actors, []
+        group, self.placement_group = self.placement_group, None
+        ray = _ray()
+        if not ray.is_initialized():  # the driver is gone: Ray ends the actors it owned
+            return
+        stops = [a.stop.remote() for a in actors]
+        if stops:
+            ray.wait(stops, num_returns=len(stops), timeout=STOP_TIMEOUT)
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+        if group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(group)
+
+
+def _actor_options(resources: Mapping[str, float], max_restarts: int) -> dict[str, Any]:
+    options: dict[str, Any] = {"max_restarts": max_restarts, "max_task_retries": 0}
+    custom = {}
+    for name, amount in resources.items():
+        if not (isinstance(amount, int | float) and amount >= 0):
+            raise ValueError(f"resources[{name!r}] must be a number >= 0, not {amount!r}")
+        if name in _OPTION_NAMES:
+            options[_OPTION_NAMES[name]] = amount
+        else:
+            custom[name] = amount
+    options.setdefault("num_cpus", 0)
+    if custom:
+        options["resources"] = custom
+    return options
+
+
+def start_ray(
+    env_id: str = "builtin.Catch-v0",
+    n: int = 1,
+    *,
+    address: str | None = None,
+    password: str | None = None,
+    tls: tuple[str, str] | None = None,
+    resources: Mapping[str, float] | None = None,
+    spread: bool = True,
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
+    start_timeout: float = 60.0,
+    extra_args: Sequence[str] = (),
+) -> RayRemotes:
+    """Start ``n`` remotes of ``env_id`` as Ray actors and wait until each answers.
+
+    ``address``: the cluster (``ray.init``'s: ``"auto"``, ``"ray://head:10001"``; None:
+    $RAY_ADDRESS or a new local one); ignored when Ray is already initialised.
+    ``password``: every remote's (default: a fresh random one, in :attr:`password`).
+    ``tls``: (certificate, key) files present on every node: the remotes serve TLS
+    (``vnc+tls://``); without it a remote off loopback serves in clear with ``--insecure``.
+    ``resources``: what each remote reserves (:data:`DEFAULT_RESOURCES`; custom names
+    too, ``{"CPU": 0.25, "gpu_node": 1}``). ``spread``: one ``SPREAD`` placement group
+    (module docstring). ``max_restarts``: Ray's, per actor. ``extra_args`` go to ``serve``.
+    """
+    if not 1 <= n <= MAX_RAY_REMOTES:
+        raise ValueError(f"n must be 1..{MAX_RAY_REMOTES}, not {n}")
+    known = registry.catalogue()
+    if env_id not in known:  # before any actor starts
+        raise UnknownEnvironment(env_id, known)
+    if max_restarts < -1:
+        raise ValueError(f"max_restarts must be -1 (forever) or more, not {max_restarts}")
+    bundle = dict(DEFAULT_RESOURCES if resources is None else resources)
+    options = _actor_options(bundle, max_restarts)
+    ray = _ray()
+    if not ray.is_initialized():
+        ray.init(address=address, logging_level=logging.WARNING)
+    password = password or secrets.token_urlsafe(PASSWORD_CHARS)[:PASSWORD_CHARS]
+    group = RayRemotes([], [], password)
+    try:
+        _place(ray, group, env_id, n, bundle, options, spread, password, tls, start_timeout, extra_args)
+    except BaseException:
+        group.close()
+        raise
+    return group
+
+
+def _place(
+    ray: Any, group: RayRemotes, env_id: str, n: int, bundle: dict[str, float],
+    options: dict[str, Any], spread: bool, password: str, tls: tuple[str, str] | None,
+    start_timeout: float, extra_args: Sequence[str],
+) -> None:
+    """Reserve room, start the actors and wait for their placements (into ``group``)."""
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    room = f"{n} remote(s) of {bundle} each"
+    if spread:
+        if not any(bundle.values()):
+            raise ValueError("spread=True needs resources= with some amount (a placement group "
+                             "cannot reserve nothing); or pass spread=False")
+        group.placement_group = placement_group([bundle] * n, strategy="SPREAD")
+        ready, _ = ray.wait([group.placement_group.ready()], timeout=start_timeout)
+        if not ready:
+            raise RayUnavailable(
+                f"the cluster has no room for {room} within {start_timeout:g} s (free now: "
+                f"{ray.available_resources()}); ask for less with resources=, or add nodes"
+            )
+    body = ray.remote(RemoteActor)
+    for i in range(n):
+        strategy = (
+            PlacementGroupSchedulingStrategy(group.placement_group, placement_group_bundle_index=i)
+            if spread else "DEFAULT"
+        )
+        group.actors.append(
+            body.options(**options, scheduling_strategy=strategy).remote(
+                env_id, password, list(extra_args), tls, start_timeout
+            )
+        )
+    group._asking = [None] * n
+    refs = [a.where.remote() for a in group.actors]
+    ready, _ = ray.wait(refs, num_returns=n, timeout=start_timeout + 10)
+    if len(ready) < n:
+        raise RayUnavailable(
+            f"{n - len(ready)} of {room} did not start within {start_timeout:g} s (free now: "
+            f"{ray.available_resources()}); see the actors' logs (ray logs), or pass resources="
+        )
+    try:
+        placements = ray.get(refs)
+    except ray.exceptions.RayActorError as exc:
+        raise RayUnavailable(f"a remote actor failed to start: {exc}") from None
+    group.placements = list(placements)
+    group.addresses = [p.address for p in placements]
