@@ -59,10 +59,13 @@ class EpisodeWriter:
 
     def __init__(self, directory: Path, meta: dict[str, Any]) -> None:
         self.directory = directory
-        directory.mkdir(parents=True)
         self.meta = {"format_version": FORMAT_VERSION, **meta}
         self.shape = (int(meta["height"]), int(meta["width"]), 3)
-        write_json_atomically(directory / META_FILE, self.meta)
+        # Made under another name and renamed: a reader never sees it without its meta.
+        making = directory.with_name(f".{directory.name}.new")
+        making.mkdir(parents=True)
+        write_json_atomically(making / META_FILE, self.meta)
+        making.rename(directory)
         self._file = open(directory / CHUNKS_FILE, "ab")  # noqa: SIM115 (closed in finish)
         self._encoder = ChunkEncoder(self.shape)
         self._chunk_started = 0.0

@@ -31,11 +31,11 @@ class Served:
 
 
 @asynccontextmanager
-async def serve(*args: str) -> AsyncIterator[Served]:
-    """``universe-remote serve ARGS`` on free ports, until its banner; stopped (SIGTERM,
-    unless the test killed it) after."""
+async def serve(*args: str, command: str = "serve") -> AsyncIterator[Served]:
+    """``universe-remote serve ARGS`` (or ``command``) on free ports, until its banner;
+    stopped (SIGTERM, unless the test killed it) after."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "universe_remote", "serve", *args, "--rewarder-port", "0",
+        sys.executable, "-m", "universe_remote", command, *args, "--rewarder-port", "0",
         "--vnc-port", "0", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     assert process.stdout is not None

@@ -13,7 +13,7 @@ import pytest
 from envserver.recorder import Recorder
 from envserver.remote import Remote
 from recordings import open_recording
-from recordings.format import CHUNKS_FILE, CLOSED, DONE, PARTIAL, RESET, STOPPED, read_chunks
+from recordings.format import CHUNKS_FILE, CLOSED, DONE, PARTIAL, RESET, STOPPED, frame_hash, read_chunks
 from remotes import RemoteEnv, start_local
 from rewarder.client import RewarderClient
 from runtimes.replay import replay_runtime
@@ -183,9 +183,15 @@ async def test_kill_9_mid_episode_leaves_the_earlier_episodes_whole(tmp_path: Pa
             await client.reset(seed=23)
             for _ in range(150):  # more than a chunk: some of it is flushed
                 await client.step([("KeyEvent", "Right", True)], frames=1)
-            partial = max(p for p in tmp_path.iterdir() if p.is_dir())
+
+            def flushed() -> int:  # chunks of episode 23 on disk (the writer may be behind)
+                for episode in open_recording(tmp_path):
+                    if episode.seed == 23 and (episode.path / CHUNKS_FILE).exists():
+                        return len(list(read_chunks((episode.path / CHUNKS_FILE).read_bytes())))
+                return 0
+
             async with asyncio.timeout(TIMEOUT):  # the writer flushes a chunk every 60 steps
-                while len(list(read_chunks((partial / CHUNKS_FILE).read_bytes()))) < 2:
+                while flushed() < 2:
                     await asyncio.sleep(0.05)
             served.process.kill()
             await served.process.wait()
@@ -226,6 +232,41 @@ async def test_replay_serves_the_recorded_frames_pixel_exactly(recording: Record
             assert reply.done and total == episode.total_reward
     finally:
         await replay.close()
+
+
+async def test_the_replay_command_serves_a_recording_in_real_time(
+    recording: Recording, tmp_path: Path
+) -> None:
+    remote, recorder = await recording(mode="lockstep")
+    async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
+        await play_lockstep(client, seed=9, frames=1)
+    await stop(remote, recorder)
+    episode = next(e for e in open_recording(tmp_path / "rec") if e.seed == 9)
+    recorded = {s.hash for s in episode.steps}
+    async with serve(str(tmp_path / "rec"), "--episode", str(episode.number), command="replay") as served:
+        async with (
+            RewarderClient(served.rewarder, observer=True) as client,
+            VNCClient(f"127.0.0.1::{served.vnc_port}", frame_tags=True) as vnc,
+        ):
+            describe = await client.wait_for_state("running", timeout=TIMEOUT)
+            assert describe.env_id == "builtin.Catch-v0"
+            seen = set()
+            async with asyncio.timeout(TIMEOUT):
+                while len(seen) < 20:  # real time: the frames come by themselves
+                    await vnc.wait_update(timeout=TIMEOUT)
+                    seen.add(frame_hash(vnc.framebuffer))
+            assert seen <= recorded
+
+
+def test_remotes_that_draw_in_their_own_x_server_are_refused(tmp_path: Path) -> None:
+    class Xvnc:
+        external_vnc, env_id = True, "x11.Xterm-v0"
+
+    remote = type("FakeRemote", (), {"runtime": Xvnc()})()
+    recorder = Recorder(tmp_path)
+    with pytest.raises(ValueError, match="draws in its own X server"):
+        recorder.attach(remote)  # type: ignore[arg-type]
+    recorder.close()
 
 
 async def test_export_to_minari_loads_with_the_recorded_returns(
