@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).parents[1]
 #: What a build needs from the tree (tests, docs and benchmarks are not packaged).
-BUILD_INPUTS: Final = ("pyproject.toml", "README.md", "rewarder", "vncdriver", "runtimes",
+BUILD_INPUTS: Final = ("pyproject.toml", "README.md", "rewarder", "vncdriver", "recordings", "runtimes",
                        "envserver", "remotes", "universe_remote")
 #: Seconds pip may take, fetching setuptools for its isolated build included.
 BUILD_TIMEOUT: Final = 300
