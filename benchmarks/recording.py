@@ -259,6 +259,36 @@ def live(env: str, record: bool) -> tuple[float, int, float, int, float]:
     return fps, late, cpu, dropped, size
 
 
+async def _lockstep(env: str, record: bool, steps: int) -> tuple[float, int]:
+    """Lockstep steps per second of one frame each, driven over the rewarder from this
+    process; (steps/s, steps still queued for the writer when the agent finished)."""
+    from envserver.recorder import Recorder
+    from envserver.remote import Remote
+    from rewarder.client import RewarderClient
+
+    directory = tempfile.mkdtemp(prefix="bench-rec-")
+    remote = Remote(env, mode="lockstep")
+    recorder = Recorder(directory) if record else None
+    if recorder is not None:
+        recorder.attach(remote)
+    await remote.start("127.0.0.1", 0, 0)
+    try:
+        async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
+            await client.reset(seed=1)
+            started = time.perf_counter()
+            for _ in range(steps):
+                if (await client.step([], frames=1)).done:
+                    await client.reset()
+            rate = steps / (time.perf_counter() - started)
+            behind = recorder.writer._pending if recorder is not None else 0
+    finally:
+        await remote.close()
+        if recorder is not None:
+            recorder.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    return rate, behind
+
+
 def main(argv: list[str] | None = None) -> None:
     count = int(SECONDS * FPS)
     print_codecs(f"Atari Pong 160x210, {count} frames at {FPS:g} fps",
@@ -283,6 +313,12 @@ def main(argv: list[str] | None = None) -> None:
                          str(dropped) if label == "on" else "-", f"{size:.2f}" if label == "on" else "-",
                          ratio(cpu, off[2])])
     table(["remote", "fps held", "late ticks", "CPU", "dropped", "MB/min on disk", "CPU vs off"], rows)
+    print("  Lockstep Pong, 3000 steps of 1 frame as fast as an agent in this process sends them:")
+    off_rate, _ = asyncio.run(_lockstep("atari.Pong-v0", False, 3000))
+    on_rate, behind = asyncio.run(_lockstep("atari.Pong-v0", True, 3000))
+    table(["recording", "steps/s", "writer behind at the end", "vs off"],
+          [["off", f"{off_rate:.0f}", "-", "1.00x"],
+           ["on", f"{on_rate:.0f}", f"{behind} steps", ratio(on_rate, off_rate)]])
 
 
 if __name__ == "__main__":
