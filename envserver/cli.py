@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 from rewarder.auth import PASSWORD_ENV, PASSWORD_FILE_ENV, VIEW_ONLY_PASSWORD_ENV
 from rewarder.protocol import MAX_FPS, MIN_FPS
-from rewarder.tls import CA_ENV, CERT_ENV, KEY_ENV, TLSSetupError, client_context, server_tls
+from rewarder.tls import (
+    CA_ENV,
+    CERT_ENV,
+    KEY_ENV,
+    TLSSetupError,
+    client_context,
+    pinned_context,
+    server_tls,
+)
 from vncdriver.addresses import is_loopback
 
 if TYPE_CHECKING:
@@ -214,7 +222,12 @@ async def _health(args: argparse.Namespace) -> int:
     from rewarder.errors import RewarderError
 
     try:
-        tls = client_context(args.tls_ca) if args.tls or args.tls_ca else None
+        if args.tls or args.tls_ca:
+            tls = client_context(args.tls_ca)
+        elif os.environ.get(CERT_ENV):  # checking our own remote (Docker's HEALTHCHECK)
+            tls = pinned_context(os.environ[CERT_ENV])
+        else:
+            tls = None
     except TLSSetupError as exc:
         print(f"unhealthy: {exc}", file=sys.stderr)
         return 1
@@ -381,7 +394,9 @@ def add_commands(sub: Any) -> None:
     )
     health.add_argument(
         "--tls-ca", default=None, metavar="CA.pem",
-        help=f"the CA that issued the remote's certificate (implies --tls; default ${CA_ENV})",
+        help=f"the CA that issued the remote's certificate (implies --tls; default ${CA_ENV}). "
+        f"Without either, a set ${CERT_ENV} means the remote is this machine's own: its "
+        "certificate is checked as the one in that file (the Docker HEALTHCHECK)",
     )
     health.add_argument(
         "--timeout", type=float, default=HEALTH_TIMEOUT,

@@ -50,6 +50,7 @@ from vncdriver.errors import (
     AuthenticationFailed,
     ConnectTimeout as VNCConnectTimeout,
     ServerRefused,
+    TLSFailed,
     VNCError,
 )
 from vncdriver.messages import FrameTag
@@ -147,7 +148,7 @@ _EXPLAINED: Final = (
     Refused, RemoteError, AuthenticationFailed, ServerRefused, RewarderConnectTimeout, VNCConnectTimeout,
 )
 #: Of those, the ones that are a final answer: the other channel need not be waited for.
-_FINAL: Final = (Refused, RemoteError, AuthenticationFailed, ServerRefused)
+_FINAL: Final = (Refused, RemoteError, AuthenticationFailed, ServerRefused, TLSFailed)
 
 
 class RemoteUnavailable(ConnectionError):
@@ -317,8 +318,6 @@ class RemoteSession:
         timeout = self.start_timeout if start_timeout is None else start_timeout
         addr = self.address
         if addr.vnc is not None:
-            # VeNCrypt (vncdriver, in progress): passed only when asked for until it lands.
-            vnc_tls: dict[str, Any] = {"tls": self.tls} if self.tls is not None else {}
             self.vnc = VNCClient(
                 addr.vnc,
                 password=self.password,
@@ -327,7 +326,7 @@ class RemoteSession:
                 frame_tags=True,  # servers that are not ours ignore the request
                 on_update=self._vnc_update,
                 **self.vnc_options.kwargs(addr.host),
-                **vnc_tls,
+                tls=self.tls,
             )
         if addr.rewarder is not None:
             self.rewarder = RewarderClient(

@@ -104,6 +104,10 @@ def server_tls(cert: str | os.PathLike[str], key: str | os.PathLike[str]) -> Ser
         )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = MIN_VERSION
+    # No TLS 1.3 session tickets: TigerVNC's viewer (1.12) stalls about every other time
+    # when a ticket and the first VNC bytes (the challenge) arrive in one read (measured:
+    # 4 in 6 connections hung until our handshake deadline). Nothing here resumes sessions.
+    context.num_tickets = 0
     try:
         context.load_cert_chain(cert_path, key_path, password=_encrypted_key)
     except TLSSetupError:
@@ -123,6 +127,24 @@ def server_tls(cert: str | os.PathLike[str], key: str | os.PathLike[str]) -> Ser
             f"{exc.reason or exc}; both must be PEM"
         ) from None
     return ServerTLS(cert_path, key_path, context, cert_pem, key_pem)
+
+
+def pinned_context(cert: str | os.PathLike[str]) -> ssl.SSLContext:
+    """A context that trusts exactly the certificate in ``cert`` (the server's own file),
+    whatever the name dialled: how a remote's own health check (the Docker image's
+    HEALTHCHECK) reaches it on 127.0.0.1 when it serves TLS with a certificate for
+    another name, and from a CA the container does not hold."""
+    path = Path(cert).expanduser()
+    pem = _read(path, "certificate", f"--tls-cert or ${CERT_ENV}")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = MIN_VERSION
+    context.check_hostname = False  # the pin is the check: only this certificate passes
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # a leaf is its own anchor
+    try:
+        context.load_verify_locations(cadata=pem.decode("ascii", errors="replace"))
+    except ssl.SSLError as exc:
+        raise TLSSetupError(f"cannot load the TLS certificate {path}: {exc.reason or exc}") from None
+    return context
 
 
 def client_context(ca: str | os.PathLike[str] | None = None) -> ssl.SSLContext:

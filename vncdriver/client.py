@@ -30,8 +30,9 @@ Lifecycle:
 - :meth:`VNCClient.start` (or ``await connect(...)``, or ``async with``) dials with capped
   exponential backoff until ``start_timeout``, then raises
   :class:`~.errors.ConnectTimeout`. :class:`~.errors.AuthenticationFailed`,
-  :class:`~.errors.ServerRefused` and :class:`~.errors.ProtocolError` during the
-  handshake are final (no retry) and carry the server's reason.
+  :class:`~.errors.ServerRefused`, :class:`~.errors.TLSFailed` and
+  :class:`~.errors.ProtocolError` during the handshake are final (no retry) and carry
+  the server's reason.
 - When an established connection ends (the server closed it, the socket broke, the
   server broke RFB), ``connected`` turns False, ``error`` holds a
   :class:`~.errors.ConnectionLost` (its ``__cause__`` is the underlying error, if any),
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
@@ -106,7 +108,10 @@ class VNCClient:
     Tight JPEG (lossy); None keeps every encoding lossless. ``compress_level`` (0-9),
     ``fine_quality`` (0-100) and ``subsample`` are TurboVNC's refinements (other servers
     ignore what they do not know). ``name`` labels logs and errors (default: the address).
-    ``on_update(client, update)`` is called after each applied update.
+    ``on_update(client, update)`` is called after each applied update. ``tls`` (an
+    ``ssl.SSLContext`` that verifies the server, e.g. ``ssl.create_default_context(
+    cafile=...)``) insists on VeNCrypt: the session runs over TLS or not at all, and an
+    untrusted certificate raises :class:`TLSFailed` at once.
     """
 
     def __init__(
@@ -124,8 +129,10 @@ class VNCClient:
         name: str | None = None,
         on_update: UpdateCallback | None = None,
         frame_tags: bool = False,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.address = address
+        self.tls = tls
         self.host, self.port = parse_address(address)
         self.name = name or address
         self.password = password

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from .client_protocol import ClientProtocol
 from .encodings import DECODERS
-from .errors import ConnectionLost, ConnectTimeout
-from .handshake import ClientHandshake
+from .errors import ConnectionLost, ConnectTimeout, TLSFailed
+from .handshake import ClientHandshake, StartTLS
 from .messages import Encoding, Subsampling, build_encodings
 from .pixelformat import NATIVE
 
@@ -111,13 +112,14 @@ class Connection(asyncio.BufferedProtocol):
         self.client = client
         self.transport: asyncio.Transport | None = None
         self.handshake: ClientHandshake | None = ClientHandshake(
-            password=client.password, shared=client.shared
+            password=client.password, shared=client.shared, tls=client.tls is not None
         )
         self.proto: ClientProtocol | None = None
         self.ready: asyncio.Future[BaseException | None] = loop.create_future()
         self.lost: asyncio.Future[None] = loop.create_future()
         self.error: BaseException | None = None  # what made us drop the connection
         self._handshake_buffer: memoryview | None = memoryview(bytearray(HANDSHAKE_READ_BYTES))
+        self._tls_task: asyncio.Task[None] | None = None
 
     # asyncio.BufferedProtocol ------------------------------------------------------------
 
@@ -181,7 +183,51 @@ class Connection(asyncio.BufferedProtocol):
         assert handshake is not None and buffer is not None
         try:
             handshake.receive_data(bytes(buffer[:nbytes]))
+        except Exception as exc:
+            self.fail(exc)
+            return
+        self._handshake_progress()
+
+    async def _start_tls(self) -> None:
+        """VeNCrypt agreed: switch to TLS (verifying the server), then go on."""
+        client, handshake = self.client, self.handshake
+        assert client.tls is not None and handshake is not None and self.transport is not None
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                self.transport, self, client.tls, server_hostname=client.host,
+                ssl_handshake_timeout=ATTEMPT_TIMEOUT,
+            )
+        except ssl.SSLError as exc:
+            failed = TLSFailed(f"{client.host}:{client.port}", exc.verify_message
+                               if isinstance(exc, ssl.SSLCertVerificationError)
+                               else exc.reason or str(exc))
+            failed.__cause__ = exc
+            self.fail(failed)
+            return
+        except (OSError, TimeoutError) as exc:  # dropped mid-handshake: worth a retry
+            lost = ConnectionLost(client.address, f"dropped during the TLS handshake ({exc})")
+            lost.__cause__ = exc
+            self.fail(lost)
+            return
+        if tls is None:
+            self.fail(ConnectionLost(client.address, "closed during the TLS handshake"))
+            return
+        self.transport = tls
+        try:
+            handshake.tls_started()
+        except Exception as exc:
+            self.fail(exc)
+            return
+        self._handshake_progress()
+
+    def _handshake_progress(self) -> None:
+        """Write what the handshake has to say; start TLS or the protocol when it is time."""
+        handshake = self.handshake
+        assert handshake is not None
+        try:
             self.write(handshake.data_to_send())
+            if any(isinstance(e, StartTLS) for e in handshake.events_received()):
+                self._tls_task = asyncio.ensure_future(self._start_tls())
             if not handshake.complete:
                 return
             result = handshake.result
@@ -210,7 +256,8 @@ async def dial(client: VNCClient) -> Connection:
 
     Returns the :class:`Connection` once its handshake is done. Raises
     :class:`ConnectTimeout` (with the last attempt's error) when time is up, or at once
-    what makes retrying pointless (AuthenticationFailed, ServerRefused, ProtocolError).
+    what makes retrying pointless (AuthenticationFailed, ServerRefused, TLSFailed,
+    ProtocolError).
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + client.start_timeout

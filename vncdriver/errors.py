@@ -7,6 +7,7 @@
     │   └── LimitExceeded   the peer went past one of our named limits
     ├── AuthenticationFailed  the server refused us, or the client failed the challenge
     ├── ServerRefused       the server would not talk to us at all (e.g. too many clients)
+    ├── TLSFailed           VeNCrypt: the TLS handshake failed (an untrusted certificate)
     ├── ConnectTimeout      no VNC server answered at an address before the start timeout
     └── ConnectionLost      an established connection ended (or the client was closed)
 
@@ -66,6 +67,15 @@ class ServerRefused(VNCError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"VNC server refused the connection: {reason}")
+
+
+class TLSFailed(VNCError):
+    """VeNCrypt: the TLS handshake with ``address`` failed (the certificate did not verify,
+    or no common protocol); retrying will not help. The ``ssl.SSLError`` is the cause."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        self.address, self.reason = address, reason
+        super().__init__(f"the TLS handshake with VNC server {address} failed: {reason}")
 
 
 class ConnectTimeout(VNCError, TimeoutError):

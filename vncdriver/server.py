@@ -15,6 +15,11 @@ Input arrives through the ``on_input(client_id, events)`` callback as
 (the browser viewer's WebSockets) and returns its :class:`AttachedClient` handle: the
 same per-client code as a socket client (handshake, encodings, dirty tiles, skipping
 while backed up, view-only), with no TCP hop and no second parse of its messages.
+
+With ``tls=`` (an ``ssl.SSLContext`` holding the certificate) every socket client goes
+through VeNCrypt: the handshake offers nothing else, and the connection switches to TLS
+(``loop.start_tls``) before the password challenge. Attached clients are the owner's and
+never need it.
 """
 
 from __future__ import annotations
@@ -23,13 +28,14 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import ssl
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
 import numpy as np
 
-from .errors import AuthenticationFailed, LocalProtocolError, ServerRefused, VNCError
-from .handshake import ServerHandshake
+from .errors import AuthenticationFailed, LocalProtocolError, VNCError
+from .handshake import ServerHandshake, StartTLS
 from .messages import FrameTag, KeyEvent, PointerEvent, SetEncodings, SetPixelFormat
 from .server_protocol import ServerProtocol, SharedEncodings, changed_tiles
 
@@ -104,6 +110,7 @@ class _Connection(asyncio.Protocol):
         #: Why the server closed this client, if it did.
         self.abort_reason: str | None = None
         self._timeout: asyncio.TimerHandle | None = None
+        self._tls_task: asyncio.Task[None] | None = None
 
     # asyncio.Protocol --------------------------------------------------------------------
 
@@ -141,6 +148,7 @@ class _Connection(asyncio.Protocol):
             password=None if self.trusted else server.password,
             view_only_password=None if self.trusted else server.view_only_password,
             refuse_reason=refuse,
+            tls=server.tls is not None and not self.trusted,
         )
         self._flush_handshake()
         self._timeout = asyncio.get_running_loop().call_later(
@@ -153,21 +161,20 @@ class _Connection(asyncio.Protocol):
                 self._handshake_data(data)
             else:
                 self._protocol_data(data)
-        except AuthenticationFailed as exc:
-            if self.server.auth_guard is not None:
-                self.server.auth_guard.failed(self._peer(), "the VNC port")
-            self._abort(str(exc))
-        except (VNCError, ServerRefused) as exc:
-            self._abort(str(exc))
+        except VNCError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: VNCError) -> None:
+        if isinstance(exc, AuthenticationFailed) and self.server.auth_guard is not None:
+            self.server.auth_guard.failed(self._peer(), "the VNC port")
+        self._abort(str(exc))
 
     def _peer(self) -> str | None:
         peer = self.transport.get_extra_info("peername") if self.transport else None
         return str(peer[0]) if isinstance(peer, tuple) and peer else None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timeout is not None:
-            self._timeout.cancel()
-        self.server.handshaking.discard(self)
+        self._forget_handshake()
         if self.server.connections.pop(self.client_id, None) is not None:
             log.info("VNC client %d left", self.client_id)
             self.server.on_disconnect(self.client_id)
@@ -187,6 +194,12 @@ class _Connection(asyncio.Protocol):
         if out:
             self.transport.write(out)
 
+    def _forget_handshake(self) -> None:
+        """Free the handshake slot and its deadline (twice is fine)."""
+        if self._timeout is not None:
+            self._timeout.cancel()
+        self.server.handshaking.discard(self)
+
     def _handshake_data(self, data: bytes) -> None:
         handshake = self.handshake
         assert handshake is not None and self.transport is not None
@@ -194,7 +207,47 @@ class _Connection(asyncio.Protocol):
             handshake.receive_data(data)
         finally:
             self._flush_handshake()
+        self._handshake_events()
+
+    async def _start_tls(self) -> None:
+        """VeNCrypt agreed: switch this connection to TLS, then go on with the handshake."""
+        assert self.server.tls is not None and self.handshake is not None
+        raw = self.transport
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                raw,  # type: ignore[arg-type]
+                self,
+                self.server.tls,
+                server_side=True,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT,
+            )
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
+            why = exc.reason if isinstance(exc, ssl.SSLError) and exc.reason else exc
+            self._abort(f"the TLS handshake failed ({why or type(exc).__name__})")
+            self._forget_handshake()  # no connection_lost comes for a failed start_tls
+            return
+        if tls is None or raw is None or raw.is_closing():
+            self._forget_handshake()
+            return
+        own: _Transport = tls  # type: ignore[assignment]
+        own.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
+        self.transport = own
+        try:
+            self.handshake.tls_started()
+        except VNCError as exc:
+            self._failed(exc)
+            return
+        finally:
+            self._flush_handshake()
+        self._handshake_events()
+
+    def _handshake_events(self) -> None:
+        handshake = self.handshake
+        assert handshake is not None and self.transport is not None
         for done in handshake.events_received():
+            if isinstance(done, StartTLS):
+                self._tls_task = asyncio.ensure_future(self._start_tls())
+                continue
             if self._timeout is not None:
                 self._timeout.cancel()
             if self.server.auth_guard is not None and self.server.password and not self.trusted:
@@ -409,8 +462,11 @@ class VNCServer:
         max_viewers: int = MAX_VIEWERS,
         agent_slots: int = AGENT_SLOTS,
         max_handshaking: int = MAX_HANDSHAKING,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.frame = frame
+        #: The certificate's server context: every socket client goes through VeNCrypt.
+        self.tls = tls
         #: The newest frame tag (see :meth:`frame_ready`).
         self.tag: FrameTag | None = None
         #: What clients of the current frame share of Raw encodings; new for each frame.

@@ -5,9 +5,12 @@ frames:
 
 - ``data = yield from read_exact(n)`` yields the int ``n`` and gets ``n`` bytes back;
 - ``yield from read_into(view)`` yields a writable memoryview and is resumed once the
-  driver has filled it (the client reads pixel data straight into numpy arrays this way).
+  driver has filled it (the client reads pixel data straight into numpy arrays this way);
+- ``yield from pause()`` stops until the driver's ``resume()``: the transport changes
+  under the parser (VeNCrypt's switch to TLS), and bytes that came before it would be
+  plaintext where ciphertext belongs.
 
-Holds :func:`read_exact`, :func:`read_into`, :data:`Parser` and :class:`BytesFeeder`,
+Holds :func:`read_exact`, :func:`read_into`, :func:`pause`, :data:`Parser` and :class:`BytesFeeder`,
 the driver for parsers fed from ``bytes`` (handshakes, the server's message parser,
 tests). The client's zero-copy driver lives in :mod:`vncdriver.client_protocol`.
 """
@@ -18,7 +21,7 @@ import struct
 from collections.abc import Generator
 from typing import Any, TypeVar
 
-from .errors import LimitExceeded, LocalProtocolError
+from .errors import LimitExceeded, LocalProtocolError, ProtocolError
 
 T = TypeVar("T")
 
@@ -37,6 +40,18 @@ def read_into(view: memoryview) -> Generator[memoryview, None, None]:
     """Fill ``view`` (writable, 1-D bytes) from the stream."""
     if len(view):
         yield view
+
+
+class _Pause:
+    """What :func:`pause` yields."""
+
+
+PAUSE = _Pause()
+
+
+def pause() -> Generator[_Pause, None, None]:
+    """Stop until the driver's ``resume()`` (the connection switches to TLS)."""
+    yield PAUSE
 
 
 def read_struct(fmt: struct.Struct) -> Generator[int, bytes, tuple[Any, ...]]:
@@ -61,7 +76,8 @@ class BytesFeeder:
 
     ``feed(data)`` runs the parser as far as the buffered bytes allow; when the parser
     returns, ``done`` is true, ``result`` holds its value and bytes past its end wait in
-    ``trailing``. A parser error propagates out of ``feed`` and the feeder is dead.
+    ``trailing``. A parser error propagates out of ``feed`` and the feeder is dead. While
+    the parser is paused (``paused``), ``feed`` only buffers; ``resume()`` goes on.
     """
 
     def __init__(self, parser: Parser[Any]) -> None:
@@ -74,16 +90,29 @@ class BytesFeeder:
         self._need: Any = None
         self._advance(None)
 
+    @property
+    def paused(self) -> bool:
+        """The parser waits for :meth:`resume` (see :func:`pause`)."""
+        return self._need is PAUSE
+
+    def resume(self) -> None:
+        """Go on after a :func:`pause`, with whatever was fed meanwhile."""
+        if not self.paused:
+            raise LocalProtocolError("resume() without a pause")
+        self._guarded(lambda: self._advance(None))
+
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self.failed is not None:
             raise LocalProtocolError(
                 f"the parser already failed ({self.failed}); close the connection"
             )
-        if self.done:
-            self._buffer += data
-            return
         self._buffer += data
+        if not self.done and not self.paused:
+            self._guarded(lambda: None)
+
+    def _guarded(self, step: Any) -> None:
         try:
+            step()
             self._run()
         except BaseException as exc:
             self.failed = exc
@@ -93,6 +122,13 @@ class BytesFeeder:
         buf = self._buffer
         while not self.done:
             need = self._need
+            if need is PAUSE:
+                if len(buf) > self._pos:
+                    raise ProtocolError(
+                        f"the peer sent {len(buf) - self._pos} bytes in clear where the "
+                        "switch to TLS was agreed"
+                    )
+                break
             if isinstance(need, int):
                 if len(buf) - self._pos < need:
                     break
@@ -121,5 +157,5 @@ class BytesFeeder:
         except StopIteration as stop:
             self.done = True
             self.result = stop.value
-        if not self.done and not isinstance(self._need, (int, memoryview)):
+        if not self.done and not isinstance(self._need, (int, memoryview, _Pause)):
             raise LocalProtocolError(f"parser yielded {self._need!r}, not a size or a view")

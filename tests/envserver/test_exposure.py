@@ -146,5 +146,13 @@ async def test_health_checks_a_tls_remote_with_its_ca(
     assert await server_cli._health(health_args("--rewarder-port", port, "--tls-ca", str(other_ca.ca))) == 1
     err = capsys.readouterr().err
     assert f"certificate of 127.0.0.1:{port} not trusted" in err and "pass --tls-ca CA.pem" in err
-    assert await server_cli._health(health_args("--rewarder-port", port)) == 1  # in clear
-    assert "serves TLS" in capsys.readouterr().err
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(CERT_ENV, raising=False)
+        assert await server_cli._health(health_args("--rewarder-port", port)) == 1  # in clear
+        assert "serves TLS" in capsys.readouterr().err
+        # Inside the container: the certificate serve uses is the one to expect.
+        patch.setenv(CERT_ENV, str(certs.cert))
+        assert await server_cli._health(health_args("--rewarder-port", port)) == 0
+        patch.setenv(CERT_ENV, str(other_ca.cert))  # another certificate: refused
+        assert await server_cli._health(health_args("--rewarder-port", port)) == 1
+        assert "not trusted" in capsys.readouterr().err

@@ -5,7 +5,6 @@ VNC (VeNCrypt) and dm_env_rpc (gRPC with TLS). In-process, on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,11 +18,10 @@ from rewarder.tls import client_context
 from runtimes.builtin import Catch
 from tests.tls import Certs, certs_fixture  # noqa: F401
 from vncdriver.client import VNCClient
-from vncdriver.server import VNCServer
+from vncdriver.errors import ProtocolError
 
 PASSWORD = "s3cret"
 TIMEOUT = 10.0
-VENCRYPT = all("tls" in inspect.signature(c.__init__).parameters for c in (VNCServer, VNCClient))
 
 
 def test_runtimes_serving_their_own_vnc_are_refused_with_tls(certs: Certs) -> None:
@@ -36,12 +34,7 @@ def test_runtimes_serving_their_own_vnc_are_refused_with_tls(certs: Certs) -> No
 
 @pytest.fixture
 async def tls_remote(certs: Certs) -> AsyncIterator[Remote]:
-    try:
-        remote = Remote("builtin.Catch-v0", password=PASSWORD, tls=certs.server())
-    except TypeError as exc:  # VNCServer(tls=) is vncdriver's part
-        if VENCRYPT:
-            raise
-        pytest.xfail(f"VeNCrypt has not landed in vncdriver: {exc}")
+    remote = Remote("builtin.Catch-v0", password=PASSWORD, tls=certs.server())
     grpc = pytest.importorskip("grpc", reason="dm_env_rpc needs the dmenv extra")
     await remote.start("127.0.0.1", 0, 0, http_port=0, dm_env_rpc_port=0)
     remote.grpc = grpc  # type: ignore[attr-defined]
@@ -49,7 +42,6 @@ async def tls_remote(certs: Certs) -> AsyncIterator[Remote]:
     await remote.close()
 
 
-@pytest.mark.xfail(not VENCRYPT, strict=True, reason="VeNCrypt in vncdriver not landed yet")
 async def test_every_port_serves_tls_only(tls_remote: Remote, certs: Certs) -> None:
     remote = tls_remote
     ca = client_context(certs.ca)
@@ -70,12 +62,15 @@ async def test_every_port_serves_tls_only(tls_remote: Remote, certs: Certs) -> N
                              allow_redirects=False) as r:
             assert r.headers["Location"] == f"https://127.0.0.1:{remote.viewer.port}/viewer/"
     # VNC: VeNCrypt, verified
-    vnc_tls: dict[str, Any] = {"tls": ca}  # VNCClient(tls=): vncdriver's VeNCrypt
     async with VNCClient(f"127.0.0.1::{remote.vnc_port}", password=PASSWORD,
-                         start_timeout=TIMEOUT, **vnc_tls) as vnc:
+                         start_timeout=TIMEOUT, tls=ca) as vnc:
         await vnc.wait_update(timeout=TIMEOUT)
         assert vnc.desktop_name == "builtin.Catch-v0"
         assert vnc.updates > 0 and vnc.frame().shape == (210, 160, 3)
+    with pytest.raises(ProtocolError, match="serves TLS only"):  # and nothing in clear
+        async with VNCClient(f"127.0.0.1::{remote.vnc_port}", password=PASSWORD,
+                             start_timeout=TIMEOUT):
+            pass
     # dm_env_rpc: gRPC with TLS (blocking grpc calls off the loop that serves them)
     grpc: Any = remote.grpc  # type: ignore[attr-defined]
     assert remote.dm_env_rpc is not None

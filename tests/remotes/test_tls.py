@@ -4,7 +4,6 @@ verifying the remote's certificate, and a gymnasium env stepping a remote served
 
 from __future__ import annotations
 
-import inspect
 import ssl
 from collections.abc import Iterator
 
@@ -19,16 +18,6 @@ from remotes.session import RemoteSession, RemoteUnavailable, tls_context
 from rewarder.server import RewarderServer
 from rewarder.tls import CA_ENV, client_context
 from tests.tls import Certs, certs_fixture, other_ca_fixture, tls_rewarder_fixture  # noqa: F401
-from vncdriver.client import VNCClient
-from vncdriver.server import VNCServer
-
-#: VeNCrypt (``VNCServer(tls=)``, ``VNCClient(tls=)``) comes from vncdriver's own work;
-#: until both take ``tls``, a remote served with --tls-cert cannot start its VNC port.
-VENCRYPT = all("tls" in inspect.signature(c.__init__).parameters for c in (VNCServer, VNCClient))
-needs_vencrypt = pytest.mark.xfail(
-    not VENCRYPT, strict=True, reason="VeNCrypt in vncdriver (VNCServer/VNCClient tls=) not landed yet"
-)
-
 
 # Addresses --------------------------------------------------------------------------------
 
@@ -92,20 +81,14 @@ async def test_a_session_dials_wss_and_verifies_the_certificate(
 def tls_catch(certs: Certs) -> Iterator[LocalRemotes]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(CA_ENV, str(certs.ca))  # start_local's readiness probe verifies too
-        try:
-            local = start_local(
-                "builtin.Catch-v0", 1, password="s3cret",
-                extra_args=["--tls-cert", str(certs.cert), "--tls-key", str(certs.key)],
-            )
-        except RuntimeError as exc:  # pending VeNCrypt: the remote exits at start
-            if VENCRYPT:
-                raise
-            pytest.xfail(f"a remote with --tls-cert does not start yet: {exc}")
+        local = start_local(
+            "builtin.Catch-v0", 1, password="s3cret",
+            extra_args=["--tls-cert", str(certs.cert), "--tls-key", str(certs.key)],
+        )
     with local:
         yield local
 
 
-@needs_vencrypt
 def test_remote_env_steps_catch_over_tls(tls_catch: LocalRemotes, certs: Certs) -> None:
     (address,) = tls_catch.addresses
     assert address.tls and str(address).startswith("vnc+tls://127.0.0.1:")
@@ -132,7 +115,6 @@ def test_remote_env_steps_catch_over_tls(tls_catch: LocalRemotes, certs: Certs) 
         env.close()
 
 
-@needs_vencrypt
 def test_gymnasium_make_takes_tls_ca_and_a_wrong_ca_is_named(
     tls_catch: LocalRemotes, certs: Certs, other_ca: Certs
 ) -> None:

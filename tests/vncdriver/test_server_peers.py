@@ -86,8 +86,8 @@ class InputLog:
         return [(e.down, e.key) for _, e in self.events if isinstance(e, KeyEvent)]
 
 
-@pytest.fixture
-async def serve() -> AsyncIterator[Callable[..., Awaitable[VNCServer]]]:
+@pytest.fixture(name="serve")
+async def serve_fixture() -> AsyncIterator[Callable[..., Awaitable[VNCServer]]]:
     """``await serve(frame, **kwargs)``: a started VNCServer on a free port, closed after."""
     servers: list[VNCServer] = []
 
@@ -364,13 +364,13 @@ class Viewer:
         self.window = ""
         self.geometry = (0, 0, 0, 0)  # x, y, width, height on the screen
 
-    async def start(self, port: int, *options: str) -> None:
+    async def start(self, port: int, *options: str, security: str = "None") -> None:
         await self.xs.spawn(
             self.display,
             "vncviewer",
             f"127.0.0.1::{port}",
             "-SecurityTypes",
-            "None",
+            security,
             "-Shared=1",
             "-ReconnectOnError=0",
             "-AlertOnFatalError=0",
@@ -421,8 +421,8 @@ class Viewer:
         return out
 
 
-@pytest.fixture
-def viewer(xservers: XServers) -> Viewer:
+@pytest.fixture(name="viewer")
+def viewer_fixture(xservers: XServers) -> Viewer:
     """A Viewer on a fresh Xvfb display, started by the test (``xservers`` ends both)."""
     require("vncviewer", "xdotool", "xwininfo", "xwd")
     return Viewer(xservers, xservers.xvfb(*SCREEN))
