@@ -131,6 +131,8 @@ class RemoteActor:
             warnings.simplefilter("ignore", DeprecationWarning)
             restarted = bool(context.was_current_actor_reconstructed)
         self._stopping = False
+        #: Why the first remote did not start (start_ray reports it, without Ray's traceback).
+        self.failure: str | None = None
         try:
             self._group = start_local(
                 env_id, 1, password=password, host=host, start_timeout=start_timeout,
@@ -138,7 +140,8 @@ class RemoteActor:
             )
         except Exception as exc:
             if not restarted:
-                raise  # start_ray reports it
+                self.failure = f"on {host}: {exc}"
+                return
             print(f"universe-remote: a restarted remote did not start: {exc}", file=sys.stderr, flush=True)
             os._exit(EXIT_REMOTE_DIED)  # Ray tries again while restarts are left
         process = self._group.processes[0]
@@ -161,14 +164,15 @@ class RemoteActor:
         )
         os._exit(EXIT_REMOTE_DIED)
 
-    def where(self) -> Placement:
-        """Where this actor's remote serves."""
-        return self.placement
+    def where(self) -> Placement | str:
+        """Where this actor's remote serves, or why it did not start."""
+        return self.failure if self.failure is not None else self.placement
 
     def stop(self) -> None:
         """Stop the remote (SIGTERM, then SIGKILL after a while) without ending the actor."""
         self._stopping = True
-        self._group.close()
+        if self.failure is None:
+            self._group.close()
 
 
 class RayRemotes(RemoteGroup):
@@ -207,9 +211,11 @@ class RayRemotes(RemoteGroup):
             if self._asking[index] is ref:
                 self._asking[index] = None
         try:
-            placement: Placement = ray.get(ref)
+            placement: Placement | str = ray.get(ref)
         except ray.exceptions.RayActorError as exc:  # it died meanwhile: ask its successor next
             log.debug("remote %d: its actor died: %s", index, exc)
+            return self.placements[index]
+        if isinstance(placement, str):  # only a first start fails this way (start_ray's)
             return self.placements[index]
         with self._lock:
             self.placements[index] = placement
@@ -350,6 +356,9 @@ def _place(
     try:
         placements = ray.get(refs)
     except ray.exceptions.RayActorError as exc:
-        raise RayUnavailable(f"a remote actor failed to start: {exc}") from None
+        raise RayUnavailable(f"a remote's actor died as it started: {exc}") from None
+    failed = [f"remote {i} {p}" for i, p in enumerate(placements) if isinstance(p, str)]
+    if failed:
+        raise RayUnavailable(f"{len(failed)} of {n} remotes did not start; {failed[0]}")
     group.placements = list(placements)
     group.addresses = [p.address for p in placements]

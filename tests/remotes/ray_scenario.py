@@ -10,7 +10,8 @@ findings do not go there) and the test asserts on them:
 2. ``kill -9`` of one remote's process: Ray restarts its actor, which serves on new ports;
    the env follows it there and steps it again, while the other 3 keep stepping.
 3. ``close()`` leaves no actor alive and none of the processes (remotes, actors).
-4. A custom resource places remotes on the second node.
+4. A custom resource places remotes on the second node; a remote that cannot start and
+   a cluster without room are refused with the reason.
 5. ``gymnasium.make_vec(id, num_envs=2, remotes="ray:2")`` and ``play --ray`` with the
    dashboard.
 """
@@ -32,7 +33,6 @@ from typing import Any, Final
 import gymnasium
 
 from remotes import RemoteVectorEnv, start_ray
-from remotes.cli import add_commands  # noqa: F401  (the parser ``play --ray`` goes through)
 from remotes.play import play
 from remotes.registration import gym_id
 from tests.ray_cluster import SECOND_NODE, two_node_cluster
@@ -167,6 +167,21 @@ def on_the_second_node(nodes: Any, out: dict[str, Any]) -> None:
         out["second_node_placements"] = group.nodes
 
 
+def refusals(out: dict[str, Any]) -> None:
+    """What start_ray says when a remote cannot start, or the cluster has no room."""
+    from remotes.ray import RayUnavailable
+
+    for name, kwargs in [
+        ("bad_args", {"extra_args": ["--bogus"]}),
+        ("no_room", {"resources": {"CPU": 100}, "start_timeout": 3}),
+    ]:
+        try:
+            start_ray(ENV_ID, 2, **kwargs)  # type: ignore[arg-type]
+            out[f"refused_{name}"] = None
+        except RayUnavailable as exc:
+            out[f"refused_{name}"] = str(exc)
+
+
 def make_vec(out: dict[str, Any]) -> None:
     envs = gymnasium.make_vec(gym_id(ENV_ID), num_envs=2, remotes="ray:2")
     try:
@@ -237,6 +252,7 @@ def main(path: str) -> int:
             for name, phase in [
                 ("spread", lambda: spread_step_kill_close(nodes, out)),
                 ("second", lambda: on_the_second_node(nodes, out)),
+                ("refusals", lambda: refusals(out)),
                 ("make_vec", lambda: make_vec(out)),
                 ("play", lambda: play_with_dashboard(out)),
             ]:

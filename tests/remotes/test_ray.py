@@ -94,6 +94,14 @@ def test_a_custom_resource_places_remotes_on_the_second_node(scenario: dict[str,
 
 
 @pytest.mark.timeout(SCENARIO_TIMEOUT + 30)
+def test_start_ray_says_why_remotes_did_not_start(scenario: dict[str, Any]) -> None:
+    bad = scenario["refused_bad_args"]
+    assert bad is not None and "did not start" in bad and "unrecognized arguments: --bogus" in bad
+    full = scenario["refused_no_room"]
+    assert full is not None and "no room for 2 remote(s) of {'CPU': 100}" in full and "free now" in full
+
+
+@pytest.mark.timeout(SCENARIO_TIMEOUT + 30)
 def test_make_vec_with_ray_remotes_starts_steps_and_stops_them(scenario: dict[str, Any]) -> None:
     assert scenario["make_vec_group"] == "RayRemotes"
     assert scenario["make_vec_connected_steps"] == 20
