@@ -37,6 +37,32 @@ class PointerEvent(NamedTuple):
 InputEvent = KeyEvent | PointerEvent
 
 
+class PlayerEvent(NamedTuple):
+    """An input event of one player of a multi-player runtime (``players > 1``).
+
+    The remote wraps the events of a seated player's sources (its rewarder client, its
+    VNC viewers) in these; a bare event is player 0's, so a single-agent client drives
+    player 0 unchanged. Single-player runtimes never see them.
+    """
+
+    player: int
+    event: InputEvent
+
+
+def split_players(events: Sequence[InputEvent | PlayerEvent], players: int) -> list[list[InputEvent]]:
+    """Each player's events, in order: bare events are player 0's; a player out of range
+    is a bug of the caller, refused."""
+    out: list[list[InputEvent]] = [[] for _ in range(players)]
+    for event in events:
+        if isinstance(event, PlayerEvent):
+            if not 0 <= event.player < players:
+                raise ValueError(f"player {event.player} is not one of 0..{players - 1}")
+            out[event.player].append(event.event)
+        else:
+            out[0].append(event)
+    return out
+
+
 @dataclass(slots=True)
 class StepResult:
     """What one frame (or an advance of several) earned: summed reward, whether the
@@ -54,11 +80,19 @@ class StepResult:
     #: Frames advanced: 1 for a step; for an advance, fewer than asked if done came first;
     #: 0 when the episode had already ended (it stays done until reset).
     frames: int = 1
+    #: Multi-player runtimes: each player's reward (``reward`` is player 0's); None for
+    #: single-player runtimes.
+    rewards: tuple[float, ...] | None = None
 
     def add(self, later: StepResult) -> None:
         """Fold the frames that came after into this total: rewards and frames summed,
         info merged (later wins), the last text and observation kept, done once done."""
         self.reward += later.reward
+        if later.rewards is not None:
+            self.rewards = (
+                later.rewards if self.rewards is None
+                else tuple(a + b for a, b in zip(self.rewards, later.rewards, strict=True))
+            )
         self.info.update(later.info)
         self.frames += later.frames
         if later.text is not None:
@@ -103,6 +137,9 @@ class Runtime(abc.ABC):
     external_vnc: ClassVar[bool] = False
     #: Whether the runtime can run in lockstep (deterministic, as fast as it can go).
     lockstep: ClassVar[bool] = True
+    #: Players in one world: above 1, :meth:`advance` takes :class:`PlayerEvent` too and
+    #: its :class:`StepResult` carries ``rewards``, one per player (``docs/multiagent.md``).
+    players: ClassVar[int] = 1
 
     framebuffer: np.ndarray
 
@@ -174,4 +211,5 @@ class Runtime(abc.ABC):
             "height": cls.height,
             "keys": list(cls.keys),
             "buttons": cls.buttons,
+            "players": cls.players,
         }

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Final, NamedTuple
 import numpy as np
 
 from .base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult, check_frames
+from .duel import Duel
 
 Colour = tuple[int, int, int]
 
@@ -503,4 +504,5 @@ class ClickTarget(_Game):
 RUNTIMES: dict[str, type[Runtime]] = {
     Catch.env_id: Catch,
     ClickTarget.env_id: ClickTarget,
+    Duel.env_id: Duel,  # two players: runtimes/duel.py
 }

@@ -37,6 +37,7 @@ from runtimes.builtin import (
     Catch,
     ClickTarget,
 )
+from runtimes.duel import Duel
 from tests.runtimes.compliance import RuntimeCompliance
 
 
@@ -72,7 +73,7 @@ class TestBaseAdvanceCompliance(RuntimeCompliance):
 
 
 def test_runtimes_table() -> None:
-    expected = {"builtin.Catch-v0": Catch, "builtin.ClickTarget-v0": ClickTarget}
+    expected = {"builtin.Catch-v0": Catch, "builtin.ClickTarget-v0": ClickTarget, "builtin.Duel-v0": Duel}
     assert builtin.RUNTIMES == expected
     assert isinstance(registry.make("builtin.Catch-v0"), Catch)
     assert Catch.keys == ("Left", "Right") and Catch.buttons == 0
