@@ -43,6 +43,7 @@ from vncdriver.server import MAX_VIEWERS, VNCServer
 
 from .front_ends import start_dm_env_rpc, start_viewer
 from .inputs import REWARDER_SOURCE, Inputs
+from .lockstep_frames import LockstepFrames
 from .properties import Properties, PropertyError, remote_properties
 from .state import Event, IllegalTransition, RemoteState, State
 from .throttle import AuthThrottle
@@ -176,6 +177,8 @@ class Remote:
         self._wake = asyncio.Event()  # wakes the game loop: mode or fps changed
         self._sleeper: asyncio.Future[bool] | None = None  # the game loop's sleep, if asleep
         self._slice_frames = 1  # frames per lockstep slice, adapted to MAX_SLICE_SECONDS
+        #: A step's frame over VNC or through shared memory (the step's ``obs``).
+        self.lockstep_frames = LockstepFrames(self._frame_ready)
         #: Called with (episode id, result) after every advance, in either mode: how other
         #: front ends (the dm_env_rpc port) see rewards, text and ends as they happen.
         self.result_sinks: list[Callable[[int, StepResult], None]] = []
@@ -278,6 +281,7 @@ class Remote:
             *([self.viewer.close(reason)] if self.viewer is not None else []),
             *([self.dm_env_rpc.close()] if self.dm_env_rpc is not None else []),
         )
+        self.lockstep_frames.close()
         await self.runtime.aclose()
 
     # EnvHandler: what the rewarder server asks of us ------------------------------------
@@ -337,7 +341,9 @@ class Remote:
             result = await self._advance_sliced(request.frames)
         except Exception as exc:
             raise self._runtime_failed("step", exc, mid) from exc
-        self._frame_ready()
+        shm = self.lockstep_frames.deliver(
+            request.obs, self.runtime.framebuffer, self.frame, self.episode_id, mid
+        )
         info = {**result.info, FRAME_INFO_KEY: self.frame}
         self._fire(Event.EPISODE_DONE if result.done else Event.STEP_DONE)
         if result.reward or result.done:
@@ -345,6 +351,8 @@ class Remote:
                 self.episode_id, result.reward, result.done, info, observers_only=True
             )
         body = {"reward": result.reward, "done": result.done, "info": info, "frame": self.frame}
+        if shm is not None:
+            body["shm"] = shm
         return self.episode_id, body
 
     def action(self, request: protocol.ActionRequest) -> None:
@@ -511,10 +519,14 @@ class Remote:
             self.rewarder.broadcast_text(self.episode_id, text)
         self._frame_ready()
 
-    def _frame_ready(self) -> None:
-        """Serve the frame just drawn, tagged with its number, episode and time."""
+    def _frame_ready(self, frame: np.ndarray | None = None) -> None:
+        """Serve the frame just drawn (or ``frame``, a copy of it), tagged with its
+        number, episode and time."""
         if self.vnc is not None:
-            self.vnc.frame_ready(tag=FrameTag(self.frame, self.episode_id, time.time()))
+            self.vnc.frame_ready(
+                self.runtime.framebuffer if frame is None else frame,
+                tag=FrameTag(self.frame, self.episode_id, time.time()),
+            )
 
     def _advance(self, frames: int, events: Sequence[Any]) -> StepResult:
         """Advance the runtime; count its frames; send its text/observation."""

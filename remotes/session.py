@@ -56,6 +56,7 @@ from vncdriver.errors import (
 from vncdriver.messages import FrameTag
 
 from .address import RemoteAddress, parse_remotes
+from .shared_frames import SharedFrames
 
 log = logging.getLogger(__name__)
 
@@ -303,6 +304,8 @@ class RemoteSession:
         #: reconnect asks past it, so episode ids keep growing across a restarted remote.
         self._newest_episode: int | None = None
         self._sends: set[asyncio.Task[None]] = set()
+        #: Lockstep frames through shared memory, for a remote on this machine.
+        self.shared = SharedFrames(self.name, is_loopback(address.host))
 
     def move(self, address: RemoteAddress) -> None:
         """Point this (closed) session at the remote's new address."""
@@ -398,6 +401,7 @@ class RemoteSession:
             if newest is not None:
                 self._newest_episode = max(newest, self._newest_episode or 0)
         self.vnc = self.rewarder = None
+        self.shared.forget()
         sends, self._sends = self._sends, set()
         for task in sends:
             task.cancel()
@@ -462,6 +466,8 @@ class RemoteSession:
 
     def frame(self) -> np.ndarray:
         """A copy of the latest frame (a blank one for rewarder-only remotes)."""
+        if self.shared.stepped is not None:
+            return self.shared.stepped[0].copy()
         if self.vnc is not None:
             return self.vnc.frame()
         width, height = self.screen_size
@@ -515,6 +521,7 @@ class RemoteSession:
         first update after the reset reply: the remote draws the new episode's first
         frame before it replies.
         """
+        self.shared.stepped = None
         try:
             async with asyncio.timeout(timeout):
                 episode = None
@@ -558,8 +565,9 @@ class RemoteSession:
             )
         try:
             async with asyncio.timeout(timeout):
-                reply = await self.rewarder.step(events, frames)
-                await self.vnc.wait_frame(reply.frame)  # type: ignore[union-attr]
+                reply = await self.rewarder.step(events, frames, obs=self.shared.obs)
+                if not self.shared.take(reply):
+                    await self.vnc.wait_frame(reply.frame)  # type: ignore[union-attr]
         except TimeoutError:
             raise  # an OSError too, but a stall (the stepper says so), not a lost connection
         except (ConnectionClosed, VNCError, OSError) as exc:  # a RemoteError says what to fix

@@ -521,7 +521,14 @@ class Stepper(Recovery):
         assert frames is not None
         session = slot.session
         vnc = session.vnc
-        if vnc is not None:
+        stepped = session.shared.stepped
+        if stepped is not None:  # lockstep through shared memory
+            pixels, slot.returned, slot.episode = stepped
+            if pixels.shape == frames.shape[1:]:
+                np.copyto(frames[slot.index], pixels)
+            if slot.seen is None or slot.returned > slot.seen:
+                slot.seen = slot.returned
+        elif vnc is not None:
             tag = vnc.tag
             buffer = vnc.framebuffer
             if buffer.shape == frames.shape[1:]:

@@ -340,15 +340,18 @@ class RewarderClient(ClientChannel):
         events: Sequence[Sequence[Any]] = (),
         frames: int = 1,
         timeout: float | None = RESET_TIMEOUT,
+        obs: str = protocol.OBS_VNC,
     ) -> StepReply:
         """Lockstep: hold ``events``' input and advance exactly ``frames`` frames.
 
         Returns the server's :class:`~rewarder.protocol.StepReply`: the reward and done of
         exactly those frames and the number of the resulting frame. The remote must be in
-        lockstep mode (``reset(mode="lockstep")``), else :class:`RemoteError`.
+        lockstep mode (``reset(mode="lockstep")``), else :class:`RemoteError`. With
+        ``obs="shm"`` the frame is in the shared-memory segment ``reply.shm`` names
+        (:class:`~rewarder.shm.FrameView`) instead of a VNC update.
         """
         ws, proto = self._connection()
-        message_id, data = proto.step(self.episode_id or 0, list(events), frames)
+        message_id, data = proto.step(self.episode_id or 0, list(events), frames, obs)
         reply, _ = await self._request(ws, protocol.STEP, message_id, data, timeout)
         return reply  # type: ignore[no-any-return]
 

@@ -103,6 +103,11 @@ REALTIME: Final = "realtime"
 #: The remote advances only when the active client sends ``v0.env.step``.
 LOCKSTEP: Final = "lockstep"
 MODES: Final = (REALTIME, LOCKSTEP)
+#: How a lockstep step's frame reaches the agent (``"obs"`` of ``v0.env.step``, our
+#: extension): the VNC update tagged with the frame, or shared memory (rewarder/shm.py).
+OBS_VNC: Final = "vnc"
+OBS_SHM: Final = "shm"
+OBS_TRANSPORTS: Final = (OBS_VNC, OBS_SHM)
 
 _dumps = orjson.dumps
 _loads = orjson.loads
@@ -210,6 +215,9 @@ class StepRequest:
     episode_id: int | None
     events: tuple[ActionEvent, ...]
     frames: int
+    #: How the agent takes the frame (our extension): "vnc" (the tagged VNC update, the
+    #: default) or "shm" (a shared-memory segment the reply names; same machine only).
+    obs: str = "vnc"
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +318,10 @@ def _parse_step(message_id: Any, sent_at: float, msg: Message) -> StepRequest:
     frames = msg.body.get("frames", 1)
     if isinstance(frames, bool) or not isinstance(frames, int) or not 1 <= frames <= MAX_STEP_FRAMES:
         raise ValueError(f"frames must be an integer in 1..{MAX_STEP_FRAMES}, not {frames!r}")
-    return StepRequest(message_id, sent_at, episode_id, _parse_events(msg.body), frames)
+    obs = msg.body.get("obs", OBS_VNC)
+    if obs not in OBS_TRANSPORTS:
+        raise ValueError(f"obs must be one of {list(OBS_TRANSPORTS)}, not {obs!r}")
+    return StepRequest(message_id, sent_at, episode_id, _parse_events(msg.body), frames, obs)
 
 
 def _parse_properties(message_id: Any, sent_at: float, msg: Message) -> PropertiesRequest:
@@ -413,6 +424,9 @@ class StepReply:
     frame: int
     sent_at: float
     runtime: float
+    #: ``(name, height, width)`` of the shared-memory segment holding the frame, when the
+    #: step asked for ``obs="shm"``.
+    shm: tuple[str, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,8 +523,15 @@ def _read_step_reply(msg: Message, sent_at: float) -> StepReply:
         raise ValueError(f"step reply needs a numeric reward, boolean done, info object: {b!r}")
     if isinstance(frame, bool) or not isinstance(frame, int):
         raise ValueError(f"step reply needs an integer frame, got {frame!r}")
+    shm = b.get("shm")
+    if shm is not None:
+        if not (isinstance(shm, list) and len(shm) == 3 and isinstance(shm[0], str)
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in shm[1:])):
+            raise ValueError(f"step reply's shm must be [name, height, width], got {shm!r}")
+        shm = (shm[0], shm[1], shm[2])
     return StepReply(
-        _parent(msg), _header_episode(msg), float(reward), done, info, frame, sent_at, _runtime(msg)
+        _parent(msg), _header_episode(msg), float(reward), done, info, frame, sent_at,
+        _runtime(msg), shm,
     )
 
 
@@ -685,9 +706,12 @@ class ClientConnection:
         return self._request(RESET, body, episode_id=str(episode_id))
 
     def step(
-        self, episode_id: int, events: list[Any] | tuple[Any, ...], frames: int = 1
+        self, episode_id: int, events: list[Any] | tuple[Any, ...], frames: int = 1,
+        obs: str = OBS_VNC,
     ) -> tuple[int, bytes]:
-        body = {"action": [list(e) for e in events], "frames": frames}
+        body: dict[str, Any] = {"action": [list(e) for e in events], "frames": frames}
+        if obs != OBS_VNC:  # only when asked: servers before the extension know no obs
+            body["obs"] = obs
         return self._request(STEP, body, episode_id=str(episode_id))
 
     def ping(self) -> tuple[int, bytes]:

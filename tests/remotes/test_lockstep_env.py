@@ -99,3 +99,68 @@ def test_catch_lockstep_episode_ends_and_next_reset_works() -> None:
             assert not terminated
         finally:
             env.close()
+
+
+# Frames through shared memory --------------------------------------------------------------
+
+
+def use_shm(env: RemoteEnv, on: bool) -> None:
+    async def set_it() -> None:
+        env.session.shared.enabled = on
+    env.loop.run(set_it())
+
+
+def test_shared_memory_frames_are_the_vnc_frames(pong: LocalRemotes) -> None:
+    """The same seed and actions give the same frames whichever way they travel, and a
+    local remote's steps take the shared-memory way by themselves."""
+    env = RemoteEnv(pong.addresses[0], mode="lockstep", frameskip=4)
+    try:
+        async def stepped() -> bool:
+            return env.session.shared.stepped is not None
+
+        assert env.session.shared.enabled  # 127.0.0.1: tried by default
+        through_shm = run(env, seed=5, steps=80)
+        assert env.loop.run(stepped())
+        use_shm(env, False)
+        through_vnc = run(env, seed=5, steps=80)
+        assert not env.loop.run(stepped())
+    finally:
+        env.close()
+    assert through_shm == through_vnc
+    assert len({h for h, *_ in through_shm}) > 40
+
+
+async def test_viewers_see_shared_memory_steps_at_most_60_times_a_second(pong: LocalRemotes) -> None:
+    """A person watching a fast lockstep agent gets at most MAX_VIEWER_UPDATES updates a
+    second, the last one the frame the agent stepped to (pixels and tag)."""
+    import asyncio
+    import time
+
+    from envserver.lockstep_frames import MAX_VIEWER_UPDATES
+    from vncdriver.client import VNCClient
+
+    address = pong.addresses[1]
+    env = RemoteEnv(address, mode="lockstep", frameskip=4)
+    viewer = VNCClient(f"127.0.0.1::{address.vnc_port}", encoding="raw", frame_tags=True)
+    try:
+        await viewer.start()
+        await asyncio.to_thread(env.reset, seed=2)
+        before, started = viewer.updates, time.monotonic()
+
+        def steps() -> tuple[np.ndarray, int]:
+            for _ in range(300):
+                obs, _, terminated, _, info = env.step([("KeyEvent", "Up", True)])
+                if terminated:
+                    break
+            return obs, info["frame"]
+
+        obs, frame = await asyncio.to_thread(steps)
+        elapsed = time.monotonic() - started
+        async with asyncio.timeout(10):
+            while viewer.tag is None or viewer.tag.frame < frame:
+                await viewer.wait_update(viewer.updates)
+        assert viewer.tag.frame == frame and np.array_equal(viewer.frame(), obs)
+        assert viewer.updates - before <= MAX_VIEWER_UPDATES * elapsed + 3
+    finally:
+        await viewer.close()
+        await asyncio.to_thread(env.close)

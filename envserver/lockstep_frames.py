@@ -1,0 +1,96 @@
+"""How a lockstep step's frame leaves the remote: a VNC update, or shared memory.
+
+Holds :class:`LockstepFrames`. A step that asks for ``obs="vnc"`` (the default, and all a
+client before the extension knows) gets its frame as the VNC update tagged with it, so
+every step is diffed, encoded and sent. A step that asks for ``obs="shm"`` gets it in a
+shared-memory segment (:class:`rewarder.shm.FrameSegment`) the reply names: one copy of
+the screen, no encoding, a few bytes on the socket. VNC viewers (people, the browser
+viewer, a recorder) still see those frames, at most :data:`MAX_VIEWER_UPDATES` a second:
+a fast stepping agent never waits for them, and the last frame always reaches them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Final
+
+import numpy as np
+
+from rewarder import shm
+from rewarder.errors import BadRequest
+from rewarder.protocol import OBS_SHM
+
+#: VNC updates a second while an agent steps through shared memory (a 60 fps game's worth).
+MAX_VIEWER_UPDATES: Final = 60.0
+
+
+class LockstepFrames:
+    """``serve(frame)`` is the remote's "serve over VNC now": ``frame`` None serves the
+    runtime's own framebuffer (drawn this instant), an array serves that copy.
+
+    Throttled frames are served from a copy taken when they are served: the runtime keeps
+    drawing into its framebuffer between two VNC updates, and a viewer that connects then
+    (or catches up late) must get the pixels of the frame its tag names, not newer ones.
+    """
+
+    def __init__(self, serve: Callable[[np.ndarray | None], None]) -> None:
+        self._serve = serve
+        self._segment: shm.FrameSegment | None = None
+        self._served_at = 0.0
+        self._flush: asyncio.TimerHandle | None = None
+        self._source: np.ndarray | None = None  # the runtime's framebuffer
+        self._copy: np.ndarray | None = None  # what VNC serves meanwhile
+
+    def deliver(
+        self, obs: str, frame: np.ndarray, number: int, episode_id: int, message_id: int | str | None
+    ) -> list[str | int] | None:
+        """The step's ``frame`` on its way; the reply's ``shm`` value, if any."""
+        if obs != OBS_SHM:
+            self._serve(None)
+            return None
+        segment = self._segment
+        if segment is None or (segment.height, segment.width) != frame.shape[:2]:
+            if segment is not None:
+                segment.close()
+            if not shm.available():
+                raise BadRequest(
+                    f"this remote's machine has no writable {shm.SHM_DIR}: step with obs "
+                    "\"vnc\" (or leave obs out)", message_id,
+                )
+            self._segment = segment = shm.FrameSegment(frame.shape[0], frame.shape[1])
+        segment.write(frame, number, episode_id)
+        self._source = frame
+        self._serve_soon()
+        return segment.reply
+
+    def _serve_soon(self) -> None:
+        """Serve over VNC now if the last update is old enough, else once it is."""
+        wait = self._served_at + 1.0 / MAX_VIEWER_UPDATES - time.monotonic()
+        if wait <= 0:
+            self._serve_now()
+        elif self._flush is None:
+            self._flush = asyncio.get_running_loop().call_later(wait, self._serve_now)
+
+    def _serve_now(self) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        self._served_at = time.monotonic()
+        source, copy = self._source, self._copy
+        if source is None:
+            return
+        if copy is None or copy.shape != source.shape:
+            self._copy = copy = source.copy()
+        else:
+            np.copyto(copy, source)
+        self._serve(copy)
+
+    def close(self) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        if self._segment is not None:
+            self._segment.close()
+            self._segment = None
