@@ -522,6 +522,8 @@ class RemoteSession:
         frame before it replies.
         """
         self.shared.stepped = None
+        if self.vnc is not None:
+            self.vnc.resume_updates()  # the new episode's first frame comes over VNC
         try:
             async with asyncio.timeout(timeout):
                 episode = None
@@ -566,8 +568,13 @@ class RemoteSession:
         try:
             async with asyncio.timeout(timeout):
                 reply = await self.rewarder.step(events, frames, obs=self.shared.obs)
-                if not self.shared.take(reply):
-                    await self.vnc.wait_frame(reply.frame)  # type: ignore[union-attr]
+                vnc = self.vnc
+                assert vnc is not None
+                if self.shared.take(reply):
+                    vnc.pause_updates()  # the frames come through shared memory
+                else:
+                    vnc.resume_updates()
+                    await vnc.wait_frame(reply.frame)
         except TimeoutError:
             raise  # an OSError too, but a stall (the stepper says so), not a lost connection
         except (ConnectionClosed, VNCError, OSError) as exc:  # a RemoteError says what to fix

@@ -164,6 +164,7 @@ class VNCClient:
         self._waiters: list[tuple[int, asyncio.Future[int]]] = []
         self._rates = UpdateRates()
         self._connected_at = 0.0
+        self._paused = False  # pause_updates(): no new update request
 
     def __repr__(self) -> str:
         if self.connected:
@@ -450,6 +451,23 @@ class VNCClient:
                 "vncdriver.client.connect()"
             )
 
+    def pause_updates(self) -> None:
+        """Ask for no update after the one outstanding: a lockstep agent that takes its
+        frames another way (shared memory) saves the server's encoding and our decoding.
+        :meth:`wait_update` and :meth:`wait_frame` wait in vain until
+        :meth:`resume_updates`."""
+        self._paused = True
+
+    def resume_updates(self) -> None:
+        """Ask for updates again: the next one brings everything that changed meanwhile."""
+        if not self._paused:
+            return
+        self._paused = False
+        proto, conn = self._proto, self._conn
+        if proto is not None and conn is not None and proto.pending_requests == 0:
+            proto.request_update()
+            conn.write(proto.data_to_send())
+
     def _flush(self, proto: ClientProtocol) -> None:
         data = proto.data_to_send()
         conn = self._conn
@@ -469,7 +487,7 @@ class VNCClient:
                 self.bells += 1
         if not updates:
             return
-        if proto.pending_requests == 0:
+        if proto.pending_requests == 0 and not self._paused:
             proto.request_update()
         conn.write(proto.data_to_send())
         self._updates += len(updates)
