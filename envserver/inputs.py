@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from rewarder.errors import BadRequest
-from runtimes.base import InputEvent, KeyEvent, PointerEvent, Runtime
+from runtimes.base import InputEvent, KeyEvent, PlayerEvent, PointerEvent, Runtime
 from vncdriver import keysyms, messages
 from vncdriver.errors import UnknownKey
 
@@ -31,7 +31,7 @@ REWARDER_SOURCE: Final = "rewarder"
 def source_name(source: object) -> str:
     """How recordings name a source: ``"agent"`` (the rewarder's client) or ``"vnc:N"``."""
     if source == REWARDER_SOURCE:
-        return "agent"
+        return "agent"  # player N's agent of a multi-player remote: "agent:N"
     if isinstance(source, tuple) and len(source) == 2:
         return f"{source[0]}:{source[1]}"
     return str(source)
@@ -53,6 +53,9 @@ class Inputs:
         self.takes = 0
         #: VNC events dropped because too many were pending.
         self.dropped = 0
+        #: The player a source drives (multi-player remotes: ``envserver.players``); the
+        #: events of players above 0 are queued as ``PlayerEvent``.
+        self.player_of: Callable[[object], int] = lambda source: 0
         self._held: dict[object, tuple[set[str], list[int]]] = {}
 
     @property
@@ -82,7 +85,14 @@ class Inputs:
                 (keys.add if event.down else keys.discard)(event.key)
             else:
                 pointer[:] = event
-        self.pending.extend(events)
+        self._queue(source, events)
+
+    def _queue(self, source: object, events: Sequence[InputEvent]) -> None:
+        player = self.player_of(source)
+        if player:
+            self.pending.extend(PlayerEvent(player, e) for e in events)  # type: ignore[misc]
+        else:
+            self.pending.extend(events)
         self.pending_sources.extend([self.name_source(source)] * len(events))
 
     def release(self, source: object) -> None:
@@ -91,10 +101,12 @@ class Inputs:
         released: list[InputEvent] = [KeyEvent(k, False) for k in sorted(keys)]
         if pointer[2]:
             released.append(PointerEvent(pointer[0], pointer[1], 0))
-        self.pending.extend(released)
-        self.pending_sources.extend([self.name_source(source)] * len(released))
+        self._queue(source, released)
 
-    def push_action(self, runtime: Runtime, events: Sequence[Sequence[Any]], message_id: Any) -> None:
+    def push_action(
+        self, runtime: Runtime, events: Sequence[Sequence[Any]], message_id: Any,
+        source: object = REWARDER_SOURCE,
+    ) -> None:
         """Queue a rewarder client's events, refusing the lot if one is bad or too many wait."""
         checked = self.check_action(runtime, events, message_id)
         if len(self.pending) + len(checked) > MAX_PENDING_EVENTS:
@@ -103,7 +115,7 @@ class Inputs:
                 "for the next frame; send fewer events per frame",
                 message_id,
             )
-        self.push(REWARDER_SOURCE, checked)
+        self.push(source, checked)
 
     def push_vnc(self, runtime: Runtime, client_id: int, events: Sequence[Any]) -> None:
         """VNC input: keys the runtime does not use are dropped, pointers clamped to the screen.

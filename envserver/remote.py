@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -44,6 +44,7 @@ from vncdriver.server import MAX_VIEWERS, VNCServer
 from .front_ends import start_dm_env_rpc, start_viewer
 from .inputs import REWARDER_SOURCE, Inputs
 from .lockstep_frames import LockstepFrames
+from .players import Seats, agent_source
 from .properties import Properties, PropertyError, remote_properties
 from .state import Event, IllegalTransition, RemoteState, State
 from .throttle import AuthThrottle
@@ -104,6 +105,7 @@ class Remote:
         auth_throttle: AuthThrottle | None = None,
         max_viewers: int = MAX_VIEWERS,
         tls: ServerTLS | None = None,
+        player_passwords: Mapping[int, str] | None = None,
     ) -> None:
         """Serve ``env``: an env id from the registry, or a runtime instance of your own.
 
@@ -114,7 +116,8 @@ class Remote:
         WebSocket handshakes the rewarder accepts (any other page is refused). One
         ``auth_throttle`` (default: a new :class:`AuthThrottle`) counts wrong passwords on
         every port. ``tls`` (:func:`rewarder.tls.server_tls`) serves every port over TLS:
-        ``wss://``, ``https://``, VeNCrypt, gRPC with TLS.
+        ``wss://``, ``https://``, VeNCrypt, gRPC with TLS. ``player_passwords`` (a
+        multi-player env): player -> the VNC password whose viewers drive that player.
         """
         if mode not in protocol.MODES:
             raise ValueError(f"mode must be one of {protocol.MODES}, not {mode!r}")
@@ -134,6 +137,10 @@ class Remote:
         self.late_ticks = 0
         self.runtime_failures = 0  # in a row; a good frame sets it back to 0
         self.inputs = Inputs()
+        #: Who holds each player of a multi-player runtime; joint lockstep steps.
+        self.seats = Seats(self)
+        self.inputs.player_of = self.seats.player_of
+        player_passwords = self.seats.check_passwords(player_passwords, password)
         self.auth_throttle = auth_throttle or AuthThrottle()
         if tls is not None and self.runtime.external_vnc:
             raise ValueError(
@@ -145,6 +152,7 @@ class Remote:
         self.rewarder = RewarderServer(
             self, password=password, allow_origins=allow_origins, auth_guard=self.auth_throttle,
             held_by=lambda: self.held_by(), tls=tls.context if tls else None,
+            players=lambda: self.runtime.players, seat_held_by=self.seats.held_elsewhere,
         )
         self.password, self.view_only_password = password, view_only_password
         #: Our VNC server, or None when the runtime serves VNC itself (Xvnc).
@@ -160,6 +168,7 @@ class Remote:
                 auth_guard=self.auth_throttle,
                 max_viewers=max_viewers,
                 tls=tls.context if tls is not None else None,
+                player_passwords=player_passwords,
             )
         self.vnc_port: int | None = None
         #: The browser viewer (``start(http_port=...)``), or None.
@@ -300,10 +309,15 @@ class Remote:
             "frame_tags": self.vnc is not None,
             "server_version": SERVER_VERSION,
             "protocols": PROTOCOLS,
+            "seats": self.seats.describe(),
             **self.runtime.describe(),
         }
 
-    async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
+    async def reset(
+        self, request: protocol.ResetRequest, reply: Callable[[int], None], joint: bool = True
+    ) -> None:
+        if joint and self.seats.joint(request):  # several players seated: reset when all asked
+            return await self.seats.reset(request, reply)
         mid = request.message_id
         await self._settle(mid)
         factory = self._check_reset(request)
@@ -325,8 +339,12 @@ class Remote:
         self._fire(Event.RESET_DONE)
         self.rewarder.broadcast_describe()
 
-    async def step(self, request: protocol.StepRequest) -> tuple[int, dict[str, Any]]:
+    async def step(
+        self, request: protocol.StepRequest, joint: bool = True
+    ) -> tuple[int, dict[str, Any]]:
         """Lockstep: apply the events, advance exactly ``frames`` frames, serve the frame."""
+        if joint and self.seats.joint():  # several players seated: advance when all stepped
+            return await self.seats.step(request)
         mid = request.message_id
         if request.episode_id is not None and request.episode_id != self.episode_id:
             raise BadRequest(
@@ -336,7 +354,7 @@ class Remote:
             )
         events = Inputs.check_action(self.runtime, request.events, mid)
         self._fire(Event.STEP, mid)
-        self.inputs.push(REWARDER_SOURCE, events)
+        self.inputs.push(self.seats.source(), events)
         try:
             result = await self._advance_sliced(request.frames)
         except Exception as exc:
@@ -346,17 +364,21 @@ class Remote:
         )
         info = {**result.info, FRAME_INFO_KEY: self.frame}
         self._fire(Event.EPISODE_DONE if result.done else Event.STEP_DONE)
-        if result.reward or result.done:
+        if result.reward or result.done or (result.rewards and any(result.rewards)):
             self.rewarder.broadcast_reward(
-                self.episode_id, result.reward, result.done, info, observers_only=True
+                self.episode_id, result.reward, result.done, info, observers_only=True,
+                rewards=result.rewards,
             )
         body = {"reward": result.reward, "done": result.done, "info": info, "frame": self.frame}
+        self.seats.address(result, body)
         if shm is not None:
             body["shm"] = shm
         return self.episode_id, body
 
     def action(self, request: protocol.ActionRequest) -> None:
-        self.inputs.push_action(self.runtime, request.events, request.message_id)
+        self.inputs.push_action(
+            self.runtime, request.events, request.message_id, self.seats.source()
+        )
 
     async def properties(self, request: protocol.PropertiesRequest) -> dict[str, Any]:
         table, key = self.property_table, request.key
@@ -372,6 +394,12 @@ class Remote:
     def client_left(self, observer: bool) -> None:
         if not observer:
             self.inputs.release(REWARDER_SOURCE)
+            self.seats.left(0)
+
+    def player_left(self, player: int) -> None:
+        """Player ``player``'s agent (above 0) left: let go of what it held."""
+        self.inputs.release(agent_source(player))
+        self.seats.left(player)
 
     # Resets, env switches and failures --------------------------------------------------
 
@@ -573,9 +601,11 @@ class Remote:
         """Real time: advance one frame, serve it, report its reward, restart after done."""
         result = self._advance(1, self.inputs.take())
         self._frame_ready()
-        if result.reward or result.done:
+        if result.reward or result.done or (result.rewards and any(result.rewards)):
             info = {**result.info, FRAME_INFO_KEY: self.frame}
-            self.rewarder.broadcast_reward(self.episode_id, result.reward, result.done, info)
+            self.rewarder.broadcast_reward(
+                self.episode_id, result.reward, result.done, info, rewards=result.rewards
+            )
         if result.done:
             self._fire(Event.EPISODE_DONE)
             await self._begin_episode(seed=None)

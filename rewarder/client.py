@@ -115,17 +115,22 @@ class RewarderClient(ClientChannel):
         calibration_interval: float = CALIBRATION_INTERVAL,
         client_id: str | None = None,
         tls: ssl.SSLContext | None = None,
+        player: int | None = None,
     ) -> None:
         """``client_id`` (header ``openai-client-id``): a connection of ours with the same
         id may take the active slot from the one holding it (the server closes that one
         for good with close code 4010). ``tls``: a verifying client context
         (:func:`rewarder.tls.client_context`); ``host:port`` then means ``wss://``, and a
-        certificate it does not trust raises :class:`~.errors.Untrusted`."""
+        certificate it does not trust raises :class:`~.errors.Untrusted`. ``player``
+        (header ``openai-player``): the player to hold on a multi-player remote (none:
+        player 0)."""
         headers = {protocol.OBSERVER_HEADER: "true" if observer else "false"}
         if password is not None:
             headers["authorization"] = basic_auth(password)
         if client_id:
             headers[protocol.CLIENT_ID_HEADER] = client_id
+        if player is not None:
+            headers[protocol.PLAYER_HEADER] = str(player)
         super().__init__(
             parse_address(address, tls=tls is not None),
             headers,

@@ -56,6 +56,14 @@ MAX_CLIENT_ID_CHARS: Final = 128
 #: Key in a reward's ``info``: the number of the frame that earned it (the same numbers
 #: as the VNC frame tags), so an agent can pair the reward with the exact frame.
 FRAME_INFO_KEY: Final = "remote.frame"
+#: The handshake header of an agent asking for a player of a multi-player remote (our
+#: extension, ``docs/multiagent.md``): ``openai-player: 1``. Without it an agent gets
+#: player 0, so Universe's clients play player 0 unchanged.
+PLAYER_HEADER: Final = "openai-player"
+#: Keys in a multi-player remote's reward ``info``: whose reward ``reward`` is, and every
+#: player's (observers read all of them there).
+PLAYER_INFO_KEY: Final = "remote.player"
+REWARDS_INFO_KEY: Final = "remote.rewards"
 
 # Methods -----------------------------------------------------------------------------
 
@@ -94,6 +102,8 @@ CLOSE_TOO_SLOW: Final = 1008
 CLOSE_REPLACED: Final = 4010
 #: Too many wrong passwords from this address: it is refused for a while.
 CLOSE_THROTTLED: Final = 4029
+#: The ``openai-player`` header names no player this remote has: final.
+CLOSE_BAD_PLAYER: Final = 4022
 
 RESETTING: Final = "resetting"
 RUNNING: Final = "running"

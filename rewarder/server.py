@@ -12,6 +12,7 @@ stalling the game loop or the other clients.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hmac
 import logging
 import ssl
@@ -28,6 +29,7 @@ from . import protocol
 from .auth import basic_auth_password
 from .errors import BadRequest
 from .protocol import (
+    CLOSE_BAD_PLAYER,
     CLOSE_BUSY,
     CLOSE_REPLACED,
     CLOSE_THROTTLED,
@@ -55,6 +57,10 @@ VIEWER_PATH: Final = "/viewer"
 #: handshake), 4.5 s at most (was 20 + 20 + 2 s; measured ~41 s).
 KEEPALIVE_INTERVAL: Final = 1.0
 KEEPALIVE_TIMEOUT: Final = 1.5
+
+#: The player of the agent whose request the handler is serving (0 unless a multi-player
+#: remote seated it elsewhere): set for each connection's task, read by the handler.
+PLAYER: contextvars.ContextVar[int] = contextvars.ContextVar("player", default=0)
 
 
 class AuthGuard(Protocol):
@@ -118,6 +124,8 @@ class _Client:
         self.on_drop = on_drop
         self.dropped = False
         self.client_id = ""
+        #: The player this agent holds (None for observers).
+        self.player: int | None = None
         self.writer = asyncio.get_running_loop().create_task(self._write())
 
     def send(self, data: bytes) -> None:
@@ -173,13 +181,18 @@ class RewarderServer:
         auth_guard: AuthGuard | None = None,
         held_by: Callable[[], str | None] = lambda: None,
         tls: ssl.SSLContext | None = None,
+        players: Callable[[], int] = lambda: 1,
+        seat_held_by: Callable[[int], str | None] = lambda player: None,
     ) -> None:
         """``tls``: a server context (:func:`rewarder.tls.server_tls`) serves ``wss://``
         only. ``allow_origins``: web pages (``Origin`` values, ``https://host``) whose
         WebSocket handshakes are accepted; any other handshake with an ``Origin`` header
         is refused, because browsers send one and agents don't. ``auth_guard`` throttles
         wrong passwords per address. ``held_by`` names an agent of another front end
-        holding the remote (the dm_env_rpc port's): agents are refused as busy meanwhile."""
+        holding the remote (the dm_env_rpc port's): agents are refused as busy meanwhile.
+        ``players`` says how many players the environment has: above 1 an agent may ask
+        for one (header ``openai-player``), and several agents are active at once, one a
+        player; ``seat_held_by`` names who holds a player on another front end."""
         self.handler = handler
         self.held_by = held_by
         self.password = password
@@ -189,12 +202,20 @@ class RewarderServer:
         self.max_message_bytes = max_message_bytes
         self.max_queued_messages = max_queued_messages
         self.clients: set[_Client] = set()
-        self.active: _Client | None = None
+        self.players = players
+        self.seat_held_by = seat_held_by
+        #: The active clients by player: one on a single-player remote, player 0's.
+        self.seated: dict[int, _Client] = {}
         #: The port of the remote's browser viewer, if it serves one: Universe's viewer URL
         #: (``http://host:15900/viewer/``) is then redirected there.
         self.viewer_port: int | None = None
         self._server: Server | None = None
         self._closing = False
+
+    @property
+    def active(self) -> _Client | None:
+        """Player 0's client: Universe's one active client."""
+        return self.seated.get(0)
 
     @property
     def port(self) -> int:
@@ -248,12 +269,22 @@ class RewarderServer:
         info: dict[str, Any],
         *,
         observers_only: bool = False,
+        rewards: Sequence[float] | None = None,
     ) -> None:
-        """Send a reward to every client, or (``observers_only``) to all but the active one:
-        a lockstep reward reaches the stepping client in its step reply, once."""
+        """Send a reward to every client, or (``observers_only``) to all but the active
+        ones: a lockstep reward reaches the stepping client in its step reply, once.
+        ``rewards`` (multi-player): each seated client gets its own player's."""
+        if rewards is not None:
+            info = {**info, protocol.REWARDS_INFO_KEY: list(rewards)}
         for client in self.clients:
-            if not (observers_only and client is self.active):
-                client.send(client.proto.reward(episode_id, reward, done, info))
+            if observers_only and not client.observer:
+                continue
+            if rewards is not None and client.player is not None:
+                own = {**info, protocol.PLAYER_INFO_KEY: client.player}
+                data = client.proto.reward(episode_id, rewards[client.player], done, own)
+            else:
+                data = client.proto.reward(episode_id, reward, done, info)
+            client.send(data)
 
     def broadcast_text(self, episode_id: int, text: str) -> None:
         for client in self.clients:
@@ -311,7 +342,10 @@ class RewarderServer:
             client_id = ""
         client.client_id = client_id
         peer = ws.remote_address[0] if ws.remote_address else None
+        player = 0
         refusal = self._refusal(headers.get("authorization"), observer, client_id, peer)
+        if refusal is None and not observer:
+            player, refusal = self._seat_for(headers.get(protocol.PLAYER_HEADER), client_id)
         if refusal is None and self._closing:
             refusal = 1001, "the remote is shutting down"
         if refusal is not None:
@@ -322,10 +356,12 @@ class RewarderServer:
             await ws.close(code, reason[:120])
             return
         if not observer:
-            old = self.active
+            old = self.seated.get(player)
             if old is not None:  # the same agent again (_refusal allowed it): it wins
                 self._replace(old)
-            self.active = client
+            self.seated[player] = client
+            client.player = player
+            PLAYER.set(player)  # this connection's task: the handler reads whose request
         self.clients.add(client)
         log.info("%s connected from %s", "observer" if observer else "agent", ws.remote_address)
         client.send(client.proto.describe(self.handler.episode_id, self.handler.describe()))
@@ -335,11 +371,11 @@ class RewarderServer:
         except websockets.ConnectionClosed:
             pass
         finally:
-            was_active = self.active is client  # (not if a newer one replaced it)
-            self._forget(client)
+            was_active = client.player is not None and self.seated.get(client.player) is client
+            self._forget(client)  # (not if a newer one replaced it)
             client.writer.cancel()
             if observer or was_active:
-                self.handler.client_left(observer)
+                self._left(client)
             log.info("%s from %s left", "observer" if observer else "agent", ws.remote_address)
 
     def _replace(self, old: _Client) -> None:
@@ -347,14 +383,56 @@ class RewarderServer:
         reason = "replaced by a newer connection with the same client id"
         log.info("%s: %s", old.ws.remote_address, reason)
         self._forget(old)
-        self.handler.client_left(False)
+        self._left(old)
         old.send(old.proto.close(reason))
         asyncio.get_running_loop().create_task(old.ws.close(CLOSE_REPLACED, reason))
 
     def _forget(self, client: _Client) -> None:
         self.clients.discard(client)
-        if self.active is client:
-            self.active = None
+        if client.player is not None and self.seated.get(client.player) is client:
+            del self.seated[client.player]
+
+    def _left(self, client: _Client) -> None:
+        """Tell the handler a client left; a multi-player handler hears which player."""
+        player_left = getattr(self.handler, "player_left", None)
+        if client.player and player_left is not None:
+            player_left(client.player)
+        else:
+            self.handler.client_left(client.observer)
+
+    def _seat_for(self, header: str | None, client_id: str) -> tuple[int, tuple[int, str] | None]:
+        """The player an agent asks for (``openai-player``; none: 0), or why it may not
+        have it. On a single-player remote only player 0 exists and ``_refusal`` already
+        checked its slot."""
+        players = self.players()
+        player = 0
+        if header is not None:
+            text = header.strip()
+            if not (text.isdigit() and int(text) < players):
+                return 0, (CLOSE_BAD_PLAYER, (
+                    f"{protocol.PLAYER_HEADER}: {header[:20]!r} names no player of this remote: "
+                    f"it has {players} player(s), 0..{players - 1}"
+                ))
+            player = int(text)
+        if players == 1:
+            return player, None
+        holder = self.seat_held_by(player)
+        seated = self.seated.get(player)
+        if seated is not None and not (client_id and seated.client_id == client_id):
+            holder = f"another agent on the rewarder{f' ({seated.client_id})' if seated.client_id else ''}"
+        if holder is None:
+            return player, None
+        free = [
+            p for p in range(players) if p not in self.seated and self.seat_held_by(p) is None
+        ]
+        hint = (
+            f"ask for a free one with header '{protocol.PLAYER_HEADER}: {free[0]}' (free: "
+            f"{', '.join(map(str, free))})" if free else "no player is free"
+        )
+        return player, (CLOSE_BUSY, (
+            f"player {player} is held by {holder}; {hint}, or connect with header "
+            "'openai-observer: true' to watch"
+        ))
 
     def _refusal(
         self, authorization: str | None, observer: bool, client_id: str = "",
@@ -377,14 +455,16 @@ class RewarderServer:
                 return CLOSE_UNAUTHORIZED, "wrong password for this remote"
             if guard is not None:
                 guard.succeeded(peer)
-        holder = None if observer else self.held_by()
+        multi = self.players() > 1  # seats are checked one by one (_seat_for)
+        holder = None if observer or multi else self.held_by()
         if holder is not None:
             return CLOSE_BUSY, (
                 f"{holder} holds this remote; connect with header 'openai-observer: true' to "
                 "watch, or use another remote"
             )
         active = self.active
-        if not observer and active is not None and not (client_id and active.client_id == client_id):
+        if (not observer and not multi and active is not None
+                and not (client_id and active.client_id == client_id)):
             return CLOSE_BUSY, (
                 "another agent is already connected to this remote as its active client; "
                 "connect with header 'openai-observer: true' to watch, or use another remote"

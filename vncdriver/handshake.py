@@ -31,6 +31,7 @@ import enum
 import os
 import re
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from Cryptodome.Cipher import DES
@@ -132,6 +133,9 @@ class HandshakeComplete:
     view_only: bool = False  # server side: the client gave the view-only password
     #: The VeNCrypt subtype when the session runs over TLS, else None.
     tls_subtype: int | None = None
+    #: Server side: the player whose password the client gave (``player_passwords``),
+    #: None for the full or view-only password.
+    player: int | None = None
 
 
 def _version_bytes(version: tuple[int, int]) -> bytes:
@@ -395,10 +399,13 @@ class ServerHandshake(_Handshake):
         refuse_reason: str | None = None,
         challenge: bytes | None = None,
         tls: bool = False,
+        player_passwords: Mapping[int, str | bytes] | None = None,
     ) -> None:
         _check_screen(width, height, "ServerHandshake", local=True)
         self.width, self.height, self.name, self.pixel_format = width, height, name, pixel_format
         self.password, self.view_only_password = password, view_only_password
+        #: Multi-player remotes: player -> the password that drives that player.
+        self.player_passwords = dict(player_passwords or {})
         self.refuse_reason = refuse_reason
         self.tls = tls
         self._challenge = challenge if challenge is not None else os.urandom(16)
@@ -409,7 +416,10 @@ class ServerHandshake(_Handshake):
     def inner_type(self) -> SecurityType:
         """What authenticates the client: VNC Authentication with a password, else None
         (inside TLS when ``tls``)."""
-        needs_auth = self.password is not None or self.view_only_password is not None
+        needs_auth = (
+            self.password is not None or self.view_only_password is not None
+            or bool(self.player_passwords)
+        )
         return SecurityType.VNC_AUTH if needs_auth else SecurityType.NONE
 
     @property
@@ -453,10 +463,13 @@ class ServerHandshake(_Handshake):
         if chosen == SecurityType.VENCRYPT:
             subtype = yield from self._vencrypt()
         view_only = False
+        player = None
         if self.inner_type == SecurityType.VNC_AUTH:
             self._out += self._challenge
             response = yield from read_exact(16)
-            view_only = self._check_response(response, version)
+            player = self._player_of(response)
+            if player is None:
+                view_only = self._check_response(response, version)
         if version == (3, 8) or chosen != SecurityType.NONE:
             self._out += _U32.pack(0)
 
@@ -475,7 +488,8 @@ class ServerHandshake(_Handshake):
             version,
             SecurityType(chosen),
             view_only,
-            subtype,
+            player=player,
+            tls_subtype=subtype,
         )
 
     def _vencrypt(self) -> Parser[int]:
@@ -501,6 +515,13 @@ class ServerHandshake(_Handshake):
         self._out += _U8.pack(1)
         yield from self._start_tls(server_side=True)
         return subtype
+
+    def _player_of(self, response: bytes) -> int | None:
+        """The player whose password answers the challenge, or None."""
+        for player, password in sorted(self.player_passwords.items()):
+            if vnc_auth_response(password, self._challenge) == response:
+                return player
+        return None
 
     def _check_response(self, response: bytes, version: tuple[int, int]) -> bool:
         """True for the view-only password, False for the full one; raise for neither."""

@@ -29,7 +29,7 @@ import dataclasses
 import itertools
 import logging
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import numpy as np
@@ -109,6 +109,8 @@ class _Connection(asyncio.Protocol):
         self.kind: str | None = None
         #: Why the server closed this client, if it did.
         self.abort_reason: str | None = None
+        #: The player whose password it gave (``VNCServer.player_passwords``), or None.
+        self.player: int | None = None
         self._timeout: asyncio.TimerHandle | None = None
         self._tls_task: asyncio.Task[None] | None = None
 
@@ -123,7 +125,7 @@ class _Connection(asyncio.Protocol):
         height, width = server.frame.shape[:2]
         refuse = self.refuse_reason
         guard = server.auth_guard
-        if refuse is None and guard is not None and not self.trusted and server.password:
+        if refuse is None and guard is not None and not self.trusted and server.guarded:
             refuse = guard.refusal(self._peer())
         # Clients still shaking hands count too, or a burst of them slips past the limit.
         if refuse is not None:
@@ -147,6 +149,7 @@ class _Connection(asyncio.Protocol):
             server.name,
             password=None if self.trusted else server.password,
             view_only_password=None if self.trusted else server.view_only_password,
+            player_passwords=None if self.trusted else server.player_passwords,
             refuse_reason=refuse,
             tls=server.tls is not None and not self.trusted,
         )
@@ -250,10 +253,11 @@ class _Connection(asyncio.Protocol):
                 continue
             if self._timeout is not None:
                 self._timeout.cancel()
-            if self.server.auth_guard is not None and self.server.password and not self.trusted:
+            if self.server.auth_guard is not None and self.server.guarded and not self.trusted:
                 self.server.auth_guard.succeeded(self._peer())
             if self.force_view_only:
                 done = dataclasses.replace(done, view_only=True)
+            self.player = done.player
             self.proto = ServerProtocol(
                 done, encodings=self.server.encodings, lossless=self.lossless
             )
@@ -264,7 +268,8 @@ class _Connection(asyncio.Protocol):
                 self.client_id,
                 self.transport.get_extra_info("peername"),
                 *done.version,
-                ", view only" if done.view_only else "",
+                ", view only" if done.view_only else f", player {done.player}"
+                if done.player is not None else "",
             )
             frame = self.server.frame
             if frame.shape[:2] != (done.height, done.width):  # resized while we shook hands
@@ -463,7 +468,10 @@ class VNCServer:
         agent_slots: int = AGENT_SLOTS,
         max_handshaking: int = MAX_HANDSHAKING,
         tls: ssl.SSLContext | None = None,
+        player_passwords: Mapping[int, str] | None = None,
     ) -> None:
+        """``player_passwords`` (multi-player remotes): player -> a password whose viewers
+        drive that player; :meth:`player_of` says which a client gave."""
         self.frame = frame
         #: The certificate's server context: every socket client goes through VeNCrypt.
         self.tls = tls
@@ -474,6 +482,7 @@ class VNCServer:
         self.name = name
         self.password = password
         self.view_only_password = view_only_password
+        self.player_passwords: dict[int, str] = dict(player_passwords or {})
         self.on_input: InputCallback = on_input or (lambda client_id, events: None)
         self.on_disconnect: Callable[[int], None] = on_disconnect or (lambda client_id: None)
         self.encodings = encodings
@@ -492,6 +501,17 @@ class VNCServer:
         self._ids = itertools.count(1)
         self._server: asyncio.Server | None = None
         self._closed = False
+
+    @property
+    def guarded(self) -> bool:
+        """Whether a password guards this server (wrong ones are then throttled)."""
+        return bool(self.password or self.player_passwords)
+
+    def player_of(self, client_id: int) -> int:
+        """The player whose password client ``client_id`` gave (0 for the full password)."""
+        connection = self.connections.get(client_id)
+        player = connection.player if connection is not None else None
+        return player or 0
 
     @property
     def port(self) -> int:
