@@ -111,6 +111,16 @@ def _banner(args: argparse.Namespace, remote: Any) -> str:
     return "\n".join(lines)
 
 
+def _player_password(text: str) -> tuple[int, str]:
+    """``--player-password 1=secret`` -> (1, "secret")."""
+    player, sep, password = text.partition("=")
+    if not sep or not player.strip().isdigit() or not password:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: write N=PASSWORD, the player's number and its VNC password (1=right-pw)"
+        )
+    return int(player), password
+
+
 async def _serve(args: argparse.Namespace, tls: ServerTLS | None = None) -> int:
     from .remote import Remote
 
@@ -124,6 +134,7 @@ async def _serve(args: argparse.Namespace, tls: ServerTLS | None = None) -> int:
         allow_origins=args.allow_origin,
         max_viewers=args.max_viewers,
         tls=tls,
+        player_passwords=dict(getattr(args, "player_password", None) or []),
     )
     recorder = _recorder(args, remote)
     try:
@@ -283,6 +294,11 @@ def add_commands(sub: Any) -> None:
         "--view-only-password",
         default=os.environ.get(VIEW_ONLY_PASSWORD_ENV) or None,
         help=f"VNC password for viewers whose input is ignored (default: ${VIEW_ONLY_PASSWORD_ENV})",
+    )
+    serve.add_argument(
+        "--player-password", type=_player_password, action="append", metavar="N=PW",
+        help="multi-player envs (builtin.Duel-v0): VNC viewers giving PW drive player N "
+        "(repeat for each player; --password drives player 0); docs/multiagent.md",
     )
     serve.add_argument(
         "--fps", type=float, default=None, help="frames per second (default: the runtime's, 60)"
