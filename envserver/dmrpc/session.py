@@ -28,6 +28,7 @@ from google.rpc import code_pb2, status_pb2
 
 from rewarder import protocol
 from rewarder.errors import BadRequest
+from rewarder.server import PLAYER
 from runtimes.base import StepResult
 
 from ..properties import PropertyError
@@ -44,7 +45,7 @@ from .specs import (
     check_requested,
     pack_observations,
 )
-from .world import RemoteLike, World, WorldError, unpack_settings
+from .world import RemoteLike, World, WorldError, unpack_join_settings, unpack_settings
 
 #: Seconds a real-time step waits for its frame before it reports the remote stalled.
 STEP_TIMEOUT: Final = 10.0
@@ -101,7 +102,10 @@ class Endpoint:
         return f"a dm_env_rpc agent (joined to world {world.name!r})"
 
     def free(self) -> None:
-        """Refuse to change the remote under an agent of the rewarder."""
+        """Refuse to change the remote under an agent of the rewarder (on a multi-player
+        remote agents of both front ends share it, a player each)."""
+        if self.remote.seats.players > 1:
+            return
         agent = self.remote.agent()
         if agent is not None:
             raise WorldError(
@@ -132,6 +136,8 @@ class Session:
     last_frame: int = 0
     text: str = ""
     seen: dict[int, _Seen] = field(default_factory=dict)
+    #: The player this connection joined as (multi-player runtimes; 0 otherwise).
+    player: int = 0
 
     @property
     def remote(self) -> RemoteLike:
@@ -140,6 +146,7 @@ class Session:
     async def handle(self, request: pb.EnvironmentRequest) -> pb.EnvironmentResponse:
         """The response to ``request``: its payload's, or an error (the stream goes on)."""
         which = request.WhichOneof("payload")
+        PLAYER.set(self.player)  # whose input and reward the remote's methods serve
         try:
             if which is None:
                 raise WorldError(code_pb2.INVALID_ARGUMENT, "an EnvironmentRequest with no payload")
@@ -209,11 +216,15 @@ class Session:
 
     async def _join_world(self, request: pb.JoinWorldRequest) -> pb.JoinWorldResponse:
         world = self.endpoint.named(request.world_name)
-        if request.settings:
+        player = unpack_join_settings(request.settings).get("player", 0)
+        seats = self.remote.seats
+        if seats.players > 1:
+            return await self._join_seat(world, player)
+        if player != 0:
             raise WorldError(
                 code_pb2.INVALID_ARGUMENT,
-                f"JoinWorld takes no settings (got {sorted(request.settings)}); "
-                "world settings go to CreateWorld or ResetWorld",
+                f"{self.remote.describe()['env_id']} has one player (0); JoinWorld asked for "
+                f"player {player}",
             )
         if world.joined is not None:
             raise WorldError(
@@ -227,6 +238,21 @@ class Session:
         self._begin(needs_reset=True)
         return pb.JoinWorldResponse(specs=self._specs().proto)
 
+    async def _join_seat(self, world: World, player: int) -> pb.JoinWorldResponse:
+        """Join a multi-player world as ``player``, if that seat is free."""
+        try:
+            self.remote.seats.check(player, "JoinWorld")
+        except ValueError as exc:
+            raise WorldError(code_pb2.FAILED_PRECONDITION, str(exc)) from None
+        self.player = player
+        world.seated[player] = self
+        world.joined = world.joined or self
+        self.remote.seats.dm_env_rpc[player] = f"a dm_env_rpc agent (world {world.name!r})"
+        self.remote.result_sinks.append(self._on_result)
+        self.held = Held()
+        self._begin(needs_reset=True)
+        return pb.JoinWorldResponse(specs=self._specs().proto)
+
     async def _leave_world(self, request: pb.LeaveWorldRequest) -> pb.LeaveWorldResponse:
         if self.phase is not Phase.UNJOINED:
             self._leave()
@@ -234,11 +260,17 @@ class Session:
 
     def _leave(self) -> None:
         world = self.endpoint.world
+        if world is not None and world.seated.get(self.player) is self:
+            del world.seated[self.player]
+            self.remote.seats.dm_env_rpc.pop(self.player, None)
         if world is not None and world.joined is self:
-            world.joined = None
+            world.joined = next(iter(world.seated.values()), None)
         if self._on_result in self.remote.result_sinks:
             self.remote.result_sinks.remove(self._on_result)
-        self.remote.client_left(observer=False)  # let go of the keys and buttons it held
+        if self.player:
+            self.remote.player_left(self.player)  # let go of what its player held
+        else:
+            self.remote.client_left(observer=False)  # let go of the keys and buttons it held
         self.phase, self.specs = Phase.UNJOINED, None
 
     async def _reset(self, request: pb.ResetRequest) -> pb.ResetResponse:
@@ -301,10 +333,11 @@ class Session:
         """The remote's result sink: every advance, in either mode, as it happens."""
         if result.text is not None:
             self.text = result.text
-        if not (result.reward or result.done):
+        own = result.reward if result.rewards is None else result.rewards[self.player]
+        if not (own or result.done):
             return
         seen = self._seen(episode_id)
-        seen.reward += result.reward
+        seen.reward += own
         if result.done and not seen.done:
             seen.done = True
             if self.remote.mode == protocol.REALTIME:  # the remote draws the next episode next
@@ -338,7 +371,7 @@ class Session:
 
     def _world(self) -> World:
         world = self.endpoint.world
-        if world is None or world.joined is not self:
+        if world is None or (world.joined is not self and world.seated.get(self.player) is not self):
             raise WorldError(code_pb2.FAILED_PRECONDITION, "the world this connection joined is gone")
         return world
 

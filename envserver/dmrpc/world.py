@@ -47,11 +47,14 @@ class RemoteLike(Protocol):
     def describe(self) -> dict[str, Any]: ...
     def screen(self) -> np.ndarray: ...
     def agent(self) -> str | None: ...
+    @property
+    def seats(self) -> Any: ...  # envserver.players.Seats
     def set_fps(self, fps: float) -> None: ...
     async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None: ...
     async def step(self, request: protocol.StepRequest) -> tuple[int, dict[str, Any]]: ...
     def action(self, request: protocol.ActionRequest) -> None: ...
     def client_left(self, observer: bool) -> None: ...
+    def player_left(self, player: int) -> None: ...
     async def wait_frame(self, after: int | None = None) -> int: ...
 
 
@@ -71,6 +74,29 @@ def unpack_settings(settings: Mapping[str, pb.Tensor]) -> dict[str, Any]:
             raise ValueError(f"world setting {name!r} is an integer, not {value!r}")
         out[name] = kind(value)
     check_settings(out)
+    return out
+
+
+#: JoinWorld's settings: ``player``, the player of a multi-player runtime to seat the agent
+#: in (default 0).
+JOIN_SETTINGS: Final = {"player": int}
+
+
+def unpack_join_settings(settings: Mapping[str, pb.Tensor]) -> dict[str, Any]:
+    """JoinWorld settings as Python values; :class:`ValueError` says what is wrong."""
+    out: dict[str, Any] = {}
+    for name, tensor in settings.items():
+        if name not in JOIN_SETTINGS:
+            raise ValueError(
+                f"unknown JoinWorld setting {name!r}; JoinWorld takes {sorted(JOIN_SETTINGS)} "
+                "(world settings go to CreateWorld or ResetWorld)"
+            )
+        if list(tensor.shape) or tensor.WhichOneof("payload") is None:
+            raise ValueError(f"JoinWorld setting {name!r} must be one scalar")
+        value = tensor_utils.unpack_tensor(tensor)
+        if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+            raise ValueError(f"JoinWorld setting {name!r} is an integer, not {value!r}")
+        out[name] = int(value)
     return out
 
 
@@ -107,6 +133,8 @@ class World:
     seed: int | None = None
     #: The connection joined to the world, if any.
     joined: object | None = None
+    #: Multi-player runtimes: player -> the connection joined as that player.
+    seated: dict[int, object] = field(default_factory=dict)
     properties: Properties = field(init=False)
 
     def __post_init__(self) -> None:
