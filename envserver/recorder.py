@@ -17,7 +17,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from recordings.format import CLOSED, DONE, RESET, STOPPED, event_json
+from recordings.format import CLOSED, DONE, RESET, STOPPED, event_json, event_players
 from recordings.writer import RecordingWriter
 from runtimes.base import StepResult
 
@@ -125,7 +125,8 @@ class Recorder:
             "env_id": runtime.env_id, "seed": self._seed if from_reset else None,
             "episode_seed": self._seed, "mode": remote.mode, "fps": remote.fps,
             "width": runtime.width, "height": runtime.height, "keys": list(runtime.keys),
-            "buttons": runtime.buttons, "remote_episode_id": remote.episode_id,
+            "buttons": runtime.buttons, "players": runtime.players,
+            "remote_episode_id": remote.episode_id,
             "from_reset": from_reset, "first_frame": remote.frame,
             "episode_frame": remote.episode_frame, "started": time.time(),
             "software": {"universe-remote": server_version()}, "codec": "zstd-xor",
@@ -150,8 +151,13 @@ class Recorder:
             if inputs.taken:
                 step["events"] = [event_json(source, event) for source, event
                                   in zip(inputs.taken_sources, inputs.taken, strict=True)]
+                players = event_players(inputs.taken)
+                if players is not None:  # a multi-player runtime: whose each event was
+                    step["players"] = players
         if result.reward:
             step["reward"] = result.reward
+        if result.rewards is not None and any(result.rewards):
+            step["rewards"] = list(result.rewards)  # every player's, ``reward`` is player 0's
         if result.done:
             step["done"] = True
         if result.info:

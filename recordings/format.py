@@ -230,9 +230,21 @@ def frame_hash(frame: np.ndarray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(frame).data, digest_size=8).hexdigest()
 
 
+def event_players(events: Sequence[Sequence[Any]]) -> list[int] | None:
+    """The player of each event (``(player, event)`` pairs are player N's, plain events
+    player 0's), or None when every event is player 0's: steps store ``players`` only
+    for events of other players."""
+    players = [int(e[0]) if len(e) == 2 and isinstance(e[1], tuple) else 0 for e in events]
+    return players if any(players) else None
+
+
 def event_json(source: str, event: Sequence[Any]) -> list[Any]:
     """An input event as a step stores it: ``[source, "KeyEvent", key, down]`` or
-    ``[source, "PointerEvent", x, y, buttonmask]``."""
+    ``[source, "PointerEvent", x, y, buttonmask]``. A multi-player runtime's event of
+    player N (``(player, event)``, a ``PlayerEvent``) is stored as its event; the step's
+    ``players`` list (:func:`event_players`) says whose it was."""
+    if len(event) == 2 and isinstance(event[1], tuple):
+        event = event[1]
     if len(event) == 2:
         return [source, "KeyEvent", event[0], bool(event[1])]
     x, y, mask = event

@@ -38,15 +38,17 @@ class RecordedEvent(NamedTuple):
     """An input event and who sent it: ``source`` is ``"agent"`` (the rewarder's active
     client), ``"vnc:N"`` (VNC client N) or ``"viewer:N"`` (a browser viewer, VNC client N
     in-process). ``args`` are ``(key, down)`` for a KeyEvent, ``(x, y, buttonmask)`` for
-    a PointerEvent."""
+    a PointerEvent. ``player``: whose the event was, on a multi-player runtime (0
+    otherwise)."""
 
     source: str
     kind: str
     args: tuple[Any, ...]
+    player: int = 0
 
     @classmethod
-    def from_json(cls, item: Sequence[Any]) -> RecordedEvent:
-        return cls(str(item[0]), str(item[1]), tuple(item[2:]))
+    def from_json(cls, item: Sequence[Any], player: int = 0) -> RecordedEvent:
+        return cls(str(item[0]), str(item[1]), tuple(item[2:]), player)
 
     def action(self) -> list[Any]:
         """The event as a rewarder action (``["KeyEvent", key, down]``)."""
@@ -74,16 +76,26 @@ class Step:
     observation: Any = None
     #: blake2b (8 bytes, hex) of the frame's pixels as drawn.
     hash: str | None = None
+    #: A multi-player runtime's step: every player's reward (``reward`` is player 0's);
+    #: None when the runtime has one player or nobody earned anything.
+    rewards: tuple[float, ...] | None = None
 
     @classmethod
     def from_json(cls, item: dict[str, Any]) -> Step:
         return cls(
             index=int(item["i"]), frame=int(item["frame"]), frames=int(item.get("frames", 1)),
             time=float(item.get("t", 0.0)),
-            events=tuple(RecordedEvent.from_json(e) for e in item.get("events", ())),
+            events=tuple(
+                RecordedEvent.from_json(e, p) for e, p in zip(
+                    item.get("events", ()),
+                    item.get("players") or [0] * len(item.get("events", ())),
+                    strict=True,
+                )
+            ),
             reward=float(item.get("reward", 0.0)), done=bool(item.get("done", False)),
             info=dict(item.get("info", {})), text=item.get("text"),
             observation=item.get("observation"), hash=item.get("hash"),
+            rewards=tuple(item["rewards"]) if item.get("rewards") else None,
         )
 
 

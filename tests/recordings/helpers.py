@@ -9,11 +9,12 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from recordings import Episode
 from recordings.format import frame_hash
 from runtimes import registry
-from runtimes.base import KeyEvent, PointerEvent
+from runtimes.base import KeyEvent, PlayerEvent, PointerEvent
 
 #: Seconds any one wait may take.
 TIMEOUT = 30.0
@@ -64,8 +65,12 @@ def rerun(episode: Episode) -> list[str]:
     runtime.reset(episode.seed)
     hashes = [frame_hash(runtime.framebuffer)]
     for step in episode.steps[1:]:
-        events = [KeyEvent(*e.args) if e.kind == "KeyEvent" else PointerEvent(*e.args)
-                  for e in step.events]
+        events: list[Any] = [
+            KeyEvent(*e.args) if e.kind == "KeyEvent" else PointerEvent(*e.args)
+            for e in step.events
+        ]
+        events = [PlayerEvent(e.player, ev) if e.player else ev
+                  for e, ev in zip(step.events, events, strict=True)]
         runtime.advance(events, step.frames)
         hashes.append(frame_hash(runtime.framebuffer))
     return hashes
