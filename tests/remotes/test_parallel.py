@@ -1,0 +1,108 @@
+"""RemoteParallelEnv: PettingZoo's ParallelEnv over multi-player remotes (real ``serve``
+processes on 127.0.0.1): the API test, seeded determinism of joint actions, each agent's
+own reward, and several remotes as independent games."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from pettingzoo.test import parallel_api_test
+
+from remotes import LocalRemotes, start_local
+from remotes.parallel import RemoteParallelEnv
+
+
+@pytest.fixture(scope="module")
+def duel() -> Iterator[LocalRemotes]:
+    with start_local("builtin.Duel-v0") as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def duels() -> Iterator[LocalRemotes]:
+    with start_local("builtin.Duel-v0", n=2) as local:
+        yield local
+
+
+def test_parallel_api_test_passes(duel: LocalRemotes) -> None:
+    env = RemoteParallelEnv(duel.address, frameskip=8)
+    try:
+        assert env.possible_agents == ["player_0", "player_1"]
+        assert env.action_space("player_1").n == 3  # still, Up, Down
+        assert env.observation_space("player_0").shape == (120, 160, 3)
+        parallel_api_test(env, num_cycles=300)
+    finally:
+        env.close()
+
+
+def play(env: RemoteParallelEnv, seed: int, steps: int) -> list[tuple[str, float, float]]:
+    """A joint script: player 0 goes up and down, player 1 the other way at its own pace."""
+    observations, _ = env.reset(seed=seed)
+    trace = [(hashlib.sha1(observations["player_0"]).hexdigest(), 0.0, 0.0)]
+    for i in range(steps):
+        actions = {"player_0": 1 if i % 12 < 6 else 2, "player_1": 2 if i % 8 < 4 else 1}
+        observations, rewards, terminations, truncations, infos = env.step(actions)
+        assert np.array_equal(observations["player_0"], observations["player_1"])
+        assert infos["player_0"]["remote.player"] == 0 and infos["player_1"]["remote.player"] == 1
+        trace.append((hashlib.sha1(observations["player_0"]).hexdigest(),
+                      rewards["player_0"], rewards["player_1"]))
+        if not env.agents:
+            assert all(terminations.values())
+            break
+    return trace
+
+
+def test_same_seed_and_joint_actions_give_the_same_frames(duel: LocalRemotes) -> None:
+    env = RemoteParallelEnv(duel.address, frameskip=4)
+    try:
+        first, second, other = play(env, 21, 400), play(env, 21, 400), play(env, 22, 400)
+    finally:
+        env.close()
+    assert first == second
+    assert first != other
+    points = [(a, b) for _, a, b in first if a or b]
+    assert points and all(a == -b for a, b in points)  # each agent's own reward
+
+
+def test_truncation_after_max_cycles(duel: LocalRemotes) -> None:
+    env = RemoteParallelEnv(duel.address, max_cycles=3)
+    try:
+        env.reset(seed=1)
+        for _ in range(2):
+            env.step({"player_0": 0, "player_1": 0})
+        _, _, terminations, truncations, _ = env.step({"player_0": 0, "player_1": 0})
+        assert truncations == {"player_0": True, "player_1": True} and not any(terminations.values())
+        assert env.agents == []
+        with pytest.raises(ValueError, match="not playing now"):
+            env.step({"player_0": 0})
+    finally:
+        env.close()
+
+
+def test_several_remotes_are_independent_games(duels: LocalRemotes) -> None:
+    env = RemoteParallelEnv(duels.address, frameskip=8)
+    try:
+        assert env.possible_agents == [
+            "remote_0_player_0", "remote_0_player_1", "remote_1_player_0", "remote_1_player_1",
+        ]
+        observations, _ = env.reset(seed=5)
+        differ = not np.array_equal(observations["remote_0_player_0"], observations["remote_1_player_0"])
+        assert differ  # seeds 5 and 6: two games, not one shown twice
+        parallel_api_test(env, num_cycles=200)
+    finally:
+        env.close()
+
+
+def test_a_single_player_remote_has_one_agent() -> None:
+    with start_local("builtin.Catch-v0") as local:
+        env = RemoteParallelEnv(local.address)
+        try:
+            assert env.possible_agents == ["player_0"]
+            env.reset(seed=1)
+            _, rewards, *_ = env.step({"player_0": 1})
+            assert set(rewards) == {"player_0"}
+        finally:
+            env.close()
