@@ -124,8 +124,8 @@ class Connection(asyncio.BufferedProtocol):
     # asyncio.BufferedProtocol ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # An asyncio.Transport, or a look-alike that is no subclass (uvloop's).
+        self.transport = transport  # type: ignore[assignment]
 
     def get_buffer(self, sizehint: int) -> memoryview:
         proto = self.proto

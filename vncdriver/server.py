@@ -117,7 +117,7 @@ class _Connection(asyncio.Protocol):
     # asyncio.Protocol --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport | _Transport) -> None:
-        assert isinstance(transport, asyncio.Transport) or self.trusted
+        # An asyncio.Transport, a look-alike that is no subclass (uvloop's), or ours.
         own: _Transport = transport  # type: ignore[assignment]
         self.transport = own
         own.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
