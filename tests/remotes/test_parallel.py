@@ -9,10 +9,13 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from pettingzoo.test import parallel_api_test
 
-from remotes import LocalRemotes, start_local
-from remotes.parallel import RemoteParallelEnv
+pytest.importorskip("pettingzoo", reason="the multiagent extra: pip install -e '.[multiagent]'")
+
+from pettingzoo.test import parallel_api_test  # noqa: E402
+
+from remotes import LocalRemotes, start_local  # noqa: E402
+from remotes.parallel import RemoteParallelEnv  # noqa: E402
 
 
 @pytest.fixture(scope="module")
