@@ -55,11 +55,15 @@ async def _timed_step(session: RemoteSession, events: list[Any]) -> tuple[Any, l
     """What ``RemoteSession.step_lockstep`` does, with a clock read between the parts."""
     assert session.rewarder is not None and session.vnc is not None
     t0 = time.perf_counter()
-    reply = await session.rewarder.step(events, FRAMESKIP)
+    reply = await session.rewarder.step(events, FRAMESKIP, obs=session.shared.obs)
     t1 = time.perf_counter()
     tag = session.tag
-    already = float(tag is not None and tag.frame >= reply.frame)
-    await session.vnc.wait_frame(reply.frame)
+    if session.shared.take(reply):  # shared memory: the frame is there already
+        already = 1.0
+    else:
+        already = float(tag is not None and tag.frame >= reply.frame)
+        session.vnc.resume_updates()
+        await session.vnc.wait_frame(reply.frame)
     t2 = time.perf_counter()
     session.rewarder.pop()
     session.frame()
