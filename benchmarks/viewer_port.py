@@ -87,7 +87,7 @@ from benchmarks.common import (  # noqa: E402
     ratio as _ratio,
     table as _table,
 )
-from rewarder import protocol  # noqa: E402
+from rewarder import connections, protocol  # noqa: E402
 from rewarder.auth import PASSWORD_ENV, PASSWORD_FILE_ENV, VIEW_ONLY_PASSWORD_ENV  # noqa: E402
 from rewarder.protocol import OBSERVER_HEADER  # noqa: E402
 from rewarder.server import RewarderServer  # noqa: E402
@@ -251,7 +251,7 @@ def _watch_target(scenario: Scenario, ports: dict[str, int]) -> str:
 
 async def _frame_counter(port: int) -> tuple[int, float, float]:
     """The remote's frame counter (and fps) from the describe an observer gets on connecting."""
-    conn = protocol.ClientConnection()
+    conn = connections.ClientConnection()
     async with ws_connect(f"ws://127.0.0.1:{port}", compression=None,
                           additional_headers={OBSERVER_HEADER: "true"}) as ws:
         while True:
@@ -262,7 +262,7 @@ async def _frame_counter(port: int) -> tuple[int, float, float]:
 
 async def _pings(port: int) -> dict[str, float]:
     """As the active agent: paced sequential round trips, then pipelined pings per second."""
-    conn = protocol.ClientConnection()
+    conn = connections.ClientConnection()
     async with ws_connect(f"ws://127.0.0.1:{port}", compression=None) as ws:
 
         async def ping() -> None:

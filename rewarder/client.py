@@ -1,4 +1,4 @@
-"""The rewarder client: a thin asyncio shell around :class:`protocol.ClientConnection`.
+"""The rewarder client: a thin asyncio shell around :class:`connections.ClientConnection`.
 
 Holds :class:`RewarderClient`, its entry point :func:`connect`, :class:`ClientStats` and
 the request constants. The machinery below the public API (dial, serve, redial; requests

@@ -25,6 +25,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection as WebSocket
 
 from . import protocol
+from .connections import ClientConnection
 from .dial import dial
 from .errors import (
     ConnectionClosed,
@@ -35,7 +36,6 @@ from .errors import (
     UnknownMethod,
 )
 from .protocol import (
-    ClientConnection,
     Close,
     Describe,
     ErrorReply,

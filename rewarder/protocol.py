@@ -1,11 +1,13 @@
 """The rewarder protocol, sans I/O: envelopes, requests, server events, both ends.
 
 Holds :class:`Message` (the ``{"method", "headers", "body"}`` envelope), the requests a
-server receives (:class:`ResetRequest`, :class:`PingRequest`, :class:`ActionRequest`),
-the events a client receives (:class:`Describe`, :class:`Reward`, :class:`Text`,
-:class:`Observation`, :class:`ResetReply`, :class:`PingReply`, :class:`ErrorReply`,
-:class:`Close`), and the two connection objects that number, stamp, build and parse
-them: :class:`ServerConnection` and :class:`ClientConnection`.
+server receives (:class:`ResetRequest`, :class:`PingRequest`, :class:`ActionRequest`,
+:class:`StepRequest`, :class:`PropertiesRequest`), the events a client receives
+(:class:`Describe`, :class:`Reward`, :class:`Text`, :class:`Observation`,
+:class:`ResetReply`, :class:`PingReply`, :class:`StepReply`, :class:`ErrorReply`,
+:class:`Close`, :class:`PropertiesReply`), their parsers, and the names and limits of the
+protocol. The two connection objects that number, stamp, build and parse them are in
+:mod:`rewarder.connections`.
 
 Nothing here touches a socket: feed received text to ``receive()``, send the bytes
 the other methods return. The wire format is Universe's v0 rewarder protocol; our
@@ -14,14 +16,11 @@ additions are extra body keys, which Universe clients ignore.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
 
 import orjson
-
-from .errors import BadRequest, MessageTooBig, ProtocolError, UnknownMethod
 
 # Limits ------------------------------------------------------------------------------
 
@@ -569,187 +568,3 @@ _EVENT_READERS: dict[str, Callable[[Message, float], ServerEvent]] = {
     REPLY_ERROR: _read_error,
     CONNECTION_CLOSE: _read_close,
 }
-
-
-# Connections -----------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Numbering:
-    """Per-connection message ids from 0 and ``sent_at`` stamps."""
-
-    clock: Callable[[], float] = time.time
-    next_message_id: int = 0
-
-    def envelope(self, method: str, body: Mapping[str, Any], headers: dict[str, Any]) -> bytes:
-        headers["message_id"] = self.next_message_id
-        headers["sent_at"] = self.clock()
-        self.next_message_id += 1
-        return _dumps({"method": method, "headers": headers, "body": body})
-
-
-@dataclass(slots=True)
-class ServerConnection:
-    """The server's side of one client connection.
-
-    Call :meth:`receive` with each text frame: it returns a :class:`Request` or raises
-    :class:`BadRequest`, which you answer with :meth:`reply_error`. Every other method
-    returns the bytes of one message, numbered for this connection, to send as text.
-    """
-
-    observer: bool = False
-    max_message_bytes: int = MAX_MESSAGE_BYTES
-    numbering: _Numbering = field(default_factory=_Numbering)
-
-    def receive(self, data: str | bytes) -> Request:
-        """Parse one client message into a request; :class:`BadRequest` says what was wrong."""
-        if isinstance(data, bytes | bytearray | memoryview):
-            raise BadRequest("binary frames are not part of the protocol; send JSON as text")
-        if len(data) > self.max_message_bytes:
-            size = len(data.encode())
-            if size > self.max_message_bytes:
-                raise MessageTooBig(size, self.max_message_bytes)
-        try:
-            msg = Message.parse(data)
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from None
-        message_id = msg.headers.get("message_id")
-        if message_id is None or isinstance(message_id, bool) or not isinstance(
-            message_id, int | str
-        ):
-            raise BadRequest("headers.message_id is missing: number every message from 0")
-        sent_at = msg.headers.get("sent_at")
-        if not _is_number(sent_at):
-            raise BadRequest(
-                "headers.sent_at must be the UNIX time in seconds as a number", message_id
-            )
-        parser = _REQUEST_PARSERS.get(msg.method)
-        if parser is None:
-            raise BadRequest(
-                f"unknown method {msg.method!r}; this server takes "
-                f"{', '.join(sorted(_REQUEST_PARSERS))}",
-                message_id,
-            )
-        if self.observer and msg.method not in OBSERVER_METHODS:
-            raise BadRequest(
-                f"observers may only ping and list or read properties, not send "
-                f"{msg.method}; connect without 'openai-observer: true' to act",
-                message_id,
-            )
-        try:
-            return parser(message_id, float(sent_at), msg)
-        except ValueError as exc:
-            raise BadRequest(f"{msg.method}: {exc}", message_id) from None
-
-    def send(self, method: str, body: Mapping[str, Any], **headers: Any) -> bytes:
-        """Any server message; the ``v0.*`` helpers below are what you normally call."""
-        return self.numbering.envelope(method, body, headers)
-
-    def describe(self, episode_id: int, body: Mapping[str, Any]) -> bytes:
-        return self.send(ENV_DESCRIBE, body, episode_id=str(episode_id))
-
-    def reward(self, episode_id: int, reward: float, done: bool, info: Mapping[str, Any]) -> bytes:
-        body = {"reward": reward, "done": done, "info": info}
-        return self.send(ENV_REWARD, body, episode_id=str(episode_id))
-
-    def text(self, episode_id: int, text: str) -> bytes:
-        return self.send(ENV_TEXT, {"text": text}, episode_id=str(episode_id))
-
-    def observation(self, episode_id: int, observation: Any) -> bytes:
-        return self.send(ENV_OBSERVATION, {"observation": observation}, episode_id=str(episode_id))
-
-    def reply_reset(self, parent: Any, episode_id: int, runtime: float) -> bytes:
-        return self.send(
-            REPLY_RESET, {}, parent_message_id=parent, parent_runtime=runtime,
-            episode_id=str(episode_id),
-        )
-
-    def reply_step(
-        self, parent: Any, episode_id: int, body: Mapping[str, Any], runtime: float
-    ) -> bytes:
-        return self.send(
-            REPLY_STEP, body, parent_message_id=parent, parent_runtime=runtime,
-            episode_id=str(episode_id),
-        )
-
-    def reply_ping(self, parent: Any, runtime: float) -> bytes:
-        return self.send(REPLY_PING, {}, parent_message_id=parent, parent_runtime=runtime)
-
-    def reply_properties(self, parent: Any, body: Mapping[str, Any], runtime: float) -> bytes:
-        return self.send(REPLY_PROPERTIES, body, parent_message_id=parent, parent_runtime=runtime)
-
-    def reply_error(self, parent: Any, message: str, runtime: float = 0.0) -> bytes:
-        return self.send(
-            REPLY_ERROR, {"message": message}, parent_message_id=parent, parent_runtime=runtime
-        )
-
-    def close(self, message: str) -> bytes:
-        return self.send(CONNECTION_CLOSE, {"message": message})
-
-
-@dataclass(slots=True)
-class ClientConnection:
-    """The client's side of a rewarder connection.
-
-    The request methods return ``(message_id, bytes)``: keep the id to match the reply.
-    Call :meth:`receive` with each text frame from the server; it returns a
-    :class:`ServerEvent` or raises :class:`ProtocolError`.
-    """
-
-    numbering: _Numbering = field(default_factory=_Numbering)
-
-    def _request(self, method: str, body: Mapping[str, Any], **headers: Any) -> tuple[int, bytes]:
-        message_id = self.numbering.next_message_id
-        return message_id, self.numbering.envelope(method, body, headers)
-
-    def reset(
-        self,
-        episode_id: int,
-        env_id: str | None = None,
-        seed: int | None = None,
-        fps: float | None = None,
-        mode: str | None = None,
-    ) -> tuple[int, bytes]:
-        body: dict[str, Any] = {"env_id": env_id, "seed": seed, "fps": fps}
-        if mode is not None:  # only when asked: Universe servers know no mode
-            body["mode"] = mode
-        return self._request(RESET, body, episode_id=str(episode_id))
-
-    def step(
-        self, episode_id: int, events: list[Any] | tuple[Any, ...], frames: int = 1,
-        obs: str = OBS_VNC,
-    ) -> tuple[int, bytes]:
-        body: dict[str, Any] = {"action": [list(e) for e in events], "frames": frames}
-        if obs != OBS_VNC:  # only when asked: servers before the extension know no obs
-            body["obs"] = obs
-        return self._request(STEP, body, episode_id=str(episode_id))
-
-    def ping(self) -> tuple[int, bytes]:
-        return self._request(PING, {})
-
-    def action(self, events: list[Any] | tuple[Any, ...]) -> tuple[int, bytes]:
-        return self._request(ACTION, {"action": [list(e) for e in events]})
-
-    def properties(self, op: str, key: str = "", value: Any = None) -> tuple[int, bytes]:
-        """``op``: list, read or write."""
-        body: dict[str, Any] = {"key": key} if op != "write" else {"key": key, "value": value}
-        return self._request(f"v0.env.properties.{op}", body)
-
-    def receive(self, data: str | bytes) -> ServerEvent:
-        """Parse one server message into an event."""
-        if not isinstance(data, str):
-            raise ProtocolError("the server sent a binary frame; the rewarder speaks JSON text")
-        try:
-            msg = Message.parse(data)
-        except ValueError as exc:
-            raise ProtocolError(f"unreadable server message: {exc}") from None
-        sent_at = msg.headers.get("sent_at")
-        if not _is_number(sent_at):
-            raise ProtocolError(f"{msg.method} has no numeric sent_at header")
-        reader = _EVENT_READERS.get(msg.method)
-        if reader is None:
-            raise UnknownMethod(msg.method)
-        try:
-            return reader(msg, float(sent_at))
-        except ValueError as exc:
-            raise ProtocolError(str(exc)) from None

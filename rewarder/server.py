@@ -1,4 +1,4 @@
-"""The rewarder server: a thin asyncio shell around :class:`protocol.ServerConnection`.
+"""The rewarder server: a thin asyncio shell around :class:`connections.ServerConnection`.
 
 Holds :class:`RewarderServer` and the :class:`EnvHandler` protocol it drives. The server
 knows the wire (auth, observers, the one active client, queues, errors); the handler
@@ -25,7 +25,7 @@ import websockets
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
-from . import protocol
+from . import connections, protocol
 from .auth import basic_auth_password
 from .errors import BadRequest
 from .protocol import (
@@ -117,7 +117,7 @@ class _Client:
     ) -> None:
         self.ws = ws
         self.observer = observer
-        self.proto = protocol.ServerConnection(
+        self.proto = connections.ServerConnection(
             observer=observer, max_message_bytes=max_message_bytes
         )
         self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue(max_queued_messages)

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from rewarder import protocol
+from rewarder.connections import ClientConnection, ServerConnection
 from rewarder.errors import BadRequest, MessageTooBig, ProtocolError
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20)
@@ -23,8 +24,8 @@ pointer_events = st.tuples(
 events = st.lists(key_events | pointer_events, max_size=30)
 
 
-def pair() -> tuple[protocol.ClientConnection, protocol.ServerConnection]:
-    return protocol.ClientConnection(), protocol.ServerConnection()
+def pair() -> tuple[ClientConnection, ServerConnection]:
+    return ClientConnection(), ServerConnection()
 
 
 # Round trips ---------------------------------------------------------------------------
@@ -94,15 +95,15 @@ def test_replies_carry_parent_runtime_and_episode() -> None:
 
 
 def test_message_ids_count_from_zero_per_connection() -> None:
-    server = protocol.ServerConnection()
+    server = ServerConnection()
     ids = [orjson.loads(server.describe(1, {"env_id": "x"}))["headers"]["message_id"] for _ in range(3)]
     assert ids == [0, 1, 2]
-    assert orjson.loads(protocol.ServerConnection().close("bye"))["headers"]["message_id"] == 0
+    assert orjson.loads(ServerConnection().close("bye"))["headers"]["message_id"] == 0
 
 
 def test_wire_headers_match_universe() -> None:
     """Episode ids are strings; close carries no parent; replies always carry one."""
-    server = protocol.ServerConnection()
+    server = ServerConnection()
     reward = orjson.loads(server.reward(12, 1.0, False, {}))
     assert reward["headers"]["episode_id"] == "12"
     assert isinstance(reward["headers"]["sent_at"], float)
@@ -161,18 +162,18 @@ BAD_REQUESTS = [
 @pytest.mark.parametrize(("data", "words", "parent"), BAD_REQUESTS)
 def test_bad_requests_say_what_was_wrong(data: str, words: str, parent) -> None:
     with pytest.raises(BadRequest) as info:
-        protocol.ServerConnection().receive(data)
+        ServerConnection().receive(data)
     assert words in info.value.message
     assert info.value.parent_message_id == parent
 
 
 def test_binary_frames_are_refused() -> None:
     with pytest.raises(BadRequest, match="binary frames"):
-        protocol.ServerConnection().receive(b'{"method": "v0.control.ping"}')
+        ServerConnection().receive(b'{"method": "v0.control.ping"}')
 
 
 def test_oversized_messages_are_refused_unparsed() -> None:
-    server = protocol.ServerConnection(max_message_bytes=100)
+    server = ServerConnection(max_message_bytes=100)
     with pytest.raises(MessageTooBig) as info:
         server.receive('{"method": "v0.control.ping", "pad": "' + "x" * 200 + '"}')
     assert (info.value.limit, info.value.size > 100) == (100, True)
@@ -187,7 +188,7 @@ def test_too_many_events_are_refused() -> None:
 
 
 def test_observers_may_only_ping() -> None:
-    client, observer = protocol.ClientConnection(), protocol.ServerConnection(observer=True)
+    client, observer = ClientConnection(), ServerConnection(observer=True)
     assert isinstance(observer.receive(client.ping()[1].decode()), protocol.PingRequest)
     with pytest.raises(BadRequest, match="observers may only ping"):
         observer.receive(client.reset(0)[1].decode())
@@ -208,7 +209,7 @@ def test_observers_may_only_ping() -> None:
 )
 def test_client_rejects_bad_server_messages(data: str, words: str) -> None:
     with pytest.raises(ProtocolError, match=words):
-        protocol.ClientConnection().receive(data)
+        ClientConnection().receive(data)
 
 
 def test_universe_client_reset_is_accepted() -> None:
@@ -220,5 +221,5 @@ def test_universe_client_reset_is_accepted() -> None:
             "body": {"seed": None, "env_id": "builtin.Catch-v0", "fps": 60},
         }
     ).decode()
-    request = protocol.ServerConnection().receive(data)
+    request = ServerConnection().receive(data)
     assert request == protocol.ResetRequest(10, 1479493678.19, 0, "builtin.Catch-v0", None, 60)
