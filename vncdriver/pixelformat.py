@@ -13,6 +13,7 @@ RGB and decoding a Raw rectangle is one strided copy.
 from __future__ import annotations
 
 import functools
+import math
 import struct
 from dataclasses import dataclass
 
@@ -202,7 +203,7 @@ def pixels_to_rgb(
     if out is None:
         out = np.empty((n, 3), np.uint8)
     shape = out.shape
-    if raw.size < n * bpp or int(np.prod(shape[:-1])) != n:
+    if raw.size < n * bpp or math.prod(shape[:-1]) != n:
         raise ValueError(f"{raw.size} bytes do not hold {n} pixels of {bpp} bytes for {shape}")
     if _is_rgbx(pf):
         src = raw[: n * 4].reshape(*shape[:-1], 4)

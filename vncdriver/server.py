@@ -37,7 +37,7 @@ import numpy as np
 from .errors import AuthenticationFailed, LocalProtocolError, VNCError
 from .handshake import ServerHandshake, StartTLS
 from .messages import FrameTag, KeyEvent, PointerEvent, SetEncodings, SetPixelFormat
-from .server_protocol import ServerProtocol, SharedEncodings, changed_tiles
+from .server_protocol import ServerProtocol, SharedEncodings, TileDiffer, tile_mask_to_rects
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,9 @@ MAX_WRITE_BUFFER: Final = 8 * 1024 * 1024
 #: viewers ask for it before they connect). Was 10 s, which let a half-open connection
 #: hold a slot for long.
 HANDSHAKE_TIMEOUT: Final = 3.0
+#: Frames up to this size are copied whole as the next diff's reference when anything
+#: changed (one memcpy: 100 KB at 160x210); larger ones only in their changed tiles.
+WHOLE_COPY_BYTES: Final = 256 * 1024
 
 InputCallback = Callable[[int, Sequence[KeyEvent | PointerEvent]], None]
 
@@ -288,15 +291,23 @@ class _Connection(asyncio.Protocol):
         proto = self.proto
         assert proto is not None
         proto.receive_data(data)
-        received = proto.events_received()
-        if any(isinstance(e, SetPixelFormat) for e in received):
+        inputs: list[KeyEvent | PointerEvent] = []
+        new_format = set_encodings = False
+        for event in proto.events_received():  # one pass: an agent sends this every frame
+            kind = type(event)
+            if kind is KeyEvent or kind is PointerEvent:
+                inputs.append(event)
+            elif kind is SetPixelFormat:
+                new_format = True
+            elif kind is SetEncodings:
+                set_encodings = True
+        if new_format:
             # The client's picture was drawn in the old format (TigerVNC's viewer goes from
             # 8-bit to full colour with an *incremental* request): send all of it again.
             proto.mark_all_dirty()
-        events = [e for e in received if isinstance(e, KeyEvent | PointerEvent)]
-        if events:
-            self.server.on_input(self.client_id, events)
-        if self.kind is None and any(isinstance(e, SetEncodings) for e in received):
+        if inputs:
+            self.server.on_input(self.client_id, inputs)
+        if set_encodings and self.kind is None:
             self._classify()
         if self.server.tag is not None:
             proto.set_frame_tag(self.server.tag)  # for a client that just asked for tags
@@ -320,8 +331,11 @@ class _Connection(asyncio.Protocol):
         proto, transport = self.proto, self.transport
         if proto is None or transport is None or self.paused or transport.is_closing():
             return
+        server = self.server
+        # Sharing encoded rectangles pays only when another client may want them.
+        shared = server.shared if len(server.connections) > 1 else None
         try:
-            if proto.send_update(self.server.frame, self.server.shared):
+            if proto.send_update(server.frame, shared):
                 self.updates += 1
             out = proto.data_to_send()
         except LocalProtocolError as exc:  # a bug of ours: drop this client, keep serving
@@ -498,6 +512,7 @@ class VNCServer:
         #: Connections still in the RFB handshake (capped by ``max_handshaking``).
         self.handshaking: set[_Connection] = set()
         self._previous: np.ndarray | None = None
+        self._differ = TileDiffer()
         self._ids = itertools.count(1)
         self._server: asyncio.Server | None = None
         self._closed = False
@@ -553,21 +568,27 @@ class VNCServer:
             self._previous = None  # nobody to diff for; new clients start with a full frame
             return
         previous = self._previous
-        if previous is None or previous.shape != self.frame.shape:
-            self._previous = self.frame.copy()
-            for connection in self.connections.values():
+        frame = self.frame
+        connections = self.connections.values()
+        if previous is None or previous.shape != frame.shape:
+            self._previous = frame.copy()
+            for connection in connections:
                 if connection.proto is not None:
                     connection.proto.mark_all_dirty()
         else:
-            rects = changed_tiles(previous, self.frame)
-            if not rects and tag is None:
+            mask = self._differ.mask(previous, frame)
+            if mask.any():
+                if frame.nbytes <= WHOLE_COPY_BYTES:
+                    np.copyto(previous, frame)
+                else:  # a large screen: copy only what changed
+                    for x, y, w, h in tile_mask_to_rects(mask, frame.shape[1], frame.shape[0]):
+                        previous[y : y + h, x : x + w] = frame[y : y + h, x : x + w]
+                for connection in connections:
+                    if connection.proto is not None:
+                        connection.proto.mark_dirty_tiles(mask)
+            elif tag is None:
                 return
-            for x, y, w, h in rects:
-                previous[y : y + h, x : x + w] = self.frame[y : y + h, x : x + w]
-            for connection in self.connections.values():
-                if connection.proto is not None:
-                    connection.proto.mark_dirty(rects)
-        for connection in list(self.connections.values()):
+        for connection in list(connections):
             if tag is not None and connection.proto is not None:
                 connection.proto.set_frame_tag(tag)
             connection.send_update()

@@ -22,6 +22,8 @@ information; after a request, check ``update_wanted``).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import struct
 from collections.abc import Iterable
 from typing import Any
 
@@ -51,6 +53,7 @@ from .streams import BytesFeeder, Parser, read_exact
 __all__ = [
     "Rect",
     "ServerProtocol",
+    "TileDiffer",
     "changed_tile_mask",
     "changed_tiles",
     "tile_mask_to_rects",
@@ -65,6 +68,15 @@ STATELESS_ENCODINGS = frozenset({Encoding.RAW})
 #: (encoding, pixel format, x, y, w, h) -> (the encoded chunks, rectangles they hold)
 SharedEncodings = dict[tuple[Any, ...], tuple[list[bytes], int]]
 
+#: The bodies (after the type byte) of the messages :meth:`ServerProtocol._parse_frequent`
+#: reads itself, and the whole messages' sizes.
+_REQUEST_BODY = struct.Struct("!?HHHH")
+_KEY_BODY = struct.Struct("!?2xI")
+_POINTER_BODY = struct.Struct("!BHH")
+_REQUEST_SIZE = FramebufferUpdateRequest.FORMAT.size
+_KEY_SIZE = KeyEvent.FORMAT.size
+_POINTER_SIZE = PointerEvent.FORMAT.size
+
 #: Tile edge for change tracking: 64 like ZRLE's tiles, 192 bytes a row (a multiple of 8).
 TILE = 64
 
@@ -74,42 +86,116 @@ def changed_tile_mask(prev: np.ndarray, cur: np.ndarray, tile: int = TILE) -> np
 
     Rows are compared as uint64 (or the widest unit the row length allows), never pixel
     by pixel; ``tile * 3`` must be a multiple of that unit, which 64 is for every unit.
+    The plan (unit, reduce indices) is cached per shape: on a 160x210 frame the numpy
+    calls' fixed costs are most of the work.
     """
     if prev.shape != cur.shape:
         raise LocalProtocolError(f"frames differ in shape: {prev.shape} and {cur.shape}")
     h, w = cur.shape[:2]
-    row_bytes = w * cur.shape[2] if cur.ndim == 3 else w
-    tile_bytes = tile * (cur.shape[2] if cur.ndim == 3 else 1)
-    unit = next(u for u in (8, 4, 2, 1) if row_bytes % u == 0 and tile_bytes % u == 0)
-    dtype = np.dtype(f"u{unit}")
-    a = np.ascontiguousarray(prev).view(np.uint8).reshape(h, row_bytes).view(dtype)
-    b = np.ascontiguousarray(cur).view(np.uint8).reshape(h, row_bytes).view(dtype)
+    channels = cur.shape[2] if cur.ndim == 3 else 1
+    dtype, cols, rows = _diff_plan(h, w, channels, tile)
+    a = np.ascontiguousarray(prev).view(np.uint8).reshape(h, -1).view(dtype)
+    b = np.ascontiguousarray(cur).view(np.uint8).reshape(h, -1).view(dtype)
     differ = a != b
-    per_tile = tile_bytes // unit
-    cols = np.logical_or.reduceat(differ, np.arange(0, differ.shape[1], per_tile), axis=1)
-    return np.logical_or.reduceat(cols, np.arange(0, h, tile), axis=0)
+    return np.logical_or.reduceat(np.logical_or.reduceat(differ, cols, axis=1), rows, axis=0)
+
+
+@functools.lru_cache(maxsize=32)
+def _diff_plan(
+    h: int, w: int, channels: int, tile: int
+) -> tuple[np.dtype[Any], np.ndarray, np.ndarray]:
+    """(compare unit, first unit of each tile column, first row of each tile row) for
+    frames of this shape."""
+    row_bytes, tile_bytes = w * channels, tile * channels
+    unit = next(u for u in (8, 4, 2, 1) if row_bytes % u == 0 and tile_bytes % u == 0)
+    cols = np.arange(0, row_bytes // unit, tile_bytes // unit)
+    rows = np.arange(0, h, tile)
+    cols.flags.writeable = rows.flags.writeable = False
+    return np.dtype(f"u{unit}"), cols, rows
+
+
+class TileDiffer:
+    """:func:`changed_tile_mask` for a server that diffs the same two arrays every frame.
+
+    It keeps the arrays' compare views and the intermediate and result buffers, so a
+    frame costs three numpy calls and no allocation (the fixed costs are most of the work
+    on a 160x210 frame). The mask it returns is its own and is overwritten by the next
+    call: use it before then.
+    """
+
+    def __init__(self, tile: int = TILE) -> None:
+        self.tile = tile
+        self._key: tuple[Any, ...] = ()
+        self._views: tuple[np.ndarray, np.ndarray] | None = None
+        self._differ = self._columns = self._mask = np.zeros((0, 0), bool)
+        self._cols = self._rows = np.zeros(0, np.intp)
+
+    def mask(self, prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
+        """bool[tiles down, tiles across]: which tiles differ (as :func:`changed_tile_mask`)."""
+        key = self._key  # the arrays themselves (kept alive here) and their shapes
+        if not key or prev is not key[0] or cur is not key[1] or key[2] != (prev.shape, cur.shape):
+            if prev.shape != cur.shape:
+                raise LocalProtocolError(f"frames differ in shape: {prev.shape} and {cur.shape}")
+            if not (prev.flags.c_contiguous and cur.flags.c_contiguous):
+                return changed_tile_mask(prev, cur, self.tile)
+            h, w = cur.shape[:2]
+            channels = cur.shape[2] if cur.ndim == 3 else 1
+            dtype, self._cols, self._rows = _diff_plan(h, w, channels, self.tile)
+            a = prev.view(np.uint8).reshape(h, -1).view(dtype)
+            b = cur.view(np.uint8).reshape(h, -1).view(dtype)
+            self._views = (a, b)
+            self._differ = np.empty(a.shape, bool)
+            self._columns = np.empty((h, len(self._cols)), bool)
+            self._mask = np.empty((len(self._rows), len(self._cols)), bool)
+            self._key = (prev, cur, (prev.shape, cur.shape))
+        assert self._views is not None
+        a, b = self._views
+        np.not_equal(a, b, out=self._differ)
+        np.logical_or.reduceat(self._differ, self._cols, axis=1, out=self._columns)
+        np.logical_or.reduceat(self._columns, self._rows, axis=0, out=self._mask)
+        return self._mask
 
 
 def tile_mask_to_rects(mask: np.ndarray, width: int, height: int, tile: int = TILE) -> list[Rect]:
-    """Rectangles covering the true tiles: runs in a row merged, equal runs stacked."""
+    """Rectangles covering the true tiles: runs in a row merged, equal runs stacked.
+
+    Plain Python over ``mask.tolist()``: masks are small (12 tiles at 160x210, 192 at
+    1024x768), where a numpy call per row cost more than the loop."""
+    return _rows_to_rects(mask.tolist(), width, height, tile)
+
+
+def _rows_to_rects(rows: list[list[bool]], width: int, height: int, tile: int) -> list[Rect]:
     rects: list[Rect] = []
     open_spans: dict[tuple[int, int], int] = {}  # (first col, end col) -> first row
-    rows = mask.shape[0]
-    for r in range(rows + 1):
+    for r in range(len(rows) + 1):
         spans: set[tuple[int, int]] = set()
-        if r < rows:
-            padded = np.concatenate(([False], mask[r], [False])).astype(np.int8)
-            edges = np.flatnonzero(np.diff(padded))
-            spans = set(zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True))
-        for span in list(open_spans):
-            if span not in spans:
-                first_row = open_spans.pop(span)
-                x, y = span[0] * tile, first_row * tile
-                rects.append((x, y, min(span[1] * tile, width) - x, min(r * tile, height) - y))
+        if r < len(rows):
+            row = rows[r]
+            c, n = 0, len(row)
+            while c < n:
+                if row[c]:
+                    start = c
+                    while c < n and row[c]:
+                        c += 1
+                    spans.add((start, c))
+                else:
+                    c += 1
+        if open_spans:
+            for span in list(open_spans):
+                if span not in spans:
+                    first_row = open_spans.pop(span)
+                    x, y = span[0] * tile, first_row * tile
+                    rects.append(
+                        (x, y, min(span[1] * tile, width) - x, min(r * tile, height) - y)
+                    )
         for span in spans:
             open_spans.setdefault(span, r)
-    rects.sort(key=lambda rect: (rect[1], rect[0]))
+    rects.sort(key=_top_left)
     return rects
+
+
+def _top_left(rect: Rect) -> tuple[int, int]:
+    return rect[1], rect[0]
 
 
 def changed_tiles(prev: np.ndarray, cur: np.ndarray, tile: int = TILE) -> list[Rect]:
@@ -140,9 +226,9 @@ class ServerProtocol:
         self.lossless = lossless
         self.pixel_format = handshake.pixel_format
         self.view_only = handshake.view_only
+        self._offered = set(ENCODERS if encodings is None else encodings) | {Encoding.RAW}
         self.preferences = EncodingPreferences()
         self.max_encodings, self.max_cut_text = max_encodings, max_cut_text
-        self._offered = set(ENCODERS if encodings is None else encodings) | {Encoding.RAW}
         self._encoders: dict[int, Any] = {}
         self._largest = (self.width, self.height)  # requests up to this are clipped, not refused
         self._request: tuple[bool, int, int, int, int] | None = None  # incremental, x0, y0, x1, y1
@@ -150,16 +236,64 @@ class ServerProtocol:
         self._resize_pending = False
         self._encodings_received = False
         self._tag: FrameTag | None = None
+        self._tag_bytes: bytes | None = None  # the tag's pseudo-rectangle, made once
         self._tag_pending = False
         self._out: list[bytes] = []
         self._events: list[Any] = []
+        self._at_boundary = False  # the parser waits for a message's type byte
         self._feeder = BytesFeeder(self._run())
+
+    @property
+    def preferences(self) -> EncodingPreferences:
+        """What the client's SetEncodings asked for."""
+        return self._preferences
+
+    @preferences.setter
+    def preferences(self, preferences: EncodingPreferences) -> None:
+        self._preferences = preferences
+        # Read for every update: worked out once per SetEncodings.
+        self._encoding = preferences.first_of(self._offered)
+        self._wants_tags = preferences.frame_tag
 
     # ------------------------------------------------------------ client -> server
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Feed bytes from the client; then read ``events_received`` and ``update_wanted``."""
-        self._feeder.feed(data)
+        feeder = self._feeder
+        if self._at_boundary and not feeder.buffered and feeder.failed is None:
+            try:
+                data = self._parse_frequent(data)
+            except ProtocolError as exc:
+                feeder.failed = exc
+                raise
+            if not data:
+                return
+        feeder.feed(data)
+
+    def _parse_frequent(self, data: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
+        """Parse the whole FramebufferUpdateRequest, KeyEvent and PointerEvent messages at
+        the start of ``data`` (what an agent sends every frame) without the generator
+        parser; return the rest, for it. Same checks, same events."""
+        pos, end = 0, len(data)
+        events = self._events
+        while pos < end:
+            kind = data[pos]
+            if kind == FramebufferUpdateRequest.TYPE and end - pos >= _REQUEST_SIZE:
+                request = FramebufferUpdateRequest(*_REQUEST_BODY.unpack_from(data, pos + 1))
+                self._add_request(request)
+                events.append(request)
+                pos += _REQUEST_SIZE
+            elif kind == KeyEvent.TYPE and end - pos >= _KEY_SIZE:
+                if not self.view_only:
+                    events.append(KeyEvent(*_KEY_BODY.unpack_from(data, pos + 1)))
+                pos += _KEY_SIZE
+            elif kind == PointerEvent.TYPE and end - pos >= _POINTER_SIZE:
+                if not self.view_only:
+                    events.append(PointerEvent(*_POINTER_BODY.unpack_from(data, pos + 1)))
+                pos += _POINTER_SIZE
+            else:
+                break
+        return data[pos:] if pos else data
 
     def events_received(self) -> list[Any]:
         """Messages parsed since the last call, in order."""
@@ -168,6 +302,8 @@ class ServerProtocol:
 
     def data_to_send(self) -> bytes:
         """Bytes to write to the client now (possibly empty)."""
+        if not self._out:
+            return b""
         out = b"".join(self._out)
         self._out.clear()
         return out
@@ -175,11 +311,13 @@ class ServerProtocol:
     @property
     def encoding(self) -> int:
         """The encoding updates use now: the client's favourite among ours, else Raw."""
-        return self.preferences.first_of(self._offered)
+        return self._encoding
 
     def _run(self) -> Parser[None]:
         while True:
+            self._at_boundary = True
             (message_type,) = yield from read_exact(1)
+            self._at_boundary = False
             head = bytes((message_type,))
             if message_type == SetPixelFormat.TYPE:
                 msg: Any = SetPixelFormat.parse(head + (yield from read_exact(19)))
@@ -260,14 +398,23 @@ class ServerProtocol:
             if w > 0 and h > 0:
                 self._dirty[y // TILE : -(-(y + h) // TILE), x // TILE : -(-(x + w) // TILE)] = True
 
+    def mark_dirty_tiles(self, mask: np.ndarray) -> None:
+        """Note the changed tiles of a :func:`changed_tile_mask` of the whole screen (what
+        the server computes once per frame for every client: no rectangles in between)."""
+        if mask.shape == self._dirty.shape:
+            np.logical_or(self._dirty, mask, out=self._dirty)
+        else:  # a mask of another screen size: resend everything rather than guess
+            self.mark_all_dirty()
+
     def mark_all_dirty(self) -> None:
         self._dirty[...] = True
 
     def set_frame_tag(self, tag: FrameTag) -> None:
         """The frame that is current now; a client that asked for FRAME_TAG gets an update
         for every new tag, even one whose pixels did not change."""
-        if self.preferences.frame_tag and tag != self._tag:
+        if tag is not self._tag and self._wants_tags and tag != self._tag:
             self._tag = tag
+            self._tag_bytes = None
             self._tag_pending = True
 
     @property
@@ -291,10 +438,10 @@ class ServerProtocol:
         non-incremental request, DesktopSize first after a resize) and clears them.
         Returns the number of rectangles queued, 0 when nothing was sent.
         """
-        if not self.update_wanted:
+        request = self._request
+        if request is None:
             return 0
-        assert self._request is not None
-        incremental, x0, y0, x1, y1 = self._request
+        incremental, x0, y0, x1, y1 = request
         prefix: list[bytes] = []
         if self._resize_pending:
             prefix.append(
@@ -302,19 +449,24 @@ class ServerProtocol:
             )
             self._resize_pending = False
             incremental, x0, y0, x1, y1 = False, 0, 0, self.width, self.height
-        if self._tag is not None and self.preferences.frame_tag:
-            prefix.append(self._tag.serialize())
-            self._tag_pending = False
+        rects: list[Rect]
         if incremental:
-            sub = self._dirty_in(x0, y0, x1, y1)
-            rects = [
-                _clip((x + x0 // TILE * TILE, y + y0 // TILE * TILE, w, h), x0, y0, x1, y1)
-                for x, y, w, h in tile_mask_to_rects(
-                    sub, x1 - x0 // TILE * TILE, y1 - y0 // TILE * TILE
-                )
-            ]
+            # The dirty tiles as lists: a 4x3 or 16x12 mask is cheaper in plain Python
+            # than in a numpy call per row.
+            sub = self._dirty_in(x0, y0, x1, y1).tolist()
+            if not self._tag_pending and not any(map(any, sub)):
+                return 0  # nothing changed in the area and no new frame to name
+            ox, oy = x0 // TILE * TILE, y0 // TILE * TILE
+            rects = _rows_to_rects(sub, x1 - ox, y1 - oy, TILE)
+            if ox or oy or x0 % TILE or y0 % TILE:
+                rects = [_clip((x + ox, y + oy, w, h), x0, y0, x1, y1) for x, y, w, h in rects]
         else:
             rects = [(x0, y0, x1 - x0, y1 - y0)] if x1 > x0 and y1 > y0 else []
+        if self._tag is not None and self._wants_tags:
+            if self._tag_bytes is None:
+                self._tag_bytes = self._tag.serialize()
+            prefix.append(self._tag_bytes)
+            self._tag_pending = False
         self._clear_dirty(x0, y0, x1, y1)
         self._request = None
         return self.send_rects(frame, rects, prefix=prefix, shared=shared)
@@ -336,8 +488,9 @@ class ServerProtocol:
                 f"frame is {frame.shape} {frame.dtype}; this client's screen is "
                 f"uint8[{self.height}, {self.width}, 3] (call resize() first)"
             )
-        encoder = self._encoder(self.encoding)
-        if self.encoding not in STATELESS_ENCODINGS:
+        encoding = self._encoding
+        encoder = self._encoders.get(encoding) or self._encoder(encoding)
+        if encoding not in STATELESS_ENCODINGS:
             shared = None  # zlib streams continue per connection: nothing to share
         body = list(prefix)
         count = len(body)
@@ -352,7 +505,7 @@ class ServerProtocol:
             if shared is None:
                 count += encoder.encode(frame, x, y, w, h, body)
                 continue
-            key = (self.encoding, self.pixel_format, x, y, w, h)
+            key = (encoding, self.pixel_format, x, y, w, h)
             entry = shared.get(key)
             if entry is None:
                 chunks: list[bytes] = []
@@ -361,7 +514,7 @@ class ServerProtocol:
             count += entry[1]
         if count > 0xFFFE:
             raise LocalProtocolError(f"{count} rectangles do not fit in one FramebufferUpdate")
-        self._out.append(FramebufferUpdate(count).serialize())
+        self._out.append(FramebufferUpdate.FORMAT.pack(FramebufferUpdate.TYPE, count))
         self._out.extend(body)
         return count
 

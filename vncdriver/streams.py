@@ -91,6 +91,11 @@ class BytesFeeder:
         self._advance(None)
 
     @property
+    def buffered(self) -> int:
+        """Bytes fed but not yet handed to the parser."""
+        return len(self._buffer) - self._pos
+
+    @property
     def paused(self) -> bool:
         """The parser waits for :meth:`resume` (see :func:`pause`)."""
         return self._need is PAUSE

@@ -309,3 +309,86 @@ def test_raw_encodings_are_shared_between_clients_of_one_frame() -> None:
     server.receive_data(tight.data_to_send())
     server.send_update(frame, shared)
     assert len(shared) == 2
+
+
+# The per-frame fast paths (issue 13): same results as the general code ----------------------
+
+_FREQUENT: list[FramebufferUpdateRequest | KeyEvent | PointerEvent | ClientCutText] = [
+    FramebufferUpdateRequest(True, 0, 0, 200, 150),
+    KeyEvent(True, 0x61),
+    PointerEvent(1, 5, 6),
+    KeyEvent(False, 0x61),
+    ClientCutText("x"),  # not a frequent message: the generator parser takes over mid-chunk
+    FramebufferUpdateRequest(False, 10, 20, 30, 40),
+    PointerEvent(0, 199, 149),
+]
+
+
+@pytest.mark.parametrize("view_only", [False, True])
+def test_frequent_messages_parse_the_same_at_every_split(view_only: bool) -> None:
+    data = b"".join(m.serialize() for m in _FREQUENT)
+    expected = [
+        m for m in _FREQUENT if not (view_only and isinstance(m, KeyEvent | PointerEvent | ClientCutText))
+    ]
+    for split in range(len(data) + 1):
+        proto = server(view_only=view_only)
+        proto.receive_data(data[:split])
+        proto.receive_data(data[split:])
+        assert proto.events_received() == expected, split
+        # Both requests merged into one, as the generator parser does.
+        assert proto.update_wanted
+
+
+def test_a_request_outside_the_screen_fails_the_fast_path_for_good() -> None:
+    proto = server()
+    with pytest.raises(ProtocolError, match="outside the 200x150 screen"):
+        proto.receive_data(request(x=190, w=20))
+    with pytest.raises(LocalProtocolError, match="already failed"):
+        proto.receive_data(request())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    h=st.integers(1, 150),
+    w=st.integers(1, 150),
+    seed=st.integers(0, 2**32),
+    tile=st.sampled_from([64, 16, 32]),
+)
+def test_tile_differ_matches_changed_tile_mask_frame_after_frame(
+    h: int, w: int, seed: int, tile: int
+) -> None:
+    from vncdriver.server_protocol import TileDiffer
+
+    rng = np.random.default_rng(seed)
+    prev = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    cur = prev.copy()
+    differ = TileDiffer(tile)
+    for _ in range(4):  # the same two arrays, changed in place, as a server has them
+        y, x = rng.integers(0, h), rng.integers(0, w)
+        cur[y, x, rng.integers(0, 3)] ^= 1 << int(rng.integers(0, 8))
+        assert np.array_equal(differ.mask(prev, cur), changed_tile_mask(prev, cur, tile))
+        prev[...] = cur
+        assert not differ.mask(prev, cur).any()
+    other = rng.integers(0, 256, (h + 1, w, 3), dtype=np.uint8)  # new arrays, new shape
+    assert np.array_equal(differ.mask(other, other.copy()), changed_tile_mask(other, other, tile))
+    with pytest.raises(LocalProtocolError, match="differ in shape"):
+        differ.mask(prev, other)
+
+
+def test_dirty_tiles_from_a_mask_are_sent_like_rectangles() -> None:
+    by_mask, by_rects = server(), server()
+    frame = make_frame(150, 200, "noise", 0)
+    for proto in (by_mask, by_rects):
+        proto.receive_data(SetEncodings((0,)).serialize() + request(incremental=False))
+        proto.send_update(frame)
+        proto.data_to_send()
+        proto.receive_data(request())
+    mask = np.zeros((3, 4), bool)
+    mask[0, 1] = mask[0, 2] = mask[2, 3] = True
+    by_mask.mark_dirty_tiles(mask)
+    by_rects.mark_dirty(tile_mask_to_rects(mask, 200, 150))
+    assert by_mask.send_update(frame) == by_rects.send_update(frame) == 2
+    assert by_mask.data_to_send() == by_rects.data_to_send()
+    wrong = server()
+    wrong.mark_dirty_tiles(np.zeros((1, 1), bool))  # another screen's mask: resend it all
+    assert wrong._dirty.all()
