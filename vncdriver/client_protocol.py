@@ -73,8 +73,10 @@ __all__ = [
 #: Read straight into a rectangle's staging array when at least this much is missing.
 DIRECT_READ_BYTES = 16 * 1024
 
-#: Size of the read-ahead buffer for headers and small rectangles.
-READ_AHEAD_BYTES = 64 * 1024
+#: Size of the read-ahead buffer for headers and small rectangles: an update that fits
+#: whole (a game's few changed tiles: 4 Raw 64x64 tiles are 64 KiB) is applied from it
+#: in one pass.
+READ_AHEAD_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +175,10 @@ class ClientProtocol:
         self._filled = 0
         self._failed: BaseException | None = None
         self._consumed = 0  # bytes handed to the parser so far
+        self._at_boundary = False  # the parser waits for a message's type byte
+        self._native_format: PixelFormat | None = None
+        self._native = False  # _native_format is R, G, B, X
+        self._full_request: tuple[int, int, bytes] | None = None  # (w, h, its bytes)
         self._parser = self._run()
         self._need: int | memoryview = self._parser.send(None)
 
@@ -213,6 +219,14 @@ class ClientProtocol:
             incremental = False
         self._need_full = False
         self.pending_requests += 1
+        if incremental and x == y == 0 and width == self.width and height == self.height:
+            full = self._full_request  # what we send after every update: made once
+            if full is None or full[:2] != (width, height):
+                full = self._full_request = (
+                    width, height, _REQUEST.pack(FramebufferUpdateRequest.TYPE, True, 0, 0, width, height)
+                )
+            self._out.append(full[2])
+            return
         self._out.append(FramebufferUpdateRequest(incremental, x, y, width, height).serialize())
 
     def key_event(self, key: int | str, down: bool) -> None:
@@ -302,6 +316,12 @@ class ClientProtocol:
     def _pump(self, data: memoryview) -> None:
         pos, end = 0, len(data)
         while pos < end:
+            if self._at_boundary and not self._small and data[pos] == FramebufferUpdate.TYPE:
+                used = self._whole_update(data, pos, end)
+                if used:
+                    pos += used
+                    self._consumed += used
+                    continue
             need = self._need
             if isinstance(need, int):
                 if not self._small and end - pos >= need:
@@ -328,11 +348,74 @@ class ClientProtocol:
                     self._filled = 0
                     self._advance(None)
 
+    def _whole_update(self, data: memoryview, pos: int, end: int) -> int:
+        """A FramebufferUpdate that lies whole in ``data[pos:end]`` and holds only Raw
+        rectangles in our pixel format (and a FRAME_TAG): applied straight from the
+        read-ahead buffer, without the generator parser or the staging copy. Returns the
+        bytes it took, or 0 to leave the message (anything else, any doubt: errors are
+        the parser's to raise) to the parser."""
+        if self.pixel_format is not self._native_format:  # asked once per pixel format
+            self._native_format, self._native = self.pixel_format, self.pixel_format.is_native
+        if end - pos < 4 or not self._native:
+            return 0
+        (count,) = _UPDATE_REST.unpack_from(data, pos + 1)
+        if count > self.max_rectangles:  # LastRect's 0xFFFF too
+            return 0
+        width, height = self.width, self.height
+        tags = Encoding.FRAME_TAG in self.encodings
+        at = pos + 4
+        rects: list[RectangleHeader] = []
+        raw: list[tuple[int, int, int, int, int]] = []
+        tag = None
+        pixels = 0
+        for _ in range(count):
+            if end - at < _RECT_SIZE:
+                return 0
+            x, y, w, h, encoding = _RECT_HEADER.unpack_from(data, at)
+            at += _RECT_SIZE
+            if encoding == Encoding.RAW:
+                if x + w > width or y + h > height:
+                    return 0
+                raw.append((at, x, y, w, h))
+                at += 4 * w * h
+                pixels += w * h
+                if at > end:
+                    return 0
+            elif encoding == Encoding.FRAME_TAG and tags:
+                if end - at < _TAG_SIZE:
+                    return 0
+                tag = FrameTag(*FrameTag.FORMAT.unpack_from(data, at))
+                at += _TAG_SIZE
+            else:
+                return 0
+            rects.append(RectangleHeader(x, y, w, h, encoding))
+        framebuffer = self.framebuffer
+        for start, x, y, w, h in raw:
+            src = np.frombuffer(data, np.uint8, 4 * w * h, start).reshape(h, w, 4)
+            out = framebuffer[y : y + h, x : x + w]
+            out[..., 0] = src[..., 0]  # a copy per channel, as RawDecoder does
+            out[..., 1] = src[..., 1]
+            out[..., 2] = src[..., 2]
+        stats = self.stats
+        by_enc = stats.rectangles_by_encoding
+        for rect in rects:
+            by_enc[rect.encoding] = by_enc.get(rect.encoding, 0) + 1
+        stats.updates += 1
+        stats.rectangles += len(rects)
+        stats.pixels += pixels
+        self.pending_requests = max(0, self.pending_requests - 1)
+        if tag is not None:
+            self.frame_tag = tag
+        self._events.append(FramebufferUpdated(tuple(rects), at - pos, pixels, tag))
+        return at - pos
+
     # ------------------------------------------------------------ the parser
 
     def _run(self) -> Parser[None]:
         while True:
+            self._at_boundary = True
             (message_type,) = yield from read_exact(1)
+            self._at_boundary = False
             if message_type == FramebufferUpdate.TYPE:
                 yield from self._update()
             elif message_type == SetColourMapEntries.TYPE:
@@ -432,6 +515,10 @@ class ClientProtocol:
 
 
 _UPDATE_REST = struct.Struct("!xH")
+_RECT_HEADER = RectangleHeader.FORMAT
+_RECT_SIZE = RectangleHeader.FORMAT.size
+_TAG_SIZE = FrameTag.FORMAT.size
+_REQUEST = FramebufferUpdateRequest.FORMAT
 
 
 def _encoding_name(number: int) -> str:

@@ -20,6 +20,7 @@ from vncdriver.messages import (
     Encoding,
     FramebufferUpdate,
     FramebufferUpdateRequest,
+    FrameTag,
     KeyEvent,
     PointerEvent,
     RectangleHeader,
@@ -308,3 +309,72 @@ def test_keeping_a_colour_mapped_server_format_is_refused() -> None:
     result = HandshakeComplete(8, 8, NATIVE.__class__(8, 8, False, False), "t", True, (3, 8))
     with pytest.raises(LocalProtocolError, match="pass pixel_format=NATIVE"):
         ClientProtocol(result, pixel_format=None)
+
+
+# Whole updates applied in one pass from the read-ahead buffer (issue 13) --------------------
+
+
+def _tagged_client(**kwargs: object) -> ClientProtocol:
+    return client(
+        encodings=build_encodings([Encoding.RAW], pseudo=(Encoding.LAST_RECT, Encoding.FRAME_TAG)),
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def _mixed_update(rng: np.random.Generator, tag: FrameTag | None) -> bytes:
+    rects = [raw_rect(3, 2, rng.integers(0, 256, (5, 7, 3), dtype=np.uint8)),
+             raw_rect(0, 0, rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)),
+             raw_rect(31, 23, rng.integers(0, 256, (1, 1, 3), dtype=np.uint8)),
+             raw_rect(4, 4, np.zeros((0, 3, 3), np.uint8))]  # empty: allowed
+    if tag is not None:
+        rects.insert(1, tag.serialize())
+    return update(*rects)
+
+
+@pytest.mark.parametrize("tagged", [False, True])
+def test_a_whole_update_applies_as_the_parser_would(tagged: bool) -> None:
+    rng = np.random.default_rng(7)
+    tag = FrameTag(41, 3, 1.5) if tagged else None
+    data = b"".join(_mixed_update(rng, tag) for _ in range(3)) + Bell().serialize()
+    fast, slow = _tagged_client(), _tagged_client()
+    taken: list[int] = []
+    one_pass = fast._whole_update
+
+    def spy(view: memoryview, pos: int, end: int) -> int:
+        taken.append(one_pass(view, pos, end))
+        return taken[-1]
+
+    fast._whole_update = spy  # type: ignore[method-assign]
+    fast.receive_data(data)  # whole updates in the read-ahead buffer: the one-pass path
+    assert len([n for n in taken if n]) == 3  # it took all three
+    feed(slow, data, 1)  # one byte at a time: the generator parser only
+    assert fast.events_received() == slow.events_received()
+    assert np.array_equal(fast.framebuffer, slow.framebuffer)
+    assert fast.stats == slow.stats and fast.frame_tag == slow.frame_tag == tag
+    assert fast._consumed == slow._consumed == len(data)
+
+
+def test_updates_the_one_pass_path_leaves_to_the_parser() -> None:
+    rng = np.random.default_rng(8)
+    patch = rng.integers(0, 256, (4, 4, 3), dtype=np.uint8)
+    # A rectangle off the screen: the parser's error, not a silent skip.
+    proto = client()
+    with pytest.raises(ProtocolError, match="outside the 32x24 screen"):
+        proto.receive_data(update(raw_rect(30, 0, patch)))
+    # A frame tag we did not ask for.
+    proto = client()
+    with pytest.raises(ProtocolError, match="did not ask for"):
+        proto.receive_data(update(FrameTag(1, 1, 0.0).serialize()))
+    # Another pixel format, and an update cut short: the parser reads them right.
+    proto = client()
+    proto.set_pixel_format(FORMATS[1])
+    proto.receive_data(update(RectangleHeader(0, 0, 4, 4, Encoding.RAW).serialize()
+                              + rgb_to_pixels(patch, FORMATS[1]).tobytes()))
+    assert np.array_equal(proto.framebuffer[:4, :4], quantised(patch, FORMATS[1]))
+    proto = client()
+    whole = update(raw_rect(1, 1, patch))
+    proto.receive_data(whole[:20])
+    assert proto.events_received() == []
+    proto.receive_data(whole[20:])
+    assert np.array_equal(proto.framebuffer[1:5, 1:5], patch)
+    assert [type(e) for e in proto.events_received()] == [FramebufferUpdated]
