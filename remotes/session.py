@@ -65,6 +65,11 @@ RESET_TIMEOUT: Final = 60.0
 #: Seconds :func:`answers` waits for a VNC greeting: a live remote greets at once, a
 #: stopped (SIGSTOP) or wedged one never; short, because a reconnect polls with it.
 PROBE_TIMEOUT: Final = 0.5
+#: A real-time agent's next VNC update request waits up to this long (cut to end before
+#: the remote's next frame) for the step's input, to travel in one packet with it: one
+#: send and one wake-up of the remote fewer per step (VNCClient request_hold). Measured:
+#: 32 Catch remotes 58.9 -> 60.0 steps/s, 48 remotes 26.6 -> 50.3 (one run each).
+REQUEST_HOLD: Final = 0.012
 #: The RFB greeting every VNC server sends first (``RFB 003.008\n``): 12 bytes.
 _RFB_GREETING_BYTES: Final = 12
 
@@ -330,6 +335,7 @@ class RemoteSession:
                 on_update=self._vnc_update,
                 **self.vnc_options.kwargs(addr.host),
                 tls=self.tls,
+                request_hold=REQUEST_HOLD,
             )
         if addr.rewarder is not None:
             self.rewarder = RewarderClient(

@@ -92,6 +92,12 @@ log = logging.getLogger(__name__)
 
 #: How long close() lets queued input drain before it drops the connection.
 CLOSE_TIMEOUT: Final = 2.0
+#: The longest ``request_hold`` a client takes (seconds): a hold is meant to last a
+#: fraction of a frame.
+MAX_REQUEST_HOLD: Final = 0.1
+#: A held request goes out at least this long before the server's next frame is due (by
+#: the frame tags' times), so holding it never delays that frame.
+REQUEST_HOLD_MARGIN: Final = 0.003
 UpdateCallback = Callable[["VNCClient", FramebufferUpdated], None]
 
 
@@ -130,7 +136,16 @@ class VNCClient:
         on_update: UpdateCallback | None = None,
         frame_tags: bool = False,
         tls: ssl.SSLContext | None = None,
+        request_hold: float | None = None,
     ) -> None:
+        if request_hold is not None and not 0 < request_hold <= MAX_REQUEST_HOLD:
+            raise ValueError(
+                f"request_hold must be None or in (0, {MAX_REQUEST_HOLD}] seconds, "
+                f"not {request_hold!r}"
+            )
+        #: Seconds the next update request may wait for the input that answers an update
+        #: (see :meth:`_handle_events`); None asks for the next update at once.
+        self.request_hold = request_hold
         self.address = address
         self.tls = tls
         self.host, self.port = parse_address(address)
@@ -165,6 +180,10 @@ class VNCClient:
         self._rates = UpdateRates()
         self._connected_at = 0.0
         self._paused = False  # pause_updates(): no new update request
+        self._held: asyncio.TimerHandle | None = None  # a request waiting for input
+        self._input_since_update = False  # input was sent after the last update
+        self._tag_pace: tuple[int, float] | None = None  # (frame, server time) of a tag
+        self._frame_period: float | None = None  # between the server's frames, by its tags
 
     def __repr__(self) -> str:
         if self.connected:
@@ -226,6 +245,9 @@ class VNCClient:
         if self._closed:
             return
         self._closed = True
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
         task = self._dial_task
         if task is not None:
             task.cancel()
@@ -469,6 +491,12 @@ class VNCClient:
             conn.write(proto.data_to_send())
 
     def _flush(self, proto: ClientProtocol) -> None:
+        self._input_since_update = True
+        if self._held is not None:  # the held request travels with this input
+            self._held.cancel()
+            self._held = None
+            if proto.pending_requests == 0 and not self._paused:
+                proto.request_update()
         data = proto.data_to_send()
         conn = self._conn
         if data and conn is not None and conn.transport is not None:
@@ -487,8 +515,18 @@ class VNCClient:
                 self.bells += 1
         if not updates:
             return
-        if proto.pending_requests == 0 and not self._paused:
-            proto.request_update()
+        if proto.pending_requests == 0 and not self._paused and self._held is None:
+            hold = self._hold_for(updates[-1])
+            if hold > 0:
+                # A real-time agent answers each update with input: its next request
+                # goes out with that input, one packet and one wake-up of the server
+                # instead of two, or alone when the hold ends, before the next frame.
+                self._held = asyncio.get_running_loop().call_later(
+                    hold, self._release_request, proto
+                )
+            else:
+                proto.request_update()
+        self._input_since_update = False
         conn.write(proto.data_to_send())
         self._updates += len(updates)
         self._rates.record(time.monotonic(), updates)
@@ -511,7 +549,37 @@ class VNCClient:
                 except Exception:
                     log.exception("%s: on_update callback failed", self.name)
 
+    def _hold_for(self, update: FramebufferUpdated) -> float:
+        """How long to hold the request after ``update``: ``request_hold`` if input
+        followed the previous update (a real-time agent's way) and frame tags tell the
+        server's pace, cut to end REQUEST_HOLD_MARGIN before its next frame is due;
+        0: ask at once."""
+        tag = update.tag
+        if tag is not None:
+            pace = self._tag_pace
+            if pace is not None and tag.frame > pace[0] and tag.timestamp > pace[1]:
+                self._frame_period = (tag.timestamp - pace[1]) / (tag.frame - pace[0])
+            self._tag_pace = (tag.frame, tag.timestamp)
+        hold = self.request_hold
+        if hold is None or not self._input_since_update or self._frame_period is None:
+            return 0.0  # (no pace known: a server without tags is not held up)
+        return min(hold, self._frame_period - REQUEST_HOLD_MARGIN)
+
+    def _release_request(self, proto: ClientProtocol) -> None:
+        """The hold ended without input: ask for the next update now."""
+        self._held = None
+        conn = self._conn
+        if (
+            proto is self._proto and conn is not None and self._error is None
+            and not self._closed and not self._paused and proto.pending_requests == 0
+        ):
+            proto.request_update()
+            conn.write(proto.data_to_send())
+
     def _connection_lost(self, conn: Connection) -> None:
+        if self._held is not None and conn is self._conn:
+            self._held.cancel()
+            self._held = None
         if conn is not self._conn:
             return  # an attempt still in its handshake: _dial handles it
         if self._closed:
