@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from .format import FormatError
 from .reader import Episode, open_recording
 
 
@@ -73,17 +72,8 @@ def export_minari(
             f"exporting to Minari needs the minari extra ({exc}): pip install 'universe-remote[minari]'"
         ) from None
     recording = open_recording(path)
-    chosen = [recording.episode(n) for n in episodes] if episodes else list(recording)
-    chosen = [e for e in chosen if len(e.steps) >= 2]
-    if not chosen:
-        raise FormatError(f"{recording.path} has no episode with a step to export")
+    chosen = recording.select(episodes or (), min_steps=2, use="export")
     first = chosen[0]
-    other = [e.number for e in chosen if e.env_id != first.env_id or e.shape != first.shape]
-    if other:
-        raise FormatError(
-            f"episodes {other} are of another env or screen than {first.number} ({first.env_id}); "
-            "a dataset holds one: export those with --episode"
-        )
     height, width, _ = first.shape
     keys = len(first.meta.get("keys", ()))
     high = np.array([1] * keys + [width - 1, height - 1, 255], np.int64)

@@ -234,6 +234,23 @@ class Recording(Sequence[Episode]):
     def __getitem__(self, index: int | slice) -> Episode | Sequence[Episode]:
         return self.episodes[index]
 
+    def select(self, numbers: Sequence[int] = (), *, min_steps: int, use: str) -> list[Episode]:
+        """The episodes ``numbers`` (default: all) with at least ``min_steps`` steps, all of
+        one env and screen; :class:`FormatError` names what is missing or mixed and says
+        what to do (``use``: what they are for, e.g. "replay", "export")."""
+        chosen = [self.episode(n) for n in numbers] if numbers else list(self.episodes)
+        chosen = [e for e in chosen if len(e.steps) >= min_steps]
+        if not chosen:
+            raise FormatError(f"{self.path} has no episode with enough recorded steps to {use}")
+        first = chosen[0]
+        other = [e.number for e in chosen if e.env_id != first.env_id or e.shape != first.shape]
+        if other:
+            raise FormatError(
+                f"episodes {other} of {self.path} are of another env or screen than episode "
+                f"{first.number} ({first.env_id}); {use} one kind at a time with --episode K"
+            )
+        return chosen
+
     def episode(self, number: int) -> Episode:
         """The episode of that number (its directory's, ``episode-000003`` is 3)."""
         for episode in self.episodes:

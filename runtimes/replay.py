@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from recordings import Episode, Recording, Step, open_recording
-from recordings.format import FormatError
 
 from .base import InputEvent, Runtime, StepResult, check_frames
 
@@ -94,17 +93,8 @@ def replay_runtime(path: str | os.PathLike[str], episode: int | None = None) -> 
     episode at a time (``episode``).
     """
     recording = open_recording(path)
-    episodes = [recording.episode(episode)] if episode is not None else list(recording)
-    episodes = [e for e in episodes if e.steps]
-    if not episodes:
-        raise FormatError(f"{recording.path} has no episode with a recorded frame to replay")
+    episodes = recording.select((episode,) if episode is not None else (), min_steps=1, use="replay")
     first = episodes[0]
-    different = [e.number for e in episodes if e.shape != first.shape or e.env_id != first.env_id]
-    if different:
-        raise FormatError(
-            f"episodes {different} of {recording.path} are of another env or screen than episode "
-            f"{first.number} ({first.env_id}); replay one at a time with --episode K"
-        )
     meta = first.meta
     return type("ReplayRuntime", (ReplayRuntime,), {
         "recording": recording, "episodes": tuple(episodes),
