@@ -131,3 +131,22 @@ def test_not_a_recording(tmp_path: Path) -> None:
     (tmp_path / "episode-000001").mkdir()
     with pytest.raises(FormatError, match="has no meta.json"):
         open_recording(tmp_path)
+
+
+def test_select_takes_one_kind_of_episode_and_says_what_is_wrong(tmp_path: Path) -> None:
+    for n in (4, 1, 5):  # the second has no step past its first frame
+        writer = write_episode(tmp_path, n)
+        writer.end(DONE)
+        writer.close()
+    recording = open_recording(tmp_path)
+    assert [e.number for e in recording.select(min_steps=2, use="export")] == [1, 3]
+    assert [e.number for e in recording.select([2], min_steps=1, use="replay")] == [2]
+    with pytest.raises(FormatError, match="no episode with enough recorded steps to export"):
+        recording.select([2], min_steps=2, use="export")
+    with pytest.raises(FormatError, match="has no episode 9; it has: 1, 2, 3"):
+        recording.select([9], min_steps=1, use="replay")
+    meta = recording.episode(3).path / "meta.json"
+    meta.write_text(meta.read_text().replace("test.Env-v0", "test.Other-v0"))
+    with pytest.raises(FormatError, match=r"episodes \[3\] .* another env or screen than episode 1"
+                                          r" \(test.Env-v0\); export one kind at a time"):
+        open_recording(tmp_path).select(min_steps=2, use="export")
