@@ -37,15 +37,16 @@ from rewarder.protocol import FRAME_INFO_KEY
 from rewarder.server import RewarderServer
 from runtimes import registry
 from runtimes.base import Runtime, StepResult
-from runtimes.errors import UnknownEnvironment
 from vncdriver.messages import FrameTag
 from vncdriver.server import MAX_VIEWERS, VNCServer
 
+from .alarm import Alarm
 from .front_ends import start_dm_env_rpc, start_viewer
 from .inputs import REWARDER_SOURCE, Inputs
 from .lockstep_frames import LockstepFrames
 from .players import Seats, agent_source
 from .properties import Properties, PropertyError, remote_properties
+from .runtime_choice import check_reset, construct
 from .state import Event, IllegalTransition, RemoteState, State
 from .throttle import AuthThrottle
 from .version import PROTOCOLS, server_version
@@ -122,7 +123,9 @@ class Remote:
         if mode not in protocol.MODES:
             raise ValueError(f"mode must be one of {protocol.MODES}, not {mode!r}")
         self.runtime_options = dict(runtime_options or {})
-        self.runtime: Runtime = self._make_runtime(env) if isinstance(env, str) else env
+        self.runtime: Runtime = (
+            construct(registry.lookup(env), env, self.runtime_options) if isinstance(env, str) else env
+        )
         if mode == protocol.LOCKSTEP and not self.runtime.lockstep:
             raise ValueError(f"{self.runtime.env_id} runs only in real time, not in lockstep")
         if fps is not None and not protocol.MIN_FPS <= fps <= protocol.MAX_FPS:
@@ -183,8 +186,7 @@ class Remote:
         self._recovery: asyncio.Task[None] | None = None
         self._frame_waiters: list[asyncio.Future[int]] = []
         self._state_waiters: list[asyncio.Future[State]] = []  # resolved when the state moves
-        self._wake = asyncio.Event()  # wakes the game loop: mode or fps changed
-        self._sleeper: asyncio.Future[bool] | None = None  # the game loop's sleep, if asleep
+        self.alarm = Alarm()  # the game loop's sleep; woken when the mode or fps changes
         self._slice_frames = 1  # frames per lockstep slice, adapted to MAX_SLICE_SECONDS
         #: A step's frame over VNC or through shared memory (the step's ``obs``).
         self.lockstep_frames = LockstepFrames(self._frame_ready)
@@ -221,7 +223,7 @@ class Remote:
         if not protocol.MIN_FPS <= fps <= protocol.MAX_FPS:
             raise ValueError(f"fps must be in [{protocol.MIN_FPS:g}, {protocol.MAX_FPS:g}], not {fps!r}")
         self.fps = float(fps)
-        self._wake_loop()
+        self.alarm.wake()
 
     @property
     def held_keys(self) -> set[str]:
@@ -320,7 +322,7 @@ class Remote:
             return await self.seats.reset(request, reply)
         mid = request.message_id
         await self._settle(mid)
-        factory = self._check_reset(request)
+        factory = check_reset(self.runtime, request)
         self._fire(Event.RESET, mid)
         try:
             if factory is not None:
@@ -328,7 +330,7 @@ class Remote:
                 await self._switch_runtime(request, factory)
             if request.mode is not None and request.mode != self.mode:
                 self.machine.switch_mode(request.mode)
-                self._wake_loop()
+                self.alarm.wake()
             if request.fps is not None:
                 self.set_fps(request.fps)
             self.episode_id = max(self.episode_id, request.episode_id or 0)
@@ -420,53 +422,16 @@ class Remote:
                 [changed, self.failed], timeout=remaining, return_when=asyncio.FIRST_COMPLETED
             )
 
-    def _check_reset(self, request: protocol.ResetRequest) -> Callable[..., Runtime] | None:
-        """Refuse a reset that can't work before anything changes; the factory of an env
-        switch, if one is asked for."""
-        mid = request.message_id
-        factory = None
-        target: Any = self.runtime
-        if request.env_id is not None and request.env_id != self.runtime.env_id:
-            try:
-                factory = registry.lookup(request.env_id)
-            except UnknownEnvironment as exc:
-                raise BadRequest(str(exc), mid) from None
-            if getattr(factory, "external_vnc", False) or self.runtime.external_vnc:
-                raise BadRequest(
-                    f"{self.runtime.env_id} and {request.env_id} cannot share a remote (one "
-                    "of them serves its own display); start a remote for each",
-                    mid,
-                )
-            target = factory
-        if request.mode == protocol.LOCKSTEP and not getattr(target, "lockstep", True):
-            raise BadRequest(
-                f"{target.env_id} runs only in real time (it lives outside this process); "
-                "reset without mode 'lockstep'",
-                mid,
-            )
-        return factory
-
     async def _switch_runtime(
         self, request: protocol.ResetRequest, factory: Callable[..., Runtime]
     ) -> None:
-        runtime = self._construct(factory, request.env_id or "")
+        runtime = construct(factory, request.env_id or "", self.runtime_options)
         await self.runtime.aclose()
         self.runtime = runtime
         assert self.vnc is not None
         self.vnc.frame_ready(runtime.framebuffer)
         if request.fps is None:
             self.fps = float(runtime.fps)
-
-    def _make_runtime(self, env_id: str) -> Runtime:
-        return self._construct(registry.lookup(env_id), env_id)
-
-    def _construct(self, factory: Callable[..., Runtime], env_id: str) -> Runtime:
-        """The runtime with the options it accepts (scale only where known)."""
-        accepted = getattr(factory, "options", ())
-        ignored = sorted(set(self.runtime_options) - set(accepted))
-        if ignored:
-            log.warning("%s takes no %s; ignored", env_id, ", ".join(ignored))
-        return factory(**{k: v for k, v in self.runtime_options.items() if k in accepted})
 
     def _runtime_failed(self, what: str, exc: Exception, message_id: Any = None) -> BadRequest:
         """A runtime raised: start recovering and say so to the requester (if any)."""
@@ -642,8 +607,7 @@ class Remote:
         next_at = self._clock()
         while True:
             if self.mode != protocol.REALTIME:
-                await self._wake.wait()  # a reset switching to real time wakes us
-                self._wake.clear()
+                await self.alarm.wait()  # a reset switching to real time wakes us
                 next_at = self._clock()
                 continue
             if self.machine.allows(Event.TICK):
@@ -659,30 +623,8 @@ class Remote:
             if now - next_at > MAX_CATCH_UP_FRAMES * period:
                 self.late_ticks += 1
                 next_at = now
-            if await self._sleep(next_at - now):  # an fps or mode change: start afresh
+            if await self.alarm.sleep(next_at - now):  # an fps or mode change: start afresh
                 next_at = self._clock()
-
-    async def _sleep(self, delay: float) -> bool:
-        """Sleep ``delay`` seconds unless woken first (True then). A future and a timer
-        handle per tick: cheaper than a task from ``asyncio.wait_for``."""
-        if self._wake.is_set():
-            self._wake.clear()
-            return True
-        loop = asyncio.get_running_loop()
-        self._sleeper = waiter = loop.create_future()
-        timer = loop.call_later(max(0.0, delay), _resolve, waiter, False)
-        try:
-            return await waiter
-        finally:
-            timer.cancel()
-            self._sleeper = None
-            self._wake.clear()
-
-    def _wake_loop(self) -> None:
-        """The mode or fps changed: the game loop must not finish a sleep of the old rate."""
-        self._wake.set()
-        if self._sleeper is not None:
-            _resolve(self._sleeper, True)
 
     async def _heartbeat(self) -> None:
         """A describe every :data:`HEARTBEAT_INTERVAL`; late ticks logged once per interval."""
@@ -699,7 +641,3 @@ class Remote:
                 )
                 reported = self.late_ticks
 
-
-def _resolve(future: asyncio.Future[bool], value: bool) -> None:
-    if not future.done():
-        future.set_result(value)

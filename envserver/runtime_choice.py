@@ -1,0 +1,61 @@
+"""Which runtime a reset asks for, and how one is made with the remote's options.
+
+Holds :func:`check_reset` (refuse a reset that cannot work before anything changes; the
+factory of an env switch) and :func:`construct` (a runtime from its factory, given only
+the ``serve`` options it accepts).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rewarder import protocol
+from rewarder.errors import BadRequest
+from runtimes import registry
+from runtimes.base import Runtime
+from runtimes.errors import UnknownEnvironment
+
+log = logging.getLogger(__name__)
+
+
+def check_reset(
+    runtime: Runtime, request: protocol.ResetRequest
+) -> Callable[..., Runtime] | None:
+    """The factory of the env ``request`` switches to (None: it keeps ``runtime``);
+    :class:`BadRequest` for a switch or mode that cannot work."""
+    mid = request.message_id
+    factory = None
+    target: Any = runtime
+    if request.env_id is not None and request.env_id != runtime.env_id:
+        try:
+            factory = registry.lookup(request.env_id)
+        except UnknownEnvironment as exc:
+            raise BadRequest(str(exc), mid) from None
+        if getattr(factory, "external_vnc", False) or runtime.external_vnc:
+            raise BadRequest(
+                f"{runtime.env_id} and {request.env_id} cannot share a remote (one "
+                "of them serves its own display); start a remote for each",
+                mid,
+            )
+        target = factory
+    if request.mode == protocol.LOCKSTEP and not getattr(target, "lockstep", True):
+        raise BadRequest(
+            f"{target.env_id} runs only in real time (it lives outside this process); "
+            "reset without mode 'lockstep'",
+            mid,
+        )
+    return factory
+
+
+def construct(
+    factory: Callable[..., Runtime], env_id: str, options: Mapping[str, Any]
+) -> Runtime:
+    """The runtime with the options it accepts (scale only where known); the others are
+    logged as ignored."""
+    accepted = getattr(factory, "options", ())
+    ignored = sorted(set(options) - set(accepted))
+    if ignored:
+        log.warning("%s takes no %s; ignored", env_id, ", ".join(ignored))
+    return factory(**{k: v for k, v in options.items() if k in accepted})
