@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Final
 
 from benchmarks.common import ratio, table
@@ -28,22 +29,30 @@ WARMUP_STEPS: Final = 100
 FRAMESKIP: Final = 4
 
 
+def _steps_per_second(step: Callable[[int], bool], reset: Callable[[], object]) -> float:
+    """``step(i)`` (True: the episode ended, so reset) WARMUP_STEPS times, then STEPS timed."""
+    reset()
+    started = 0.0
+    for i in range(WARMUP_STEPS + STEPS):
+        if i == WARMUP_STEPS:
+            started = time.perf_counter()
+        if step(i):
+            reset()
+    return STEPS / (time.perf_counter() - started)
+
+
 def _parallel(address: str) -> float:
     """Steps/s of RemoteParallelEnv over the remote at ``address``."""
     from remotes.parallel import RemoteParallelEnv
 
     env = RemoteParallelEnv(address, frameskip=FRAMESKIP)
+
+    def step(i: int) -> bool:
+        env.step({a: (i // 6 + n) % 3 for n, a in enumerate(env.agents)})
+        return not env.agents
+
     try:
-        env.reset(seed=1)
-        started = 0.0
-        for i in range(WARMUP_STEPS + STEPS):
-            if i == WARMUP_STEPS:
-                started = time.perf_counter()
-            actions = {a: (i // 6 + n) % 3 for n, a in enumerate(env.agents)}
-            env.step(actions)
-            if not env.agents:
-                env.reset()
-        return STEPS / (time.perf_counter() - started)
+        return _steps_per_second(step, lambda: env.reset(seed=1))
     finally:
         env.close()
 
@@ -54,16 +63,13 @@ def _remote_env(address: str) -> float:
 
     keys = [[], [("KeyEvent", "Left", True)], [("KeyEvent", "Left", False)]]
     env = RemoteEnv(address, mode="lockstep", frameskip=FRAMESKIP)
+
+    def step(i: int) -> bool:
+        _, _, terminated, truncated, _ = env.step(keys[i // 6 % 3])
+        return bool(terminated or truncated)
+
     try:
-        env.reset(seed=1)
-        started = 0.0
-        for i in range(WARMUP_STEPS + STEPS):
-            if i == WARMUP_STEPS:
-                started = time.perf_counter()
-            _, _, terminated, truncated, _ = env.step(keys[i // 6 % 3])
-            if terminated or truncated:
-                env.reset()
-        return STEPS / (time.perf_counter() - started)
+        return _steps_per_second(step, lambda: env.reset(seed=1))
     finally:
         env.close()
 
