@@ -53,7 +53,9 @@ def test_compose_runs_port_pairs() -> None:
     compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
     services = compose["services"]
     for i, name in enumerate(sorted(services)):
-        assert services[name]["ports"] == [f"{5900 + i}:5900", f"{15900 + i}:15900"]
+        # Loopback unless PUBLISH_HOST says otherwise: the remotes serve in clear.
+        host = "${PUBLISH_HOST:-127.0.0.1}"
+        assert services[name]["ports"] == [f"{host}:{5900 + i}:5900", f"{host}:{15900 + i}:15900"]
     anchor = compose["x-remote"]
     assert "UNIVERSE_REMOTE_PASSWORD" in anchor["environment"]
     assert anchor["labels"]["com.universe-remote.managed"] == "true"
