@@ -298,9 +298,12 @@ class Seats:
         last = players[-1]
         for player in players[:-1]:
             remote.inputs.push(agent_source(player), checked[player])
+        step = requests[last]
+        if any(r.obs == protocol.OBS_SHM for r in requests.values()):  # one asking is enough
+            step = dataclasses.replace(step, obs=protocol.OBS_SHM)
         token = PLAYER.set(last)
         try:
-            episode, body = await remote.step(requests[last], joint=False)
+            episode, body = await remote.step(step, joint=False)
         finally:
             PLAYER.reset(token)
         rewards = body["info"].get(REWARDS_INFO_KEY)

@@ -38,13 +38,15 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from rewarder.client import RewarderClient
-from rewarder.protocol import LOCKSTEP, StepReply
+from rewarder.protocol import LOCKSTEP, OBS_VNC, StepReply
+from vncdriver.addresses import is_loopback
 from vncdriver.client import VNCClient
 
 from .address import RemoteAddress
 from .group import RemoteGroup
 from .loop import LoopThread
 from .session import process_client_id, resolve_addresses, tls_context
+from .shared_frames import SharedFrames
 
 #: Seconds a reset or a joint step may take, the remote's barrier included (it waits up
 #: to ``envserver.players.JOINT_STEP_TIMEOUT`` for the slowest player).
@@ -70,6 +72,15 @@ class _World:
     #: Keys each player holds now (actions are changes to it).
     held: list[set[str]] = field(default_factory=list)
     done: bool = False
+    #: Player 0's steps take the frame through shared memory from a remote on this machine.
+    shared: SharedFrames | None = None
+
+    def frame(self) -> np.ndarray:
+        """A copy of the screen as of the last step or reset."""
+        if self.shared is not None and self.shared.stepped is not None:
+            return self.shared.stepped[0].copy()
+        assert self.vnc is not None
+        return self.vnc.frame()
 
     async def connect(self, password: str | None, timeout: float, tls: ssl.SSLContext | None) -> None:
         """Both channels; a rewarder client per player the remote's describe counts."""
@@ -80,6 +91,7 @@ class _World:
             )
         self.vnc = VNCClient(address.vnc, password=password, frame_tags=True,
                              start_timeout=timeout, name=str(address), tls=tls)
+        self.shared = SharedFrames(str(address), is_loopback(address.host))
         first = self._client(0, password, timeout, tls)
         self.players = [first]
         await asyncio.gather(self.vnc.start(), first.start())
@@ -111,6 +123,9 @@ class _World:
     async def reset(self, seed: int | None, env_id: str | None) -> None:
         """A joint reset (every player asks; the remote resets once) and its first frame."""
         assert self.vnc is not None
+        if self.shared is not None:
+            self.shared.stepped = None
+        self.vnc.resume_updates()  # the new episode's first frame comes over VNC
         episodes = await asyncio.gather(*(
             c.reset(env_id=env_id, seed=seed, mode=LOCKSTEP, timeout=STEP_TIMEOUT)
             for c in self.players
@@ -125,12 +140,18 @@ class _World:
     async def step(self, actions: Sequence[int | None], frames: int) -> list[StepReply]:
         """One joint step: each player's keys to what its action holds; every reply once
         VNC shows the resulting frame."""
-        assert self.vnc is not None
+        assert self.vnc is not None and self.shared is not None
         events = [self._events(p, a) for p, a in enumerate(actions)]
+        obs = [self.shared.obs] + [OBS_VNC] * (len(self.players) - 1)  # one asking is enough
         replies = await asyncio.gather(*(
-            c.step(e, frames, timeout=STEP_TIMEOUT) for c, e in zip(self.players, events, strict=True)
+            c.step(e, frames, timeout=STEP_TIMEOUT, obs=o)
+            for c, e, o in zip(self.players, events, obs, strict=True)
         ))
-        await self.vnc.wait_frame(replies[0].frame, timeout=STEP_TIMEOUT)
+        if self.shared.take(replies[0]):
+            self.vnc.pause_updates()  # the frames come through shared memory
+        else:
+            self.vnc.resume_updates()
+            await self.vnc.wait_frame(replies[0].frame, timeout=STEP_TIMEOUT)
         self.done = any(r.done for r in replies)
         return list(replies)
 
@@ -147,6 +168,8 @@ class _World:
         return events
 
     async def close(self) -> None:
+        if self.shared is not None:
+            self.shared.forget()
         clients: list[Any] = [*self.players, *([self.vnc] if self.vnc is not None else [])]
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
@@ -242,7 +265,7 @@ class RemoteParallelEnv(ParallelEnv[AgentID, np.ndarray, int]):  # type: ignore[
             w.reset(None if seed is None else seed + i, self.env_id)
             for i, w in enumerate(self._worlds)
         ))
-        frames = [w.vnc.frame() for w in self._worlds if w.vnc is not None]
+        frames = [w.frame() for w in self._worlds if w.vnc is not None]
         self._last_frames = list(frames)
         return frames
 
@@ -287,8 +310,7 @@ class RemoteParallelEnv(ParallelEnv[AgentID, np.ndarray, int]):  # type: ignore[
                 None if a not in actions else int(actions[a]) for a in world.agents
             ]
             replies = await world.step(own, self.frameskip)
-            assert world.vnc is not None
-            return world.vnc.frame(), replies
+            return world.frame(), replies
 
         results = await asyncio.gather(*(one(w) for w in live))
         for world, (frame, _) in zip(live, results, strict=True):

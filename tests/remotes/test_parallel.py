@@ -70,6 +70,29 @@ def test_same_seed_and_joint_actions_give_the_same_frames(duel: LocalRemotes) ->
     assert points and all(a == -b for a, b in points)  # each agent's own reward
 
 
+def test_frames_through_shared_memory_are_the_vnc_frames(duel: LocalRemotes) -> None:
+    """A local multi-player remote hands its frames over in shared memory; the same seed
+    and joint actions give the same frames as over VNC."""
+    env = RemoteParallelEnv(duel.address, frameskip=4)
+
+    async def shared(on: bool | None = None) -> bool:
+        frames = env._worlds[0].shared
+        assert frames is not None
+        if on is not None:
+            frames.enabled = on
+        return frames.stepped is not None
+
+    try:
+        through_shm = play(env, 31, 200)
+        assert env._loop.run(shared())
+        env._loop.run(shared(False))
+        through_vnc = play(env, 31, 200)
+        assert not env._loop.run(shared())
+    finally:
+        env.close()
+    assert through_shm == through_vnc
+
+
 def test_truncation_after_max_cycles(duel: LocalRemotes) -> None:
     env = RemoteParallelEnv(duel.address, max_cycles=3)
     try:
