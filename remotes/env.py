@@ -32,7 +32,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
-from rewarder.protocol import REALTIME
+from rewarder.protocol import LOCKSTEP, REALTIME
 
 from .address import RemoteAddress
 from .group import RemoteGroup, follow
@@ -267,7 +267,10 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         problem = space.check(action)
         if problem is not None:
             raise ValueError(f"invalid action for remote {self._state.name}: {problem}")
-        batch: Batch = self._loop.run(self._core.step([list(action)]))
+        # Lockstep steps come back to back: the loop runs in this thread for them.
+        batch: Batch = self._loop.run(
+            self._core.step([list(action)]), inline=self._core.mode == LOCKSTEP
+        )
         self._frame = batch.obs[0]
         return (
             self._frame, float(batch.rewards[0]), bool(batch.terminated[0]),

@@ -7,9 +7,13 @@ sessions on one asyncio loop in one daemon thread, so 64 remotes cost one thread
 loop thread (which owns every socket). The rule:
 
 - Session state (``RemoteSession``, its VNC and rewarder clients, the stepping core's
-  slots) is read and written **only on the loop thread**, inside coroutines the agent
-  runs with :meth:`LoopThread.run`. A reconnect sets a session's clients to None and back
-  at any moment between two of the agent's calls.
+  slots) is read and written **only by the thread running the loop**, inside coroutines
+  the agent runs with :meth:`LoopThread.run`. That is the loop thread, except during an
+  inline call (``run(..., inline=True)``, what lockstep steps use): then the agent's own
+  thread runs the loop for the call, saving two thread wake-ups and a GIL hand-over per
+  step, and the loop thread takes the loop back after :data:`HANDBACK_IDLE` of quiet. A
+  lock says who runs it; never both. A reconnect sets a session's clients to None and
+  back at any moment between two of the agent's calls.
 - The agent's thread receives **snapshots**: a step's observations, rewards and infos are
   fresh objects built on the loop thread and never touched by it again
   (``remotes.stepper.Batch``); what a remote is like (name, screen, describe,
@@ -24,6 +28,7 @@ import asyncio
 import atexit
 import logging
 import threading
+import time
 from collections.abc import Coroutine
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Final, TypeVar
@@ -35,6 +40,11 @@ log = logging.getLogger(__name__)
 #: Seconds :meth:`LoopThread.close` gives the loop's tasks to finish once cancelled
 #: (closing sockets), before it stops the loop anyway.
 SHUTDOWN_TIMEOUT: Final = 5.0
+#: After an inline call (:meth:`LoopThread.run` with ``inline=True``) the loop thread
+#: leaves the loop to the caller for this long, in case it calls again (a lockstep agent
+#: steps back to back); then it runs the loop again, so sockets are served while the
+#: agent thinks (the remote's liveness checks need answers within seconds).
+HANDBACK_IDLE: Final = 0.005
 
 
 class LoopThread:
@@ -42,23 +52,46 @@ class LoopThread:
 
     def __init__(self, name: str = "universe-remote-loop") -> None:
         self.loop = asyncio.new_event_loop()
+        #: Held by whichever thread runs the loop: ours, or an inline caller's.
+        self._owner = threading.Lock()
+        self._inline_at = 0.0  # when the last inline call ended (monotonic)
+        self._inline_calls = 0
+        self._closing = False
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        while not self._closing:
+            with self._owner:
+                if self._closing:
+                    break
+                self.loop.run_forever()  # until an inline caller (or close) stops it
+            # An inline caller has the loop: take it back once it has been quiet a while.
+            while not self._closing:
+                quiet = time.monotonic() - self._inline_at
+                if self._inline_calls == 0 and quiet >= HANDBACK_IDLE:
+                    break
+                time.sleep(max(HANDBACK_IDLE - quiet, HANDBACK_IDLE / 5))
 
     @property
     def thread(self) -> threading.Thread:
         """The loop's thread (where session state may be read)."""
         return self._thread
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the loop and wait for its result (cancelling it on timeout)."""
-        if threading.current_thread() is self._thread:
+    def run(
+        self, coro: Coroutine[Any, Any, T], timeout: float | None = None, inline: bool = False
+    ) -> T:
+        """Run ``coro`` on the loop and wait for its result (cancelling it on timeout).
+
+        ``inline``: run the loop in the calling thread for the call (taking it from the
+        loop thread, which takes it back after HANDBACK_IDLE of quiet): no thread hand-off,
+        for calls made back to back (lockstep steps)."""
+        if self.loop.is_running() and asyncio._get_running_loop() is self.loop:
             coro.close()
             raise RuntimeError("LoopThread.run() called from its own loop: await instead")
+        if inline:
+            return self._run_inline(coro, timeout)
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result(timeout)
@@ -68,6 +101,27 @@ class LoopThread:
         except BaseException:
             future.cancel()
             raise
+
+    def _run_inline(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
+        self._inline_calls += 1
+        try:
+            if not self._owner.acquire(blocking=False):
+                self.loop.call_soon_threadsafe(self.loop.stop)
+                self._owner.acquire()
+            try:
+                task = self.loop.create_task(coro)
+                try:
+                    return self.loop.run_until_complete(asyncio.wait_for(task, timeout))
+                except TimeoutError:
+                    raise TimeoutError(f"gave up after {timeout} s") from None
+                finally:
+                    if not task.done():  # interrupted (Ctrl-C): the loop thread finishes it
+                        task.cancel()
+            finally:
+                self._inline_at = time.monotonic()
+                self._owner.release()
+        finally:
+            self._inline_calls -= 1
 
     def close(self) -> None:
         """Cancel every task still on the loop and let them finish (so none is destroyed
@@ -80,6 +134,7 @@ class LoopThread:
                 done.result(SHUTDOWN_TIMEOUT + 1.0)
             except (FutureTimeout, RuntimeError):
                 log.debug("the loop's tasks did not finish within %s s", SHUTDOWN_TIMEOUT)
+            self._closing = True
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=5)
         if not self._thread.is_alive():

@@ -33,7 +33,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from rewarder.protocol import REALTIME
+from rewarder.protocol import LOCKSTEP, REALTIME
 
 from .address import RemoteAddress
 from .env import _GRACE, _spaces_differ, action_space, close_all
@@ -256,7 +256,10 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             if problem is not None:
                 raise ValueError(f"invalid action for remote {i} ({self._states[i].name}): {problem}")
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
-        batch: Batch = self._loop.run(self._core.step([list(a) for a in actions], same_step))
+        # Lockstep steps come back to back: the loop runs in this thread for them.
+        batch: Batch = self._loop.run(
+            self._core.step([list(a) for a in actions], same_step), inline=self._core.mode == LOCKSTEP
+        )
         self._frames = batch.obs
         per_remote = list(batch.infos)
         for i, (final_obs, final_info) in batch.final.items():  # as SyncVectorEnv puts them
