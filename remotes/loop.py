@@ -72,7 +72,9 @@ class LoopThread:
                 quiet = time.monotonic() - self._inline_at
                 if self._inline_calls == 0 and quiet >= HANDBACK_IDLE:
                     break
-                time.sleep(max(HANDBACK_IDLE - quiet, HANDBACK_IDLE / 5))
+                # (A call under way: check again a whole HANDBACK_IDLE later, not sooner:
+                # every wake of this thread contends for the GIL with the caller's.)
+                time.sleep(HANDBACK_IDLE if self._inline_calls else HANDBACK_IDLE - quiet)
 
     @property
     def thread(self) -> threading.Thread:
