@@ -89,7 +89,7 @@ class LoopThread:
         ``inline``: run the loop in the calling thread for the call (taking it from the
         loop thread, which takes it back after HANDBACK_IDLE of quiet): no thread hand-off,
         for calls made back to back (lockstep steps)."""
-        if self.loop.is_running() and asyncio._get_running_loop() is self.loop:
+        if asyncio._get_running_loop() is self.loop:
             coro.close()
             raise RuntimeError("LoopThread.run() called from its own loop: await instead")
         if inline:

@@ -122,10 +122,8 @@ class _World:
 
     async def reset(self, seed: int | None, env_id: str | None) -> None:
         """A joint reset (every player asks; the remote resets once) and its first frame."""
-        assert self.vnc is not None
-        if self.shared is not None:
-            self.shared.stepped = None
-        self.vnc.resume_updates()  # the new episode's first frame comes over VNC
+        assert self.vnc is not None and self.shared is not None
+        self.shared.new_episode(self.vnc)
         episodes = await asyncio.gather(*(
             c.reset(env_id=env_id, seed=seed, mode=LOCKSTEP, timeout=STEP_TIMEOUT)
             for c in self.players
@@ -147,11 +145,7 @@ class _World:
             c.step(e, frames, timeout=STEP_TIMEOUT, obs=o)
             for c, e, o in zip(self.players, events, obs, strict=True)
         ))
-        if self.shared.take(replies[0]):
-            self.vnc.pause_updates()  # the frames come through shared memory
-        else:
-            self.vnc.resume_updates()
-            await self.vnc.wait_frame(replies[0].frame, timeout=STEP_TIMEOUT)
+        await self.shared.receive(replies[0], self.vnc, STEP_TIMEOUT)
         self.done = any(r.done for r in replies)
         return list(replies)
 

@@ -527,9 +527,7 @@ class RemoteSession:
         first update after the reset reply: the remote draws the new episode's first
         frame before it replies.
         """
-        self.shared.stepped = None
-        if self.vnc is not None:
-            self.vnc.resume_updates()  # the new episode's first frame comes over VNC
+        self.shared.new_episode(self.vnc)
         try:
             async with asyncio.timeout(timeout):
                 episode = None
@@ -574,13 +572,8 @@ class RemoteSession:
         try:
             async with asyncio.timeout(timeout):
                 reply = await self.rewarder.step(events, frames, obs=self.shared.obs)
-                vnc = self.vnc
-                assert vnc is not None
-                if self.shared.take(reply):
-                    vnc.pause_updates()  # the frames come through shared memory
-                else:
-                    vnc.resume_updates()
-                    await vnc.wait_frame(reply.frame)
+                assert self.vnc is not None
+                await self.shared.receive(reply, self.vnc)
         except TimeoutError:
             raise  # an OSError too, but a stall (the stepper says so), not a lost connection
         except (ConnectionClosed, VNCError, OSError) as exc:  # a RemoteError says what to fix

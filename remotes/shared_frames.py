@@ -15,6 +15,7 @@ import numpy as np
 
 from rewarder import shm
 from rewarder.protocol import OBS_SHM, OBS_VNC, StepReply
+from vncdriver.client import VNCClient
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,22 @@ class SharedFrames:
             return False
         self.stepped = (view.pixels, number, episode)
         return True
+
+    async def receive(self, reply: StepReply, vnc: VNCClient, timeout: float | None = None) -> None:
+        """The frame of the step ``reply`` answers: in shared memory (the VNC client asks
+        for no updates meanwhile: nobody would look at them), else the VNC update tagged
+        with it."""
+        if self.take(reply):
+            vnc.pause_updates()
+        else:
+            vnc.resume_updates()
+            await vnc.wait_frame(reply.frame, timeout)
+
+    def new_episode(self, vnc: VNCClient | None) -> None:
+        """A reset: its first frame comes over VNC, so ask for updates again."""
+        self.stepped = None
+        if vnc is not None:
+            vnc.resume_updates()
 
     def forget(self) -> None:
         """Unmap the segment (a reconnect: the remote may be another process now)."""

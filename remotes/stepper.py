@@ -521,24 +521,23 @@ class Stepper(Recovery):
         assert frames is not None
         session = slot.session
         vnc = session.vnc
-        stepped = session.shared.stepped
-        if stepped is not None:  # lockstep through shared memory
-            pixels, slot.returned, slot.episode = stepped
-            if pixels.shape == frames.shape[1:]:
-                np.copyto(frames[slot.index], pixels)
-            if slot.seen is None or slot.returned > slot.seen:
-                slot.seen = slot.returned
+        number: int | None = None
+        if session.shared.stepped is not None:  # lockstep through shared memory
+            pixels, number, episode = session.shared.stepped
         elif vnc is not None:
-            tag = vnc.tag
-            buffer = vnc.framebuffer
-            if buffer.shape == frames.shape[1:]:
-                np.copyto(frames[slot.index], buffer)
+            pixels, tag = vnc.framebuffer, vnc.tag
             if tag is not None:
-                slot.returned, slot.episode = tag.frame, tag.episode_id
-                if slot.seen is None or tag.frame > slot.seen:
-                    slot.seen = tag.frame
-        elif session.rewarder is not None:
-            frames[slot.index] = 0
+                number, episode = tag.frame, tag.episode_id
+        else:
+            if session.rewarder is not None:
+                frames[slot.index] = 0
+            return
+        if pixels.shape == frames.shape[1:]:
+            np.copyto(frames[slot.index], pixels)
+        if number is not None:
+            slot.returned, slot.episode = number, episode
+            if slot.seen is None or number > slot.seen:
+                slot.seen = number
 
     def _latency(self, slot: Slot) -> dict[str, float]:
         """Latencies read from the frame tag's server time (no pixels read): how long

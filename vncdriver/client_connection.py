@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from .client_protocol import ClientProtocol
@@ -181,8 +181,13 @@ class Connection(asyncio.BufferedProtocol):
     def _handshake_data(self, nbytes: int) -> None:
         handshake, buffer = self.handshake, self._handshake_buffer
         assert handshake is not None and buffer is not None
+        self._handshake_step(lambda: handshake.receive_data(bytes(buffer[:nbytes])))
+
+    def _handshake_step(self, step: Callable[[], None]) -> None:
+        """Move the handshake on (bytes in, or the switch to TLS done); a failure drops
+        the connection, else what follows happens."""
         try:
-            handshake.receive_data(bytes(buffer[:nbytes]))
+            step()
         except Exception as exc:
             self.fail(exc)
             return
@@ -213,12 +218,7 @@ class Connection(asyncio.BufferedProtocol):
             self.fail(ConnectionLost(client.address, "closed during the TLS handshake"))
             return
         self.transport = tls
-        try:
-            handshake.tls_started()
-        except Exception as exc:
-            self.fail(exc)
-            return
-        self._handshake_progress()
+        self._handshake_step(handshake.tls_started)
 
     def _handshake_progress(self) -> None:
         """Write what the handshake has to say; start TLS or the protocol when it is time."""

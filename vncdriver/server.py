@@ -208,9 +208,14 @@ class _Connection(asyncio.Protocol):
 
     def _handshake_data(self, data: bytes) -> None:
         handshake = self.handshake
-        assert handshake is not None and self.transport is not None
+        assert handshake is not None
+        self._handshake_step(lambda: handshake.receive_data(data))
+
+    def _handshake_step(self, step: Callable[[], None]) -> None:
+        """Move the handshake on (bytes in, or the switch to TLS done), write what it
+        queued — a failure's reason before the error closes us — and act on its events."""
         try:
-            handshake.receive_data(data)
+            step()
         finally:
             self._flush_handshake()
         self._handshake_events()
@@ -239,13 +244,9 @@ class _Connection(asyncio.Protocol):
         own.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
         self.transport = own
         try:
-            self.handshake.tls_started()
+            self._handshake_step(self.handshake.tls_started)
         except VNCError as exc:
             self._failed(exc)
-            return
-        finally:
-            self._flush_handshake()
-        self._handshake_events()
 
     def _handshake_events(self) -> None:
         handshake = self.handshake

@@ -128,10 +128,10 @@ class BytesFeeder:
         while not self.done:
             need = self._need
             if need is PAUSE:
-                if len(buf) > self._pos:
+                if self.buffered:
                     raise ProtocolError(
-                        f"the peer sent {len(buf) - self._pos} bytes in clear where the "
-                        "switch to TLS was agreed"
+                        f"the peer sent {self.buffered} bytes in clear where the switch to "
+                        "TLS was agreed"
                     )
                 break
             if isinstance(need, int):
