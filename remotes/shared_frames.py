@@ -1,10 +1,17 @@
 """The agent's side of lockstep frames in shared memory (see :mod:`rewarder.shm`).
 
 Holds :class:`SharedFrames`: whether a session asks its remote for ``obs="shm"`` (only a
-remote on this machine, dialled at a loopback address), the segments replies name,
-mapped once each, and the frame the last step left there. When a segment cannot be
-used (another machine, another user, a remote in a container with its own /dev/shm)
-the session says so once in the log and goes back to frames over VNC for good.
+remote on this machine, dialled at a loopback address), the reader of the segment the
+replies name (opened once, kept open), and which frame the last step read from it.
+
+A step's frame is read with :meth:`SharedFrames.take` straight into the caller's array
+(one copy, nothing mapped). When a segment cannot be used (another machine, another
+user, a remote in a container with its own /dev/shm, a FIFO or symbolic link in its
+place, a truncated file, a frame that is not the step's) ``take`` returns False, the
+reason waits in :attr:`SharedFrames.error` for the stepper to report once
+(:meth:`SharedFrames.pop_error`, ``info["shm.error"]``), and frames come over VNC until
+the connection is closed (:meth:`SharedFrames.forget`): the next connection, which may be
+to another process, tries shared memory again.
 """
 
 from __future__ import annotations
@@ -21,52 +28,62 @@ log = logging.getLogger(__name__)
 
 
 class SharedFrames:
-    """``enabled``: try shared memory at all (the remote is on this machine)."""
+    """One session's shared-memory frames; ``enabled``: try them at all (the remote is on
+    this machine). Used on the session's loop thread only.
+
+    Attributes: :attr:`enabled` (steps ask for ``obs="shm"`` now; False when this machine
+    has no writable /dev/shm, and after an error until :meth:`forget`), :attr:`error` (why
+    shared memory went off, until popped), :attr:`last` ((frame number, episode id) of the
+    frame the last step read), :attr:`stepped` (transitional, see there).
+    """
 
     def __init__(self, name: str, enabled: bool) -> None:
         self.name = name
+        #: The caller asked for shared memory (the remote is on this machine).
+        self.requested = enabled
         self.enabled = enabled and shm.available()
-        #: The last step's frame: (pixels, frame number, episode id); None after a reset,
-        #: a reconnect, or a step whose frame came over VNC.
+        #: Why shared memory went off (a sentence for ``info["shm.error"]``), until
+        #: :meth:`pop_error` takes it.
+        self.error: str | None = None
+        #: (frame number, episode id) of the frame the last step read from shared memory;
+        #: None after a reset, a reconnect, or a step whose frame came over VNC.
+        self.last: tuple[int, int] | None = None
+        #: Transitional, for readers of the step's pixels that do not pass their own array
+        #: yet (the stepper's copy, ``RemoteSession.frame``, ``RemoteParallelEnv``):
+        #: (the array the last step's frame was read into, frame number, episode id), or
+        #: None as :attr:`last`. The array is ``take``'s ``dest`` or, after
+        #: :meth:`receive`, an internal buffer the next ``receive`` overwrites; never a
+        #: mapping of the segment.
         self.stepped: tuple[np.ndarray, int, int] | None = None
-        self._view: shm.FrameView | None = None
+        self._reader: shm.FrameReader | None = None
+        self._buffer: np.ndarray | None = None  # receive()'s frame
 
     @property
     def obs(self) -> str:
         """What a step asks for."""
         return OBS_SHM if self.enabled else OBS_VNC
 
-    def take(self, reply: StepReply) -> bool:
-        """Note the frame ``reply`` left in shared memory; False: wait for it over VNC."""
-        self.stepped = None
-        if reply.shm is None:
-            return False
-        name, height, width = reply.shm
-        try:
-            view = self._view
-            if view is None or (view.name, view.height, view.width) != reply.shm:
-                self.forget()
-                self._view = view = shm.FrameView(name, height, width)
-            number, episode = view.header()
-            if (number, episode) != (reply.frame, reply.episode_id):
-                raise ValueError(
-                    f"it holds frame {number} of episode {episode}, the reply names frame "
-                    f"{reply.frame} of episode {reply.episode_id}"
-                )
-        except (OSError, ValueError) as exc:
-            log.warning("%s: shared-memory frames unusable (%s); taking frames over VNC",
-                        self.name, exc)
-            self.enabled = False
-            self.forget()
-            return False
-        self.stepped = (view.pixels, number, episode)
-        return True
+    def take(self, reply: StepReply, dest: np.ndarray) -> bool:
+        """Read the frame of the step ``reply`` answers from shared memory straight into
+        ``dest`` (a C-contiguous ``uint8[height, width, 3]``, e.g. a row of a batch array)
+        and return True; False when the reply names no segment (the step asked for VNC,
+        or the remote ignored ``obs``), or when the segment is unusable: then
+        :attr:`error` says why, shared memory is off until :meth:`forget`, and the frame
+        comes over VNC. ``dest`` may be partly written when it returns False."""
+        return self._take(reply, dest)
+
+    def pop_error(self) -> str | None:
+        """Why shared memory went off, once (None: nothing new to report)."""
+        error, self.error = self.error, None
+        return error
 
     async def receive(self, reply: StepReply, vnc: VNCClient, timeout: float | None = None) -> None:
-        """The frame of the step ``reply`` answers: in shared memory (the VNC client asks
-        for no updates meanwhile: nobody would look at them), else the VNC update tagged
-        with it."""
-        if self.take(reply):
+        """The frame of the step ``reply`` answers: from shared memory into an internal
+        buffer (:attr:`stepped` names it; the VNC client asks for no updates meanwhile:
+        nobody would look at them), else the VNC update tagged with it.
+
+        Transitional: the stepper will :meth:`take` frames into its batch instead."""
+        if self._take(reply, None):
             vnc.pause_updates()
         else:
             vnc.resume_updates()
@@ -74,13 +91,59 @@ class SharedFrames:
 
     def new_episode(self, vnc: VNCClient | None) -> None:
         """A reset: its first frame comes over VNC, so ask for updates again."""
-        self.stepped = None
+        self.stepped = self.last = None
         if vnc is not None:
             vnc.resume_updates()
 
     def forget(self) -> None:
-        """Unmap the segment (a reconnect: the remote may be another process now)."""
-        self.stepped = None
-        if self._view is not None:
-            self._view.close()
-            self._view = None
+        """The connection closed (a reconnect, or the end): close the segment (the next
+        connection's remote may be another process), and turn shared memory back on if
+        it was asked for and this machine has it, whatever went wrong before. An error
+        not yet popped stays to be reported."""
+        self.stepped = self.last = None
+        self._buffer = None
+        self._close_reader()
+        self.enabled = self.requested and shm.available()
+
+    def _take(self, reply: StepReply, dest: np.ndarray | None) -> bool:
+        """:meth:`take`; ``dest`` None: into the internal buffer (allocated once the
+        segment proved to hold frames of the size the reply names)."""
+        self.stepped = self.last = None
+        if not self.enabled or reply.shm is None:
+            return False
+        try:
+            reader = self._reader
+            if reader is None or (reader.name, reader.height, reader.width) != reply.shm:
+                self._close_reader()
+                self._reader = reader = shm.FrameReader(*reply.shm)
+            if dest is None:
+                shape = (reader.height, reader.width, 3)
+                if self._buffer is None or self._buffer.shape != shape:
+                    self._buffer = np.empty(shape, np.uint8)
+                dest = self._buffer
+            number, episode = reader.read_into(dest)
+            if (number, episode) != (reply.frame, reply.episode_id):
+                raise ValueError(
+                    f"frame segment {reader.name} holds frame {number} of episode {episode}, "
+                    f"the reply names frame {reply.frame} of episode {reply.episode_id}; "
+                    f"{shm.VNC_INSTEAD}"
+                )
+        except (OSError, ValueError) as exc:
+            self._off(exc)
+            return False
+        self.last = (number, episode)
+        self.stepped = (dest, number, episode)
+        return True
+
+    def _off(self, exc: OSError | ValueError) -> None:
+        """Shared memory off until :meth:`forget`, saying why (in the log and :attr:`error`)."""
+        self.error = f"{exc} (until the next reconnect)"
+        log.warning("%s: shared-memory frames unusable: %s", self.name, self.error)
+        self.enabled = False
+        self._buffer = None
+        self._close_reader()
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None

@@ -353,7 +353,7 @@ class RewarderClient(ClientChannel):
         exactly those frames and the number of the resulting frame. The remote must be in
         lockstep mode (``reset(mode="lockstep")``), else :class:`RemoteError`. With
         ``obs="shm"`` the frame is in the shared-memory segment ``reply.shm`` names
-        (:class:`~rewarder.shm.FrameView`) instead of a VNC update.
+        (read it with :class:`~rewarder.shm.FrameReader`) instead of a VNC update.
         """
         ws, proto = self._connection()
         message_id, data = proto.step(self.episode_id or 0, list(events), frames, obs)

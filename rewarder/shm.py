@@ -1,35 +1,43 @@
 """Lockstep frames through shared memory, for an agent on the remote's own machine.
 
 Holds :class:`FrameSegment` (the remote's side: a file in ``/dev/shm`` it writes each
-stepped frame into) and :class:`FrameView` (the agent's side: the same file mapped
-read-only). A step request asks for it with ``"obs": "shm"``; the reply names the
-segment (``"shm": [name, height, width]``), and only those few bytes cross the socket.
+stepped frame into) and :class:`FrameReader` (the agent's side: the same file, each frame
+copied out of it with one ``preadv``). A step request asks for it with ``"obs": "shm"``;
+the reply names the segment (``"shm": [name, height, width]``), and only those few bytes
+cross the socket.
 
 Why a file and not :mod:`multiprocessing.shared_memory`: Python 3.11's resource tracker
 unlinks a segment when any process that merely attached to it exits, and warns about
-"leaks" it does not own. A plain file under ``/dev/shm`` (tmpfs) with ``mmap`` is the same
-memory without that.
+"leaks" it does not own. A plain file under ``/dev/shm`` (tmpfs) is the same memory
+without that.
 
 The segment's header says which frame it holds (``HEADER``: magic, frame number, episode
 id, height, width); the agent checks the frame number against the reply, so a segment
 that is not the one the reply meant (another machine with the same path, a remote that
 restarted) is never read as the step's frame. Writes happen only between a step request
-and its reply, while the one stepping agent waits, so the agent never sees a torn frame.
+and its reply, while the one stepping agent waits, and the agent copies the frame out in
+one read before its next request, so it never sees a torn frame.
 
-The file is created mode 0600 (the remote's user; root reads it too), removed when the
-remote closes, and files of remotes that died without closing are swept by the next
-remote that creates one.
+The agent does not trust the name a reply carries: :class:`FrameReader` refuses symbolic
+links, FIFOs (without blocking on them), anything but a regular file of its own user and
+files too small for the frame, and maps nothing, so a file truncated under it cannot kill
+it with SIGBUS. Each refusal is an OSError or ValueError, and frames go over VNC instead.
+
+The file is created mode 0600 (the remote's user), removed when the remote closes, and
+files of remotes that died without closing are swept by the next remote that creates one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import secrets
+import stat
 import struct
 from pathlib import Path
-from typing import Final
+from typing import Final, Self
 
 import numpy as np
 
@@ -41,6 +49,10 @@ MAGIC: Final = b"URFRAME1"
 HEADER: Final = struct.Struct("<8sqqII")
 #: Pixels start here (a multiple of 64: aligned for numpy's copies).
 PIXELS_AT: Final = 64
+#: The longest side a reply may name (the agent allocates frames of the size it names).
+MAX_SIDE: Final = 16384
+#: How every refusal of :class:`FrameReader` ends.
+VNC_INSTEAD: Final = "frames go over VNC instead"
 
 
 def available() -> bool:
@@ -87,39 +99,126 @@ class FrameSegment:
                 self._map.close()
 
 
-class FrameView:
-    """The agent's side: a segment named in a step reply, mapped read-only.
+class FrameReader:
+    """The agent's side: the segment a step reply names, opened once, each frame read by
+    copy.
 
-    Raises OSError (FileNotFoundError: another machine; PermissionError: another user)
-    or ValueError (not a frame segment) from the constructor: the caller falls back to
-    frames over VNC.
+    The reply comes over a socket, so the file it names is not trusted: it is opened with
+    ``O_NOFOLLOW`` (a symbolic link is refused), ``O_NONBLOCK`` (a FIFO of that name
+    cannot hang :func:`os.open`) and ``O_CLOEXEC``, and must then be a regular file of
+    this process's user (root included: a root agent reads only root's segments), big
+    enough for a ``width`` x ``height`` frame. Nothing is mapped: :meth:`read_into` copies
+    header and pixels out with one ``preadv``, so a file truncated meanwhile gives a short
+    read (ValueError), never SIGBUS, and the frame the caller holds never changes under it.
+
+    Every failure is an OSError (FileNotFoundError: another machine or a container's own
+    /dev/shm; PermissionError: another user) or a ValueError (not a frame segment, too
+    small, not the frame asked for), saying what was wrong: the caller takes frames over
+    VNC instead.
     """
 
     def __init__(self, name: str, height: int, width: int) -> None:
-        if not name.startswith(PREFIX) or "/" in name or name in (".", ".."):
-            raise ValueError(f"{name!r} is not a frame segment name")
+        self._fd = -1
+        if (not isinstance(name, str) or not name.startswith(PREFIX) or "/" in name
+                or "\0" in name or name in (".", "..")):
+            raise ValueError(f"{name!r} is not a frame segment name; {VNC_INSTEAD}")
+        if not (0 < height <= MAX_SIDE and 0 < width <= MAX_SIDE):
+            raise ValueError(
+                f"frame segment {name}: a {width}x{height} frame is not a screen (each side "
+                f"1..{MAX_SIDE}); {VNC_INSTEAD}"
+            )
         self.name, self.height, self.width = name, height, width
-        with open(SHM_DIR / name, "rb") as f:
-            self._map = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
-        if len(self._map) < PIXELS_AT + height * width * 3:
-            self._map.close()
-            raise ValueError(f"frame segment {name} is smaller than a {width}x{height} frame")
-        self.pixels = np.frombuffer(self._map, np.uint8, height * width * 3, PIXELS_AT).reshape(
-            height, width, 3
-        )
+        self.path = SHM_DIR / name
+        #: Header and pixels: what one read needs.
+        self.size = PIXELS_AT + height * width * 3
+        self._header = bytearray(PIXELS_AT)
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            what = ("is a symbolic link, which a segment never is" if exc.errno == errno.ELOOP
+                    else f"cannot be opened ({exc.strerror})")
+            raise OSError(exc.errno, f"frame segment {self.path} {what}; {VNC_INSTEAD}") from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(
+                    f"frame segment {self.path} is {_kind(st.st_mode)}, not a regular file; "
+                    f"{VNC_INSTEAD}"
+                )
+            if st.st_uid != os.geteuid():
+                raise PermissionError(
+                    errno.EACCES,
+                    f"frame segment {self.path} belongs to uid {st.st_uid}, not to this "
+                    f"process's user (uid {os.geteuid()}); {VNC_INSTEAD}",
+                )
+            if st.st_size < self.size:
+                raise ValueError(self._truncated(st.st_size))
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
 
-    def header(self) -> tuple[int, int]:
-        """The frame number and episode id the segment holds now."""
-        magic, number, episode, height, width = HEADER.unpack_from(self._map, 0)
-        if magic != MAGIC or (height, width) != (self.height, self.width):
-            raise ValueError(f"frame segment {self.name} holds no {self.width}x{self.height} frame")
+    def read_into(self, dest: np.ndarray) -> tuple[int, int]:
+        """Copy the frame the segment holds into ``dest`` (C-contiguous, writable
+        ``uint8[height, width, 3]``: a row of a batch array will do); returns its frame
+        number and episode id. ``dest`` may be partly written when it raises."""
+        if self._fd < 0:
+            raise ValueError(f"frame segment {self.name}: the reader is closed; {VNC_INSTEAD}")
+        shape = (self.height, self.width, 3)
+        if (dest.shape != shape or dest.dtype != np.uint8 or not dest.flags.c_contiguous
+                or not dest.flags.writeable):
+            raise ValueError(
+                f"frame segment {self.name} holds {self.width}x{self.height} frames; they "
+                f"cannot be read into a {'' if dest.flags.writeable else 'read-only '}"
+                f"{dest.dtype}{list(dest.shape)} array"
+                f"{'' if dest.flags.c_contiguous else ' (not C-contiguous)'}; {VNC_INSTEAD}"
+            )
+        got = os.preadv(self._fd, [self._header, dest.data.cast("B")], 0)
+        if got < self.size:
+            raise ValueError(self._truncated(got))
+        magic, number, episode, height, width = HEADER.unpack_from(self._header, 0)
+        if magic != MAGIC:
+            raise ValueError(
+                f"frame segment {self.name} does not start with {MAGIC!r}: not a frame segment; "
+                f"{VNC_INSTEAD}"
+            )
+        if (height, width) != (self.height, self.width):
+            raise ValueError(
+                f"frame segment {self.name} holds a {width}x{height} frame, the reply named "
+                f"{self.width}x{self.height}; {VNC_INSTEAD}"
+            )
         return number, episode
 
     def close(self) -> None:
-        del self.pixels
-        with contextlib.suppress(BufferError):
-            self._map.close()
+        """Close the file (idempotent)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
 
+    def __del__(self) -> None:
+        self.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _truncated(self, size: int) -> str:
+        return (
+            f"frame segment {self.name} is truncated: {size} bytes, a {self.width}x{self.height} "
+            f"frame needs {self.size}; {VNC_INSTEAD}"
+        )
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file is, for an error message."""
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return kind
+    return f"of file type {stat.S_IFMT(mode):#o}"
 
 def _sweep() -> None:
     """Remove the segments of remotes that are gone (killed before they could)."""
