@@ -33,7 +33,7 @@ import numpy as np
 
 from rewarder import protocol
 from rewarder.errors import BadRequest
-from rewarder.protocol import FRAME_INFO_KEY
+from rewarder.protocol import FRAME_INFO_KEY, HEARTBEAT_INTERVAL
 from rewarder.server import RewarderServer
 from runtimes import registry
 from runtimes.base import Runtime, StepResult
@@ -78,9 +78,6 @@ MAX_SLICE_SECONDS: Final = 0.005
 #: the loop one turn, and answering a ping takes several (socket read, handler, write):
 #: measured, pings still waited ~50 ms. A short real sleep lets every chain finish.
 SLICE_PAUSE_SECONDS: Final = 0.0005
-#: Seconds between describes when nothing else changes: Universe's servers sent one at
-#: least this often, so a live but idle remote is told apart from a stalled one.
-HEARTBEAT_INTERVAL: Final = 5.0
 #: How long a reset waits for an automatic reset or a recovery under way to finish.
 MAX_RESET_WAIT: Final = 60.0
 

@@ -24,6 +24,7 @@ the remote back by itself, and its :meth:`~RemoteEnv.reset` does.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any, Final, SupportsFloat
 
@@ -39,7 +40,7 @@ from .group import RemoteGroup, follow
 from .loop import LoopThread, shared_loop
 from .session import (
     RemoteSession,
-    RemoteState,
+    RemoteSnapshot,
     RemoteUnavailable,
     VNCOptions,
     check_stepping,
@@ -68,7 +69,7 @@ def _spec(kwargs: dict[str, Any]) -> EnvSpec:
     )
 
 
-def action_space(state: RemoteState) -> VNCActionSpace:
+def action_space(state: RemoteSnapshot) -> VNCActionSpace:
     """The VNC action space a remote's describe calls for (its keys and buttons)."""
     describe = state.describe
     return VNCActionSpace(
@@ -76,7 +77,7 @@ def action_space(state: RemoteState) -> VNCActionSpace:
     )
 
 
-def _spaces_differ(new: RemoteState, old: RemoteState) -> bool:
+def _spaces_differ(new: RemoteSnapshot, old: RemoteSnapshot) -> bool:
     """Whether a reset changed what the spaces are made of (an env switch does)."""
     keys = ("keys", "buttons", "fps")
     return new.screen_size != old.screen_size or any(
@@ -91,6 +92,8 @@ CLOSE_TIMEOUT: Final = 10.0
 def close_all(loop: LoopThread, core: Stepper | None, owned: Any) -> None:
     """From the agent's thread: close the stepper's connections (if ``core``), then stop
     what the env started (``owned``: local remotes or containers). Both envs' close()."""
+    if loop.forked:  # a fork's child: the parent's connections are the parent's to close
+        return
     if core is not None:
         try:
             loop.run(core.close(), CLOSE_TIMEOUT)
@@ -173,15 +176,16 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         pw = password if password is not None else address_password
         session = RemoteSession(
             remotes[0], pw, vnc=VNCOptions(encoding=encoding, quality=quality),
-            start_timeout=start_timeout, tls=tls_context(remotes, tls_ca),
+            start_timeout=start_timeout, tls=tls_context(remotes, tls_ca), lockstep=mode == LOCKSTEP,
         )
         if group is not None:
             follow(group, [session])
         self._core = Stepper(
             [session], mode=mode, frameskip=frameskip, fps=fps, env_id=env_id,
             max_episode_steps=max_episode_steps, start_timeout=start_timeout,
-            stall_frames=stall_frames, stall_timeout=stall_timeout,
+            stall_frames=stall_frames, stall_timeout=stall_timeout, loop=self._loop,
         )
+        self._stepping = threading.Lock()  # one call at a time (threads queue up here)
         (state,) = self._loop.run(self._core.connect(), start_timeout + _GRACE)
         self._closed = False
         self.spec = _spec(
@@ -206,7 +210,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
 
     # Helpers ---------------------------------------------------------------------------
 
-    def _configure_spaces(self, state: RemoteState) -> None:
+    def _configure_spaces(self, state: RemoteSnapshot) -> None:
         """Spaces and fps from a snapshot of the remote (taken on the loop thread)."""
         self._state = state
         self.fps = self._core.fps
@@ -226,7 +230,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         return self._loop
 
     @property
-    def remote(self) -> RemoteState:
+    def remote(self) -> RemoteSnapshot:
         """A fresh snapshot of the remote (name, screen, describe, connected, error)."""
         (state,) = self._loop.run(self._core.snapshot())
         return state
@@ -250,7 +254,8 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             raise RuntimeError("reset() on a closed RemoteEnv")
         super().reset(seed=seed)
         env_id = (options or {}).get("env_id")
-        batch, (state,) = self._loop.run(self._core.reset([seed], env_id))
+        with self._stepping:
+            batch, (state,) = self._loop.run(self._core.reset([seed], env_id))
         if _spaces_differ(state, self._state):
             self._configure_spaces(state)
         self._state = state
@@ -267,10 +272,8 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         problem = space.check(action)
         if problem is not None:
             raise ValueError(f"invalid action for remote {self._state.name}: {problem}")
-        # Lockstep steps come back to back: the loop runs in this thread for them.
-        batch: Batch = self._loop.run(
-            self._core.step([list(action)]), inline=self._core.mode == LOCKSTEP
-        )
+        with self._stepping:
+            batch: Batch = self._core.step([list(action)])
         self._frame = batch.obs[0]
         return (
             self._frame, float(batch.rewards[0]), bool(batch.terminated[0]),

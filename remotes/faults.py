@@ -17,9 +17,11 @@ from typing import Any, Final
 
 import numpy as np
 
-from rewarder.protocol import LOCKSTEP
+from rewarder.blocking import BlockingRewarder
+from rewarder.protocol import HEARTBEAT_INTERVAL, LOCKSTEP
 from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED, EpisodeResult
 
+from .loop import LoopThread
 from .session import RemoteSession, RemoteUnavailable, answers
 from .slot import Phase, Slot
 
@@ -41,12 +43,9 @@ RECONNECT_ATTEMPT_TIMEOUT: Final = 10.0
 #: Seconds a step whose VNC connection dropped waits for the rewarder's to drop too, so
 #: the rewards the remote sent before it died are read and returned, not lost.
 DRAIN_TIMEOUT: Final = 0.25
-#: Seconds between the describes our remotes send even when idle (``envserver``'s
-#: HEARTBEAT_INTERVAL; remotes/ may not import envserver).
-REMOTE_HEARTBEAT: Final = 5.0
 #: A remote without frame tags (Xvnc) shows progress only by messages: it is stalled
 #: when its rewarder has been silent for two heartbeats and a second.
-TAGLESS_STALL_SECONDS: Final = 2 * REMOTE_HEARTBEAT + 1.0
+TAGLESS_STALL_SECONDS: Final = 2 * HEARTBEAT_INTERVAL + 1.0
 
 
 class Recovery:
@@ -61,6 +60,7 @@ class Recovery:
     stall_frames: int
     stall_timeout: float
     _frames: np.ndarray | None
+    loop: LoopThread
     _closed: bool
     _same_step: bool
 
@@ -121,6 +121,8 @@ class Recovery:
             )
         if not session.connected:
             return session.error or "connection lost"
+        if self.mode == LOCKSTEP:
+            return None  # each step's reply has its own deadline (remotes.lockstep)
         silent = now - self._progress(slot, now)
         if silent > max(self.stall_timeout, self._stall_after(slot)):
             return (
@@ -171,11 +173,24 @@ class Recovery:
         slot.error = reason
         slot.away_steps = 0
         slot.target = None
+        if isinstance(session.rewarder, BlockingRewarder):
+            session.rewarder.drop_outstanding()
+        slot.pending = slot.reply = None
         if not self._closed:
-            slot.reconnect = asyncio.get_running_loop().create_task(
-                self._reconnect(slot), name=f"reconnect {session.name}"
-            )
+            slot.reconnect = self._start_reconnect(slot)
         return info
+
+    def _start_reconnect(self, slot: Slot) -> asyncio.Task[bool]:
+        """The task bringing ``slot`` back, on the loop thread (a lockstep step loses a
+        remote in the agent's thread: the task is made there and handed back)."""
+        name = f"reconnect {slot.session.name}"
+        if asyncio._get_running_loop() is self.loop.loop:
+            return self.loop.loop.create_task(self._reconnect(slot), name=name)
+
+        async def start() -> asyncio.Task[bool]:
+            return asyncio.get_running_loop().create_task(self._reconnect(slot), name=name)
+
+        return self.loop.run(start())
 
     def _away(self, slot: Slot, truncated: np.ndarray | None) -> dict[str, Any]:
         """A step of a slot that is away: idle, or back (see the module docstring)."""

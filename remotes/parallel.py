@@ -11,13 +11,17 @@
             observations, rewards, terminations, truncations, infos = env.step(actions)
         env.close()
 
-Holds :class:`RemoteParallelEnv` (needs the ``multiagent`` extra: ``pettingzoo``). Each
-player of a remote is one agent: the env holds one rewarder connection per player (header
-``openai-player: N``) and one VNC connection per remote for the screen they share, and
-steps in lockstep, so a step is one joint step of the remote (its barrier advances the
-frame once every player's ``v0.env.step`` arrived; ``docs/multiagent.md``). Several
-remotes are independent games: their agents are ``remote_I_player_N``, and a game that
-ends drops its agents while the others play on.
+Holds :class:`RemoteParallelEnv` (needs the ``multiagent`` extra: ``pettingzoo``), a
+per-player view of the stepping core (:class:`~remotes.stepper.Stepper`) that
+``RemoteEnv`` and ``RemoteVectorEnv`` drive: each player of a remote is one of its slots,
+with a rewarder connection of its own (header ``openai-player: N``); player 0's slot also
+holds the VNC connection of the screen they share, and its frames (through shared memory
+from a local remote) are every player's. It steps in lockstep, so a step is one joint
+step of the remote (its barrier advances the frame once every player's ``v0.env.step``
+arrived; ``docs/multiagent.md``), and a dropped remote is truncated and reconnected like
+any other (``info["remote.error"]``; ``reset()`` waits for it). Several remotes are
+independent games: their agents are ``remote_I_player_N``, and a game that ends drops its
+agents while the others play on.
 
 Actions are ``Discrete(1 + len(keys))`` per agent: 0 holds nothing, ``k`` holds the
 runtime's ``keys[k - 1]`` (Duel: 0 still, 1 Up, 2 Down) until another action. The
@@ -28,9 +32,10 @@ of a remote; rewards, terminations and infos are each agent's own.
 from __future__ import annotations
 
 import asyncio
-import ssl
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 import numpy as np
@@ -38,19 +43,16 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from rewarder.client import RewarderClient
-from rewarder.protocol import LOCKSTEP, OBS_VNC, StepReply
-from vncdriver.addresses import is_loopback
-from vncdriver.client import VNCClient
+from rewarder.protocol import LOCKSTEP
 
 from .address import RemoteAddress
+from .env import close_all
+from .faults import STALL_TIMEOUT
 from .group import RemoteGroup
-from .loop import LoopThread
-from .session import process_client_id, resolve_addresses, tls_context
-from .shared_frames import SharedFrames
+from .loop import LoopThread, shared_loop
+from .session import RemoteSession, resolve_addresses, tls_context
+from .stepper import Stepper
 
-#: Seconds a reset or a joint step may take, the remote's barrier included (it waits up
-#: to ``envserver.players.JOINT_STEP_TIMEOUT`` for the slowest player).
-STEP_TIMEOUT: Final = 60.0
 #: Frames each step advances unless ``frameskip`` says otherwise.
 DEFAULT_FRAMESKIP: Final = 4
 
@@ -59,97 +61,17 @@ AgentID = str
 
 @dataclass
 class _World:
-    """One remote: the VNC client of its shared screen and a rewarder client per player."""
+    """One remote: its players' slots in the stepping core (player 0's first)."""
 
     address: RemoteAddress
-    #: Agent ids of its players, player 0 first.
+    slots: list[int]
     agents: list[AgentID] = field(default_factory=list)
-    vnc: VNCClient | None = None
-    players: list[RewarderClient] = field(default_factory=list)
     keys: tuple[str, ...] = ()
-    width: int = 0
-    height: int = 0
     #: Keys each player holds now (actions are changes to it).
     held: list[set[str]] = field(default_factory=list)
     done: bool = False
-    #: Player 0's steps take the frame through shared memory from a remote on this machine.
-    shared: SharedFrames | None = None
 
-    def frame(self) -> np.ndarray:
-        """A copy of the screen as of the last step or reset."""
-        if self.shared is not None and self.shared.stepped is not None:
-            return self.shared.stepped[0].copy()
-        assert self.vnc is not None
-        return self.vnc.frame()
-
-    async def connect(self, password: str | None, timeout: float, tls: ssl.SSLContext | None) -> None:
-        """Both channels; a rewarder client per player the remote's describe counts."""
-        address = self.address
-        if address.vnc is None or address.rewarder is None:
-            raise ValueError(
-                f"{address}: a multi-player env needs both channels (vnc://host:VNC+REWARDER)"
-            )
-        self.vnc = VNCClient(address.vnc, password=password, frame_tags=True,
-                             start_timeout=timeout, name=str(address), tls=tls)
-        self.shared = SharedFrames(str(address), is_loopback(address.host))
-        first = self._client(0, password, timeout, tls)
-        self.players = [first]
-        await asyncio.gather(self.vnc.start(), first.start())
-        describe = dict(first.describe.body) if first.describe is not None else {}
-        count = int(describe.get("players", 1))
-        if not describe.get("frame_tags"):
-            raise ValueError(f"{address} is not a universe-remote remote (no frame tags)")
-        self.keys = tuple(describe.get("keys", ()))
-        if not self.keys:
-            raise ValueError(
-                f"{address} serves {describe.get('env_id')}, which takes no keys: "
-                "RemoteParallelEnv's actions hold keys"
-            )
-        self.width, self.height = self.vnc.width, self.vnc.height
-        others = [self._client(p, password, timeout, tls) for p in range(1, count)]
-        self.players += others
-        await asyncio.gather(*(c.start() for c in others))
-        self.held = [set() for _ in range(count)]
-
-    def _client(self, player: int, password: str | None, timeout: float,
-                tls: ssl.SSLContext | None) -> RewarderClient:
-        assert self.address.rewarder is not None
-        return RewarderClient(
-            self.address.rewarder, password=password, start_timeout=timeout, reconnect=False,
-            name=f"{self.address} player {player}", client_id=f"{process_client_id()}:p{player}",
-            player=player, tls=tls,
-        )
-
-    async def reset(self, seed: int | None, env_id: str | None) -> None:
-        """A joint reset (every player asks; the remote resets once) and its first frame."""
-        assert self.vnc is not None and self.shared is not None
-        self.shared.new_episode(self.vnc)
-        episodes = await asyncio.gather(*(
-            c.reset(env_id=env_id, seed=seed, mode=LOCKSTEP, timeout=STEP_TIMEOUT)
-            for c in self.players
-        ))
-        episode = max(episodes)
-        await self.players[0].wait_for_state("running", episode_id=episode, timeout=STEP_TIMEOUT)
-        while (tag := self.vnc.tag) is None or tag.episode_id < episode:
-            await self.vnc.wait_update(self.vnc.updates, timeout=STEP_TIMEOUT)
-        self.held = [set() for _ in self.players]
-        self.done = False
-
-    async def step(self, actions: Sequence[int | None], frames: int) -> list[StepReply]:
-        """One joint step: each player's keys to what its action holds; every reply once
-        VNC shows the resulting frame."""
-        assert self.vnc is not None and self.shared is not None
-        events = [self._events(p, a) for p, a in enumerate(actions)]
-        obs = [self.shared.obs] + [OBS_VNC] * (len(self.players) - 1)  # one asking is enough
-        replies = await asyncio.gather(*(
-            c.step(e, frames, timeout=STEP_TIMEOUT, obs=o)
-            for c, e, o in zip(self.players, events, obs, strict=True)
-        ))
-        await self.shared.receive(replies[0], self.vnc, STEP_TIMEOUT)
-        self.done = any(r.done for r in replies)
-        return list(replies)
-
-    def _events(self, player: int, action: int | None) -> list[tuple[str, str, bool]]:
+    def events(self, player: int, action: int | None) -> list[tuple[str, str, bool]]:
         """The key events taking ``player``'s held keys to what ``action`` holds (None:
         the agent sent no action; it keeps holding what it held)."""
         held = self.held[player]
@@ -161,11 +83,32 @@ class _World:
         self.held[player] = want
         return events
 
-    async def close(self) -> None:
-        if self.shared is not None:
-            self.shared.forget()
-        clients: list[Any] = [*self.players, *([self.vnc] if self.vnc is not None else [])]
-        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+async def _describe(address: RemoteAddress, password: str | None, timeout: float, tls: Any) -> dict[str, Any]:
+    """What the remote serves (players, keys, frame tags): one observer connection's
+    first describe, before the players take their seats."""
+    if address.vnc is None or address.rewarder is None:
+        raise ValueError(
+            f"{address}: a multi-player env needs both channels (vnc://host:VNC+REWARDER)"
+        )
+    client = RewarderClient(address.rewarder, password=password, observer=True,
+                            start_timeout=timeout, reconnect=False, name=str(address), tls=tls)
+    try:
+        await client.start()
+        return dict(client.describe.body) if client.describe is not None else {}
+    finally:
+        await client.close()
+
+
+async def _describes(
+    addresses: Sequence[RemoteAddress], password: str | None, timeout: float, tls: Any
+) -> list[dict[str, Any]]:
+    return list(await asyncio.gather(*(_describe(a, password, timeout, tls) for a in addresses)))
+
+
+def _rewarder_only(address: RemoteAddress) -> RemoteAddress:
+    """The address a player other than 0 dials: the rewarder alone (the screen is player 0's)."""
+    return RemoteAddress(address.host, None, address.rewarder_port, address.tls)
 
 
 class RemoteParallelEnv(ParallelEnv[AgentID, np.ndarray, int]):  # type: ignore[misc]
@@ -189,43 +132,73 @@ class RemoteParallelEnv(ParallelEnv[AgentID, np.ndarray, int]):  # type: ignore[
         start_timeout: float = 30.0,
         tls_ca: str | None = None,
         render_mode: str | None = "rgb_array",
+        stall_timeout: float = STALL_TIMEOUT,
+        loop: LoopThread | None = None,
     ) -> None:
         """``remotes``: an address (``vnc://host:5900+15900``), a list of them, or a group
         (``start_local("builtin.Duel-v0")``). ``env_id``: switch the remotes to it at each
-        reset. ``max_cycles``: truncate every agent after that many steps."""
+        reset. ``max_cycles``: truncate every agent after that many steps.
+        ``stall_timeout``: seconds a joint step may wait for a remote's reply before the
+        remote is truncated and reconnected."""
         if not (isinstance(frameskip, int) and frameskip >= 1):
             raise ValueError(f"frameskip must be a positive integer, not {frameskip!r}")
-        if isinstance(remotes, RemoteGroup):
-            password = password or remotes.password
-            remotes = [remotes.address_of(i) for i in range(len(remotes))]
-        addresses, given = resolve_addresses(remotes)
+        group = remotes if isinstance(remotes, RemoteGroup) else None
+        if group is not None:
+            password = password or group.password
+            remotes = list(group.addresses)
+        addresses, given = resolve_addresses(remotes)  # type: ignore[arg-type]
         self.password = password or given
         self.frameskip, self.env_id, self.max_cycles = frameskip, env_id, max_cycles
         self.render_mode = render_mode
-        self._loop = LoopThread("universe-remote-parallel")
-        self._worlds = [_World(a) for a in addresses]
-        self._steps = 0
-        self._last_frames: list[np.ndarray | None] = [None] * len(addresses)
-        try:
-            self._loop.run(self._connect(start_timeout, tls_ca), start_timeout + 10)
-        except BaseException:
-            self.close()
-            raise
-        several = len(self._worlds) > 1
-        for i, world in enumerate(self._worlds):
+        self._loop = loop or shared_loop()
+        self._stepping = threading.Lock()
+        self._closed = True
+        tls = tls_context(addresses, tls_ca)
+        describes = self._loop.run(_describes(addresses, self.password, start_timeout, tls),
+                                   start_timeout + 10)
+        sessions: list[RemoteSession] = []
+        self._worlds: list[_World] = []
+        several = len(addresses) > 1
+        for i, (address, describe) in enumerate(zip(addresses, describes, strict=True)):
+            if not describe.get("frame_tags"):
+                raise ValueError(f"{address} is not a universe-remote remote (no frame tags)")
+            keys = tuple(describe.get("keys", ()))
+            if not keys:
+                raise ValueError(
+                    f"{address} serves {describe.get('env_id')}, which takes no keys: "
+                    "RemoteParallelEnv's actions hold keys"
+                )
+            count = int(describe.get("players", 1))
             prefix = f"remote_{i}_" if several else ""
-            world.agents = [f"{prefix}player_{p}" for p in range(len(world.players))]
+            world = _World(address, list(range(len(sessions), len(sessions) + count)), keys=keys,
+                           agents=[f"{prefix}player_{p}" for p in range(count)])
+            for p in range(count):
+                # Player 0 holds the screen; the others' frames are player 0's.
+                where = address if p == 0 else _rewarder_only(address)
+                session = RemoteSession(where, self.password, start_timeout=start_timeout, tls=tls,
+                                        lockstep=True, player=p)
+                session.name = f"{address} player {p}"
+                if group is not None:
+                    session.locate = partial(_relocate, group, i, p)
+                sessions.append(session)
+            self._worlds.append(world)
+        self._core = Stepper(
+            sessions, mode=LOCKSTEP, frameskip=frameskip, env_id=env_id,
+            max_episode_steps=max_cycles, start_timeout=start_timeout, stall_timeout=stall_timeout,
+            loop=self._loop,
+        )
+        self._loop.run(self._core.connect(), start_timeout + 10)
+        self._closed = False
         self.possible_agents: list[AgentID] = [a for w in self._worlds for a in w.agents]
         self.agents: list[AgentID] = []
         self._where = {a: (w, p) for w in self._worlds for p, a in enumerate(w.agents)}
+        states = self._core.loop.run(self._core.snapshot())
         self.observation_spaces = {
-            a: spaces.Box(0, 255, (w.height, w.width, 3), np.uint8) for a, (w, _) in self._where.items()
+            a: spaces.Box(0, 255, (states[w.slots[0]].height, states[w.slots[0]].width, 3), np.uint8)
+            for a, (w, _) in self._where.items()
         }
         self.action_spaces = {a: spaces.Discrete(1 + len(w.keys)) for a, (w, _) in self._where.items()}
-
-    async def _connect(self, timeout: float, tls_ca: str | None) -> None:
-        tls = tls_context([w.address for w in self._worlds], tls_ca)
-        await asyncio.gather(*(w.connect(self.password, timeout, tls) for w in self._worlds))
+        self._last: np.ndarray | None = None
 
     # Spaces ------------------------------------------------------------------------------
 
@@ -242,86 +215,91 @@ class RemoteParallelEnv(ParallelEnv[AgentID, np.ndarray, int]):  # type: ignore[
     def reset(
         self, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[AgentID, np.ndarray], dict[AgentID, dict[str, Any]]]:
-        """A new episode on every remote (remote ``i`` under ``seed + i``)."""
-        frames = self._loop.run(self._reset(seed), STEP_TIMEOUT * 2)
+        """A new episode on every remote (remote ``i`` under ``seed + i``; a remote that is
+        away is reconnected first)."""
+        if self._closed:
+            raise RuntimeError("reset() on a closed RemoteParallelEnv")
+        seeds: list[int | None] = []
+        for i, world in enumerate(self._worlds):
+            seeds += [None if seed is None else seed + i] * len(world.slots)
+            world.held = [set() for _ in world.slots]
+            world.done = False
+        with self._stepping:
+            batch, _ = self._loop.run(self._core.reset(seeds, self.env_id))
         self.agents = list(self.possible_agents)
-        self._steps = 0
         observations: dict[AgentID, np.ndarray] = {}
         infos: dict[AgentID, dict[str, Any]] = {}
-        for world, frame in zip(self._worlds, frames, strict=True):
-            for agent in world.agents:
-                observations[agent] = frame.copy()
-                infos[agent] = {}
+        for world in self._worlds:
+            for agent, slot in zip(world.agents, world.slots, strict=True):
+                observations[agent] = batch.obs[world.slots[0]].copy()
+                infos[agent] = dict(batch.infos[slot])
+        self._last = batch.obs[self._worlds[0].slots[0]]
         return observations, infos
-
-    async def _reset(self, seed: int | None) -> list[np.ndarray]:
-        await asyncio.gather(*(
-            w.reset(None if seed is None else seed + i, self.env_id)
-            for i, w in enumerate(self._worlds)
-        ))
-        frames = [w.frame() for w in self._worlds if w.vnc is not None]
-        self._last_frames = list(frames)
-        return frames
 
     def step(self, actions: dict[AgentID, int]) -> tuple[
         dict[AgentID, np.ndarray], dict[AgentID, float], dict[AgentID, bool],
         dict[AgentID, bool], dict[AgentID, dict[str, Any]],
     ]:
         """One joint step of every remote whose game goes on; agents of a game that
-        ended (or was truncated by ``max_cycles``) leave :attr:`agents`."""
+        ended (or was truncated by ``max_cycles``, or lost its remote) leave :attr:`agents`."""
+        if self._closed:
+            raise RuntimeError("step() on a closed RemoteParallelEnv")
         unknown = set(actions) - set(self.agents)
         if unknown:
             raise ValueError(
                 f"actions for {sorted(unknown)}, which are not playing now; the agents are "
                 f"{self.agents} (reset() starts a new episode)"
             )
-        for agent, action in actions.items():
-            if not self.action_space(agent).contains(action):
+        for agent, given in actions.items():
+            if not self.action_space(agent).contains(given):
                 raise ValueError(
-                    f"action {action!r} of {agent} is not in {self.action_space(agent)}"
+                    f"action {given!r} of {agent} is not in {self.action_space(agent)}"
                 )
-        live = [w for w in self._worlds if not w.done and set(w.agents) & set(self.agents)]
-        results = self._loop.run(self._step(live, actions), STEP_TIMEOUT * 2)
-        self._steps += 1
-        truncate = self.max_cycles is not None and self._steps >= self.max_cycles
+        playing = set(self.agents)
+        live = [w for w in self._worlds if not w.done and playing & set(w.agents)]
+        events: list[list[Any]] = [[] for _ in range(self._core.num)]
+        active = [False] * self._core.num
+        for world in live:
+            for player, (agent, slot) in enumerate(zip(world.agents, world.slots, strict=True)):
+                action = actions.get(agent)
+                events[slot] = world.events(player, None if action is None else int(action))
+                active[slot] = True
+        with self._stepping:
+            batch = self._core.step(events, active=active)
         observations, rewards, terminations, truncations, infos = {}, {}, {}, {}, {}
-        for world, (frame, replies) in zip(live, results, strict=True):
-            for agent, reply in zip(world.agents, replies, strict=True):
+        for world in live:
+            frame = batch.obs[world.slots[0]]
+            for agent, slot in zip(world.agents, world.slots, strict=True):
                 observations[agent] = frame.copy()
-                rewards[agent] = float(reply.reward)
-                terminations[agent] = bool(reply.done)
-                truncations[agent] = truncate and not reply.done
-                infos[agent] = {**reply.info, "episode_id": reply.episode_id}
+                rewards[agent] = float(batch.rewards[slot])
+                terminations[agent] = bool(batch.terminated[slot])
+                truncations[agent] = bool(batch.truncated[slot])
+                infos[agent] = dict(batch.infos[slot])
+            world.done = any(terminations[a] or truncations[a] for a in world.agents)
+        if live:
+            self._last = batch.obs[self._worlds[0].slots[0]]
         self.agents = [a for a in self.agents if a in observations
                        and not (terminations[a] or truncations[a])]
         return observations, rewards, terminations, truncations, infos
 
-    async def _step(
-        self, live: list[_World], actions: dict[AgentID, int]
-    ) -> list[tuple[np.ndarray, list[StepReply]]]:
-        async def one(world: _World) -> tuple[np.ndarray, list[StepReply]]:
-            own = [
-                None if a not in actions else int(actions[a]) for a in world.agents
-            ]
-            replies = await world.step(own, self.frameskip)
-            return world.frame(), replies
-
-        results = await asyncio.gather(*(one(w) for w in live))
-        for world, (frame, _) in zip(live, results, strict=True):
-            self._last_frames[self._worlds.index(world)] = frame
-        return list(results)
-
     def render(self) -> np.ndarray | None:
         """The first remote's screen as of the last reset or step."""
-        return self._last_frames[0]
+        return None if self._last is None else self._last.copy()
 
     def close(self) -> None:
-        if self._loop.loop.is_closed():
-            return
-        try:
-            self._loop.run(self._close(), 10)
-        finally:
-            self._loop.close()
+        """Close every connection (idempotent)."""
+        core = None if self._closed else self._core
+        self._closed = True
+        close_all(self._loop, core, None)
 
-    async def _close(self) -> None:
-        await asyncio.gather(*(w.close() for w in self._worlds), return_exceptions=True)
+
+def _relocate(group: RemoteGroup, index: int, player: int) -> Any:
+    """Where remote ``index`` of ``group`` is now, as player ``player``'s session dials it."""
+    async def locate() -> RemoteAddress:
+        address = await asyncio.to_thread(group.address_of, index)
+        return address if player == 0 else _rewarder_only(address)
+
+    return locate()
+
+
+__all__ = ["DEFAULT_FRAMESKIP", "RemoteParallelEnv"]

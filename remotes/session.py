@@ -1,6 +1,6 @@
 """One remote's two channels, paired: what the stepping core drives.
 
-Holds :class:`RemoteSession`, :class:`RemoteState` (a frozen snapshot of a session for
+Holds :class:`RemoteSession`, :class:`RemoteSnapshot` (a frozen snapshot of a session for
 the agent's thread), :class:`RemoteUnavailable` and :func:`answers` (is a remote
 listening and alive?). A session owns a :class:`~vncdriver.client.VNCClient` and a
 :class:`~rewarder.client.RewarderClient` (either may be absent for VNC-only or
@@ -9,7 +9,7 @@ episode handshake and reads frame + reward per step.
 
 **Loop thread only.** A session's fields change on the env's event loop (a reconnect
 sets ``vnc``/``rewarder`` to None and back); read them only from coroutines run there
-(``LoopThread.run``). The agent's thread gets :class:`RemoteState` snapshots instead
+(``LoopThread.run``). The agent's thread gets :class:`RemoteSnapshot` snapshots instead
 (``RemoteEnv.remote``, ``RemoteVectorEnv.remotes``); see :mod:`remotes.loop`.
 """
 
@@ -31,16 +31,16 @@ from typing import Any, Final
 
 import numpy as np
 
+from rewarder.blocking import BlockingRewarder
 from rewarder.client import RewarderClient
 from rewarder.errors import (
-    ConnectionClosed,
     ConnectTimeout as RewarderConnectTimeout,
     Refused,
     RemoteError,
     RewarderError,
     Untrusted,
 )
-from rewarder.protocol import LOCKSTEP, MODES, StepReply
+from rewarder.protocol import LOCKSTEP, MODES
 from rewarder.reward_buffer import EMPTY, EpisodeResult
 from rewarder.tls import client_context, untrusted, verification_error
 from vncdriver.addresses import is_loopback
@@ -96,6 +96,8 @@ _holders_lock = threading.Lock()
 def _take_slot(session: RemoteSession) -> None:
     """Record ``session`` as its remote's holder; mark the one it replaces."""
     key = session.address.rewarder
+    if key is not None and session.player:
+        key += f" player {session.player}"
     if key is None:
         return
     with _holders_lock:
@@ -196,7 +198,7 @@ class RemoteUnavailable(ConnectionError):
 
 
 @dataclass(frozen=True, slots=True)
-class RemoteState:
+class RemoteSnapshot:
     """A session as the agent's thread may see it: taken on the loop thread, never changed.
 
     ``describe`` is the body of the remote's last ``v0.env.describe`` (read-only).
@@ -285,17 +287,24 @@ class RemoteSession:
         vnc: VNCOptions = VNCOptions(),
         start_timeout: float = 30.0,
         tls: ssl.SSLContext | None = None,
+        lockstep: bool = False,
+        player: int | None = None,
     ) -> None:
         """``tls``: the verifying context for a ``vnc+tls://`` address (None: the
-        default of :func:`rewarder.tls.client_context`)."""
+        default of :func:`rewarder.tls.client_context`). ``lockstep``: the rewarder
+        channel is a :class:`~rewarder.blocking.BlockingRewarder`, which the stepping
+        thread drives itself (steps never cross to the loop thread). ``player``: the
+        player this session holds on a multi-player remote."""
         self.address = address
         self.tls = (tls or client_context()) if address.tls else None
         self.name = str(address)
         self.password = password
         self.vnc_options = vnc
         self.start_timeout = start_timeout
+        self.lockstep = lockstep
+        self.player = player
         self.vnc: VNCClient | None = None
-        self.rewarder: RewarderClient | None = None
+        self.rewarder: RewarderClient | BlockingRewarder | None = None
         #: Called after each tagged VNC update is applied, with its frame tag (on the loop
         #: thread): the stepping core's frame clock. Survives reconnects.
         self.on_frame: Callable[[FrameTag], None] | None = None
@@ -338,21 +347,29 @@ class RemoteSession:
                 request_hold=REQUEST_HOLD,
             )
         if addr.rewarder is not None:
-            self.rewarder = RewarderClient(
-                addr.rewarder,
-                password=self.password,
-                start_timeout=timeout,
-                reconnect=False,
-                name=self.name,
-                client_id=process_client_id(),
-                tls=self.tls,
-            )
+            client_id = process_client_id() + ("" if not self.player else f":p{self.player}")
+            if self.lockstep:
+                self.rewarder = BlockingRewarder(
+                    addr.rewarder, password=self.password, start_timeout=timeout,
+                    name=self.name, client_id=client_id, tls=self.tls, player=self.player,
+                )
+            else:
+                self.rewarder = RewarderClient(
+                    addr.rewarder,
+                    password=self.password,
+                    start_timeout=timeout,
+                    reconnect=False,
+                    name=self.name,
+                    client_id=client_id,
+                    tls=self.tls,
+                    player=self.player,
+                )
             if self._newest_episode is not None:
                 # Drops the new connection's news of older episodes and makes the next
                 # reset's episode_id header ask past them (RewarderClient has no option).
                 self.rewarder.buffer.reset(self._newest_episode)
         channels = {
-            kind: asyncio.ensure_future(client.start())
+            kind: asyncio.ensure_future(_start(client))
             for kind, client in (("VNC", self.vnc), ("rewarder", self.rewarder)) if client is not None
         }
         reporter = asyncio.ensure_future(self._report_waiting(channels, timeout))
@@ -411,23 +428,21 @@ class RemoteSession:
         sends, self._sends = self._sends, set()
         for task in sends:
             task.cancel()
-        await asyncio.gather(
-            *(c.close() for c in clients), *sends, return_exceptions=True
-        )
+        await asyncio.gather(*(_close(c) for c in clients), *sends, return_exceptions=True)
 
     def _vnc_update(self, client: VNCClient, update: FramebufferUpdated) -> None:
         tag = update.tag
         if tag is not None and self.on_frame is not None and client is self.vnc:
             self.on_frame(tag)
 
-    def state(self) -> RemoteState:
+    def state(self) -> RemoteSnapshot:
         """A snapshot for the agent's thread (call on the loop thread)."""
         vnc, rewarder = self.vnc, self.rewarder
         try:
             width, height = self.screen_size
         except RemoteUnavailable:
             width = height = 0
-        return RemoteState(
+        return RemoteSnapshot(
             name=self.name,
             connected=self.connected,
             error=self.error,
@@ -531,11 +546,14 @@ class RemoteSession:
         try:
             async with asyncio.timeout(timeout):
                 episode = None
-                if self.rewarder is not None:
-                    episode = await self.rewarder.reset(
-                        env_id=env_id, seed=seed, fps=fps, mode=mode
+                rewarder = self.rewarder
+                if isinstance(rewarder, BlockingRewarder):  # its calls block: not on the loop
+                    episode = await asyncio.to_thread(
+                        _blocking_reset, rewarder, env_id, seed, fps, mode, timeout
                     )
-                    await self.rewarder.wait_for_state("running", episode_id=episode)
+                elif rewarder is not None:
+                    episode = await rewarder.reset(env_id=env_id, seed=seed, fps=fps, mode=mode)
+                    await rewarder.wait_for_state("running", episode_id=episode)
                 if self.vnc is not None:
                     if self.frame_tags and episode is not None:
                         while (tag := self.vnc.tag) is None or tag.episode_id < episode:
@@ -547,38 +565,6 @@ class RemoteSession:
             raise RemoteUnavailable(self.name, "reset failed", exc) from exc
         except TimeoutError as exc:
             raise RemoteUnavailable(self.name, f"reset took over {timeout:g} s", exc) from exc
-
-    async def step_lockstep(
-        self, events: Sequence[Sequence[Any]], frames: int, timeout: float = RESET_TIMEOUT
-    ) -> tuple[np.ndarray, StepReply]:
-        """Lockstep: advance exactly ``frames`` frames holding ``events``; the resulting
-        frame (waited for by its tag) and the server's reply."""
-        reply = await self.advance(events, frames, timeout)
-        return self.frame(), reply
-
-    async def advance(
-        self, events: Sequence[Sequence[Any]], frames: int, timeout: float = RESET_TIMEOUT
-    ) -> StepReply:
-        """Lockstep: advance exactly ``frames`` frames holding ``events``; returns the
-        server's reply once VNC shows the resulting frame (read it with :meth:`frame`).
-        Raises :class:`RemoteUnavailable` (TimeoutError past ``timeout``)."""
-        if not self.connected:
-            raise RemoteUnavailable(self.name, "connection lost before a lockstep step",
-                                    ConnectionError(self.error))
-        if self.rewarder is None or not self.frame_tags:
-            raise RemoteUnavailable(
-                self.name, "lockstep needs a universe-remote remote with both channels"
-            )
-        try:
-            async with asyncio.timeout(timeout):
-                reply = await self.rewarder.step(events, frames, obs=self.shared.obs)
-                assert self.vnc is not None
-                await self.shared.receive(reply, self.vnc)
-        except TimeoutError:
-            raise  # an OSError too, but a stall (the stepper says so), not a lost connection
-        except (ConnectionClosed, VNCError, OSError) as exc:  # a RemoteError says what to fix
-            raise RemoteUnavailable(self.name, "connection lost in a lockstep step", exc) from exc
-        return reply
 
     async def show_frame_of(self, frame: int | None, timeout: float) -> None:
         """Pair a reward with its frame: wait (briefly) until VNC shows frame ``frame``."""
@@ -605,7 +591,7 @@ class RemoteSession:
             return
         if self.vnc is not None:
             self.vnc.send_events(events)
-        elif self.rewarder is not None:
+        elif isinstance(self.rewarder, RewarderClient):
             task = asyncio.get_running_loop().create_task(self.rewarder.send_action(events))
             self._sends.add(task)
             task.add_done_callback(self._sent)
@@ -633,6 +619,30 @@ class RemoteSession:
             info["vnc.pixels"] = stats.pixels
             info["vnc.updates_per_second"] = stats.updates_per_second
         return info
+
+
+async def _start(client: VNCClient | RewarderClient | BlockingRewarder) -> None:
+    """Connect a channel from the loop thread (a blocking one in a worker thread)."""
+    if isinstance(client, BlockingRewarder):
+        await asyncio.to_thread(client.connect)
+    else:
+        await client.start()
+
+
+async def _close(client: VNCClient | RewarderClient | BlockingRewarder) -> None:
+    if isinstance(client, BlockingRewarder):
+        await asyncio.to_thread(client.close)
+    else:
+        await client.close()
+
+
+def _blocking_reset(
+    rewarder: BlockingRewarder, env_id: str | None, seed: int | None, fps: float | None,
+    mode: str | None, timeout: float,
+) -> int:
+    episode = rewarder.reset(env_id=env_id, seed=seed, fps=fps, mode=mode, timeout=timeout)
+    rewarder.wait_for_state("running", episode, timeout)
+    return episode
 
 
 class _Always:

@@ -12,6 +12,7 @@ import enum
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -75,6 +76,11 @@ class Slot:
     reconnect: asyncio.Task[bool] | None = None
     #: Steps returned while away since the loss (or since the idle stretch ended).
     away_steps: int = 0
+    #: Lockstep: the message id of the step request still out, its deadline (monotonic),
+    #: and a reply taken but not yet returned (after an interrupted step).
+    pending: int | None = None
+    deadline: float = 0.0
+    reply: Any = None
     #: Draws the seeds of the episodes this slot starts by itself, from the reset seed.
     rng: np.random.Generator | None = None
 
@@ -96,6 +102,7 @@ class Slot:
         self.steps = 0
         self.phase = Phase.RUNNING
         self.ended_episode = None
+        self.pending = self.reply = None
 
 
 

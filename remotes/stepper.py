@@ -51,6 +51,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from rewarder.blocking import BlockingRewarder
+from rewarder.client import RewarderClient
 from rewarder.errors import RewarderError
 from rewarder.protocol import FRAME_INFO_KEY, LOCKSTEP
 from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED
@@ -63,7 +65,9 @@ from .faults import (
     Recovery,
     error_text,
 )
-from .session import RESET_TIMEOUT, RemoteSession, RemoteState, RemoteUnavailable
+from .lockstep import LockstepSteps
+from .loop import LoopThread, shared_loop
+from .session import RESET_TIMEOUT, RemoteSession, RemoteSnapshot, RemoteUnavailable
 from .slot import FrameGate, Phase, Slot
 
 __all__ = [
@@ -119,6 +123,7 @@ class Stepper(Recovery):
         start_timeout: float = 30.0,
         stall_frames: int = STALL_FRAMES,
         stall_timeout: float = STALL_TIMEOUT,
+        loop: LoopThread | None = None,
     ) -> None:
         if stall_frames < 1:
             raise ValueError(f"stall_frames must be 1 or more, not {stall_frames!r}")
@@ -135,6 +140,9 @@ class Stepper(Recovery):
         self.stall_timeout = stall_timeout
         self.slots = [Slot(i, s) for i, s in enumerate(self.sessions)]
         self._gate = FrameGate(self.slots)
+        #: The loop thread the sockets of real-time steps, resets and reconnects live on.
+        self.loop = loop or shared_loop()
+        self._lockstep = LockstepSteps(self)
         #: SAME_STEP autoreset in the step under way (a slot back from away then ends
         #: its idle stretch and starts its episode in the same step).
         self._same_step = False
@@ -147,6 +155,11 @@ class Stepper(Recovery):
     def num(self) -> int:
         return len(self.slots)
 
+    @property
+    def frames(self) -> np.ndarray | None:
+        """The batch under construction (``[n, H, W, 3]``)."""
+        return self._gate.frames
+
     @property  # type: ignore[override]
     def _frames(self) -> np.ndarray | None:
         """The batch under construction (the gate copies target frames into it)."""
@@ -158,7 +171,7 @@ class Stepper(Recovery):
 
     # Connecting ---------------------------------------------------------------------------
 
-    async def connect(self) -> tuple[RemoteState, ...]:
+    async def connect(self) -> tuple[RemoteSnapshot, ...]:
         """Connect every remote; raise :class:`RemoteUnavailable` naming those that did not
         answer (after closing the others)."""
         results = await asyncio.gather(
@@ -193,11 +206,11 @@ class Stepper(Recovery):
         if self._frames is None or self._frames.shape[1:3] != (height, width):
             self._frames = np.zeros((self.num, height, width, 3), np.uint8)
 
-    def states(self) -> tuple[RemoteState, ...]:
+    def states(self) -> tuple[RemoteSnapshot, ...]:
         """Snapshots of every remote, for the agent's thread."""
         return tuple(s.state() for s in self.sessions)
 
-    async def snapshot(self) -> tuple[RemoteState, ...]:
+    async def snapshot(self) -> tuple[RemoteSnapshot, ...]:
         """:meth:`states` as a coroutine (for ``LoopThread.run``)."""
         return self.states()
 
@@ -218,7 +231,7 @@ class Stepper(Recovery):
 
     async def reset(
         self, seeds: Sequence[int | None], env_id: str | None = None
-    ) -> tuple[Batch, tuple[RemoteState, ...]]:
+    ) -> tuple[Batch, tuple[RemoteSnapshot, ...]]:
         """Start a new episode on every remote (switching to ``env_id`` if given),
         reconnecting those that are away first (waiting up to ``start_timeout``)."""
         self._check_open()
@@ -256,6 +269,9 @@ class Stepper(Recovery):
     ) -> int | None:
         """Reset one remote (an explicit reset reconnects it first if it is away)."""
         session = slot.session
+        if isinstance(session.rewarder, BlockingRewarder):
+            session.rewarder.drop_outstanding()  # an interrupted step's reply is of no use now
+            slot.pending = slot.reply = None
         if explicit:
             slot.rng = None if seed is None else np.random.default_rng(seed)
             if slot.phase is Phase.AWAY or not session.connected or session.replaced:
@@ -270,12 +286,26 @@ class Stepper(Recovery):
 
     # Stepping ------------------------------------------------------------------------------
 
-    async def step(self, actions: Sequence[Sequence[Any]], same_step: bool = False) -> Batch:
-        """One step of every remote (``actions[i]`` for remote i); see the module docstring.
+    def step(
+        self, actions: Sequence[Sequence[Any]], same_step: bool = False,
+        active: Sequence[bool] | None = None,
+    ) -> Batch:
+        """One step of every remote (``actions[i]`` for remote i), from the agent's
+        thread; see the module docstring. Lockstep runs in this thread
+        (:mod:`remotes.lockstep`), real time on the loop thread.
 
         ``same_step``: a remote whose episode ends in this step is reset in it too.
+        ``active`` (lockstep): only the remotes marked True step (the others are left as
+        they are, their episodes ended or not: a PettingZoo game over waits for reset).
         """
         self._check_open()
+        if self.mode == LOCKSTEP:
+            return self._lockstep.step(actions, same_step, active)
+        if active is not None:
+            raise ValueError("active= is for lockstep steps")
+        return self.loop.run(self._step_realtime_batch(actions, same_step))
+
+    async def _step_realtime_batch(self, actions: Sequence[Sequence[Any]], same_step: bool) -> Batch:
         n = self.num
         rewards = np.zeros(n, np.float64)
         terminated = np.zeros(n, bool)
@@ -283,10 +313,25 @@ class Stepper(Recovery):
         infos: list[dict[str, Any]] = [{} for _ in range(n)]
         self._same_step = same_step
         self._sent_at = time.time()
-        if self.mode == LOCKSTEP:
-            await self._step_lockstep(actions, rewards, terminated, truncated, infos)
-        else:
-            await self._step_realtime(actions, rewards, terminated, truncated, infos)
+        await self._step_realtime(actions, rewards, terminated, truncated, infos)
+        return await self._finish(rewards, terminated, truncated, infos, same_step)
+
+    def finish(
+        self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+        infos: list[dict[str, Any]], same_step: bool,
+    ) -> Batch:
+        """:meth:`_finish` from the agent's thread (its autoresets on the loop thread)."""
+        if same_step and (terminated.any() or truncated.any()):
+            return self.loop.run(self._finish(rewards, terminated, truncated, infos, same_step))
+        frames = self._frames
+        assert frames is not None
+        return Batch(frames.copy(), rewards, terminated, truncated, tuple(infos))
+
+    async def _finish(
+        self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+        infos: list[dict[str, Any]], same_step: bool,
+    ) -> Batch:
+        """The step's batch; with ``same_step``, each ended episode's next one started."""
         frames = self._frames
         assert frames is not None
         final: dict[int, tuple[np.ndarray, dict[str, Any]]] = {}
@@ -300,6 +345,22 @@ class Stepper(Recovery):
                 for slot in ended:
                     infos[slot.index] = resets[slot.index]
         return Batch(frames.copy(), rewards, terminated, truncated, tuple(infos), final)
+
+    async def frames_over_vnc(self, pairs: list[tuple[Slot, Any]]) -> None:
+        """Lockstep without shared memory: wait until each slot's VNC shows the frame its
+        reply names, and copy it into the batch (on the loop thread, where VNC lives)."""
+        async def one(slot: Slot, reply: Any) -> None:
+            vnc = slot.session.vnc
+            if vnc is None:
+                return
+            vnc.resume_updates()
+            await vnc.wait_frame(reply.frame, self.stall_timeout)
+            frames = self._frames
+            assert frames is not None
+            if vnc.framebuffer.shape == frames.shape[1:]:
+                np.copyto(frames[slot.index], vnc.framebuffer)
+
+        await asyncio.gather(*(one(s, r) for s, r in pairs))
 
     async def _autoresets(
         self, slots: list[Slot], truncated: np.ndarray | None
@@ -358,7 +419,7 @@ class Stepper(Recovery):
                         await vnc.wait_update(vnc.updates)
                     return tag.episode_id
                 episode = None
-                if rewarder is not None:
+                if isinstance(rewarder, RewarderClient):  # real time: never a blocking one
                     after = None if ended is None else ended + 1
                     describe = await rewarder.wait_for_state("running", episode_id=after)
                     episode = describe.episode_id
@@ -562,68 +623,6 @@ class Stepper(Recovery):
             return late
         await asyncio.sleep(-late)
         return 0.0
-
-    async def _step_lockstep(
-        self, actions: Sequence[Sequence[Any]], rewards: np.ndarray, terminated: np.ndarray,
-        truncated: np.ndarray, infos: list[dict[str, Any]],
-    ) -> None:
-        """Every remote advances ``frameskip`` frames; no clock involved."""
-        now = time.monotonic()
-        work: list[tuple[Slot, Coroutine[Any, Any, Any]]] = []
-        starting: list[Slot] = []
-        for slot in self.slots:
-            i = slot.index
-            if slot.phase is Phase.AWAY:
-                infos[i] = self._away(slot, truncated)
-                continue
-            reason = self._lost_reason(slot, now)
-            if reason is not None:
-                infos[i] = self._lose(slot, reason, rewards, truncated)
-                continue
-            if slot.phase is Phase.RUNNING:
-                work.append((slot, slot.session.advance(actions[i], self.frameskip, self.stall_timeout)))
-            else:
-                starting.append(slot)
-        if starting:
-            starts = self._autoresets(starting, truncated)
-            if work:
-                together = await asyncio.gather(
-                    starts, *(c for _, c in work), return_exceptions=True
-                )
-                started, replies = together[0], together[1:]
-            else:
-                started, replies = await starts, []
-            if isinstance(started, BaseException):
-                raise started
-            for slot in starting:
-                infos[slot.index] = started[slot.index]
-        elif len(work) == 1:  # no task for the common one-wide case
-            try:
-                replies = [await work[0][1]]
-            except Exception as exc:  # noqa: BLE001 - sorted out below
-                replies = [exc]
-        else:
-            replies = await asyncio.gather(*(c for _, c in work), return_exceptions=True)
-        for (slot, _), reply in zip(work, replies, strict=True):
-            i = slot.index
-            if isinstance(reply, BaseException):
-                if not isinstance(reply, Exception):
-                    raise reply
-                if not isinstance(reply, RemoteUnavailable | TimeoutError):
-                    raise reply  # a RemoteError: the remote refused the step, say why
-                infos[i] = self._lose(slot, error_text(reply, self.stall_timeout), rewards, truncated)
-                continue
-            self._copy_frame(slot)
-            rewards[i], terminated[i] = reply.reward, reply.done
-            slot.steps += 1
-            limit = self.max_episode_steps
-            truncated[i] = limit is not None and slot.steps >= limit and not reply.done
-            info = {**reply.info, "episode_id": reply.episode_id, "frame": reply.frame,
-                    "remote.connected": True}
-            info.update(slot.session.info())
-            infos[i] = info
-            if reply.done or truncated[i]:
-                slot.phase = Phase.NEEDS_RESET
 
     # Faults ---------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ stopping the others; ``info["remote.stalled"]`` flags one whose frames stopped f
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -41,7 +42,7 @@ from .group import RemoteGroup, follow
 from .loop import LoopThread, shared_loop
 from .session import (
     RemoteSession,
-    RemoteState,
+    RemoteSnapshot,
     VNCOptions,
     check_stepping,
     resolve_addresses,
@@ -162,15 +163,19 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         pw = password if password is not None else address_password
         options = VNCOptions(encoding=encoding, quality=quality)
         tls = tls_context(remotes, tls_ca)
-        sessions = [RemoteSession(r, pw, vnc=options, start_timeout=start_timeout, tls=tls) for r in remotes]
+        sessions = [
+            RemoteSession(r, pw, vnc=options, start_timeout=start_timeout, tls=tls, lockstep=mode == LOCKSTEP)
+            for r in remotes
+        ]
         if group is not None:
             follow(group, sessions)
         self._core = Stepper(
             sessions,
             mode=mode, frameskip=frameskip, fps=fps, env_id=env_id,
             max_episode_steps=max_episode_steps, start_timeout=start_timeout,
-            stall_frames=stall_frames, stall_timeout=stall_timeout,
+            stall_frames=stall_frames, stall_timeout=stall_timeout, loop=self._loop,
         )
+        self._stepping = threading.Lock()  # one call at a time (threads queue up here)
         states = self._loop.run(self._core.connect(), start_timeout + _GRACE)
         self._closed = False
         self._configure_spaces(states)
@@ -178,7 +183,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         assert shape is not None
         self._frames = np.zeros((self.num_envs, *shape), np.uint8)
 
-    def _configure_spaces(self, states: tuple[RemoteState, ...]) -> None:
+    def _configure_spaces(self, states: tuple[RemoteSnapshot, ...]) -> None:
         """Spaces from snapshots of the remotes (taken on the loop thread)."""
         self._states = states
         first = states[0]
@@ -201,7 +206,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         return self._loop
 
     @property
-    def remotes(self) -> tuple[RemoteState, ...]:
+    def remotes(self) -> tuple[RemoteSnapshot, ...]:
         """Fresh snapshots of every remote (name, screen, describe, connected, error)."""
         return self._loop.run(self._core.snapshot())  # type: ignore[no-any-return]
 
@@ -235,7 +240,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             if len(seeds) != self.num_envs:
                 raise ValueError(f"{len(seeds)} seeds for {self.num_envs} remotes")
         env_id = (options or {}).get("env_id")
-        batch, states = self._loop.run(self._core.reset(seeds, env_id))
+        with self._stepping:
+            batch, states = self._loop.run(self._core.reset(seeds, env_id))
         if any(_spaces_differ(new, old) for new, old in zip(states, self._states, strict=True)):
             self._configure_spaces(states)
         self._states = states
@@ -256,10 +262,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             if problem is not None:
                 raise ValueError(f"invalid action for remote {i} ({self._states[i].name}): {problem}")
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
-        # Lockstep steps come back to back: the loop runs in this thread for them.
-        batch: Batch = self._loop.run(
-            self._core.step([list(a) for a in actions], same_step), inline=self._core.mode == LOCKSTEP
-        )
+        with self._stepping:
+            batch: Batch = self._core.step([list(a) for a in actions], same_step)
         self._frames = batch.obs
         per_remote = list(batch.infos)
         for i, (final_obs, final_info) in batch.final.items():  # as SyncVectorEnv puts them

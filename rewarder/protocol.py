@@ -41,6 +41,11 @@ MAX_FPS: Final = 1000.0
 #: Largest seed: 32 bits, what every runtime's generator takes (ALE, JavaScript, numpy).
 MAX_SEED: Final = 2**32 - 1
 
+#: Seconds between the describes a remote sends when nothing else changes: Universe's
+#: servers sent one at least this often, so a client tells a live but idle remote from a
+#: stalled one (both ends read it here).
+HEARTBEAT_INTERVAL: Final = 5.0
+
 # Header and info keys ------------------------------------------------------------------
 
 #: The handshake header of a watch-only client (Universe's name).

@@ -76,11 +76,10 @@ def test_frames_through_shared_memory_are_the_vnc_frames(duel: LocalRemotes) -> 
     env = RemoteParallelEnv(duel.address, frameskip=4)
 
     async def shared(on: bool | None = None) -> bool:
-        frames = env._worlds[0].shared
-        assert frames is not None
+        frames = env._core.sessions[0].shared
         if on is not None:
-            frames.enabled = on
-        return frames.stepped is not None
+            frames.enabled = frames.requested = on
+        return frames.last is not None
 
     try:
         through_shm = play(env, 31, 200)

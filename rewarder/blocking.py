@@ -1,0 +1,612 @@
+"""The rewarder client for lockstep agents: one blocking socket, driven by whoever calls.
+
+Holds :class:`BlockingRewarder`. A lockstep step is one request and one reply, back to
+back, from the agent's own thread: a blocking socket there costs two system calls and
+no event loop, no thread hand-off and no borrowed loop (measured in docs/design.md, "The
+agent side"). The protocol state is sans-I/O — websockets' ``ClientProtocol`` for the
+WebSocket framing and our :class:`~.connections.ClientConnection` for the messages —
+so this module only moves bytes.
+
+**Threads.** Every method may be called from any thread; a lock makes each one whole.
+While nobody calls, :mod:`.keeper`'s thread reads the socket now and then, so the
+remote's keepalive pings are answered while the agent trains for minutes between two
+steps (the remote drops a client that leaves a ping unanswered for
+``KEEPALIVE_TIMEOUT``: that is how it tells a hung agent from a thinking one).
+
+**Requests in flight.** :meth:`send_step` and :meth:`take_reply` split a step so a vector
+env sends every remote its step before it waits for any; a reply read by anyone (the
+keeper included) is kept by message id until taken. A request whose reply was never
+taken (the caller was interrupted) is :attr:`outstanding`: the next caller decides.
+
+Fork: a child never touches its parent's connections (they are the parent's sockets);
+:meth:`BlockingRewarder.forked` says whether this object belongs to another process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from websockets.client import ClientProtocol
+from websockets.exceptions import InvalidHandshake, InvalidMessage, InvalidStatus
+from websockets.frames import Frame, Opcode
+from websockets.protocol import State
+from websockets.uri import parse_uri
+
+from . import keeper, protocol
+from .client_channel import CALIBRATION_PINGS, PING_TIMEOUT, intersect_skew
+from .connections import ClientConnection
+from .dial import (
+    ATTEMPT_TIMEOUT,
+    BACKOFF_CAP,
+    BACKOFF_FACTOR,
+    BACKOFF_START,
+    BUSY_RETRY,
+    DEFAULT_PORT,
+    MAX_SERVER_MESSAGE_BYTES,
+    basic_auth,
+    parse_address,
+)
+from .errors import ConnectionClosed, ConnectTimeout, ProtocolError, Refused, RemoteError, Untrusted
+from .protocol import (
+    CLOSE_BUSY,
+    Close,
+    Describe,
+    ErrorReply,
+    Observation,
+    PingReply,
+    PropertiesReply,
+    ResetReply,
+    Reward,
+    StepReply,
+    Text,
+)
+from .reward_buffer import EpisodeResult, RewardBuffer
+from .tls import client_context, tls_failure
+
+log = logging.getLogger(__name__)
+
+#: Bytes one read takes from the socket: a step reply is a few hundred bytes, a describe
+#: a few KB; the server sends nothing large unasked.
+READ_BYTES: Final = 256 * 1024
+#: WebSocket close codes that mean "refused", not "try again" (as :mod:`.dial` reads them).
+_REFUSAL_CODES: Final = frozenset({1008, *range(4000, 5000)})
+_REFUSAL_STATUSES: Final = frozenset({401, 403})
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """What :class:`BlockingRewarder` counted (the async client's ``ClientStats`` fields)."""
+
+    messages: int
+    rewards: int
+    remote_errors: int
+
+
+class _Busy(Exception):
+    pass
+
+
+class BlockingRewarder:
+    """The agent's end of one lockstep remote's rewarder channel, on a blocking socket.
+
+    ``connect()``, then ``reset(mode="lockstep")``, ``step()`` (or ``send_step`` +
+    ``take_reply``), ``close()``. Attributes as :class:`~.client.RewarderClient` names
+    them (``describe``, ``episode_id``, ``buffer``, ``connected``, ``rtt``,
+    ``clock_skew``), so code that reads a session's rewarder reads either.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        password: str | None = None,
+        start_timeout: float = 30.0,
+        name: str | None = None,
+        client_id: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        player: int | None = None,
+        calibration_pings: int = CALIBRATION_PINGS,
+    ) -> None:
+        self.address = address
+        self.url = parse_address(address, tls=tls is not None)
+        self.name = name or address
+        self.tls = tls
+        self.start_timeout = start_timeout
+        self.calibration_pings = calibration_pings
+        headers = {protocol.OBSERVER_HEADER: "false"}
+        if password is not None:
+            headers["authorization"] = basic_auth(password)
+        if client_id:
+            headers[protocol.CLIENT_ID_HEADER] = client_id
+        if player is not None:
+            headers[protocol.PLAYER_HEADER] = str(player)
+        self._headers = headers
+        self.buffer = RewardBuffer()
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        self._sock: socket.socket | None = None
+        self._ws: ClientProtocol | None = None
+        self._proto: ClientConnection | None = None
+        self._fragments: list[bytes] = []
+        #: The reason of a ``v0.connection.close`` that came first (a refusal).
+        self._refused: str | None = None
+        #: Replies read but not yet taken, by message id: (event, local time it arrived).
+        self._replies: dict[Any, tuple[Any, float]] = {}
+        #: Requests sent whose reply nobody took yet, by message id: method.
+        self.outstanding: dict[Any, str] = {}
+        self._describe: Describe | None = None
+        self._failure: Exception | None = None
+        self._closed = False
+        self._rtt: float | None = None
+        self._skew: tuple[float, float] | None = None
+        self._messages = self._rewards = self._remote_errors = 0
+        #: Monotonic time of the last call (the keeper serves only channels left idle).
+        self.used_at = time.monotonic()
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else "closed" if self._closed else "disconnected"
+        return f"<BlockingRewarder {self.name} {self.url} {state} episode={self.episode_id}>"
+
+    # State ---------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def error(self) -> Exception | None:
+        """Why the connection ended, or None."""
+        return self._failure
+
+    @property
+    def episode_id(self) -> int | None:
+        return self.buffer.episode_id
+
+    @property
+    def describe(self) -> Describe | None:
+        return self._describe
+
+    @property
+    def rtt(self) -> float | None:
+        return self._rtt
+
+    @property
+    def clock_skew(self) -> tuple[float, float] | None:
+        return self._skew
+
+    @property
+    def stats(self) -> Counters:
+        return Counters(self._messages, self._rewards, self._remote_errors)
+
+    def forked(self) -> bool:
+        """Whether this object was made by another process (a fork's parent)."""
+        return os.getpid() != self._pid
+
+    def fileno(self) -> int:
+        """The socket's descriptor (-1 when not connected): for waiting on several."""
+        sock = self._sock
+        return sock.fileno() if sock is not None else -1
+
+    def pop(self) -> EpisodeResult:
+        with self._lock:
+            return self.buffer.pop()
+
+    def peek(self) -> EpisodeResult:
+        with self._lock:
+            return self.buffer.peek()
+
+    # Connecting ----------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Dial with backoff until ``start_timeout``, then calibrate the clock.
+
+        Raises :class:`~.errors.ConnectTimeout`, :class:`~.errors.Refused` (the remote said
+        no: wrong password, busy past the timeout, not a rewarder) or
+        :class:`~.errors.Untrusted`.
+        """
+        with self._lock:
+            if self._closed:
+                raise ConnectionClosed(f"rewarder client {self.name} is closed")
+            deadline = time.monotonic() + self.start_timeout
+            delay, attempts = BACKOFF_START, 0
+            last_error: Exception | None = None
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    if isinstance(last_error, _Busy):
+                        raise Refused(f"{self.name}: {last_error} (retried for start_timeout="
+                                      f"{self.start_timeout:g} s)")
+                    raise ConnectTimeout(
+                        f"{self.name}: no rewarder answered at {self.url} within "
+                        f"{self.start_timeout:g} s ({attempts} attempts; last error: "
+                        f"{last_error!r}). Check that the remote is running and reachable, and "
+                        f"that this is its rewarder port ({DEFAULT_PORT} by default)"
+                    )
+                attempts += 1
+                try:
+                    self._attempt(min(remaining, ATTEMPT_TIMEOUT))
+                    break
+                except _Busy as exc:
+                    last_error = exc
+                    wait = BUSY_RETRY
+                except (OSError, InvalidHandshake, ConnectionClosed) as exc:
+                    if isinstance(exc, Refused):
+                        raise
+                    last_error = exc
+                    wait = delay
+                    delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP)
+                time.sleep(max(0.0, min(wait, deadline - time.monotonic())))
+            self._failure = None
+            keeper.watch(self)
+            try:
+                self._calibrate()
+            except (ConnectionClosed, TimeoutError) as exc:
+                log.warning("%s: clock calibration failed: %s", self.name, exc)
+
+    def _attempt(self, timeout: float) -> None:
+        """One attempt: TCP (and TLS), the WebSocket handshake, the server's first message."""
+        uri = parse_uri(self.url)
+        deadline = time.monotonic() + timeout
+        sock = socket.create_connection((uri.host, uri.port), timeout=timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if uri.secure:
+                try:
+                    sock = (self.tls or client_context()).wrap_socket(sock, server_hostname=uri.host)
+                except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                    raise
+                except ssl.SSLError as exc:
+                    raise Untrusted(f"{self.name}: {tls_failure(f'{uri.host}:{uri.port}', exc)}") from None
+            ws = ClientProtocol(uri, max_size=MAX_SERVER_MESSAGE_BYTES)
+            request = ws.connect()
+            for key, value in self._headers.items():
+                request.headers[key] = value
+            ws.send_request(request)
+            self._sock, self._ws, self._proto = sock, ws, ClientConnection()
+            self._fragments = []
+            self._flush()
+            while ws.state is State.CONNECTING:
+                self._read_some(deadline)
+            if ws.handshake_exc is not None:
+                raise ws.handshake_exc
+            # The server's first message: a describe, or the reason it refuses us.
+            while self._describe is None:
+                self._read_some(deadline)
+        except InvalidStatus as exc:
+            self._abort()
+            status = exc.response.status_code
+            if status in _REFUSAL_STATUSES:
+                body = exc.response.body.decode(errors="replace").strip()
+                raise Refused(f"{self.name}: {self.url} refused the connection (HTTP {status})"
+                              f"{': ' + body if body else ''}") from None
+            raise
+        except InvalidMessage:
+            self._abort()
+            raise Refused(
+                f"{self.name}: {self.url} did not answer the WebSocket handshake: it is not a "
+                "rewarder (are the ports swapped? vnc://HOST:VNC_PORT+REWARDER_PORT), or it "
+                "serves TLS (vnc+tls://)"
+            ) from None
+        except BaseException:
+            self._abort()
+            raise
+        sock.settimeout(None)
+
+    def _calibrate(self) -> None:
+        skew: tuple[float, float] | None = None
+        for _ in range(self.calibration_pings):
+            started_wall, started = time.time(), time.perf_counter()
+            reply, received_wall = self._call(protocol.PING, self._need_proto().ping(), PING_TIMEOUT)
+            self._rtt = time.perf_counter() - started
+            skew = intersect_skew(skew, (reply.sent_at - received_wall, reply.sent_at - started_wall))
+        self._skew = skew
+
+    # Requests ------------------------------------------------------------------------------
+
+    def reset(
+        self, env_id: str | None = None, seed: int | None = None, fps: float | None = None,
+        mode: str | None = None, timeout: float = 60.0,
+    ) -> int:
+        """Ask for a new episode; its id once the server replied (the buffer switches)."""
+        with self._lock:
+            request = self._need_proto().reset(self.buffer.newest_episode_id or 0, env_id, seed, fps, mode)
+            reply, _ = self._call(protocol.RESET, request, timeout)
+            return int(reply.episode_id)
+
+    def wait_for_state(self, state: str, episode_id: int | None, timeout: float) -> Describe:
+        """Wait for a describe with ``env_state == state`` (episode >= ``episode_id``)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                d = self._describe
+                if d is not None and d.env_state == state and (
+                    episode_id is None or d.episode_id >= episode_id
+                ):
+                    return d
+                self._read_some(deadline)
+
+    def send_step(self, events: Sequence[Sequence[Any]], frames: int, obs: str) -> int:
+        """Send ``v0.env.step``; its message id, for :meth:`take_reply`."""
+        with self._lock:
+            message_id, data = self._need_proto().step(self.episode_id or 0, list(events), frames, obs)
+            self._send(data)
+            self.outstanding[message_id] = protocol.STEP
+            return message_id
+
+    def take_reply(self, message_id: Any, read: bool = True) -> StepReply | None:
+        """The reply to ``message_id`` if it arrived (raising :class:`RemoteError` if the
+        server refused the request), else None. ``read``: first read what the socket
+        holds (never waiting); else only look at the replies already read."""
+        with self._lock:
+            self.used_at = time.monotonic()
+            if read and message_id not in self._replies:
+                self._read_ready()
+            return self._pop_reply(message_id)
+
+    def wait_reply(self, message_id: Any, deadline: float) -> Any:
+        """The reply to ``message_id``, waiting until ``deadline`` (monotonic):
+        TimeoutError past it, ConnectionClosed if the connection ends first."""
+        with self._lock:
+            while message_id not in self._replies:
+                self._read_some(deadline)
+            return self._pop_reply(message_id)
+
+    def step(
+        self, events: Sequence[Sequence[Any]] = (), frames: int = 1, obs: str = protocol.OBS_VNC,
+        timeout: float = 60.0,
+    ) -> StepReply:
+        """Lockstep: hold ``events`` and advance exactly ``frames`` frames; the reply."""
+        with self._lock:
+            message_id = self.send_step(events, frames, obs)
+            reply: StepReply = self.wait_reply(message_id, time.monotonic() + timeout)
+            return reply
+
+    def ping(self, timeout: float = PING_TIMEOUT) -> float:
+        """Round trip in seconds."""
+        with self._lock:
+            started = time.perf_counter()
+            self._call(protocol.PING, self._need_proto().ping(), timeout)
+            self._rtt = time.perf_counter() - started
+            return self._rtt
+
+    def drop_outstanding(self) -> list[Any]:
+        """Forget the requests whose replies nobody took (their replies are dropped as they
+        come); returns their ids."""
+        with self._lock:
+            ids = list(self.outstanding)
+            self.outstanding.clear()
+            for message_id in ids:
+                self._replies.pop(message_id, None)
+            return ids
+
+    def close(self) -> None:
+        """Close the connection (idempotent; a forked child only forgets it)."""
+        if self.forked():
+            self._sock = None
+            return
+        keeper.forget(self)
+        with self._lock:
+            self._closed = True
+            sock, ws = self._sock, self._ws
+            if sock is not None and ws is not None and ws.state is State.OPEN:
+                try:
+                    ws.send_close()
+                    sock.setblocking(False)
+                    self._flush()
+                except OSError:
+                    pass
+            self._lost(f"rewarder client {self.name} was closed")
+
+    def serve_idle(self) -> None:
+        """The keeper's call: if nobody uses the channel, read what arrived (answering
+        pings, filing describes and rewards). Never waits for the lock."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if self._sock is not None:
+                self._read_ready()
+        except (ConnectionClosed, OSError, ProtocolError):
+            pass
+        finally:
+            self._lock.release()
+
+    # Bytes ---------------------------------------------------------------------------------
+
+    def _need_proto(self) -> ClientConnection:
+        if self._failure is not None:
+            raise ConnectionClosed(f"{self.name}: {self._failure}")
+        if self._proto is None or self._sock is None:
+            raise ConnectionClosed(f"{self.name}: not connected to {self.url}")
+        self.used_at = time.monotonic()
+        return self._proto
+
+    def _call(self, method: str, request: tuple[int, bytes], timeout: float) -> tuple[Any, float]:
+        message_id, data = request
+        self._send(data)
+        self.outstanding[message_id] = method
+        return self._wait_event(message_id, time.monotonic() + timeout)  # type: ignore[no-any-return]
+
+    def _wait_event(self, message_id: Any, deadline: float) -> tuple[Any, float]:
+        while message_id not in self._replies:
+            self._read_some(deadline)
+        method = self.outstanding.pop(message_id, "request")
+        event, at = self._replies.pop(message_id)
+        if isinstance(event, ErrorReply):
+            raise RemoteError(event.message, method)
+        return event, at
+
+    def _pop_reply(self, message_id: Any) -> Any:
+        entry = self._replies.pop(message_id, None)
+        if entry is None:
+            return None
+        method = self.outstanding.pop(message_id, "request")
+        event = entry[0]
+        if isinstance(event, ErrorReply):
+            raise RemoteError(event.message, method)
+        return event
+
+    def _send(self, data: bytes) -> None:
+        ws, sock = self._ws, self._sock
+        if ws is None or sock is None:
+            raise ConnectionClosed(f"{self.name}: not connected to {self.url}")
+        ws.send_text(data)
+        self._flush()
+
+    def _flush(self) -> None:
+        ws, sock = self._ws, self._sock
+        assert ws is not None and sock is not None
+        for chunk in ws.data_to_send():
+            if not chunk:
+                continue  # EOF marker: nothing to send on a client
+            try:
+                sock.sendall(chunk)
+            except BaseException as exc:  # an interrupt mid-write leaves a torn frame
+                self._lost(f"the connection to {self.url} broke while sending ({exc!r})")
+                if isinstance(exc, OSError):
+                    raise ConnectionClosed(f"{self.name}: {self._failure}") from None
+                raise
+
+    def _read_some(self, deadline: float) -> None:
+        """Wait (until ``deadline``) for bytes, then handle them."""
+        sock = self._sock
+        if sock is None:
+            raise ConnectionClosed(f"{self.name}: {self._failure or 'not connected'}")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"{self.name}: no reply from {self.url} in time")
+        pending = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
+        if not pending:
+            ready, _, _ = select.select([sock], [], [], remaining)
+            if not ready:
+                raise TimeoutError(f"{self.name}: no reply from {self.url} in time")
+        self._receive(sock)
+
+    def _read_ready(self) -> None:
+        """Handle whatever the socket holds now, without waiting."""
+        sock = self._sock
+        while sock is not None:
+            pending = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
+            if not pending:
+                ready, _, _ = select.select([sock], [], [], 0)
+                if not ready:
+                    return
+            self._receive(sock)
+            sock = self._sock
+
+    def _receive(self, sock: socket.socket) -> None:
+        try:
+            data = sock.recv(READ_BYTES)
+        except ssl.SSLWantReadError:
+            return
+        except OSError as exc:
+            self._lost(f"the connection to {self.url} dropped ({exc})")
+            raise ConnectionClosed(f"{self.name}: {self._failure}") from None
+        ws = self._ws
+        assert ws is not None
+        if not data:
+            ws.receive_eof()
+        else:
+            ws.receive_data(data)
+        for event in ws.events_received():
+            if not isinstance(event, Frame):
+                continue  # the handshake: ws.state and ws.handshake_exc say how it went
+            if event.opcode is Opcode.TEXT or event.opcode is Opcode.CONT:
+                self._fragments.append(bytes(event.data))
+                if event.fin:
+                    text, self._fragments = b"".join(self._fragments), []
+                    self._message(text)
+        self._flush_quietly()  # pongs, close echoes
+        if ws.state is State.CLOSED or not data:
+            close = ws.close_rcvd
+            reason = f"the connection to {self.url} closed"
+            if close is not None:
+                reason += f" ({close.code} {close.reason})".rstrip()
+            refused, self._refused = self._refused, None
+            self._lost(reason)
+            if refused is not None:
+                code = close.code if close is not None else None
+                if code == CLOSE_BUSY:
+                    raise _Busy(f"{self.url} is busy: {refused}")
+                if code is None or code in _REFUSAL_CODES:
+                    raise Refused(f"{self.name}: {self.url} refused the connection: {refused}")
+            if ws.handshake_exc is not None and ws.state is not State.OPEN:
+                raise ws.handshake_exc
+            raise ConnectionClosed(f"{self.name}: {reason}")
+
+    def _flush_quietly(self) -> None:
+        try:
+            self._flush()
+        except ConnectionClosed:
+            pass
+
+    def _message(self, text: bytes) -> None:
+        proto = self._proto
+        assert proto is not None
+        self._messages += 1
+        try:
+            event = proto.receive(text.decode())
+        except ProtocolError as exc:
+            log.debug("%s: ignoring a server message: %s", self.name, exc)
+            return
+        kind = type(event)
+        if kind is StepReply or kind is PingReply or kind is PropertiesReply:
+            self._replies[event.parent_message_id] = (event, time.time())  # type: ignore[union-attr]
+        elif kind is ResetReply:
+            self.buffer.reset(event.episode_id)  # type: ignore[union-attr]
+            self._replies[event.parent_message_id] = (event, time.time())  # type: ignore[union-attr]
+        elif kind is ErrorReply:
+            self._remote_errors += 1
+            parent = event.parent_message_id  # type: ignore[union-attr]
+            if parent in self.outstanding:
+                self._replies[parent] = (event, time.time())
+            else:
+                log.warning("%s: the server refused message %s: %s", self.name, parent,
+                            event.message)  # type: ignore[union-attr]
+        elif kind is Describe:
+            self._describe = event  # type: ignore[assignment]
+            self.buffer.file(event)  # type: ignore[arg-type]
+        elif kind is Reward:
+            self._rewards += 1
+            self.buffer.file(event)  # type: ignore[arg-type]
+        elif kind is Text or kind is Observation:
+            self.buffer.file(event)  # type: ignore[arg-type]
+        elif kind is Close and self._describe is None:  # the first message: a refusal
+            self._refused = event.message  # type: ignore[union-attr]
+
+    def _lost(self, reason: str) -> None:
+        """The connection is gone: close the socket, end the running episode."""
+        sock, self._sock = self._sock, None
+        had = self._proto is not None and self._describe is not None
+        self._ws = self._proto = None
+        self._failure = ConnectionClosed(reason)
+        self._describe = None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+        if had:
+            self.buffer.disconnected()
+        keeper.forget(self)
+
+    def _abort(self) -> None:
+        sock, self._sock, self._ws, self._proto = self._sock, None, None, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
