@@ -18,6 +18,7 @@ from .address import RemoteAddress, parse_remotes
 from .containers import DockerRemotes, DockerUnavailable, start_docker
 from .env import RemoteEnv
 from .local import LocalRemotes, start_local
+from .options import EnvOptions
 from .ray import RayRemotes, RayUnavailable, start_ray  # imports Ray only when called
 from .registration import NAMESPACE, make_env, make_vector_env, register
 from .session import RemoteUnavailable
@@ -32,6 +33,7 @@ __all__ = [
     "DiscreteKeys",
     "DockerRemotes",
     "DockerUnavailable",
+    "EnvOptions",
     "LocalRemotes",
     "PointerBox",
     "RayRemotes",

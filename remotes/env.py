@@ -23,7 +23,6 @@ the remote back by itself, and its :meth:`~RemoteEnv.reset` does.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from typing import Any, Final, SupportsFloat
@@ -33,22 +32,22 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
-from rewarder.protocol import LOCKSTEP, REALTIME
+from rewarder.protocol import LOCKSTEP
 
 from .address import RemoteAddress
 from .group import RemoteGroup, follow
 from .loop import LoopThread, shared_loop
+from .options import EnvOptions
 from .session import (
     RemoteSession,
     RemoteSnapshot,
     RemoteUnavailable,
     VNCOptions,
-    check_stepping,
     resolve_addresses,
     tls_context,
 )
 from .spaces import VNCActionSpace
-from .stepper import DEFAULT_FPS, STALL_FRAMES, STALL_TIMEOUT, Batch, Stepper
+from .stepper import DEFAULT_FPS, Batch, Stepper
 
 __all__ = ["DEFAULT_FPS", "ENV_ID", "RemoteEnv"]
 
@@ -67,6 +66,17 @@ def _spec(kwargs: dict[str, Any]) -> EnvSpec:
         nondeterministic=True,
         kwargs={k: v for k, v in kwargs.items() if v is not None},
     )
+
+
+def sessions(remotes: Sequence[RemoteAddress], password: str | None, opts: EnvOptions) -> list[RemoteSession]:
+    """One session per remote, as ``opts`` asks (both envs' constructors)."""
+    vnc = VNCOptions(encoding=opts.encoding, quality=opts.quality)
+    tls = tls_context(remotes, opts.tls_ca)
+    return [
+        RemoteSession(r, password, vnc=vnc, start_timeout=opts.start_timeout, tls=tls,
+                      lockstep=opts.mode == LOCKSTEP)
+        for r in remotes
+    ]
 
 
 def action_space(state: RemoteSnapshot) -> VNCActionSpace:
@@ -111,23 +121,13 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             :class:`~remotes.group.RemoteGroup` of one remote (its password, and its
             address after a restart elsewhere).
         password: the remote's password (overrides the address's).
-        fps: steps per second (default: the remote's own fps from ``v0.env.describe``).
-        env_id: ask the remote for this environment at every reset.
-        encoding, quality: how VNC sends pixels (``"tight"``/``"zrle"``/``"raw"``; None:
-            Raw on loopback, Tight elsewhere; quality 0-9 turns on lossy JPEG).
-        start_timeout: seconds to wait for the remote to answer (connect, and a reset
-            waiting for a reconnection).
-        max_episode_steps: truncate episodes after this many steps (None: never).
-        mode: ``"realtime"`` (Universe's: the remote runs at its fps whatever we do) or
-            ``"lockstep"`` (the remote advances only when we step: deterministic, and as
-            fast as the runtime goes).
-        frameskip: frames one step spans (lockstep: exactly; real time: frame periods).
-        stall_frames: frame periods without a new frame before ``info["remote.stalled"]``.
-        stall_timeout: seconds without a new frame (lockstep: without a step's reply)
-            before the episode is truncated and the remote reconnected.
-        tls_ca: for a ``vnc+tls://`` address, the PEM file of the CA that issued the
-            remote's certificate (default: $UNIVERSE_REMOTE_TLS_CA, else the system's
-            trust store); both channels verify the certificate against it.
+        fps: real-time steps per second (default: the remote's own fps).
+        options: an :class:`~remotes.options.EnvOptions`; the same settings may be given
+            as keywords (``mode="lockstep"``, ``frameskip=4``, ``env_id=...``,
+            ``encoding``, ``quality``, ``start_timeout``, ``max_episode_steps``,
+            ``stall_frames``, ``stall_timeout``, ``tls_ca``), which win over ``options``.
+        render_mode: ``"rgb_array"``.
+        loop: the loop thread for this env's sockets (default: the process's).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": DEFAULT_FPS}
@@ -138,21 +138,18 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         password: str | None = None,
         fps: float | None = None,
         *,
-        env_id: str | None = None,
-        encoding: str | None = None,
-        quality: int | None = None,
-        start_timeout: float = 30.0,
-        max_episode_steps: int | None = None,
+        options: EnvOptions | None = None,
         render_mode: str | None = None,
-        mode: str = REALTIME,
-        frameskip: int = 1,
         loop: LoopThread | None = None,
-        stall_frames: int = STALL_FRAMES,
-        stall_timeout: float = STALL_TIMEOUT,
-        tls_ca: str | os.PathLike[str] | None = None,
+        **settings: Any,
     ) -> None:
-        check_stepping(mode, frameskip)
-        self.mode, self.frameskip = mode, frameskip
+        if password is not None:
+            settings["password"] = password
+        if fps is not None:
+            settings["fps"] = fps
+        opts = EnvOptions.of(options, settings)
+        self.options = opts
+        self.mode, self.frameskip = opts.mode, opts.frameskip
         group = address if isinstance(address, RemoteGroup) else None
         if group is not None:  # its password, and where its remote is after a restart
             remotes, address_password = list(group.addresses), group.password
@@ -166,45 +163,23 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode {render_mode!r} is not supported; use 'rgb_array'")
         self.render_mode = render_mode
-        self.env_id = env_id
-        self.start_timeout = start_timeout
-        self.max_episode_steps = max_episode_steps
+        self.env_id = opts.env_id
+        self.start_timeout = opts.start_timeout
+        self.max_episode_steps = opts.max_episode_steps
         self._closed = True  # until connected: close() has nothing to do
         #: What this env started and stops on close (``gymnasium.make``'s local remotes).
         self.owned: Any = None
         self._loop = loop or shared_loop()
-        pw = password if password is not None else address_password
-        session = RemoteSession(
-            remotes[0], pw, vnc=VNCOptions(encoding=encoding, quality=quality),
-            start_timeout=start_timeout, tls=tls_context(remotes, tls_ca), lockstep=mode == LOCKSTEP,
-        )
+        pw = opts.password if opts.password is not None else address_password
+        (session,) = sessions(remotes, pw, opts)
         if group is not None:
             follow(group, [session])
-        self._core = Stepper(
-            [session], mode=mode, frameskip=frameskip, fps=fps, env_id=env_id,
-            max_episode_steps=max_episode_steps, start_timeout=start_timeout,
-            stall_frames=stall_frames, stall_timeout=stall_timeout, loop=self._loop,
-        )
+        self._core = Stepper([session], opts, self._loop)
         self._stepping = threading.Lock()  # one call at a time (threads queue up here)
-        (state,) = self._loop.run(self._core.connect(), start_timeout + _GRACE)
+        (state,) = self._loop.run(self._core.connect(), opts.start_timeout + _GRACE)
         self._closed = False
-        self.spec = _spec(
-            {
-                "address": str(remotes[0]),  # vnc+tls://... for a TLS remote
-                "password": pw,
-                "fps": fps,
-                "env_id": env_id,
-                "encoding": encoding,
-                "quality": quality,
-                "start_timeout": start_timeout,
-                "max_episode_steps": max_episode_steps,
-                "mode": mode,
-                "frameskip": frameskip,
-                "stall_frames": stall_frames if stall_frames != STALL_FRAMES else None,
-                "stall_timeout": stall_timeout if stall_timeout != STALL_TIMEOUT else None,
-                "tls_ca": None if tls_ca is None else str(tls_ca),
-            }
-        )
+        spec = {**opts.changed(), "address": str(remotes[0]), "password": pw}  # vnc+tls://...
+        self.spec = _spec(spec)
         self._configure_spaces(state)
         self._frame = np.zeros(self.observation_space.shape or (), np.uint8)
 

@@ -2,7 +2,7 @@
 bringing it back.
 
 Holds the limits (:data:`STALL_FRAMES`, :data:`STALL_TIMEOUT`, :data:`RECONNECT_POLL`,
-...) and :class:`Recovery`, the part of :class:`~remotes.stepper.Stepper` that decides
+...) and :class:`Faults`, the collaborator of :class:`~remotes.stepper.Stepper` that decides
 a remote is lost, ends its episode with the reason, idles its slot and reconnects it in
 the background (the module docstring of :mod:`remotes.stepper` says what an agent
 sees). Loop thread only.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -21,9 +21,11 @@ from rewarder.blocking import BlockingRewarder
 from rewarder.protocol import HEARTBEAT_INTERVAL, LOCKSTEP
 from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED, EpisodeResult
 
-from .loop import LoopThread
 from .session import RemoteSession, RemoteUnavailable, answers
 from .slot import Phase, Slot
+
+if TYPE_CHECKING:
+    from .stepper import Stepper
 
 log = logging.getLogger(__name__)
 
@@ -48,37 +50,27 @@ DRAIN_TIMEOUT: Final = 0.25
 TAGLESS_STALL_SECONDS: Final = 2 * HEARTBEAT_INTERVAL + 1.0
 
 
-class Recovery:
-    """Fault handling, mixed into :class:`~remotes.stepper.Stepper` (which sets these)."""
+class Faults:
+    """Fault handling for a :class:`~remotes.stepper.Stepper` (``core``): whether a remote
+    is lost, ending its episode with the reason, idling its slot and bringing it back.
+    It reads the core's slots and settings and copies frames through it; the core asks
+    it at each step."""
 
-    slots: list[Slot]
-    mode: str
-    fps: float
-    env_id: str | None
-    requested_fps: float | None
-    start_timeout: float
-    stall_frames: int
-    stall_timeout: float
-    _frames: np.ndarray | None
-    loop: LoopThread
-    _closed: bool
-    _same_step: bool
+    def __init__(self, core: Stepper) -> None:
+        self.core = core
 
-    def _copy_frame(self, slot: Slot) -> None:
-        raise NotImplementedError
-
-    async def _come_back(self, slot: Slot) -> None:
+    async def come_back(self, slot: Slot) -> None:
         """Wait (up to ``start_timeout``) for an away slot's reconnection, or connect it."""
         task, slot.reconnect = slot.reconnect, None
         if task is not None and not task.done():
             try:
-                async with asyncio.timeout(self.start_timeout):
+                async with asyncio.timeout(self.core.start_timeout):
                     await asyncio.shield(task)
             except TimeoutError:
                 slot.reconnect = task  # it goes on trying
                 raise RemoteUnavailable(
                     slot.session.name,
-                    f"did not come back within start_timeout={self.start_timeout:g} s "
+                    f"did not come back within start_timeout={self.core.start_timeout:g} s "
                     f"(last error: {slot.error})",
                 ) from None
         session = slot.session
@@ -86,14 +78,14 @@ class Recovery:
             await relocate(session)
             await session.connect()
 
-    def _stalled(self, slot: Slot, now: float) -> bool:
+    def stalled(self, slot: Slot, now: float) -> bool:
         """No new frame for ``stall_frames`` periods (without tags: no message for
         :data:`TAGLESS_STALL_SECONDS`, and only from remotes that send heartbeats)."""
         return now - self._progress(slot, now) > self._stall_after(slot)
 
     def _stall_after(self, slot: Slot) -> float:
         if slot.tags:
-            return self.stall_frames / self.fps
+            return self.core.stall_frames / self.core.fps
         return TAGLESS_STALL_SECONDS
 
     def _progress(self, slot: Slot, now: float) -> float:
@@ -111,7 +103,7 @@ class Recovery:
                 slot.progress_at = now
         return slot.progress_at
 
-    def _lost_reason(self, slot: Slot, now: float) -> str | None:
+    def lost_reason(self, slot: Slot, now: float) -> str | None:
         """Why the slot cannot step any more, or None."""
         session = slot.session
         if session.replaced:
@@ -121,17 +113,17 @@ class Recovery:
             )
         if not session.connected:
             return session.error or "connection lost"
-        if self.mode == LOCKSTEP:
+        if self.core.mode == LOCKSTEP:
             return None  # each step's reply has its own deadline (remotes.lockstep)
         silent = now - self._progress(slot, now)
-        if silent > max(self.stall_timeout, self._stall_after(slot)):
+        if silent > max(self.core.stall_timeout, self._stall_after(slot)):
             return (
-                f"stalled: no new frame for {silent:.1f} s (stall_timeout={self.stall_timeout:g} s); "
+                f"stalled: no new frame for {silent:.1f} s (stall_timeout={self.core.stall_timeout:g} s); "
                 "the remote is hung, stopped or starved of CPU; reconnecting"
             )
         return None
 
-    async def _lose_draining(
+    async def lose_draining(
         self, slot: Slot, reason: str, rewards: np.ndarray, terminated: np.ndarray,
         truncated: np.ndarray,
     ) -> dict[str, Any]:
@@ -142,9 +134,9 @@ class Recovery:
             deadline = time.monotonic() + DRAIN_TIMEOUT
             while rewarder.connected and time.monotonic() < deadline:
                 await asyncio.sleep(0.005)
-        return self._lose(slot, reason, rewards, truncated, terminated)
+        return self.lose(slot, reason, rewards, truncated, terminated)
 
-    def _lose(
+    def lose(
         self, slot: Slot, reason: str, rewards: np.ndarray | None, truncated: np.ndarray | None,
         terminated: np.ndarray | None = None, result: EpisodeResult | None = None,
     ) -> dict[str, Any]:
@@ -166,7 +158,7 @@ class Recovery:
         elif truncated is not None:
             truncated[i] = True
         info.update({"remote.connected": False, "remote.error": reason, "remote.name": session.name})
-        if self.mode != LOCKSTEP:
+        if self.core.mode != LOCKSTEP:
             info["remote.stalled"] = reason.startswith("stalled")
         log.warning("remote %s: %s", session.name, reason)
         slot.phase = Phase.AWAY
@@ -176,7 +168,7 @@ class Recovery:
         if isinstance(session.rewarder, BlockingRewarder):
             session.rewarder.drop_outstanding()
         slot.pending = slot.reply = None
-        if not self._closed:
+        if not self.core.closed:
             slot.reconnect = self._start_reconnect(slot)
         return info
 
@@ -184,21 +176,21 @@ class Recovery:
         """The task bringing ``slot`` back, on the loop thread (a lockstep step loses a
         remote in the agent's thread: the task is made there and handed back)."""
         name = f"reconnect {slot.session.name}"
-        if asyncio._get_running_loop() is self.loop.loop:
-            return self.loop.loop.create_task(self._reconnect(slot), name=name)
+        if asyncio._get_running_loop() is self.core.loop.loop:
+            return self.core.loop.loop.create_task(self._reconnect(slot), name=name)
 
         async def start() -> asyncio.Task[bool]:
             return asyncio.get_running_loop().create_task(self._reconnect(slot), name=name)
 
-        return self.loop.run(start())
+        return self.core.loop.run(start())
 
-    def _away(self, slot: Slot, truncated: np.ndarray | None) -> dict[str, Any]:
+    def away(self, slot: Slot, truncated: np.ndarray | None) -> dict[str, Any]:
         """A step of a slot that is away: idle, or back (see the module docstring)."""
         back = came_back(slot.reconnect)
-        if back and slot.away_steps == 0 and not self._same_step:
+        if back and slot.away_steps == 0 and not self.core.same_step:
             slot.reconnect = None
             slot.baseline()
-            self._copy_frame(slot)
+            self.core.copy_frame(slot)
             info: dict[str, Any] = {
                 "episode_id": slot.session.rewarder.episode_id if slot.session.rewarder else None,
                 "remote.connected": True, "remote.reconnected": True, "remote.name": slot.session.name,
@@ -214,7 +206,7 @@ class Recovery:
             return {"remote.connected": False, "remote.back": True}
         slot.away_steps += 1
         info = {"remote.connected": False, "remote.error": slot.error}
-        if self.mode != LOCKSTEP:
+        if self.core.mode != LOCKSTEP:
             info["remote.stalled"] = False
         return info
 
@@ -238,8 +230,8 @@ class Recovery:
                             await session.connect(start_timeout=RECONNECT_ATTEMPT_TIMEOUT)
                             self._check_size(session)
                             await session.reset(
-                                env_id=self.env_id, seed=slot.next_seed(), fps=self.requested_fps,
-                                mode=session.mode_request(self.mode),
+                                env_id=self.core.env_id, seed=slot.next_seed(), fps=self.core.requested_fps,
+                                mode=session.mode_request(self.core.mode),
                             )
                         return True
                     except (RemoteUnavailable, TimeoutError, ValueError) as exc:
@@ -251,7 +243,7 @@ class Recovery:
             await asyncio.gather(closing, return_exceptions=True)
 
     def _check_size(self, session: RemoteSession) -> None:
-        frames = self._frames
+        frames = self.core.frames
         width, height = session.screen_size
         if frames is not None and frames.shape[1:3] != (height, width):
             raise ValueError(

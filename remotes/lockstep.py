@@ -65,7 +65,7 @@ class LockstepSteps:
         terminated = np.zeros(n, bool)
         truncated = np.zeros(n, bool)
         infos: list[dict[str, Any]] = [{} for _ in range(n)]
-        core._same_step = same_step
+        core.same_step = same_step
         now = time.monotonic()
         sent: list[Slot] = []
         carried: list[Slot] = []
@@ -75,14 +75,16 @@ class LockstepSteps:
             if active is not None and not active[i]:
                 continue
             if slot.phase is Phase.AWAY:
-                infos[i] = core._away(slot, truncated)
+                infos[i] = core.faults.away(slot, truncated)
                 continue
+            if slot.pending is None and slot.reply is None:
+                self._adopt(slot, now)
             if slot.pending is not None or slot.reply is not None:
                 carried.append(slot)  # a step still out (a straggler, an interrupted step)
                 continue
-            reason = core._lost_reason(slot, now)
+            reason = core.faults.lost_reason(slot, now)
             if reason is not None:
-                infos[i] = core._lose(slot, reason, rewards, truncated)
+                infos[i] = core.faults.lose(slot, reason, rewards, truncated)
                 continue
             if slot.phase is not Phase.RUNNING:
                 starting.append(slot)
@@ -94,7 +96,7 @@ class LockstepSteps:
             try:
                 slot.pending = rewarder.send_step(actions[i], core.frameskip, session.shared.obs)
             except (ConnectionClosed, OSError) as exc:
-                infos[i] = core._lose(slot, error_text(exc), rewards, truncated)
+                infos[i] = core.faults.lose(slot, error_text(exc), rewards, truncated)
                 continue
             slot.deadline = now + core.stall_timeout
             sent.append(slot)
@@ -110,9 +112,12 @@ class LockstepSteps:
             i = slot.index
             if slot.reply is not None:
                 infos[i] = self._deliver(slot, rewards, terminated, truncated)
+            elif not slot.session.connected:
+                reason = slot.session.error or "connection lost"
+                infos[i] = core.faults.lose(slot, reason, rewards, truncated)
             elif time.monotonic() >= slot.deadline:
                 reason = f"stalled: no reply within stall_timeout={core.stall_timeout:g} s; reconnecting"
-                infos[i] = core._lose(slot, reason, rewards, truncated)
+                infos[i] = core.faults.lose(slot, reason, rewards, truncated)
             else:
                 infos[i] = {
                     "remote.connected": True, "remote.waiting": True,
@@ -175,6 +180,15 @@ class LockstepSteps:
             else:  # a quiet slice: look at every channel (so the keeper leaves them alone)
                 ready, read = out, True
         return over_vnc
+
+    def _adopt(self, slot: Slot, now: float) -> None:
+        """A step request sent by an interrupted step before the slot noted it (Ctrl-C
+        between the send and the bookkeeping) is the slot's step still out."""
+        rewarder = slot.session.rewarder
+        if isinstance(rewarder, BlockingRewarder):
+            sent = rewarder.outstanding_step()
+            if sent is not None:
+                slot.pending, slot.deadline = sent, now + self.core.stall_timeout
 
     def _wait_one(self, slot: Slot) -> StepReply | None:
         """The lone remote's reply (None: its deadline passed or the connection ended)."""

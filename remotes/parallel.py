@@ -50,6 +50,7 @@ from .env import close_all
 from .faults import STALL_TIMEOUT
 from .group import RemoteGroup
 from .loop import LoopThread, shared_loop
+from .options import EnvOptions
 from .session import RemoteSession, resolve_addresses, tls_context
 from .stepper import Stepper
 
@@ -182,11 +183,9 @@ class RemoteParallelEnv(ParallelEnv[AgentID, np.ndarray, int]):  # type: ignore[
                     session.locate = partial(_relocate, group, i, p)
                 sessions.append(session)
             self._worlds.append(world)
-        self._core = Stepper(
-            sessions, mode=LOCKSTEP, frameskip=frameskip, env_id=env_id,
-            max_episode_steps=max_cycles, start_timeout=start_timeout, stall_timeout=stall_timeout,
-            loop=self._loop,
-        )
+        options = EnvOptions(mode=LOCKSTEP, frameskip=frameskip, env_id=env_id, max_episode_steps=max_cycles,
+                             start_timeout=start_timeout, stall_timeout=stall_timeout)
+        self._core = Stepper(sessions, options, self._loop)
         self._loop.run(self._core.connect(), start_timeout + 10)
         self._closed = False
         self.possible_agents: list[AgentID] = [a for w in self._worlds for a in w.agents]

@@ -40,7 +40,7 @@ from rewarder.errors import (
     RewarderError,
     Untrusted,
 )
-from rewarder.protocol import LOCKSTEP, MODES
+from rewarder.protocol import LOCKSTEP
 from rewarder.reward_buffer import EMPTY, EpisodeResult
 from rewarder.tls import client_context, untrusted, verification_error
 from vncdriver.addresses import is_loopback
@@ -106,14 +106,6 @@ def _take_slot(session: RemoteSession) -> None:
         if old is not None and old is not session:
             old.replaced = True
         _holders[key] = weakref.ref(session)
-
-
-def check_stepping(mode: str, frameskip: int) -> None:
-    """Refuse a mode or frameskip the envs do not know, saying what they take."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    if not (isinstance(frameskip, int) and frameskip >= 1):
-        raise ValueError(f"frameskip must be a positive integer, not {frameskip!r}")
 
 
 def resolve_addresses(

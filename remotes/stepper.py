@@ -1,12 +1,15 @@
-"""The stepping core: n remotes stepped together, on the loop thread.
+"""The stepping core: n remotes stepped together.
 
-Holds :class:`Stepper` (what both gymnasium envs drive: ``RemoteEnv`` is a one-wide
-view of it, ``RemoteVectorEnv`` an n-wide one), :class:`Batch` (what a reset or step
-hands the agent's thread) and the step's timing limits; a remote's stepping state and
-the frame clock are in :mod:`remotes.slot`, what happens when a remote fails in
-:mod:`remotes.faults`. Every method of :class:`Stepper` is a coroutine for the loop thread; the envs run
-them with :meth:`~remotes.loop.LoopThread.run` and get a :class:`Batch` back, built of
-fresh objects the loop never touches again (the rule is in :mod:`remotes.loop`).
+Holds :class:`Stepper` (what every gymnasium env drives: ``RemoteEnv`` is a one-wide
+view of it, ``RemoteVectorEnv`` an n-wide one, ``RemoteParallelEnv`` one slot per
+player), :class:`Batch` (what a reset or step hands the agent's thread) and the step's
+timing limits; a remote's stepping state and the frame clock are in :mod:`remotes.slot`,
+lockstep steps in :mod:`remotes.lockstep`, what happens when a remote fails in
+:mod:`remotes.faults` (:class:`~remotes.faults.Faults`, a collaborator). :meth:`Stepper.step`
+is called from the agent's thread: a lockstep step runs there, a real-time step on the
+loop thread; resets, connecting and closing are coroutines the envs run on the loop
+thread with :meth:`~remotes.loop.LoopThread.run`. A :class:`Batch` is built of fresh
+objects nobody touches again (the thread rule is in :mod:`remotes.loop`).
 
 **Real time.** A step sends each remote its events, then waits until each remote's VNC
 shows the frame ``frameskip`` past the one it returned last — the remote's own frame
@@ -62,11 +65,12 @@ from .faults import (
     RECONNECT_POLL,
     STALL_FRAMES,
     STALL_TIMEOUT,
-    Recovery,
+    Faults,
     error_text,
 )
 from .lockstep import LockstepSteps
 from .loop import LoopThread, shared_loop
+from .options import EnvOptions
 from .session import RESET_TIMEOUT, RemoteSession, RemoteSnapshot, RemoteUnavailable
 from .slot import FrameGate, Phase, Slot
 
@@ -104,52 +108,37 @@ class Batch:
     final: dict[int, tuple[np.ndarray, dict[str, Any]]] = field(default_factory=dict)
 
 
-class Stepper(Recovery):
-    """Steps ``sessions`` together; every method runs on the loop thread.
-
-    ``fps``: requested steps per second (None: the first remote's describe); the rest
-    as :class:`~remotes.vector.RemoteVectorEnv` documents them.
-    """
+class Stepper:
+    """Steps ``sessions`` together as ``options`` say (:class:`~remotes.options.EnvOptions`;
+    ``fps`` None: the first remote's describe). :meth:`step` is called from the agent's
+    thread; the coroutines run on ``loop``'s thread."""
 
     def __init__(
-        self,
-        sessions: Sequence[RemoteSession],
-        *,
-        mode: str,
-        frameskip: int,
-        fps: float | None = None,
-        env_id: str | None = None,
-        max_episode_steps: int | None = None,
-        start_timeout: float = 30.0,
-        stall_frames: int = STALL_FRAMES,
-        stall_timeout: float = STALL_TIMEOUT,
-        loop: LoopThread | None = None,
+        self, sessions: Sequence[RemoteSession], options: EnvOptions, loop: LoopThread | None = None
     ) -> None:
-        if stall_frames < 1:
-            raise ValueError(f"stall_frames must be 1 or more, not {stall_frames!r}")
-        if not stall_timeout > 0:
-            raise ValueError(f"stall_timeout must be positive seconds, not {stall_timeout!r}")
+        self.options = options
         self.sessions = list(sessions)
-        self.mode, self.frameskip = mode, frameskip
-        self.requested_fps = fps
-        self.fps = float(fps or DEFAULT_FPS)
-        self.env_id = env_id
-        self.max_episode_steps = max_episode_steps
-        self.start_timeout = start_timeout
-        self.stall_frames = stall_frames
-        self.stall_timeout = stall_timeout
+        self.mode, self.frameskip = options.mode, options.frameskip
+        self.requested_fps = options.fps
+        self.fps = float(options.fps or DEFAULT_FPS)
+        self.env_id = options.env_id
+        self.max_episode_steps = options.max_episode_steps
+        self.start_timeout = options.start_timeout
+        self.stall_frames = options.stall_frames
+        self.stall_timeout = options.stall_timeout
         self.slots = [Slot(i, s) for i, s in enumerate(self.sessions)]
         self._gate = FrameGate(self.slots)
         #: The loop thread the sockets of real-time steps, resets and reconnects live on.
         self.loop = loop or shared_loop()
         self._lockstep = LockstepSteps(self)
+        self.faults = Faults(self)
         #: SAME_STEP autoreset in the step under way (a slot back from away then ends
         #: its idle stretch and starts its episode in the same step).
-        self._same_step = False
+        self.same_step = False
         #: Wall time this step's actions went out (for ``latency.action_to_frame``).
         self._sent_at = 0.0
         self._next_at: float | None = None
-        self._closed = False
+        self.closed = False
 
     @property
     def num(self) -> int:
@@ -157,17 +146,14 @@ class Stepper(Recovery):
 
     @property
     def frames(self) -> np.ndarray | None:
-        """The batch under construction (``[n, H, W, 3]``)."""
+        """The batch under construction (``[n, H, W, 3]``; the gate copies target frames
+        into it as they come)."""
         return self._gate.frames
 
-    @property  # type: ignore[override]
-    def _frames(self) -> np.ndarray | None:
-        """The batch under construction (the gate copies target frames into it)."""
-        return self._gate.frames
-
-    @_frames.setter
-    def _frames(self, frames: np.ndarray | None) -> None:
+    @frames.setter
+    def frames(self, frames: np.ndarray | None) -> None:
         self._gate.frames = frames
+
 
     # Connecting ---------------------------------------------------------------------------
 
@@ -203,8 +189,8 @@ class Stepper(Recovery):
             listed = ", ".join(f"{s.name}: {w}x{h}" for s in self.sessions for w, h in [s.screen_size])
             raise ValueError(f"remotes have different screen sizes ({listed}); use one env id")
         ((width, height),) = sizes
-        if self._frames is None or self._frames.shape[1:3] != (height, width):
-            self._frames = np.zeros((self.num, height, width, 3), np.uint8)
+        if self.frames is None or self.frames.shape[1:3] != (height, width):
+            self.frames = np.zeros((self.num, height, width, 3), np.uint8)
 
     def states(self) -> tuple[RemoteSnapshot, ...]:
         """Snapshots of every remote, for the agent's thread."""
@@ -216,7 +202,7 @@ class Stepper(Recovery):
 
     async def close(self) -> None:
         """Stop reconnecting and close every session (idempotent)."""
-        self._closed = True
+        self.closed = True
         tasks = [s.reconnect for s in self.slots if s.reconnect is not None]
         for slot in self.slots:
             slot.reconnect = None
@@ -248,11 +234,11 @@ class Stepper(Recovery):
                     raise error
             raise failed[0]
         self._configure()  # a reset may switch the env (env_id here or the stepper's)
-        frames = self._frames
+        frames = self.frames
         assert frames is not None
         infos = []
         for slot, episode in zip(self.slots, results, strict=True):
-            self._copy_frame(slot)
+            self.copy_frame(slot)
             info: dict[str, Any] = {"episode_id": episode}
             if slot.returned is not None:
                 info["frame"] = slot.returned
@@ -275,7 +261,7 @@ class Stepper(Recovery):
         if explicit:
             slot.rng = None if seed is None else np.random.default_rng(seed)
             if slot.phase is Phase.AWAY or not session.connected or session.replaced:
-                await self._come_back(slot)
+                await self.faults.come_back(slot)
         episode = await session.reset(
             env_id=env_id or self.env_id, seed=seed, fps=self.requested_fps,
             mode=session.mode_request(self.mode),
@@ -311,7 +297,7 @@ class Stepper(Recovery):
         terminated = np.zeros(n, bool)
         truncated = np.zeros(n, bool)
         infos: list[dict[str, Any]] = [{} for _ in range(n)]
-        self._same_step = same_step
+        self.same_step = same_step
         self._sent_at = time.time()
         await self._step_realtime(actions, rewards, terminated, truncated, infos)
         return await self._finish(rewards, terminated, truncated, infos, same_step)
@@ -323,7 +309,7 @@ class Stepper(Recovery):
         """:meth:`_finish` from the agent's thread (its autoresets on the loop thread)."""
         if same_step and (terminated.any() or truncated.any()):
             return self.loop.run(self._finish(rewards, terminated, truncated, infos, same_step))
-        frames = self._frames
+        frames = self.frames
         assert frames is not None
         return Batch(frames.copy(), rewards, terminated, truncated, tuple(infos))
 
@@ -332,7 +318,7 @@ class Stepper(Recovery):
         infos: list[dict[str, Any]], same_step: bool,
     ) -> Batch:
         """The step's batch; with ``same_step``, each ended episode's next one started."""
-        frames = self._frames
+        frames = self.frames
         assert frames is not None
         final: dict[int, tuple[np.ndarray, dict[str, Any]]] = {}
         if same_step:
@@ -340,7 +326,7 @@ class Stepper(Recovery):
             if ended:
                 for slot in ended:
                     final[slot.index] = (frames[slot.index].copy(), infos[slot.index])
-                self._same_step = False  # the autoresets below start the new episodes
+                self.same_step = False  # the autoresets below start the new episodes
                 resets = await self._autoresets(ended, None)
                 for slot in ended:
                     infos[slot.index] = resets[slot.index]
@@ -355,7 +341,7 @@ class Stepper(Recovery):
                 return
             vnc.resume_updates()
             await vnc.wait_frame(reply.frame, self.stall_timeout)
-            frames = self._frames
+            frames = self.frames
             assert frames is not None
             if vnc.framebuffer.shape == frames.shape[1:]:
                 np.copyto(frames[slot.index], vnc.framebuffer)
@@ -371,7 +357,7 @@ class Stepper(Recovery):
         pending: dict[int, Coroutine[Any, Any, dict[str, Any]]] = {}
         for slot in slots:
             if slot.phase is Phase.AWAY:
-                out[slot.index] = self._away(slot, truncated)
+                out[slot.index] = self.faults.away(slot, truncated)
             else:
                 pending[slot.index] = self._autoreset(slot)
         if len(pending) == 1:  # no task for the common case
@@ -388,7 +374,7 @@ class Stepper(Recovery):
             if isinstance(result, BaseException):
                 if not isinstance(result, Exception):
                     raise result
-                out[index] = self._lose(self.slots[index], error_text(result), None, truncated)
+                out[index] = self.faults.lose(self.slots[index], error_text(result), None, truncated)
             else:
                 out[index] = result
         return out
@@ -400,7 +386,7 @@ class Stepper(Recovery):
             slot.baseline()
         else:
             episode = await self._reset_slot(slot, slot.next_seed(), None, False)
-        self._copy_frame(slot)
+        self.copy_frame(slot)
         info: dict[str, Any] = {"episode_id": episode, "remote.connected": True}
         if slot.returned is not None:
             info["frame"] = slot.returned
@@ -450,9 +436,9 @@ class Stepper(Recovery):
         for slot in self.slots:
             i = slot.index
             if slot.phase is Phase.AWAY:
-                infos[i] = self._away(slot, truncated)
+                infos[i] = self.faults.away(slot, truncated)
                 continue
-            reason = self._lost_reason(slot, now)
+            reason = self.faults.lost_reason(slot, now)
             if reason is not None:
                 lost.append((slot, reason))
                 continue
@@ -475,12 +461,12 @@ class Stepper(Recovery):
                     if slot.seen == target and tag is not None:
                         self._gate.capture(slot, tag)  # in just now: this one, not a later one
                 else:
-                    required = not slot.behind and not self._stalled(slot, now)
+                    required = not slot.behind and not self.faults.stalled(slot, now)
                     self._gate.expect(slot, target, required, capture=True)
             else:
                 clock = True
         for slot, reason in lost:  # after the healthy remotes got their actions
-            infos[slot.index] = await self._lose_draining(slot, reason, rewards, terminated, truncated)
+            infos[slot.index] = await self.faults.lose_draining(slot, reason, rewards, terminated, truncated)
         if clock:
             late_clock = await self._tick(now)
             for slot in running:
@@ -511,7 +497,7 @@ class Stepper(Recovery):
             if result.info.get(DISCONNECTED) or not session.connected:
                 running.remove(slot)  # it dropped while we waited: a loss, with these rewards
                 reason = session.error or "connection lost"
-                infos[i] = self._lose(slot, reason, rewards, truncated, terminated, result)
+                infos[i] = self.faults.lose(slot, reason, rewards, truncated, terminated, result)
                 continue
             info = result.info
             artificial = bool(info.get(ARTIFICIAL_DONE))
@@ -525,7 +511,7 @@ class Stepper(Recovery):
             info["text"] = list(result.text)
             info["step.late"] = float(late[i])
             info["remote.connected"] = True
-            info["remote.stalled"] = self._stalled(slot, now)
+            info["remote.stalled"] = self.faults.stalled(slot, now)
             if result.observation is not None:
                 info["rewarder.observation"] = result.observation
             info.update(session.info())
@@ -556,7 +542,7 @@ class Stepper(Recovery):
                     waiting = waiting or slot.target is not None
         if waiting:
             await self._gate.wait(time.monotonic() + PAIRING_FRAMES / self.fps)
-        frames = self._frames
+        frames = self.frames
         assert frames is not None
         for slot in running:
             info = infos[slot.index]
@@ -566,7 +552,7 @@ class Stepper(Recovery):
             if slot.captured is not None and ended is None:
                 slot.returned = slot.captured  # copied in as it came (_capture)
             elif tag is None or episode is None or tag.episode_id <= episode:
-                self._copy_frame(slot)
+                self.copy_frame(slot)
             elif slot.captured is not None:
                 slot.returned = slot.captured  # of this episode (_capture checks)
             # else VNC shows the next episode while this one's end is in flight or just
@@ -576,9 +562,9 @@ class Stepper(Recovery):
                 info["frame"] = slot.returned
             info.update(self._latency(slot))
 
-    def _copy_frame(self, slot: Slot) -> None:
+    def copy_frame(self, slot: Slot) -> None:
         """The slot's newest frame into the batch (its tag noted as returned)."""
-        frames = self._frames
+        frames = self.frames
         assert frames is not None
         session = slot.session
         vnc = session.vnc
@@ -627,7 +613,7 @@ class Stepper(Recovery):
     # Faults ---------------------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self.closed:
             raise RuntimeError("the env is closed")
 
 

@@ -24,7 +24,6 @@ stopping the others; ``info["remote.stalled"]`` flags one whose frames stopped f
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from typing import Any, Final
@@ -34,21 +33,13 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from rewarder.protocol import LOCKSTEP, REALTIME
-
 from .address import RemoteAddress
-from .env import _GRACE, _spaces_differ, action_space, close_all
+from .env import _GRACE, _spaces_differ, action_space, close_all, sessions
 from .group import RemoteGroup, follow
 from .loop import LoopThread, shared_loop
-from .session import (
-    RemoteSession,
-    RemoteSnapshot,
-    VNCOptions,
-    check_stepping,
-    resolve_addresses,
-    tls_context,
-)
-from .stepper import DEFAULT_FPS, STALL_FRAMES, STALL_TIMEOUT, Batch, Stepper
+from .options import EnvOptions
+from .session import RemoteSession, RemoteSnapshot, resolve_addresses
+from .stepper import DEFAULT_FPS, Batch, Stepper
 
 __all__ = ["DEFAULT_FPS", "RemoteVectorEnv"]
 
@@ -102,7 +93,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
     remotes of a :class:`~remotes.group.RemoteGroup` (``start_local``, ``start_ray``...:
     its password, and each remote's current address when one comes back elsewhere).
 
-    Takes :class:`~remotes.env.RemoteEnv`'s keyword arguments, and ``autoreset_mode``
+    Takes :class:`~remotes.env.RemoteEnv`'s arguments (an
+    :class:`~remotes.options.EnvOptions`, or its settings as keywords), and ``autoreset_mode``
     (``NEXT_STEP``, the default, or ``SAME_STEP``). All remotes must share one screen
     size (the observations are stacked).
     """
@@ -115,28 +107,25 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         password: str | None = None,
         fps: float | None = None,
         *,
-        env_id: str | None = None,
-        encoding: str | None = None,
-        quality: int | None = None,
-        start_timeout: float = 30.0,
-        max_episode_steps: int | None = None,
+        options: EnvOptions | None = None,
         render_mode: str | None = None,
-        mode: str = REALTIME,
-        frameskip: int = 1,
         loop: LoopThread | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
-        stall_frames: int = STALL_FRAMES,
-        stall_timeout: float = STALL_TIMEOUT,
-        tls_ca: str | os.PathLike[str] | None = None,
+        **settings: Any,
     ) -> None:
-        check_stepping(mode, frameskip)
+        if password is not None:
+            settings["password"] = password
+        if fps is not None:
+            settings["fps"] = fps
+        opts = EnvOptions.of(options, settings)
+        self.options = opts
         autoreset = AutoresetMode(autoreset_mode)
         if autoreset not in _MODES:
             raise ValueError(
                 f"autoreset_mode {autoreset.value!r} is not supported: remotes start their "
                 "next episode by themselves; use NEXT_STEP or SAME_STEP"
             )
-        self.mode, self.frameskip = mode, frameskip
+        self.mode, self.frameskip = opts.mode, opts.frameskip
         group = addresses if isinstance(addresses, RemoteGroup) else None
         if group is not None:
             remotes, address_password = list(group.addresses), group.password
@@ -151,32 +140,22 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             seen.add(str(remote))
         self.num_envs = len(remotes)
         self.render_mode = render_mode
-        self.env_id = env_id
-        self.start_timeout = start_timeout
-        self.max_episode_steps = max_episode_steps
+        self.env_id = opts.env_id
+        self.start_timeout = opts.start_timeout
+        self.max_episode_steps = opts.max_episode_steps
         self.autoreset_mode = autoreset
         self.metadata = {**self.metadata, "autoreset_mode": autoreset}
         self._closed = True  # until connected: close() has nothing to do
         #: What this env started and stops on close (``gymnasium.make_vec``'s local remotes).
         self.owned: Any = None
         self._loop = loop or shared_loop()
-        pw = password if password is not None else address_password
-        options = VNCOptions(encoding=encoding, quality=quality)
-        tls = tls_context(remotes, tls_ca)
-        sessions = [
-            RemoteSession(r, pw, vnc=options, start_timeout=start_timeout, tls=tls, lockstep=mode == LOCKSTEP)
-            for r in remotes
-        ]
+        pw = opts.password if opts.password is not None else address_password
+        live = sessions(remotes, pw, opts)
         if group is not None:
-            follow(group, sessions)
-        self._core = Stepper(
-            sessions,
-            mode=mode, frameskip=frameskip, fps=fps, env_id=env_id,
-            max_episode_steps=max_episode_steps, start_timeout=start_timeout,
-            stall_frames=stall_frames, stall_timeout=stall_timeout, loop=self._loop,
-        )
+            follow(group, live)
+        self._core = Stepper(live, opts, self._loop)
         self._stepping = threading.Lock()  # one call at a time (threads queue up here)
-        states = self._loop.run(self._core.connect(), start_timeout + _GRACE)
+        states = self._loop.run(self._core.connect(), opts.start_timeout + _GRACE)
         self._closed = False
         self._configure_spaces(states)
         shape = self.single_observation_space.shape

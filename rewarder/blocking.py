@@ -382,6 +382,12 @@ class BlockingRewarder:
             self._rtt = time.perf_counter() - started
             return self._rtt
 
+    def outstanding_step(self) -> Any:
+        """The id of the newest step request whose reply nobody took, or None."""
+        with self._lock:
+            steps = [i for i, method in self.outstanding.items() if method == protocol.STEP]
+            return steps[-1] if steps else None
+
     def drop_outstanding(self) -> list[Any]:
         """Forget the requests whose replies nobody took (their replies are dropped as they
         come); returns their ids."""

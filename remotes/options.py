@@ -1,0 +1,100 @@
+"""What an env asks of its remotes and how it steps them: one object for every env.
+
+Holds :class:`EnvOptions`, which :class:`~remotes.env.RemoteEnv`,
+:class:`~remotes.vector.RemoteVectorEnv` and the stepping core take (as ``options=`` or
+as the same names given as keywords), so the settings, their defaults and their checks
+are written once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any, Final
+
+from rewarder.protocol import MODES, REALTIME
+
+from .faults import STALL_FRAMES, STALL_TIMEOUT
+
+#: Seconds to wait for a remote to answer by default (connect, and a reset waiting for a
+#: reconnection).
+START_TIMEOUT: Final = 30.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EnvOptions:
+    """How an env connects to and steps its remotes.
+
+    Attributes:
+        password: the remotes' password (overrides one in the address).
+        fps: real-time steps per second (default: the remote's own fps from its describe).
+        env_id: ask the remotes for this environment at every reset.
+        encoding, quality: how VNC sends pixels (``"tight"``/``"zrle"``/``"raw"``; None:
+            Raw on loopback, Tight elsewhere; quality 0-9 turns on lossy JPEG).
+        start_timeout: seconds to wait for a remote to answer (connect, and a reset
+            waiting for a reconnection).
+        max_episode_steps: truncate episodes after this many steps (None: never).
+        mode: ``"realtime"`` (Universe's: the remote runs at its fps whatever we do) or
+            ``"lockstep"`` (the remote advances only when we step: deterministic, and as
+            fast as the runtime goes).
+        frameskip: frames one step spans (lockstep: exactly; real time: frame periods).
+        stall_frames: real time: frame periods without a new frame before
+            ``info["remote.stalled"]``.
+        stall_timeout: seconds without a new frame (real time), or without a step's reply
+            (lockstep), before the episode is truncated and the remote reconnected.
+        tls_ca: for ``vnc+tls://`` addresses, the PEM file of the CA that issued the
+            remotes' certificate (default: $UNIVERSE_REMOTE_TLS_CA, else the system's
+            trust store).
+    """
+
+    password: str | None = None
+    fps: float | None = None
+    env_id: str | None = None
+    encoding: str | None = None
+    quality: int | None = None
+    start_timeout: float = START_TIMEOUT
+    max_episode_steps: int | None = None
+    mode: str = REALTIME
+    frameskip: int = 1
+    stall_frames: int = STALL_FRAMES
+    stall_timeout: float = STALL_TIMEOUT
+    tls_ca: str | os.PathLike[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        if not (isinstance(self.frameskip, int) and self.frameskip >= 1):
+            raise ValueError(f"frameskip must be a positive integer, not {self.frameskip!r}")
+        if not (isinstance(self.stall_frames, int) and self.stall_frames >= 1):
+            raise ValueError(f"stall_frames must be 1 or more, not {self.stall_frames!r}")
+        if not self.stall_timeout > 0:
+            raise ValueError(f"stall_timeout must be positive seconds, not {self.stall_timeout!r}")
+        if not self.start_timeout > 0:
+            raise ValueError(f"start_timeout must be positive seconds, not {self.start_timeout!r}")
+        if self.max_episode_steps is not None and self.max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be 1 or more (or None), not {self.max_episode_steps!r}")
+
+    @classmethod
+    def of(cls, options: EnvOptions | None, settings: dict[str, Any]) -> EnvOptions:
+        """``options`` with ``settings`` (keywords of the same names) on top; an unknown
+        name is a TypeError that lists the known ones."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(settings) - names)
+        if unknown:
+            raise TypeError(
+                f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; an env "
+                f"takes {', '.join(sorted(names))} (see remotes.EnvOptions)"
+            )
+        base = options if options is not None else cls()
+        return dataclasses.replace(base, **settings) if settings else base
+
+    def changed(self) -> dict[str, Any]:
+        """The settings that differ from the defaults (what ``gymnasium.make`` must repeat
+        to build the env again), paths as strings."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value != f.default:
+                out[f.name] = os.fspath(value) if isinstance(value, os.PathLike) else value
+        return out
