@@ -211,7 +211,14 @@ class LockstepSteps:
         slot.reply = reply
         frames = self.core.frames
         assert frames is not None
-        if not slot.session.shared.take(reply, frames[slot.index]):
+        session = slot.session
+        if session.shared.take(reply, frames[slot.index]):
+            if session.vnc is not None:
+                # Nobody looks at VNC frames meanwhile: the remote need not encode them, nor
+                # the loop thread decode them (a flag the loop thread reads; resumed when a
+                # frame must come over VNC, and at every reset).
+                session.vnc.pause_updates()
+        else:
             over_vnc.append((slot, reply))
 
     def _deliver(
@@ -231,7 +238,7 @@ class LockstepSteps:
         slot.progress_at = time.monotonic()  # a reply is progress, whatever VNC shows
         info = {**reply.info, "episode_id": reply.episode_id, "frame": reply.frame,
                 "remote.connected": True}
-        info.update(session.info())
+        info.update(session.info(vnc=session.shared.last is None))
         error = session.shared.pop_error()
         if error is not None:
             info["shm.error"] = error

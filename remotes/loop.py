@@ -42,7 +42,7 @@ import logging
 import os
 import threading
 from collections.abc import Coroutine
-from concurrent.futures import Future, TimeoutError as FutureTimeout
+from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
 from typing import Any, Final, TypeVar
 
 T = TypeVar("T")
@@ -52,6 +52,12 @@ log = logging.getLogger(__name__)
 #: Seconds :meth:`LoopThread.close` gives the loop's tasks to finish once cancelled
 #: (closing sockets), before it stops the loop anyway.
 SHUTDOWN_TIMEOUT: Final = 5.0
+#: Worker threads for the blocking channels' calls made from the loop (a lockstep
+#: remote's connect and reset run there with ``asyncio.to_thread``): enough for every
+#: remote of a large vector at once, so the players of a joint reset never wait for each
+#: other's worker (asyncio's default, min(32, cores + 4), is 6 on two cores). Threads
+#: start only as needed.
+BLOCKING_WORKERS: Final = 256
 
 
 class LoopThread:
@@ -59,6 +65,9 @@ class LoopThread:
 
     def __init__(self, name: str = "universe-remote-loop") -> None:
         self.loop = asyncio.new_event_loop()
+        self.loop.set_default_executor(
+            ThreadPoolExecutor(BLOCKING_WORKERS, thread_name_prefix=f"{name}-blocking")
+        )
         self._pid = os.getpid()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()

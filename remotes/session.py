@@ -598,13 +598,14 @@ class RemoteSession:
         """Reward, done, info and text gathered since the last pop, for the current episode."""
         return self.rewarder.pop() if self.rewarder is not None else EMPTY
 
-    def info(self) -> dict[str, Any]:
-        """Diagnostics for ``info``: round trip, clock skew, VNC update stats."""
+    def info(self, vnc: bool = True) -> dict[str, Any]:
+        """Diagnostics for ``info``: round trip, clock skew, VNC update stats (unless
+        ``vnc`` is False: a lockstep frame that came through shared memory)."""
         info: dict[str, Any] = {}
         if self.rewarder is not None:
             info["rewarder.rtt"] = self.rewarder.rtt
             info["rewarder.clock_skew"] = self.rewarder.clock_skew
-        if self.vnc is not None:
+        if vnc and self.vnc is not None:
             stats = self.vnc.stats
             info["vnc.updates"] = stats.updates
             info["vnc.bytes"] = stats.bytes
