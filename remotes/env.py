@@ -130,7 +130,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         loop: the loop thread for this env's sockets (default: the process's).
     """
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": DEFAULT_FPS}
+    metadata = {"render_modes": ["human", "rgb_array"], "render_fps": DEFAULT_FPS}
 
     def __init__(
         self,
@@ -160,8 +160,8 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
                 f"RemoteEnv drives one remote and {address!r} names {len(remotes)}; "
                 "use RemoteVectorEnv for several"
             )
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode {render_mode!r} is not supported; use 'rgb_array'")
+        if render_mode not in (None, "rgb_array", "human"):
+            raise ValueError(f"render_mode {render_mode!r} is not supported; use 'rgb_array' or 'human'")
         self.render_mode = render_mode
         self.env_id = opts.env_id
         self.start_timeout = opts.start_timeout
@@ -256,6 +256,14 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         )
 
     def render(self) -> np.ndarray | None:  # type: ignore[override]
+        """``"rgb_array"``: the last frame. ``"human"``: a window on the remote (or where to
+        watch it, printed), opened by the first call (:mod:`remotes.human`)."""
+        if self.render_mode == "human":
+            from .human import show
+
+            if not self._closed:
+                self.owned = show(self._loop, [self.session], self.owned)
+            return None
         return self._frame if self.render_mode == "rgb_array" else None
 
     def close(self) -> None:

@@ -99,7 +99,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
     size (the observations are stacked).
     """
 
-    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": ["rgb_array"]}
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": ["human", "rgb_array"]}
 
     def __init__(
         self,
@@ -139,6 +139,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
                 )
             seen.add(str(remote))
         self.num_envs = len(remotes)
+        if render_mode not in (None, "rgb_array", "human"):
+            raise ValueError(f"render_mode {render_mode!r} is not supported; use 'rgb_array' or 'human'")
         self.render_mode = render_mode
         self.env_id = opts.env_id
         self.start_timeout = opts.start_timeout
@@ -251,7 +253,14 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         return batch.obs, batch.rewards, batch.terminated, batch.truncated, infos
 
     def render(self) -> np.ndarray | None:  # type: ignore[override]
-        """A copy of the last observations (``render_mode="rgb_array"``)."""
+        """``"rgb_array"``: a copy of the last observations. ``"human"``: a window on each
+        remote (or where to watch it, printed), opened by the first call (:mod:`remotes.human`)."""
+        if self.render_mode == "human":
+            from .human import show
+
+            if not self._closed:
+                self.owned = show(self._loop, self.sessions, self.owned)
+            return None
         return self._frames.copy() if self.render_mode == "rgb_array" else None
 
     def close_extras(self, **kwargs: Any) -> None:
