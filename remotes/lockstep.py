@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 #: ``remote.waiting``): one stopped or slow remote does not hold up the others for its
 #: whole deadline. Far above a healthy remote's step on a loaded machine.
 STRAGGLER_GRACE: Final = 1.0
+#: Seconds past the slots' own deadlines the hand-over of VNC frames to the loop thread
+#: may take before the call gives up (the slots' deadlines decide first).
+_LOOP_SLACK: Final = 5.0
 #: Longest single wait for replies: each slice ends with a look at every channel, so the
 #: keepalive thread never takes a channel this step is reading.
 POLL_SLICE: Final = 0.1
@@ -101,16 +104,25 @@ class LockstepSteps:
             slot.deadline = now + core.stall_timeout
             sent.append(slot)
         resets = core.loop.submit(core._autoresets(starting, truncated)) if starting else None
+        failed: dict[Slot, str] = {}
         try:
             over_vnc = self._wait(sent, carried)
+            over_vnc += [(s, s.reply) for s in carried  # an interrupted wait for VNC
+                         if s.reply is not None and s.vnc_frame is not None
+                         and all(s is not t for t, _ in over_vnc)]
             if over_vnc:
-                core.loop.run(core.frames_over_vnc(over_vnc), core.stall_timeout)
+                limit = max(s.deadline for s, _ in over_vnc) - time.monotonic()
+                failed = core.loop.run(core.frames_over_vnc(over_vnc), max(limit, 0.0) + _LOOP_SLACK)
         finally:
             if resets is not None:
                 started = resets.result()  # also after an interrupt: their state is whole
         for slot in (*sent, *carried):
             i = slot.index
-            if slot.reply is not None:
+            if slot in failed:  # the step happened, its frame did not come
+                reply, slot.reply, slot.vnc_frame = slot.reply, None, None
+                infos[i] = core.faults.lose(slot, failed[slot], rewards, truncated)
+                rewards[i] += reply.reward  # what the step earned is not lost with the frame
+            elif slot.reply is not None:
                 infos[i] = self._deliver(slot, rewards, terminated, truncated)
             elif not slot.session.connected:
                 reason = slot.session.error or "connection lost"
@@ -212,6 +224,7 @@ class LockstepSteps:
         frames = self.core.frames
         assert frames is not None
         session = slot.session
+        slot.vnc_frame = None
         if session.shared.take(reply, frames[slot.index]):
             if session.vnc is not None:
                 # Nobody looks at VNC frames meanwhile: the remote need not encode them, nor
@@ -219,6 +232,7 @@ class LockstepSteps:
                 # frame must come over VNC, and at every reset).
                 session.vnc.pause_updates()
         else:
+            slot.vnc_frame = reply.frame
             over_vnc.append((slot, reply))
 
     def _deliver(

@@ -81,6 +81,9 @@ class Slot:
     pending: int | None = None
     deadline: float = 0.0
     reply: Any = None
+    #: Lockstep: the frame number of ``reply`` whose pixels must still come over VNC
+    #: (shared memory failed; None once copied into the batch).
+    vnc_frame: int | None = None
     #: Draws the seeds of the episodes this slot starts by itself, from the reset seed.
     rng: np.random.Generator | None = None
 
@@ -102,7 +105,7 @@ class Slot:
         self.steps = 0
         self.phase = Phase.RUNNING
         self.ended_episode = None
-        self.pending = self.reply = None
+        self.pending = self.reply = self.vnc_frame = None
 
 
 

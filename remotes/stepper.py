@@ -87,6 +87,9 @@ DEFAULT_FPS: Final = 60.0
 #: that remote's newest frame: one period absorbs a busy machine's jitter without
 #: letting one slow remote halve everyone's step rate.
 WAIT_SLACK_FRAMES: Final = 1
+#: Seconds a lockstep step waits at least for a frame over VNC (its reply came in time,
+#: its frame follows at once unless the remote is in trouble).
+MIN_FRAME_WAIT: Final = 1.0
 #: Seconds a real-time step waits for the frame a reward names (rewarder and VNC travel
 #: separately), in frame periods.
 PAIRING_FRAMES: Final = 2
@@ -332,21 +335,37 @@ class Stepper:
                     infos[slot.index] = resets[slot.index]
         return Batch(frames.copy(), rewards, terminated, truncated, tuple(infos), final)
 
-    async def frames_over_vnc(self, pairs: list[tuple[Slot, Any]]) -> None:
+    async def frames_over_vnc(self, pairs: list[tuple[Slot, Any]]) -> dict[Slot, str]:
         """Lockstep without shared memory: wait until each slot's VNC shows the frame its
-        reply names, and copy it into the batch (on the loop thread, where VNC lives)."""
+        reply names (until the slot's own deadline), and copy it into the batch (on the
+        loop thread, where VNC lives). Returns the slots whose frame did not come, with
+        why. A session without VNC (a parallel env's other players) is left alone: its
+        frame is player 0's."""
+        failed: dict[Slot, str] = {}
+
         async def one(slot: Slot, reply: Any) -> None:
             vnc = slot.session.vnc
             if vnc is None:
+                slot.vnc_frame = None
                 return
             vnc.resume_updates()
-            await vnc.wait_frame(reply.frame, self.stall_timeout)
+            try:
+                await vnc.wait_frame(reply.frame, max(slot.deadline - time.monotonic(), MIN_FRAME_WAIT))
+            except TimeoutError:
+                failed[slot] = (f"stalled: frame {reply.frame} did not come over VNC within "
+                                f"stall_timeout={self.stall_timeout:g} s; reconnecting")
+                return
+            except (VNCError, OSError) as exc:
+                failed[slot] = f"VNC connection lost while waiting for frame {reply.frame}: {exc}"
+                return
             frames = self.frames
             assert frames is not None
             if vnc.framebuffer.shape == frames.shape[1:]:
                 np.copyto(frames[slot.index], vnc.framebuffer)
+            slot.vnc_frame = None
 
         await asyncio.gather(*(one(s, r) for s, r in pairs))
+        return failed
 
     async def _autoresets(
         self, slots: list[Slot], truncated: np.ndarray | None
