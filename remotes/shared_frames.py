@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 class SharedFrames:
     """One session's shared-memory frames; ``enabled``: try them at all (the remote is on
-    this machine). Used on the session's loop thread only.
+    this machine). take() runs in the thread that steps (remotes.lockstep); forget() and
+    new_episode() on the loop thread, while no step is under way.
 
     Attributes: :attr:`enabled` (steps ask for ``obs="shm"`` now; False when this machine
     has no writable /dev/shm, and after an error until :meth:`forget`), :attr:`error` (why
