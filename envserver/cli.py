@@ -111,6 +111,35 @@ def _banner(args: argparse.Namespace, remote: Any) -> str:
     return "\n".join(lines)
 
 
+def _runtime_option(text: str) -> tuple[str, Any]:
+    """``--option repeat_action_probability=0.25`` -> ("repeat_action_probability", 0.25):
+    true/false are booleans, numbers are ints or floats, anything else a string."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: write KEY=VALUE, a keyword of the runtime and its value "
+            "(repeat_action_probability=0.25)"
+        )
+    value = value.strip()
+    if value.lower() in ("true", "false"):
+        return key, value.lower() == "true"
+    for kind in (int, float):
+        try:
+            return key, kind(value)
+        except ValueError:
+            pass
+    return key, value
+
+
+def runtime_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The runtime's keyword arguments ``serve`` was given: ``--option``s and ``--scale``."""
+    options = dict(getattr(args, "option", None) or [])
+    if args.scale != 1:
+        options["scale"] = args.scale
+    return options or None
+
+
 def _player_password(text: str) -> tuple[int, str]:
     """``--player-password 1=secret`` -> (1, "secret")."""
     player, sep, password = text.partition("=")
@@ -130,7 +159,7 @@ async def _serve(args: argparse.Namespace, tls: ServerTLS | None = None) -> int:
         password=args.password,
         view_only_password=args.view_only_password,
         mode=args.mode,
-        runtime_options={"scale": args.scale} if args.scale != 1 else None,
+        runtime_options=runtime_options(args),
         allow_origins=args.allow_origin,
         max_viewers=args.max_viewers,
         tls=tls,
@@ -312,6 +341,12 @@ def add_commands(sub: Any) -> None:
     )
     serve.add_argument(
         "--scale", type=int, default=1, help="integer zoom of the screen for viewers (Atari)"
+    )
+    serve.add_argument(
+        "--option", type=_runtime_option, action="append", metavar="KEY=VALUE",
+        help="a keyword argument of the runtime, kept for envs a reset switches to (repeatable; "
+        "Atari: repeat_action_probability=0.25, full_action_space=true, noop_max=0, "
+        "max_episode_frames=N); `describe` reports the values in force",
     )
     serve.add_argument(
         "--max-viewers",

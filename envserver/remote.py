@@ -135,6 +135,8 @@ class Remote:
         self.frame = 0  # frames drawn since the remote started; never goes back
         self.episode_frame = 0
         self.late_ticks = 0
+        #: The runtime's ``announced_info`` values real-time clients were last sent.
+        self._announced: dict[str, Any] = {}
         self.runtime_failures = 0  # in a row; a good frame sets it back to 0
         self.inputs = Inputs()
         #: Who holds each player of a multi-player runtime; joint lockstep steps.
@@ -563,7 +565,12 @@ class Remote:
         """Real time: advance one frame, serve it, report its reward, restart after done."""
         result = self._advance(1, self.inputs.take())
         self._frame_ready()
-        if result.reward or result.done or (result.rewards and any(result.rewards)):
+        announced = {k: result.info[k] for k in self.runtime.announced_info if k in result.info}
+        if (
+            result.reward or result.done or (result.rewards and any(result.rewards))
+            or announced != self._announced  # a life lost tells the agent, reward or not
+        ):
+            self._announced = announced
             info = {**result.info, FRAME_INFO_KEY: self.frame}
             self.rewarder.broadcast_reward(
                 self.episode_id, result.reward, result.done, info, rewards=result.rewards

@@ -14,6 +14,11 @@ space each family gets). Ids are ``universe-remote/<env id>``, as ale-py registe
     envs = gym.make_vec("universe-remote/builtin.Catch-v0", num_envs=8, mode="lockstep")
 
 or, without the import, ``gym.make("remotes:universe-remote/builtin.Catch-v0")``.
+``make`` and ``make_vec`` give each family the same action space (:func:`action_wrapper`;
+``discrete=False`` keeps VNC events). ``atari.*`` ids take ale-py's v5 keywords
+(``frameskip``, ``repeat_action_probability``, ``full_action_space``) and build
+:class:`~remotes.ale.RemoteAtariEnv` / :class:`~remotes.ale.RemoteAtariVectorEnv`;
+``render_mode="human"`` opens a window on each remote (:mod:`remotes.human`).
 ``remotes=`` an int starts that many local remotes (1 for ``make``, ``num_envs`` for
 ``make_vec``) and stops them when the env closes; ``"ray:N"`` starts them as Ray actors
 (:func:`~remotes.ray.start_ray` on $RAY_ADDRESS's cluster, or a new local one) and
@@ -33,7 +38,9 @@ import gymnasium
 from runtimes import registry
 from runtimes.errors import UnknownEnvironment
 
+from . import ale
 from .address import RemoteAddress
+from .ale import RemoteAtariEnv, RemoteAtariVectorEnv
 from .env import ENV_ID, RemoteEnv
 from .group import RemoteGroup
 from .local import start_local
@@ -120,12 +127,20 @@ def _ray_count(spec: str) -> int:
     return int(count)
 
 
+def _serve_args(mode: str, options: dict[str, Any], render_mode: str | None) -> list[str]:
+    """What ``serve`` is given for the remotes an env starts: its mode, the runtime options
+    asked for, and for ``render_mode="human"`` a browser viewer (where no window opens)."""
+    viewer = ["--http-port", "0"] if render_mode == "human" else []
+    return ["--mode", mode, *ale.serve_args(options), *viewer]
+
+
 def _addresses(
-    env_id: str, remotes: int | str | Sequence[str], wanted: int, mode: str,
+    env_id: str, remotes: int | str | Sequence[str], wanted: int, extra: list[str],
     password: str | None,
 ) -> tuple[list[RemoteAddress], str | None, RemoteGroup | None]:
-    """The ``wanted`` remotes ``remotes=`` names (started here if it is a number or
-    ``ray:N``), their password, and the group started here, to stop on close."""
+    """The ``wanted`` remotes ``remotes=`` names (started here, with ``serve`` arguments
+    ``extra``, if it is a number or ``ray:N``), their password, and the group started
+    here, to stop on close."""
     known = registry.catalogue()
     if env_id not in known:  # before any process starts: the closest ids, not all of them
         raise UnknownEnvironment(env_id, known)
@@ -143,7 +158,7 @@ def _addresses(
             )
         from .ray import start_ray
 
-        group = start_ray(env_id, count, password=password, extra_args=["--mode", mode])
+        group = start_ray(env_id, count, password=password, extra_args=extra)
         return group.addresses, group.password, group
     if isinstance(remotes, int):
         if remotes != wanted:
@@ -151,7 +166,6 @@ def _addresses(
                 f"remotes={remotes}, but this env drives {wanted}: use gymnasium.make for "
                 "one remote and gymnasium.make_vec(id, num_envs=n) for n"
             )
-        extra = ["--mode", mode]
         local = start_local(env_id, remotes, password=password, extra_args=extra)
         return local.addresses, local.password, local
     addresses, address_password = resolve_addresses(remotes)
@@ -177,12 +191,19 @@ def make_env(
 ) -> gymnasium.Env[Any, Any]:
     """One remote of ``env_id`` as a gymnasium env (``gymnasium.make``'s entry point).
 
-    ``discrete=False`` keeps the raw VNC action space (lists of key and pointer events);
-    other keyword arguments go to :class:`~remotes.env.RemoteEnv`.
+    ``discrete=False`` keeps the raw VNC action space (lists of key and pointer events).
+    ``atari.*`` ids take ale-py's ``repeat_action_probability`` and ``full_action_space``
+    and the remote's ``noop_max`` (:mod:`remotes.ale`): remotes started here are served
+    with them, remotes given by address must run them already. ``render_mode="human"``
+    opens a window on the remote (:mod:`remotes.human`). Other keyword arguments go to
+    :class:`~remotes.env.RemoteEnv`.
     """
-    addresses, password, local = _addresses(env_id, remotes, 1, mode, password)
+    options = ale.runtime_options(env_id, kwargs)
+    extra = _serve_args(mode, options, render_mode)
+    addresses, password, local = _addresses(env_id, remotes, 1, extra, password)
+    kind = RemoteAtariEnv if env_id.startswith("atari.") else RemoteEnv
     try:
-        env = RemoteEnv(
+        env = kind(
             local if local is not None else addresses[0], password, env_id=env_id, mode=mode,
             frameskip=frameskip, render_mode=render_mode, **kwargs,
         )
@@ -194,11 +215,15 @@ def make_env(
     try:
         if env.describe.get("env_id") != env_id:
             env.reset()  # a remote serving another env switches at reset: the spaces must fit
+        ale.check_served(env_id, options, [(env.remote.name, env.describe)])
     except BaseException:
         env.close()
         raise
     wrap = action_wrapper(env_id, dict(env.remote.describe)) if discrete else None
-    return wrap(env) if wrap is not None else env
+    wrapped = wrap(env) if wrap is not None else env
+    if render_mode == "human":
+        env.render()  # the window opens now, as ale-py's does
+    return wrapped
 
 
 def make_vector_env(
@@ -209,18 +234,24 @@ def make_vector_env(
     mode: str = "realtime",
     frameskip: int = 1,
     password: str | None = None,
+    discrete: bool = True,
+    render_mode: str | None = None,
     **kwargs: Any,
-) -> RemoteVectorEnv:
+) -> gymnasium.vector.VectorEnv:  # type: ignore[type-arg]
     """``num_envs`` remotes of ``env_id`` as one :class:`RemoteVectorEnv`
-    (``gymnasium.make_vec``'s entry point); its actions are VNC events."""
-    kwargs.pop("discrete", None)
+    (``gymnasium.make_vec``'s entry point), with the action space ``make`` gives each env
+    (:func:`action_wrapper`'s vector form: ``MultiDiscrete`` where ``make`` gives
+    ``Discrete``; ``discrete=False`` keeps VNC events). Takes :func:`make_env`'s keywords."""
+    options = ale.runtime_options(env_id, kwargs)
+    extra = _serve_args(mode, options, render_mode)
     addresses, password, local = _addresses(
-        env_id, num_envs if remotes is None else remotes, num_envs, mode, password
+        env_id, num_envs if remotes is None else remotes, num_envs, extra, password
     )
+    kind = RemoteAtariVectorEnv if env_id.startswith("atari.") else RemoteVectorEnv
     try:
-        envs = RemoteVectorEnv(
+        envs = kind(
             local if local is not None else addresses, password, env_id=env_id, mode=mode,
-            frameskip=frameskip, **kwargs,
+            frameskip=frameskip, render_mode=render_mode, **kwargs,
         )
     except BaseException:
         if local is not None:
@@ -237,4 +268,13 @@ def make_vector_env(
             f"{listed}, not {env_id}: start remotes of {env_id} (universe-remote serve "
             f"{env_id}, or remotes={num_envs} to start them here)"
         )
-    return envs
+    try:
+        ale.check_served(env_id, options, [(s.name, s.describe) for s in envs.remotes])
+    except BaseException:
+        envs.close()
+        raise
+    wrap = action_wrapper(env_id, dict(envs.remotes[0].describe)) if discrete else None
+    wrapped = wrap(envs) if wrap is not None else envs
+    if render_mode == "human":
+        envs.render()
+    return wrapped  # type: ignore[no-any-return]

@@ -9,7 +9,7 @@ import without starting an emulator. Importing this module fails with ImportErro
 **Keys.** The runtime reads the keyboard *state* every frame, as a joystick would: the held
 arrows give a direction, space is the fire button, and a key pressed and released within one
 frame counts as held for that frame. Opposite arrows cancel. The result is the ALE action of
-that direction and button if the game's minimal action set has it; otherwise the nearest
+that direction and button if the game's action set has it; otherwise the nearest
 one it has, trying in turn: drop fire, drop the vertical direction (keeping fire), drop the
 vertical direction and fire, drop the horizontal direction (keeping fire), keep only the
 vertical direction, fire alone, and finally NOOP (the joystick at rest, which every game
@@ -20,16 +20,24 @@ Down move the paddle, Left and Right do nothing (:data:`ROTATED_ROMS`).
 **Seeds.** With ``repeat_action_probability`` 0 (the default) ALE never draws a random
 number, so every seed would replay the same game. A seed therefore picks how many NOOP
 frames (0 to ``noop_max``) the emulator plays before the first frame the runtime shows, as
-in DQN's no-op starts, and seeds ALE's generator for sticky actions.
+in DQN's no-op starts, and seeds ALE's generator for sticky actions the way ale-py's
+``AtariEnv.reset(seed=)`` does (:func:`ale_seed`), so that with ``noop_max=0`` a seed plays
+the same game here as in ``gymnasium.make("ALE/<Game>-v5")``, sticky repeats included.
 
-**Resets.** ``reset(seed)`` calls ALE's ``reset_game()`` and then restores a snapshot taken
-when the ROM was loaded: ~4 ms (median; up to ~25 ms), where reloading the ROM costs ~80 ms.
-Each half alone is not enough (measured on the 104 ROMs of ale-py 0.12.1): after
-``reset_game()`` alone 16 games (Assault, Beam Rider, ...) start their next episode
-differently depending on the last one, and after restoring alone Qbert and Tetris do; with
-both, every game replays a fresh load's episode exactly. ALE seeds its generator only when
-it loads a ROM, so with sticky actions on (``repeat_action_probability`` > 0) each reset
-reloads the ROM instead.
+**Actions.** The game's minimal action set, or with ``full_action_space`` all 18 joystick
+actions, in ale-py's order (``describe()["actions"]``, with the keys that play each in
+``"action_keys"``): an agent's ``Discrete(n)`` means what ale-py's does.
+
+**Resets.** ``reset(seed)`` restores a snapshot taken when the ROM was loaded and then calls
+ALE's ``reset_game()``: ~3 ms (median), where reloading the ROM costs ~80 ms. The episode
+is then the one ale-py starts after loading the ROM and resetting (checked frame by frame,
+with RAM, on the 104 ROMs of ale-py 0.12.1, after earlier episodes of 700 and 7,000
+frames). Neither half alone would do: after ``reset_game()`` alone 16 games (Assault, Beam
+Rider, ...) start their next episode differently depending on the last one; the snapshot
+alone is a loaded ROM that ale-py has also reset, which 18 games (Berzerk, Solaris, ...)
+start differently from. ALE seeds its generator only when it loads a ROM, so with sticky
+actions on (``repeat_action_probability`` > 0) each reset reloads the ROM instead, then
+resets, as ale-py does.
 """
 
 from __future__ import annotations
@@ -107,7 +115,7 @@ def _nearest(vertical: int, horizontal: int, fire: bool, available: set[str]) ->
 def joystick_actions(available: Iterable[str], rotated: bool = False) -> list[str]:
     """The ALE action name for every key state, indexed by the bit mask of held keys.
 
-    Bit ``i`` of the index is ``KEYS[i]``; ``available`` is the game's minimal action set.
+    Bit ``i`` of the index is ``KEYS[i]``; ``available`` is the game's action set.
     ``rotated`` turns the arrows a quarter turn (Up -> RIGHT, Right -> DOWN, ...).
     """
     available = set(available)
@@ -138,13 +146,17 @@ class AtariRuntime(Runtime):
     fps = ATARI_FPS
     keys = KEYS
     buttons = 0
-    options = ("scale", "repeat_action_probability", "noop_max", "max_episode_frames")
+    announced_info = ("lives",)
+    options = (
+        "scale", "repeat_action_probability", "full_action_space", "noop_max", "max_episode_frames",
+    )
 
     def __init__(
         self,
         *,
         scale: int = 1,
         repeat_action_probability: float = 0.0,
+        full_action_space: bool = False,
         noop_max: int = NOOP_MAX,
         max_episode_frames: int | None = MAX_EPISODE_FRAMES,
     ) -> None:
@@ -160,6 +172,7 @@ class AtariRuntime(Runtime):
             raise ValueError(f"max_episode_frames must be 1 or more, not {max_episode_frames!r}")
         self.scale = scale
         self.repeat_action_probability = float(repeat_action_probability)
+        self.full_action_space = bool(full_action_space)
         self.noop_max = noop_max
         self.max_episode_frames = max_episode_frames
 
@@ -191,11 +204,12 @@ class AtariRuntime(Runtime):
             self._wide_pixels = _pixels(self._wide).reshape(screen_height, screen_width, scale)
             self._rows = self.framebuffer.reshape(screen_height, scale, -1, 3)
 
-        minimal = [action.name for action in self.ale.getMinimalActionSet()]
-        self.actions: tuple[str, ...] = tuple(minimal)
-        self._action_names = joystick_actions(minimal, rotated=self.rom in ROTATED_ROMS)
+        action_set = self.ale.getLegalActionSet() if full_action_space else self.ale.getMinimalActionSet()
+        #: ALE's names of the agent's actions, in ale-py's order (its get_action_meanings()).
+        self.actions: tuple[str, ...] = tuple(action.name for action in action_set)
+        self._action_names = joystick_actions(self.actions, rotated=self.rom in ROTATED_ROMS)
         self._joystick = [Action.__members__[name] for name in self._action_names]
-        # The fewest keys that play each action of the minimal set (an agent's Discrete).
+        # The fewest keys that play each action of the set (an agent's Discrete).
         keys_for: dict[str, list[str]] = {}
         for mask in sorted(range(len(self._action_names)), key=lambda m: bin(m).count("1")):
             name = self._action_names[mask]
@@ -222,19 +236,21 @@ class AtariRuntime(Runtime):
             "scale": self.scale,
             "noop_max": self.noop_max,
             "repeat_action_probability": self.repeat_action_probability,
+            "full_action_space": self.full_action_space,
             "max_episode_frames": self.max_episode_frames,
+            # Now: after a reset, the episode's start (ale-py's info["lives"] at reset).
+            "lives": int(self.ale.lives()),
         }
 
     def reset(self, seed: int | None = None) -> None:
         rng = np.random.default_rng(seed)  # None draws fresh entropy from the OS
         self.noops = int(rng.integers(self.noop_max + 1))
-        ale_seed = int(rng.integers(2**31 - 1))
         if self.repeat_action_probability:
-            self.ale.setInt("random_seed", ale_seed)
+            self.ale.setInt("random_seed", ale_seed(seed))
             self.ale.loadROM(str(self._rom_path))  # the only way to reseed ALE's generator
-        else:  # both: see "Resets" in the module docstring
-            self.ale.reset_game()
+        else:  # see "Resets" in the module docstring
             self.ale.restoreState(self._start_state)
+        self.ale.reset_game()
         for _ in range(self.noops):
             self.ale.act(Action.NOOP)
         self.held = 0  # bit mask of held keys; cleared so a seed replays exactly
@@ -291,6 +307,14 @@ class AtariRuntime(Runtime):
                 self._wide_pixels[:, :, column] = self._screen_pixels
             for row in range(self.scale):
                 self._rows[:, row] = self._wide
+
+
+def ale_seed(seed: int | None) -> int:
+    """The seed of ALE's generator for an episode of ``seed``, as ale-py's
+    ``AtariEnv.seed_game`` derives it (the second word of ``SeedSequence(seed)``'s state,
+    as an int32); None draws fresh entropy."""
+    word = np.random.SeedSequence(seed).generate_state(n_words=2)[1]
+    return int(word.astype(np.int32))
 
 
 def _pixels(frame: np.ndarray) -> np.ndarray:

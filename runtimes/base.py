@@ -140,6 +140,9 @@ class Runtime(abc.ABC):
     #: Players in one world: above 1, :meth:`advance` takes :class:`PlayerEvent` too and
     #: its :class:`StepResult` carries ``rewards``, one per player (``docs/multiagent.md``).
     players: ClassVar[int] = 1
+    #: Keys of :attr:`StepResult.info` whose value real-time clients hear as soon as it
+    #: changes (in a ``v0.env.reward`` of 0), not only with the next reward: Atari's lives.
+    announced_info: ClassVar[tuple[str, ...]] = ()
 
     framebuffer: np.ndarray
 

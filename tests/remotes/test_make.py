@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 import gymnasium
 import numpy as np
 import pytest
@@ -57,16 +59,60 @@ def test_make_with_the_module_prefix_and_an_address() -> None:
 def test_make_vec_gives_a_remote_vector_env() -> None:
     envs = gymnasium.make_vec("universe-remote/builtin.Catch-v0", num_envs=2, mode="lockstep")
     try:
-        assert isinstance(envs, RemoteVectorEnv) and envs.num_envs == 2
+        assert isinstance(envs.unwrapped, RemoteVectorEnv) and envs.num_envs == 2
+        assert envs.action_space == gymnasium.spaces.MultiDiscrete([3, 3])  # make's Discrete(3)
         obs, info = envs.reset(seed=0)
         assert obs.shape == (2, 210, 160, 3)
-        obs, rewards, terminated, truncated, info = envs.step([[], [("KeyEvent", "Left", True)]])
+        obs, rewards, terminated, truncated, info = envs.step(np.array([0, 1]))  # nothing, Left
         assert rewards.shape == (2,)
-        local = envs.owned
+        local = envs.unwrapped.owned
         assert len(local.processes) == 2
     finally:
         envs.close()
     assert all(p.poll() is not None for p in local.processes)
+
+
+def test_make_vec_with_discrete_false_keeps_vnc_events() -> None:
+    envs = gymnasium.make_vec(
+        "universe-remote/builtin.Catch-v0", num_envs=1, mode="lockstep", discrete=False
+    )
+    try:
+        assert isinstance(envs, RemoteVectorEnv)
+        envs.reset(seed=0)
+        envs.step([[("KeyEvent", "Left", True)]])
+    finally:
+        envs.close()
+
+
+#: One id of each family whose make gives a simple action space.
+FAMILIES: Final = ["atari.Pong-v0", "builtin.Catch-v0", "builtin.ClickTarget-v0", "miniwob.ClickButton-v0"]
+
+
+@pytest.mark.parametrize("env_id", FAMILIES)
+def test_make_and_make_vec_give_the_same_action_space(env_id: str) -> None:
+    """Each env of make_vec's gets what make gives, acting the same way (one remote, made
+    into each in turn)."""
+    if env_id.startswith("atari."):
+        pytest.importorskip("ale_py")
+    if env_id.startswith("miniwob."):
+        pytest.importorskip("miniwob")
+    with start_local(env_id, 1) as local:
+        env = gymnasium.make(gym_id(env_id), remotes=local.address)
+        try:
+            single = env.action_space
+            assert isinstance(single, gymnasium.spaces.Discrete) and single.n > 2
+            env.reset(seed=0)
+            env.step(single.n - 1)
+        finally:
+            env.close()
+        envs = gymnasium.make_vec(gym_id(env_id), num_envs=1, remotes=local.address)
+        try:
+            assert envs.single_action_space == single
+            assert envs.action_space == gymnasium.spaces.MultiDiscrete([single.n])
+            envs.reset(seed=0)
+            envs.step(np.array([single.n - 1]))
+        finally:
+            envs.close()
 
 
 def test_atari_gets_its_minimal_action_set_as_discrete() -> None:

@@ -274,6 +274,69 @@ def test_sticky_actions_replay_under_the_same_seed() -> None:
     assert sticky.describe()["repeat_action_probability"] == 0.25
 
 
+def press(runtime: AtariRuntime, held: list[str], action: int) -> tuple[list[InputEvent], list[str]]:
+    """The key events that switch from holding ``held`` to action ``action``'s keys."""
+    wanted = runtime.action_keys[action]
+    events: list[InputEvent] = [KeyEvent(k, False) for k in held if k not in wanted]
+    events += [KeyEvent(k, True) for k in wanted if k not in held]
+    return events, list(wanted)
+
+
+@pytest.mark.parametrize(
+    ("game", "sticky", "full"),
+    [("pong", 0.0, False), ("pong", 0.25, True), ("breakout", 0.25, False), ("berzerk", 0.0, False),
+     ("solaris", 0.0, True)],
+)
+def test_a_seed_plays_ale_py_s_game(game: str, sticky: float, full: bool) -> None:
+    """With its own no-op starts off, a seed gives the episode ale-py's AtariEnv gives for
+    that seed, sticky repeats included, action for action (Berzerk and Solaris start
+    differently from a bare snapshot of the loaded ROM: reset() must reset after it)."""
+    from ale_py.env import AtariEnv
+
+    theirs = AtariEnv(game, frameskip=1, repeat_action_probability=sticky, full_action_space=full)
+    ours = make(atari.env_id_for(game), repeat_action_probability=sticky, full_action_space=full,
+                noop_max=0)
+    assert list(ours.actions) == theirs.get_action_meanings()
+    digests(ours, 99, [[]] * 50)  # an earlier episode must not matter
+    rng = np.random.default_rng(4)
+    for seed in (11, 12):
+        obs, info = theirs.reset(seed=seed)
+        ours.reset(seed)
+        assert np.array_equal(ours.framebuffer, obs) and ours.describe()["lives"] == info["lives"]
+        held: list[str] = []
+        for _ in range(1500):
+            action = int(rng.integers(len(ours.actions)))
+            obs, reward, terminated, _, info = theirs.step(action)
+            events, held = press(ours, held, action)
+            result = ours.step(events)
+            assert np.array_equal(ours.framebuffer, obs)
+            assert (result.reward, result.done, result.info["lives"]) == (reward, terminated, info["lives"])
+            if terminated:
+                break
+    theirs.close()
+
+
+def test_the_full_action_space_has_all_18_actions_each_played_by_its_keys() -> None:
+    for env_id in (PONG, "atari.Breakout-v0"):
+        runtime = make(env_id, full_action_space=True)
+        assert list(runtime.actions) == list(ale_py.Action.__members__)
+        assert len(runtime.action_keys) == 18
+        for name, keys in zip(runtime.actions, runtime.action_keys, strict=True):
+            assert runtime.joystick_action(keys) == name
+        described = runtime.describe()
+        assert described["full_action_space"] is True and described["actions"] == list(runtime.actions)
+    assert make(PONG).describe()["full_action_space"] is False
+    assert len(make(PONG).actions) == 6
+
+
+def test_describe_says_the_lives_an_episode_starts_with() -> None:
+    breakout = make("atari.Breakout-v0")
+    breakout.reset(0)
+    assert breakout.describe()["lives"] == 5
+    assert make(PONG).describe()["lives"] == 0
+    assert atari.AtariRuntime.announced_info == ("lives",)
+
+
 def test_game_over_is_done_until_reset(pong: AtariRuntime) -> None:
     pong.reset(2)
     total, frames = 0.0, 0
