@@ -13,7 +13,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 MODULES = [
     "rewarder_throughput", "remotes_realtime", "realtime_cpu", "vnc_server", "vnc_client",
     "atari_lockstep",
-    "lockstep_peers", "viewer_port", "long_step", "dm_env_rpc_port", "recording", "ray_remotes",
+    "lockstep_peers", "step_channel", "viewer_port", "long_step", "dm_env_rpc_port", "recording",
+    "ray_remotes",
     "multiagent",
 ]
 

@@ -1,15 +1,21 @@
 """Where a lockstep step's time goes: a timed step, pings, cProfile and py-spy.
 
 Part 1b of :mod:`benchmarks.atari_lockstep`: per encoding, a timed copy of the lockstep
-step on the env's loop (hand-off, rewarder round trip, the remote's handling time from
-the reply header, reply -> tagged frame), ``v0.control.ping`` as the bare round trip,
-cProfile of the agent's two threads, and py-spy samples of the agent and the remote
-(when ``py-spy`` is installed).
+step, run as the env runs it — plain calls in the caller's thread on the session's
+blocking rewarder channel — with a clock read between the parts: sending the request,
+waiting for the reply (with the remote's handling time from the reply header), reading
+the frame from shared memory into an array like the batch's row, and the rest of
+``env.step`` (glue: env.step minus the timed copy, the two taking turns);
+``v0.control.ping`` as the bare round trip; cProfile of the stepping (caller's) thread
+and of the loop thread (idle in lockstep but for resets); py-spy samples of the agent
+and the remote (when ``py-spy`` is installed).
 """
 
 from __future__ import annotations
 
 import cProfile
+import dis
+import inspect
 import os
 import pstats
 import shutil
@@ -44,36 +50,48 @@ from benchmarks.atari_common import (
     until,
 )
 from benchmarks.common import ms as _ms, table as _table
+from remotes.env import RemoteEnv
 from remotes.local import LocalRemotes
 from remotes.loop import LoopThread
 from remotes.session import RemoteSession
+from rewarder.blocking import BlockingRewarder
+from rewarder.protocol import StepReply
+
+#: Seconds the timed copy waits for a reply (the env's own stall_timeout is longer).
+REPLY_TIMEOUT: Final = 10.0
 
 # 1b. Where a lockstep step's time goes -----------------------------------------------------
 
 
-async def _timed_step(session: RemoteSession, events: list[Any]) -> tuple[Any, list[float]]:
-    """What ``RemoteSession.step_lockstep`` does, with a clock read between the parts."""
-    assert session.rewarder is not None and session.vnc is not None
+async def _vnc_frame(session: RemoteSession, reply: StepReply, dest: np.ndarray) -> None:
+    """A frame that did not come through shared memory: the VNC update tagged with the
+    reply's frame, copied into ``dest`` (on the loop thread, where VNC lives)."""
+    vnc = session.vnc
+    if vnc is None:
+        return
+    vnc.resume_updates()
+    await vnc.wait_frame(reply.frame, REPLY_TIMEOUT)
+    if vnc.framebuffer.shape == dest.shape:
+        np.copyto(dest, vnc.framebuffer)
+
+
+def _timed_step(env: RemoteEnv, events: list[Any], dest: np.ndarray) -> tuple[StepReply, list[float]]:
+    """What a lockstep ``env.step`` does for one remote (remotes.lockstep), in this
+    thread, with a clock read between the parts: (reply, [t0 send, t1 sent, t2 reply in,
+    t3 frame in, remote handling s, 1.0 if the frame came through shared memory])."""
+    session = env.session
+    rewarder = session.rewarder
+    assert isinstance(rewarder, BlockingRewarder), "a lockstep session has a blocking rewarder"
     t0 = time.perf_counter()
-    reply = await session.rewarder.step(events, FRAMESKIP, obs=session.shared.obs)
+    message_id = rewarder.send_step(events, FRAMESKIP, session.shared.obs)
     t1 = time.perf_counter()
-    tag = session.tag
-    if session.shared.take(reply):  # shared memory: the frame is there already
-        already = 1.0
-    else:
-        already = float(tag is not None and tag.frame >= reply.frame)
-        session.vnc.resume_updates()
-        await session.vnc.wait_frame(reply.frame)
+    reply: StepReply = rewarder.wait_reply(message_id, time.monotonic() + REPLY_TIMEOUT)
     t2 = time.perf_counter()
-    session.rewarder.pop()
-    session.frame()
+    shm = session.shared.take(reply, dest)
+    if not shm:
+        env.loop.run(_vnc_frame(session, reply, dest), REPLY_TIMEOUT)
     t3 = time.perf_counter()
-    return reply, [t0, t1, t2, t3, reply.runtime, already]
-
-
-async def _pings(session: RemoteSession, count: int) -> list[float]:
-    assert session.rewarder is not None
-    return [await session.rewarder.ping() for _ in range(count)]
+    return reply, [t0, t1, t2, t3, reply.runtime, float(shm)]
 
 
 def measure_breakdown(
@@ -85,9 +103,10 @@ def measure_breakdown(
         env.reset(seed=0)
         env.action_space.seed(0)
         drive(env, WARMUP_STEPS)
-        session, space = env.session, env.action_space
+        space = env.action_space
+        dest = np.empty(env.observation_space.shape or (), np.uint8)  # like a batch row
         parts: dict[str, list[float]] = {k: [] for k in (
-            "env_step", "wall", "handoff", "rtt", "server", "to_frame", "copy", "already")}
+            "env_step", "timed", "send", "wait", "rtt", "server", "frame", "shm")}
         going, done = until(TIMED_STEPS, RUN_SECONDS), 0
         while going(done):  # env.step and the timed copy take turns, for the glue column
             c0 = time.perf_counter()
@@ -95,25 +114,24 @@ def measure_breakdown(
             parts["env_step"].append(time.perf_counter() - c0)
             if terminated or truncated:
                 env.reset()
-            events = space.sample()
-            c0 = time.perf_counter()
-            reply, (t0, t1, t2, t3, server, already) = loop.run(_timed_step(session, events))
-            c1 = time.perf_counter()
-            parts["wall"].append(c1 - c0)
-            parts["handoff"].append((c1 - c0) - (t3 - t0))
-            parts["rtt"].append(t1 - t0)
+            reply, (t0, t1, t2, t3, server, shm) = _timed_step(env, space.sample(), dest)
+            parts["timed"].append(t3 - t0)
+            parts["send"].append(t1 - t0)
+            parts["wait"].append(t2 - t1)
+            parts["rtt"].append(t2 - t0)
             parts["server"].append(server)
-            parts["to_frame"].append(t2 - t1)
-            parts["copy"].append(t3 - t2)
-            parts["already"].append(already)
+            parts["frame"].append(t3 - t2)
+            parts["shm"].append(shm)
             done += 1
             if reply.done:
                 env.reset()
-        pings = loop.run(_pings(session, PINGS))
+        rewarder = env.session.rewarder
+        assert isinstance(rewarder, BlockingRewarder)
+        pings = [rewarder.ping() for _ in range(PINGS)]
     finally:
         env.close()
-    out = {k: statistics.median(v) for k, v in parts.items() if k != "already"}
-    out["already"] = float(np.mean(parts["already"]))
+    out = {k: statistics.median(v) for k, v in parts.items() if k != "shm"}
+    out["shm"] = float(np.mean(parts["shm"]))
     out["ping"] = statistics.median(pings)
     return out
 
@@ -122,28 +140,31 @@ def print_breakdown(
     rows: dict[str, dict[str, float]], runtime_step: float, local_step: float
 ) -> None:
     print(f"\n  1b. Where a lockstep step goes: per encoding, {TIMED_STEPS} env.step calls "
-          "taking turns with a timed copy of RemoteSession.step_lockstep run on the env's loop "
-          "(medians, ms)")
+          "taking turns with a timed copy of the lockstep step (remotes.lockstep) run the "
+          "same way, in this thread (medians, ms)")
     _table(
-        ["", "env.step", "timed step", "glue", "hand-off", "rewarder send->reply",
-         "  remote handling", "  the rest", "reply->frame", "pop+copy", "frame in at reply"],
+        ["", "env.step", "timed step", "glue", "send", "send->reply", "  remote handling",
+         "  the rest", "frame read", "frames via shm"],
         [
             [
-                enc, _ms(r["env_step"]), _ms(r["wall"]), _ms(r["env_step"] - r["wall"]),
-                _ms(r["handoff"]), _ms(r["rtt"]), _ms(r["server"]), _ms(r["rtt"] - r["server"]),
-                _ms(r["to_frame"]), _ms(r["copy"]), f"{r['already']:.0%}",
+                enc, _ms(r["env_step"]), _ms(r["timed"]), _ms(r["env_step"] - r["timed"]),
+                _ms(r["send"]), _ms(r["rtt"]), _ms(r["server"]), _ms(r["rtt"] - r["server"]),
+                _ms(r["frame"]), f"{r['shm']:.0%}",
             ]
             for enc, r in rows.items()
         ],
     )
     ping = statistics.median(r["ping"] for r in rows.values())
-    print("  glue: env.step minus the timed step (action check, info dict, VNC stats); hand-off: "
-          "timed step seen from the calling thread minus its time on the loop\n"
-          "  (run_coroutine_threadsafe, waking the loop, waking the caller); remote handling: the "
-          "reply's parent_runtime header (parse, 4 frames, VNC diff+encode+write, reply)\n"
-          "  the rest: send->reply minus remote handling (WebSocket framing and JSON both ways,"
-          " the remote's outbox task hop, loopback, wake-ups, and\n  the agent decoding the VNC"
-          " update, which the remote writes before the reply: see 'frame in at reply')")
+    print("  glue: env.step minus the timed step (action check, the stepping lock, slot "
+          "bookkeeping, the info dict, the batch copy); send: building the request and\n"
+          "  writing it to the socket; send->reply: from before the send until the reply is "
+          "parsed (send included); remote handling: the reply's parent_runtime header\n"
+          "  (parse, 4 frames, the frame into shared memory, the reply); the rest: send->reply "
+          "minus remote handling (WebSocket framing and JSON both ways, the remote's\n"
+          "  outbox task hop, loopback, wake-ups); frame read: shared memory into an array "
+          "(one preadv), or the tagged VNC update when a frame did not come that way\n"
+          "  (the encodings differ only there: with shared memory on, no VNC update is "
+          "asked for during steps)")
     floor = runtime_step + ping
     print(f"  peers: v0.control.ping round trip {_ms(ping)} ms (median of {PINGS}); the remote's "
           f"runtime for {FRAMESKIP} frames {_ms(runtime_step)} ms and ale-py's local step "
@@ -152,11 +173,11 @@ def print_breakdown(
     print(f"  floor of a step with one rewarder round trip: runtime + ping = {_ms(floor)} ms = "
           f"{local_step / floor:.2f} x local; with a runtime as fast as local ale-py, "
           f"{_ms(ideal)} ms = {local_step / ideal:.2f} x local.\n  {GOAL_VS_LOCAL:.2f} x local "
-          f"leaves {_ms(local_step / GOAL_VS_LOCAL - local_step)} ms a step for all I/O, "
-          "hand-offs and encoding together")
+          f"leaves {_ms(local_step / GOAL_VS_LOCAL - local_step)} ms a step for all I/O "
+          "and encoding together")
 
 
-# cProfile of the agent's two threads ------------------------------------------------------
+# cProfile of the stepping thread (and the loop thread) ---------------------------------------
 
 
 async def _profiler(profile: cProfile.Profile, on: bool) -> None:
@@ -168,7 +189,8 @@ async def _profiler(profile: cProfile.Profile, on: bool) -> None:
 
 
 def profile_agent(remotes: LocalRemotes, encoding: str, loop: LoopThread) -> dict[str, Any]:
-    """cProfile the calling thread and the loop thread over PROFILE_STEPS env.step calls."""
+    """cProfile the calling thread (where lockstep steps run) and the loop thread (resets
+    only, in lockstep) over PROFILE_STEPS env.step calls."""
     env = lockstep_env(remotes, encoding, loop)
     main, loop_profile = cProfile.Profile(), cProfile.Profile()
     try:
@@ -183,7 +205,7 @@ def profile_agent(remotes: LocalRemotes, encoding: str, loop: LoopThread) -> dic
         loop.run(_profiler(loop_profile, False))
     finally:
         env.close()
-    return {"steps": done, "wall": run.wall, "main": main, "loop": loop_profile}
+    return {"steps": done, "wall": run.wall, "cpu": run.own_cpu, "main": main, "loop": loop_profile}
 
 
 def _function_name(key: tuple[str, int, str]) -> str:
@@ -194,23 +216,33 @@ def _function_name(key: tuple[str, int, str]) -> str:
     return f"{'/'.join(parts[-2:])}:{line} {name}"
 
 
-_WAITING: Final = ("'acquire' of '_thread.lock'", "'poll' of 'select.epoll'")
+#: Built-ins that block (their own time is waiting, not work): the reply's select, the
+#: loop thread's epoll, lock waits.
+_WAITING: Final = (
+    "'acquire' of '_thread.lock'", "'poll' of 'select.epoll'", "select.select",
+    "'poll' of 'select.poll'",
+)
 
 
 def print_profile(profile: dict[str, Any]) -> None:
     steps = profile["steps"]
     print(f"\n  cProfile of the agent process, {PROFILE_ENCODING}, {steps} steps "
-          f"({steps / profile['wall']:.0f} steps/s under the profiler): own time per step "
-          "(us), top functions per thread")
-    for thread, label in (("main", "caller thread (env.step)"), ("loop", "loop thread (asyncio)")):
+          f"({steps / profile['wall']:.0f} steps/s under the profiler, process CPU "
+          f"{profile['cpu'] / steps * 1e6:.0f} us/step): own time per step (us), top functions "
+          "per thread")
+    for thread, label in (("main", "stepping thread (env.step: lockstep runs here)"),
+                          ("loop", "loop thread (asyncio: resets only, in lockstep)")):
         stats = pstats.Stats(profile[thread]).stats  # type: ignore[attr-defined]
         own = {key: value[2] for key, value in stats.items()}
         waiting = sum(t for key, t in own.items() if any(w in key[2] for w in _WAITING))
         busy = sum(own.values()) - waiting
         print(f"  {label}: {busy / steps * 1e6:.0f} us/step busy, "
-              f"{waiting / steps * 1e6:.0f} us/step blocked (lock acquire / epoll)")
+              f"{waiting / steps * 1e6:.0f} us/step blocked (select / lock acquire / epoll)")
         busy_only = [(k, t) for k, t in own.items() if not any(w in k[2] for w in _WAITING)]
         top = sorted(busy_only, key=lambda kv: kv[1], reverse=True)[:PROFILE_TOP]
+        if not top:
+            print("    (no calls)")
+            continue
         _table(["    function", "us/step", "calls/step"],
                [[f"    {_function_name(key)}", f"{t / steps * 1e6:.1f}",
                  f"{stats[key][1] / steps:.1f}"] for key, t in top])
@@ -242,6 +274,38 @@ def _writes(*needles: str) -> Callable[[list[str]], bool]:
     return lambda frames: under(frames) and leaf(frames)
 
 
+def _at(function: Callable[..., Any], attribute: str) -> str:
+    """How py-spy names the line of ``function`` that calls ``attribute`` (a call into C:
+    py-spy's leaf is then this Python line), e.g. ``"_flush (rewarder/blocking.py:475)"``.
+    Read from the loaded code, not the file, which may have changed since."""
+    code = function.__code__
+    line = next(
+        ins.positions.lineno for ins in dis.get_instructions(code)
+        if ins.argval == attribute and ins.positions is not None and ins.positions.lineno
+    )
+    module = inspect.getmodule(function)
+    assert module is not None and module.__name__
+    path = module.__name__.replace(".", "/") + ".py"
+    return f"{code.co_name} ({path}:{line})"
+
+
+def _blocking_rules() -> list[Rule]:
+    """The stepping thread's: where BlockingRewarder's calls into C sit."""
+    select_wait = _at(BlockingRewarder._read_some, "select")
+    send = _at(BlockingRewarder._flush, "sendall")
+    recv = _at(BlockingRewarder._receive, "recv")
+    return [
+        ("blocked: waiting for the reply (select)", _leaf(select_wait)),
+        ("rewarder: socket write (sendall)", _leaf(send)),
+        ("rewarder: socket read (recv)", _leaf(recv)),
+        ("frame read (shared memory, preadv)", _any("(rewarder/shm.py", "(remotes/shared_frames.py")),
+        ("rewarder: WebSocket framing (websockets)", _any("(websockets/")),
+        ("rewarder: messages, JSON (rewarder/)", _any("(rewarder/")),
+        ("env.step glue (remotes/: check, slots, info, batch)", _any("(remotes/")),
+        ("benchmark loop (sample actions)", lambda frames: True),
+    ]
+
+
 REMOTE_RULES: Final[list[Rule]] = [
     ("idle (epoll wait)", _leaf("EpollSelector.select")),
     ("ALE: copy the screen (every frame)", _any("AtariRuntime._draw")),
@@ -254,22 +318,19 @@ REMOTE_RULES: Final[list[Rule]] = [
     ("remote glue (envserver/)", _any("(envserver/")),
     ("asyncio and the rest", lambda frames: True),
 ]
-CALLER_RULES: Final[list[Rule]] = [
-    ("blocked: waiting for the loop", _leaf("Condition.wait", "acquire")),
-    ("hand-off: wake the loop", _any("run_coroutine_threadsafe", "call_soon_threadsafe")),
-    ("env.step glue (check, info, stats)", _any("(remotes/")),
-    ("benchmark loop (sample actions)", lambda frames: True),
-]
 LOOP_RULES: Final[list[Rule]] = [
     ("idle (epoll wait)", _leaf("EpollSelector.select")),
     ("hand-off: futures across threads",
      _any("concurrent/futures", "_chain_future", "_read_from_self", "run_coroutine_threadsafe")),
-    ("VNC client: socket write (update request)", _writes("(vncdriver/")),
     ("VNC client: read, parse, decode", _any("(vncdriver/")),
-    ("rewarder client: socket write", _writes("(rewarder/", "(websockets/")),
-    ("rewarder client: WebSocket, JSON", _any("(rewarder/", "(websockets/")),
+    ("rewarder: blocking calls in a worker", _any("(rewarder/", "(websockets/")),
     ("session glue (remotes/)", _any("(remotes/")),
     ("asyncio and the rest", lambda frames: True),
+]
+KEEPER_RULES: Final[list[Rule]] = [
+    ("idle (waiting for its next round)", _leaf("Event.wait", "Condition.wait")),
+    ("serving idle channels", _any("(rewarder/")),
+    ("the rest", lambda frames: True),
 ]
 
 
@@ -349,8 +410,9 @@ def print_spy(result: dict[str, Any] | str) -> None:
     rows = []
     for process, thread, rules in (
         ("remote", "MainThread", REMOTE_RULES),
-        ("agent", "MainThread", CALLER_RULES),
+        ("agent", "MainThread", _blocking_rules()),
         ("agent", "universe-remote-loop", LOOP_RULES),
+        ("agent", "universe-remote-keepalive", KEEPER_RULES),
     ):
         stacks = result["samples"][process].get(thread)
         if not stacks:
@@ -366,15 +428,18 @@ def print_spy(result: dict[str, Any] | str) -> None:
                              _ms(share * per_step)])
                 first = False
     _table(["process / thread", "where", "share", "ms/step"], rows)
-    for process, thread in (("remote", "MainThread"), ("agent", "universe-remote-loop")):
+    idle = ("EpollSelector.select", _at(BlockingRewarder._read_some, "select"))
+    for process, thread in (("remote", "MainThread"), ("agent", "MainThread")):
         stacks = result["samples"][process].get(thread) or Counter()
         total = sum(stacks.values())
+        if not total:
+            continue
         leaves: Counter[str] = Counter()
         for stack, count in stacks.items():
             frames = stack.split(";") if stack else []
-            if frames and "EpollSelector.select" not in frames[-1]:
+            if frames and not any(i in frames[-1] for i in idle):
                 leaves[_leaf_name(frames)] += count
-        print(f"  busiest places, {process} {thread} (leaf <- nearest frame of ours):")
+        print(f"  busiest places, {process} {thread} (leaf <- nearest frame of ours; waits left out):")
         _table(["    where", "share", "ms/step"],
                [[f"    {name}", f"{count / total:.1%}", _ms(count / total * per_step)]
                 for name, count in leaves.most_common(PYSPY_TOP)])

@@ -3,17 +3,20 @@
 Three measures, all on 127.0.0.1, Pong with frameskip 4 and random actions:
 
 1. **One lockstep remote.** :class:`RemoteEnv` in lockstep (each step is one
-   ``v0.env.step`` of 4 frames, then the VNC update tagged with the resulting frame) for
+   ``v0.env.step`` of 4 frames; the frame from shared memory, which a local remote gets by
+   default, else the VNC update tagged with the resulting frame) for
    :data:`STEPS` steps after :data:`WARMUP_STEPS`, once per VNC encoding, against (a) the
    same loop on ale-py in this process (``act`` 4 times, ``getScreenRGB``: the limit) and
    (b) ``gymnasium.make("ALE/Pong-v5", frameskip=4, repeat_action_probability=0)``, with
    the remote's own :class:`~runtimes.atari.AtariRuntime` stepped in process as a third
    peer. The contenders take turns for :data:`ROUNDS` rounds and the median round is
-   reported (the machine may be shared). Then where a step's time goes: a timed copy of
-   the lockstep step on the env's loop (hand-off, rewarder round trip, the remote's
-   handling time from the reply header, reply -> tagged frame), ``v0.control.ping`` as the
-   bare round trip, cProfile of the agent's two threads, and py-spy samples of the agent
-   and the remote (when ``py-spy`` is installed), with :data:`PROFILE_ENCODING`.
+   reported (the machine may be shared). Then where a step's time goes
+   (:mod:`benchmarks.atari_breakdown`): a timed copy of the lockstep step in the caller's
+   thread (send, rewarder round trip, the remote's handling time from the reply header,
+   the frame read from shared memory, the rest of ``env.step``), ``v0.control.ping`` as
+   the bare round trip, cProfile of the stepping thread (and of the loop thread, idle in
+   lockstep but for resets), and py-spy samples of the agent and the remote (when
+   ``py-spy`` is installed), with :data:`PROFILE_ENCODING`.
 2. **Many lockstep remotes.** :class:`RemoteVectorEnv` over n = 1, 4, 8 remotes against
    gymnasium's :class:`AsyncVectorEnv` with n ALE workers: steps/s per env and in total.
 3. **Real-time latency.** One real-time Pong remote at 60 fps, :class:`RemoteEnv` with
