@@ -101,12 +101,24 @@ _spawner_lock = threading.Lock()
 
 
 def spawner() -> _Spawner:
-    """The process's spawner thread, started on first use."""
+    """The process's spawner thread, started on first use (and anew in a fork's child)."""
     global _spawner
     with _spawner_lock:
         if _spawner is None:
             _spawner = _Spawner()
         return _spawner
+
+
+def _after_fork() -> None:
+    """In a fork's child (an ``AsyncVectorEnv`` worker whose ``gymnasium.make`` starts a
+    remote): the parent's spawner thread does not exist here and its lock may have been
+    held at fork; the next :func:`spawner` starts a new one."""
+    global _spawner, _spawner_lock
+    _spawner = None
+    _spawner_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 class LocalRemotes(RemoteGroup):

@@ -93,6 +93,17 @@ _holders: dict[str, weakref.ReferenceType[RemoteSession]] = {}
 _holders_lock = threading.Lock()
 
 
+def _after_fork() -> None:
+    """In a fork's child the parent's sessions are not ours, and the lock may have been
+    held at fork."""
+    global _holders_lock
+    _holders.clear()
+    _holders_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 def _take_slot(session: RemoteSession) -> None:
     """Record ``session`` as its remote's holder; mark the one it replaces."""
     key = session.address.rewarder
