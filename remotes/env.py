@@ -126,7 +126,8 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             as keywords (``mode="lockstep"``, ``frameskip=4``, ``env_id=...``,
             ``encoding``, ``quality``, ``start_timeout``, ``max_episode_steps``,
             ``stall_frames``, ``stall_timeout``, ``tls_ca``), which win over ``options``.
-        render_mode: ``"rgb_array"``.
+        render_mode: ``"rgb_array"`` (render() returns the last frame) or ``"human"``
+            (render() shows the remote: a viewer window, else where to watch it).
         loop: the loop thread for this env's sockets (default: the process's).
     """
 

@@ -26,9 +26,10 @@ Every hostile file is named like a real segment (``shm.PREFIX`` + this process's
 the remote's close and the next remote's sweep remove them.
 
 From a test: ``with start_hostile("fifo") as remote: ...`` (a
-:class:`remotes.local.LocalRemotes` of one remote on 127.0.0.1, stopped on exit). ``tests/remotes/test_hostile_remote.py`` checks that each kind
-starts and that its replies name the hostile file, and steps a ``RemoteEnv`` against each:
-the error in ``info``, the true frame over VNC, the agent alive.
+:class:`remotes.local.LocalRemotes` of one remote on 127.0.0.1, stopped on exit).
+``tests/remotes/test_hostile_remote.py`` checks that each kind starts and that its
+replies name the hostile file, and steps a ``RemoteEnv`` against each: the error in
+``info``, the true frame over VNC, the agent alive.
 """
 
 from __future__ import annotations
