@@ -24,14 +24,17 @@ Fork: a child never touches its parent's connections (they are the parent's sock
 
 from __future__ import annotations
 
+import _signal
+import contextlib
 import logging
 import os
 import select
+import signal
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -342,8 +345,8 @@ class BlockingRewarder:
         """Send ``v0.env.step``; its message id, for :meth:`take_reply`."""
         with self._lock:
             message_id, data = self._need_proto().step(self.episode_id or 0, list(events), frames, obs)
+            self.outstanding[message_id] = protocol.STEP  # first: an interrupt after the send
             self._send(data)
-            self.outstanding[message_id] = protocol.STEP
             return message_id
 
     def take_reply(self, message_id: Any, read: bool = True) -> StepReply | None:
@@ -441,8 +444,8 @@ class BlockingRewarder:
 
     def _call(self, method: str, request: tuple[int, bytes], timeout: float) -> tuple[Any, float]:
         message_id, data = request
-        self._send(data)
         self.outstanding[message_id] = method
+        self._send(data)
         return self._wait_event(message_id, time.monotonic() + timeout)  # type: ignore[no-any-return]
 
     def _wait_event(self, message_id: Any, deadline: float) -> tuple[Any, float]:
@@ -472,18 +475,23 @@ class BlockingRewarder:
         self._flush()
 
     def _flush(self) -> None:
+        """Send what the WebSocket protocol queued (a frame, pongs, a close echo)."""
         ws, sock = self._ws, self._sock
         assert ws is not None and sock is not None
-        for chunk in ws.data_to_send():
-            if not chunk:
-                continue  # EOF marker: nothing to send on a client
-            try:
-                sock.sendall(chunk)
-            except BaseException as exc:  # an interrupt mid-write leaves a torn frame
-                self._lost(f"the connection to {self.url} broke while sending ({exc!r})")
-                if isinstance(exc, OSError):
-                    raise ConnectionClosed(f"{self.name}: {self._failure}") from None
-                raise
+        chunks = ws.data_to_send()
+        if not chunks:
+            return
+        with _interrupts_after():  # never half a frame: the stream would be torn for good
+            for chunk in chunks:
+                if not chunk:
+                    continue  # EOF marker: nothing to send on a client
+                try:
+                    sock.sendall(chunk)
+                except BaseException as exc:
+                    self._lost(f"the connection to {self.url} broke while sending ({exc!r})")
+                    if isinstance(exc, OSError):
+                        raise ConnectionClosed(f"{self.name}: {self._failure}") from None
+                    raise
 
     def _read_some(self, deadline: float) -> None:
         """Wait (until ``deadline``) for bytes, then handle them."""
@@ -616,3 +624,30 @@ class BlockingRewarder:
             except OSError:
                 pass
 
+
+@contextlib.contextmanager
+def _interrupts_after() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back until the block is done, then raise it.
+
+    ``socket.sendall`` runs the signal handlers after each ``send()``, so a
+    KeyboardInterrupt can leave it with the frame fully sent, partly sent or not sent,
+    and no way to tell. Writes are a few hundred bytes: holding the interrupt for them
+    costs the user nothing. Only the main thread runs Python's signal handlers, and only
+    the default handler is swapped (a program with its own keeps it). ``_signal`` is the
+    C module under :mod:`signal`, without its enum conversions (3 us a call)."""
+    if threading.current_thread() is not _MAIN or _signal.getsignal(_SIGINT) is not _DEFAULT:
+        yield
+        return
+    caught: list[int] = []
+    _signal.signal(_SIGINT, lambda number, frame: caught.append(number))
+    try:
+        yield
+    finally:
+        _signal.signal(_SIGINT, _DEFAULT)
+    if caught:
+        raise KeyboardInterrupt
+
+
+_MAIN: Final = threading.main_thread()
+_SIGINT: Final = int(signal.SIGINT)
+_DEFAULT: Final = signal.default_int_handler
