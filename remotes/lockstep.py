@@ -58,6 +58,8 @@ class LockstepSteps:
 
     def __init__(self, core: Stepper) -> None:
         self.core = core
+        #: Rows of this step's batch that a frame was written into.
+        self._written: set[int] = set()
 
     def step(
         self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
@@ -73,8 +75,19 @@ class LockstepSteps:
         sent: list[Slot] = []
         carried: list[Slot] = []
         starting: list[Slot] = []
+        # A new batch each step, handed to the agent as it is (no copy at the end): rows of
+        # remotes that send no step now keep their previous frame, copied in before anyone
+        # else writes; the others are written by their reply (or copied at the end).
+        previous = core.frames
+        assert previous is not None
+        core.frames = batch = np.empty_like(previous)
+        self._written = set()
         for slot in core.slots:
             i = slot.index
+            if slot.phase is not Phase.RUNNING or slot.pending is not None or slot.reply is not None or (
+                active is not None and not active[i]
+            ):
+                np.copyto(batch[i], previous[i])
             if active is not None and not active[i]:
                 continue
             if slot.phase is Phase.AWAY:
@@ -113,6 +126,7 @@ class LockstepSteps:
             if over_vnc:
                 limit = max(s.deadline for s, _ in over_vnc) - time.monotonic()
                 failed = core.loop.run(core.frames_over_vnc(over_vnc), max(limit, 0.0) + _LOOP_SLACK)
+                self._written.update(s.index for s, _ in over_vnc if s not in failed)
         finally:
             if resets is not None:
                 started = resets.result()  # also after an interrupt: their state is whole
@@ -135,10 +149,13 @@ class LockstepSteps:
                     "remote.connected": True, "remote.waiting": True,
                     "episode_id": slot.episode, "frame": slot.returned,
                 }
+        for slot in sent:
+            if slot.index not in self._written:  # lost, or waiting: its previous frame
+                np.copyto(batch[slot.index], previous[slot.index])
         if resets is not None:
             for slot in starting:
                 infos[slot.index] = started[slot.index]
-        return core.finish(rewards, terminated, truncated, infos, same_step)
+        return core.finish(rewards, terminated, truncated, infos, same_step, fresh=True)
 
     def _wait(self, sent: list[Slot], carried: list[Slot]) -> list[tuple[Slot, StepReply]]:
         """Read replies until every remote sent this step answered (carried ones are taken
@@ -226,6 +243,7 @@ class LockstepSteps:
         session = slot.session
         slot.vnc_frame = None
         if session.shared.take(reply, frames[slot.index]):
+            self._written.add(slot.index)
             if session.vnc is not None:
                 # Nobody looks at VNC frames meanwhile: the remote need not encode them, nor
                 # the loop thread decode them (a flag the loop thread reads; resumed when a

@@ -307,14 +307,16 @@ class Stepper:
 
     def finish(
         self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-        infos: list[dict[str, Any]], same_step: bool,
+        infos: list[dict[str, Any]], same_step: bool, fresh: bool = False,
     ) -> Batch:
-        """:meth:`_finish` from the agent's thread (its autoresets on the loop thread)."""
+        """:meth:`_finish` from the agent's thread (its autoresets on the loop thread).
+        ``fresh``: :attr:`frames` is this step's own array, never written again (a
+        lockstep step makes a new one each step): handed over without a copy."""
         if same_step and (terminated.any() or truncated.any()):
             return self.loop.run(self._finish(rewards, terminated, truncated, infos, same_step))
         frames = self.frames
         assert frames is not None
-        return Batch(frames.copy(), rewards, terminated, truncated, tuple(infos))
+        return Batch(frames if fresh else frames.copy(), rewards, terminated, truncated, tuple(infos))
 
     async def _finish(
         self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
