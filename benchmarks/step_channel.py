@@ -29,8 +29,8 @@ answers each request at once with a canned reply of a real Pong reply's size), t
 sans-I/O client over each transport: (b') TCP on 127.0.0.1 (``serve``) and (c) a Unix
 socket (``unix_serve``). The server and the client code are the same on both, so
 (b') vs (c) isolates what TCP loopback costs over a Unix socket: the saving is printed
-in microseconds of agent CPU per step and of round-trip time (step wall time, and
-``v0.control.ping``'s). The Unix client is :class:`BlockingRewarder` with only its dial
+in microseconds of agent CPU per step (and the server's, read from /proc) and of
+round-trip time (step wall time, and ``v0.control.ping``'s). The Unix client is :class:`BlockingRewarder` with only its dial
 replaced (:class:`UnixBlockingRewarder`).
 """
 
@@ -52,7 +52,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Final
 
-from benchmarks.common import ratio, table
+from benchmarks.common import process_cpu, ratio, table
 from remotes.loop import LoopThread
 from rewarder.blocking import BlockingRewarder
 from rewarder.client import RewarderClient
@@ -216,8 +216,9 @@ def _minimal_server(unix_path: str, pipe: Connection) -> None:
 
 
 @contextlib.contextmanager
-def minimal_server() -> Iterator[tuple[int, str]]:
-    """The minimal server in a process of its own: (TCP port on 127.0.0.1, Unix socket path)."""
+def minimal_server() -> Iterator[tuple[int, str, int]]:
+    """The minimal server in a process of its own: (TCP port on 127.0.0.1, Unix socket
+    path, its pid)."""
     folder = tempfile.mkdtemp(prefix="step-channel-")
     path = os.path.join(folder, "rewarder.sock")
     ours, theirs = multiprocessing.get_context("spawn").Pipe()
@@ -228,7 +229,8 @@ def minimal_server() -> Iterator[tuple[int, str]]:
     try:
         if not ours.poll(30):
             raise RuntimeError("the minimal server did not start")
-        yield ours.recv(), path
+        assert process.pid is not None
+        yield ours.recv(), path, process.pid
     finally:
         with contextlib.suppress(OSError):
             ours.send("stop")
@@ -284,12 +286,15 @@ class UnixBlockingRewarder(BlockingRewarder):
         sock.settimeout(None)
 
 
-def _minimal_run(client: BlockingRewarder) -> dict[str, float]:
-    """Step ``client`` against the minimal server, then ping it; figures per step."""
+def _minimal_run(client: BlockingRewarder, server_pid: int) -> dict[str, float]:
+    """Step ``client`` against the minimal server, then ping it; figures per step (the
+    server's CPU per step too)."""
     client.connect()
     try:
+        server0 = process_cpu(server_pid)
         result = _drive(lambda: client.step((), FRAMESKIP, OBS_SHM).done, lambda: None,
                         MINIMAL_STEPS, MINIMAL_SECONDS)
+        result["server_cpu"] = (process_cpu(server_pid) - server0) / (result["steps"] + WARMUP)
         result["ping"] = statistics.median(client.ping() for _ in range(PINGS))
         return result
     finally:
@@ -341,12 +346,12 @@ def measure_remote(env_id: str, old_loop: types.ModuleType | None) -> dict[str, 
 
 def measure_minimal() -> dict[str, list[dict[str, float]]]:
     results: dict[str, list[dict[str, float]]] = {"tcp": [], "unix": []}
-    with minimal_server() as (port, path):
+    with minimal_server() as (port, path, pid):
         for i in range(ROUNDS):
             for row in _rotated(["tcp", "unix"], i):
                 client = (BlockingRewarder(f"127.0.0.1:{port}") if row == "tcp"
                           else UnixBlockingRewarder(path))
-                results[row].append(_minimal_run(client))
+                results[row].append(_minimal_run(client, pid))
     return results
 
 
@@ -388,19 +393,21 @@ def print_minimal(results: dict[str, list[dict[str, float]]]) -> None:
           f"sans-I/O client, {MINIMAL_STEPS} steps + {PINGS} pings per row per round, "
           f"median of {ROUNDS} rounds")
     table(
-        ["row", "steps/s", "step round trip us", "agent CPU us/step", "ping round trip us"],
+        ["row", "steps/s", "step round trip us", "agent CPU us/step", "server CPU us/step",
+         "ping round trip us"],
         [
             [label, f"{m['steps_per_s']:,.0f}", f"{m['wall'] * 1e6:.1f}", f"{m['cpu'] * 1e6:.1f}",
-             f"{m['ping'] * 1e6:.1f}"]
+             f"{m['server_cpu'] * 1e6:.0f}", f"{m['ping'] * 1e6:.1f}"]
             for label, m in (("(b') BlockingRewarder over TCP 127.0.0.1", tcp),
                              ("(c) the same over a Unix socket (unix_serve)", unix))
         ],
     )
     print(f"  Unix socket vs TCP loopback: {ratio(unix['steps_per_s'], tcp['steps_per_s'])} "
           f"steps/s; saves {(tcp['cpu'] - unix['cpu']) * 1e6:.1f} us of agent CPU a step "
-          f"({ratio(tcp['cpu'], unix['cpu'])}), {(tcp['wall'] - unix['wall']) * 1e6:.1f} us of "
-          f"step round trip, {(tcp['ping'] - unix['ping']) * 1e6:.1f} us of ping round trip "
-          "(the server's CPU per round trip changes too, not counted in agent CPU)")
+          f"({ratio(tcp['cpu'], unix['cpu'])}) and {(tcp['server_cpu'] - unix['server_cpu']) * 1e6:.0f} us "
+          f"of the server's, {(tcp['wall'] - unix['wall']) * 1e6:.1f} us of step round trip, "
+          f"{(tcp['ping'] - unix['ping']) * 1e6:.1f} us of ping round trip\n  (server CPU: read from "
+          "/proc in clock ticks over the row, its pings left out)")
 
 
 def main() -> None:
