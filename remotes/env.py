@@ -144,11 +144,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         loop: LoopThread | None = None,
         **settings: Any,
     ) -> None:
-        if password is not None:
-            settings["password"] = password
-        if fps is not None:
-            settings["fps"] = fps
-        opts = EnvOptions.of(options, settings)
+        opts = EnvOptions.of(options, settings, password=password, fps=fps)
         self.options = opts
         self.mode, self.frameskip = opts.mode, opts.frameskip
         group = address if isinstance(address, RemoteGroup) else None

@@ -65,11 +65,7 @@ class LockstepSteps:
         self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
     ) -> Batch:
         core = self.core
-        n = core.num
-        rewards = np.zeros(n, np.float64)
-        terminated = np.zeros(n, bool)
-        truncated = np.zeros(n, bool)
-        infos: list[dict[str, Any]] = [{} for _ in range(n)]
+        rewards, terminated, truncated, infos = core.outcome()
         core.same_step = same_step
         now = time.monotonic()
         sent: list[Slot] = []

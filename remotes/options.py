@@ -76,9 +76,11 @@ class EnvOptions:
             raise ValueError(f"max_episode_steps must be 1 or more (or None), not {self.max_episode_steps!r}")
 
     @classmethod
-    def of(cls, options: EnvOptions | None, settings: dict[str, Any]) -> EnvOptions:
-        """``options`` with ``settings`` (keywords of the same names) on top; an unknown
-        name is a TypeError that lists the known ones."""
+    def of(cls, options: EnvOptions | None, settings: dict[str, Any], **given: Any) -> EnvOptions:
+        """``options`` with ``settings`` (keywords of the same names) on top, and ``given``
+        (the envs' positional ``password`` and ``fps``) where not None; an unknown name is
+        a TypeError that lists the known ones."""
+        settings = {**settings, **{k: v for k, v in given.items() if v is not None}}
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(settings) - names)
         if unknown:

@@ -294,12 +294,13 @@ class Stepper:
             raise ValueError("active= is for lockstep steps")
         return self.loop.run(self._step_realtime_batch(actions, same_step))
 
-    async def _step_realtime_batch(self, actions: Sequence[Sequence[Any]], same_step: bool) -> Batch:
+    def outcome(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """A step's rewards, terminated, truncated and infos, to fill in."""
         n = self.num
-        rewards = np.zeros(n, np.float64)
-        terminated = np.zeros(n, bool)
-        truncated = np.zeros(n, bool)
-        infos: list[dict[str, Any]] = [{} for _ in range(n)]
+        return np.zeros(n, np.float64), np.zeros(n, bool), np.zeros(n, bool), [{} for _ in range(n)]
+
+    async def _step_realtime_batch(self, actions: Sequence[Sequence[Any]], same_step: bool) -> Batch:
+        rewards, terminated, truncated, infos = self.outcome()
         self.same_step = same_step
         self._sent_at = time.time()
         await self._step_realtime(actions, rewards, terminated, truncated, infos)

@@ -113,11 +113,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         **settings: Any,
     ) -> None:
-        if password is not None:
-            settings["password"] = password
-        if fps is not None:
-            settings["fps"] = fps
-        opts = EnvOptions.of(options, settings)
+        opts = EnvOptions.of(options, settings, password=password, fps=fps)
         self.options = opts
         autoreset = AutoresetMode(autoreset_mode)
         if autoreset not in _MODES:

@@ -46,6 +46,7 @@ from websockets.uri import parse_uri
 
 from . import keeper, protocol
 from .client_channel import CALIBRATION_PINGS, PING_TIMEOUT, intersect_skew
+from .client_state import ClientState
 from .connections import ClientConnection
 from .dial import (
     ATTEMPT_TIMEOUT,
@@ -55,7 +56,7 @@ from .dial import (
     BUSY_RETRY,
     DEFAULT_PORT,
     MAX_SERVER_MESSAGE_BYTES,
-    basic_auth,
+    handshake_headers,
     parse_address,
 )
 from .errors import ConnectionClosed, ConnectTimeout, ProtocolError, Refused, RemoteError, Untrusted
@@ -98,7 +99,7 @@ class _Busy(Exception):
     pass
 
 
-class BlockingRewarder:
+class BlockingRewarder(ClientState):
     """The agent's end of one lockstep remote's rewarder channel, on a blocking socket.
 
     ``connect()``, then ``reset(mode="lockstep")``, ``step()`` (or ``send_step`` +
@@ -125,15 +126,8 @@ class BlockingRewarder:
         self.tls = tls
         self.start_timeout = start_timeout
         self.calibration_pings = calibration_pings
-        headers = {protocol.OBSERVER_HEADER: "false"}
-        if password is not None:
-            headers["authorization"] = basic_auth(password)
-        if client_id:
-            headers[protocol.CLIENT_ID_HEADER] = client_id
-        if player is not None:
-            headers[protocol.PLAYER_HEADER] = str(player)
-        self._headers = headers
-        self.buffer = RewardBuffer()
+        self._headers = handshake_headers(False, password, client_id, player)
+        ClientState.__init__(self, RewardBuffer())
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._sock: socket.socket | None = None
@@ -146,11 +140,6 @@ class BlockingRewarder:
         self._replies: dict[Any, tuple[Any, float]] = {}
         #: Requests sent whose reply nobody took yet, by message id: method.
         self.outstanding: dict[Any, str] = {}
-        self._describe: Describe | None = None
-        self._failure: Exception | None = None
-        self._closed = False
-        self._rtt: float | None = None
-        self._skew: tuple[float, float] | None = None
         self._messages = self._rewards = self._remote_errors = 0
         #: Monotonic time of the last call (the keeper serves only channels left idle).
         self.used_at = time.monotonic()
@@ -164,31 +153,6 @@ class BlockingRewarder:
     @property
     def connected(self) -> bool:
         return self._sock is not None
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def error(self) -> Exception | None:
-        """Why the connection ended, or None."""
-        return self._failure
-
-    @property
-    def episode_id(self) -> int | None:
-        return self.buffer.episode_id
-
-    @property
-    def describe(self) -> Describe | None:
-        return self._describe
-
-    @property
-    def rtt(self) -> float | None:
-        return self._rtt
-
-    @property
-    def clock_skew(self) -> tuple[float, float] | None:
-        return self._skew
 
     @property
     def stats(self) -> Counters:

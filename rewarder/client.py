@@ -57,9 +57,10 @@ from .dial import (
     DEFAULT_PORT,
     MAX_SERVER_MESSAGE_BYTES,
     basic_auth,
+    handshake_headers,
     parse_address,
 )
-from .errors import ConnectionClosed, RewarderError
+from .errors import ConnectionClosed
 from .protocol import Describe, StepReply
 from .reward_buffer import EpisodeResult, RewardBuffer
 
@@ -124,13 +125,7 @@ class RewarderClient(ClientChannel):
         certificate it does not trust raises :class:`~.errors.Untrusted`. ``player``
         (header ``openai-player``): the player to hold on a multi-player remote (none:
         player 0)."""
-        headers = {protocol.OBSERVER_HEADER: "true" if observer else "false"}
-        if password is not None:
-            headers["authorization"] = basic_auth(password)
-        if client_id:
-            headers[protocol.CLIENT_ID_HEADER] = client_id
-        if player is not None:
-            headers[protocol.PLAYER_HEADER] = str(player)
+        headers = handshake_headers(observer, password, client_id, player)
         super().__init__(
             parse_address(address, tls=tls is not None),
             headers,
@@ -208,40 +203,6 @@ class RewarderClient(ClientChannel):
     def connected(self) -> bool:
         """True while a WebSocket to the server is open."""
         return self._ws is not None
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def error(self) -> RewarderError | None:
-        """Why the client stopped for good (refused, or reconnecting timed out), or None."""
-        return self._failure
-
-    @property
-    def episode_id(self) -> int | None:
-        """The episode :meth:`pop` reports on (None before the first reset)."""
-        return self.buffer.episode_id
-
-    @property
-    def describe(self) -> Describe | None:
-        """The last ``v0.env.describe`` of the current connection."""
-        return self._describe
-
-    @property
-    def rtt(self) -> float | None:
-        """Round trip of the latest ping, in seconds (None before the first)."""
-        return self._rtt
-
-    @property
-    def clock_skew(self) -> tuple[float, float] | None:
-        """Bounds ``(lo, hi)`` on server clock minus local clock, in seconds.
-
-        Each ping bounds it by ``[reply.sent_at - received_at, reply.sent_at -
-        request_sent_at]``; calibration intersects :data:`CALIBRATION_PINGS` of them.
-        ``server_time - hi <= local_time <= server_time - lo``.
-        """
-        return self._skew
 
     @property
     def stats(self) -> ClientStats:

@@ -25,6 +25,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection as WebSocket
 
 from . import protocol
+from .client_state import ClientState
 from .connections import ClientConnection
 from .dial import dial
 from .errors import (
@@ -68,7 +69,7 @@ class _ServerClosed(Exception):
         self.message = message
 
 
-class ClientChannel:
+class ClientChannel(ClientState):
     """One WebSocket to one rewarder at ``url``, redialled after drops: the state and
     machinery behind :class:`~.client.RewarderClient`, which is what callers use."""
 
@@ -96,20 +97,15 @@ class ClientChannel:
         self.calibration_interval = calibration_interval
         #: Where rewards go; :meth:`~.client.RewarderClient.pop` and
         #: :meth:`~.client.RewarderClient.peek` read it.
-        self.buffer = buffer
+        ClientState.__init__(self, buffer)
         self._headers = dict(headers)
 
         self._ws: WebSocket | None = None
         self._proto: ClientConnection | None = None
         self._ready = False
         self._pending: dict[Any, tuple[str, asyncio.Future[Any]]] = {}
-        self._describe: Describe | None = None
         self._changed = asyncio.Event()
-        self._failure: RewarderError | None = None
-        self._closed = False
         self._supervisor: asyncio.Task[None] | None = None
-        self._rtt: float | None = None
-        self._skew: tuple[float, float] | None = None
         self._messages = 0
         self._rewards = 0
         self._reconnects = 0

@@ -21,6 +21,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection as WebSocket, connect as ws_connect
 from websockets.exceptions import InvalidHandshake, InvalidMessage, InvalidStatus, InvalidURI
 
+from . import protocol
 from .errors import ConnectTimeout, Refused, Untrusted
 from .protocol import CLOSE_BUSY, CONNECTION_CLOSE
 from .tls import client_context, not_tls, tls_failure
@@ -80,6 +81,21 @@ def parse_address(address: str, *, tls: bool = False) -> str:
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"rewarder address {address!r} has a bad port {port!r}")
     return f"{scheme}://{host}:{int(port)}/"
+
+
+def handshake_headers(
+    observer: bool, password: str | None, client_id: str | None, player: int | None
+) -> dict[str, str]:
+    """The headers a client dials with: observer flag, Universe's auth, our client id and
+    player (both clients, async and blocking)."""
+    headers = {protocol.OBSERVER_HEADER: "true" if observer else "false"}
+    if password is not None:
+        headers["authorization"] = basic_auth(password)
+    if client_id:
+        headers[protocol.CLIENT_ID_HEADER] = client_id
+    if player is not None:
+        headers[protocol.PLAYER_HEADER] = str(player)
+    return headers
 
 
 def basic_auth(password: str) -> str:
