@@ -30,8 +30,8 @@ sans-I/O client over each transport: (b') TCP on 127.0.0.1 (``serve``) and (c) a
 socket (``unix_serve``). The server and the client code are the same on both, so
 (b') vs (c) isolates what TCP loopback costs over a Unix socket: the saving is printed
 in microseconds of agent CPU per step (and the server's, read from /proc) and of
-round-trip time (step wall time, and ``v0.control.ping``'s). The Unix client is :class:`BlockingRewarder` with only its dial
-replaced (:class:`UnixBlockingRewarder`).
+round-trip time (step wall time, and ``v0.control.ping``'s). The Unix client is
+:class:`BlockingRewarder` with only its dial replaced (:class:`UnixBlockingRewarder`).
 """
 
 from __future__ import annotations
@@ -413,6 +413,9 @@ def print_minimal(results: dict[str, list[dict[str, float]]]) -> None:
 def main() -> None:
     print(f"  {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start; "
           f"rows alternate within each round")
+    print("  (a) runs on today's LoopThread.run: its inline mode (run(..., inline=True), the previous "
+          "design's lockstep path) no longer exists in remotes.loop;\n  (a0) is that mode as "
+          f"{INLINE_COMMIT} shipped it, its remotes/loop.py read from git history")
     old_loop = _old_loop_module()
     if old_loop is None:
         print(f"  (no git history here: row (a0), {INLINE_COMMIT}'s inline LoopThread, is skipped)")
