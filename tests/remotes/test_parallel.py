@@ -131,3 +131,31 @@ def test_a_single_player_remote_has_one_agent() -> None:
             assert set(rewards) == {"player_0"}
         finally:
             env.close()
+
+
+def test_a_dropped_remote_ends_its_game_and_comes_back_at_reset() -> None:
+    """Like RemoteEnv and RemoteVectorEnv (the same stepping core): a remote killed
+    mid-game truncates its agents with the reason, the other game plays on, and once it
+    is back, reset() reconnects it and both games play."""
+    with start_local("builtin.Duel-v0", n=2) as local:
+        env = RemoteParallelEnv(local.address, frameskip=4, stall_timeout=5.0)
+        try:
+            env.reset(seed=1)
+            hold = {agent: 0 for agent in env.agents}
+            env.step(hold)
+            local.kill(0)
+            _, _, terminations, truncations, infos = env.step(hold)
+            for agent in ("remote_0_player_0", "remote_0_player_1"):
+                assert truncations[agent] and not terminations[agent]
+                assert "remote.error" in infos[agent], infos[agent]
+            assert env.agents == ["remote_1_player_0", "remote_1_player_1"]  # the other game goes on
+            _, rewards, *_ = env.step({a: 0 for a in env.agents})
+            assert set(rewards) == {"remote_1_player_0", "remote_1_player_1"}
+            local.restart(0)
+            observations, _ = env.reset(seed=2)  # waits for remote 0 to be back
+            assert len(env.agents) == 4 and len(observations) == 4
+            _, _, _, truncations, infos = env.step({a: 0 for a in env.agents})
+            assert not any(truncations.values()), infos
+            assert all(info["remote.connected"] for info in infos.values())
+        finally:
+            env.close()
