@@ -76,14 +76,17 @@ class LockstepSteps:
         # else writes; the others are written by their reply (or copied at the end).
         previous = core.frames
         assert previous is not None
-        core.frames = batch = np.empty_like(previous)
-        self._written = set()
+        batch = np.empty_like(previous)
         for slot in core.slots:
             i = slot.index
             if slot.phase is not Phase.RUNNING or slot.pending is not None or slot.reply is not None or (
                 active is not None and not active[i]
             ):
                 np.copyto(batch[i], previous[i])
+        core.frames = batch  # (after the copies: an interrupt before leaves the old batch)
+        self._written = set()
+        for slot in core.slots:
+            i = slot.index
             if active is not None and not active[i]:
                 continue
             if slot.phase is Phase.AWAY:
