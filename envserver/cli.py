@@ -151,8 +151,11 @@ def _player_password(text: str) -> tuple[int, str]:
 
 
 async def _serve(args: argparse.Namespace, tls: ServerTLS | None = None) -> int:
+    from rewarder.shm import sweep
+
     from .remote import Remote
 
+    sweep()  # frame segments of remotes that are gone (killed before they could remove them)
     remote = Remote(
         _replay_runtime(args) if args.command == "replay" else args.env_id,
         fps=args.fps,

@@ -100,9 +100,14 @@ class SharedFrames:
         """The connection closed (a reconnect, or the end): close the segment (the next
         connection's remote may be another process), and turn shared memory back on if
         it was asked for and this machine has it, whatever went wrong before. An error
-        not yet popped stays to be reported."""
+        not yet popped stays to be reported. If the segment's remote is gone (killed: no
+        process holds the segment's lock) the segment is removed, so a remote that died
+        leaves nothing in /dev/shm behind the agent that used it."""
         self.stepped = self.last = None
         self._buffer = None
+        if self._reader is not None and self._reader.remove_if_abandoned():
+            log.info("%s: removed %s, the frame segment of a remote that is gone",
+                     self.name, self._reader.path)
         self._close_reader()
         self.enabled = self.requested and shm.available()
 

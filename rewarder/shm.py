@@ -23,14 +23,23 @@ links, FIFOs (without blocking on them), anything but a regular file of its own 
 files too small for the frame, and maps nothing, so a file truncated under it cannot kill
 it with SIGBUS. Each refusal is an OSError or ValueError, and frames go over VNC instead.
 
-The file is created mode 0600 (the remote's user), removed when the remote closes, and
-files of remotes that died without closing are swept by the next remote that creates one.
+The file is created mode 0600 (the remote's user) with its pages reserved
+(``posix_fallocate``: on a full tmpfs creation is an OSError, where a sparse file would
+SIGBUS the remote at its first write) and removed when the remote closes. Whether its
+remote is alive is told by a lock, not a pid: the remote holds an ``flock`` on the file
+for the segment's life, and the kernel drops it when the process is gone, however it
+went. :func:`sweep` removes every segment whose lock it can take; ``serve`` sweeps when
+it starts, a remote again before it makes a segment, and an agent whose remote dropped
+removes the one it was reading (:meth:`FrameReader.remove_if_abandoned`). A pid would be
+wrong across PID namespaces sharing ``/dev/shm`` (``docker --ipc=host``) and after pid
+reuse; the pid in a segment's name is only for a person reading ``/dev/shm``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import mmap
 import os
 import secrets
@@ -61,20 +70,27 @@ def available() -> bool:
 
 
 class FrameSegment:
-    """The remote's side: one file sized for frames of ``height`` x ``width``."""
+    """The remote's side: one file sized for frames of ``height`` x ``width``, its pages
+    reserved (creation raises OSError when the tmpfs is full) and locked (``flock``) by
+    this process until :meth:`close` or its end, so that :func:`sweep` leaves it alone."""
 
     def __init__(self, height: int, width: int) -> None:
-        _sweep()
+        sweep()
         self.height, self.width = height, width
-        self.name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
-        self.path = SHM_DIR / self.name
         size = PIXELS_AT + height * width * 3
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        fd, self.path = _create_locked()
+        self.name = self.path.name
         try:
-            os.ftruncate(fd, size)
+            # Reserve the pages now: a full tmpfs is ENOSPC here, not SIGBUS at a write.
+            os.posix_fallocate(fd, 0, size)
             self._map = mmap.mmap(fd, size)
-        finally:
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
             os.close(fd)
+            raise
+        #: Kept open, with its lock, for the segment's life: the lock says we live.
+        self._fd = fd
         self._pixels = np.frombuffer(self._map, np.uint8, height * width * 3, PIXELS_AT).reshape(
             height, width, 3
         )
@@ -90,13 +106,17 @@ class FrameSegment:
         HEADER.pack_into(self._map, 0, MAGIC, number, episode_id, self.height, self.width)
 
     def close(self) -> None:
-        """Remove the file (idempotent); an agent that still maps it keeps its pages."""
+        """Remove the file and let go of its lock (idempotent); an agent that has it open
+        keeps reading its last frame."""
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
         if not self._map.closed:
             del self._pixels
             with contextlib.suppress(BufferError):  # a view still exported: GC frees it
                 self._map.close()
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 class FrameReader:
@@ -189,6 +209,14 @@ class FrameReader:
             )
         return number, episode
 
+    def remove_if_abandoned(self) -> bool:
+        """Remove the segment if its remote is gone (no process holds its lock), as the
+        agent does when the connection to that remote closed; whether it was removed. A
+        living remote's segment, or a file that is no longer the one of that name, stays."""
+        if self._fd < 0:
+            return False
+        return _remove_if_unlocked(self._fd, self.path)
+
     def close(self) -> None:
         """Close the file (idempotent)."""
         fd, self._fd = self._fd, -1
@@ -220,21 +248,80 @@ def _kind(mode: int) -> str:
             return kind
     return f"of file type {stat.S_IFMT(mode):#o}"
 
-def _sweep() -> None:
-    """Remove the segments of remotes that are gone (killed before they could)."""
-    with contextlib.suppress(OSError):
-        for path in SHM_DIR.glob(f"{PREFIX}*"):
-            pid = path.name[len(PREFIX) :].partition("-")[0]
-            if pid.isdigit() and not _alive(int(pid)):
-                with contextlib.suppress(OSError):
-                    path.unlink()
-
-
-def _alive(pid: int) -> bool:
+def sweep() -> list[Path]:
+    """Remove the segments no remote holds (their remotes are gone, killed before they
+    could remove them); the paths removed. Segments of living remotes, whatever their PID
+    namespace, and files this process may not open are left alone."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        paths = list(SHM_DIR.glob(f"{PREFIX}*"))
+    except OSError:
+        return []
+    removed = []
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:  # gone meanwhile, another user's, a symbolic link
+            continue
+        try:
+            if _remove_if_unlocked(fd, path):
+                removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
+
+
+#: Names tried before creating a segment gives up (each try loses only to a sweeper that
+#: opened the new file in the instant before its lock was taken).
+_CREATE_TRIES: Final = 8
+
+
+def _create_locked() -> tuple[int, Path]:
+    """A new segment file, locked by this process: its fd and path."""
+    for _ in range(_CREATE_TRIES):
+        path = SHM_DIR / f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _names(path, os.fstat(fd)):
+                return fd, path
+        except BlockingIOError:  # a sweeper holds it, and will remove it
+            pass
+        except BaseException:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            os.close(fd)
+            raise
+        os.close(fd)  # swept as it was made: another name
+    raise OSError(errno.EAGAIN, f"could not create a frame segment in {SHM_DIR} "
+                  f"({_CREATE_TRIES} files were swept as they were made)")
+
+
+def _remove_if_unlocked(fd: int, path: Path) -> bool:
+    """Remove ``path`` (open as ``fd``) if it is a regular file no process holds a lock on,
+    and still the file of that name; whether it was removed."""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # its remote holds it: alive
+            return False
+        try:
+            if not _names(path, st):
+                return False
+            path.unlink()
+            return True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    except OSError:
         return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
+
+
+def _names(path: Path, st: os.stat_result) -> bool:
+    """``path`` is (still) the file ``st`` describes."""
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)

@@ -21,6 +21,7 @@ import pytest
 from remotes.shared_frames import SharedFrames
 from rewarder import shm
 from rewarder.protocol import OBS_SHM, OBS_VNC, StepReply
+from tests.full_disk import tiny_tmpfs
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="no writable /dev/shm (Linux only)")
 
@@ -345,16 +346,82 @@ def test_another_users_segment_is_refused(segment: shm.FrameSegment) -> None:
 # Housekeeping ------------------------------------------------------------------------------
 
 
-def test_segments_of_dead_remotes_are_swept() -> None:
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
-    stale = shm.SHM_DIR / f"{shm.PREFIX}{int(dead.stdout)}-0123456789abcdef"
-    stale.write_bytes(b"x")
-    ours = shm.SHM_DIR / f"{shm.PREFIX}{os.getpid()}-fedcba9876543210"
-    ours.write_bytes(b"x")
+HELD_BY_A_CHILD = textwrap.dedent("""
+    import fcntl, os, sys
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, b"x")
+    os.kill(os.getpid(), 9)  # killed holding its lock, as a remote killed mid-episode
+""")
+
+
+@pytest.mark.timeout(20)
+def test_only_segments_nobody_holds_are_swept(free_name: Path, tmp_path: Path) -> None:
+    """Liveness is the segment's lock, not the pid in its name: a segment of a killed
+    process goes even when its name carries a living pid (ours: pid reuse, or another PID
+    namespace), and a living segment stays whatever its name says. A FIFO or a symbolic
+    link of a segment's name is left alone (and does not hang the sweep)."""
+    fifo = free_name.with_name(free_name.name + "-fifo")
+    os.mkfifo(fifo, 0o600)
+    link = free_name.with_name(free_name.name + "-link")
+    link.symlink_to(tmp_path / "nothing")
+    killed = shm.SHM_DIR / f"{shm.PREFIX}{os.getpid()}-0123456789abcdef"  # names us: alive
+    child = subprocess.run([sys.executable, "-c", HELD_BY_A_CHILD, str(killed)], check=False)
+    assert child.returncode == -9 and killed.exists()
+    living = subprocess.Popen([sys.executable, "-c", HELD_BY_A_CHILD.replace("os.kill(os.getpid(), 9)",
+                               "print(flush=True); sys.stdin.read()"), str(free_name)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
-        shm.FrameSegment(8, 8).close()
-        assert not stale.exists() and ours.exists()  # the living keep theirs
+        assert living.stdout is not None and living.stdout.readline()  # it holds its lock now
+        dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                                  capture_output=True, text=True, check=True)
+        renamed = free_name.with_name(f"{shm.PREFIX}{int(dead_pid.stdout)}-fedcba9876543210")
+        os.link(free_name, renamed)  # the living file again, under a dead pid's name
+        ours = shm.FrameSegment(8, 8)  # sweeps first; then holds its own
+        try:
+            assert not killed.exists()
+            removed = shm.sweep()
+            assert free_name not in removed and renamed not in removed and ours.path not in removed
+            assert free_name.exists() and renamed.exists() and ours.path.exists()
+            assert fifo.exists() and link.is_symlink()
+        finally:
+            ours.close()
+            renamed.unlink()
+            fifo.unlink()
+            link.unlink()
+        assert not ours.path.exists()
     finally:
-        ours.unlink()
-        stale.unlink(missing_ok=True)
+        assert living.stdin is not None
+        living.stdin.close()
+        living.wait()
+    killed.unlink(missing_ok=True)
+
+
+SEGMENT_ON_A_FULL_TMPFS = textwrap.dedent("""
+    import errno, os, sys
+    from pathlib import Path
+    import numpy as np
+    from rewarder import shm
+
+    shm.SHM_DIR = Path(sys.argv[1])
+    try:
+        segment = shm.FrameSegment(210, 160)
+        segment.write(np.full((210, 160, 3), 7, np.uint8), 1, 1)  # a sparse file: SIGBUS here
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+        print("ENOSPC", sorted(os.listdir(sys.argv[1])))
+    else:
+        print("written")
+""")
+
+
+def test_a_segment_on_a_full_tmpfs_is_an_oserror_at_creation_never_sigbus(tmp_path: Path) -> None:
+    """A 64 KiB tmpfs has no room for a 210x160 frame (100 KiB): creating the segment says
+    so (ENOSPC, nothing left behind), where a sparse file would kill the remote with
+    SIGBUS (exit -7) at its first write. In a child, whose exit code shows any signal."""
+    root = Path(__file__).resolve().parents[2]
+    with tiny_tmpfs(tmp_path / "shm", "64k") as directory:
+        child = subprocess.run([sys.executable, "-c", SEGMENT_ON_A_FULL_TMPFS, str(directory)],
+                               cwd=root, capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, f"exit {child.returncode}: {child.stderr}"
+    assert child.stdout.strip() == "ENOSPC []"
