@@ -74,7 +74,7 @@ from .protocol import (
     Text,
 )
 from .reward_buffer import EpisodeResult, RewardBuffer
-from .tls import client_context, tls_failure
+from .tls import client_context, says_tls_only, tls_failure
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +255,12 @@ class BlockingRewarder(ClientState):
         except InvalidStatus as exc:
             self._abort()
             status = exc.response.status_code
+            if self.url.startswith("ws:") and says_tls_only(status, exc.response.body, "wss"):
+                raise Refused(
+                    f"{self.name}: {self.url} serves TLS (a remote served with --tls-cert): use "
+                    "wss:// or vnc+tls://HOST:VNC_PORT+REWARDER_PORT, with tls_ca= if its CA is "
+                    "not in the system's trust store"
+                ) from None
             if status in _REFUSAL_STATUSES:
                 body = exc.response.body.decode(errors="replace").strip()
                 raise Refused(f"{self.name}: {self.url} refused the connection (HTTP {status})"

@@ -24,7 +24,7 @@ from websockets.exceptions import InvalidHandshake, InvalidMessage, InvalidStatu
 from . import protocol
 from .errors import ConnectTimeout, Refused, Untrusted
 from .protocol import CLOSE_BUSY, CONNECTION_CLOSE
-from .tls import client_context, not_tls, tls_failure
+from .tls import client_context, not_tls, says_tls_only, tls_failure
 
 log = logging.getLogger(__name__)
 
@@ -155,11 +155,7 @@ async def dial(
                     "the ports swapped? The address is vnc://HOST:VNC_PORT+REWARDER_PORT"
                 ) from None
             if isinstance(exc, InvalidMessage) and url.startswith("ws:") and await _speaks_tls(url):
-                raise Refused(
-                    f"{name}: {_where(url)} serves TLS (a remote served with --tls-cert): "
-                    "use wss:// or vnc+tls://HOST:VNC_PORT+REWARDER_PORT, with tls_ca= if "
-                    "its CA is not in the system's trust store"
-                ) from None
+                raise Refused(_serves_tls(name, url)) from None
             if (url.startswith("wss:") and isinstance(exc, OSError)
                     and not isinstance(exc, ConnectionRefusedError | TimeoutError)
                     and await _answers_in_clear(url)):
@@ -235,6 +231,14 @@ class _Busy(Exception):
         super().__init__(f"{url} is busy: {reason or 'another agent holds its active slot'}")
 
 
+def _serves_tls(name: str, url: str) -> str:
+    return (
+        f"{name}: {_where(url)} serves TLS (a remote served with --tls-cert): use wss:// or "
+        "vnc+tls://HOST:VNC_PORT+REWARDER_PORT, with tls_ca= if its CA is not in the "
+        "system's trust store"
+    )
+
+
 def _where(url: str) -> str:
     """``host:port`` of a rewarder URL."""
     return url.split("://", 1)[-1].rstrip("/")
@@ -265,6 +269,8 @@ async def _attempt(
                 raise Untrusted(f"{name}: {tls_failure(_where(url), exc)}") from None
             except InvalidStatus as exc:
                 status = exc.response.status_code
+                if url.startswith("ws:") and says_tls_only(status, exc.response.body, "wss"):
+                    raise Refused(_serves_tls(name, url)) from None
                 if status in _REFUSAL_STATUSES:
                     body = exc.response.body.decode(errors="replace").strip()
                     raise Refused(

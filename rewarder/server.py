@@ -36,6 +36,7 @@ from .protocol import (
     CLOSE_TOO_SLOW,
     CLOSE_UNAUTHORIZED,
 )
+from .tls import TLSPort
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,13 @@ MAX_QUEUED_MESSAGES: Final = 1024
 MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
 #: How long shutdown waits for each client to take its v0.connection.close.
 CLOSE_TIMEOUT: Final = 2.0
+#: Seconds a connection has for its opening handshake (and TLS its own, before it).
+OPEN_TIMEOUT: Final = 10.0
+#: What the 400 to a plain ``ws://`` handshake on a TLS port says to do.
+TLS_HINT: Final = (
+    "connect to {url} (our agents: the address vnc+tls://HOST:VNC_PORT+REWARDER_PORT, with "
+    "tls_ca= if the remote's CA is not in the system's trust store)"
+)
 
 #: Universe served a browser viewer at http://host:15900/viewer/; we redirect it.
 VIEWER_PATH: Final = "/viewer"
@@ -209,6 +217,8 @@ class RewarderServer:
         #: The port of the remote's browser viewer, if it serves one: Universe's viewer URL
         #: (``http://host:15900/viewer/``) is then redirected there.
         self.viewer_port: int | None = None
+        #: The TLS side of the port (with ``tls``), after :meth:`start`.
+        self.tls_port: TLSPort | None = None
         self._server: Server | None = None
         self._closing = False
 
@@ -224,6 +234,20 @@ class RewarderServer:
         return self._server.sockets[0].getsockname()[1]
 
     async def start(self, host: str = "127.0.0.1", port: int = 15900) -> None:
+        """Listen on ``host:port``; with ``tls``, every connection goes through
+        :class:`~.tls.TLSPort`, which answers a plain ``ws://`` handshake with a 400
+        saying the port speaks ``wss://`` (TLS) instead of closing it silently."""
+        create_connection: Any = None
+        if self.tls is not None:
+            self.tls_port = TLSPort(
+                self.tls, scheme="wss", where="the rewarder port",
+                hint=TLS_HINT, handshake_timeout=OPEN_TIMEOUT, shutdown_timeout=CLOSE_TIMEOUT,
+            )
+
+            def create_connection(*args: Any, **kwargs: Any) -> asyncio.Protocol:
+                assert self.tls_port is not None
+                return self.tls_port.protocol(ServerConnection(*args, **kwargs))
+
         self._server = await serve(
             self._serve_client,
             host,
@@ -231,11 +255,12 @@ class RewarderServer:
             compression=None,
             process_request=self._process_request,
             max_size=MAX_FRAME_BYTES,
+            open_timeout=OPEN_TIMEOUT,
             ping_interval=KEEPALIVE_INTERVAL,
             ping_timeout=KEEPALIVE_TIMEOUT,
             close_timeout=CLOSE_TIMEOUT,
             server_header="universe-remote",
-            ssl=self.tls,
+            create_connection=create_connection,  # TLS is TLSPort's, not create_server's
         )
 
     async def close(self, reason: str = "the remote is shutting down") -> None:
@@ -245,6 +270,8 @@ class RewarderServer:
         self._closing = True
         if self._server is not None:
             self._server.close(close_connections=False)
+        if self.tls_port is not None:
+            self.tls_port.close()
         clients = list(self.clients)
         for client in clients:
             client.send(client.proto.close(reason))

@@ -2,7 +2,10 @@
 to say when a certificate is not trusted.
 
 Holds :class:`ServerTLS` (:func:`server_tls` builds it from a certificate and key file),
-:func:`client_context`, :func:`untrusted` and :class:`TLSSetupError`. Like the password
+:func:`client_context`, :func:`untrusted`, :class:`TLSSetupError`, and :class:`TLSPort`, the
+first protocol of every connection to a TLS port: it looks at the first byte before TLS
+reads it, and answers plain HTTP (``ws://``, ``http://``) with a ``400`` saying the port
+speaks TLS, as nginx does for HTTP sent to an HTTPS port. Like the password
 (:mod:`.auth`), one certificate serves every port: the rewarder (``wss://``), the browser
 viewer (``https://``), VNC (VeNCrypt) and dm_env_rpc (gRPC), so both sides build their
 contexts here and hand the same objects to each channel (``vncdriver`` imports nothing
@@ -11,11 +14,19 @@ of this package: it only receives an :class:`ssl.SSLContext`).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from .lograte import RateLimitedLog
+
+log = logging.getLogger(__name__)
 
 CERT_ENV: Final = "UNIVERSE_REMOTE_TLS_CERT"
 KEY_ENV: Final = "UNIVERSE_REMOTE_TLS_KEY"
@@ -216,3 +227,254 @@ def untrusted(where: str, exc: ssl.SSLCertVerificationError) -> str:
         f"certificate of {where} not trusted ({why}): pass tls_ca=CA.pem (the CA that "
         f"issued it) or set ${CA_ENV}"
     )
+
+
+# Plain HTTP sent to a TLS port ----------------------------------------------------------------
+
+#: Seconds a connection to a TLS port may take to send its first byte (then the TLS
+#: handshake has its own deadline), and a plain HTTP request its head.
+FIRST_BYTES_TIMEOUT: Final = 10.0
+#: Bytes of a plain HTTP request's head read before the 400 goes out (closing a socket
+#: with unread bytes resets it, which can take the answer with it); a longer head is
+#: answered there.
+MAX_PLAIN_HEAD_BYTES: Final = 8192
+#: How the 400 to plain HTTP on a TLS port begins; our clients recognise it.
+PLAIN_HTTP_REFUSAL: Final = "this port speaks {scheme}:// (TLS)"
+#: The first byte of a TLS connection: the ClientHello's record type, handshake (22).
+_TLS_RECORD: Final = 0x16
+#: First bytes of an HTTP request: a method (GET, POST, ...) is upper-case letters.
+_HTTP_METHOD_START: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def says_tls_only(status: int, body: bytes | bytearray, scheme: str) -> bool:
+    """Whether an HTTP answer is :class:`TLSPort`'s to plain HTTP on a ``scheme`` port."""
+    prefix = PLAIN_HTTP_REFUSAL.format(scheme=scheme).encode()
+    return status == 400 and bytes(body[: len(prefix)]) == prefix
+
+
+class TLSPort:
+    """A port that speaks TLS only, as :func:`asyncio.loop.create_server` with ``ssl=``
+    would serve it, except that plain HTTP gets an answer instead of a silent close.
+
+    :meth:`protocol` wraps each new connection's protocol (websockets'
+    ``ServerConnection``, aiohttp's request handler): it reads nothing until the client's
+    first byte is there, peeks at it (``MSG_PEEK``), and then
+
+    - ``0x16`` (a TLS handshake record): hands the connection to TLS
+      (:meth:`asyncio.loop.start_tls`), and to the wrapped protocol once TLS is up;
+    - an upper-case letter (``GET ...``: ``ws://`` or ``http://`` to this port): reads the
+      request's head and answers ``400`` with :data:`PLAIN_HTTP_REFUSAL` and ``hint``,
+      logging one line per :data:`~.lograte.LOG_INTERVAL` (counted);
+    - anything else: closes it (TLS would wait for the rest of a record that is none).
+
+    ``scheme`` is what the port speaks (``wss``, ``https``), ``where`` names it in the log.
+    """
+
+    def __init__(
+        self,
+        context: ssl.SSLContext,
+        *,
+        scheme: str,
+        hint: str,
+        where: str,
+        handshake_timeout: float | None = FIRST_BYTES_TIMEOUT,
+        shutdown_timeout: float | None = None,
+        logger: logging.Logger = log,
+    ) -> None:
+        self.context, self.scheme, self.hint, self.where = context, scheme, hint, where
+        self.handshake_timeout, self.shutdown_timeout = handshake_timeout, shutdown_timeout
+        self.log = RateLimitedLog(logger)
+        #: Connections whose first byte has not decided their way yet.
+        self.pending: set[_FirstBytes] = set()
+        #: Plain HTTP requests answered with the 400.
+        self.plain_answered = 0
+
+    def protocol(self, inner: asyncio.Protocol) -> asyncio.Protocol:
+        """The protocol asyncio gets for a new connection; ``inner`` gets it once TLS is up."""
+        return _FirstBytes(self, inner)
+
+    def factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
+        """A ``protocol_factory`` for :meth:`asyncio.loop.create_server` (without ``ssl=``)."""
+        return lambda: self.protocol(inner())
+
+    def answer(self, local: tuple[str, int] | None) -> bytes:
+        """The ``400`` for a plain HTTP request that came in on ``local`` (our address)."""
+        host, port = local if local is not None else ("HOST", "PORT")
+        host = f"[{host}]" if ":" in str(host) else host
+        body = (
+            f"{PLAIN_HTTP_REFUSAL.format(scheme=self.scheme)}, not plain "
+            f"{'ws' if self.scheme == 'wss' else 'http'}://: "
+            f"{self.hint.format(url=f'{self.scheme}://{host}:{port}/')}\n"
+        ).encode()
+        return (
+            b"HTTP/1.1 400 Bad Request\r\nServer: universe-remote\r\n"
+            b"Content-Type: text/plain; charset=utf-8\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+        )
+
+    def close(self) -> None:
+        """Drop the connections still undecided (at shutdown) and report held-back lines."""
+        for first in list(self.pending):
+            first.transport.abort()
+        self.log.close()
+
+
+class _FirstBytes(asyncio.Protocol):
+    """A connection to a :class:`TLSPort` until its first byte says what it speaks."""
+
+    def __init__(self, port: TLSPort, inner: asyncio.Protocol) -> None:
+        self.port, self.inner = port, inner
+        self.head = bytearray()
+        self.head_read: asyncio.Future[None] | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.pause_reading()  # before asyncio's first read: the bytes stay in the socket
+        self.port.pending.add(self)
+        self.task = asyncio.get_running_loop().create_task(self._route())
+
+    def connection_lost(self, exc: Exception | None) -> None:  # before TLS took over
+        self.port.pending.discard(self)
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def data_received(self, data: bytes) -> None:  # a plain HTTP request's head
+        self.head += data
+        if b"\r\n\r\n" in self.head or len(self.head) >= MAX_PLAIN_HEAD_BYTES:
+            self._head_done()
+
+    def eof_received(self) -> bool:
+        self._head_done()
+        return True  # keep the connection to write the answer
+
+    def _head_done(self) -> None:
+        self.transport.pause_reading()
+        if self.head_read is not None and not self.head_read.done():
+            self.head_read.set_result(None)
+
+    async def _route(self) -> None:
+        transport, port = self.transport, self.port
+        try:
+            try:
+                async with asyncio.timeout(FIRST_BYTES_TIMEOUT):
+                    first = await _peek(transport)
+            except (TimeoutError, OSError):
+                transport.abort()
+                return
+            if not first:
+                transport.close()  # gone before it said anything
+                return
+            if first[0] in _HTTP_METHOD_START:
+                await self._answer_plain()
+                return
+            if first[0] != _TLS_RECORD:
+                transport.abort()
+                port.log.log(
+                    "neither TLS nor HTTP", logging.WARNING,
+                    "a connection to %s began with %r, neither TLS nor HTTP: closed",
+                    port.where, first[:8],
+                )
+                return
+            loop = asyncio.get_running_loop()
+            # Until TLS is up its events go to a stand-in: start_tls tells the protocol
+            # it is given of a failed handshake (connection_lost) although it never said
+            # connection_made, which websockets' connection cannot take.
+            early = _UntilTLS()
+            try:
+                tls = await loop.start_tls(
+                    transport, early, port.context, server_side=True,
+                    ssl_handshake_timeout=port.handshake_timeout,
+                    ssl_shutdown_timeout=port.shutdown_timeout,
+                )
+            except (OSError, TimeoutError) as exc:  # (start_tls closed the connection)
+                log.debug("TLS handshake on %s failed: %r", port.where, exc)
+                return
+            if tls is None:  # (asyncio's typing allows it; a server-side start_tls has one)
+                transport.close()
+                return
+            early.hand_over(tls, self.inner)
+        finally:
+            port.pending.discard(self)
+
+    async def _answer_plain(self) -> None:
+        transport, port = self.transport, self.port
+        self.head_read = asyncio.get_running_loop().create_future()
+        transport.resume_reading()
+        try:
+            async with asyncio.timeout(FIRST_BYTES_TIMEOUT):
+                await self.head_read
+        except TimeoutError:
+            pass
+        transport.write(port.answer(transport.get_extra_info("sockname")))
+        transport.close()  # once the answer is out
+        port.plain_answered += 1
+        line = bytes(self.head).split(b"\r\n", 1)[0][:100].decode("ascii", "replace")
+        peer = transport.get_extra_info("peername")
+        port.log.log(
+            "plain HTTP", logging.WARNING,
+            "plain HTTP (%r) from %s to %s, which speaks %s:// (TLS): answered 400",
+            line, peer[0] if peer else "?", port.where, port.scheme,
+        )
+
+
+class _UntilTLS(asyncio.Protocol):
+    """What a TLS connection's protocol is while its handshake runs: it keeps what
+    arrives with the handshake's end (the client's first bytes may) for the real one."""
+
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+        self.eof = False
+        self.lost = False
+        self.lost_exc: Exception | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.data.append(data)
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost, self.lost_exc = True, exc
+
+    def hand_over(self, transport: asyncio.BaseTransport, inner: asyncio.Protocol) -> None:
+        """Make ``inner`` the protocol of the TLS ``transport`` and give it what came."""
+        transport.set_protocol(inner)
+        inner.connection_made(transport)
+        for data in self.data:
+            inner.data_received(data)
+        if self.eof and not inner.eof_received():
+            transport.close()
+        if self.lost:
+            inner.connection_lost(self.lost_exc)
+
+
+async def _peek(transport: asyncio.Transport) -> bytes:
+    """The first bytes waiting on ``transport``'s socket, left there for whoever reads
+    next (TLS); b"" when the client closed. ``transport`` must not be reading."""
+    loop = asyncio.get_running_loop()
+    raw = transport.get_extra_info("socket")
+    # A duplicate of the descriptor: asyncio refuses readers on a transport's own.
+    dup = socket.socket(fileno=os.dup(raw.fileno()))
+    try:
+        dup.setblocking(False)
+        while True:
+            try:
+                return dup.recv(16, socket.MSG_PEEK)
+            except BlockingIOError:
+                pass
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(dup.fileno(), _wake, ready)
+            try:
+                await ready
+            finally:
+                loop.remove_reader(dup.fileno())
+    finally:
+        dup.close()
+
+
+def _wake(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)

@@ -5,6 +5,7 @@ to do, and every file ``server_tls``/``client_context`` cannot use is named."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
+from rewarder.blocking import BlockingRewarder
 from rewarder.client import RewarderClient
 from rewarder.errors import Refused, Untrusted
 from rewarder.server import RewarderServer
@@ -186,3 +188,107 @@ def test_client_context_names_a_bad_ca_file(certs: Certs, tmp_path: Path) -> Non
         client_context(certs.key)
     copy = shutil.copy(certs.ca, tmp_path / "ca copy.pem")
     assert client_context(copy).cert_store_stats()["x509_ca"] == 1
+
+
+# Plain HTTP to the TLS port ---------------------------------------------------------------
+
+async def _plain_request(port: int, request: bytes, eof: bool = False) -> bytes:
+    """Send ``request`` in clear to ``port`` (then EOF if ``eof``); everything the server
+    answers until it closes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        if eof:
+            writer.write_eof()
+        return await asyncio.wait_for(reader.read(), TIMEOUT)
+    finally:
+        writer.close()
+
+
+WS_HANDSHAKE = (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+
+
+async def test_a_plain_ws_handshake_to_the_tls_port_gets_a_400_saying_it_speaks_wss(
+    make_server: MakeServer, certs: Certs, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = await make_server(certs.server().context)
+    caplog.set_level(logging.WARNING, "rewarder.tls")
+    answer = await _plain_request(server.port, WS_HANDSHAKE)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
+    assert b"\r\nConnection: close" in head
+    text = body.decode()
+    assert text.startswith("this port speaks wss:// (TLS), not plain ws://")
+    assert f"wss://127.0.0.1:{server.port}/" in text and "vnc+tls://" in text
+    assert int(dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])[b"Content-Length"]) == len(body)
+    lines = [r for r in caplog.records if r.name == "rewarder.tls"]
+    assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+    assert "plain HTTP ('GET / HTTP/1.1') from 127.0.0.1 to the rewarder port" in lines[0].getMessage()
+    assert lines[0].exc_info is None
+    # A browser's or curl's plain http:// gets the same answer.
+    answer = await _plain_request(server.port, b"HEAD /viewer/ HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"this port speaks wss:// (TLS)" in answer
+
+
+async def test_plain_requests_to_the_tls_port_log_one_line_per_interval_counted(
+    make_server: MakeServer, certs: Certs, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = await make_server(certs.server().context)
+    caplog.set_level(logging.WARNING, "rewarder.tls")
+    answers = await asyncio.gather(*(_plain_request(server.port, WS_HANDSHAKE) for _ in range(20)))
+    assert all(a.startswith(b"HTTP/1.1 400 ") for a in answers)
+    assert len([r for r in caplog.records if r.name == "rewarder.tls"]) == 1
+    assert server.tls_port is not None and server.tls_port.log.counts == {"plain HTTP": 20}
+    # TLS clients are served as before, in between and after.
+    async with RewarderClient(
+        f"127.0.0.1:{server.port}", tls=client_context(certs.ca), start_timeout=TIMEOUT
+    ) as client:
+        assert await client.ping() >= 0
+    await server.close("test over")  # the 19 held back are counted in one more line
+    lines = [r.getMessage() for r in caplog.records if r.name == "rewarder.tls"]
+    assert len(lines) == 2 and lines[1].startswith("plain HTTP: 19 more"), lines
+
+
+async def test_bytes_that_are_neither_tls_nor_http_are_closed_with_a_line_and_tls_goes_on(
+    make_server: MakeServer, certs: Certs, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = await make_server(certs.server().context)
+    caplog.set_level(logging.WARNING, "rewarder.tls")
+    try:  # closed at once (reset: its bytes were left unread), not left to the TLS deadline
+        assert await _plain_request(server.port, b"\x00\x01garbage" * 10) == b""
+    except ConnectionResetError:
+        pass
+    assert await _plain_request(server.port, b"", eof=True) == b""  # said nothing, left
+    assert [r.getMessage() for r in caplog.records if r.name == "rewarder.tls"] == [
+        "a connection to the rewarder port began with b'\\x00\\x01garbag', neither TLS nor "
+        "HTTP: closed"
+    ]
+    async with RewarderClient(
+        f"127.0.0.1:{server.port}", tls=client_context(certs.ca), start_timeout=TIMEOUT
+    ) as client:
+        assert client.describe.env_id == "test.Fake-v0"
+
+
+async def test_closing_the_server_drops_connections_that_never_spoke(
+    make_server: MakeServer, certs: Certs
+) -> None:
+    server = await make_server(certs.server().context)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        await server.close("test over")
+        # Closed at once: not left to a TLS handshake deadline (10 s).
+        assert await asyncio.wait_for(reader.read(), 2.0) == b""
+    finally:
+        writer.close()
+
+
+async def test_a_blocking_plain_client_to_a_tls_rewarder_is_told_to_use_tls(
+    make_server: MakeServer, certs: Certs
+) -> None:
+    server = await make_server(certs.server().context)
+    client = BlockingRewarder(f"127.0.0.1:{server.port}", start_timeout=TIMEOUT)
+    with pytest.raises(Refused, match="serves TLS \\(a remote served with --tls-cert\\): use wss://"):
+        await asyncio.to_thread(client.connect)
+    client.close()
+    assert not server.clients
