@@ -19,6 +19,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import math
 import secrets
 import time
 from collections.abc import Callable
@@ -41,6 +42,8 @@ MAX_SESSIONS: Final = 1024
 SESSION_BYTES: Final = 32
 
 REALM: Final = "universe-remote viewer"
+#: The request key where :meth:`ViewerAuth.role` leaves why the throttle refused it.
+BLOCKED: Final = web.RequestKey("blocked", str)
 CONTROL, VIEW = "control", "view"
 
 
@@ -124,12 +127,17 @@ class ViewerAuth:
         if self.open:
             return CONTROL if is_loopback(request.remote) and is_loopback(request.url.host) else None
         guard = self.auth_guard
-        if guard is not None and guard.refusal(request.remote) is not None:
+        if guard is None or not credentials(request):
+            return self._password_role(request)
+        # Decided as the password is compared: a blocked address is refused (refusal()
+        # says for how long), its password never compared.
+        if (blocked := guard.admit(request.remote)) is not None:
+            request[BLOCKED] = blocked  # for refusal()
             return None
         role = self._password_role(request)
-        if guard is not None and role is not None:
+        if role is not None:
             guard.succeeded(request.remote)
-        elif guard is not None and credentials(request):
+        else:
             guard.failed(request.remote, "the viewer port")
         return role
 
@@ -223,7 +231,9 @@ class ViewerAuth:
     # Refusals ---------------------------------------------------------------------------
 
     def refusal(self, request: web.BaseRequest, *, page_file: bool = False) -> web.Response:
-        """403 or 401 saying why and what to do; ``page_file``: a file the page loads."""
+        """403, 429 or 401 saying why and what to do; ``page_file``: a file the page loads.
+        A blocked address (too many wrong passwords) hears so, and for how long, even
+        with the right password: 429 with ``Retry-After``."""
         if (why := cross_site(request)) is not None:
             return web.Response(status=403, text=why + "\n")
         if self.open:
@@ -232,6 +242,15 @@ class ViewerAuth:
                 text="This remote has no password, so its viewer serves only this machine "
                 "at 127.0.0.1 or localhost. Serve it with --password to watch "
                 "from elsewhere.\n",
+            )
+        guard = self.auth_guard
+        blocked: str | None = request.get(BLOCKED)
+        if blocked is None and guard is not None and not credentials(request):
+            blocked = guard.refusal(request.remote)
+        if blocked is not None and guard is not None:
+            return web.Response(
+                status=429, text=blocked + "\n",
+                headers={"Retry-After": str(math.ceil(guard.blocked(request.remote)))},
             )
         if request.cookies.get(self.cookie) and not credentials(request):
             why = (

@@ -33,6 +33,7 @@ import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from Cryptodome.Cipher import DES
 
@@ -50,6 +51,7 @@ from .streams import BytesFeeder, Parser, pause, read_exact, read_string, read_s
 __all__ = [
     "ClientHandshake",
     "HandshakeComplete",
+    "PasswordGate",
     "SecurityType",
     "ServerHandshake",
     "StartTLS",
@@ -136,6 +138,20 @@ class HandshakeComplete:
     #: Server side: the player whose password the client gave (``player_passwords``),
     #: None for the full or view-only password.
     player: int | None = None
+
+
+class PasswordGate(Protocol):
+    """Who decides, when a client's answer to the password challenge has arrived, whether
+    it may be compared (a server's failed-password throttle), and hears the outcome.
+
+    :meth:`admit` is asked right before the comparison: a reason to refuse the client
+    (its address is blocked; the answer is then never compared, right or wrong), or
+    None. After an admitted comparison :meth:`compared` says whether a password matched.
+    Deciding here, not when the connection opened, is what bounds the guesses: handshakes
+    opened before a block began are answered after it."""
+
+    def admit(self) -> str | None: ...
+    def compared(self, right: bool) -> None: ...
 
 
 def _version_bytes(version: tuple[int, int]) -> bytes:
@@ -385,6 +401,9 @@ class ServerHandshake(_Handshake):
     With ``refuse_reason`` set the server refuses every client with that reason (for
     example "too many clients"), and ``receive_data`` raises ServerRefused once it is
     queued. ``challenge`` fixes the 16-byte challenge (tests); it is random otherwise.
+    ``gate`` (a :class:`PasswordGate`) decides when the answer arrives whether it is
+    compared; a refusal fails the SecurityResult with its reason (RFB 3.8) and raises
+    ServerRefused.
     """
 
     def __init__(
@@ -400,8 +419,10 @@ class ServerHandshake(_Handshake):
         challenge: bytes | None = None,
         tls: bool = False,
         player_passwords: Mapping[int, str | bytes] | None = None,
+        gate: PasswordGate | None = None,
     ) -> None:
         _check_screen(width, height, "ServerHandshake", local=True)
+        self.gate = gate
         self.width, self.height, self.name, self.pixel_format = width, height, name, pixel_format
         self.password, self.view_only_password = password, view_only_password
         #: Multi-player remotes: player -> the password that drives that player.
@@ -467,9 +488,20 @@ class ServerHandshake(_Handshake):
         if self.inner_type == SecurityType.VNC_AUTH:
             self._out += self._challenge
             response = yield from read_exact(16)
-            player = self._player_of(response)
-            if player is None:
-                view_only = self._check_response(response, version)
+            gate = self.gate
+            if gate is not None and (refused := gate.admit()) is not None:
+                self._fail(version, refused)
+                raise ServerRefused(refused)
+            try:
+                player = self._player_of(response)
+                if player is None:
+                    view_only = self._check_response(response, version)
+            except AuthenticationFailed:
+                if gate is not None:
+                    gate.compared(False)
+                raise
+            if gate is not None:
+                gate.compared(True)
         if version == (3, 8) or chosen != SecurityType.NONE:
             self._out += _U32.pack(0)
 

@@ -34,7 +34,7 @@ from typing import Any, Final, Protocol
 
 import numpy as np
 
-from .errors import AuthenticationFailed, LocalProtocolError, VNCError
+from .errors import LocalProtocolError, VNCError
 from .handshake import ServerHandshake, StartTLS
 from .messages import FrameTag, KeyEvent, PointerEvent, SetEncodings, SetPixelFormat
 from .server_protocol import ServerProtocol, SharedEncodings, TileDiffer, tile_mask_to_rects
@@ -68,11 +68,35 @@ InputCallback = Callable[[int, Sequence[KeyEvent | PointerEvent]], None]
 
 
 class AuthGuard(Protocol):
-    """Failed-password throttling shared by a remote's ports (``envserver.throttle``)."""
+    """Failed-password throttling shared by a remote's ports (``envserver.throttle``):
+    ``refusal`` when a connection opens (a blocked address goes at once), ``admit`` right
+    before a password is compared (the decision that bounds the guesses), then ``failed``
+    or ``succeeded`` (``abandoned``: it was not compared after all)."""
 
+    def blocked(self, address: str | None) -> float: ...
     def refusal(self, address: str | None) -> str | None: ...
+    def admit(self, address: str | None) -> str | None: ...
     def failed(self, address: str | None, where: str) -> None: ...
     def succeeded(self, address: str | None) -> None: ...
+    def abandoned(self, address: str | None) -> None: ...
+
+
+class _Gate:
+    """One connection's :class:`~vncdriver.handshake.PasswordGate` over the server's guard."""
+
+    __slots__ = ("guard", "peer")
+
+    def __init__(self, guard: AuthGuard, peer: str | None) -> None:
+        self.guard, self.peer = guard, peer
+
+    def admit(self) -> str | None:
+        return self.guard.admit(self.peer)
+
+    def compared(self, right: bool) -> None:
+        if right:
+            self.guard.succeeded(self.peer)
+        else:
+            self.guard.failed(self.peer, "the VNC port")
 
 
 class _Transport(Protocol):
@@ -128,8 +152,11 @@ class _Connection(asyncio.Protocol):
         height, width = server.frame.shape[:2]
         refuse = self.refuse_reason
         guard = server.auth_guard
-        if refuse is None and guard is not None and not self.trusted and server.guarded:
-            refuse = guard.refusal(self._peer())
+        gate = None
+        if guard is not None and not self.trusted and server.guarded:
+            gate = _Gate(guard, self._peer())  # decides again when the password arrives
+            if refuse is None:
+                refuse = guard.refusal(self._peer())
         # Clients still shaking hands count too, or a burst of them slips past the limit.
         if refuse is not None:
             pass
@@ -155,6 +182,7 @@ class _Connection(asyncio.Protocol):
             player_passwords=None if self.trusted else server.player_passwords,
             refuse_reason=refuse,
             tls=server.tls is not None and not self.trusted,
+            gate=gate,
         )
         self._flush_handshake()
         self._timeout = asyncio.get_running_loop().call_later(
@@ -171,8 +199,7 @@ class _Connection(asyncio.Protocol):
             self._failed(exc)
 
     def _failed(self, exc: VNCError) -> None:
-        if isinstance(exc, AuthenticationFailed) and self.server.auth_guard is not None:
-            self.server.auth_guard.failed(self._peer(), "the VNC port")
+        # (Wrong passwords were counted where they were compared: the handshake's gate.)
         self._abort(str(exc))
 
     def _peer(self) -> str | None:
@@ -257,8 +284,6 @@ class _Connection(asyncio.Protocol):
                 continue
             if self._timeout is not None:
                 self._timeout.cancel()
-            if self.server.auth_guard is not None and self.server.guarded and not self.trusted:
-                self.server.auth_guard.succeeded(self._peer())
             if self.force_view_only:
                 done = dataclasses.replace(done, view_only=True)
             self.player = done.player

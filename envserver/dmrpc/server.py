@@ -3,7 +3,8 @@
 A thin shell: each stream is a :class:`~.session.Session` whose responses go back in
 request order. The password (if the remote has one) comes as gRPC metadata
 ``authorization: Basic base64("<password>:")``, the rewarder's header; wrong ones count
-toward the remote's failed-password throttle like on every other port.
+toward the remote's failed-password throttle like on every other port, and a blocked
+address is told so, and for how long (``RESOURCE_EXHAUSTED``).
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import grpc
-from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb, dm_env_rpc_pb2_grpc as pb_grpc
+from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb
+from google.protobuf.message import DecodeError
+from google.rpc import code_pb2, status_pb2
 
 from rewarder.auth import basic_auth_password
-from rewarder.server import AuthGuard
+from rewarder.lograte import RateLimitedLog
+from vncdriver.server import AuthGuard
 
 from .session import Endpoint, Session
 from .world import RemoteLike
@@ -34,6 +38,8 @@ CLOSE_GRACE: Final = 1.0
 MAX_STREAMS: Final = 16
 #: The metadata key carrying the password.
 AUTH_METADATA: Final = "authorization"
+#: The gRPC service dm_env_rpc defines, and its one method.
+SERVICE: Final = "dm_env_rpc.v1.Environment"
 
 
 def peer_host(peer: str) -> str:
@@ -58,6 +64,9 @@ class DmEnvRpcServer:
         self.password, self.auth_guard, self.credentials = password, auth_guard, credentials
         self.port: int | None = None
         self._server: grpc.aio.Server | None = None
+        #: What clients send that is refused (and our bugs): one line per kind per
+        #: :data:`rewarder.lograte.LOG_INTERVAL`, counted; no traceback for a client's.
+        self.bad_input = RateLimitedLog(log)
 
     async def start(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
         options = [
@@ -66,7 +75,16 @@ class DmEnvRpcServer:
             ("grpc.so_reuseport", 0),  # a second remote on the same port must fail, not share
         ]
         server = grpc.aio.server(options=options, maximum_concurrent_rpcs=MAX_STREAMS)
-        pb_grpc.add_EnvironmentServicer_to_server(_Servicer(self), server)
+        # Requests arrive as bytes, decoded in :meth:`answer`: one that is no protobuf is
+        # answered with an error and the stream goes on (gRPC's own decoding would end the
+        # stream and log a traceback at ERROR for each).
+        process = grpc.stream_stream_rpc_method_handler(
+            _Servicer(self).Process, request_deserializer=None,
+            response_serializer=pb.EnvironmentResponse.SerializeToString,
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, {"Process": process}),)
+        )
         address = f"{host}:{port}"
         bound = (
             server.add_secure_port(address, self.credentials) if self.credentials is not None
@@ -81,6 +99,37 @@ class DmEnvRpcServer:
         if self._server is not None:
             await self._server.stop(CLOSE_GRACE)
             self._server = None
+        self.bad_input.close()
+
+    async def answer(self, session: Session, data: bytes, peer: str) -> pb.EnvironmentResponse:
+        """The response to one request's bytes: the session's, or an error response
+        (the stream goes on) for bytes that are no EnvironmentRequest or for our bug."""
+        try:
+            request = pb.EnvironmentRequest.FromString(data)
+        except DecodeError as exc:
+            self.bad_input.log(
+                "undecodable request", logging.WARNING,
+                "dm_env_rpc: %d bytes from %s are no EnvironmentRequest (%s): answered "
+                "INVALID_ARGUMENT", len(data), peer, exc,
+            )
+            return _error(
+                code_pb2.INVALID_ARGUMENT,
+                f"the request is not a dm_env_rpc.v1.EnvironmentRequest ({len(data)} bytes: "
+                f"{exc}); this port speaks dm_env_rpc v1 (docs/dm_env_rpc.md)",
+            )
+        try:
+            return await session.handle(request)
+        except Exception as exc:  # a bug of ours: answer, log (with a traceback), go on
+            which = request.WhichOneof("payload")
+            self.bad_input.log(
+                f"bug: {which} {type(exc).__name__}", logging.ERROR,
+                "dm_env_rpc: handling a %s request from %s failed", which, peer, exc_info=True,
+            )
+            return _error(
+                code_pb2.INTERNAL,
+                f"the remote failed to handle this {which} request ({type(exc).__name__}: "
+                f"{str(exc)[:200]}); this is a bug in the remote, please report it",
+            )
 
     async def check_password(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         """Abort the stream unless it carries the password (or none is needed)."""
@@ -88,12 +137,16 @@ class DmEnvRpcServer:
             return
         peer = peer_host(context.peer())
         guard = self.auth_guard
-        refusal = guard.refusal(peer) if guard is not None else None
-        if refusal is not None:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal)
         metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         given = basic_auth_password(metadata.get(AUTH_METADATA))
+        # Decided as the password is compared: a blocked address hears for how long, and
+        # its password (right or wrong) is not compared.
+        refusal = guard.admit(peer) if guard is not None else None
+        if refusal is not None:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
         if given is None:
+            if guard is not None:
+                guard.abandoned(peer)
             await context.abort(
                 grpc.StatusCode.UNAUTHENTICATED,
                 "this remote needs a password: send gRPC metadata "
@@ -107,19 +160,24 @@ class DmEnvRpcServer:
             guard.succeeded(peer)
 
 
-class _Servicer(pb_grpc.EnvironmentServicer):  # type: ignore[misc]
+def _error(code: int, message: str) -> pb.EnvironmentResponse:
+    return pb.EnvironmentResponse(error=status_pb2.Status(code=code, message=message))
+
+
+class _Servicer:
     def __init__(self, server: DmEnvRpcServer) -> None:
         self.server = server
 
     async def Process(  # noqa: N802 - the gRPC method's name
         self,
-        requests: AsyncIterator[pb.EnvironmentRequest],
+        requests: AsyncIterator[bytes],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[pb.EnvironmentResponse]:
         await self.server.check_password(context)
         session = Session(self.server.endpoint)
+        peer = peer_host(context.peer())
         try:
-            async for request in requests:
-                yield await session.handle(request)
+            async for data in requests:
+                yield await self.server.answer(session, data, peer)
         finally:
             session.close()

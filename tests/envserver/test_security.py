@@ -64,6 +64,25 @@ def test_throttle_blocks_after_max_failures_and_doubles() -> None:
     assert throttle.refusal("10.0.0.1") is None  # a right password started it afresh
 
 
+def test_throttle_decides_at_comparison_and_counts_comparisons_under_way() -> None:
+    """``admit`` (asked right before a password is compared) never lets more comparisons be
+    under way than would complete a block; a blocked address is refused with the time left."""
+    clock = Clock()
+    throttle = AuthThrottle(max_failures=3, block_seconds=10, clock=clock)
+    assert [throttle.admit("10.0.0.1") for _ in range(3)] == [None] * 3
+    assert "under way" in (throttle.admit("10.0.0.1") or "")  # a 4th could be a 4th guess
+    assert throttle.admit("10.0.0.2") is None  # per address
+    throttle.abandoned("10.0.0.1")  # one never compared: its place is free again
+    assert throttle.admit("10.0.0.1") is None
+    for _ in range(3):
+        throttle.failed("10.0.0.1", "test")
+    assert throttle.comparisons == 3
+    clock.now += 2.5
+    assert "blocked for 8 s more, the right password too" in (throttle.admit("10.0.0.1") or "")
+    throttle.succeeded("10.0.0.2")
+    assert throttle.comparisons == 4 and throttle.admit("10.0.0.2") is None
+
+
 def test_throttle_memory_is_bounded() -> None:
     throttle = AuthThrottle()
     for i in range(MAX_TRACKED + 100):
@@ -128,7 +147,7 @@ async def test_the_viewer_port_counts_and_honours_the_same_throttle() -> None:
             async with http.get(url + "?password=wrong") as r:
                 assert r.status == 401
         async with http.get(url + f"?password={PASSWORD}") as r:
-            assert r.status == 401  # blocked, the right password too
+            assert r.status == 429  # blocked, the right password too, and told so
     try:
         with pytest.raises(ConnectionClosed, match="too many wrong passwords"):
             async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}", password=PASSWORD,

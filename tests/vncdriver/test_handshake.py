@@ -78,6 +78,50 @@ def test_wrong_password(version: tuple[int, int]) -> None:
     assert failure == expected
 
 
+class Gate:
+    """A PasswordGate that refuses once told to, and records what it was asked."""
+
+    def __init__(self) -> None:
+        self.refuse: str | None = None
+        self.log: list[object] = []
+
+    def admit(self) -> str | None:
+        self.log.append("admit")
+        return self.refuse
+
+    def compared(self, right: bool) -> None:
+        self.log.append(right)
+
+
+def test_the_gate_decides_when_the_answer_arrives_and_hears_the_outcome() -> None:
+    """Asked after the challenge is answered (a block that began meanwhile counts), not when
+    the client connects; a refusal is the SecurityResult's reason and nothing is compared."""
+    gate = Gate()
+    server = ServerHandshake(10, 10, password="right", gate=gate)
+    client = ClientHandshake(password="right")
+    feed(client, server.data_to_send())
+    feed(server, client.data_to_send())  # version
+    feed(client, server.data_to_send())  # security types
+    feed(server, client.data_to_send())  # VNC Authentication chosen
+    feed(client, server.data_to_send())  # the challenge: the client answers it
+    assert gate.log == []  # nothing asked yet
+    gate.refuse = "blocked for 9 s more"
+    with pytest.raises(ServerRefused, match="blocked for 9 s"):
+        feed(server, client.data_to_send())
+    assert gate.log == ["admit"]  # the right password was never compared
+    with pytest.raises(AuthenticationFailed) as info:
+        client.receive_data(server.data_to_send())
+    assert info.value.reason == "blocked for 9 s more"
+    for password, outcome in (("right", True), ("wrong", False)):
+        gate = Gate()
+        try:
+            run_handshake(ClientHandshake(password=password),
+                          ServerHandshake(10, 10, password="right", gate=gate))
+        except AuthenticationFailed:
+            pass
+        assert gate.log == ["admit", outcome]
+
+
 def test_view_only_password() -> None:
     def connect(password: str) -> HandshakeComplete:
         server = ServerHandshake(10, 10, password="full", view_only_password="look")
