@@ -6,12 +6,16 @@ takes the input events of that advance with who sent them (``Inputs.taken_source
 and hands each step with a copy of the frame to a
 :class:`~recordings.writer.RecordingWriter`, whose thread compresses and writes: the
 game loop pays for a frame copy and a dict, never for a disk. The ``recording``
-property (1/0) switches it on and off while the remote runs. The format is
+property (1/0) switches it on and off while the remote runs, and reads what is true:
+when the writer fails (a full disk) recording is off, ``recording`` reads 0 and
+``recording_error`` says why, until ``recording`` is written 1 again and the disk takes
+the new episode's first files (else the write is refused, saying why). The format is
 ``docs/recording.md``; :mod:`recordings` reads it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -34,6 +38,11 @@ log = logging.getLogger(__name__)
 
 #: The property that switches recording on (1) and off (0).
 RECORDING_PROPERTY: Final = "recording"
+#: The read-only property that says why recording stopped by itself ("" when it did not).
+RECORDING_ERROR_PROPERTY: Final = "recording_error"
+#: Seconds writing ``recording`` 1 waits for the writer to make the episode's first files
+#: (a full disk refuses the write); longer, and the write is answered without waiting.
+BEGIN_TIMEOUT: Final = 3.0
 
 
 class Recorder:
@@ -43,6 +52,9 @@ class Recorder:
                  writer: RecordingWriter | None = None) -> None:
         self.writer = writer or RecordingWriter(root)
         self.enabled = enabled
+        #: Why recording stopped by itself (the writer failed), until it is switched on
+        #: again; None when it did not.
+        self.failure: str | None = None
         self.remote: Remote | None = None
         #: Steps recorded in the open episode (None: no episode is open).
         self._step: int | None = None
@@ -70,7 +82,12 @@ class Recorder:
         remote.inputs.name_source = self._name_source
         rows = [*remote.property_table.rows.values(), Property(
             RECORDING_PROPERTY, int,
-            f"1: record each episode to {self.root} (starting now), 0: stop", self._read, self._write,
+            f"1: record each episode to {self.root} (starting now), 0: stop; reads 0 after "
+            f"the disk failed ({RECORDING_ERROR_PROPERTY} says why)", self._read, self._write,
+        ), Property(
+            RECORDING_ERROR_PROPERTY, str,
+            "why recording stopped by itself (a full disk), until it is switched on again; "
+            "empty when it did not", lambda: self._check() or "",
         )]
         remote.property_table = Properties(rows)
 
@@ -82,19 +99,43 @@ class Recorder:
     # The property ------------------------------------------------------------------------
 
     def _read(self) -> int:
+        self._check()
         return int(self.enabled)
 
     async def _write(self, value: int) -> None:
         if value not in (0, 1):
             raise ValueError("1 records, 0 stops")
+        self._check()
         if bool(value) == self.enabled:
             return
-        self.enabled = bool(value)
-        if not self.enabled:
+        if not value:
+            self.enabled = False
             self._end(STOPPED)
-        elif self.remote is not None and self.remote.state.value in ("running", "stepping", "done"):
+            log.info("recording off")
+            return
+        if self.writer.error is not None:
+            self.writer.resume()
+        self.failure = None
+        self.enabled = True
+        if self.remote is not None and self.remote.state.value in ("running", "stepping", "done"):
             self._begin(from_reset=False)  # from the frame on screen now
-        log.info("recording %s", "on" if self.enabled else "off")
+            # Its first files written, or the disk's refusal: the reply tells the truth.
+            await asyncio.to_thread(self.writer.drain, BEGIN_TIMEOUT)
+            if self._check() is not None:
+                raise ValueError(f"cannot record: {self.failure}")
+        log.info("recording on")
+
+    def _check(self) -> str | None:
+        """Notice a failure of the writer: recording off, and why (:attr:`failure`)."""
+        error = self.writer.error
+        if error is not None and self.enabled:
+            self.enabled = False
+            self._step = None  # the writer dropped the episode
+            where = self.writer.error_episode
+            writing = f" (writing {where})" if where is not None else ""
+            self.failure = f"{error}{writing}; write 1 to {RECORDING_PROPERTY} to try again"
+            log.warning("recording is off: %s", self.failure)
+        return self.failure
 
     # What the remote tells us ----------------------------------------------------------------
 
@@ -111,6 +152,7 @@ class Recorder:
         return source_name(source)
 
     def _episode_began(self, episode_id: int, seed: int, text: str | None) -> None:
+        self._check()
         self._end(RESET)
         self._seed, self._text = seed, text
         if self.enabled:
@@ -141,6 +183,9 @@ class Recorder:
     def _advanced(self, episode_id: int, result: StepResult) -> None:
         remote = self.remote
         if self._step is None or remote is None or result.frames == 0:
+            return
+        if self.writer.error is not None:
+            self._check()
             return
         inputs = remote.inputs
         step: dict[str, Any] = {"i": self._step, "frame": remote.frame, "t": time.time()}

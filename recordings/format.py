@@ -65,8 +65,9 @@ DONE: Final = "done"  # the game said done
 RESET: Final = "reset"  # a reset (or a runtime failure) started another episode first
 STOPPED: Final = "stopped"  # recording was switched off
 CLOSED: Final = "closed"  # the remote shut down
+FAILED: Final = "failed"  # the writer could not write (a full disk): end.json says why
 PARTIAL: Final = "partial"  # no end.json: the process died, or it is still being written
-STATUSES: Final = (DONE, RESET, STOPPED, CLOSED, PARTIAL)
+STATUSES: Final = (DONE, RESET, STOPPED, CLOSED, FAILED, PARTIAL)
 
 
 class FormatError(ValueError):

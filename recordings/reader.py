@@ -123,7 +123,8 @@ class Episode:
 
     @property
     def status(self) -> str:
-        """``done``, ``reset``, ``stopped``, ``closed`` or ``partial`` (format.STATUSES)."""
+        """``done``, ``reset``, ``stopped``, ``closed``, ``failed`` or ``partial``
+        (format.STATUSES)."""
         return str(self.end["status"]) if self.end is not None else PARTIAL
 
     @property

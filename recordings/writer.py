@@ -8,13 +8,21 @@ and a copy of the frame) to :meth:`RecordingWriter.step`, which only queues. Pas
 is kept, so rewards and input stay whole), counted, and the episode's ``end.json`` says
 how many (``dropped``). zstd and numpy release the GIL, so the writer runs beside the game
 on another core.
+
+When the disk fails it (ENOSPC, EIO, a directory removed under it) the writer stops:
+:attr:`RecordingWriter.error` says why, the episode being written keeps its complete
+chunks and gets ``end.json`` status ``failed`` (once there is room for it), and what is
+queued meanwhile is dropped, until :meth:`RecordingWriter.resume`: the next
+:meth:`~RecordingWriter.begin` starts a new episode.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -28,6 +36,7 @@ from .format import (
     CHUNKS_FILE,
     END_FILE,
     EPISODE_PREFIX,
+    FAILED,
     FORMAT_VERSION,
     META_FILE,
     ChunkEncoder,
@@ -64,14 +73,20 @@ class EpisodeWriter:
         # Made under another name and renamed: a reader never sees it without its meta.
         making = directory.with_name(f".{directory.name}.new")
         making.mkdir(parents=True)
-        write_json_atomically(making / META_FILE, self.meta)
-        making.rename(directory)
+        try:
+            write_json_atomically(making / META_FILE, self.meta)
+            making.rename(directory)
+        except BaseException:
+            shutil.rmtree(making, ignore_errors=True)
+            raise
         self._file = open(directory / CHUNKS_FILE, "ab")  # noqa: SIM115 (closed in finish)
         self._encoder = ChunkEncoder(self.shape)
         self._chunk_started = 0.0
         self.steps = 0
         self.dropped = 0
         self.reward = 0.0
+        #: Steps, dropped frames, reward and bytes of the chunks written whole so far.
+        self._written = (0, 0, 0.0, 0)
 
     def add(self, step: dict[str, Any], frame: np.ndarray | None) -> None:
         """Append a step (its ``i`` must be the next) and its frame (None: dropped)."""
@@ -96,14 +111,31 @@ class EpisodeWriter:
         if data:
             self._file.write(data)
             self._file.flush()
+            self._written = (self.steps, self.dropped, self.reward, self._written[3] + len(data))
 
     def finish(self, status: str, **extra: Any) -> None:
         """Write what is left and ``end.json``: the episode is complete."""
         self.flush()
         self._file.close()
+        self._end(status, self.steps, self.dropped, self.reward, extra)
+
+    def abandon(self) -> None:
+        """After a write failed: close the chunk file cut back to its last whole chunk
+        (what a failed write left of the next one goes; best effort)."""
+        with contextlib.suppress(OSError):
+            self._file.close()  # flushing what failed fails again; closed all the same
+        with contextlib.suppress(OSError):
+            os.truncate(self.directory / CHUNKS_FILE, self._written[3])
+
+    def finish_failed(self, error: str) -> None:
+        """``end.json`` of an abandoned episode: status ``failed``, what is on disk, why."""
+        steps, dropped, reward, _ = self._written
+        self._end(FAILED, steps, dropped, reward, {"error": error})
+
+    def _end(self, status: str, steps: int, dropped: int, reward: float, extra: dict[str, Any]) -> None:
         write_json_atomically(self.directory / END_FILE, {
-            "status": status, "steps": self.steps, "dropped": self.dropped,
-            "total_reward": self.reward, "ended": time.time(), **extra,
+            "status": status, "steps": steps, "dropped": dropped,
+            "total_reward": reward, "ended": time.time(), **extra,
         })
 
 
@@ -125,8 +157,14 @@ class RecordingWriter:
         self.dropped = 0
         #: The directory of the episode begun last (None before the first).
         self.current: Path | None = None
-        #: The first error the writer thread met (it stops writing then), if any.
+        #: The error that stopped the writer thread (it drops what comes until
+        #: :meth:`resume`), if any.
         self.error: BaseException | None = None
+        #: The episode being written when it stopped (None: it stopped beginning one).
+        self.error_episode: Path | None = None
+        self._failed = False  # the thread's view of ``error``: drop until "resume"
+        #: The episode a failure cut and why, while its end.json is not written.
+        self._unfinished: tuple[EpisodeWriter, str] | None = None
         self._queue: queue.SimpleQueue[tuple[str, Any, Any] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._queued = 0
@@ -163,6 +201,13 @@ class RecordingWriter:
         """End the episode begun last, saying how (``format.DONE``, ...)."""
         self._put("end", status, extra)
 
+    def resume(self) -> None:
+        """After :attr:`error`: write again, from the next :meth:`begin` (the failed
+        episode gets its ``end.json`` first if there is room now). Whether there is room
+        shows as the next :attr:`error`, or none."""
+        self.error = self.error_episode = None
+        self._put("resume", None, None)
+
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until everything queued so far is written and flushed (tests, shutdown)."""
         self._put("flush", None, None)
@@ -191,17 +236,13 @@ class RecordingWriter:
                 item = self._queue.get(timeout=CHUNK_SECONDS)
             except queue.Empty:
                 if episode is not None and episode.stale():
-                    episode.flush()
+                    episode = self._do(episode, "flush", None, None)
                 continue
             if item is None:
                 break
             kind, a, b = item
             try:
-                if self.error is None:
-                    episode = self._handle(episode, kind, a, b)
-            except Exception as exc:  # a full disk: say so once, keep the game going
-                self.error = exc
-                log.error("recording stopped: %r", exc, exc_info=exc)
+                episode = self._do(episode, kind, a, b)
             finally:
                 with self._lock:
                     if kind == "step" and b is not None:
@@ -209,8 +250,43 @@ class RecordingWriter:
                     self._pending -= 1
                     if self._pending == 0:
                         self._idle.notify_all()
-        if episode is not None and self.error is None:
-            episode.flush()
+        if episode is not None:
+            self._do(episode, "flush", None, None)
+        self._finish_unfinished()
+
+    def _do(self, episode: EpisodeWriter | None, kind: str, a: Any, b: Any) -> EpisodeWriter | None:
+        """Handle one item; on a failure, stop (say why once) and drop the episode."""
+        if kind == "resume":
+            self._failed = False
+            self._finish_unfinished()
+            return episode
+        if self._failed:
+            return None
+        try:
+            return self._handle(episode, kind, a, b)
+        except Exception as exc:  # a full disk: say so once, keep the game going
+            self._failed = True
+            self.error_episode = episode.directory if episode is not None else (
+                a[0] if kind == "begin" else None)
+            self.error = exc
+            log.error("recording stopped: %s (writing %s); the game goes on unrecorded until "
+                      "recording is switched on again", exc, self.error_episode)
+            if episode is not None:
+                episode.abandon()
+                self._unfinished = (episode, str(exc))
+                self._finish_unfinished()
+            return None
+
+    def _finish_unfinished(self) -> None:
+        """``end.json`` (status failed) of the episode a failure cut, if there is room."""
+        if self._unfinished is None:
+            return
+        episode, error = self._unfinished
+        try:
+            episode.finish_failed(error)
+        except OSError:
+            return
+        self._unfinished = None
 
     def _handle(self, episode: EpisodeWriter | None, kind: str, a: Any, b: Any) -> EpisodeWriter | None:
         if kind == "begin":

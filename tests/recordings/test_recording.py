@@ -13,10 +13,23 @@ import pytest
 from envserver.recorder import Recorder
 from envserver.remote import Remote
 from recordings import open_recording
-from recordings.format import CHUNKS_FILE, CLOSED, DONE, PARTIAL, RESET, STOPPED, frame_hash, read_chunks
+from recordings.format import (
+    CHUNK_FRAMES,
+    CHUNKS_FILE,
+    CLOSED,
+    DONE,
+    FAILED,
+    PARTIAL,
+    RESET,
+    STOPPED,
+    frame_hash,
+    read_chunks,
+)
 from remotes import RemoteEnv, start_local
 from rewarder.client import RewarderClient
+from rewarder.errors import RemoteError
 from runtimes.replay import replay_runtime
+from tests.full_disk import fill, tiny_tmpfs
 from tests.recordings.helpers import TIMEOUT, rerun, serve
 from universe_remote.cli import main
 from vncdriver.client import VNCClient
@@ -172,6 +185,64 @@ async def test_the_recording_property_switches_it_off_and_on(recording: Recordin
     ]
     assert [sum(s.frames for s in e.steps) for e in episodes[1:]] == [3, 3]
     assert episodes[2].meta["episode_seed"] == 6
+
+
+async def test_a_full_disk_turns_recording_off_says_why_and_it_resumes_when_there_is_room(
+    tmp_path: Path,
+) -> None:
+    """The disk fills mid-episode: the game goes on, ``recording`` reads 0 and
+    ``recording_error`` says why; written 1 while the disk is full it is refused with the
+    reason, written 1 once there is room it records again. Every episode before stays
+    readable, the cut one up to its last whole chunk (status ``failed``)."""
+    with tiny_tmpfs(tmp_path / "disk", "1m") as disk:
+        remote = Remote("builtin.Catch-v0", mode="lockstep")
+        recorder = Recorder(disk / "rec")
+        recorder.attach(remote)
+        await remote.start("127.0.0.1", 0, 0)
+        try:
+            async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
+
+                async def read(key: str) -> object:
+                    return (await client.properties("read", key))["value"]
+
+                first = await play_lockstep(client, seed=21)
+                await client.reset(seed=22)
+                await client.step([], frames=1)
+                assert await asyncio.to_thread(recorder.writer.drain, TIMEOUT)  # a chunk of 22 on disk
+                filler = fill(disk)
+                frame = remote.frame
+                for _ in range(4 * CHUNK_FRAMES):  # chunks the writer cannot write
+                    reply = await client.step([("KeyEvent", "Right", True)], frames=1)
+                    assert reply.frame == frame + 1 and not reply.done  # the game goes on
+                    frame = reply.frame
+                assert await asyncio.to_thread(recorder.writer.drain, TIMEOUT)
+                assert await read("recording") == 0
+                why = await read("recording_error")
+                assert isinstance(why, str) and "No space left on device" in why and "episode-" in why
+                await client.step([], frames=1)
+
+                with pytest.raises(RemoteError, match="cannot record: .*No space left on device"):
+                    await client.properties("write", "recording", 1)
+                assert await read("recording") == 0 and "No space left" in str(await read("recording_error"))
+
+                filler.unlink()
+                assert (await client.properties("write", "recording", 1))["value"] == 1
+                assert await read("recording_error") == ""
+                await client.step([], frames=2)
+                third = await play_lockstep(client, seed=23)
+        finally:
+            await stop(remote, recorder)
+        episodes = list(open_recording(disk / "rec"))
+        played = {e.seed: e for e in episodes if e.meta["from_reset"]}
+        assert (played[21].status, played[21].total_reward) == (DONE, first)
+        assert (played[23].status, played[23].total_reward) == (DONE, third)
+        assert rerun(played[21]) == [s.hash for s in played[21].steps]
+        cut = played[22]
+        assert cut.status == FAILED and "No space left on device" in cut.end["error"]  # type: ignore[index]
+        assert 2 <= len(cut) < 4 * CHUNK_FRAMES and cut.end["steps"] == len(cut)  # type: ignore[index]
+        assert len(list(cut.frames())) == len(cut) and rerun(cut) == [s.hash for s in cut.steps]
+        resumed = [e for e in episodes if not e.meta["from_reset"]]
+        assert [(e.status, e.meta["episode_seed"]) for e in resumed] == [(RESET, 22)]
 
 
 async def test_kill_9_mid_episode_leaves_the_earlier_episodes_whole(tmp_path: Path) -> None:
