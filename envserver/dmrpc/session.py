@@ -199,10 +199,33 @@ class Session:
     async def _reset_world(self, request: pb.ResetWorldRequest) -> pb.ResetWorldResponse:
         world = self.endpoint.named(request.world_name)
         settings = unpack_settings(request.settings)
-        if world.joined is None:
-            self.endpoint.free()
+        self._may_change(world, "ResetWorld")
         await world.apply(settings, start=True)
         return pb.ResetWorldResponse()
+
+    def _may_change(self, world: World, what: str) -> None:
+        """Only the agent that holds the world changes it (ResetWorld, property writes): a
+        connection joined to it (on a multi-player world, any seated one), or anyone while
+        nobody holds the remote. Others may read; they are refused with PERMISSION_DENIED
+        naming the holder. (Measured before: a stream that never joined took a joined
+        agent's game from 59.9 to 2.0 fps with one write, and ResetWorld switched it to
+        lockstep.)"""
+        if world.joined is self or any(s is self for s in world.seated.values()):
+            return
+        holder: str | None
+        if world.joined is not None:
+            holder = f"the dm_env_rpc agent joined to world {world.name!r}"
+        elif self.remote.seats.players > 1:
+            seated = self.remote.seats.seated()
+            holder = self.remote.seats.holder(seated[0]) if seated else None
+        else:
+            holder = self.remote.agent()
+        if holder is not None:
+            raise WorldError(
+                code_pb2.PERMISSION_DENIED,
+                f"{what}: {holder} holds this remote, and only the agent that holds the world "
+                "changes it (this connection may read properties); JoinWorld once it has left",
+            )
 
     async def _destroy_world(self, request: pb.DestroyWorldRequest) -> pb.DestroyWorldResponse:
         world = self.endpoint.named(request.world_name)
@@ -291,6 +314,8 @@ class Session:
             raise WorldError(code_pb2.FAILED_PRECONDITION, "properties belong to a world: CreateWorld first")
         unpacked = props.PropertyRequest()
         request.Unpack(unpacked)
+        if unpacked.WhichOneof("payload") == "write_property":
+            self._may_change(world, f"writing property {unpacked.write_property.key!r}")
         packed = any_pb2.Any()
         packed.Pack(await properties.handle(world.properties, unpacked))
         return packed
