@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import logging
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from recordings import FormatError, open_recording
+from recordings import FormatError, open_recording, writer as writer_module
 from recordings.format import (
     CHUNK_FRAMES,
     CHUNKS_FILE,
@@ -23,6 +25,7 @@ from recordings.format import (
     read_chunks,
 )
 from recordings.writer import EpisodeWriter, RecordingWriter
+from tests.full_disk import fill, tiny_tmpfs
 
 SHAPE = (24, 32, 3)
 
@@ -150,3 +153,40 @@ def test_select_takes_one_kind_of_episode_and_says_what_is_wrong(tmp_path: Path)
     with pytest.raises(FormatError, match=r"episodes \[3\] .* another env or screen than episode 1"
                                           r" \(test.Env-v0\); export one kind at a time"):
         open_recording(tmp_path).select(min_steps=2, use="export")
+
+
+def test_an_old_chunk_flushed_onto_a_full_disk_stops_the_writer_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer flushes a chunk that waited CHUNK_SECONDS by itself, between items: a
+    full disk there stops it as anywhere else (error set, logged, drain() still returns),
+    where it used to kill the thread without a word and leave drain() waiting."""
+    monkeypatch.setattr(writer_module, "CHUNK_SECONDS", 0.05)
+    stopped = threading.Event()
+
+    class Heard(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("recording stopped"):
+                stopped.set()
+
+    heard = Heard()
+    logging.getLogger("recordings.writer").addHandler(heard)
+    rng = np.random.default_rng(1)
+    try:
+        with tiny_tmpfs(tmp_path / "disk", "256k") as disk:
+            writer = RecordingWriter(disk / "rec")
+            try:
+                writer.begin({"width": SHAPE[1], "height": SHAPE[0]}, {"i": 0, "frame": 0},
+                             frames(1)[0])
+                assert writer.drain(10)
+                fill(disk)
+                for i in range(1, 4):  # noise: more than the page the chunk file has left
+                    writer.step({"i": i, "frame": i}, rng.integers(0, 256, SHAPE, dtype=np.uint8))
+                assert stopped.wait(10), "the writer stopped without a word"
+                assert writer.drain(10)
+                assert isinstance(writer.error, OSError) and writer.error.errno == errno.ENOSPC
+                assert writer.error_episode == disk / "rec" / "episode-000001"
+            finally:
+                writer.close()
+    finally:
+        logging.getLogger("recordings.writer").removeHandler(heard)

@@ -15,6 +15,7 @@ from envserver.remote import Remote
 from recordings import open_recording
 from recordings.format import (
     CHUNK_FRAMES,
+    CHUNK_HEADER,
     CHUNKS_FILE,
     CLOSED,
     DONE,
@@ -241,6 +242,9 @@ async def test_a_full_disk_turns_recording_off_says_why_and_it_resumes_when_ther
         assert cut.status == FAILED and "No space left on device" in cut.end["error"]  # type: ignore[index]
         assert 2 <= len(cut) < 4 * CHUNK_FRAMES and cut.end["steps"] == len(cut)  # type: ignore[index]
         assert len(list(cut.frames())) == len(cut) and rerun(cut) == [s.hash for s in cut.steps]
+        data = (cut.path / CHUNKS_FILE).read_bytes()  # whole chunks only: a torn one is cut away
+        assert sum(CHUNK_HEADER.size + len(c.flags) + len(c.frames) + len(c.steps)
+                   for c in read_chunks(data)) == len(data)
         resumed = [e for e in episodes if not e.meta["from_reset"]]
         assert [(e.status, e.meta["episode_seed"]) for e in resumed] == [(RESET, 22)]
 
