@@ -1,21 +1,26 @@
 """Several agents in one world: who holds each player of a multi-player runtime, and the
-lockstep barrier that advances a frame once every seated player has stepped.
+lockstep barrier in front of the remote that advances a frame once every seated player
+has stepped.
 
-Holds :class:`Seats` (one per remote) and the constants of joint steps. A *seat* is a
-player of the runtime (``Runtime.players``) held by an active agent: a rewarder client
-(header ``openai-player: N``, none means player 0, so Universe's clients play player 0)
-or a dm_env_rpc agent (JoinWorld setting ``player``). VNC viewers drive a player through
-its VNC password and hold no seat (``docs/multiagent.md``).
+Holds :class:`Seats` (one per remote), :class:`Game` (what the barrier drives: the
+remote) and the functions the remote uses to address input and replies by player. A
+*seat* is a player of the runtime (``Runtime.players``) held by an active agent: a
+rewarder client (header ``openai-player: N``, none means player 0, so Universe's clients
+play player 0) or a dm_env_rpc agent (JoinWorld setting ``player``). VNC viewers drive a
+player through its VNC password and hold no seat (``docs/multiagent.md``).
 
 Input and rewards are addressed by player: a player's events reach the runtime as
 :class:`~runtimes.base.PlayerEvent` (player 0's stay bare), each seated agent's reward is
 its own (``info["remote.player"]``), everyone sees all of them (``info["remote.rewards"]``).
 
-**Joint steps.** In lockstep with two or more seated players, ``v0.env.step`` (and
-``v0.env.reset``) is a barrier: the frame advances when every seated player's request has
-arrived, with each player's events applied to its own paddle, and each gets its reply.
-A player that does not step within :data:`JOINT_STEP_TIMEOUT` seconds of the first one
-fails the round: every waiting player gets an error naming it, and nothing advances.
+**Joint steps.** The front ends (the rewarder, the dm_env_rpc port) step and reset
+through :meth:`Seats.step` and :meth:`Seats.reset`. With fewer than two seated players,
+or in real time, those call the remote at once. In lockstep with two or more seated,
+they are a barrier: the frame advances when every seated player's request has arrived,
+with one call of :meth:`Game.step` carrying every player's request, and each gets its
+own reply. A player that does not step within :data:`JOINT_STEP_TIMEOUT` seconds of the
+first one fails the round: every waiting player gets an error naming it, and nothing
+advances. The remote never calls the barrier back.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from rewarder import protocol
 from rewarder.errors import BadRequest
@@ -31,10 +36,7 @@ from rewarder.protocol import PLAYER_INFO_KEY, REWARDS_INFO_KEY
 from rewarder.server import PLAYER
 from runtimes.base import StepResult
 
-from .inputs import REWARDER_SOURCE, Inputs
-
-if TYPE_CHECKING:
-    from .remote import Remote
+from .inputs import REWARDER_SOURCE
 
 #: Seconds a joint lockstep step (or reset) waits, from its first player's request, for
 #: the other seated players' before it fails naming the ones that did not come.
@@ -53,6 +55,89 @@ def agent_source(player: int) -> object:
     return REWARDER_SOURCE if player == 0 else (AGENT_SOURCE, player)
 
 
+def source_player(source: object, vnc_player: Callable[[int], int] | None) -> int:
+    """The player an input source drives on a multi-player runtime: an agent's own, a VNC
+    client's by its password (``vnc_player``), anything else player 0."""
+    if isinstance(source, tuple) and len(source) == 2:
+        kind, number = source
+        if kind == AGENT_SOURCE:
+            return int(number)
+        if kind == "vnc" and vnc_player is not None:
+            return vnc_player(int(number))
+    return 0
+
+
+def address(result: StepResult, body: dict[str, Any], player: int) -> None:
+    """Make a step reply ``body`` ``player``'s: its own reward, every player's in
+    ``info["remote.rewards"]`` (single-player results are left as they are)."""
+    if result.rewards is None:
+        return
+    body["reward"] = result.rewards[player]
+    body["info"] = {
+        **body["info"], PLAYER_INFO_KEY: player, REWARDS_INFO_KEY: list(result.rewards)
+    }
+
+
+def check_passwords(
+    env_id: str, players: int, passwords: Mapping[int, str] | None, password: str | None
+) -> dict[int, str]:
+    """Per-player VNC passwords, refused where they cannot work: a single-player runtime,
+    a player it lacks, or two players (or a player and the full password) whose first
+    :data:`VNC_PASSWORD_CHARS` characters agree, which VNC cannot tell apart."""
+    passwords = dict(passwords or {})
+    if not passwords:
+        return passwords
+    if players == 1:
+        raise ValueError(
+            f"{env_id} has one player: per-player VNC passwords are for multi-player "
+            "envs such as builtin.Duel-v0; use --password"
+        )
+    seen: dict[str, str] = {}
+    if password is not None:
+        seen[password[:VNC_PASSWORD_CHARS]] = "the remote's password"
+    for player, secret in sorted(passwords.items()):
+        if not 0 <= player < players:
+            raise ValueError(
+                f"{env_id} has players 0..{players - 1}; there is no player {player} "
+                "to give a VNC password"
+            )
+        if not secret:
+            raise ValueError(f"player {player}'s VNC password is empty")
+        key = secret[:VNC_PASSWORD_CHARS]
+        if key in seen:
+            raise ValueError(
+                f"player {player}'s VNC password is {seen[key]} in its first "
+                f"{VNC_PASSWORD_CHARS} characters (all VNC compares): make them differ"
+            )
+        seen[key] = f"player {player}'s"
+    return passwords
+
+
+class Game(Protocol):
+    """What the barrier drives: the remote (:class:`envserver.remote.Remote`)."""
+
+    episode_id: int
+    #: Called with the player whose agent left (a round waiting for it fails).
+    leave_sinks: list[Callable[[int], None]]
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def env_id(self) -> str: ...
+    @property
+    def players(self) -> int: ...
+
+    async def step(
+        self, request: protocol.StepRequest,
+        others: Mapping[int, protocol.StepRequest] | None = None,
+    ) -> Reply:
+        """One lockstep step of the requester (:data:`rewarder.server.PLAYER`) with
+        ``others``' requests (player -> request) applied in the same frames."""
+
+    async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
+        """One reset; ``reply(new episode id)`` before it goes running."""
+
+
 @dataclasses.dataclass
 class _Round:
     """One joint step or reset being gathered: each player's request and its reply."""
@@ -64,27 +149,30 @@ class _Round:
 
 
 class Seats:
-    """The players of one remote's runtime and who holds each; the joint-step barrier."""
+    """The players of one remote's runtime and who holds each; the joint-step barrier the
+    front ends step and reset through.
 
-    def __init__(self, remote: Remote) -> None:
-        self.remote = remote
+    ``rewarder_holder(player)`` names the rewarder client seated as ``player`` (None: no
+    rewarder client is); dm_env_rpc agents are kept in :attr:`dm_env_rpc`.
+    """
+
+    def __init__(self, game: Game, rewarder_holder: Callable[[int], str | None]) -> None:
+        self.game = game
+        self.rewarder_holder = rewarder_holder
         #: Seats held by dm_env_rpc agents: player -> who.
         self.dm_env_rpc: dict[int, str] = {}
         #: How long a joint step waits for the last player (tests shorten it).
         self.timeout = JOINT_STEP_TIMEOUT
         self._rounds: dict[str, _Round] = {}
+        game.leave_sinks.append(self.left)
 
     @property
     def players(self) -> int:
-        return int(self.remote.runtime.players)
+        return int(self.game.players)
 
     def holder(self, player: int) -> str | None:
         """Who holds ``player``'s seat, or None."""
-        client = self.remote.rewarder.seated.get(player)
-        if client is not None:
-            who = f" {client.client_id!r}" if client.client_id else ""
-            return f"rewarder client{who}"
-        return self.dm_env_rpc.get(player)
+        return self.rewarder_holder(player) or self.dm_env_rpc.get(player)
 
     def held_elsewhere(self, player: int) -> str | None:
         """Who holds ``player``'s seat on another front end than the rewarder."""
@@ -102,104 +190,61 @@ class Seats:
 
     def check(self, player: int, what: str) -> None:
         """Refuse a player the runtime does not have, or a seat someone holds."""
+        env_id = self.game.env_id
         if not 0 <= player < self.players:
             raise ValueError(
-                f"{self.remote.runtime.env_id} has {self.players} player(s), 0.."
-                f"{self.players - 1}; {what} asked for player {player}"
+                f"{env_id} has {self.players} player(s), 0..{self.players - 1}; {what} asked "
+                f"for player {player}"
             )
         holder = self.holder(player)
         if holder is not None:
             free = ", ".join(map(str, self.free())) or "none"
             raise ValueError(
-                f"player {player} of {self.remote.runtime.env_id} is held by {holder}; free "
-                f"players: {free}"
+                f"player {player} of {env_id} is held by {holder}; free players: {free}"
             )
 
-    def check_passwords(
-        self, passwords: Mapping[int, str] | None, password: str | None
-    ) -> dict[int, str]:
-        """Per-player VNC passwords, refused where they cannot work: a single-player
-        runtime, a player it lacks, or two players (or a player and the full password)
-        whose first :data:`VNC_PASSWORD_CHARS` characters agree, which VNC cannot tell
-        apart."""
-        passwords = dict(passwords or {})
-        if not passwords:
-            return passwords
-        env_id = self.remote.runtime.env_id
-        if self.players == 1:
-            raise ValueError(
-                f"{env_id} has one player: per-player VNC passwords are for multi-player "
-                "envs such as builtin.Duel-v0; use --password"
-            )
-        seen: dict[str, str] = {}
-        if password is not None:
-            seen[password[:VNC_PASSWORD_CHARS]] = "the remote's password"
-        for player, secret in sorted(passwords.items()):
-            if not 0 <= player < self.players:
-                raise ValueError(
-                    f"{env_id} has players 0..{self.players - 1}; there is no player {player} "
-                    "to give a VNC password"
-                )
-            if not secret:
-                raise ValueError(f"player {player}'s VNC password is empty")
-            key = secret[:VNC_PASSWORD_CHARS]
-            if key in seen:
-                raise ValueError(
-                    f"player {player}'s VNC password is {seen[key]} in its first "
-                    f"{VNC_PASSWORD_CHARS} characters (all VNC compares): make them differ"
-                )
-            seen[key] = f"player {player}'s"
-        return passwords
-
-    # Input and rewards ----------------------------------------------------------------------
-
-    def player_of(self, source: object) -> int:
-        """The player an input source drives (0 on single-player runtimes)."""
-        if self.players == 1:
-            return 0
-        if isinstance(source, tuple) and len(source) == 2:
-            kind, number = source
-            if kind == AGENT_SOURCE:
-                return int(number)
-            if kind == "vnc" and self.remote.vnc is not None:
-                return self.remote.vnc.player_of(int(number))
-        return 0
-
-    def source(self) -> object:
-        """The input source of the rewarder or dm_env_rpc request being served: its
-        agent's player (:data:`rewarder.server.PLAYER`)."""
-        return agent_source(PLAYER.get())
-
-    def address(self, result: StepResult, body: dict[str, Any]) -> None:
-        """Make a step reply ``body`` the requester's: its own reward, every player's in
-        ``info["remote.rewards"]``."""
-        if result.rewards is None:
-            return
-        player = PLAYER.get()
-        body["reward"] = result.rewards[player]
-        body["info"] = {
-            **body["info"], PLAYER_INFO_KEY: player, REWARDS_INFO_KEY: list(result.rewards)
-        }
-
-    # The barrier --------------------------------------------------------------------------
+    # What the front ends call ---------------------------------------------------------------
 
     def joint(self, request: Any = None) -> bool:
         """Whether steps and resets wait for every seated player: two or more seated, in
         lockstep or a reset into it (both players' resets switching a real-time remote to
         lockstep make one reset, as the steps after them make one step each)."""
-        lockstep = protocol.LOCKSTEP in (self.remote.mode, getattr(request, "mode", None))
+        lockstep = protocol.LOCKSTEP in (self.game.mode, getattr(request, "mode", None))
         return lockstep and len(self.seated()) > 1
 
     async def step(self, request: protocol.StepRequest) -> Reply:
-        """One player's share of a joint step; its own reply once the frame advanced."""
+        """The requester's lockstep step: at once, or its share of a joint step (its own
+        reply once the frame advanced)."""
+        if not self.joint():
+            return await self.game.step(request)
         reply: Reply = await self._join("step", request, self._run_step)
         return reply
 
     async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
-        """One player's share of a joint reset: the world resets once every seated player
-        asked; each is answered with the new episode id."""
+        """The requester's reset: at once, or its share of a joint reset (the world resets
+        once every seated player asked; each is answered with the new episode id)."""
+        if not self.joint(request):
+            return await self.game.reset(request, reply)
         episode: int = await self._join("reset", request, self._run_reset)
         reply(episode)
+
+    def left(self, player: int) -> None:
+        """``player``'s agent left: a round waiting for it would wait in vain."""
+        if self._rounds:
+            self.cancel(f"player {player}'s agent left")
+
+    def cancel(self, why: str) -> None:
+        """Fail every round being gathered (a player left)."""
+        for round_ in list(self._rounds.values()):
+            self._close(round_)
+            for player, waiter in round_.replies.items():
+                if not waiter.done():
+                    waiter.set_exception(BadRequest(
+                        f"joint v0.env.{round_.kind} abandoned: {why}; send it again",
+                        round_.requests[player].message_id,
+                    ))
+
+    # The barrier --------------------------------------------------------------------------
 
     async def _join(
         self, kind: str, request: Any, run: Callable[[dict[int, Any]], Awaitable[dict[int, Any]]]
@@ -233,6 +278,14 @@ class Seats:
                 for waiter in round_.replies.values():
                     if not waiter.done():
                         waiter.set_exception(exc)
+            except BaseException:  # the runner's request was cancelled: the others hear why
+                for other, waiter in round_.replies.items():
+                    if other != player and not waiter.done():
+                        waiter.set_exception(BadRequest(
+                            f"joint v0.env.{kind} abandoned: player {player}'s request was "
+                            "cancelled; send it again", round_.requests[other].message_id,
+                        ))
+                raise
             else:
                 for other, waiter in round_.replies.items():
                     if not waiter.done():
@@ -259,26 +312,9 @@ class Seats:
                     round_.requests[player].message_id,
                 ))
 
-    def left(self, player: int) -> None:
-        """``player``'s agent left: a round waiting for it would wait in vain."""
-        if self._rounds:
-            self.cancel(f"player {player}'s agent left")
-
-    def cancel(self, why: str) -> None:
-        """Fail every round being gathered (a player left, the mode changed)."""
-        for round_ in list(self._rounds.values()):
-            self._close(round_)
-            for player, waiter in round_.replies.items():
-                if not waiter.done():
-                    waiter.set_exception(BadRequest(
-                        f"joint v0.env.{round_.kind} abandoned: {why}; send it again",
-                        round_.requests[player].message_id,
-                    ))
-
     async def _run_step(self, requests: dict[int, protocol.StepRequest]) -> dict[int, Reply]:
-        """Every seated player stepped: push all but the last player's events, let the
-        remote step with the last, and give each player its own reply."""
-        remote = self.remote
+        """Every seated player stepped: step the remote once, as the last player with the
+        others' requests, and give each player its own reply."""
         frames = {r.frames for r in requests.values()}
         if len(frames) > 1:
             asked = ", ".join(f"player {p}: {r.frames}" for p, r in sorted(requests.items()))
@@ -286,24 +322,15 @@ class Seats:
                 f"the seated players asked for different frames per step ({asked}); "
                 "a joint step advances one number of frames: step with the same 'frames'"
             )
-        checked = {}
-        for player, request in requests.items():
-            if request.episode_id is not None and request.episode_id != remote.episode_id:
-                raise BadRequest(
-                    f"player {player} stepped episode {request.episode_id}, not the current "
-                    f"one ({remote.episode_id}); step with the episode id of the last reset"
-                )
-            checked[player] = Inputs.check_action(remote.runtime, request.events, None)
         players = sorted(requests)
         last = players[-1]
-        for player in players[:-1]:
-            remote.inputs.push(agent_source(player), checked[player])
         step = requests[last]
         if any(r.obs == protocol.OBS_SHM for r in requests.values()):  # one asking is enough
             step = dataclasses.replace(step, obs=protocol.OBS_SHM)
+        others = {p: requests[p] for p in players[:-1]}
         token = PLAYER.set(last)
         try:
-            episode, body = await remote.step(step, joint=False)
+            episode, body = await self.game.step(step, others)
         finally:
             PLAYER.reset(token)
         rewards = body["info"].get(REWARDS_INFO_KEY)
@@ -331,7 +358,7 @@ class Seats:
         got: list[int] = []
         token = PLAYER.set(min(requests))
         try:
-            await self.remote.reset(request, got.append, joint=False)
+            await self.game.reset(request, got.append)
         finally:
             PLAYER.reset(token)
         return {player: got[0] for player in requests}

@@ -13,10 +13,15 @@ acts on what comes out.
   ``frames`` frames through :meth:`Runtime.advance`, in slices of at most
   :data:`MAX_SLICE_SECONDS` so pings and viewers are never held behind a long step. The
   reward goes to the stepper in its reply, and to observers as ``v0.env.reward``.
-- **Failures** never wedge it: a runtime that raises in reset, step, advance or an env
-  switch gives the requester a ``v0.reply.error`` and moves the remote to ``recovering``,
+- **Failures** never wedge it: anything that raises between a reset's or a step's event
+  and its completion (the runtime in reset, step, advance or an env switch; the frame's
+  hand-off to shared memory or VNC; a send) gives the requester a ``v0.reply.error`` and
+  moves the remote to ``recovering`` (or back to ``running`` if nothing changed yet),
   where it resets the runtime with backoff; after :data:`MAX_RUNTIME_FAILURES` failures
   in a row :attr:`Remote.failed` resolves and ``serve`` exits non-zero.
+- **Front ends** step and reset through :class:`~envserver.players.Seats`, the barrier
+  of multi-player lockstep, which calls :meth:`Remote.step` and :meth:`Remote.reset` once
+  per (joint) request; the rewarder's view is :class:`RewarderFront`.
 - **Heartbeat**: a ``v0.env.describe`` at least every :data:`HEARTBEAT_INTERVAL` seconds,
   so a client can tell an idle remote from a stalled one.
 """
@@ -24,9 +29,11 @@ acts on what comes out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -34,7 +41,7 @@ import numpy as np
 from rewarder import protocol
 from rewarder.errors import BadRequest
 from rewarder.protocol import FRAME_INFO_KEY, HEARTBEAT_INTERVAL
-from rewarder.server import RewarderServer
+from rewarder.server import PLAYER, RewarderServer
 from runtimes import registry
 from runtimes.base import Runtime, StepResult
 from vncdriver.messages import FrameTag
@@ -44,7 +51,7 @@ from .alarm import Alarm
 from .front_ends import start_dm_env_rpc, start_viewer
 from .inputs import REWARDER_SOURCE, Inputs
 from .lockstep_frames import LockstepFrames
-from .players import Seats, agent_source
+from .players import Reply, Seats, address, agent_source, check_passwords, source_player
 from .properties import Properties, PropertyError, remote_properties
 from .runtime_choice import check_reset, construct
 from .state import Event, IllegalTransition, RemoteState, State
@@ -80,6 +87,15 @@ MAX_SLICE_SECONDS: Final = 0.005
 SLICE_PAUSE_SECONDS: Final = 0.0005
 #: How long a reset waits for an automatic reset or a recovery under way to finish.
 MAX_RESET_WAIT: Final = 60.0
+
+
+@dataclasses.dataclass
+class _Progress:
+    """How far a reset or step under way got: what it is doing, and whether anything has
+    changed (frames drawn, an episode begun) that a failure now cannot take back."""
+
+    what: str
+    changed: bool
 
 
 class Remote:
@@ -139,10 +155,16 @@ class Remote:
         self._announced: dict[str, Any] = {}
         self.runtime_failures = 0  # in a row; a good frame sets it back to 0
         self.inputs = Inputs()
-        #: Who holds each player of a multi-player runtime; joint lockstep steps.
-        self.seats = Seats(self)
-        self.inputs.player_of = self.seats.player_of
-        player_passwords = self.seats.check_passwords(player_passwords, password)
+        self.inputs.player_of = self._player_of
+        player_passwords = check_passwords(
+            self.runtime.env_id, self.runtime.players, player_passwords, password
+        )
+        #: Called with the player whose agent left, on either front end.
+        self.leave_sinks: list[Callable[[int], None]] = []
+        #: Who holds each player of a multi-player runtime, and the barrier in front of
+        #: :meth:`step` and :meth:`reset` that the front ends go through (the remote
+        #: only reads who holds what, for describe).
+        self.seats = Seats(self, rewarder_holder=self._rewarder_holder)
         self.auth_throttle = auth_throttle or AuthThrottle()
         if tls is not None and self.runtime.external_vnc:
             raise ValueError(
@@ -152,7 +174,8 @@ class Remote:
             )
         self.tls = tls
         self.rewarder = RewarderServer(
-            self, password=password, allow_origins=allow_origins, auth_guard=self.auth_throttle,
+            RewarderFront(self), password=password, allow_origins=allow_origins,
+            auth_guard=self.auth_throttle,
             held_by=lambda: self.held_by(), tls=tls.context if tls else None,
             players=lambda: self.runtime.players, seat_held_by=self.seats.held_elsewhere,
         )
@@ -208,6 +231,14 @@ class Remote:
     @property
     def mode(self) -> str:
         return self.machine.mode
+
+    @property
+    def env_id(self) -> str:
+        return self.runtime.env_id
+
+    @property
+    def players(self) -> int:
+        return int(self.runtime.players)
 
     def screen(self) -> np.ndarray:
         """The runtime's screen as drawn last (read it before the next frame is drawn)."""
@@ -269,32 +300,54 @@ class Remote:
             if dm_env_rpc_port is not None:
                 self.dm_env_rpc = await start_dm_env_rpc(self, host, dm_env_rpc_port)
         except (OSError, ValueError):
-            if self.viewer is not None:
-                await self.viewer.close("the remote failed to start")
-            if self.vnc is not None:
-                await self.vnc.close()
-            await self.rewarder.close("the remote failed to start")
-            await self.runtime.aclose()
+            failures = await self._close_parts("the remote failed to start")
+            for name, exc in failures:
+                log.error("closing %s after a failed start failed: %r", name, exc, exc_info=exc)
             raise
         self._tasks = [loop.create_task(self._game_loop()), loop.create_task(self._heartbeat())]
 
     async def close(self, reason: str = "the remote is shutting down") -> None:
+        """Stop the tasks and close every part — servers, the shared-memory segment, the
+        runtime (Chromium's, Xvnc's processes) — even when one of them raises; then raise
+        the first such error (each is logged)."""
         if self.state is not State.CLOSING:
             self._fire(Event.SHUTDOWN)
         tasks = [*self._tasks, *([self._recovery] if self._recovery else [])]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.gather(
-            self.rewarder.close(reason),
-            *([self.vnc.close()] if self.vnc is not None else []),
-            *([self.viewer.close(reason)] if self.viewer is not None else []),
-            *([self.dm_env_rpc.close()] if self.dm_env_rpc is not None else []),
-        )
-        self.lockstep_frames.close()
-        await self.runtime.aclose()
+        failures = await self._close_parts(reason)
+        for name, exc in failures:
+            log.error("closing %s failed: %r", name, exc, exc_info=exc)
+        if failures:
+            raise failures[0][1]
 
-    # EnvHandler: what the rewarder server asks of us ------------------------------------
+    async def _close_parts(self, reason: str) -> list[tuple[str, BaseException]]:
+        """Close the servers at once, then the segment and the runtime, whatever raises;
+        the parts that raised, and what."""
+        parts: list[tuple[str, Awaitable[None]]] = [("the rewarder", self.rewarder.close(reason))]
+        if self.vnc is not None:
+            parts.append(("the VNC server", self.vnc.close()))
+        if self.viewer is not None:
+            parts.append(("the browser viewer", self.viewer.close(reason)))
+        if self.dm_env_rpc is not None:
+            parts.append(("the dm_env_rpc port", self.dm_env_rpc.close()))
+        outcomes = await asyncio.gather(*(close for _, close in parts), return_exceptions=True)
+        failures = [
+            (name, outcome) for (name, _), outcome in zip(parts, outcomes, strict=True)
+            if isinstance(outcome, BaseException)
+        ]
+        try:
+            self.lockstep_frames.close()
+        except Exception as exc:
+            failures.append(("the shared-memory segment", exc))
+        try:
+            await self.runtime.aclose()
+        except Exception as exc:
+            failures.append((f"the runtime {self.runtime.env_id}", exc))
+        return failures
+
+    # What the front ends drive (steps and resets through the seats' barrier) ------------
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -314,16 +367,14 @@ class Remote:
             **self.runtime.describe(),
         }
 
-    async def reset(
-        self, request: protocol.ResetRequest, reply: Callable[[int], None], joint: bool = True
-    ) -> None:
-        if joint and self.seats.joint(request):  # several players seated: reset when all asked
-            return await self.seats.reset(request, reply)
+    async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
+        """A new episode (of another env, mode or fps if asked); ``reply(its id)`` before
+        the remote goes running. The front ends call it through :attr:`seats`."""
         mid = request.message_id
         await self._settle(mid)
         factory = check_reset(self.runtime, request)
         self._fire(Event.RESET, mid)
-        try:
+        with self._under_way("reset", mid, changed=True):
             if factory is not None:
                 self._fire(Event.ENV_SWITCH, mid)
                 await self._switch_runtime(request, factory)
@@ -334,51 +385,58 @@ class Remote:
                 self.set_fps(request.fps)
             self.episode_id = max(self.episode_id, request.episode_id or 0)
             await self._begin_episode(request.seed)
-        except Exception as exc:
-            raise self._runtime_failed("reset", exc, mid) from exc
-        reply(self.episode_id)
-        self._fire(Event.RESET_DONE)
+            reply(self.episode_id)
+            self._fire(Event.RESET_DONE)
         self.rewarder.broadcast_describe()
 
     async def step(
-        self, request: protocol.StepRequest, joint: bool = True
-    ) -> tuple[int, dict[str, Any]]:
-        """Lockstep: apply the events, advance exactly ``frames`` frames, serve the frame."""
-        if joint and self.seats.joint():  # several players seated: advance when all stepped
-            return await self.seats.step(request)
+        self, request: protocol.StepRequest,
+        others: Mapping[int, protocol.StepRequest] | None = None,
+    ) -> Reply:
+        """Lockstep: apply the events, advance exactly ``frames`` frames, serve the frame;
+        the requester's (:data:`~rewarder.server.PLAYER`) reply. ``others``: the other
+        seated players' requests of a joint step (player -> request), applied in the same
+        frames. The front ends call it through :attr:`seats`."""
         mid = request.message_id
-        if request.episode_id is not None and request.episode_id != self.episode_id:
-            raise BadRequest(
-                f"episode {request.episode_id} is not the current one ({self.episode_id}); "
-                "step with the episode id of the last reset",
-                mid,
-            )
-        events = Inputs.check_action(self.runtime, request.events, mid)
+        player = PLAYER.get()
+        requests = {**(others or {}), player: request}
+        checked = {}
+        for who, asked in sorted(requests.items()):
+            if asked.episode_id is not None and asked.episode_id != self.episode_id:
+                whose = f"player {who} stepped episode" if others else "episode"
+                raise BadRequest(
+                    f"{whose} {asked.episode_id} is not the current one ({self.episode_id}); "
+                    "step with the episode id of the last reset",
+                    mid,
+                )
+            checked[who] = Inputs.check_action(self.runtime, asked.events, mid)
         self._fire(Event.STEP, mid)
-        self.inputs.push(self.seats.source(), events)
-        try:
+        with self._under_way("step", mid, changed=False) as progress:
+            for who, events in checked.items():
+                self.inputs.push(agent_source(who), events)
+            progress.changed = True  # from here on frames are drawn
             result = await self._advance_sliced(request.frames)
-        except Exception as exc:
-            raise self._runtime_failed("step", exc, mid) from exc
-        shm = self.lockstep_frames.deliver(
-            request.obs, self.runtime.framebuffer, self.frame, self.episode_id, mid
-        )
-        info = {**result.info, FRAME_INFO_KEY: self.frame}
-        self._fire(Event.EPISODE_DONE if result.done else Event.STEP_DONE)
-        if result.reward or result.done or (result.rewards and any(result.rewards)):
-            self.rewarder.broadcast_reward(
-                self.episode_id, result.reward, result.done, info, observers_only=True,
-                rewards=result.rewards,
+            progress.what = "step (handing its frame over)"
+            shm = self.lockstep_frames.deliver(
+                request.obs, self.runtime.framebuffer, self.frame, self.episode_id, mid
             )
+            info = {**result.info, FRAME_INFO_KEY: self.frame}
+            if result.reward or result.done or (result.rewards and any(result.rewards)):
+                progress.what = "step (sending its reward to observers)"
+                self.rewarder.broadcast_reward(
+                    self.episode_id, result.reward, result.done, info, observers_only=True,
+                    rewards=result.rewards,
+                )
+            self._fire(Event.EPISODE_DONE if result.done else Event.STEP_DONE)
         body = {"reward": result.reward, "done": result.done, "info": info, "frame": self.frame}
-        self.seats.address(result, body)
+        address(result, body, player)
         if shm is not None:
             body["shm"] = shm
         return self.episode_id, body
 
     def action(self, request: protocol.ActionRequest) -> None:
         self.inputs.push_action(
-            self.runtime, request.events, request.message_id, self.seats.source()
+            self.runtime, request.events, request.message_id, agent_source(PLAYER.get())
         )
 
     async def properties(self, request: protocol.PropertiesRequest) -> dict[str, Any]:
@@ -395,12 +453,31 @@ class Remote:
     def client_left(self, observer: bool) -> None:
         if not observer:
             self.inputs.release(REWARDER_SOURCE)
-            self.seats.left(0)
+            self._left(0)
 
     def player_left(self, player: int) -> None:
         """Player ``player``'s agent (above 0) left: let go of what it held."""
         self.inputs.release(agent_source(player))
-        self.seats.left(player)
+        self._left(player)
+
+    def _left(self, player: int) -> None:
+        for sink in self.leave_sinks:
+            sink(player)
+
+    # Who drives what ----------------------------------------------------------------------
+
+    def _player_of(self, source: object) -> int:
+        """The player an input source drives (0 on single-player runtimes)."""
+        if self.runtime.players == 1:
+            return 0
+        return source_player(source, self.vnc.player_of if self.vnc is not None else None)
+
+    def _rewarder_holder(self, player: int) -> str | None:
+        """The rewarder client seated as ``player``, named for describe and errors."""
+        client = self.rewarder.seated.get(player)
+        if client is None:
+            return None
+        return "rewarder client" + (f" {client.client_id!r}" if client.client_id else "")
 
     # Resets, env switches and failures --------------------------------------------------
 
@@ -432,25 +509,61 @@ class Remote:
         if request.fps is None:
             self.fps = float(runtime.fps)
 
-    def _runtime_failed(self, what: str, exc: Exception, message_id: Any = None) -> BadRequest:
-        """A runtime raised: start recovering and say so to the requester (if any)."""
-        if isinstance(exc, BadRequest):
-            return exc
-        log.error("runtime %s failed in %s: %r", self.runtime.env_id, what, exc, exc_info=exc)
+    @contextlib.contextmanager
+    def _under_way(self, what: str, message_id: Any, changed: bool) -> Iterator[_Progress]:
+        """From the event that began a reset or a step (the state it moved to) to the one
+        that completes it: anything that raises in between — the runtime, a hand-off, a
+        send — takes the machine out by its error exit (:meth:`RemoteState.process_error`:
+        ``recovering`` once ``progress.changed``, else back) and becomes a
+        :class:`BadRequest` for the requester; a cancellation (a dm_env_rpc deadline)
+        takes the same exit and goes on."""
+        begun = self.state
+        progress = _Progress(what, changed)
+        try:
+            yield progress
+        except BaseException as exc:
+            if self.state is not begun:  # shutting down meanwhile: nothing to take out
+                raise
+            if not isinstance(exc, Exception):
+                log.warning("%s of %s cancelled under way (%r)", what, self.runtime.env_id, exc)
+                if progress.changed:
+                    self._fail()
+                else:
+                    self._error_exit(changed=False)
+                raise
+            raise self._failed(progress, exc, message_id) from exc
+
+    def _failed(self, progress: _Progress, exc: Exception, message_id: Any) -> BadRequest:
+        """``exc`` raised while ``progress`` was under way: take the error exit and say so."""
+        said = exc.message if isinstance(exc, BadRequest) else (
+            f"{self.runtime.env_id} failed in {progress.what} ({type(exc).__name__}: {exc})"
+        )
+        if not progress.changed:
+            log.warning("%s (nothing had changed: back to %s)", said, self.mode)
+            self._error_exit(changed=False)
+            return BadRequest(f"{said}; nothing changed: send it again", message_id)
+        log.error("%s", said, exc_info=exc)
         self._fail()
         return BadRequest(
-            f"{self.runtime.env_id} failed in {what} ({type(exc).__name__}: {exc}); the "
-            "remote is recovering: wait for describe env_state 'running', then reset",
+            f"{said}; the remote is recovering: wait for describe env_state 'running', then "
+            "reset",
             message_id,
         )
 
+    def _runtime_failed(self, what: str, exc: Exception) -> None:
+        """The runtime raised in a tick: start recovering."""
+        log.error("runtime %s failed in %s: %r", self.runtime.env_id, what, exc, exc_info=exc)
+        self._fail()
+
     def _fail(self) -> None:
         self.runtime_failures += 1
-        if self.machine.allows(Event.RUNTIME_ERROR):
-            self._fire(Event.RUNTIME_ERROR)
-        self.rewarder.broadcast_describe()
-        if self._recovery is None or self._recovery.done():
+        self._error_exit(changed=True)
+        if self.state is State.RECOVERING and (self._recovery is None or self._recovery.done()):
             self._recovery = asyncio.get_running_loop().create_task(self._recover())
+        self.rewarder.broadcast_describe()
+
+    def _error_exit(self, changed: bool) -> None:
+        self._moved(self.machine.process_error(changed))
 
     async def _recover(self) -> None:
         """Reset the runtime with backoff until it works again, or give up past
@@ -485,11 +598,14 @@ class Remote:
             state = self.machine.fire(event)
         except IllegalTransition as exc:
             raise BadRequest(str(exc), message_id) from None
+        self._moved(state)
+        return state
+
+    def _moved(self, state: State) -> None:
         waiters, self._state_waiters = self._state_waiters, []
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(state)
-        return state
 
     # Frames ------------------------------------------------------------------------------
 
@@ -562,7 +678,10 @@ class Remote:
         return total
 
     async def tick(self) -> None:
-        """Real time: advance one frame, serve it, report its reward, restart after done."""
+        """Real time: advance one frame, serve it, report its reward, restart after done.
+        A tick is complete when it returns (``TICK`` leaves the remote running); what
+        raises in it takes the error exit (the game loop's :meth:`_runtime_failed`)."""
+        self._fire(Event.TICK)
         result = self._advance(1, self.inputs.take())
         self._frame_ready()
         announced = {k: result.info[k] for k in self.runtime.announced_info if k in result.info}
@@ -617,10 +736,9 @@ class Remote:
             if self.machine.allows(Event.TICK):
                 try:
                     await self.tick()
-                except BadRequest:
-                    pass  # the state moved under the tick (a reset began): nothing to do
                 except Exception as exc:  # a runtime bug must not take the servers down
-                    self._runtime_failed("step", exc)
+                    if self.state is not State.CLOSING:
+                        self._runtime_failed("step", exc)
             period = 1.0 / self.fps
             next_at += period
             now = self._clock()
@@ -645,3 +763,40 @@ class Remote:
                 )
                 reported = self.late_ticks
 
+
+class RewarderFront:
+    """What the rewarder server drives (its ``EnvHandler``): the remote, with steps and
+    resets through the seats' barrier (:class:`~envserver.players.Seats`).
+    """
+
+    def __init__(self, remote: Remote) -> None:
+        self.remote = remote
+
+    @property
+    def episode_id(self) -> int:
+        return self.remote.episode_id
+
+    @episode_id.setter
+    def episode_id(self, value: int) -> None:
+        self.remote.episode_id = value
+
+    def describe(self) -> dict[str, Any]:
+        return self.remote.describe()
+
+    async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
+        await self.remote.seats.reset(request, reply)
+
+    def action(self, request: protocol.ActionRequest) -> None:
+        self.remote.action(request)
+
+    async def step(self, request: protocol.StepRequest) -> Reply:
+        return await self.remote.seats.step(request)
+
+    async def properties(self, request: protocol.PropertiesRequest) -> dict[str, Any]:
+        return await self.remote.properties(request)
+
+    def client_left(self, observer: bool) -> None:
+        self.remote.client_left(observer)
+
+    def player_left(self, player: int) -> None:
+        self.remote.player_left(player)

@@ -10,6 +10,13 @@ resets by itself; in lockstep the active client steps and an episode that ends w
 its reset. A mode switch happens only while resetting, so a table never changes under
 a running episode. An event a table does not list for the current state is illegal: the
 machine raises :class:`IllegalTransition`, which says what the client should do instead.
+
+**The error exit.** A reset or a step is under way from its event (``RESET``, ``STEP``)
+to its completion (``RESET_DONE``, ``STEP_DONE``/``EPISODE_DONE``), and anything in
+between may raise: the runtime, the frame's hand-off to shared memory, a send. Whatever
+raised, :meth:`RemoteState.process_error` (h11's ``process_error``) takes the machine out:
+to ``recovering`` when something changed, back to where the event found it when nothing
+did (``ABORT``). No state is one that no event leaves.
 """
 
 from __future__ import annotations
@@ -48,7 +55,8 @@ class Event(enum.Enum):
     STEP_DONE = "step done"  # lockstep: those frames are drawn
     TICK = "tick"  # real time: one frame is due
     EPISODE_DONE = "episode done"  # the runtime said done
-    RUNTIME_ERROR = "runtime error"  # the runtime raised
+    ERROR = "error"  # something raised: the runtime, or a step's or reset's hand-off, a send
+    ABORT = "abort"  # something raised before the step under way changed anything
     RECOVERED = "recovered"  # a recovery reset worked
     ENV_SWITCH = "env switch"  # a reset asked for another env id
     MODE_SWITCH = "mode switch"  # a reset asked for the other mode
@@ -67,17 +75,17 @@ _COMMON: Final[dict[State, dict[Event, State]]] = {
         Event.RESET_DONE: State.RUNNING,
         Event.ENV_SWITCH: State.RESETTING,
         Event.MODE_SWITCH: State.RESETTING,
-        Event.RUNTIME_ERROR: State.RECOVERING,
+        Event.ERROR: State.RECOVERING,
         Event.SHUTDOWN: State.CLOSING,
     },
     State.RUNNING: {
         Event.RESET: State.RESETTING,
-        Event.RUNTIME_ERROR: State.RECOVERING,
+        Event.ERROR: State.RECOVERING,
         Event.SHUTDOWN: State.CLOSING,
     },
     State.RECOVERING: {
         Event.RECOVERED: State.RUNNING,
-        Event.RUNTIME_ERROR: State.RECOVERING,
+        Event.ERROR: State.RECOVERING,
         Event.SHUTDOWN: State.CLOSING,
     },
     State.CLOSING: {
@@ -110,7 +118,8 @@ LOCKSTEP_TABLE: Final[Table] = _extend(
         State.STEPPING: {
             Event.STEP_DONE: State.RUNNING,
             Event.EPISODE_DONE: State.DONE,
-            Event.RUNTIME_ERROR: State.RECOVERING,
+            Event.ERROR: State.RECOVERING,
+            Event.ABORT: State.RUNNING,
             Event.SHUTDOWN: State.CLOSING,
         },
         State.DONE: {
@@ -119,6 +128,10 @@ LOCKSTEP_TABLE: Final[Table] = _extend(
         },
     }
 )
+
+#: States an event begins and another completes: an exception in between must take the
+#: machine out (:meth:`RemoteState.process_error`).
+UNDER_WAY: Final = frozenset({State.RESETTING, State.STEPPING})
 
 TABLES: Final[Mapping[str, Table]] = {"realtime": REALTIME_TABLE, "lockstep": LOCKSTEP_TABLE}
 
@@ -175,6 +188,17 @@ class RemoteState:
             self.state = TABLES[self.mode][self.state][event]
         except KeyError:
             raise IllegalTransition(self.mode, self.state, event) from None
+        return self.state
+
+    def process_error(self, changed: bool = True) -> State:
+        """Something raised between an event and its completion (h11's ``process_error``):
+        ``ERROR`` (to ``recovering``) if ``changed`` or no ``ABORT`` leads back, else
+        ``ABORT`` (back to where the event found the machine). Never raises: from a state
+        with neither (``closing``) the machine stays put."""
+        if not changed and self.allows(Event.ABORT):
+            return self.fire(Event.ABORT)
+        if self.allows(Event.ERROR):
+            return self.fire(Event.ERROR)
         return self.state
 
     def switch_mode(self, mode: str) -> None:

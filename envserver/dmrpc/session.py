@@ -337,7 +337,7 @@ class Session:
         events = self.held.events(specs, specs.unpack_actions(request.actions))
         frameskip = self._world().frameskip
         if remote.mode == protocol.LOCKSTEP:
-            await remote.step(protocol.StepRequest(
+            await remote.seats.step(protocol.StepRequest(
                 message_id="dm_env_rpc step", sent_at=0.0, episode_id=self.episode,
                 events=tuple(events), frames=frameskip,
             ))

@@ -172,7 +172,7 @@ class World:
             message_id=_request_id(), sent_at=0.0, episode_id=None, env_id=env_id,
             seed=self.seed if seeded else None, mode=mode,
         )
-        await self.remote.reset(request, episode.append)
+        await self.remote.seats.reset(request, episode.append)
         if seeded:
             self.seed = None
         return episode[0]

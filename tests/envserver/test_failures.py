@@ -4,21 +4,25 @@ the loop; a heartbeat keeps idle clients informed."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import re
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 import websockets
 
-from envserver import remote as remote_module
+from envserver import lockstep_frames, remote as remote_module
 from envserver.cli import EXIT_RUNTIME_FAILED
 from envserver.remote import MAX_RUNTIME_FAILURES, Remote
 from envserver.state import State
-from rewarder import protocol
+from rewarder import connections, protocol
 from rewarder.client import RewarderClient
 from rewarder.errors import RemoteError
 from runtimes import registry
@@ -56,6 +60,10 @@ class Flaky(Catch):
     def advance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
         self._maybe_fail("advance")
         return super().advance(events, frames)
+
+    def _draw(self) -> None:
+        self._maybe_fail("draw")
+        super()._draw()
 
 
 class Broken(Catch):
@@ -308,3 +316,159 @@ async def test_the_stepper_gets_its_lockstep_reward_once(start_remote: StartRemo
                     if message["body"]["done"]:
                         break
     assert sum(observed) == total
+
+
+def once(error: BaseException, then: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """A stand-in that raises ``error`` on its first call and then calls ``then``."""
+    calls = []
+
+    def stand_in(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        if len(calls) == 1:
+            raise error
+        return then(*args, **kwargs) if then is not None else None
+
+    return stand_in
+
+
+def full_shm(remote: Remote, flaky: Flaky, monkeypatch: pytest.MonkeyPatch) -> None:
+    """/dev/shm full when the step's segment is made (FrameSegment reserves its pages)."""
+    full = OSError(errno.ENOSPC, "No space left on device (injected)")
+    monkeypatch.setattr(lockstep_frames.shm, "FrameSegment", once(full, lockstep_frames.shm.FrameSegment))
+
+
+def vnc_refuses_the_frame(remote: Remote, flaky: Flaky, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert remote.vnc is not None
+    refusal = once(RuntimeError("injected: VNC"), remote.vnc.frame_ready)
+    monkeypatch.setattr(remote.vnc, "frame_ready", refusal)
+
+
+def draw_raises(remote: Remote, flaky: Flaky, monkeypatch: pytest.MonkeyPatch) -> None:
+    flaky.armed.add("draw")
+
+
+def reset_reply_send_raises(remote: Remote, flaky: Flaky, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = connections.ServerConnection.reply_reset
+    monkeypatch.setattr(connections.ServerConnection, "reply_reset",
+                        once(OSError(errno.EPIPE, "injected: the reply's send"), real))
+
+
+#: Points between a step's or a reset's event and its completion, where the injected
+#: failure raises, what the request is, and what the error names.
+UNDER_WAY_FAILURES = {
+    "shared-memory hand-off": (full_shm, "step-shm", r"handing its frame over.*No space left"),
+    "VNC hand-off": (vnc_refuses_the_frame, "step", r"handing its frame over.*injected: VNC"),
+    "the runtime's draw": (draw_raises, "step", r"failed in step.*injected failure in draw"),
+    "the reset reply's send": (reset_reply_send_raises, "reset", r"failed in reset.*the reply's send"),
+}
+
+
+@pytest.mark.parametrize("point", sorted(UNDER_WAY_FAILURES))
+async def test_a_failure_between_an_event_and_its_completion_never_wedges_the_remote(
+    start_remote: StartRemote, flaky: Flaky, monkeypatch: pytest.MonkeyPatch, point: str
+) -> None:
+    """Whatever raises under way — the runtime, a hand-off, a send — the requester gets
+    v0.reply.error and the remote goes recovering, then running: the next reset and step
+    work (before, a raising shared-memory hand-off left it stepping for good: every later
+    step and reset refused until a restart)."""
+    inject, request, says = UNDER_WAY_FAILURES[point]
+    remote = await start_remote(flaky, mode="lockstep")
+    async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
+        await client.reset(seed=1)
+        await client.step([], frames=2)
+        inject(remote, flaky, monkeypatch)
+        with pytest.raises(RemoteError) as refused:
+            if request == "reset":
+                await client.reset(seed=2)
+            else:
+                await client.step([], frames=3, obs="shm" if request == "step-shm" else "vnc")
+        assert remote.state in (State.RECOVERING, State.RUNNING)  # not stepping/resetting
+        assert re.search(says + r".*the remote is recovering", str(refused.value)), refused.value
+        episode = await client.reset(seed=3, timeout=WAIT)  # waits out the recovery
+        obs = "shm" if request == "step-shm" else "vnc"
+        reply = await client.step([("KeyEvent", "Left", True)], frames=2, obs=obs)
+        assert (reply.episode_id, reply.frame) == (episode, remote.frame)
+        assert remote.state is State.RUNNING
+        if obs == "shm":
+            assert reply.shm is not None  # shared memory works again once there is room
+
+
+async def test_a_step_that_fails_before_it_changed_anything_goes_back_to_running(
+    start_remote: StartRemote, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception before any frame is drawn: back to running, same episode (ABORT);
+    the client may simply step again."""
+    remote = await start_remote("builtin.Catch-v0", mode="lockstep")
+    async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
+        episode = await client.reset(seed=1)
+        before = remote.frame
+        monkeypatch.setattr(remote.inputs, "push", once(MemoryError("injected"), remote.inputs.push))
+        with pytest.raises(RemoteError) as refused:
+            await client.step([], frames=2)
+        assert (remote.state, remote.episode_id, remote.frame) == (State.RUNNING, episode, before)
+        assert re.search("failed in step.*MemoryError.*nothing changed", str(refused.value))
+        reply = await client.step([], frames=2)
+        assert (reply.episode_id, reply.frame) == (episode, before + 2)
+
+
+async def test_a_step_cancelled_under_way_leaves_the_remote_usable(
+    start_remote: StartRemote,
+) -> None:
+    """A step whose caller is cancelled mid-way (a dm_env_rpc deadline) takes the error
+    exit: the next client resets and steps (before: stepping for good)."""
+    remote = await start_remote("builtin.Catch-v0", mode="lockstep")
+    async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
+        await client.reset(seed=1)
+        frame = remote.frame
+        long_step = protocol.StepRequest(
+            message_id="in-process", sent_at=0.0, episode_id=None, events=(),
+            frames=protocol.MAX_STEP_FRAMES,
+        )
+        stepping = asyncio.create_task(remote.seats.step(long_step))
+        async with asyncio.timeout(WAIT):
+            await remote.wait_frame(frame)  # the first slice is drawn: the step is under way
+        assert remote.state is State.STEPPING
+        stepping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stepping
+        assert remote.state is not State.STEPPING
+        episode = await client.reset(seed=2, timeout=WAIT)
+        reply = await client.step([], frames=2)
+        assert reply.episode_id == episode and remote.state is State.RUNNING
+
+
+async def test_close_closes_every_part_even_when_one_raises(
+    start_remote: StartRemote, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server whose close raises still lets the shared-memory segment be removed and the
+    runtime (Chromium's, Xvnc's processes) be shut down; close then says what failed."""
+    remote = await start_remote("builtin.Catch-v0", mode="lockstep")
+    port = remote.rewarder.port
+    async with RewarderClient(f"127.0.0.1:{port}") as client:
+        await client.reset(seed=1)
+        reply = await client.step([], frames=1, obs="shm")
+    assert reply.shm is not None
+    segment = Path("/dev/shm") / str(reply.shm[0])
+    assert segment.exists()
+    runtime_closed = asyncio.Event()
+    real_aclose = remote.runtime.aclose
+
+    async def aclose() -> None:
+        runtime_closed.set()
+        await real_aclose()
+
+    monkeypatch.setattr(remote.runtime, "aclose", aclose)
+    assert remote.vnc is not None
+    real_vnc_close = remote.vnc.close
+
+    async def vnc_close() -> None:
+        await real_vnc_close()
+        raise RuntimeError("injected: the VNC server's close")
+
+    monkeypatch.setattr(remote.vnc, "close", vnc_close)
+    with pytest.raises(RuntimeError, match="the VNC server's close"):
+        await remote.close()
+    assert runtime_closed.is_set()
+    assert not segment.exists()
+    with pytest.raises(OSError):  # the rewarder's port is closed too
+        await asyncio.open_connection("127.0.0.1", port)

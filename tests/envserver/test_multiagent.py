@@ -11,6 +11,7 @@ import pytest
 
 from rewarder.client import RewarderClient
 from rewarder.errors import ConnectionClosed, RemoteError
+from rewarder.server import PLAYER
 from tests.conftest import StartRemote
 from tests.wire import WireClient
 from vncdriver.client import VNCClient
@@ -220,3 +221,28 @@ def test_player_passwords_are_checked() -> None:
         Remote(DUEL, player_passwords={2: "x"})
     with pytest.raises(ValueError, match="first 8 characters"):
         Remote(DUEL, password="samesame1", player_passwords={1: "samesame2"})
+
+
+async def test_a_joint_step_is_one_call_of_the_remote_with_every_players_request(
+    start_remote: StartRemote, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seats are a barrier in front of the remote: the front ends step through them,
+    and they step the remote once per joint step, with the other players' requests; the
+    remote never calls them back (before: Remote.step -> Seats.step -> Remote.step with a
+    flag that stopped the recursion)."""
+    remote = await start_remote(DUEL, mode="lockstep")
+    calls: list[tuple[int, list[int]]] = []
+    real_step = remote.step
+
+    async def step(request, others=None):  # type: ignore[no-untyped-def]
+        calls.append((PLAYER.get(), sorted(others or {})))
+        return await real_step(request, others)
+
+    monkeypatch.setattr(remote, "step", step)
+    async with rewarder(remote) as a, rewarder(remote, 1) as b:
+        await asyncio.gather(a.reset(seed=1), b.reset(seed=1))
+        before = list(remote.runtime.paddle_y)
+        ra, rb = await asyncio.gather(a.step(DOWN, frames=4), b.step(UP, frames=4))
+    assert calls == [(1, [0])]  # once, as the last player, with player 0's request
+    assert ra.frame == rb.frame and remote.runtime.paddle_y[0] > before[0]
+    assert remote.runtime.paddle_y[1] < before[1]  # both players' events applied

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from envserver.state import Event, State
 from runtimes.builtin import Catch, ClickTarget
 from tests.conftest import StartRemote
 from tests.wire import WireClient
@@ -210,3 +211,22 @@ async def test_properties_over_the_rewarder(start_remote: StartRemote) -> None:
         with pytest.raises(RemoteError, match="observers may only"):
             await observer.properties("write", "fps", 60)
         assert remote.fps == 30.0  # nothing a refused write asked for happened
+
+
+async def test_every_real_time_frame_is_a_tick_of_the_state_machine(
+    start_remote: StartRemote,
+) -> None:
+    """The table's ``running --tick--> running`` is what the game loop fires for each
+    frame, so a tick in any other state is the machine's to refuse (before: never fired)."""
+    remote = await start_remote("builtin.Catch-v0")
+    fired: list[Event] = []
+    real_fire = remote.machine.fire
+
+    def fire(event: Event) -> State:
+        fired.append(event)
+        return real_fire(event)
+
+    remote.machine.fire = fire  # type: ignore[method-assign]
+    first = await remote.wait_frame()
+    last = await remote.wait_frame(first + 3)
+    assert fired.count(Event.TICK) >= last - first >= 4

@@ -10,6 +10,7 @@ from envserver.state import (
     LOCKSTEP_TABLE,
     REALTIME_TABLE,
     TABLES,
+    UNDER_WAY,
     Event,
     IllegalTransition,
     RemoteState,
@@ -26,15 +27,15 @@ EXPECTED: dict[str, set[tuple[State, Event, State]]] = {
         (S.RESETTING, E.RESET_DONE, S.RUNNING),
         (S.RESETTING, E.ENV_SWITCH, S.RESETTING),
         (S.RESETTING, E.MODE_SWITCH, S.RESETTING),
-        (S.RESETTING, E.RUNTIME_ERROR, S.RECOVERING),
+        (S.RESETTING, E.ERROR, S.RECOVERING),
         (S.RESETTING, E.SHUTDOWN, S.CLOSING),
         (S.RUNNING, E.RESET, S.RESETTING),
         (S.RUNNING, E.TICK, S.RUNNING),
         (S.RUNNING, E.EPISODE_DONE, S.RESETTING),
-        (S.RUNNING, E.RUNTIME_ERROR, S.RECOVERING),
+        (S.RUNNING, E.ERROR, S.RECOVERING),
         (S.RUNNING, E.SHUTDOWN, S.CLOSING),
         (S.RECOVERING, E.RECOVERED, S.RUNNING),
-        (S.RECOVERING, E.RUNTIME_ERROR, S.RECOVERING),
+        (S.RECOVERING, E.ERROR, S.RECOVERING),
         (S.RECOVERING, E.SHUTDOWN, S.CLOSING),
         (S.CLOSING, E.SHUTDOWN, S.CLOSING),
     },
@@ -44,20 +45,21 @@ EXPECTED: dict[str, set[tuple[State, Event, State]]] = {
         (S.RESETTING, E.RESET_DONE, S.RUNNING),
         (S.RESETTING, E.ENV_SWITCH, S.RESETTING),
         (S.RESETTING, E.MODE_SWITCH, S.RESETTING),
-        (S.RESETTING, E.RUNTIME_ERROR, S.RECOVERING),
+        (S.RESETTING, E.ERROR, S.RECOVERING),
         (S.RESETTING, E.SHUTDOWN, S.CLOSING),
         (S.RUNNING, E.RESET, S.RESETTING),
         (S.RUNNING, E.STEP, S.STEPPING),
-        (S.RUNNING, E.RUNTIME_ERROR, S.RECOVERING),
+        (S.RUNNING, E.ERROR, S.RECOVERING),
         (S.RUNNING, E.SHUTDOWN, S.CLOSING),
         (S.STEPPING, E.STEP_DONE, S.RUNNING),
         (S.STEPPING, E.EPISODE_DONE, S.DONE),
-        (S.STEPPING, E.RUNTIME_ERROR, S.RECOVERING),
+        (S.STEPPING, E.ERROR, S.RECOVERING),
+        (S.STEPPING, E.ABORT, S.RUNNING),
         (S.STEPPING, E.SHUTDOWN, S.CLOSING),
         (S.DONE, E.RESET, S.RESETTING),
         (S.DONE, E.SHUTDOWN, S.CLOSING),
         (S.RECOVERING, E.RECOVERED, S.RUNNING),
-        (S.RECOVERING, E.RUNTIME_ERROR, S.RECOVERING),
+        (S.RECOVERING, E.ERROR, S.RECOVERING),
         (S.RECOVERING, E.SHUTDOWN, S.CLOSING),
         (S.CLOSING, E.SHUTDOWN, S.CLOSING),
     },
@@ -123,8 +125,47 @@ def test_universe_clients_see_only_resetting_and_running() -> None:
 def test_a_lockstep_episode_end_to_end() -> None:
     machine = RemoteState("lockstep")
     path = [E.RESET, E.RESET_DONE, E.STEP, E.STEP_DONE, E.STEP, E.EPISODE_DONE, E.RESET,
-            E.RESET_DONE, E.STEP, E.RUNTIME_ERROR, E.RUNTIME_ERROR, E.RECOVERED, E.SHUTDOWN]
+            E.RESET_DONE, E.STEP, E.ERROR, E.ERROR, E.RECOVERED, E.SHUTDOWN]
     states = [machine.fire(event) for event in path]
     assert states == [S.RESETTING, S.RUNNING, S.STEPPING, S.RUNNING, S.STEPPING, S.DONE,
                       S.RESETTING, S.RUNNING, S.STEPPING, S.RECOVERING, S.RECOVERING,
                       S.RUNNING, S.CLOSING]
+
+
+#: Every (mode, state) a remote can be in: starting, and each state its table enters.
+REACHABLE = [
+    (mode, state) for mode, table in sorted(TABLES.items()) for state in State
+    if state is S.STARTING or any(state in row.values() for row in table.values())
+]
+
+
+@pytest.mark.parametrize(("mode", "state"), REACHABLE)
+@pytest.mark.parametrize("changed", [True, False])
+def test_the_error_exit_takes_every_state_under_way_out(
+    mode: str, state: State, changed: bool
+) -> None:
+    """h11's process_error: whatever raised between an event and its completion, the
+    machine leaves the state under way, to recovering, or back to running if a step had
+    changed nothing yet; it never raises."""
+    machine = RemoteState(mode, state)
+    after = machine.process_error(changed)
+    assert after is machine.state
+    if state is S.CLOSING:
+        assert after is S.CLOSING
+    elif state is S.STEPPING and not changed:
+        assert after is S.RUNNING  # ABORT: nothing changed
+    elif state in UNDER_WAY or state in (S.RUNNING, S.RECOVERING):
+        assert after is S.RECOVERING
+    assert after not in UNDER_WAY
+
+
+@pytest.mark.parametrize("mode", sorted(TABLES))
+def test_no_state_is_one_that_no_event_leaves(mode: str) -> None:
+    """Every state a table can enter, but closing, has an event that leads elsewhere, and
+    every state under way has the error exit."""
+    table = TABLES[mode]
+    entered = {target for row in table.values() for target in row.values()}
+    for state in entered - {S.CLOSING}:
+        assert any(target is not state for target in table[state].values()), state
+    for state in UNDER_WAY & entered:
+        assert table[state][E.ERROR] is S.RECOVERING
