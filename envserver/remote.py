@@ -21,7 +21,8 @@ acts on what comes out.
   in a row :attr:`Remote.failed` resolves and ``serve`` exits non-zero.
 - **Front ends** step and reset through :class:`~envserver.players.Seats`, the barrier
   of multi-player lockstep, which calls :meth:`Remote.step` and :meth:`Remote.reset` once
-  per (joint) request; the rewarder's view is :class:`RewarderFront`.
+  per (joint) request; the rewarder's view is :class:`RewarderFront`, which also reads a
+  reset without ``mode`` (all Universe's client sends) as asking for real time.
 - **Heartbeat**: a ``v0.env.describe`` at least every :data:`HEARTBEAT_INTERVAL` seconds,
   so a client can tell an idle remote from a stalled one.
 """
@@ -767,6 +768,13 @@ class Remote:
 class RewarderFront:
     """What the rewarder server drives (its ``EnvHandler``): the remote, with steps and
     resets through the seats' barrier (:class:`~envserver.players.Seats`).
+
+    A reset without ``mode`` — all Universe's client ever sends — asks for real time, the
+    only world Universe's clients know: on a lockstep remote it switches the remote to
+    real time (logged), so such a client is served as ``docs/rewarder.md`` promises instead
+    of waiting in a world that never moves. Our clients keep a lockstep remote in
+    lockstep by saying so (``ClientConnection.reset`` sends the mode the remote last
+    described when the caller names none).
     """
 
     def __init__(self, remote: Remote) -> None:
@@ -784,7 +792,15 @@ class RewarderFront:
         return self.remote.describe()
 
     async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
-        await self.remote.seats.reset(request, reply)
+        remote = self.remote
+        if request.mode is None and remote.mode == protocol.LOCKSTEP:
+            log.warning(
+                "a reset without 'mode' (a Universe client's) on a lockstep remote: switching "
+                "%s to real time, the only mode such a client knows (our clients reset with "
+                "mode 'lockstep' to keep it)", remote.env_id,
+            )
+            request = dataclasses.replace(request, mode=protocol.REALTIME)
+        await remote.seats.reset(request, reply)
 
     def action(self, request: protocol.ActionRequest) -> None:
         self.remote.action(request)

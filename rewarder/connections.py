@@ -167,6 +167,8 @@ class ClientConnection:
     """
 
     numbering: _Numbering = field(default_factory=_Numbering)
+    #: The mode the server's last describe named (None: it names none, as Universe's).
+    described_mode: str | None = None
 
     def _request(self, method: str, body: Mapping[str, Any], **headers: Any) -> tuple[int, bytes]:
         message_id = self.numbering.next_message_id
@@ -180,8 +182,12 @@ class ClientConnection:
         fps: float | None = None,
         mode: str | None = None,
     ) -> tuple[int, bytes]:
+        """``mode`` None keeps the server's: the mode its last describe named, said out
+        loud, since a reset without one asks our servers for real time (Universe's world);
+        servers that describe no mode (Universe's) get none."""
         body: dict[str, Any] = {"env_id": env_id, "seed": seed, "fps": fps}
-        if mode is not None:  # only when asked: Universe servers know no mode
+        mode = mode or self.described_mode
+        if mode is not None:  # only when known: Universe servers know no mode
             body["mode"] = mode
         return self._request(RESET, body, episode_id=str(episode_id))
 
@@ -220,6 +226,10 @@ class ClientConnection:
         if reader is None:
             raise UnknownMethod(msg.method)
         try:
-            return reader(msg, float(sent_at))
+            event = reader(msg, float(sent_at))
         except ValueError as exc:
             raise ProtocolError(str(exc)) from None
+        if msg.method == ENV_DESCRIBE:
+            mode = msg.body.get("mode")
+            self.described_mode = mode if isinstance(mode, str) else None
+        return event

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 import pytest
 
+from rewarder.blocking import BlockingRewarder
 from rewarder.client import RewarderClient
 from rewarder.errors import RemoteError
 from tests.conftest import StartRemote
+from tests.wire import WireClient
+
+WAIT = 10.0
 
 
 def digest(remote) -> str:  # type: ignore[no-untyped-def]
@@ -101,3 +106,48 @@ async def test_switching_back_to_realtime(start_remote: StartRemote) -> None:
         start = remote.frame
         await remote.wait_frame(start + 3)  # the game loop ticks again by itself
         assert remote.mode == "realtime"
+
+
+async def test_a_reset_without_mode_gives_universes_client_real_time_and_ours_keep_lockstep(
+    start_remote: StartRemote, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Universe's client never sends ``mode``: on a lockstep remote it would sit in a world
+    that never moves (frame 0, no reward, no VNC update, nothing logged). Its reset asks
+    for real time, and gets it, logged. Our clients' resets without ``mode`` keep the
+    remote's (they send the mode its describe named)."""
+    remote = await start_remote("builtin.Catch-v0", mode="lockstep")
+    port = remote.rewarder.port
+    async with RewarderClient(f"127.0.0.1:{port}") as ours:
+        await ours.reset(seed=1)
+        assert remote.mode == "lockstep"
+        assert (await ours.step([], frames=2)).frame == remote.frame
+
+    def blocking_reset_and_step() -> int:
+        channel = BlockingRewarder(f"127.0.0.1:{port}", calibration_pings=0)
+        channel.connect()
+        try:
+            channel.reset(seed=2)
+            return channel.step([], frames=3).frame
+        finally:
+            channel.close()
+
+    assert await asyncio.to_thread(blocking_reset_and_step) == remote.frame
+    assert remote.mode == "lockstep"
+
+    universe = await WireClient.open(port)
+    try:
+        # Universe's client sends this on every reset: episode "0", env_id, seed null, fps.
+        reply = await universe.reset("0", env_id="builtin.Catch-v0", seed=None, fps=60)
+        assert reply["method"] == "v0.reply.env.reset", reply
+        episode = reply["headers"]["episode_id"]
+        while True:
+            described = await universe.recv_until("v0.env.describe", episode_id=episode)
+            if described["body"]["env_state"] == "running":
+                break
+        assert described["body"]["mode"] == "realtime"
+        frame = remote.frame
+        async with asyncio.timeout(WAIT):  # the world moves without any step
+            await remote.wait_frame(frame + 10)
+    finally:
+        await universe.close()
+    assert "switching builtin.Catch-v0 to real time" in caplog.text
