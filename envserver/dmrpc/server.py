@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import grpc
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb
+from dm_env_rpc.v1.extensions import properties_pb2 as props
 from google.protobuf.message import DecodeError
 from google.rpc import code_pb2, status_pb2
 
@@ -40,6 +41,11 @@ MAX_STREAMS: Final = 16
 AUTH_METADATA: Final = "authorization"
 #: The gRPC service dm_env_rpc defines, and its one method.
 SERVICE: Final = "dm_env_rpc.v1.Environment"
+#: Elements a tensor in a request may declare (its shape's product). dm_env_rpc broadcasts
+#: a one-element tensor to its whole shape (``tensor_utils.reshape_array``: ``np.full``),
+#: so a request of a few bytes declaring shape [2**31 - 1] made the remote allocate 2 GB
+#: (an RSS spike to 1.6 GB in a 2-minute fuzz); no action or setting comes near this.
+MAX_TENSOR_ELEMENTS: Final = 1 << 20
 
 
 def peer_host(peer: str) -> str:
@@ -117,8 +123,24 @@ class DmEnvRpcServer:
                 f"the request is not a dm_env_rpc.v1.EnvironmentRequest ({len(data)} bytes: "
                 f"{exc}); this port speaks dm_env_rpc v1 (docs/dm_env_rpc.md)",
             )
+        if (too_large := oversized_tensor(request)) is not None:
+            self.bad_input.log(
+                "oversized tensor", logging.WARNING,
+                "dm_env_rpc: a request from %s has %s: answered INVALID_ARGUMENT", peer, too_large,
+            )
+            return _error(code_pb2.INVALID_ARGUMENT, f"{too_large}: a tensor may have at most "
+                          f"{MAX_TENSOR_ELEMENTS} elements (MAX_TENSOR_ELEMENTS)")
         try:
             return await session.handle(request)
+        except DecodeError as exc:  # bytes inside the request (an extension's Any)
+            which = request.WhichOneof("payload")
+            self.bad_input.log(
+                "undecodable request", logging.WARNING,
+                "dm_env_rpc: a %s request from %s holds bytes that decode to nothing (%s): "
+                "answered INVALID_ARGUMENT", which, peer, exc,
+            )
+            return _error(code_pb2.INVALID_ARGUMENT, f"the {which} request holds bytes that are "
+                          f"not what it says ({exc})")
         except Exception as exc:  # a bug of ours: answer, log (with a traceback), go on
             which = request.WhichOneof("payload")
             self.bad_input.log(
@@ -158,6 +180,35 @@ class DmEnvRpcServer:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong password for this remote")
         if guard is not None:
             guard.succeeded(peer)
+
+
+def oversized_tensor(request: pb.EnvironmentRequest) -> str | None:
+    """Which tensor of ``request`` declares more than :data:`MAX_TENSOR_ELEMENTS`
+    elements, or None. The shapes are checked before anything unpacks them."""
+    which = request.WhichOneof("payload")
+    tensors: list[tuple[str, pb.Tensor]] = []
+    if which == "step":
+        tensors = [(f"action {uid}", t) for uid, t in request.step.actions.items()]
+    elif which in ("create_world", "join_world", "reset", "reset_world"):
+        settings = getattr(request, which).settings
+        tensors = [(f"setting {name[:40]!r}", t) for name, t in settings.items()]
+    elif which == "extension" and request.extension.Is(props.PropertyRequest.DESCRIPTOR):
+        prop = props.PropertyRequest()
+        try:
+            request.extension.Unpack(prop)
+        except DecodeError:
+            return None  # (the session refuses it)
+        if prop.WhichOneof("payload") == "write_property":
+            tensors = [("property value", prop.write_property.value)]
+    for name, tensor in tensors:
+        elements = 1
+        for dim in tensor.shape:
+            elements *= max(dim, 1)
+            if elements > MAX_TENSOR_ELEMENTS:
+                shape = list(tensor.shape[:4])
+                more = ", ..." if len(tensor.shape) > 4 else ""
+                return f"{name} of shape {str(shape)[:-1]}{more}] (over {MAX_TENSOR_ELEMENTS} elements)"
+    return None
 
 
 def _error(code: int, message: str) -> pb.EnvironmentResponse:
