@@ -62,6 +62,7 @@ import orjson
 from aiohttp import WSMsgType, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from rewarder.tls import TLSPort
 from vncdriver.addresses import is_loopback
 from vncdriver.errors import ProtocolError, VNCError
 from vncdriver.handshake import ClientHandshake, HandshakeComplete, ServerHandshake
@@ -360,6 +361,32 @@ class _Bridge:
 # The app ----------------------------------------------------------------------------------------
 
 
+#: What the 400 to plain http:// on a TLS viewer port says to do.
+TLS_HINT: Final = "open {url}viewer/ (the browser must trust the remote's certificate or its CA)"
+
+
+class _TLSPortSite(web.BaseSite):
+    """aiohttp's TCPSite with TLS, whose connections go through
+    :class:`rewarder.tls.TLSPort` first: a plain ``http://`` request gets a 400 saying
+    the port speaks ``https://`` instead of a closed connection."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, tls_port: TLSPort) -> None:
+        super().__init__(runner)
+        self.host, self.port, self.tls_port = host, port, tls_port
+
+    @property
+    def name(self) -> str:
+        return f"https://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            self.tls_port.factory(server), self.host, self.port, backlog=self._backlog
+        )
+
+
 class _QuietBadRequests(logging.Filter):
     """aiohttp logs a traceback at ERROR for every malformed request (a 100 KB URL, say):
     a client's mistake, not ours. One INFO line instead, without the traceback."""
@@ -406,6 +433,8 @@ class Viewer:
         self.vnc_port = vnc_port
         self.vnc_server = vnc_server
         self.tls = tls
+        #: The TLS side of the port (with ``tls``), after :meth:`start`.
+        self.tls_port: TLSPort | None = None
         #: Passwords, the page's session cookies, the bridge's tokens, refusals.
         self.auth = ViewerAuth(password, view_only_password, auth_guard, secure=tls is not None)
         # The bridge runs beside the VNC server: a wildcard bind is reached on loopback.
@@ -439,7 +468,13 @@ class Viewer:
             self.app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, ssl_context=self.tls)
+        site: web.BaseSite
+        if self.tls is not None:  # plain http:// gets a 400 saying to use https://
+            self.tls_port = TLSPort(self.tls, scheme="https", where="the viewer port",
+                                    hint=TLS_HINT)
+            site = _TLSPortSite(self._runner, host, port, self.tls_port)
+        else:
+            site = web.TCPSite(self._runner, host, port)
         try:
             await site.start()
         except OSError:
@@ -452,6 +487,8 @@ class Viewer:
             return
         self._closing = True
         await asyncio.gather(*(b.close(reason, code=1001) for b in list(self.bridges)))
+        if self.tls_port is not None:
+            self.tls_port.close()
         if self._runner is not None:
             await self._runner.cleanup()
 

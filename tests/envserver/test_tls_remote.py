@@ -5,6 +5,7 @@ VNC (VeNCrypt) and dm_env_rpc (gRPC with TLS). In-process, on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -88,3 +89,34 @@ async def test_every_port_serves_tls_only(tls_remote: Remote, certs: Certs) -> N
     secure = grpc.secure_channel(target, grpc.ssl_channel_credentials(certs.ca.read_bytes()))
     assert await asyncio.to_thread(ready, secure)
     assert not await asyncio.to_thread(ready, grpc.insecure_channel(target))
+
+
+async def test_plain_http_to_the_https_viewer_gets_a_400_saying_it_speaks_https(
+    tls_remote: Remote, certs: Certs, caplog: pytest.LogCaptureFixture
+) -> None:
+    viewer = tls_remote.viewer
+    assert viewer is not None
+    caplog.set_level(logging.WARNING, "rewarder.tls")
+    reader, writer = await asyncio.open_connection("127.0.0.1", viewer.port)
+    try:
+        writer.write(b"GET /viewer/?password=x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), TIMEOUT)
+    finally:
+        writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
+    assert body.decode().startswith(
+        f"this port speaks https:// (TLS), not plain http://: open https://127.0.0.1:{viewer.port}/viewer/"
+    )
+    [line] = [r.getMessage() for r in caplog.records if r.name == "rewarder.tls"]
+    assert "plain HTTP ('GET /viewer/?password=x HTTP/1.1')" in line and "the viewer port" in line
+    # https:// as before, the bridge's WebSocket too: the remote's VNC greets through it.
+    ca = client_context(certs.ca)
+    base = f"https://127.0.0.1:{viewer.port}/viewer/"
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ca)) as https:
+        async with https.get(f"{base}session?password={PASSWORD}") as r:
+            assert r.status == 200
+            bridge = (await r.json())["websocket"]
+        async with https.ws_connect(base.replace("https:", "wss:") + bridge) as ws:
+            greeting = await ws.receive_bytes(timeout=TIMEOUT)
+            assert greeting.startswith(b"RFB 003.00")

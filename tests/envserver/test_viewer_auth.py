@@ -169,11 +169,10 @@ async def test_the_viewer_over_https_serves_the_page_its_files_and_its_websocket
             assert frame.shape == (48, 64, 3)
         finally:
             await rfb.close()
-    # Nothing in clear, and a client that does not trust the CA is refused.
+    # Nothing in clear (a 400 saying so), and a client that does not trust the CA is refused.
     async with aiohttp.ClientSession() as plain:
-        with pytest.raises(aiohttp.ClientError):
-            async with plain.get(f"http://127.0.0.1:{viewer.port}/viewer/"):
-                pass
+        async with plain.get(f"http://127.0.0.1:{viewer.port}/viewer/") as r:
+            assert r.status == 400 and "this port speaks https:// (TLS)" in await r.text()
         with pytest.raises(aiohttp.ClientConnectorCertificateError):
             async with plain.get(f"{base}/viewer/", ssl=ssl.create_default_context()):
                 pass
