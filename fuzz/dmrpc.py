@@ -36,6 +36,10 @@ STREAMS: Final = 4
 #: a hang: well above the remote's own deadline for a real-time step's frame (10 s), since
 #: the fuzz may slow the remote to 1 fps.
 RESPONSE_TIMEOUT: Final = 30.0
+#: Share of messages over the port's limit (MAX_MESSAGE_BYTES, 16 MiB): gRPC ends their
+#: stream with RESOURCE_EXHAUSTED, by design, and the requests after one go unanswered.
+OVERSIZED_SHARE: Final = 1 / 25_000
+OVERSIZED_BYTES: Final = 16 * 1024 * 1024 + 1
 _METHOD: Final = "/dm_env_rpc.v1.Environment/Process"
 _SETTINGS: Final = ("env_id", "seed", "mode", "frameskip", "player", "nope", "")
 _PROPERTIES: Final = ("env_id", "fps", "mode", "frameskip", "seed", "width", "height",
@@ -53,6 +57,9 @@ class Counts:
     hangs: int = 0
     crashes: int = 0  # the port stopped taking streams
     streams: int = 0
+    #: Streams gRPC ended for a message over the limit (the requests from it on are not
+    #: counted as requests: nothing answers them, by design).
+    closed_oversized: int = 0
     #: Responses by what they carried: a payload's name, or ``error:<code name>``.
     responses: Counter[str] = field(default_factory=Counter)
     #: Streams the server ended, by gRPC status (OK: we closed our side and it finished).
@@ -139,6 +146,8 @@ class _Stream:
     def __init__(self, rng: random.Random, world: list[str]) -> None:
         self.world = world
         self.joined = False
+        #: Another stream's agent holds the world: join less often.
+        self.blocked = False
         self.actions: dict[int, pb.TensorSpec] = {1: pb.TensorSpec(dtype=pb.UINT8, shape=[2])}
         self.observations: list[int] = [1, 2, 3]
         #: Requests to send first (most streams begin as an agent would: create, join).
@@ -152,6 +161,8 @@ class _Stream:
             self.world[0] = response.error.message.split("its world is '", 1)[1].split("'", 1)[0]
         elif which == "error" and "needs a joined world" in response.error.message:
             self.joined = False
+        elif which == "error" and "another agent has joined" in response.error.message:
+            self.joined, self.blocked = False, True
         elif which == "leave_world":
             self.joined = False
         if which in ("join_world", "reset"):
@@ -171,13 +182,15 @@ def request(rng: random.Random, stream: _Stream) -> pb.EnvironmentRequest:
         else:
             req.join_world.world_name = stream.world[0]
         return req
-    if not stream.joined and rng.random() < 0.5:  # most requests need a joined world
+    if not stream.joined and rng.random() < (0.05 if stream.blocked else 0.5):
+        stream.blocked = False  # (asks again; most requests need a joined world)
         req.join_world.world_name = stream.world[0]
         return req
     world = stream.world[0] if rng.random() < 0.8 else rng.choice(("", "nope", "\u00e9" * 3))
+    joined = stream.joined  # then mostly steps, and rarely leave
     kind = rng.choices(("create_world", "join_world", "step", "reset", "reset_world",
                         "leave_world", "destroy_world", "extension", "none"),
-                       weights=(3, 3, 65 if stream.joined else 15, 5, 3, 2, 2, 15, 2))[0]
+                       weights=(3, 3, 65 if joined else 5, 5, 3, 0.2 if joined else 2, 2, 15, 2))[0]
     if kind == "create_world":
         _settings(rng, req.create_world.settings)
     elif kind == "join_world":
@@ -221,8 +234,11 @@ def request(rng: random.Random, stream: _Stream) -> pb.EnvironmentRequest:
 
 
 def message_bytes(rng: random.Random, stream: _Stream) -> bytes:
-    """One message as sent: a valid request, a mutated one, garbage or nothing."""
+    """One message as sent: a valid request, a mutated one, garbage, nothing, or (rarely)
+    one over the port's limit."""
     roll = rng.random()
+    if roll < OVERSIZED_SHARE:
+        return bytes(OVERSIZED_BYTES)
     if roll < 0.05:
         return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64)))
     if roll < 0.07:
@@ -279,9 +295,13 @@ async def _stream(channel: grpc.aio.Channel, rng: random.Random, counts: Counts,
 
             reader = asyncio.ensure_future(read())
             sent = 0
+            oversized: int | None = None  # the index of one over the limit
             try:
                 for _ in range(size):
-                    await call.write(message_bytes(rng, stream))
+                    data = message_bytes(rng, stream)
+                    if len(data) >= OVERSIZED_BYTES and oversized is None:
+                        oversized = sent
+                    await call.write(data)
                     sent += 1
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
                 pass  # the stream ended under us: what was sent is counted below
@@ -295,7 +315,11 @@ async def _stream(channel: grpc.aio.Channel, rng: random.Random, counts: Counts,
             except grpc.aio.AioRpcError:
                 pass
             counts.answered += got[0]
-            counts.unanswered += sent - got[0]
+            if oversized is not None and got[0] == oversized:  # refused, as designed
+                counts.closed_oversized += 1
+                counts.requests -= sent - got[0]
+            else:
+                counts.unanswered += sent - got[0]
             if got[0] < sent:
                 ended = True
                 break
