@@ -28,6 +28,7 @@ from websockets.http11 import Request, Response
 from . import connections, protocol
 from .auth import basic_auth_password
 from .errors import BadRequest
+from .lograte import RateLimitedLog
 from .protocol import (
     CLOSE_BAD_PLAYER,
     CLOSE_BUSY,
@@ -219,6 +220,9 @@ class RewarderServer:
         self.viewer_port: int | None = None
         #: The TLS side of the port (with ``tls``), after :meth:`start`.
         self.tls_port: TLSPort | None = None
+        #: Our bugs a client's message ran into: one line (with its traceback) per kind per
+        #: interval, counted, so a client repeating the message cannot flood the log.
+        self.bugs = RateLimitedLog(log)
         self._server: Server | None = None
         self._closing = False
 
@@ -272,6 +276,7 @@ class RewarderServer:
             self._server.close(close_connections=False)
         if self.tls_port is not None:
             self.tls_port.close()
+        self.bugs.close()
         clients = list(self.clients)
         for client in clients:
             client.send(client.proto.close(reason))
@@ -531,7 +536,10 @@ class RewarderServer:
                 client.proto.reply_error(parent, exc.message, time.perf_counter() - started)
             )
         except Exception as exc:  # a bug of ours: answer, log, and keep serving everyone
-            log.exception("handling a message from %s failed", client.ws.remote_address)
+            self.bugs.log(  # with its traceback, but once per kind per interval
+                f"bug: {type(exc).__name__}", logging.ERROR,
+                "handling a message from %s failed", client.ws.remote_address, exc_info=True,
+            )
             message = (
                 f"the remote failed to handle this message ({type(exc).__name__}: {exc}); "
                 "this is a bug in the remote, please report it"

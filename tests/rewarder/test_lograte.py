@@ -1,13 +1,19 @@
-"""The rate-limited log of bad input: one line per kind per interval, the rest counted."""
+"""The rate-limited log of bad input: one line per kind per interval, the rest counted;
+the rewarder's bugs are logged through it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
+import orjson
 import pytest
+from websockets.asyncio.client import connect
 
+from rewarder import protocol
 from rewarder.lograte import LOG_INTERVAL, RateLimitedLog
+from rewarder.server import RewarderServer
+from tests.rewarder.test_client import FakeEnv
 
 
 class Clock:
@@ -75,3 +81,33 @@ async def test_on_a_loop_the_count_comes_when_the_interval_ends(caplog: pytest.L
         "bug: 9 more since (one line per kind per 0.05 s); the last: the remote failed: 9",
     ]
     assert caplog.records[-1].levelno == logging.ERROR
+
+
+async def test_a_rewarder_bug_is_answered_each_time_and_logged_once_with_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Buggy(FakeEnv):
+        def action(self, request: protocol.ActionRequest) -> None:
+            raise RuntimeError("a bug")
+
+    caplog.set_level(logging.INFO, "rewarder.server")
+    env = Buggy()
+    server = RewarderServer(env)
+    env.server = server
+    await server.start("127.0.0.1", 0)
+    try:
+        async with connect(f"ws://127.0.0.1:{server.port}", compression=None) as ws:
+            await ws.recv()  # describe
+            for i in range(20):
+                await ws.send(orjson.dumps({"method": "v0.agent.action", "headers": {
+                    "message_id": i, "sent_at": 0.0}, "body": {"action": [["KeyEvent", "a", True]]}
+                }).decode())
+                reply = orjson.loads(await ws.recv())
+                assert reply["method"] == "v0.reply.error"
+                assert "(RuntimeError: a bug)" in reply["body"]["message"]
+    finally:
+        await server.close("test over")
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 2, [r.getMessage() for r in errors]  # the first, and the count at close
+    assert errors[0].exc_info is not None and errors[1].exc_info is None
+    assert errors[1].getMessage().startswith("bug: RuntimeError: 19 more since")
