@@ -23,6 +23,12 @@ from rewarder.server import RewarderServer
 
 #: Messages per measured run; bounded so a run takes about a second.
 MESSAGES = 40_000
+#: Seconds a run may take before it is reported as failed (a dropped connection, say)
+#: instead of waiting for ever.
+RUN_LIMIT = 60.0
+#: Messages sent between two turns of the loop, so the connection's pings are answered
+#: (the remote drops a client that leaves one unanswered for 1.5 s).
+YIELD_EVERY = 256
 ROUNDS = 3
 ACTION = [["KeyEvent", "Left", True], ["PointerEvent", 10, 20, 1]]
 INFO = {"score": 3, "stats.frames": 1}
@@ -61,12 +67,16 @@ async def ours() -> tuple[float, float]:
     # server -> client
     base = client.stats.rewards
     started = time.perf_counter()
-    for _ in range(MESSAGES):
+    for i in range(MESSAGES):
         server.broadcast_reward(1, 1.0, False, INFO)
         if remote.outbox.qsize() > 512:  # let the writer drain: the bench must not overflow
             while remote.outbox.qsize() > 64:
                 await asyncio.sleep(0)
+        elif i % YIELD_EVERY == 0:
+            await asyncio.sleep(0)
     while client.stats.rewards - base < MESSAGES:
+        if not client.connected:
+            raise RuntimeError(f"the client's connection dropped: {client.error}")
         await asyncio.sleep(0.0005)
     down = MESSAGES / (time.perf_counter() - started)
     assert client.pop().reward >= MESSAGES
@@ -118,11 +128,18 @@ async def baseline() -> tuple[float, float]:
     return down, up
 
 
+async def _bounded(run: Any) -> tuple[float, float]:
+    try:
+        return await asyncio.wait_for(run, RUN_LIMIT)  # type: ignore[no-any-return]
+    except TimeoutError:
+        raise RuntimeError(f"a run took over {RUN_LIMIT:g} s (a dropped connection?)") from None
+
+
 def main() -> None:
     results: dict[str, list[tuple[float, float]]] = {"ours": [], "baseline": []}
     for _ in range(ROUNDS):
-        results["baseline"].append(asyncio.run(baseline()))
-        results["ours"].append(asyncio.run(ours()))
+        results["baseline"].append(asyncio.run(_bounded(baseline())))
+        results["ours"].append(asyncio.run(_bounded(ours())))
     best = {name: (max(r[0] for r in runs), max(r[1] for r in runs)) for name, runs in results.items()}
     print(f"  {MESSAGES} messages each way, best of {ROUNDS}, one event loop, 127.0.0.1")
     print(f"  {'':34}{'server->client':>16}{'client->server':>16}")

@@ -40,6 +40,7 @@ import numpy as np
 
 from rewarder import protocol
 from rewarder.errors import BadRequest
+from rewarder.lograte import RateLimitedLog
 from rewarder.protocol import FRAME_INFO_KEY, HEARTBEAT_INTERVAL
 from rewarder.server import PLAYER, RewarderServer
 from runtimes import registry
@@ -782,6 +783,9 @@ class RewarderFront:
     """
 
     def __init__(self, remote: Remote) -> None:
+        #: One line per interval for what a client may repeat (a fuzzer does, thousands
+        #: of times).
+        self.notes = RateLimitedLog(log)
         self.remote = remote
 
     @property
@@ -798,7 +802,8 @@ class RewarderFront:
     async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
         remote = self.remote
         if request.mode is None and remote.mode == protocol.LOCKSTEP:
-            log.warning(
+            self.notes.log(
+                "reset without mode", logging.WARNING,
                 "a reset without 'mode' (a Universe client's) on a lockstep remote: switching "
                 "%s to real time, the only mode such a client knows (our clients reset with "
                 "mode 'lockstep' to keep it)", remote.env_id,
