@@ -179,6 +179,12 @@ class Lines(io.StringIO):
         return next((line for line in lines if line.startswith(prefix)), None)
 
 
+#: Share of its fps a game keeps while the dashboard serves frames: loose enough for a
+#: loaded 2-core machine (make bench beside the suite), far above a game the dashboard
+#: would stall.
+KEEPS_PACE = 0.5
+
+
 def test_play_serves_the_dashboard_without_slowing_down() -> None:
     out = Lines()
     result: dict[str, Any] = {}
@@ -207,7 +213,7 @@ def test_play_serves_the_dashboard_without_slowing_down() -> None:
         state = orjson.loads(get(url + "state.json")[2])
         for remote in state["remotes"]:
             assert remote["env_id"] == "builtin.Catch-v0" and remote["state"] in ("running", "resetting")
-            assert remote["fps"] >= 0.8 * state["target_fps"], remote
+            assert remote["fps"] >= KEEPS_PACE * state["target_fps"], remote
     finally:
         thread.join(30)
     assert not thread.is_alive() and result["steps"] > 0

@@ -43,7 +43,7 @@ def test_a_busy_remote_says_so_without_the_generic_hint(guarded: LocalRemotes) -
     try:
         other = subprocess.run(
             [sys.executable, "-c", "from remotes import RemoteEnv; "
-             f"RemoteEnv({_address(guarded)!r}, password={PASSWORD!r}, start_timeout=1)"],
+             f"RemoteEnv({_address(guarded)!r}, password={PASSWORD!r}, start_timeout=5)"],
             capture_output=True, text=True, timeout=60,
         )
         last = other.stderr.strip().splitlines()[-1]

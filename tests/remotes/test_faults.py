@@ -36,8 +36,11 @@ from rewarder.reward_buffer import RewardBuffer
 #: Frames per second of the remotes here (Universe's): Catch misses a ball every ~155
 #: frames, so each remote sends a reward about every 2.6 s.
 FPS: Final = 60.0
-#: The goal: a remote that accepts connections again is stepping again within 1 s.
-RECONNECT_LIMIT: Final = 1.0
+#: A remote that accepts connections again is stepping again within this (the goal is
+#: 1 s, which benchmarks/remotes_realtime measures; this bound holds on a loaded 2-core
+#: machine, with make bench beside the suite, and still catches a reconnect that waits for
+#: a stall timeout or a start timeout).
+RECONNECT_LIMIT: Final = 4.0
 #: The stall timeout the stall tests use (the default, 10 s, would make them slow).
 STALL_TIMEOUT: Final = 1.5
 #: Frame periods before the stalled flag (as in the envs' default, in frames).
@@ -45,9 +48,10 @@ STALL_FRAMES: Final = 30
 #: Seconds any wait for a condition in these tests may take before it fails.
 PATIENCE: Final = 20.0
 #: Steps per second the healthy remotes must keep during an outage, as a share of FPS
-#: (the machine has 2 cores, shared with the remotes, a restarting remote's start-up and
-#: other tests; a step held up by the faulty remote would show as 0 or 1/deadline).
-HEALTHY_SHARE: Final = 0.6
+#: (the machine has 2 cores, shared with the remotes, a restarting remote's start-up,
+#: other tests and at worst make bench; a step held up by the faulty remote would show as
+#: 0 or 1/deadline, under 1 step/s).
+HEALTHY_SHARE: Final = 0.15
 #: Seconds between polls of a restarting remote's VNC port.
 POLL: Final = 0.01
 
