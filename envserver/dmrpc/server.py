@@ -224,11 +224,20 @@ class _Servicer:
         requests: AsyncIterator[bytes],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[pb.EnvironmentResponse]:
+        # The password is checked once the first request is in: a refusal sent while the
+        # client's first write is still in flight reaches it, at times, as gRPC's own
+        # INTERNAL "Internal error from Core" instead of our status and reason.
+        incoming = aiter(requests)
+        try:
+            first = await anext(incoming)
+        except StopAsyncIteration:
+            return
         await self.server.check_password(context)
         session = Session(self.server.endpoint)
         peer = peer_host(context.peer())
         try:
-            async for data in requests:
+            yield await self.server.answer(session, first, peer)
+            async for data in incoming:
                 yield await self.server.answer(session, data, peer)
         finally:
             session.close()

@@ -185,11 +185,11 @@ async def dm_env_rpc_attempt(remote: Remote, password: str) -> str | None:
         try:
             await call.write(pb.EnvironmentRequest(create_world=pb.CreateWorldRequest()))
             response = await call.read()
-        except grpc.aio.AioRpcError as exc:
+        except grpc.aio.AioRpcError:
+            # The server may refuse before our write lands (a loaded machine): the write
+            # then fails, but the call still ends with the server's status.
             response = None
-            code, details = exc.code(), exc.details() or ""
-        else:
-            code, details = await call.code(), await call.details()
+        code, details = await call.code(), await call.details() or ""
         if code is grpc.StatusCode.OK or response is not None and response != grpc.aio.EOF:
             call.cancel()
             return None
