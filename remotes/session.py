@@ -490,8 +490,6 @@ class RemoteSession:
 
     def frame(self) -> np.ndarray:
         """A copy of the latest frame (a blank one for rewarder-only remotes)."""
-        if self.shared.stepped is not None:
-            return self.shared.stepped[0].copy()
         if self.vnc is not None:
             return self.vnc.frame()
         width, height = self.screen_size

@@ -35,7 +35,7 @@ class SharedFrames:
     Attributes: :attr:`enabled` (steps ask for ``obs="shm"`` now; False when this machine
     has no writable /dev/shm, and after an error until :meth:`forget`), :attr:`error` (why
     shared memory went off, until popped), :attr:`last` ((frame number, episode id) of the
-    frame the last step read), :attr:`stepped` (transitional, see there).
+    frame the last step read).
     """
 
     def __init__(self, name: str, enabled: bool) -> None:
@@ -49,15 +49,7 @@ class SharedFrames:
         #: (frame number, episode id) of the frame the last step read from shared memory;
         #: None after a reset, a reconnect, or a step whose frame came over VNC.
         self.last: tuple[int, int] | None = None
-        #: Transitional, for readers of the step's pixels that do not pass their own array
-        #: yet (the stepper's copy, ``RemoteSession.frame``, ``RemoteParallelEnv``):
-        #: (the array the last step's frame was read into, frame number, episode id), or
-        #: None as :attr:`last`. The array is ``take``'s ``dest`` or, after
-        #: :meth:`receive`, an internal buffer the next ``receive`` overwrites; never a
-        #: mapping of the segment.
-        self.stepped: tuple[np.ndarray, int, int] | None = None
         self._reader: shm.FrameReader | None = None
-        self._buffer: np.ndarray | None = None  # receive()'s frame
 
     @property
     def obs(self) -> str:
@@ -71,50 +63,7 @@ class SharedFrames:
         or the remote ignored ``obs``), or when the segment is unusable: then
         :attr:`error` says why, shared memory is off until :meth:`forget`, and the frame
         comes over VNC. ``dest`` may be partly written when it returns False."""
-        return self._take(reply, dest)
-
-    def pop_error(self) -> str | None:
-        """Why shared memory went off, once (None: nothing new to report)."""
-        error, self.error = self.error, None
-        return error
-
-    async def receive(self, reply: StepReply, vnc: VNCClient, timeout: float | None = None) -> None:
-        """The frame of the step ``reply`` answers: from shared memory into an internal
-        buffer (:attr:`stepped` names it; the VNC client asks for no updates meanwhile:
-        nobody would look at them), else the VNC update tagged with it.
-
-        Transitional: the stepper will :meth:`take` frames into its batch instead."""
-        if self._take(reply, None):
-            vnc.pause_updates()
-        else:
-            vnc.resume_updates()
-            await vnc.wait_frame(reply.frame, timeout)
-
-    def new_episode(self, vnc: VNCClient | None) -> None:
-        """A reset: its first frame comes over VNC, so ask for updates again."""
-        self.stepped = self.last = None
-        if vnc is not None:
-            vnc.resume_updates()
-
-    def forget(self) -> None:
-        """The connection closed (a reconnect, or the end): close the segment (the next
-        connection's remote may be another process), and turn shared memory back on if
-        it was asked for and this machine has it, whatever went wrong before. An error
-        not yet popped stays to be reported. If the segment's remote is gone (killed: no
-        process holds the segment's lock) the segment is removed, so a remote that died
-        leaves nothing in /dev/shm behind the agent that used it."""
-        self.stepped = self.last = None
-        self._buffer = None
-        if self._reader is not None and self._reader.remove_if_abandoned():
-            log.info("%s: removed %s, the frame segment of a remote that is gone",
-                     self.name, self._reader.path)
-        self._close_reader()
-        self.enabled = self.requested and shm.available()
-
-    def _take(self, reply: StepReply, dest: np.ndarray | None) -> bool:
-        """:meth:`take`; ``dest`` None: into the internal buffer (allocated once the
-        segment proved to hold frames of the size the reply names)."""
-        self.stepped = self.last = None
+        self.last = None
         if not self.enabled or reply.shm is None:
             return False
         try:
@@ -122,11 +71,6 @@ class SharedFrames:
             if reader is None or (reader.name, reader.height, reader.width) != reply.shm:
                 self._close_reader()
                 self._reader = reader = shm.FrameReader(*reply.shm)
-            if dest is None:
-                shape = (reader.height, reader.width, 3)
-                if self._buffer is None or self._buffer.shape != shape:
-                    self._buffer = np.empty(shape, np.uint8)
-                dest = self._buffer
             number, episode = reader.read_into(dest)
             if (number, episode) != (reply.frame, reply.episode_id):
                 raise ValueError(
@@ -138,15 +82,38 @@ class SharedFrames:
             self._off(exc)
             return False
         self.last = (number, episode)
-        self.stepped = (dest, number, episode)
         return True
+
+    def pop_error(self) -> str | None:
+        """Why shared memory went off, once (None: nothing new to report)."""
+        error, self.error = self.error, None
+        return error
+
+    def new_episode(self, vnc: VNCClient | None) -> None:
+        """A reset: its first frame comes over VNC, so ask for updates again."""
+        self.last = None
+        if vnc is not None:
+            vnc.resume_updates()
+
+    def forget(self) -> None:
+        """The connection closed (a reconnect, or the end): close the segment (the next
+        connection's remote may be another process), and turn shared memory back on if
+        it was asked for and this machine has it, whatever went wrong before. An error
+        not yet popped stays to be reported. If the segment's remote is gone (killed: no
+        process holds the segment's lock) the segment is removed, so a remote that died
+        leaves nothing in /dev/shm behind the agent that used it."""
+        self.last = None
+        if self._reader is not None and self._reader.remove_if_abandoned():
+            log.info("%s: removed %s, the frame segment of a remote that is gone",
+                     self.name, self._reader.path)
+        self._close_reader()
+        self.enabled = self.requested and shm.available()
 
     def _off(self, exc: OSError | ValueError) -> None:
         """Shared memory off until :meth:`forget`, saying why (in the log and :attr:`error`)."""
         self.error = f"{exc} (until the next reconnect)"
         log.warning("%s: shared-memory frames unusable: %s", self.name, self.error)
         self.enabled = False
-        self._buffer = None
         self._close_reader()
 
     def _close_reader(self) -> None:

@@ -591,9 +591,7 @@ class Stepper:
         session = slot.session
         vnc = session.vnc
         number: int | None = None
-        if session.shared.stepped is not None:  # lockstep through shared memory
-            pixels, number, episode = session.shared.stepped
-        elif vnc is not None:
+        if vnc is not None:
             pixels, tag = vnc.framebuffer, vnc.tag
             if tag is not None:
                 number, episode = tag.frame, tag.episode_id

@@ -116,7 +116,7 @@ def test_shared_memory_frames_are_the_vnc_frames(pong: LocalRemotes) -> None:
     env = RemoteEnv(pong.addresses[0], mode="lockstep", frameskip=4)
     try:
         async def stepped() -> bool:
-            return env.session.shared.stepped is not None
+            return env.session.shared.last is not None
 
         assert env.session.shared.enabled  # 127.0.0.1: tried by default
         through_shm = run(env, seed=5, steps=80)

@@ -75,40 +75,12 @@ def test_the_agent_reads_the_frame_the_reply_names() -> None:
             assert frames.obs == OBS_SHM and frames.take(reply(segment, number), batch[1])
             assert np.array_equal(batch[1], frame) and not batch[0].any() and not batch[2].any()
             assert frames.last == (number, 1) and frames.pop_error() is None
-            assert frames.stepped is not None and np.shares_memory(frames.stepped[0], batch[1])
         segment.write(random_frame(9, 210, 160), 12, 1)
         assert np.array_equal(batch[1], random_frame(8, 210, 160))  # a copy: nothing mapped
     finally:
         frames.forget()
         segment.close()
     assert not segment.path.exists()
-
-
-async def test_receive_reads_into_a_buffer_the_session_copies_from(segment: shm.FrameSegment) -> None:
-    """The stepper's path until it takes frames into its batch: receive() leaves the frame
-    in ``stepped`` (a buffer of its own, not a mapping) and pauses VNC updates."""
-
-    class Vnc:
-        paused = False
-
-        def pause_updates(self) -> None:
-            self.paused = True
-
-        def resume_updates(self) -> None:
-            self.paused = False
-
-    frames, vnc = SharedFrames("test", enabled=True), Vnc()
-    try:
-        await frames.receive(reply(segment, 3), vnc)  # type: ignore[arg-type]
-        assert vnc.paused and frames.stepped is not None and frames.last == (3, 1)
-        pixels, number, episode = frames.stepped
-        assert (number, episode) == (3, 1) and np.array_equal(pixels, random_frame(3))
-        segment.write(random_frame(4), 4, 1)
-        assert np.array_equal(pixels, random_frame(3))  # not a live view
-        frames.new_episode(vnc)  # type: ignore[arg-type]
-        assert not vnc.paused and frames.stepped is None and frames.last is None
-    finally:
-        frames.forget()
 
 
 def test_reader_keeps_the_file_open_close_on_exec_and_closes_once(segment: shm.FrameSegment) -> None:
@@ -151,7 +123,7 @@ def test_a_segment_holding_another_frame_is_not_read_and_vnc_takes_over(
     try:
         segment.write(np.zeros((8, 8, 3), np.uint8), 3, 1)
         assert not frames.take(reply(segment, 4), dest)  # the reply names frame 4: not this one
-        assert frames.stepped is None and frames.last is None and frames.obs == OBS_VNC
+        assert frames.last is None and frames.obs == OBS_VNC
         assert "holds frame 3 of episode 1" in caplog.text and "over VNC" in caplog.text
     finally:
         segment.close()
