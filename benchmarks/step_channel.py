@@ -56,7 +56,6 @@ from benchmarks.common import process_cpu, ratio, table
 from remotes.loop import LoopThread
 from rewarder.blocking import BlockingRewarder
 from rewarder.client import RewarderClient
-from rewarder.dial import MAX_SERVER_MESSAGE_BYTES
 from rewarder.protocol import OBS_SHM
 
 #: Rounds; every row runs once per round, in a rotated order.
@@ -255,31 +254,14 @@ class UnixBlockingRewarder(BlockingRewarder):
         self.url = "ws://localhost/"
 
     def _attempt(self, timeout: float) -> None:
-        from websockets.client import ClientProtocol
-        from websockets.protocol import State
         from websockets.uri import parse_uri
-
-        from rewarder.connections import ClientConnection
 
         deadline = time.monotonic() + timeout
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(timeout)
             sock.connect(self.path)
-            ws = ClientProtocol(parse_uri(self.url), max_size=MAX_SERVER_MESSAGE_BYTES)
-            request = ws.connect()
-            for key, value in self._headers.items():
-                request.headers[key] = value
-            ws.send_request(request)
-            self._sock, self._ws, self._proto = sock, ws, ClientConnection()
-            self._fragments = []
-            self._flush()
-            while ws.state is State.CONNECTING:
-                self._read_some(deadline)
-            if ws.handshake_exc is not None:
-                raise ws.handshake_exc
-            while self._describe is None:
-                self._read_some(deadline)
+            self._handshake(sock, parse_uri(self.url), deadline)
         except BaseException:
             self._abort()
             raise

@@ -42,7 +42,7 @@ from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidHandshake, InvalidMessage, InvalidStatus
 from websockets.frames import Frame, Opcode
 from websockets.protocol import State
-from websockets.uri import parse_uri
+from websockets.uri import WebSocketURI, parse_uri
 
 from . import keeper, protocol
 from .client_channel import CALIBRATION_PINGS, PING_TIMEOUT, intersect_skew
@@ -237,21 +237,7 @@ class BlockingRewarder(ClientState):
                     raise
                 except ssl.SSLError as exc:
                     raise Untrusted(f"{self.name}: {tls_failure(f'{uri.host}:{uri.port}', exc)}") from None
-            ws = ClientProtocol(uri, max_size=MAX_SERVER_MESSAGE_BYTES)
-            request = ws.connect()
-            for key, value in self._headers.items():
-                request.headers[key] = value
-            ws.send_request(request)
-            self._sock, self._ws, self._proto = sock, ws, ClientConnection()
-            self._fragments = []
-            self._flush()
-            while ws.state is State.CONNECTING:
-                self._read_some(deadline)
-            if ws.handshake_exc is not None:
-                raise ws.handshake_exc
-            # The server's first message: a describe, or the reason it refuses us.
-            while self._describe is None:
-                self._read_some(deadline)
+            self._handshake(sock, uri, deadline)
         except InvalidStatus as exc:
             self._abort()
             status = exc.response.status_code
@@ -277,6 +263,24 @@ class BlockingRewarder(ClientState):
             self._abort()
             raise
         sock.settimeout(None)
+
+    def _handshake(self, sock: socket.socket, uri: WebSocketURI, deadline: float) -> None:
+        """On a connected ``sock``: the WebSocket handshake, then the server's first
+        message (a describe, or the reason it refuses us), until ``deadline``."""
+        ws = ClientProtocol(uri, max_size=MAX_SERVER_MESSAGE_BYTES)
+        request = ws.connect()
+        for key, value in self._headers.items():
+            request.headers[key] = value
+        ws.send_request(request)
+        self._sock, self._ws, self._proto = sock, ws, ClientConnection()
+        self._fragments = []
+        self._flush()
+        while ws.state is State.CONNECTING:
+            self._read_some(deadline)
+        if ws.handshake_exc is not None:
+            raise ws.handshake_exc
+        while self._describe is None:
+            self._read_some(deadline)
 
     def _calibrate(self) -> None:
         skew: tuple[float, float] | None = None
