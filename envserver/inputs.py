@@ -118,7 +118,8 @@ class Inputs:
         self.push(source, checked)
 
     def push_vnc(self, runtime: Runtime, client_id: int, events: Sequence[Any]) -> None:
-        """VNC input: keys the runtime does not use are dropped, pointers clamped to the screen.
+        """VNC input: keys the runtime does not use are dropped (unless it takes any,
+        ``Runtime.any_vnc_key``), pointers clamped to the screen.
 
         Past :data:`MAX_PENDING_EVENTS` presses and moves are dropped and counted, but
         releases still apply, so a flood can't leave a key stuck down.
@@ -128,7 +129,7 @@ class Inputs:
         for event in events:
             if isinstance(event, messages.KeyEvent):
                 name = keysyms.name(event.key)
-                if name not in runtime.keys:
+                if name not in runtime.keys and not runtime.any_vnc_key:
                     continue
                 key = KeyEvent(name, event.down)
                 if len(checked) < room or not event.down:

@@ -71,11 +71,6 @@ class Recorder:
     def attach(self, remote: Remote) -> None:
         """Hear ``remote``'s episodes and frames; add the ``recording`` property. Call
         before ``remote.start()`` (the first episode starts there)."""
-        if remote.runtime.external_vnc:
-            raise ValueError(
-                f"{remote.runtime.env_id} draws in its own X server, whose frames this remote "
-                "does not see yet: --record works with runtimes it serves itself (builtin, atari)"
-            )
         self.remote = remote
         remote.episode_sinks.append(self._episode_began)
         remote.result_sinks.append(self._advanced)

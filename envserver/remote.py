@@ -169,12 +169,6 @@ class Remote:
         #: only reads who holds what, for describe).
         self.seats = Seats(self, rewarder_holder=self._rewarder_holder)
         self.auth_throttle = auth_throttle or AuthThrottle()
-        if tls is not None and self.runtime.external_vnc:
-            raise ValueError(
-                f"{self.runtime.env_id} serves its screen from its own X VNC server, which "
-                "this remote cannot put behind TLS yet: serve it on 127.0.0.1 without "
-                "--tls-cert and reach it through an SSH tunnel"
-            )
         self.tls = tls
         self.rewarder = RewarderServer(
             RewarderFront(self), password=password, allow_origins=allow_origins,
@@ -183,21 +177,19 @@ class Remote:
             players=lambda: self.runtime.players, seat_held_by=self.seats.held_elsewhere,
         )
         self.password, self.view_only_password = password, view_only_password
-        #: Our VNC server, or None when the runtime serves VNC itself (Xvnc).
-        self.vnc: VNCServer | None = None
-        if not self.runtime.external_vnc:
-            self.vnc = VNCServer(
-                self.runtime.framebuffer,
-                name=self.runtime.env_id,
-                password=password,
-                view_only_password=view_only_password,
-                on_input=self._vnc_input,
-                on_disconnect=self._vnc_left,
-                auth_guard=self.auth_throttle,
-                max_viewers=max_viewers,
-                tls=tls.context if tls is not None else None,
-                player_passwords=player_passwords,
-            )
+        #: The VNC server every runtime's screen is served from (an X program's too).
+        self.vnc = VNCServer(
+            self.runtime.framebuffer,
+            name=self.runtime.env_id,
+            password=password,
+            view_only_password=view_only_password,
+            on_input=self._vnc_input,
+            on_disconnect=self._vnc_left,
+            auth_guard=self.auth_throttle,
+            max_viewers=max_viewers,
+            tls=tls.context if tls is not None else None,
+            player_passwords=player_passwords,
+        )
         self.vnc_port: int | None = None
         #: The browser viewer (``start(http_port=...)``), or None.
         self.viewer: Viewer | None = None
@@ -279,24 +271,16 @@ class Remote:
         at ``/viewer/``, :mod:`envserver.viewer`); with ``dm_env_rpc_port``, to
         dm_env_rpc agents over gRPC (:mod:`envserver.dmrpc`, the ``dmenv`` extra).
         """
-        if dm_env_rpc_port is not None and self.runtime.external_vnc:
-            raise ValueError(
-                f"{self.runtime.env_id} draws its screen in an X server, which the dm_env_rpc "
-                "port cannot read yet: drive it over VNC and the rewarder"
-            )
         loop = asyncio.get_running_loop()
         self.failed = loop.create_future()
-        await self.runtime.astart(host, vnc_port, self.password, self.view_only_password)
+        await self.runtime.astart()
         self._fire(Event.RESET)
         await self._begin_episode(seed=None)
         self._fire(Event.RESET_DONE)
         await self.rewarder.start(host, rewarder_port)
         try:
-            if self.vnc is not None:
-                await self.vnc.start(host, vnc_port)
-                self.vnc_port = self.vnc.port
-            else:
-                self.vnc_port = int(getattr(self.runtime, "vnc_port", vnc_port))
+            await self.vnc.start(host, vnc_port)
+            self.vnc_port = self.vnc.port
             if http_port is not None:
                 self.viewer = await start_viewer(self, host, http_port)
                 self.rewarder.viewer_port = self.viewer.port
@@ -328,9 +312,9 @@ class Remote:
     async def _close_parts(self, reason: str) -> list[tuple[str, BaseException]]:
         """Close the servers at once, then the segment and the runtime, whatever raises;
         the parts that raised, and what."""
-        parts: list[tuple[str, Awaitable[None]]] = [("the rewarder", self.rewarder.close(reason))]
-        if self.vnc is not None:
-            parts.append(("the VNC server", self.vnc.close()))
+        parts: list[tuple[str, Awaitable[None]]] = [
+            ("the rewarder", self.rewarder.close(reason)), ("the VNC server", self.vnc.close()),
+        ]
         if self.viewer is not None:
             parts.append(("the browser viewer", self.viewer.close(reason)))
         if self.dm_env_rpc is not None:
@@ -362,8 +346,8 @@ class Remote:
             # Beyond Universe: the precise state and how the game loop keeps time.
             "remote_state": self.state.value,
             "late_ticks": self.late_ticks,
-            # Our VNC server tags updates with frame numbers (vncdriver FRAME_TAG); Xvnc doesn't.
-            "frame_tags": self.vnc is not None,
+            # Our VNC server tags updates with frame numbers (vncdriver FRAME_TAG).
+            "frame_tags": True,
             "server_version": SERVER_VERSION,
             "protocols": PROTOCOLS,
             "seats": self.seats.describe(),
@@ -477,7 +461,7 @@ class Remote:
         """The player an input source drives (0 on single-player runtimes)."""
         if self.runtime.players == 1:
             return 0
-        return source_player(source, self.vnc.player_of if self.vnc is not None else None)
+        return source_player(source, self.vnc.player_of)
 
     def _rewarder_holder(self, player: int) -> str | None:
         """The rewarder client seated as ``player``, named for describe and errors."""
@@ -510,8 +494,8 @@ class Remote:
     ) -> None:
         runtime = construct(factory, request.env_id or "", self.runtime_options)
         await self.runtime.aclose()
-        self.runtime = runtime
-        assert self.vnc is not None
+        self.runtime = runtime  # a failed start is the reset's error: recovery starts it
+        await runtime.astart()
         self.vnc.frame_ready(runtime.framebuffer)
         if request.fps is None:
             self.fps = float(runtime.fps)
@@ -636,11 +620,10 @@ class Remote:
     def _frame_ready(self, frame: np.ndarray | None = None) -> None:
         """Serve the frame just drawn (or ``frame``, a copy of it), tagged with its
         number, episode and time."""
-        if self.vnc is not None:
-            self.vnc.frame_ready(
-                self.runtime.framebuffer if frame is None else frame,
-                tag=FrameTag(self.frame, self.episode_id, time.time()),
-            )
+        self.vnc.frame_ready(
+            self.runtime.framebuffer if frame is None else frame,
+            tag=FrameTag(self.frame, self.episode_id, time.time()),
+        )
 
     def _advance(self, frames: int, events: Sequence[Any]) -> StepResult:
         """Advance the runtime; count its frames; send its text/observation."""

@@ -33,12 +33,6 @@ def check_reset(
             factory = registry.lookup(request.env_id)
         except UnknownEnvironment as exc:
             raise BadRequest(str(exc), mid) from None
-        if getattr(factory, "external_vnc", False) or runtime.external_vnc:
-            raise BadRequest(
-                f"{runtime.env_id} and {request.env_id} cannot share a remote (one "
-                "of them serves its own display); start a remote for each",
-                mid,
-            )
         target = factory
     if request.mode == protocol.LOCKSTEP and not getattr(target, "lockstep", True):
         raise BadRequest(

@@ -131,10 +131,9 @@ class Runtime(abc.ABC):
     description: ClassVar[str] = ""
     #: Keyword arguments the constructor takes (``serve --scale 2`` passes ``scale``).
     options: ClassVar[tuple[str, ...]] = ()
-    #: True when the runtime serves VNC itself (an X server such as TigerVNC's Xvnc on the
-    #: remote's VNC port): the remote then runs no VNC server of its own, and
-    #: :attr:`framebuffer` need not be drawn.
-    external_vnc: ClassVar[bool] = False
+    #: True when VNC viewers may send any key, not only :attr:`keys` (the rewarder's
+    #: list): a desktop, where a person types whatever they like.
+    any_vnc_key: ClassVar[bool] = False
     #: Whether the runtime can run in lockstep (deterministic, as fast as it can go).
     lockstep: ClassVar[bool] = True
     #: Players in one world: above 1, :meth:`advance` takes :class:`PlayerEvent` too and
@@ -193,10 +192,9 @@ class Runtime(abc.ABC):
     # Hooks for runtimes that own processes (X servers, browsers). The remote awaits them
     # on its event loop; the defaults suit runtimes that live in this process.
 
-    async def astart(  # noqa: B027 (a hook)
-        self, host: str, vnc_port: int, password: str | None, view_only_password: str | None
-    ) -> None:
-        """Start what the runtime needs; an ``external_vnc`` runtime binds ``vnc_port`` here."""
+    async def astart(self) -> None:  # noqa: B027 (a hook)
+        """Start what the runtime needs (an X display, a browser) before its first reset;
+        the remote's own servers serve it."""
 
     async def areset(self, seed: int | None = None) -> None:
         """Start a new episode; runtimes whose reset must wait on I/O override this."""

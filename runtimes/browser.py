@@ -10,45 +10,47 @@ ModuleNotFoundError when the ``browser`` extra (the ``miniwob`` wheel) is missin
 Chromium is, naming the Debian package; the registry then lists no ``miniwob.*`` ids and
 ``serve`` says what to install.
 
-**Screen.** Xvnc is the remote's VNC server (``external_vnc``): agents and viewers
-connect to it directly. Chromium runs in kiosk mode, no window manager, so the page
-fills the screen from (0, 0) with no browser chrome: the 160x210 task sits at the top
-left (:data:`TASK_AREA`, also in ``v0.env.describe``), MiniWoB's reward panel to its
-right.
+**Screen.** Chromium runs in kiosk mode, no window manager, on a 640x480 Xvnc display
+the remote reads over a Unix socket (``runtimes.xruntime``), so the page fills the screen
+from (0, 0) with no browser chrome. The remote serves the task (:data:`TASK_AREA`: the
+instruction bar and the 160x160 task, 160x210 at the top left) — what an agent needs,
+with none of the grey around it; ``serve --option screen=full`` serves the whole 640x480
+screen (MiniWoB's reward panel and timer to the right of the task).
 
 **Episodes.** The page is loaded once, at start. A reset seeds the page's random number
-generator (``Math.seedrandom(seed)``) and calls ``core.startEpisodeReal()``: same seed,
-same task instance. The instruction (``core.getUtterance()``) goes out as
-``v0.env.text`` at the first frame of the episode. A background task polls the page's
+generator (``Math.seedrandom(seed)``), calls ``core.startEpisodeReal()`` and returns once
+the new page is drawn on the display and taken (:meth:`MiniWoBRuntime.areset`): the
+reset's frame is the new episode's, and input from the first step applies to it. The
+instruction (``core.getUtterance()``) goes out as ``v0.env.text`` before the reset's
+reply. A background task polls the page's
 ``WOB_DONE_GLOBAL``/``WOB_REWARD_GLOBAL``/``WOB_EPISODE_ID`` every
 :data:`POLL_INTERVAL`; when the task ends its episode (a right or wrong answer, or its
 own 10 s time limit with reward -1), the next frame reports the reward once with
 ``done`` and the remote resets. If Chromium dies or leaves the task page, the episode
-ends with ``info["browser.error"]`` and the reset brings the browser back.
+ends with ``info["browser.error"]`` and the reset brings the browser back (and the
+display, if Xvnc died).
 
-**Input.** Agents normally act over VNC, straight into X; the remote never sees that.
-Events that arrive over the rewarder (``v0.agent.action``) are sent into the same X
-server through a VNC connection of our own, so both paths reach the page as real X
-input.
+**Input.** Every input — a viewer's over VNC, an agent's over VNC or the rewarder —
+reaches the page as real X input, through the remote's connection to the display.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import logging
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
 from vncdriver import keysyms
 
-from .base import InputEvent, StepResult
+from .base import StepResult
 from .cdp import CDPClient, CDPError
 from .xdisplay import (
     XVNC_PACKAGE,
@@ -67,6 +69,16 @@ SCREEN_WIDTH: Final = 640
 SCREEN_HEIGHT: Final = 480
 #: Where the task is on the screen: x, y, width, height (MiniWoB's ``#wrap`` is 160x210).
 TASK_AREA: Final = (0, 0, 160, 210)
+#: ``serve --option screen=...``: the task area (the default) or the whole screen.
+SCREENS: Final = ("task", "full")
+#: Seconds a reset waits for the new page to reach the display after the page drew it
+#: (the display sends nothing when the new page looks exactly like the old one).
+SETTLE_TIMEOUT: Final = 1.0
+#: Runs in the page after a change: resolves once the page has drawn a frame with it
+#: (the second animation frame starts after the first was handed to the compositor).
+DRAWN_EXPRESSION: Final = (
+    "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
+)
 #: Frames per second of the remote's loop: it only forwards input and picks up results.
 FPS: Final = 60.0
 
@@ -181,17 +193,31 @@ def find_xvnc() -> str:
 
 
 class MiniWoBRuntime(DisplayRuntime):
-    """One MiniWoB++ task in Chromium on an Xvnc display that is the remote's VNC server."""
+    """One MiniWoB++ task in Chromium on an X display that the remote serves."""
 
-    width: ClassVar[int] = SCREEN_WIDTH
-    height: ClassVar[int] = SCREEN_HEIGHT
+    width: ClassVar[int] = TASK_AREA[2]
+    height: ClassVar[int] = TASK_AREA[3]
+    display_size: ClassVar[tuple[int, int]] = (SCREEN_WIDTH, SCREEN_HEIGHT)
     fps: ClassVar[float] = FPS
     keys: ClassVar[tuple[str, ...]] = KEYS
     buttons: ClassVar[int] = BUTTONS
+    any_vnc_key: ClassVar[bool] = False  # a page takes what KEYS lists
+    options: ClassVar[tuple[str, ...]] = ("screen",)
     #: The task page's file name (``click-test.html``); set per subclass.
     page: ClassVar[str]
+    #: Which screen this class serves (one of :data:`SCREENS`).
+    screen_kind: ClassVar[str] = "task"
 
-    def __init__(self) -> None:
+    def __new__(cls, screen: str = "task") -> MiniWoBRuntime:
+        """``screen="full"`` makes the whole-screen form of the task's class (every
+        class attribute, the size included, stays true of the instance)."""
+        if screen not in SCREENS:
+            raise ValueError(f"screen must be one of {', '.join(SCREENS)}, not {screen!r}")
+        if screen != cls.screen_kind:
+            cls = _screen_form(cls, screen)
+        return super().__new__(cls)
+
+    def __init__(self, screen: str = "task") -> None:
         super().__init__()
         self.browser: XProgram | None = None
         self.cdp: CDPClient | None = None
@@ -214,20 +240,15 @@ class MiniWoBRuntime(DisplayRuntime):
 
     @classmethod
     def describe(cls) -> dict[str, Any]:
-        return {**super().describe(), "task_area": list(TASK_AREA)}
+        return {**super().describe(), "task_area": list(TASK_AREA), "screen": cls.screen_kind}
 
     # Lifecycle -----------------------------------------------------------------------------
 
-    async def astart(
-        self, host: str, vnc_port: int, password: str | None, view_only_password: str | None
-    ) -> None:
-        """Start Xvnc on ``host:vnc_port`` (0: a free port), Chromium on it, load the task."""
+    async def astart(self) -> None:
+        """Start the display, Chromium on it, and load the task."""
         started = time.monotonic()
         self._chromium = find_chromium()  # fail before starting anything if it is missing
-        await super().astart(host, vnc_port, password, view_only_password)
-        self._poller = asyncio.get_running_loop().create_task(
-            self._poll(), name=f"{self.env_id} reward poller"
-        )
+        await super().astart()
         self.startup_seconds = time.monotonic() - started
         log.info("%s started in %.2f s on %s", self.env_id, self.startup_seconds, self.display)
 
@@ -242,7 +263,7 @@ class MiniWoBRuntime(DisplayRuntime):
         argv = [
             chromium,
             *CHROMIUM_FLAGS,
-            f"--window-size={self.width},{self.height}",
+            f"--window-size={SCREEN_WIDTH},{SCREEN_HEIGHT}",
             f"--user-data-dir={self._profile}",
             self.url(),
         ]
@@ -313,9 +334,15 @@ class MiniWoBRuntime(DisplayRuntime):
     # Episodes ------------------------------------------------------------------------------
 
     async def areset(self, seed: int | None = None) -> None:
-        """Seed the page and start a new episode; bring the browser back if it is lost."""
+        """Seed the page and start a new episode, and take its first frame; bring the
+        browser (and the display) back if it is lost."""
         self._generation += 1
         self._outcome, self._reported, self._failure = None, False, None
+        await self._revive_display()
+        if self._poller is None:
+            self._poller = asyncio.get_running_loop().create_task(
+                self._poll(), name=f"{self.env_id} reward poller"
+            )
         browser_alive = self.browser is not None and self.browser.running
         if self.cdp is None or not self.cdp.connected or not browser_alive:
             log.warning("%s: the browser is gone; starting it again", self.env_id)
@@ -335,15 +362,21 @@ class MiniWoBRuntime(DisplayRuntime):
         )
         self._wob_episode = int(episode)
         self._text = str(utterance)
+        await self._take_drawn_page()
+
+    async def _take_drawn_page(self) -> None:
+        """Wait until the page has drawn its last change and the display sent it, then
+        take the frame: what a reset returns is the new episode, not the old one."""
+        assert self.cdp is not None and self.screen is not None
+        await self.cdp.evaluate(DRAWN_EXPRESSION)
+        await self.take_next_frame(self.screen.updates, SETTLE_TIMEOUT)
 
     def instruction(self) -> str | None:
         text, self._text = self._text, None
         return text
 
-    def step(self, events: Sequence[InputEvent]) -> StepResult:
-        """Send rewarder input into X; report the instruction once and the outcome once."""
-        if events:
-            self._inject(events)
+    def outcome(self) -> StepResult:
+        """The instruction once, and the episode's outcome once."""
         result = StepResult(text=self._text)
         self._text = None
         if self._outcome is not None and not self._reported:
@@ -394,6 +427,16 @@ def _runtime_class(page: str) -> type[MiniWoBRuntime]:
             "__module__": __name__,
         },
     )
+
+
+@functools.cache
+def _screen_form(cls: type[MiniWoBRuntime], screen: str) -> type[MiniWoBRuntime]:
+    """``cls`` serving ``screen``: the whole display (``full``) or the task area."""
+    width, height = (SCREEN_WIDTH, SCREEN_HEIGHT) if screen == "full" else TASK_AREA[2:]
+    base = cls.__mro__[1] if cls.screen_kind != "task" else cls
+    return type(f"{base.__name__}_{screen}", (base,), {
+        "width": width, "height": height, "screen_kind": screen, "__module__": __name__,
+    })
 
 
 def _check_programs() -> None:

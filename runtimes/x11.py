@@ -9,8 +9,9 @@ command in :data:`COMMAND_ENV`), :class:`CommandMissing` and :data:`RUNTIMES`, t
 :class:`~runtimes.xdisplay.ProgramMissing` (a ModuleNotFoundError) when Xvnc is not
 installed: the registry then lists no ``x11.*`` ids and ``serve`` names the package.
 
-**Screen.** Xvnc is the remote's VNC server (``external_vnc``), :data:`SCREEN_WIDTH` x
-:data:`SCREEN_HEIGHT`, with no window manager. The programs of the table are asked to
+**Screen.** The program draws on an Xvnc display of :data:`SCREEN_WIDTH` x
+:data:`SCREEN_HEIGHT` with no window manager, which the remote reads over a Unix socket
+and serves from its own VNC server (``runtimes.xruntime``). The programs of the table are asked to
 fill it (``-geometry 1024x768+0+0``; xterm gets a terminal-sized window at the top left);
 a command runs as given, so its window goes wherever the program puts it.
 
@@ -23,9 +24,9 @@ keeps exiting within :data:`QUICK_EXIT` seconds is restarted after a growing pau
 (:data:`RESTART_DELAY` doubling up to :data:`RESTART_DELAY_MAX`), not in a tight loop.
 Real time only: an X program cannot be stepped frame by frame, so there is no lockstep.
 
-**Input.** Agents normally act over VNC, straight into X; the remote never sees that.
-Events that arrive over the rewarder (``v0.agent.action``, limited to :data:`KEYS` and
-the three buttons) are sent into the same X server through a VNC connection of our own.
+**Input.** Viewers' and agents' input over VNC (any key), and the rewarder's
+(``v0.agent.action``, limited to :data:`KEYS` and the three buttons), reach the program
+as real X input through the remote's connection to the display.
 
 **Any command.** ``x11.Command-v0`` runs the command in ``$UNIVERSE_REMOTE_X11_COMMAND``,
 read when the runtime is made and split like a shell would (``shlex``) but not run by one
@@ -42,12 +43,11 @@ import os
 import shlex
 import shutil
 import time
-from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
 from vncdriver import keysyms
 
-from .base import InputEvent, StepResult
+from .base import StepResult
 from .errors import RuntimeFailure
 from .xdisplay import XVNC_PACKAGE, XProgram, find_program, log_tail
 from .xruntime import DisplayRuntime
@@ -78,6 +78,9 @@ COMMAND_ENV: Final = "UNIVERSE_REMOTE_X11_COMMAND"
 
 # Episodes ----------------------------------------------------------------------------------
 
+#: Seconds a reset waits for the restarted program to draw (its window, its first
+#: frame); past it the reset returns the screen as it is.
+FIRST_DRAW_TIMEOUT: Final = 2.0
 #: A program that exits within this many seconds of its start exited "quickly".
 QUICK_EXIT: Final = 2.0
 #: Pause before restarting a program after its second quick exit in a row; it doubles
@@ -131,12 +134,10 @@ class X11Runtime(DisplayRuntime):
 
     # Lifecycle -----------------------------------------------------------------------------
 
-    async def astart(
-        self, host: str, vnc_port: int, password: str | None, view_only_password: str | None
-    ) -> None:
-        """Start Xvnc on ``host:vnc_port`` (0: a free port); the first reset starts the program."""
-        await super().astart(host, vnc_port, password, view_only_password)
-        log.info("%s: Xvnc on %s for %s", self.env_id, self.display, shlex.join(self.argv))
+    async def astart(self) -> None:
+        """Start the display; the first reset starts the program."""
+        await super().astart()
+        log.info("%s: %s for %s", self.env_id, self.display, shlex.join(self.argv))
 
     async def _stop_programs(self) -> None:
         if self.program is not None:
@@ -145,9 +146,10 @@ class X11Runtime(DisplayRuntime):
 
     # Episodes ------------------------------------------------------------------------------
 
-    async def areset(self, seed: int | None = None) -> None:
-        """(Re)start the program; ``seed`` is ignored (an X program takes none)."""
-        if self.display is None:
+    async def _restart_program(self) -> int:
+        """Stop the program and start it again; the display's update count in between
+        (the new program's first frame comes after it)."""
+        if self.display is None or self.screen is None:
             raise RuntimeError(f"{self.env_id} is not started; the remote awaits astart() first")
         exited_by_itself = self._reported or (self.program is not None and not self.program.running)
         if exited_by_itself and time.monotonic() - self._started_at < QUICK_EXIT:
@@ -164,16 +166,23 @@ class X11Runtime(DisplayRuntime):
             )
             await asyncio.sleep(delay)  # a pause against a crash loop, not synchronisation
         self._started_at = time.monotonic()
+        before = self.screen.updates
         try:
             self.program = self.display.spawn(self.argv)
         except OSError as exc:  # vanished from PATH, not executable any more
             self._failure = f"cannot start {shlex.join(self.argv)}: {exc}"
             log.warning("%s: %s", self.env_id, self._failure)
+        return before
 
-    def step(self, events: Sequence[InputEvent]) -> StepResult:
-        """Send rewarder input into X; end the episode once if the program has exited."""
-        if events:
-            self._inject(events)
+    async def areset(self, seed: int | None = None) -> None:
+        """(Re)start the program; ``seed`` is ignored (an X program takes none)."""
+        await self._revive_display()
+        before = await self._restart_program()
+        if self.program is not None:
+            await self.take_next_frame(before, FIRST_DRAW_TIMEOUT)
+
+    def outcome(self) -> StepResult:
+        """End the episode once if the program has exited (or could not start)."""
         if self._reported:
             return StepResult()
         if self._failure is not None:

@@ -8,16 +8,20 @@ server (the tests start Xvfb and x11vnc with them): :func:`start_process`,
 :func:`start_x_server`, :func:`read_display_number`, :func:`wait_listening`,
 :func:`stop_group`, :func:`free_port`, :func:`log_tail`.
 
-The display is the remote's VNC server: viewers and agents connect to Xvnc directly, so a
-runtime on it sets ``external_vnc``. Xvnc picks its own display number (``-displayfd``:
-no race with other X servers on the machine); port 0 means "pick a free port", retried
-when another process takes the one we picked before Xvnc binds it. Nothing waits by
-sleeping: readiness is polled with a deadline, and errors quote the tail of the log.
+A runtime's display listens on a Unix socket only (``unix_socket=True``: ``-rfbunixpath``
+in a private directory, mode 0600, no TCP port): the remote reads its frames and sends
+it input over that socket (``runtimes.xruntime``) and serves viewers from its own VNC
+server, with its passwords, throttle, TLS and frame tags. A TCP display (``port``) is
+for tests and benchmarks that use Xvnc as a peer. Xvnc picks its own display number
+(``-displayfd``: no race with other X servers on the machine); port 0 means "pick a free
+port", retried when another process takes the one we picked before Xvnc binds it.
+Nothing waits by sleeping: readiness is polled with a deadline, and errors quote the
+tail of the log.
 
 Use::
 
-    display = XvncDisplay(640, 480, host="127.0.0.1", port=0, password="pw")
-    await display.start()               # display.display == ":N", display.port == 5xxxx
+    display = XvncDisplay(640, 480, unix_socket=True)
+    await display.start()               # display.display == ":N", display.address == "/tmp/.../rfb.sock"
     program = display.spawn(["xeyes"])  # runs with DISPLAY=:N, stopped with the display
     await display.aclose()              # programs first, newest first, then Xvnc
 """
@@ -55,6 +59,8 @@ STOP_TIMEOUT: Final = 3.0
 PORT_ATTEMPTS: Final = 5
 #: Interval of readiness polls (a condition with a deadline, not synchronisation).
 POLL_INTERVAL: Final = 0.02
+#: The Unix socket a ``unix_socket`` display listens on, in its private directory.
+SOCKET_NAME: Final = "rfb.sock"
 #: Lines of a log quoted in an error.
 LOG_TAIL_LINES: Final = 15
 
@@ -240,19 +246,23 @@ async def read_display_number(
 
 async def wait_listening(
     host: str,
-    port: int,
+    port: int | None,
     process: subprocess.Popen[bytes],
     *,
     timeout: float,
     log: Path | None,
     name: str = "Xvnc",
 ) -> None:
-    """Poll until ``host:port`` accepts a TCP connection; raises :class:`XvncFailed`
-    (quoting ``log``) if ``process`` exits first or ``timeout`` s pass."""
+    """Poll until ``host:port`` accepts a TCP connection (``port`` None: the Unix socket
+    at path ``host``); raises :class:`XvncFailed` (quoting ``log``) if ``process`` exits
+    first or ``timeout`` s pass."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            _, writer = await asyncio.open_connection(host, port)
+            if port is None:
+                _, writer = await asyncio.open_unix_connection(host)
+            else:
+                _, writer = await asyncio.open_connection(host, port)
         except OSError as exc:
             error = exc
         else:
@@ -295,13 +305,16 @@ class XProgram:
 
 
 class XvncDisplay:
-    """A TigerVNC ``Xvnc`` X server whose VNC port is the remote's VNC port.
+    """A TigerVNC ``Xvnc`` X server, read over a Unix socket or served on a TCP port.
 
-    ``host`` is the address the remote serves on (loopback adds ``-localhost``; ``""`` or
-    ``0.0.0.0`` listens everywhere); ``port`` 0 picks a free port. ``password`` turns on
-    VNC Authentication (only its first 8 characters count, as in every VNC server);
-    ``view_only_password`` lets viewers watch without input reaching the display (it
-    needs ``password``). ``args`` are more Xvnc options (``-FrameRate 30``, ...).
+    ``unix_socket``: listen only on :data:`SOCKET_NAME` in the display's private
+    directory (mode 0700, the socket 0600: only this user gets in, so no password), and
+    on no TCP port. Otherwise ``host`` is the address to serve on (loopback adds
+    ``-localhost``; ``""`` or ``0.0.0.0`` listens everywhere) and ``port`` 0 picks a
+    free port. ``password`` turns on VNC Authentication (only its first 8 characters
+    count, as in every VNC server); ``view_only_password`` lets viewers watch without
+    input reaching the display (it needs ``password``). ``args`` are more Xvnc options
+    (``-FrameRate 30``, ...).
     """
 
     def __init__(
@@ -316,6 +329,7 @@ class XvncDisplay:
         depth: int = 24,
         args: Sequence[str] = (),
         start_timeout: float = START_TIMEOUT,
+        unix_socket: bool = False,
     ) -> None:
         if view_only_password is not None and password is None:
             raise ValueError(
@@ -326,6 +340,7 @@ class XvncDisplay:
         self.password, self.view_only_password = password, view_only_password
         self.args = tuple(args)
         self.start_timeout = start_timeout
+        self.unix_socket = unix_socket
         #: ``:N`` once started.
         self.display: str | None = None
         #: The VNC port Xvnc listens on, once started.
@@ -338,14 +353,24 @@ class XvncDisplay:
         self._count = 0
 
     def __repr__(self) -> str:
-        state = f"{self.display} port {self.port}" if self.display else "not started"
+        where = self.socket_path if self.unix_socket else f"port {self.port}"
+        state = f"{self.display} {where}" if self.display else "not started"
         return f"<XvncDisplay {self.width}x{self.height} {state}>"
 
     @property
+    def socket_path(self) -> Path | None:
+        """The Unix socket of a ``unix_socket`` display (None before start)."""
+        return self.directory / SOCKET_NAME if self.directory is not None else None
+
+    @property
     def address(self) -> str:
-        """Where a VNC client on this machine reaches the display (``host::port``)."""
-        if self.port is None:
+        """Where a VNC client on this machine reaches the display: ``host::port``, or the
+        socket's path (which :class:`~vncdriver.client.VNCClient` takes as an address)."""
+        if self.display is None:
             raise XvncFailed("the display is not started; await start() first")
+        if self.unix_socket:
+            return str(self.socket_path)
+        assert self.port is not None
         listen = interface(self.host)
         connect = "127.0.0.1" if listen is None else listen
         return f"[{connect}]::{self.port}" if ":" in connect else f"{connect}::{self.port}"
@@ -391,6 +416,16 @@ class XvncDisplay:
             if self.password is not None:
                 passwd = self._password_file()
                 security = ["-SecurityTypes", "VncAuth", "-PasswordFile", str(passwd)]
+            if self.unix_socket:
+                path = str(self.socket_path)
+                argv = [
+                    xvnc, "-geometry", f"{self.width}x{self.height}", "-depth", str(self.depth),
+                    "-rfbport", "-1", "-rfbunixpath", path,  # mode 0600 by default
+                    *security, *XVNC_FLAGS, *self.args,
+                ]
+                if not await self._try_start(argv, None):
+                    raise XvncFailed(f"Xvnc could not listen on {path}{log_tail(self.log)}")
+                return
             listen = interface(self.host)
             where = ["-interface", listen] if listen is not None else []
             if is_loopback(listen):
@@ -421,8 +456,9 @@ class XvncDisplay:
             await self.aclose()
             raise
 
-    async def _try_start(self, argv: list[str], port: int) -> bool:
-        """Start ``argv``; True once it listens, False if the port was taken meanwhile."""
+    async def _try_start(self, argv: list[str], port: int | None) -> bool:
+        """Start ``argv``; True once it listens (on ``port``, or on its Unix socket when
+        None), False if the port was taken meanwhile."""
         process, read_fd = self._launch(argv)
         try:
             number = await read_display_number(
@@ -435,7 +471,7 @@ class XvncDisplay:
                 return False
             raise XvncFailed(f"Xvnc exited with {process.returncode}{log_tail(self.log)}")
         self.display, self.port = f":{number}", port
-        host = self.address.rsplit("::", 1)[0].strip("[]")
+        host = self.address if port is None else self.address.rsplit("::", 1)[0].strip("[]")
         await wait_listening(host, port, process, timeout=self.start_timeout, log=self.log)
         log.info("Xvnc %s listening on %s (pid %d)", self.display, self.address, process.pid)
         return True

@@ -1,66 +1,117 @@
-"""What runtimes living on an Xvnc display share (the browser, any X program).
+"""What runtimes living on an X display share (the browser, any X program).
 
-Holds :class:`DisplayRuntime`: the display is the remote's VNC server (``external_vnc``),
-agents act on it directly over VNC, and input that arrives over the rewarder is sent into
-X through the runtime's own VNC connection to its display — acting through VNC, as a
-person would. Subclasses start their program in :meth:`DisplayRuntime._on_display` and
-stop it in :meth:`DisplayRuntime._stop_programs`.
+Holds :class:`DisplayRuntime`. Its program draws on an Xvnc display that listens on a
+Unix socket only (``runtimes.xdisplay``, ``unix_socket=True``); the runtime keeps one
+RFB connection to it (:attr:`DisplayRuntime.screen`, our own ``VNCClient``, Raw
+encoding). Xvnc tracks what the program damaged and sends only that; the connection
+writes it into its framebuffer, and each frame the remote draws copies the served area
+of it (:meth:`DisplayRuntime.capture`) into :attr:`~runtimes.base.Runtime.framebuffer`.
+So the remote's own VNC server serves these screens like any game's — frame tags, TLS,
+recording, shared-memory lockstep frames, viewer slots, passwords, dm_env_rpc — and
+every input, a viewer's or an agent's, reaches the program as real X input through the
+same connection (:meth:`DisplayRuntime.inject`).
+
+Why RFB over the socket and not an XShm grab of the screen: ``benchmarks/display_capture``
+measures both; a grab copies and compares the whole screen every frame, where Xvnc
+already knows what changed and sends nothing while the screen stands still.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, Final
 
+from vncdriver import keysyms
 from vncdriver.client import VNCClient
+from vncdriver.errors import UnknownKey
 
-from .base import InputEvent, KeyEvent, Runtime
+from .base import InputEvent, KeyEvent, Runtime, StepResult
+from .errors import RuntimeFailure
 from .xdisplay import XProgram, XvncDisplay
 
 log = logging.getLogger(__name__)
 
+#: Seconds the display may take to send its first frame once its program started.
+FIRST_FRAME_TIMEOUT: Final = 10.0
+#: Xvnc options of a captured display: updates up to 120 a second to our one client
+#: (its default, 60, would add up to a frame of latency to the remote's 60 Hz ticks);
+#: no pixel comparison (Xvnc compares to skip unchanged damage; we get few, and the
+#: remote's own server compares tiles anyway).
+CAPTURE_ARGS: Final = ("-FrameRate", "120", "-CompareFB", "0")
+
+
+class DisplayLost(RuntimeFailure):
+    """The X display (Xvnc) or our connection to it is gone; a reset starts it again."""
+
 
 class DisplayRuntime(Runtime):
-    """A runtime whose screen is an Xvnc display bound to the remote's VNC port."""
+    """A runtime whose program draws on an Xvnc display the remote reads and serves.
 
-    external_vnc: ClassVar[bool] = True
+    :attr:`display_size` is the X screen; the remote serves the area of it at
+    :attr:`origin` of size ``width`` x ``height`` (the whole screen unless a subclass
+    crops, as MiniWoB does to its task). Subclasses start their program in
+    :meth:`_on_display` (or on reset), stop it in :meth:`_stop_programs`, and say what a
+    frame earned in :meth:`outcome`.
+    """
+
     lockstep: ClassVar[bool] = False
+    #: A desktop takes any key a viewer sends over VNC (function keys, accents), not only
+    #: :attr:`keys`, the keys the rewarder accepts.
+    any_vnc_key: ClassVar[bool] = True
+    #: The X screen's size, (width, height).
+    display_size: ClassVar[tuple[int, int]]
+    #: Where the served area starts on the X screen, (x, y).
+    origin: ClassVar[tuple[int, int]] = (0, 0)
 
     def __init__(self) -> None:
         super().__init__()
         self.display: XvncDisplay | None = None
-        #: The VNC port Xvnc bound (the remote reads it after :meth:`astart`).
-        self.vnc_port: int | None = None
-        self._injector: VNCClient | None = None
-        self._warned_input = False
+        #: Our RFB connection to the display: frames in, input out.
+        self.screen: VNCClient | None = None
+        self._copied = -1  # the screen's update count at the last capture
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "display_size" not in vars(cls) and "width" in vars(cls):
+            cls.display_size = (cls.width, cls.height)
 
     # Lifecycle -----------------------------------------------------------------------------
 
-    async def astart(
-        self, host: str, vnc_port: int, password: str | None, view_only_password: str | None
-    ) -> None:
-        """Start Xvnc on ``host:vnc_port`` (0: a free port), then what the subclass runs."""
-        self.display = XvncDisplay(
-            self.width,
-            self.height,
-            host=host,
-            port=vnc_port,
-            password=password,
-            view_only_password=view_only_password,
-        )
+    async def astart(self) -> None:
+        """Start the display and what runs on it; the remote serves it on its own ports."""
         try:
-            await self.display.start()
-            self.vnc_port = self.display.port
-            await self._on_display()
-            self._injector = VNCClient(
-                self.display.address, password=password, encoding="raw", name=f"{self.env_id} input"
-            )
-            await self._injector.start()
+            await self._start_display()
         except BaseException:
             await self.aclose()
             raise
+
+    async def _start_display(self) -> None:
+        width, height = self.display_size
+        self.display = XvncDisplay(width, height, unix_socket=True, args=CAPTURE_ARGS)
+        await self.display.start()
+        await self._on_display()
+        self.screen = VNCClient(
+            self.display.address, encoding="raw", name=f"{self.env_id} display",
+            start_timeout=FIRST_FRAME_TIMEOUT,
+        )
+        await self.screen.start()
+        await self.screen.wait_update(0, FIRST_FRAME_TIMEOUT)
+        self._copied = -1
+        self.capture()
+
+    async def _revive_display(self) -> None:
+        """Start the display again if Xvnc or our connection to it is gone (a reset
+        calls this first, so a lost display ends one episode, not the remote)."""
+        alive = self.display is not None and self.display.process is not None
+        alive = alive and self.display.process.poll() is None  # type: ignore[union-attr]
+        if alive and self.screen is not None and self.screen.connected:
+            return
+        log.warning("%s: the X display is gone; starting it again", self.env_id)
+        await self.aclose()
+        await self._start_display()
 
     async def _on_display(self) -> None:
         """Start what runs on the display (the display is up); nothing by default."""
@@ -75,14 +126,15 @@ class DisplayRuntime(Runtime):
         await asyncio.to_thread(program.stop)
 
     async def aclose(self) -> None:
-        """Stop the programs, the input connection and Xvnc. Idempotent."""
+        """Stop the programs, our connection and Xvnc. Idempotent."""
         await self._stop_programs()
-        if self._injector is not None:
-            await self._injector.close()
-            self._injector = None
+        if self.screen is not None:
+            screen, self.screen = self.screen, None
+            with contextlib.suppress(Exception):
+                await screen.close()
         if self.display is not None:
-            await self.display.aclose()
-            self.display = None
+            display, self.display = self.display, None
+            await display.aclose()
 
     def close(self) -> None:
         """Synchronous last resort (no event loop): kill Xvnc and what runs on it."""
@@ -94,20 +146,68 @@ class DisplayRuntime(Runtime):
         """Process ids of Xvnc and of everything running on it."""
         return self.display.pids() if self.display is not None else []
 
-    # Episodes ------------------------------------------------------------------------------
+    # Frames and input ----------------------------------------------------------------------
+
+    def capture(self) -> bool:
+        """Copy the served area of the display into :attr:`framebuffer` if the display
+        sent anything since the last capture; whether it did."""
+        screen = self.screen
+        if screen is None or screen.updates == self._copied:
+            return False
+        self._copied = screen.updates
+        x, y = self.origin
+        self.framebuffer[...] = screen.framebuffer[y : y + self.height, x : x + self.width]
+        return True
+
+    async def take_next_frame(self, after: int, timeout: float) -> None:
+        """Take the display's first frame past update ``after`` (a reset's new screen),
+        or the screen as it is if nothing changed on it within ``timeout`` s."""
+        assert self.screen is not None
+        with contextlib.suppress(TimeoutError):
+            await self.screen.wait_update(after, timeout)
+        self.capture()
+
+    def inject(self, events: Sequence[InputEvent]) -> None:
+        """Send input to the program as real X input (Xvnc's XTest), in one write;
+        pointer positions move from the served area to the screen."""
+        screen = self.screen
+        if screen is None or not screen.connected:
+            raise DisplayLost(f"{self.env_id}: the X display is gone; the next reset restarts it")
+        x0, y0 = self.origin
+        out: list[tuple[object, ...]] = []
+        for event in events:
+            if isinstance(event, KeyEvent):
+                try:
+                    out.append(("KeyEvent", key_number(event.key), event.down))
+                except UnknownKey:
+                    log.debug("%s: no keysym for %r; dropped", self.env_id, event.key)
+            else:
+                out.append(("PointerEvent", event.x + x0, event.y + y0, event.buttonmask))
+        if out:
+            screen.send_events(out)
+
+    def step(self, events: Sequence[InputEvent]) -> StepResult:
+        """Send the input into X, take the newest frame, say what the program earned."""
+        if events:
+            self.inject(events)
+        elif self.screen is None or not self.screen.connected:
+            raise DisplayLost(f"{self.env_id}: the X display is gone; the next reset restarts it")
+        self.capture()
+        return self.outcome()
+
+    def outcome(self) -> StepResult:
+        """What this frame earned (a reward, the end of the episode); nothing by default."""
+        return StepResult()
 
     def reset(self, seed: int | None = None) -> None:
         raise RuntimeError(f"{self.env_id} resets asynchronously; the remote awaits areset()")
 
-    def _inject(self, events: Sequence[InputEvent]) -> None:
-        """Rewarder input into X, through our VNC connection to the display."""
-        injector = self._injector
-        if injector is None or not injector.connected:
-            if not self._warned_input:
-                log.warning("%s: no VNC connection to Xvnc; rewarder input dropped", self.env_id)
-                self._warned_input = True
-            return
-        injector.send_events(
-            ("KeyEvent", e.key, e.down) if isinstance(e, KeyEvent) else ("PointerEvent", *e)
-            for e in events
-        )
+
+def key_number(name: str) -> int:
+    """The keysym of a key name as :mod:`envserver.inputs` passes it on: an X name, or
+    ``U+XXXX`` / ``0x...`` for keys a viewer sent that have no X name."""
+    if name.startswith("U+"):
+        return 0x01000000 + int(name[2:], 16)
+    if name.startswith("0x"):
+        return int(name, 16)
+    return keysyms.keysym(name)

@@ -23,7 +23,9 @@ Addresses, as VNC viewers write them (:func:`parse_address`):
 - ``host:N`` with N >= 100 is port N (``127.0.0.1:5901``);
 - ``host::N`` is always port N (``host::99`` is port 99);
 - ``host`` alone is display 0 (port 5900); ``:N`` means 127.0.0.1; IPv6 hosts go in
-  brackets (``[::1]:5901``).
+  brackets (``[::1]:5901``);
+- an absolute path (``/tmp/universe-xvnc-x/rfb.sock``) is a Unix socket, as in TigerVNC's
+  viewer (``Xvnc -rfbunixpath``).
 
 Lifecycle:
 
@@ -148,7 +150,10 @@ class VNCClient:
         self.request_hold = request_hold
         self.address = address
         self.tls = tls
-        self.host, self.port = parse_address(address)
+        #: A Unix socket's path (an address that starts with "/", as TigerVNC's viewer
+        #: writes one): how a remote reads the X display its program draws on.
+        self.unix_path: str | None = address if address.startswith("/") else None
+        self.host, self.port = ("", 0) if self.unix_path else parse_address(address)
         self.name = name or address
         self.password = password
         self.shared = shared
@@ -190,7 +195,8 @@ class VNCClient:
             state = f"connected {self.width}x{self.height} updates={self._updates}"
         else:
             state = "closed" if self._closed else "failed" if self._error else "not connected"
-        return f"<VNCClient {self.name} {self.host}:{self.port} {state}>"
+        where = self.unix_path or f"{self.host}:{self.port}"
+        return f"<VNCClient {self.name} {where} {state}>"
 
     # Lifecycle ---------------------------------------------------------------------------
 

@@ -280,7 +280,8 @@ async def dial(client: VNCClient) -> Connection:
             last = exc
         remaining = deadline - loop.time()
         if remaining <= 0:
-            raise ConnectTimeout(f"{client.host}:{client.port}", client.start_timeout, last)
+            where = client.unix_path or f"{client.host}:{client.port}"
+            raise ConnectTimeout(where, client.start_timeout, last)
         log.debug("%s: attempt %d failed (%s); retrying", client.name, attempts, last)
         await asyncio.sleep(min(delay, remaining))
         delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP)
@@ -288,9 +289,14 @@ async def dial(client: VNCClient) -> Connection:
 
 async def _attempt(client: VNCClient) -> Connection:
     loop = asyncio.get_running_loop()
-    transport, conn = await loop.create_connection(
-        lambda: Connection(client), client.host, client.port
-    )
+    if client.unix_path is not None:
+        transport, conn = await loop.create_unix_connection(
+            lambda: Connection(client), client.unix_path
+        )
+    else:
+        transport, conn = await loop.create_connection(
+            lambda: Connection(client), client.host, client.port
+        )
     try:
         failure = await conn.ready
     except BaseException:  # cancelled: the attempt timed out or the client was closed

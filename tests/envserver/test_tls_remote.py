@@ -16,21 +16,12 @@ from envserver.remote import Remote
 from rewarder.client import RewarderClient
 from rewarder.errors import Refused
 from rewarder.tls import client_context
-from runtimes.builtin import Catch
 from tests.tls import Certs, certs_fixture  # noqa: F401
 from vncdriver.client import VNCClient
 from vncdriver.errors import ProtocolError
 
 PASSWORD = "s3cret"
 TIMEOUT = 10.0
-
-
-def test_runtimes_serving_their_own_vnc_are_refused_with_tls(certs: Certs) -> None:
-    class OwnVNC(Catch):
-        external_vnc = True
-
-    with pytest.raises(ValueError, match="cannot put behind TLS yet.*SSH tunnel"):
-        Remote(OwnVNC(), tls=certs.server())
 
 
 @pytest.fixture

@@ -333,17 +333,6 @@ async def test_the_replay_command_serves_a_recording_in_real_time(
             assert seen <= recorded
 
 
-def test_remotes_that_draw_in_their_own_x_server_are_refused(tmp_path: Path) -> None:
-    class Xvnc:
-        external_vnc, env_id = True, "x11.Xterm-v0"
-
-    remote = type("FakeRemote", (), {"runtime": Xvnc()})()
-    recorder = Recorder(tmp_path)
-    with pytest.raises(ValueError, match="draws in its own X server"):
-        recorder.attach(remote)  # type: ignore[arg-type]
-    recorder.close()
-
-
 async def test_export_to_minari_loads_with_the_recorded_returns(
     recording: Recording, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:

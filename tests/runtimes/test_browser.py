@@ -129,8 +129,13 @@ def test_every_task_page_of_the_wheel_is_an_env() -> None:
     assert env_id_for("click-tab-2-hard.html") == "miniwob.ClickTab2Hard-v0"
     cls = registry.lookup("miniwob.ClickTest-v0")
     assert isinstance(cls, type) and issubclass(cls, MiniWoBRuntime)
-    assert cls.external_vnc and not cls.lockstep
+    assert (cls.width, cls.height) == (160, 210) and cls.display_size == (640, 480)
     assert cls.describe()["task_area"] == list(TASK_AREA)
+    full = cls(screen="full")
+    assert isinstance(full, cls) and (full.width, full.height) == full.framebuffer.shape[1::-1] == (640, 480)
+    assert type(full).describe()["screen"] == "full" and cls.describe()["screen"] == "task"
+    with pytest.raises(ValueError, match="screen must be one of task, full"):
+        cls(screen="wide")
     assert {"a", "A", "space", "Return", "BackSpace", "Control_L"} <= set(KEYS)
 
 
@@ -139,12 +144,12 @@ def test_every_task_page_of_the_wheel_is_an_env() -> None:
 
 async def test_click_through_vnc_earns_a_positive_reward(start_browser: StartBrowser) -> None:
     remote = await start_browser("miniwob.ClickTest-v0")
-    assert remote.vnc is None and remote.vnc_port  # Xvnc is the VNC server, on a free port
+    assert remote.vnc.port == remote.vnc_port  # the remote serves the page itself
     agent = await WireClient.open(remote.rewarder.port)
     episode = (await agent.reset(seed=3))["headers"]["episode_id"]
     assert await agent.episode_text(episode) == "Click the button."
     async with VNCClient(f"127.0.0.1::{remote.vnc_port}") as vnc:
-        assert (vnc.width, vnc.height) == (640, 480)
+        assert (vnc.width, vnc.height) == (160, 210)  # the task, not the grey around it
         x, y = await find_button(vnc, remote)
         vnc.send_events(click(x, y))
         body = await reward_of(agent, episode)
@@ -247,7 +252,7 @@ async def test_remote_env_plays_the_page_unchanged(start_browser: StartBrowser) 
         try:
             obs, info = env.reset(seed=11)
             assert info["text"] == ["Click the button."]  # the instruction, from reset()
-            assert obs.shape == (480, 640, 3) and obs.dtype == np.uint8
+            assert obs.shape == (210, 160, 3) and obs.dtype == np.uint8
             assert obs in env.observation_space
             rewards: list[float] = []
             texts: list[str] = []
@@ -267,7 +272,7 @@ async def test_remote_env_plays_the_page_unchanged(start_browser: StartBrowser) 
     obs, rewards, texts = await asyncio.to_thread(play)
     assert rewards and rewards[0] > 0
     assert "Click the button." in texts
-    assert obs.shape == (480, 640, 3)
+    assert obs.shape == (210, 160, 3)
 
 
 # Xvnc ------------------------------------------------------------------------------------
