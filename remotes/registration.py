@@ -102,7 +102,10 @@ def action_wrapper(env_id: str, describe: dict[str, Any]) -> Callable[[Any], Any
 
     Atari: ``Discrete`` over the game's minimal action set (the remote's describe says
     which keys play each action); Catch: nothing/Left/Right; ClickTarget: a click every
-    :data:`CLICK_TARGET_CELL` pixels of the screen; MiniWoB: every :data:`MINIWOB_CELL`
+    :data:`CLICK_TARGET_CELL` pixels of the screen (action *i* is point *i*, as before the
+    no-op existed: a game whose targets wait for a click needs none); MiniWoB: action 0
+    (:data:`~remotes.wrappers.NOOP`) does nothing — a task's page may need a moment, and
+    a real-time agent must be able to wait — then a click every :data:`MINIWOB_CELL`
     pixels of the task area (``task_area`` in the describe), not of the whole screen.
     """
     family = env_id.split(".", 1)[0]
@@ -116,7 +119,7 @@ def action_wrapper(env_id: str, describe: dict[str, Any]) -> Callable[[Any], Any
         return lambda env: DiscreteClicks(env, click_points(screen, CLICK_TARGET_CELL))
     if family == "miniwob":
         area = describe.get("task_area") or screen
-        return lambda env: DiscreteClicks(env, click_points(area, MINIWOB_CELL))
+        return lambda env: DiscreteClicks(env, click_points(area, MINIWOB_CELL), noop=True)
     return None
 
 

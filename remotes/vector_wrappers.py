@@ -19,8 +19,9 @@ from gymnasium.vector import AutoresetMode, VectorActionWrapper
 
 from .wrappers import (
     Event,
-    click_events,
+    click_action,
     click_points,
+    click_space,
     key_combos,
     key_events,
     pointer_box,
@@ -73,18 +74,24 @@ class VectorDiscreteKeys(VectorActionWrapper):  # type: ignore[type-arg]
 
 
 class VectorDiscreteClicks(VectorActionWrapper):  # type: ignore[type-arg]
-    """``MultiDiscrete([len(points)] * num_envs)``: env *i* clicks at ``points[a_i]``."""
+    """``MultiDiscrete([len(points)] * num_envs)``: env *i* clicks at ``points[a_i]``; with
+    ``noop=True``, ``MultiDiscrete([len(points) + 1] * num_envs)``: 0 sends env *i*
+    nothing, ``a_i > 0`` clicks at ``points[a_i - 1]``."""
 
     def __init__(
-        self, env: gymnasium.vector.VectorEnv, points: Sequence[tuple[int, int]], button: int = 1
+        self, env: gymnasium.vector.VectorEnv, points: Sequence[tuple[int, int]], button: int = 1,
+        *, noop: bool = False,
     ) -> None:
         super().__init__(env)
-        self.points, self.button = click_points(points), button
-        self.single_action_space = spaces.Discrete(len(self.points))
-        self.action_space = spaces.MultiDiscrete([len(self.points)] * self.num_envs)
+        self.points, self.button, self.noop = click_points(points), button, noop
+        self.single_action_space = single = click_space(self.points, noop)
+        self.action_space = spaces.MultiDiscrete([int(single.n)] * self.num_envs)
 
     def actions(self, actions: Any) -> list[list[Event]]:
-        return [click_events(*self.points[int(a)], self.button) for a in np.asarray(actions).reshape(-1)]
+        chosen = np.asarray(actions).reshape(-1)
+        if chosen.shape != (self.num_envs,):
+            raise ValueError(f"actions {actions!r} are not in {self.action_space}")
+        return [click_action(self.points, self.button, self.noop, a) for a in chosen.tolist()]
 
 
 class VectorPointerBox(VectorActionWrapper):  # type: ignore[type-arg]

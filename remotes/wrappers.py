@@ -1,7 +1,8 @@
 """Action wrappers that turn simple action spaces into VNC events.
 
 Holds :class:`DiscreteKeys` (``Discrete(n)`` -> a held key combination),
-:class:`DiscreteClicks` (``Discrete(n)`` -> a click at one of n points) and
+:class:`DiscreteClicks` (``Discrete(n)`` -> a click at one of n points, or with
+``noop=True`` ``Discrete(n + 1)`` whose action :data:`NOOP` sends nothing) and
 :class:`PointerBox` (``Box`` (x, y, button) -> pointer moves and clicks). Each overrides
 gymnasium's one hook, :meth:`action`. Given a :class:`~remotes.vector.RemoteVectorEnv`
 (any gymnasium ``VectorEnv``) each gives its vector form instead
@@ -11,7 +12,7 @@ gymnasium's one hook, :meth:`action`. Given a :class:`~remotes.vector.RemoteVect
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import gymnasium
 import numpy as np
@@ -20,6 +21,10 @@ from gymnasium import spaces
 from vncdriver import keysyms
 
 Event = tuple[Any, ...]
+
+#: The action of a click space built with ``noop=True`` that sends no event: 0, as ALE's
+#: NOOP and MiniWoB++'s first action are, so the points keep their order from 1.
+NOOP: Final = 0
 
 
 def _vector_form(name: str, env: Any) -> type | None:
@@ -53,6 +58,26 @@ def click_points(points: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def click_events(x: int, y: int, button: int) -> list[Event]:
     return [("PointerEvent", x, y, 0), ("PointerEvent", x, y, button), ("PointerEvent", x, y, 0)]
+
+
+def click_space(points: Sequence[tuple[int, int]], noop: bool) -> spaces.Discrete:
+    """One action per point, and one more (:data:`NOOP`, first) with ``noop``."""
+    return spaces.Discrete(len(points) + int(noop))
+
+
+def click_action(
+    points: Sequence[tuple[int, int]], button: int, noop: bool, action: Any
+) -> list[Event]:
+    """The events of one click action: none for the no-op; a ValueError names an action
+    out of range (a negative index would otherwise click a point from the end)."""
+    index = int(action)
+    if not 0 <= index < len(points) + int(noop):
+        raise ValueError(f"action {action!r} is not in {click_space(points, noop)}")
+    if noop:
+        if index == NOOP:
+            return []  # the step still advances: a frame in real time, frameskip in lockstep
+        index -= 1
+    return click_events(*points[index], button)
 
 
 def screen_size(env: Any) -> tuple[int, int]:
@@ -108,7 +133,10 @@ class DiscreteKeys(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]]):
 class DiscreteClicks(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]]):
     """``Discrete(len(points))``: action *i* clicks the left button at ``points[i]``.
 
-    ``DiscreteClicks.grid(env, columns, rows)`` spreads the points over the screen.
+    With ``noop=True`` it is ``Discrete(len(points) + 1)``: action :data:`NOOP` (0) sends
+    no event — the agent waits a step, as it must while a page animates or loads — and
+    action *i* clicks ``points[i - 1]``. ``DiscreteClicks.grid(env, columns, rows)``
+    spreads the points over the screen.
     """
 
     def __new__(cls, env: Any, *args: Any, **kwargs: Any) -> Any:
@@ -116,21 +144,22 @@ class DiscreteClicks(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]])
         return vector(env, *args, **kwargs) if vector else super().__new__(cls)
 
     def __init__(
-        self, env: gymnasium.Env[Any, Any], points: Sequence[tuple[int, int]], button: int = 1
+        self, env: gymnasium.Env[Any, Any], points: Sequence[tuple[int, int]], button: int = 1,
+        *, noop: bool = False,
     ) -> None:
         super().__init__(env)
-        self.points, self.button = click_points(points), button
-        self.action_space = spaces.Discrete(len(self.points))
+        self.points, self.button, self.noop = click_points(points), button, noop
+        self.action_space = click_space(self.points, noop)
 
     @classmethod
-    def grid(cls, env: Any, columns: int, rows: int) -> DiscreteClicks:
+    def grid(cls, env: Any, columns: int, rows: int, *, noop: bool = False) -> DiscreteClicks:
         height, width = screen_size(env)
         xs = (np.arange(columns) + 0.5) * width / columns
         ys = (np.arange(rows) + 0.5) * height / rows
-        return cls(env, [(int(x), int(y)) for y in ys for x in xs])
+        return cls(env, [(int(x), int(y)) for y in ys for x in xs], noop=noop)
 
     def action(self, action: np.int64 | int) -> list[Event]:
-        return click_events(*self.points[int(action)], self.button)
+        return click_action(self.points, self.button, self.noop, action)
 
 
 class PointerBox(gymnasium.ActionWrapper[np.ndarray, np.ndarray, list[Event]]):
