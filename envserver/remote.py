@@ -620,9 +620,11 @@ class Remote:
     def _frame_ready(self, frame: np.ndarray | None = None) -> None:
         """Serve the frame just drawn (or ``frame``, a copy of it), tagged with its
         number, episode and time."""
+        damage = self.runtime.take_damage()  # what changed since it was last taken
         self.vnc.frame_ready(
             self.runtime.framebuffer if frame is None else frame,
             tag=FrameTag(self.frame, self.episode_id, time.time()),
+            damage=damage if frame is None else None,
         )
 
     def _advance(self, frames: int, events: Sequence[Any]) -> StepResult:

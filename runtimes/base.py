@@ -181,6 +181,12 @@ class Runtime(abc.ABC):
                 break
         return total
 
+    def take_damage(self) -> list[tuple[int, int, int, int]] | None:
+        """The rectangles (x, y, w, h) of :attr:`framebuffer` drawn since the last call,
+        if the runtime knows them (an X display does); None: unknown, the VNC server
+        compares the frame itself."""
+        return None
+
     def instruction(self) -> str | None:
         """The new episode's text known at reset (a task's instruction), taken once: the
         remote sends it before the reset's reply, so an agent has it from ``reset()``."""

@@ -37,7 +37,14 @@ import numpy as np
 from .errors import LocalProtocolError, VNCError
 from .handshake import ServerHandshake, StartTLS
 from .messages import FrameTag, KeyEvent, PointerEvent, SetEncodings, SetPixelFormat
-from .server_protocol import ServerProtocol, SharedEncodings, TileDiffer, tile_mask_to_rects
+from .server_protocol import (
+    Rect,
+    ServerProtocol,
+    SharedEncodings,
+    TileDiffer,
+    rects_to_tile_mask,
+    tile_mask_to_rects,
+)
 
 log = logging.getLogger(__name__)
 
@@ -574,12 +581,19 @@ class VNCServer:
         if self._server is not None:
             await self._server.wait_closed()
 
-    def frame_ready(self, frame: np.ndarray | None = None, tag: FrameTag | None = None) -> None:
+    def frame_ready(
+        self,
+        frame: np.ndarray | None = None,
+        tag: FrameTag | None = None,
+        damage: Sequence[Rect] | None = None,
+    ) -> None:
         """A new frame is drawn (``frame``, if the array itself changed): send what changed.
 
         ``tag`` names the frame (number, episode, time) for clients that asked for our
         FRAME_TAG pseudo-encoding; they get an update for each new tag even when no pixel
-        changed, so a lockstep agent can wait for exactly frame N.
+        changed, so a lockstep agent can wait for exactly frame N. ``damage``: the
+        rectangles that changed since the previous call, when the caller knows (an X
+        display's damage): only their tiles are sent, and the screen is not compared.
         """
         self.shared = {}  # the frame changed: nothing encoded before is valid
         if tag is not None:
@@ -602,12 +616,16 @@ class VNCServer:
                 if connection.proto is not None:
                     connection.proto.mark_all_dirty()
         else:
-            mask = self._differ.mask(previous, frame)
+            width, height = frame.shape[1], frame.shape[0]
+            mask = (
+                self._differ.mask(previous, frame) if damage is None
+                else rects_to_tile_mask(damage, width, height)
+            )
             if mask.any():
-                if frame.nbytes <= WHOLE_COPY_BYTES:
+                if frame.nbytes <= WHOLE_COPY_BYTES and damage is None:
                     np.copyto(previous, frame)
-                else:  # a large screen: copy only what changed
-                    for x, y, w, h in tile_mask_to_rects(mask, frame.shape[1], frame.shape[0]):
+                else:  # a large screen, or a report: copy only what is sent
+                    for x, y, w, h in tile_mask_to_rects(mask, width, height):
                         previous[y : y + h, x : x + w] = frame[y : y + h, x : x + w]
                 for connection in connections:
                     if connection.proto is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,7 @@ __all__ = [
     "TileDiffer",
     "changed_tile_mask",
     "changed_tiles",
+    "rects_to_tile_mask",
     "tile_mask_to_rects",
 ]
 
@@ -154,6 +155,18 @@ class TileDiffer:
         np.logical_or.reduceat(self._differ, self._cols, axis=1, out=self._columns)
         np.logical_or.reduceat(self._columns, self._rows, axis=0, out=self._mask)
         return self._mask
+
+
+def rects_to_tile_mask(
+    rects: Sequence[Rect], width: int, height: int, tile: int = TILE
+) -> np.ndarray:
+    """bool[tiles down, tiles across]: the tiles the rectangles touch (a damage report)."""
+    mask = np.zeros((-(-height // tile), -(-width // tile)), bool)
+    for x, y, w, h in rects:
+        if w > 0 and h > 0:
+            mask[max(y, 0) // tile : (min(y + h, height) - 1) // tile + 1,
+                 max(x, 0) // tile : (min(x + w, width) - 1) // tile + 1] = True
+    return mask
 
 
 def tile_mask_to_rects(mask: np.ndarray, width: int, height: int, tile: int = TILE) -> list[Rect]:

@@ -328,6 +328,31 @@ async def test_only_changed_tiles_are_sent(serve) -> None:  # type: ignore[no-un
     await viewer.close()
 
 
+async def test_reported_damage_is_sent_without_comparing(serve) -> None:  # type: ignore[no-untyped-def]
+    """``frame_ready(damage=)`` (an X display's damage): the reported rectangles' tiles are
+    sent and the screen is not compared — a change outside them waits for a report (or
+    for a frame_ready without damage, which compares again)."""
+    frame = pattern(240, 320, seed=5)
+    server = await serve(frame)
+    viewer = await Viewer.connect(server.port, encodings=RAW)
+    await viewer.wait_updates(1)
+    frame[10:16, 10:16] = 255 - frame[10:16, 10:16]  # reported
+    frame[150:156, 250:256] = 255 - frame[150:156, 250:256]  # not reported
+    server.frame_ready(damage=[(10, 10, 6, 6)])
+    await viewer.wait_updates(2)
+    assert [(r.x, r.y, r.width, r.height) for r in viewer.updates[1].rects] == [(0, 0, 64, 64)]
+    assert not viewer.shows(frame)  # the unreported change is not there yet
+    server.frame_ready()  # no report: the server compares, and finds the other change
+    await viewer.wait_updates(3)
+    assert [(r.x, r.y, r.width, r.height) for r in viewer.updates[2].rects] == [(192, 128, 64, 64)]
+    assert viewer.shows(frame)
+    server.frame_ready(damage=[])  # nothing changed, says the report: nothing is sent
+    server.frame_ready(damage=[(300, 200, 40, 60)])  # clipped to the screen's last tile
+    await viewer.wait_updates(4)
+    assert [(r.x, r.y, r.width, r.height) for r in viewer.updates[3].rects] == [(256, 192, 64, 48)]
+    await viewer.close()
+
+
 async def test_a_new_pixel_format_gets_the_whole_screen_again(serve) -> None:  # type: ignore[no-untyped-def]
     """What the client holds was drawn in the old format (say 8-bit colour, as TigerVNC's
     viewer starts on a slow link); its next update, even incremental, redraws it all."""
