@@ -268,7 +268,7 @@ class LockstepSteps:
             slot.seen = reply.frame
         slot.progress_at = time.monotonic()  # a reply is progress, whatever VNC shows
         info = {**reply.info, "episode_id": reply.episode_id, "frame": reply.frame,
-                "remote.connected": True}
+                "remote.connected": True, "text": slot.take_texts()}
         info.update(session.info(vnc=session.shared.last is None))
         error = session.shared.pop_error()
         if error is not None:

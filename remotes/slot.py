@@ -86,14 +86,25 @@ class Slot:
     vnc_frame: int | None = None
     #: Draws the seeds of the episodes this slot starts by itself, from the reset seed.
     rng: np.random.Generator | None = None
+    #: The current episode's latest text (``v0.env.text``: a task's instruction), None
+    #: before its first; and whether this remote has sent any (a new episode's text is
+    #: then worth waiting for).
+    instruction: str | None = None
+    instructs: bool = False
 
     def next_seed(self) -> int | None:
         """The seed of the next episode the slot starts by itself (None: unseeded)."""
         return None if self.rng is None else int(self.rng.integers(2**31))
 
-    def baseline(self) -> None:
-        """A (re)connection or reset: the frame clock starts over from what VNC shows."""
+    def baseline(self, episode: int | None = None) -> None:
+        """A (re)connection or reset (of ``episode``, if known): the frame clock starts
+        over from what VNC shows, the instruction from what the rewarder holds."""
         session = self.session
+        rewarder = session.rewarder
+        held = rewarder.peek() if rewarder is not None else None
+        texts = held.text if held is not None and episode in (None, held.episode_id) else ()
+        self.instruction = None
+        self.heard(texts)
         self.tags, self.heartbeats = session.frame_tags, session.heartbeats
         tag = session.tag
         self.seen = self.returned = tag.frame if tag is not None else None
@@ -106,6 +117,23 @@ class Slot:
         self.phase = Phase.RUNNING
         self.ended_episode = None
         self.pending = self.reply = self.vnc_frame = None
+
+    def take_texts(self) -> list[str]:
+        """Lockstep: the texts that came before this step's reply (heard). Nothing else
+        reads the rewarder's buffer in lockstep (rewards come in the replies), so this
+        pop also keeps a long episode's texts from piling up there."""
+        rewarder = self.session.rewarder
+        if rewarder is None or not rewarder.connected:
+            return []  # a dropped channel's last episode is the loss's to report
+        texts = list(rewarder.pop().text)
+        self.heard(texts)
+        return texts
+
+    def heard(self, texts: Sequence[str]) -> None:
+        """Texts of the current episode came in: the latest is its instruction now."""
+        if texts:
+            self.instruction = texts[-1]
+            self.instructs = True
 
 
 
@@ -197,6 +225,16 @@ class FrameGate:
                 if slot.target is not None:
                     slot.target = None
                     slot.behind = True
+
+
+def instruct(slots: Sequence[Slot], infos: Sequence[dict[str, Any]]) -> None:
+    """Give each info its slot's instruction (``info["instruction"]``, kept where one is
+    set already). A slot lost in this step gives its ended episode's, then has none
+    until it is back: its idle steps belong to no episode."""
+    for slot, info in zip(slots, infos, strict=True):
+        info.setdefault("instruction", slot.instruction)
+        if slot.phase is Phase.AWAY:
+            slot.instruction = None
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -27,7 +27,8 @@ first frame — checked by its tag to belong to the new episode — with reward 
 time the remote starts that episode by itself after ``done``; after a truncation (the
 step limit) and in lockstep the step sends a reset. A step never returns a frame of
 another episode than the one its info names: an episode's last step returns its last
-frame if it was still shown, else the newest one of it the env saw.
+frame if it was still shown, else the newest one of it the env saw. Every reset and step
+gives ``info["instruction"]``, the latest text of the episode its info names (slot.py).
 
 **Faults.** A remote whose connection drops, whose frames stop advancing for
 ``stall_timeout`` seconds, or whose active slot another env of this process took,
@@ -72,7 +73,7 @@ from .lockstep import LockstepSteps
 from .loop import LoopThread, shared_loop
 from .options import EnvOptions
 from .session import RESET_TIMEOUT, RemoteSession, RemoteSnapshot, RemoteUnavailable
-from .slot import FrameGate, Phase, Slot
+from .slot import FrameGate, Phase, Slot, instruct
 
 __all__ = [
     "DEFAULT_FPS", "PAIRING_FRAMES", "RECONNECT_POLL", "STALL_FRAMES", "STALL_TIMEOUT",
@@ -214,8 +215,6 @@ class Stepper:
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*(s.close() for s in self.sessions), return_exceptions=True)
 
-    # Frame clock ----------------------------------------------------------------------------
-
     # Resetting ------------------------------------------------------------------------------
 
     async def reset(
@@ -249,6 +248,7 @@ class Stepper:
             if rewarder is not None:  # the instruction a task sent with its reset
                 info["text"] = list(rewarder.peek().text)
             infos.append(info)
+        instruct(self.slots, infos)
         n = self.num
         batch = Batch(frames.copy(), np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), tuple(infos))
         return batch, self.states()
@@ -269,7 +269,7 @@ class Stepper:
             env_id=env_id or self.env_id, seed=seed, fps=self.requested_fps,
             mode=session.mode_request(self.mode),
         )
-        slot.baseline()
+        slot.baseline(episode)  # its text came before the reply: the instruction is in
         slot.error = None
         return episode
 
@@ -315,6 +315,7 @@ class Stepper:
         lockstep step makes a new one each step): handed over without a copy."""
         if same_step and (terminated.any() or truncated.any()):
             return self.loop.run(self._finish(rewards, terminated, truncated, infos, same_step))
+        instruct(self.slots, infos)
         frames = self.frames
         assert frames is not None
         return Batch(frames if fresh else frames.copy(), rewards, terminated, truncated, tuple(infos))
@@ -327,6 +328,7 @@ class Stepper:
         frames = self.frames
         assert frames is not None
         final: dict[int, tuple[np.ndarray, dict[str, Any]]] = {}
+        instruct(self.slots, infos)  # the ended episodes' final infos get theirs
         if same_step:
             ended = [s for s in self.slots if terminated[s.index] or truncated[s.index]]
             if ended:
@@ -336,6 +338,7 @@ class Stepper:
                 resets = await self._autoresets(ended, None)
                 for slot in ended:
                     infos[slot.index] = resets[slot.index]
+                instruct(self.slots, infos)
         return Batch(frames.copy(), rewards, terminated, truncated, tuple(infos), final)
 
     async def frames_over_vnc(self, pairs: list[tuple[Slot, Any]]) -> dict[Slot, str]:
@@ -405,7 +408,7 @@ class Stepper:
         """Start the slot's next episode and return its info; the frame is copied in."""
         if slot.phase is Phase.ENDED and self.mode != LOCKSTEP:
             episode = await self._next_episode(slot)
-            slot.baseline()
+            slot.baseline(episode)
         else:
             episode = await self._reset_slot(slot, slot.next_seed(), None, False)
         self.copy_frame(slot)
@@ -425,6 +428,10 @@ class Stepper:
                 if vnc is not None and session.frame_tags and ended is not None:
                     while (tag := vnc.tag) is None or tag.episode_id <= ended:
                         await vnc.wait_update(vnc.updates)
+                    if slot.instructs and isinstance(rewarder, RewarderClient):
+                        # The text went out before the frame, over the other channel; the
+                        # describe saying the episode runs follows it on the rewarder's.
+                        await rewarder.wait_for_state("running", episode_id=tag.episode_id)
                     return tag.episode_id
                 episode = None
                 if isinstance(rewarder, RewarderClient):  # real time: never a blocking one
@@ -531,6 +538,7 @@ class Stepper:
             info["episode_id"] = result.episode_id
             info["env_state"] = result.env_state
             info["text"] = list(result.text)
+            slot.heard(result.text)
             info["step.late"] = float(late[i])
             info["remote.connected"] = True
             info["remote.stalled"] = self.faults.stalled(slot, now)
