@@ -2,8 +2,11 @@
 
 Holds :class:`CDPClient` (connect to a page, :meth:`~CDPClient.call` any method,
 :meth:`~CDPClient.evaluate` an expression, :meth:`~CDPClient.navigate`,
-:meth:`~CDPClient.wait_for` a condition), :func:`targets` (the browser's ``/json/list``),
-the errors :class:`CDPError` and :class:`JavaScriptError`, and the timeouts.
+:meth:`~CDPClient.reload`, :meth:`~CDPClient.wait_for` a condition, hear events with
+:meth:`~CDPClient.on` and :meth:`~CDPClient.next_event`, run a script in every new
+document with :meth:`~CDPClient.add_script`, take a PNG of part of the page with
+:meth:`~CDPClient.screenshot_png`), :func:`targets` (the browser's ``/json/list``), the
+errors :class:`CDPError` and :class:`JavaScriptError`, and the timeouts.
 
 Chromium serves the protocol when started with ``--remote-debugging-port``: an HTTP
 endpoint lists the targets (tabs), and each page has a WebSocket that takes JSON
@@ -22,12 +25,15 @@ Use::
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import itertools
 import json
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any, Final
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -120,6 +126,7 @@ class CDPClient:
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[str, asyncio.Future[Any]]] = {}
         self._event_waiters: dict[str, list[asyncio.Future[dict[str, Any]]]] = defaultdict(list)
+        self._listeners: dict[str, list[Callable[[dict[str, Any]], None]]] = defaultdict(list)
         self._closed_reason: str | None = None
         self._page_enabled = False
         self._reader = asyncio.get_running_loop().create_task(self._read(), name=f"CDP {url}")
@@ -223,29 +230,96 @@ class CDPClient:
 
     async def navigate(self, url: str, timeout: float = NAVIGATE_TIMEOUT) -> None:
         """Load ``url`` in the page and return after its load event."""
-        if not self._page_enabled:
-            await self.call("Page.enable")
-            self._page_enabled = True
-        loaded = self._wait_event("Page.loadEventFired")
+        await self._enable_page()
+        loaded = self.next_event("Page.loadEventFired")
         try:
             result = await self.call("Page.navigate", {"url": url}, timeout)
             if result.get("errorText"):
                 raise CDPError(f"cannot load {url}: {result['errorText']}")
-            try:
-                async with asyncio.timeout(timeout):
-                    await loaded
-            except TimeoutError:
-                raise CDPError(f"{url} did not finish loading within {timeout} s") from None
+            await self._loaded(loaded, url, timeout)
         finally:
-            if loaded.done() and not loaded.cancelled():
-                loaded.exception()  # retrieved: the failure was raised another way
-            loaded.cancel()
+            _forget(loaded)
 
-    def _wait_event(self, method: str) -> asyncio.Future[dict[str, Any]]:
-        """A future for the params of the next ``method`` event (register before acting)."""
+    async def reload(self, timeout: float = NAVIGATE_TIMEOUT) -> None:
+        """Load the page again (scripts added by :meth:`add_script` run in the new
+        document) and return after its load event."""
+        await self._enable_page()
+        loaded = self.next_event("Page.loadEventFired")
+        try:
+            await self.call("Page.reload", {"ignoreCache": False}, timeout)
+            await self._loaded(loaded, "the page", timeout)
+        finally:
+            _forget(loaded)
+
+    async def _enable_page(self) -> None:
+        if not self._page_enabled:
+            await self.call("Page.enable")
+            self._page_enabled = True
+
+    @staticmethod
+    async def _loaded(loaded: asyncio.Future[dict[str, Any]], what: str, timeout: float) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                await loaded
+        except TimeoutError:
+            raise CDPError(f"{what} did not finish loading within {timeout} s") from None
+
+    async def add_script(self, source: str) -> str:
+        """Run JavaScript ``source`` in every document the page loads from now on, before
+        the document's own scripts; the identifier :meth:`remove_script` takes."""
+        await self._enable_page()
+        result = await self.call("Page.addScriptToEvaluateOnNewDocument", {"source": source})
+        return str(result["identifier"])
+
+    async def remove_script(self, identifier: str) -> None:
+        """Stop running a script of :meth:`add_script` in new documents."""
+        await self.call("Page.removeScriptToEvaluateOnNewDocument", {"identifier": identifier})
+
+    async def screenshot_png(
+        self, clip: tuple[float, float, float, float], timeout: float = CALL_TIMEOUT
+    ) -> bytes:
+        """A PNG of the page's area ``clip`` = (x, y, width, height) in CSS pixels at
+        scale 1 (lossless, unlike JPEG). Chromium draws a new frame for it: the pixels show
+        the page as it is when the call is made (~20-45 ms here: it waits for frames)."""
+        x, y, width, height = clip
+        result = await self.call(
+            "Page.captureScreenshot",
+            {
+                "format": "png",
+                "clip": {"x": x, "y": y, "width": width, "height": height, "scale": 1},
+                "captureBeyondViewport": False,
+            },
+            timeout,
+        )
+        try:
+            return base64.b64decode(result["data"], validate=True)
+        except (KeyError, binascii.Error) as exc:
+            raise CDPError(f"Page.captureScreenshot sent no base64 PNG: {exc}") from None
+
+    # Events ------------------------------------------------------------------------------
+
+    def next_event(self, method: str) -> asyncio.Future[dict[str, Any]]:
+        """A future for the params of the next ``method`` event. Call it before the command
+        that causes the event, then await it (with a timeout); cancel it if unused. It
+        raises :class:`CDPError` when the connection closes first."""
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._event_waiters[method].append(future)
+        if self._closed_reason is not None:
+            future.set_exception(CDPError(self._closed_reason))
+        else:
+            self._event_waiters[method].append(future)
         return future
+
+    def on(self, method: str, callback: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Call ``callback(params)`` for every ``method`` event (the domain must be enabled,
+        e.g. ``Page.enable``), in the reader task: it must not block. Returns a function
+        that unsubscribes. A callback that raises is logged and kept."""
+        self._listeners[method].append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners[method].remove(callback)
+
+        return unsubscribe
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -285,9 +359,15 @@ class CDPClient:
             else:
                 future.set_result(message.get("result", {}))
             return
-        for waiter in self._event_waiters.pop(message.get("method", ""), []):
+        method, params = message.get("method", ""), message.get("params", {})
+        for waiter in self._event_waiters.pop(method, []):
             if not waiter.done():
-                waiter.set_result(message.get("params", {}))
+                waiter.set_result(params)
+        for callback in list(self._listeners.get(method, ())):
+            try:
+                callback(params)
+            except Exception:
+                log.exception("CDP %s: a listener of %s raised", self.url, method)
 
     def _fail(self, reason: str) -> None:
         if self._closed_reason is None:
@@ -300,3 +380,10 @@ class CDPClient:
                 if not waiter.done():
                     waiter.set_exception(CDPError(reason))
         self._event_waiters.clear()
+
+
+def _forget(future: asyncio.Future[Any]) -> None:
+    """Cancel a future we no longer wait for (its exception, if any, counts as seen)."""
+    if future.done() and not future.cancelled():
+        future.exception()
+    future.cancel()
