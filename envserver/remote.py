@@ -609,6 +609,7 @@ class Remote:
             seed = int(self._seeds.integers(protocol.MAX_SEED))
         self.inputs.clear()
         self.episode_frame = 0
+        self.runtime.mode = self.mode
         await self.runtime.areset(seed)
         text = self.runtime.instruction()
         for episode_sink in self.episode_sinks:
@@ -629,7 +630,10 @@ class Remote:
 
     def _advance(self, frames: int, events: Sequence[Any]) -> StepResult:
         """Advance the runtime; count its frames; send its text/observation."""
-        result = self.runtime.advance(events, frames)
+        return self._advanced(self.runtime.advance(events, frames))
+
+    def _advanced(self, result: StepResult) -> StepResult:
+        """Count the frames the runtime advanced, tell the sinks, send its text/observation."""
         self.frame += result.frames
         self.episode_frame += result.frames
         self.runtime_failures = 0
@@ -646,8 +650,10 @@ class Remote:
         """Lockstep: advance ``frames`` frames in slices of about :data:`MAX_SLICE_SECONDS`,
         yielding to the event loop between them (measured: a 10,000-frame Pong step held
         pings for 0.36 s when run in one go)."""
-        total = StepResult(frames=0)
         events = self.inputs.take()
+        if self.runtime.async_advance:  # it awaits its I/O: the loop is free meanwhile
+            return self._advanced(await self.runtime.aadvance(events, frames))
+        total = StepResult(frames=0)
         remaining = frames
         while remaining > 0:
             n = min(remaining, self._slice_frames)

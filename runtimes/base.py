@@ -143,7 +143,14 @@ class Runtime(abc.ABC):
     #: changes (in a ``v0.env.reward`` of 0), not only with the next reward: Atari's lives.
     announced_info: ClassVar[tuple[str, ...]] = ()
 
+    #: True when lockstep steps call :meth:`aadvance` (it awaits I/O: a browser's page),
+    #: which the remote awaits once per step instead of slicing :meth:`advance`.
+    async_advance: ClassVar[bool] = False
+
     framebuffer: np.ndarray
+    #: The remote's mode (``"realtime"`` or ``"lockstep"``), set before every reset:
+    #: runtimes whose time is not their own (a browser's page) read it in :meth:`areset`.
+    mode: str = "realtime"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A subclass that redefines :meth:`step` but not :meth:`advance` gets the base
@@ -205,6 +212,10 @@ class Runtime(abc.ABC):
     async def areset(self, seed: int | None = None) -> None:
         """Start a new episode; runtimes whose reset must wait on I/O override this."""
         self.reset(seed)
+
+    async def aadvance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
+        """A lockstep step of a runtime with :attr:`async_advance`: as :meth:`advance`."""
+        return self.advance(events, frames)
 
     async def aclose(self) -> None:
         """Stop what :meth:`astart` started."""

@@ -30,8 +30,18 @@ own 10 s time limit with reward -1), the next frame reports the reward once with
 ends with ``info["browser.error"]`` and the reset brings the browser back (and the
 display, if Xvnc died).
 
-**Input.** Every input — a viewer's over VNC, an agent's over VNC or the rewarder —
-reaches the page as real X input, through the remote's connection to the display.
+**Lockstep.** In lockstep (the remote's ``mode``, read at each reset) the page's time is
+a clock in the page (:mod:`runtimes.page_clock`), paused at :data:`~runtimes.page_clock.EPOCH_MS`
+at every reset: a step sends its input through DevTools (:mod:`runtimes.cdp_input`: each
+event handled before the next), advances the page by its frames, and takes Chromium's
+lossless screenshot of the served area as the frame (the X display's timing plays no
+part), then reads the page's reward globals. The same seed and actions give the same
+frames and rewards; MiniWoB's 10 s limit counts page time. A real-time reset gives the
+page its own clock back.
+
+**Input.** In real time every input — a viewer's over VNC, an agent's over VNC or the
+rewarder — reaches the page as real X input, through the remote's connection to the
+display.
 """
 
 from __future__ import annotations
@@ -45,13 +55,17 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
+from rewarder.protocol import LOCKSTEP
 from vncdriver import keysyms
 
-from .base import StepResult
+from .base import InputEvent, PointerEvent, StepResult
 from .cdp import CDPClient, CDPError
+from .cdp_input import CDPInput
+from .page_clock import EPOCH_MS, FRAME_MS, PageClock, no_caret_blink_env
 from .xdisplay import (
     XVNC_PACKAGE,
     ProgramMissing,
@@ -202,6 +216,8 @@ class MiniWoBRuntime(DisplayRuntime):
     keys: ClassVar[tuple[str, ...]] = KEYS
     buttons: ClassVar[int] = BUTTONS
     any_vnc_key: ClassVar[bool] = False  # a page takes what KEYS lists
+    lockstep: ClassVar[bool] = True  # the page's clock (runtimes.page_clock)
+    async_advance: ClassVar[bool] = True
     options: ClassVar[tuple[str, ...]] = ("screen",)
     #: The task page's file name (``click-test.html``); set per subclass.
     page: ClassVar[str]
@@ -221,6 +237,10 @@ class MiniWoBRuntime(DisplayRuntime):
         super().__init__()
         self.browser: XProgram | None = None
         self.cdp: CDPClient | None = None
+        #: The page's clock (lockstep) and its DevTools input (lockstep's input).
+        self.clock: PageClock | None = None
+        self.page_input: CDPInput | None = None
+        self._paused = False  # the clock is in lockstep
         #: Seconds the last :meth:`astart` took (Xvnc, Chromium, the page).
         self.startup_seconds: float | None = None
         self._chromium: str | None = None
@@ -269,7 +289,8 @@ class MiniWoBRuntime(DisplayRuntime):
         ]
         tmp = self._profile / "tmp"  # its singleton socket and shared memory files, which
         tmp.mkdir()  # it leaves in /tmp otherwise; removed with the profile
-        self.browser = self.display.spawn(argv, name="chromium", env={"TMPDIR": str(tmp)})
+        env = {"TMPDIR": str(tmp), **no_caret_blink_env(self._profile / "config")}
+        self.browser = self.display.spawn(argv, name="chromium", env=env)
         port = await self._devtools_port()
         self.cdp = await CDPClient.connect(port)
         try:
@@ -278,6 +299,14 @@ class MiniWoBRuntime(DisplayRuntime):
             raise CDPError(
                 f"{self.page} did not get ready: {exc}{log_tail(self.browser.log)}"
             ) from None
+        clock = self.clock = PageClock(self.cdp)
+        await clock.install()
+        self.page_input = CDPInput(
+            self.cdp, now=lambda: clock.state.now if clock.state else 0.0,
+            after_wheel=clock.rendered,
+        )
+        await self.page_input.unbuffered()
+        self._paused = False
 
     async def _devtools_port(self) -> int:
         """The port Chromium chose, from the ``DevToolsActivePort`` file in its profile."""
@@ -348,13 +377,22 @@ class MiniWoBRuntime(DisplayRuntime):
             log.warning("%s: the browser is gone; starting it again", self.env_id)
             await self._stop_browser()
             await self._start_browser()
-        assert self.cdp is not None
+        assert self.cdp is not None and self.clock is not None and self.page_input is not None
         if not await self.cdp.evaluate(
             f"(() => {{ try {{ return {READY_EXPRESSION}; }} catch (e) {{ return false; }} }})()"
         ):
             log.warning("%s: the page is not the task any more; loading it again", self.env_id)
             await self.cdp.navigate(self.url(), PAGE_TIMEOUT)
             await self.cdp.wait_for(READY_EXPRESSION, PAGE_TIMEOUT)
+            self._paused = False  # a new document: its clock starts in real time
+        lockstep = self.mode == LOCKSTEP
+        if lockstep:  # the same page time, date and input state at every episode's start
+            await self.clock.pause(at_ms=EPOCH_MS)
+            await self.page_input.release()
+        elif self._paused:
+            await self.clock.resume()
+            self._pending = None  # the display went on meanwhile: take all of it again
+        self._paused = lockstep
         seed_call = f"Math.seedrandom({int(seed)})" if seed is not None else "Math.seedrandom()"
         utterance, episode = await self.cdp.evaluate(
             f"(() => {{ {seed_call}; core.startEpisodeReal(); "
@@ -362,7 +400,45 @@ class MiniWoBRuntime(DisplayRuntime):
         )
         self._wob_episode = int(episode)
         self._text = str(utterance)
-        await self._take_drawn_page()
+        if lockstep:
+            await self._take_screenshot()
+        else:
+            await self._take_drawn_page()
+
+    async def _take_screenshot(self) -> None:
+        """Lockstep's frame: the page as Chromium draws it for a screenshot, lossless, a
+        function of the page alone (the X display's timing plays no part)."""
+        assert self.clock is not None
+        x0, y0 = self.origin
+        self.framebuffer[...] = await self.clock.screenshot((x0, y0, self.width, self.height))
+        self._damage = None  # all of it may have changed: the VNC server compares
+
+    async def aadvance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
+        """A lockstep step: the input through DevTools (each event handled before the
+        next), ``frames`` frames of page time, the new frame, and the outcome if the
+        episode ended in them."""
+        if not self._paused:  # (the remote steps only in lockstep)
+            return self.advance(events, frames)
+        assert self.cdp is not None and self.clock is not None and self.page_input is not None
+        if self._reported:  # the episode already ended: it stays done until reset
+            return StepResult(frames=0)
+        x0, y0 = self.origin
+        await self.page_input.send([
+            e._replace(x=e.x + x0, y=e.y + y0) if isinstance(e, PointerEvent) else e
+            for e in events
+        ])
+        await self.clock.advance(frames * FRAME_MS)
+        await self._take_screenshot()
+        done, reward, raw, episode, reason = await self.cdp.evaluate(STATE_EXPRESSION)
+        result = StepResult(frames=frames, text=self._text)
+        self._text = None
+        if done and int(episode) > self._wob_episode:
+            self._reported = True
+            result.reward, result.done = float(reward), True
+            result.info = {
+                "wob.raw_reward": float(raw), "wob.reason": reason, "wob.episodes": int(episode),
+            }
+        return result
 
     async def _take_drawn_page(self) -> None:
         """Wait until the page has drawn its last change and the display sent it, then
@@ -394,8 +470,8 @@ class MiniWoBRuntime(DisplayRuntime):
         while True:
             await asyncio.sleep(POLL_INTERVAL)
             generation, cdp = self._generation, self.cdp
-            if cdp is None or self._outcome is not None or self._failure is not None:
-                continue
+            if cdp is None or self._paused or self._outcome is not None or self._failure is not None:
+                continue  # (in lockstep each step reads the outcome itself)
             try:
                 done, reward, raw, episode, reason = await cdp.evaluate(STATE_EXPRESSION)
             except (CDPError, TypeError, ValueError) as exc:

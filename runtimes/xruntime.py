@@ -161,6 +161,8 @@ class DisplayRuntime(Runtime):
             self._pending.extend(
                 (r.x, r.y, r.width, r.height) for r in update.rects if r.encoding >= 0
             )
+            if len(self._pending) > MAX_DAMAGE_RECTS:  # (bounded while nobody captures)
+                self._pending = [_bounds(self._pending)]
 
     def capture(self) -> bool:
         """Copy what the display changed in the served area into :attr:`framebuffer`
