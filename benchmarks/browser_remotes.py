@@ -15,6 +15,10 @@ in-process game for scale.
 - **Action -> pixel latency**: the viewer moves the pointer across XEyes, or types a
   letter into ``miniwob.EnterText-v0``'s field, and times the first update after it;
   p50/p99 over :data:`TRIALS`.
+- **Lockstep steps/s** on :data:`LOCKSTEP_TASKS`: an agent's ``gymnasium.make(...,
+  mode="lockstep")`` env (a remote process, the rewarder, shared-memory frames) against
+  the floor of the design, the same runtime stepped in this process with no remote
+  (``MiniWoBRuntime.aadvance``: DevTools input, page clock, screenshot).
 
 ``python -m benchmarks browser_remotes``.
 """
@@ -57,6 +61,9 @@ FOCUS_PAUSE: Final = 0.3
 #: Seconds a remote may take to print its address, and an update to arrive.
 START_TIMEOUT: Final = 60.0
 UPDATE_TIMEOUT: Final = 2.0
+LOCKSTEP_TASKS: Final = ("miniwob.ClickTest-v0", "miniwob.ClickButton-v0", "miniwob.EnterText-v0")
+#: Lockstep steps timed per task and path (clicks sweeping the task's click grid).
+LOCKSTEP_STEPS: Final = 100
 CPU_ENVS: Final = ("miniwob.ClickTest-v0", "x11.XEyes-v0", "builtin.Catch-v0")
 LATENCY_ENVS: Final = ("x11.XEyes-v0", "miniwob.EnterText-v0")
 _ADDRESS: Final = re.compile(rb"vnc://(?P<host>[^:\s]+):(?P<vnc>\d+)\+(?P<rew>\d+)")
@@ -187,6 +194,46 @@ async def _latency(env_id: str, port: int) -> list[float]:
     return out
 
 
+def _env_steps_per_s(env_id: str) -> float:
+    """Lockstep steps/s of an agent's env over a local remote (clicks, then no-ops)."""
+    import gymnasium
+
+    import remotes  # noqa: F401 (registers the ids)
+
+    env = gymnasium.make(f"universe-remote/{env_id}", mode="lockstep", frameskip=1)
+    try:
+        env.reset(seed=1)
+        started = time.perf_counter()
+        for i in range(LOCKSTEP_STEPS):
+            _, _, terminated, truncated, _ = env.step(1 + (i * 37) % 336)
+            if terminated or truncated:
+                env.reset()
+        return LOCKSTEP_STEPS / (time.perf_counter() - started)
+    finally:
+        env.close()
+
+
+async def _runtime_steps_per_s(env_id: str) -> float:
+    """The same steps on the runtime in this process: the floor of any remote."""
+    from runtimes import registry
+    from runtimes.base import PointerEvent
+
+    runtime = registry.lookup(env_id)()
+    await runtime.astart()
+    try:
+        runtime.mode = "lockstep"
+        await runtime.areset(1)
+        started = time.perf_counter()
+        for i in range(LOCKSTEP_STEPS):
+            x, y = 5 + (i * 37) % 150, 55 + (i * 11) % 150
+            click = [PointerEvent(x, y, 1), PointerEvent(x, y, 0)]
+            if (await runtime.aadvance(click, 1)).done:
+                await runtime.areset(None)
+        return LOCKSTEP_STEPS / (time.perf_counter() - started)
+    finally:
+        await runtime.aclose()
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -227,3 +274,10 @@ def main() -> None:
             rows.append([env_id, name, f"{1e3 * _pct(lat, 0.5):.1f}", f"{1e3 * _pct(lat, 0.99):.1f}",
                          f"{len(lat)}/{TRIALS}"])
     table(["env", "path", "p50 ms", "p99 ms", "answered"], rows)
+    print(f"  lockstep steps/s, {LOCKSTEP_STEPS} click steps of one frame each, rounds alternated")
+    rows = []
+    for env_id in LOCKSTEP_TASKS:
+        ours = statistics.median(_env_steps_per_s(env_id) for _ in range(2))
+        floor = statistics.median(asyncio.run(_runtime_steps_per_s(env_id)) for _ in range(2))
+        rows.append([env_id, f"{ours:.1f}", f"{floor:.1f}", ratio(ours, floor)])
+    table(["task", "env (remote) steps/s", "runtime alone steps/s", "env/runtime"], rows)
