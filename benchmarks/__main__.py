@@ -12,7 +12,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 #: Benchmark modules in the order they run; each has ``main() -> None``.
 MODULES = [
     "rewarder_throughput", "remotes_realtime", "realtime_cpu", "vnc_server", "vnc_client",
-    "display_capture", "atari_lockstep",
+    "display_capture", "browser_remotes", "atari_lockstep",
     "lockstep_peers", "step_channel", "viewer_port", "long_step", "dm_env_rpc_port", "recording",
     "ray_remotes",
     "multiagent",
