@@ -22,13 +22,39 @@ arrow storage; no jax).
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from .reader import Episode, open_recording
+
+#: Minari's dataset ids: ``[namespace/]name-vN``. Minari's own pattern leaves the version
+#: optional and then fails deep inside (``int(None)``) when it is missing; ours requires it.
+DATASET_NAME: Final = re.compile(
+    r"(?:(?P<namespace>[-\w][-\w/]*[-\w])/)?(?P<name>[-\w]+?)-v(?P<version>\d+)"
+)
+
+
+class DatasetNameError(ValueError):
+    """A dataset name Minari cannot take; the message shows the form it needs."""
+
+
+def check_dataset_name(name: str) -> None:
+    """Raise :class:`DatasetNameError` unless ``name`` is ``[namespace/]name-vN``."""
+    if DATASET_NAME.fullmatch(name):
+        return
+    hint = ""
+    stem = name.strip().strip("/")
+    if stem and re.fullmatch(r"[-\w/]+", stem) and not re.search(r"-v\d+$", stem):
+        hint = f" (here: {stem}-v0)"
+    raise DatasetNameError(
+        f"{name!r} is not a Minari dataset name: write NAME-vN, a name of letters, digits, "
+        f"'-' and '_' and a version{hint}, optionally under a namespace (catch/human-v0); "
+        "Minari versions every dataset"
+    )
 
 
 def step_actions(episode: Episode) -> np.ndarray:
@@ -62,7 +88,11 @@ def export_minari(
 ) -> Any:
     """Write the recording at ``path`` (or its ``episodes``, by number) as the Minari
     dataset ``name``; the dataset. Episodes with no step after their first frame are left
-    out; those the game did not end are truncated at their last step."""
+    out; those the game did not end are truncated at their last step.
+
+    Raises :class:`DatasetNameError` for a name Minari cannot take (before anything is
+    read), ``RuntimeError`` when Minari is missing or fails to write the dataset."""
+    check_dataset_name(name)
     try:
         import gymnasium as gym
         import minari
@@ -91,12 +121,19 @@ def export_minari(
             actions=list(step_actions(episode)), rewards=[s.reward for s in steps],
             terminations=done, truncations=truncated,
         ))
+    about = description or (
+        f"{first.env_id} episodes recorded by universe-remote (actions: held keys "
+        f"{first.meta.get('keys', [])}, pointer x, y, buttonmask)"
+    )
     with warnings.catch_warnings():  # no env to name: Minari warns of each missing part
         warnings.filterwarnings("ignore", category=UserWarning, module="minari")
-        return minari.create_dataset_from_buffers(
-            name, buffers, observation_space=observation_space, action_space=action_space,
-            algorithm_name="universe-remote recording",
-            description=description or f"{first.env_id} episodes recorded by universe-remote "
-            f"(actions: held keys {first.meta.get('keys', [])}, pointer x, y, buttonmask)",
-            data_format="arrow", jpeg_encoding=False,  # lossless frames
-        )
+        try:
+            return minari.create_dataset_from_buffers(
+                name, buffers, observation_space=observation_space, action_space=action_space,
+                algorithm_name="universe-remote recording", description=about,
+                data_format="arrow", jpeg_encoding=False,  # lossless frames
+            )
+        except (TypeError, KeyError, AttributeError, OSError) as exc:  # a failure inside Minari
+            raise RuntimeError(
+                f"Minari could not write dataset {name!r}: {type(exc).__name__}: {exc}"
+            ) from exc

@@ -10,11 +10,11 @@ from typing import Any
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from recordings.format import FormatError
-    from recordings.minari_export import export_minari
+    from recordings.minari_export import DatasetNameError, export_minari
 
     try:
         dataset = export_minari(args.recording, args.minari, args.episode or None)
-    except (FormatError, RuntimeError) as exc:
+    except (FormatError, RuntimeError, DatasetNameError) as exc:
         print(f"universe-remote: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:  # Minari refuses the name (taken, malformed)
@@ -36,7 +36,7 @@ def add_commands(sub: Any) -> None:
     )
     export.add_argument("recording", metavar="DIR", help="a directory serve --record wrote")
     export.add_argument("--minari", required=True, metavar="NAME",
-                        help="the dataset's name, e.g. catch/human-v0")
+                        help="the dataset's name: [NAMESPACE/]NAME-vN, e.g. catch/human-v0")
     export.add_argument("--episode", type=int, action="append", default=[], metavar="K",
                         help="only episode K (repeatable); default: every episode")
     export.set_defaults(func=_cmd_export)
