@@ -70,8 +70,10 @@ def add_commands(sub: Any) -> None:
     player.add_argument("-n", type=_positive, default=1, help="local remotes to start (default 1)")
     player.add_argument(
         "--ray", metavar="ADDRESS", nargs="?", const="", default=None,
-        help="start the -n remotes as actors on a Ray cluster (ADDRESS: ray.init's, e.g. auto or "
-        "ray://head:10001; none: $RAY_ADDRESS, else a new local one); needs the ray extra",
+        help="start the -n remotes as actors on a Ray cluster (ADDRESS: ray.init's, e.g. auto, "
+        "ray://head:10001, or local for a new local cluster; none: $RAY_ADDRESS, else the "
+        "cluster `ray start` started last, else a new local one; one that does not answer is "
+        "reported within seconds); needs the ray extra",
     )
     player.add_argument(
         "--agent", choices=["random", "noop"], default="random",

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import socket
 import sys
 import threading
 import warnings
@@ -71,6 +72,15 @@ PASSWORD_CHARS: Final = 8
 EXIT_REMOTE_DIED: Final = 70
 #: Characters of a dead remote's log an actor prints before it exits (Ray's worker log).
 LOG_TAIL: Final = 2000
+#: Seconds to wait for the cluster's address to accept a TCP connection before ``ray.init``
+#: dials it: a cluster that is gone refuses at once (Ray itself retries it for minutes).
+PROBE_TIMEOUT: Final = 5.0
+#: Seconds ``ray.init`` may take to join a cluster that did accept the probe (measured:
+#: ~4 s in a namespace; a port that accepts and never speaks Ray's protocol hangs it).
+INIT_TIMEOUT: Final = 60.0
+#: Where Ray keeps the address of the cluster ``ray start`` last started, under its temp
+#: directory; ``ray.init()`` without an address joins it (Ray's own lookup).
+CURRENT_CLUSTER_FILE: Final = "ray_current_cluster"
 #: Resource names that have their own ``ray.remote`` option.
 _OPTION_NAMES: Final = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
 
@@ -100,6 +110,87 @@ def _ray() -> Any:
             "this machine and on every node of the cluster"
         ) from None
     return ray
+
+
+def _current_cluster_file() -> str:
+    """The file where ``ray start`` leaves the current cluster's address (Ray's lookup:
+    $RAY_TMPDIR, else $TMPDIR, else /tmp, then ``ray/``)."""
+    base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    return os.path.join(base, "ray", CURRENT_CLUSTER_FILE)
+
+
+def cluster_address(address: str | None) -> tuple[str | None, str]:
+    """The cluster ``ray.init(address)`` would dial, and where that address came from;
+    (None, ...) when it starts a new local cluster instead. As Ray looks: ``address``,
+    else $RAY_ADDRESS, else (for None and ``"auto"``) the file ``ray start`` left."""
+    if address not in (None, "auto"):
+        return (None if address == "local" else address), "the address given"
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"], "$RAY_ADDRESS"
+    path = _current_cluster_file()
+    try:
+        with open(path) as f:
+            found = f.read().strip()
+    except OSError:
+        found = ""
+    return (found or None), path
+
+
+def check_cluster(address: str | None, timeout: float = PROBE_TIMEOUT) -> None:
+    """Raise :class:`RayUnavailable` when the cluster ``ray.init(address)`` would join does
+    not accept a connection within ``timeout``: Ray would retry it for minutes, silently.
+    The message says where the address came from and what to do."""
+    target, source = cluster_address(address)
+    if target is None:
+        return
+    where = target.removeprefix("ray://").rstrip("/")
+    host, sep, port = where.rpartition(":")
+    if not sep or not port.isdigit():
+        return  # Ray's own parser says what is wrong with it
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        return
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+    if source.endswith(CURRENT_CLUSTER_FILE):
+        raise RayUnavailable(
+            f"no Ray cluster answers at {target} ({why}), the address {source} names: "
+            "`ray start` left it there and that cluster is gone. Start a new local cluster "
+            "with --ray local (start_ray(address='local')), name a running one with --ray "
+            "ADDRESS, or remove the file (`ray stop` does)"
+        )
+    raise RayUnavailable(
+        f"no Ray cluster answers at {target} ({why}; {source}): is it running (ray start "
+        "--head)? Check the address, or pass --ray local (address='local') to start a new "
+        "local cluster"
+    )
+
+
+def init_ray(ray: Any, address: str | None, timeout: float = INIT_TIMEOUT) -> None:
+    """``ray.init(address)``, after :func:`check_cluster`, within ``timeout`` seconds:
+    :class:`RayUnavailable` instead of Ray's minutes of retries."""
+    check_cluster(address)
+    failure: list[BaseException] = []
+
+    def init() -> None:
+        try:
+            ray.init(address=address, logging_level=logging.WARNING)
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    joining = threading.Thread(target=init, name="universe-remote-ray-init", daemon=True)
+    joining.start()
+    joining.join(timeout)
+    if joining.is_alive():
+        target, source = cluster_address(address)
+        raise RayUnavailable(
+            f"Ray did not join the cluster at {target or 'a new local cluster'} ({source}) "
+            f"within {timeout:g} s: something answers there that is not a Ray cluster's "
+            "head, or it is overloaded. Check the address, or pass --ray local "
+            "(address='local') to start a new local cluster"
+        )
+    if failure:
+        raise failure[0]
 
 
 def serve_args(host: str, tls: tuple[str, str] | None, extra_args: Sequence[str]) -> list[str]:
@@ -279,11 +370,15 @@ def start_ray(
     max_restarts: int = DEFAULT_MAX_RESTARTS,
     start_timeout: float = 60.0,
     extra_args: Sequence[str] = (),
+    init_timeout: float = INIT_TIMEOUT,
 ) -> RayRemotes:
     """Start ``n`` remotes of ``env_id`` as Ray actors and wait until each answers.
 
-    ``address``: the cluster (``ray.init``'s: ``"auto"``, ``"ray://head:10001"``; None:
-    $RAY_ADDRESS or a new local one); ignored when Ray is already initialised.
+    ``address``: the cluster (``ray.init``'s: ``"auto"``, ``"ray://head:10001"``, ``"local"``
+    for a new local one; None: $RAY_ADDRESS, else the cluster ``ray start`` started last,
+    else a new local one); ignored when Ray is already initialised. A cluster that does
+    not answer is :class:`RayUnavailable` within :data:`PROBE_TIMEOUT` (or, if its port
+    answers but Ray does not join, ``init_timeout``) seconds, saying what to do.
     ``password``: every remote's (default: a fresh random one, in :attr:`password`).
     ``tls``: (certificate, key) files present on every node: the remotes serve TLS
     (``vnc+tls://``); without it a remote off loopback serves in clear with ``--insecure``.
@@ -302,7 +397,7 @@ def start_ray(
     options = _actor_options(bundle, max_restarts)
     ray = _ray()
     if not ray.is_initialized():
-        ray.init(address=address, logging_level=logging.WARNING)
+        init_ray(ray, address, init_timeout)
     password = password or secrets.token_urlsafe(PASSWORD_CHARS)[:PASSWORD_CHARS]
     group = RayRemotes([], [], password)
     try:
