@@ -77,7 +77,7 @@ def exposure_refusal(host: str, *, password: str | None, tls: bool, insecure: bo
     return None
 
 
-def _banner(args: argparse.Namespace, remote: Any) -> str:
+def _banner(args: argparse.Namespace, remote: Any, openenv: Any = None) -> str:
     """What ``serve`` prints once it listens: each port with its scheme, how to connect."""
     host, tls = args.host, remote.tls is not None
     rewarder_port, vnc_port = remote.rewarder.port, remote.vnc_port
@@ -103,6 +103,9 @@ def _banner(args: argparse.Namespace, remote: Any) -> str:
     if remote.dm_env_rpc is not None:
         lines.append(f"  dm_env_rpc  {host}:{remote.dm_env_rpc.port}   "
                      f"(gRPC{' with TLS' if tls else ''}; docs/dm_env_rpc.md)")
+    if openenv is not None:
+        lines.append(f"  openenv   {'https' if tls else 'http'}://{host}:{openenv.port}   "
+                     "(OpenEnv HTTP + /ws: GenericEnvClient(base_url=...); docs/openenv.md)")
     lines.append(f"  agent address  vnc{'+tls' if tls else ''}://{host}:{vnc_port}+{rewarder_port}{secret}")
     if tls:
         lines.append(f"  CA.pem: the CA that issued the certificate (a self-signed one: the "
@@ -178,10 +181,25 @@ async def _serve(args: argparse.Namespace, tls: ServerTLS | None = None) -> int:
             recorder.close()
         raise
     try:
-        return await _run(args, remote)
+        openenv = await _start_openenv(args, remote)
+        return await _run(args, remote, openenv)
     finally:
         if recorder is not None:
             recorder.close()
+
+
+async def _start_openenv(args: argparse.Namespace, remote: Any) -> Any:
+    """``serve --openenv-port``: the OpenEnv port on the started remote (None without it);
+    a port that cannot be bound closes the remote and raises."""
+    if getattr(args, "openenv_port", None) is None:
+        return None
+    from .front_ends import start_openenv
+
+    try:
+        return await start_openenv(remote, args.host, args.openenv_port)
+    except BaseException:
+        await remote.close("the remote failed to start")
+        raise
 
 
 def _replay_runtime(args: argparse.Namespace) -> Any:
@@ -202,21 +220,25 @@ def _recorder(args: argparse.Namespace, remote: Any) -> Any:
     return recorder
 
 
-async def _run(args: argparse.Namespace, remote: Any) -> int:
+async def _run(args: argparse.Namespace, remote: Any, openenv: Any = None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(_banner(args, remote), flush=True)
+    print(_banner(args, remote, openenv), flush=True)
     stopped = asyncio.ensure_future(stop.wait())
     waits: list[asyncio.Future[Any]] = [stopped, remote.failed]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     stopped.cancel()
     if remote.failed.done():
         log.error("exiting with status %d: %s", EXIT_RUNTIME_FAILED, remote.failed.result())
+        if openenv is not None:
+            await openenv.close(f"the remote failed: {remote.failed.result()}")
         await remote.close(f"the remote failed: {remote.failed.result()}")
         return EXIT_RUNTIME_FAILED
     log.info("shutting down")
+    if openenv is not None:
+        await openenv.close("the remote is shutting down (signal received)")
     await remote.close("the remote is shutting down (signal received)")
     return 0
 
@@ -254,7 +276,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(
             f"universe-remote: cannot listen on {args.host}: {exc.strerror or exc}. "
             "Is another remote using the port? Pick others with --rewarder-port/--vnc-port"
-            "/--http-port/--dm-env-rpc-port.",
+            "/--http-port/--dm-env-rpc-port/--openenv-port.",
             file=sys.stderr,
         )
         return 1
@@ -387,6 +409,16 @@ def add_commands(sub: Any) -> None:
         metavar="PORT",
         help="also serve dm_env_rpc (DeepMind's protocol, gRPC) on PORT (default 16000; "
         "needs pip install 'universe-remote[dmenv]'); off unless given",
+    )
+    serve.add_argument(
+        "--openenv-port",
+        type=int,
+        nargs="?",
+        const=8000,  # envserver.openenv.server.DEFAULT_PORT (not imported: parsing stays cheap)
+        default=None,
+        metavar="PORT",
+        help="also serve OpenEnv (HTTP /reset /step /state /schema /metadata /health and "
+        "/ws sessions; GenericEnvClient) on PORT (default 8000; docs/openenv.md); off unless given",
     )
     serve.add_argument(
         "--tls-cert",

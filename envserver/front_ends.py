@@ -1,19 +1,31 @@
 """The remote's optional front ends, started on request: the browser viewer
-(``serve --http-port``) and the dm_env_rpc port (``serve --dm-env-rpc-port``).
+(``serve --http-port``), the dm_env_rpc port (``serve --dm-env-rpc-port``) and the
+OpenEnv port (``serve --openenv-port``).
 
-Each is imported only here, when asked for: a remote that serves neither never loads
-aiohttp's server or gRPC. Both drive the one :class:`~envserver.remote.Remote` they are
-given (never a copy of the game), with its password, throttle and certificate.
+Each is imported only here, when asked for: a remote that serves none never loads
+aiohttp's server or gRPC. Each drives the one :class:`~envserver.remote.Remote` it is
+given (never a copy of the game), with its password, throttle and certificate. The
+agent front ends (dm_env_rpc, OpenEnv) each chain their holder into
+:attr:`Remote.held_by <envserver.remote.Remote.held_by>`, so the rewarder refuses agents
+while one of theirs drives, and each asks :meth:`Remote.agent` (the rewarder's agent, or
+another front end's) before it lets one of its own drive.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .dmrpc.server import DmEnvRpcServer
+    from .openenv.server import OpenEnvServer
     from .remote import Remote
     from .viewer import Viewer
+
+
+def _either(first: Callable[[], str | None], then: Callable[[], str | None]) -> Callable[[], str | None]:
+    """A holder that names ``first``'s agent, else ``then``'s."""
+    return lambda: first() or then()
 
 
 async def start_viewer(remote: Remote, host: str, port: int) -> Viewer:
@@ -53,6 +65,22 @@ async def start_dm_env_rpc(remote: Remote, host: str, port: int) -> DmEnvRpcServ
         remote, password=remote.password, auth_guard=remote.auth_throttle,
         credentials=grpc.ssl_server_credentials([(tls.key_pem, tls.cert_pem)]) if tls else None,
     )
-    remote.held_by = server.endpoint.held_by
+    remote.held_by = _either(server.endpoint.held_by, remote.held_by)
     await server.start(host, port)
+    return server
+
+
+async def start_openenv(remote: Remote, host: str, port: int) -> OpenEnvServer:
+    """The OpenEnv port of ``remote`` on ``port`` (https/wss when the remote has a
+    certificate); close it with ``await server.close(reason)`` before the remote."""
+    from .openenv.server import OpenEnvServer
+
+    server = OpenEnvServer(
+        remote, password=remote.password, auth_guard=remote.auth_throttle,
+        tls=remote.tls.context if remote.tls else None,
+        allow_origins=remote.rewarder.allow_origins,
+        description=getattr(remote.runtime, "description", "") or remote.env_id,
+    )
+    await server.start(host, port)
+    remote.held_by = _either(server.held_by, remote.held_by)
     return server

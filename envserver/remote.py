@@ -240,8 +240,11 @@ class Remote:
         return self.runtime.framebuffer
 
     def agent(self) -> str | None:
-        """Who drives the remote over the rewarder now, or None."""
-        return "an agent on the rewarder port" if self.rewarder.active is not None else None
+        """Who drives the remote now: an agent on the rewarder, or one another front end
+        names through :attr:`held_by` (dm_env_rpc and OpenEnv ask before theirs drive)."""
+        if self.rewarder.active is not None:
+            return "an agent on the rewarder port"
+        return self.held_by()
 
     def set_fps(self, fps: float) -> None:
         """Change the real-time rate now (the game loop does not finish a sleep at the old one)."""

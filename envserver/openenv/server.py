@@ -1,0 +1,411 @@
+"""The OpenEnv port: OpenEnv's HTTP endpoints and ``/ws`` sessions (aiohttp) on the remote's
+event loop.
+
+A thin shell around :mod:`.session` (what each message does) and :mod:`.protocol` (its
+shapes). URLs (``universe-remote serve ENV --openenv-port``, 8000 by default)::
+
+    GET  /health         {"status": "healthy"} (no password: OpenEnv's providers poll it)
+    GET  /metadata       the env, its description, universe-remote's version, the protocols
+    GET  /schema         JSON Schemas of the action, observation and state (schemas.py)
+    GET  /ws             a session: {"type": "reset"|"step"|"state"|"close", "data": {...}}
+    POST /reset, /step   one request each, as the HTTP session (session.py; docs/openenv.md)
+    GET  /state          the remote's state
+    GET  /frame[/{n}]    the screen as a PNG (frame n if it is still the newest)
+    GET  /openapi.json   the endpoints, for ``openenv validate``
+    POST /mcp            a JSON-RPC "method not found": no MCP tools are served
+
+**Password** (``serve --password``): ``Authorization: Bearer <password>`` — the header
+OpenEnv's clients send with ``headers=`` (``GenericEnvClient(base_url, headers={...})``)
+— or the rewarder's ``Authorization: Basic base64("<password>:")``; on every URL but
+``/health``. A WebSocket without it is accepted, told why in OpenEnv's error shape
+(``UNAUTHORIZED``: OpenEnv's client raises it as ``RuntimeError`` with our words; a 401
+at the handshake would reach it as a bare status) and closed. Wrong passwords count
+toward the remote's failed-password throttle like on every port (``TOO_MANY_ATTEMPTS``,
+HTTP 429, says for how long). **Web pages** (an ``Origin`` header) are refused unless
+``serve --allow-origin`` names them, as on the rewarder. **TLS**: the remote's
+certificate (https://, wss://); plain http:// to it gets a 400 saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import itertools
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Final
+
+import orjson
+from aiohttp import WSMsgType, web
+
+from rewarder.auth import basic_auth_password
+from rewarder.lograte import RateLimitedLog
+from rewarder.tls import TLSPort
+from vncdriver.server import AuthGuard
+
+from .. import version
+from . import frames, protocol
+from .protocol import Code, Refusal
+from .schemas import Spec
+from .session import Port, RemoteLike, Session
+
+log = logging.getLogger(__name__)
+
+#: The port ``serve --openenv-port`` suggests and the Docker image uses: OpenEnv's own
+#: servers listen on 8000 (uvicorn's default in its Dockerfiles and docs).
+DEFAULT_PORT: Final = 8000
+#: WebSocket sessions at once (one drives; the rest watch). Past it a session is told
+#: CAPACITY_REACHED and closed, as OpenEnv's servers do at MAX_CONCURRENT_ENVS.
+MAX_SESSIONS: Final = 16
+#: Seconds between the server's WebSocket pings (OpenEnv's client pings every 20 s too).
+HEARTBEAT: Final = 30.0
+#: Seconds close() gives sessions and requests to finish.
+SHUTDOWN_TIMEOUT: Final = 2.0
+#: What OpenEnv's HTTP API is at (its FastAPI apps say 1.0.0; ``openenv validate`` reads it).
+API_VERSION: Final = "1.0.0"
+#: The protocols the remote speaks, with this port's: its /metadata lists them.
+PROTOCOLS: Final = {**version.PROTOCOLS, "openenv": f"http {API_VERSION} + ws"}
+#: The header carrying the password, and the schemes it may come in.
+AUTH_HEADER: Final = "Authorization"
+#: URLs open without the password.
+OPEN_PATHS: Final = frozenset({"/health"})
+#: What the 400 to plain http:// on a TLS port says to do.
+TLS_HINT: Final = "use {url} (GenericEnvClient(base_url='{url}'); the client must trust the certificate)"
+#: JSON-RPC's "method not found", what POST /mcp answers.
+JSONRPC_NO_METHOD: Final = -32601
+_JSON: Final = "application/json"
+
+
+def given_password(header: str | None) -> str | None:
+    """The password in ``Authorization: Bearer <pw>`` or ``Basic base64("<pw>:")``, or None."""
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() == "bearer":
+        return token.strip() or None
+    return basic_auth_password(header)
+
+
+class _TLSPortSite(web.BaseSite):
+    """aiohttp's TCPSite with TLS through :class:`rewarder.tls.TLSPort`: plain ``http://``
+    gets a 400 saying the port speaks ``https://`` instead of a closed connection."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, tls_port: TLSPort) -> None:
+        super().__init__(runner)
+        self.host, self.port, self.tls_port = host, port, tls_port
+
+    @property
+    def name(self) -> str:
+        return f"https://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            self.tls_port.factory(server), self.host, self.port, backlog=self._backlog
+        )
+
+
+class OpenEnvServer:
+    """OpenEnv for one remote: ``await start(host, port)``, ``await close(reason)``."""
+
+    def __init__(
+        self,
+        remote: RemoteLike,
+        *,
+        password: str | None = None,
+        auth_guard: AuthGuard | None = None,
+        tls: ssl.SSLContext | None = None,
+        allow_origins: Iterable[str] = (),
+        description: str = "",
+    ) -> None:
+        self.endpoint = Port(remote)
+        self.remote = remote
+        self.password, self.auth_guard, self.tls = password, auth_guard, tls
+        self.allow_origins = frozenset(o.rstrip("/").lower() for o in allow_origins)
+        self.description = description
+        self.sessions: dict[web.WebSocketResponse, Session] = {}
+        self.tls_port: TLSPort | None = None
+        #: What clients send that is refused (and our bugs): one line per kind per interval.
+        self.bad_input = RateLimitedLog(log)
+        self._http_lock = asyncio.Lock()
+        self._numbers = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._closing: str | None = None
+        self.app = self._make_app()
+
+    @property
+    def port(self) -> int:
+        assert self._runner is not None, "call start() first"
+        return int(self._runner.addresses[0][1])
+
+    def held_by(self) -> str | None:
+        """Which OpenEnv session drives the remote (the other front ends ask)."""
+        return self.endpoint.held_by()
+
+    async def start(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=SHUTDOWN_TIMEOUT)
+        await self._runner.setup()
+        site: web.BaseSite
+        if self.tls is not None:
+            self.tls_port = TLSPort(self.tls, scheme="https", where="the OpenEnv port", hint=TLS_HINT)
+            site = _TLSPortSite(self._runner, host, port, self.tls_port)
+        else:
+            site = web.TCPSite(self._runner, host, port)
+        try:
+            await site.start()
+        except OSError:
+            await self._runner.cleanup()
+            raise
+
+    async def close(self, reason: str = "the remote is shutting down") -> None:
+        if self._closing is not None:
+            return
+        self._closing = reason
+        await asyncio.gather(*(
+            ws.close(code=1001, message=reason[:120].encode()) for ws in list(self.sessions)
+        ), return_exceptions=True)
+        if self.tls_port is not None:
+            self.tls_port.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self.bad_input.close()
+
+    # The app -------------------------------------------------------------------------------
+
+    def _make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._guard], client_max_size=protocol.MAX_MESSAGE_BYTES)
+        for path, handler in (
+            ("/health", self._health), ("/metadata", self._metadata), ("/schema", self._schema),
+            ("/state", self._state), ("/frame", self._frame), ("/frame/{number}", self._frame),
+            ("/openapi.json", self._openapi), ("/ws", self._ws),
+        ):
+            app.router.add_get(path, handler)
+        app.router.add_post("/reset", self._reset)
+        app.router.add_post("/step", self._step)
+        app.router.add_post("/mcp", self._mcp)
+        return app
+
+    @web.middleware
+    async def _guard(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """Web pages and missing or wrong passwords are refused (a WebSocket is told in
+        OpenEnv's error shape, then closed)."""
+        refusal = self._refusal(request)
+        if refusal is None:
+            return await handler(request)
+        self.bad_input.log(f"refused: {refusal.code.value}", logging.INFO,
+                           "OpenEnv port: refused %s %s from %s: %s", request.method, request.path,
+                           request.remote, refusal.message)
+        if request.path == "/ws" and request.headers.get("Upgrade", "").lower() == "websocket":
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
+            await ws.send_str(protocol.error(refusal).decode())
+            await ws.close(code=1008, message=refusal.code.value.encode())
+            return ws
+        status, body = protocol.http_error(refusal)
+        headers = {"WWW-Authenticate": 'Bearer realm="universe-remote"'} if status == 401 else None
+        return web.Response(status=status, body=body, content_type=_JSON, headers=headers)
+
+    def _refusal(self, request: web.Request) -> Refusal | None:
+        origin = request.headers.get("Origin")
+        if origin is not None and origin.rstrip("/").lower() not in self.allow_origins:
+            return Refusal(Code.UNAUTHORIZED, (
+                f"this port does not serve web pages (Origin: {origin[:200]}): any site open in a "
+                f"browser here could drive the remote; serve with --allow-origin {origin[:200]} to allow it"))
+        if self.password is None or request.path in OPEN_PATHS:
+            return None
+        peer, guard = request.remote, self.auth_guard
+        given = given_password(request.headers.get(AUTH_HEADER))
+        # Decided as the password is compared: a blocked address hears for how long, and
+        # its password (right or wrong) is not compared.
+        blocked = guard.admit(peer) if guard is not None else None
+        if blocked is not None:
+            return Refusal(Code.TOO_MANY_ATTEMPTS, blocked)
+        if given is None:
+            if guard is not None:
+                guard.abandoned(peer)
+            return Refusal(Code.UNAUTHORIZED, (
+                "this remote needs a password: send the header 'Authorization: Bearer "
+                "<password>' (GenericEnvClient(base_url, headers={'Authorization': 'Bearer "
+                "<password>'}))"))
+        if not hmac.compare_digest(given.encode(), self.password.encode()):
+            if guard is not None:
+                guard.failed(peer, "the OpenEnv port")
+            return Refusal(Code.UNAUTHORIZED, "wrong password for this remote")
+        if guard is not None:
+            guard.succeeded(peer)
+        return None
+
+    # Sessions ------------------------------------------------------------------------------
+
+    async def _ws(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(max_msg_size=protocol.MAX_MESSAGE_BYTES, heartbeat=HEARTBEAT,
+                                   compress=False)
+        await ws.prepare(request)
+        refusal = None
+        if self._closing is not None:
+            refusal = Refusal(Code.SESSION_ERROR, self._closing)
+        elif len(self.sessions) >= MAX_SESSIONS:
+            refusal = Refusal(Code.CAPACITY_REACHED, (
+                f"{MAX_SESSIONS} OpenEnv sessions are open on this remote (MAX_SESSIONS); "
+                "try again once one has closed"), active_sessions=len(self.sessions),
+                max_sessions=MAX_SESSIONS)
+        if refusal is not None:
+            await ws.send_str(protocol.error(refusal).decode())
+            await ws.close(code=1013, message=refusal.code.value.encode())
+            return ws
+        session = Session(self.endpoint, f"session {next(self._numbers)} from {request.remote}")
+        self.sessions[ws] = session
+        try:
+            async for message in ws:
+                if message.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
+                    break
+                answer = await self._answer(session, message.data, str(request.remote))
+                if answer is None:  # "close"
+                    break
+                await ws.send_str(answer.decode())
+        except (ConnectionError, RuntimeError) as exc:  # the client went while we answered
+            log.debug("OpenEnv %s ended: %r", session.name, exc)
+        finally:
+            del self.sessions[ws]
+            session.close()
+            await ws.close()
+        return ws
+
+    async def _answer(self, session: Session, raw: str | bytes, peer: str) -> bytes | None:
+        """The answer to one message (an error for a refused one: the session goes on);
+        None for ``close``."""
+        try:
+            message = protocol.parse_message(raw)
+            if message.type == protocol.CLOSE:
+                return None
+            if message.type == protocol.STATE:
+                return protocol.state(session.state())
+            if message.type == protocol.RESET:
+                return protocol.observation(await session.reset(message.data))
+            return protocol.observation(await session.step(message.data))
+        except Refusal as refusal:
+            self.bad_input.log(f"refused {refusal.code.value}", logging.INFO,
+                               "OpenEnv port: %s from %s: %s", refusal.code.value, peer, refusal.message)
+            return protocol.error(refusal)
+        except Exception as exc:  # a bug of ours: answer, log (with a traceback), go on
+            return protocol.error(self._bug(exc, peer))
+
+    def _bug(self, exc: Exception, peer: str) -> Refusal:
+        self.bad_input.log(f"bug: {type(exc).__name__}", logging.ERROR,
+                           "OpenEnv port: handling a message from %s failed", peer, exc_info=exc)
+        return Refusal(Code.EXECUTION_ERROR, (
+            f"the remote failed to handle this message ({type(exc).__name__}: {str(exc)[:200]}); "
+            "this is a bug in the remote, please report it"))
+
+    # HTTP endpoints ------------------------------------------------------------------------
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return _json({"status": "healthy"})
+
+    async def _metadata(self, request: web.Request) -> web.Response:
+        remote = self.remote
+        return _json({
+            "name": remote.env_id, "description": self.description or remote.env_id,
+            "version": version.server_version(), "author": "universe-remote",
+            "documentation_url": None, "readme_content": None,
+            "protocols": PROTOCOLS, "mode": remote.mode,
+        })
+
+    async def _schema(self, request: web.Request) -> web.Response:
+        spec = Spec.of(self.remote.describe())
+        return _json({"action": spec.action_schema(), "observation": spec.observation_schema(),
+                      "state": spec.state_schema()})
+
+    async def _state(self, request: web.Request) -> web.Response:
+        return _json(self.endpoint.http.state())
+
+    async def _reset(self, request: web.Request) -> web.Response:
+        return await self._http(request, lambda body: self.endpoint.http.reset(body))
+
+    async def _step(self, request: web.Request) -> web.Response:
+        async def step(body: dict[str, Any]) -> dict[str, Any]:
+            extra = sorted(set(body) - {"action", "timeout_s", "request_id"})
+            if "action" not in body or not isinstance(body["action"], dict) or extra:
+                raise Refusal(Code.VALIDATION_ERROR, (
+                    'POST /step takes {"action": {...}} (and OpenEnv\'s timeout_s, request_id), '
+                    f"not {str(body)[:120]}"))
+            return await self.endpoint.http.step(body["action"])
+        return await self._http(request, step)
+
+    async def _http(self, request: web.Request,
+                    run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> web.Response:
+        """One POST as the HTTP session, one at a time (its seat is held for the request)."""
+        try:
+            raw = await request.read()
+            try:
+                body = orjson.loads(raw) if raw.strip() else {}
+            except orjson.JSONDecodeError as exc:
+                raise Refusal(Code.INVALID_JSON, f"Invalid JSON: {exc}") from None
+            if not isinstance(body, dict):
+                raise Refusal(Code.VALIDATION_ERROR, "the body is a JSON object")
+            async with self._http_lock:
+                out = await run(body)
+        except Refusal as refusal:
+            self.bad_input.log(f"refused {refusal.code.value}", logging.INFO,
+                               "OpenEnv port: %s %s from %s: %s", request.method, request.path,
+                               request.remote, refusal.message)
+            status, data = protocol.http_error(refusal)
+            return web.Response(status=status, body=data, content_type=_JSON)
+        except Exception as exc:
+            status, data = protocol.http_error(self._bug(exc, str(request.remote)))
+            return web.Response(status=status, body=data, content_type=_JSON)
+        return web.Response(body=orjson.dumps(out, option=protocol.DUMP_OPTIONS, default=str),
+                            content_type=_JSON)
+
+    async def _frame(self, request: web.Request) -> web.Response:
+        """The screen as a PNG; ``/frame/{n}``: only while frame n is the newest."""
+        remote = self.remote
+        number = request.match_info.get("number")
+        if number is not None and (not number.isdigit() or int(number) != remote.frame):
+            status, body = protocol.http_error(Refusal(Code.UNKNOWN_TYPE, (
+                f"frame {number[:20]} is not the newest: the remote keeps only its newest frame, "
+                f"{remote.frame} (GET /frame for it)"), frame=remote.frame))
+            return web.Response(status=status, body=body, content_type=_JSON)
+        png = frames.png_bytes(remote.screen())
+        return web.Response(body=png, content_type="image/png", headers={
+            "X-Frame": str(remote.frame), "X-Episode": str(remote.episode_id), "Cache-Control": "no-store",
+        })
+
+    async def _openapi(self, request: web.Request) -> web.Response:
+        def op(summary: str) -> dict[str, Any]:
+            return {"summary": summary, "responses": {"200": {"description": "OK"}}}
+        paths = {
+            "/reset": {"post": op("Reset the environment (as the HTTP session)")},
+            "/step": {"post": op("Step the environment (as the HTTP session)")},
+            "/state": {"get": op("The remote's state")},
+            "/schema": {"get": op("JSON schemas of action, observation and state")},
+            "/metadata": {"get": op("The environment, the server's version, the protocols")},
+            "/health": {"get": op("Health check")},
+            "/frame": {"get": op("The screen as a PNG")},
+            "/mcp": {"post": op("JSON-RPC: no MCP tools are served (method not found)")},
+        }
+        return _json({"openapi": "3.1.0", "paths": paths, "info": {
+            "title": f"universe-remote OpenEnv port ({self.remote.env_id})", "version": API_VERSION}})
+
+    async def _mcp(self, request: web.Request) -> web.Response:
+        """No MCP tool surface (docs/openenv.md says why): JSON-RPC's "method not found"."""
+        try:
+            asked = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            asked = {}
+        ident = asked.get("id") if isinstance(asked, dict) else None
+        return _json({"jsonrpc": "2.0", "id": ident, "error": {
+            "code": JSONRPC_NO_METHOD,
+            "message": "this remote serves no MCP tools: drive it with reset/step over /ws "
+                       "(docs/openenv.md)"}})
+
+
+def _json(body: dict[str, Any]) -> web.Response:
+    return web.Response(body=orjson.dumps(body, default=str), content_type=_JSON,
+                        headers={"Cache-Control": "no-store"})

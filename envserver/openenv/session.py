@@ -1,0 +1,360 @@
+"""OpenEnv sessions against the remote: who drives, and what a reset, a step and a state are.
+
+Each WebSocket is a :class:`Session`; the HTTP endpoints share one more (:attr:`Port.http`),
+which holds the seat for a request at a time. A session that resets or steps becomes the
+port's **agent** if nobody drives the remote — no other OpenEnv session, no rewarder
+agent, no dm_env_rpc agent (:meth:`Port.take`) — and keeps the seat until it closes; any
+other session's reset or step is refused with ``CAPACITY_REACHED`` naming who drives.
+A session that resets with ``observe: true`` **watches**: its reset returns the screen
+as it is, each step (``{}``) returns the first frame past the one it saw last (at once if
+the remote has drawn one since; the end of a lockstep step, not its slices) with the
+reward and end the frames in between brought.
+
+**Lockstep**: a step advances exactly ``frameskip`` frames through the seats' barrier
+(``Seats.step`` -> ``Remote.step``, the state machine and ``Runtime.advance`` the
+rewarder and dm_env_rpc drive), and its reward and ``done`` are the remote's reply.
+**Real time**: a step sends the action's input at once and returns the screen at the next
+frame boundary at least ``frameskip`` frames after the session's last observation, with
+the reward the frames in between earned; ``done`` is true when the episode ended in
+between (with its last screen: the remote has already begun the next one, which the
+step after goes on in).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+import numpy as np
+
+from rewarder import protocol as rp
+from rewarder.errors import BadRequest
+from rewarder.server import PLAYER
+from runtimes.base import StepResult
+
+from ..state import State
+from . import frames
+from .protocol import Code, Refusal, ResetParams, parse_reset
+from .schemas import ActionError, Held, Spec
+
+#: Seconds a real-time step waits for its frame, and an observer's step for the next one,
+#: before it answers that the remote is stalled (lockstep: the agent has not stepped).
+STEP_TIMEOUT: Final = 10.0
+OBSERVE_TIMEOUT: Final = 30.0
+#: Episodes whose rewards a session keeps while it has not observed them (bounded).
+MAX_PENDING_EPISODES: Final = 4
+
+AGENT: Final = "agent"
+OBSERVER: Final = "observer"
+NO_ROLE: Final = "none"
+
+_requests = itertools.count(1)
+
+
+class RemoteLike(Protocol):
+    """What sessions use of :class:`envserver.remote.Remote`."""
+
+    fps: float
+    episode_id: int
+    frame: int
+    result_sinks: list[Callable[[int, StepResult], None]]
+    episode_sinks: list[Callable[[int, int, str | None], None]]
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def state(self) -> State: ...
+    @property
+    def env_id(self) -> str: ...
+    @property
+    def players(self) -> int: ...
+    @property
+    def seats(self) -> Any: ...  # envserver.players.Seats
+    def describe(self) -> dict[str, Any]: ...
+    def screen(self) -> np.ndarray: ...
+    def agent(self) -> str | None: ...
+    def action(self, request: rp.ActionRequest) -> None: ...
+    def client_left(self, observer: bool) -> None: ...
+    async def wait_frame(self, after: int | None = None) -> int: ...
+
+
+class Port:
+    """What every session of one remote's OpenEnv port shares: the remote, who drives it."""
+
+    def __init__(self, remote: RemoteLike) -> None:
+        self.remote = remote
+        #: The session that drives the remote, if any.
+        self.agent: Session | None = None
+        #: The HTTP endpoints' session (``POST /reset``, ``POST /step``, ``GET /state``).
+        self.http = Session(self, "the HTTP endpoints", holds_between_requests=False)
+
+    def held_by(self) -> str | None:
+        """Which OpenEnv session drives the remote (the other front ends refuse agents meanwhile)."""
+        return f"an OpenEnv session ({self.agent.name})" if self.agent is not None else None
+
+    def take(self, session: Session) -> None:
+        """Seat ``session`` as the agent, or refuse naming who drives."""
+        if self.agent is session:
+            return
+        remote = self.remote
+        if remote.players > 1:
+            raise Refusal(Code.CAPACITY_REACHED, (
+                f"{remote.env_id} has {remote.players} players; OpenEnv sessions drive "
+                "single-player envs (one agent per session): use the rewarder or dm_env_rpc, "
+                "a player each (docs/multiagent.md); this session may watch: reset with "
+                "observe=true"))
+        holder = self.held_by() or remote.agent()
+        if holder is not None:
+            raise Refusal(Code.CAPACITY_REACHED, (
+                f"{holder} drives this remote; one agent at a time: this session may watch "
+                "(reset with observe=true) or try again once it has left"))
+        self.agent = session
+
+    def release(self, session: Session) -> None:
+        """``session`` no longer drives: let go of what it held."""
+        if self.agent is session:
+            self.agent = None
+            self.remote.client_left(observer=False)
+
+
+@dataclass
+class _Seen:
+    """What the remote's frames brought one episode, as the result sink saw it."""
+
+    reward: float = 0.0
+    done: bool = False
+    final_screen: np.ndarray | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Session:
+    """One OpenEnv session: its role, settings and episode; each method answers one message."""
+
+    def __init__(self, port: Port, name: str, *, holds_between_requests: bool = True) -> None:
+        self.port, self.name = port, name
+        #: False for the HTTP endpoints: the seat is let go after every request.
+        self.holds_between_requests = holds_between_requests
+        self.role = NO_ROLE
+        self.frameskip = 1
+        self.screen_format = frames.DEFAULT_FORMAT
+        self.label: str | None = None
+        self.episode = 0
+        self.step_count = 0
+        self.last_frame = 0
+        self.text: str | None = None
+        self.held = Held()
+        self.seen: dict[int, _Seen] = {}
+        self._spec: Spec | None = None
+        self._listening = False
+
+    @property
+    def remote(self) -> RemoteLike:
+        return self.port.remote
+
+    # Messages ---------------------------------------------------------------------------
+
+    async def reset(self, data: dict[str, Any]) -> dict[str, Any]:
+        params = parse_reset(data)
+        self._settings(params)
+        if params.observe:
+            self.port.release(self)
+            self._become(OBSERVER)
+            self.episode, self.step_count = self.remote.episode_id, 0
+            return self._observation(None, False)
+        self._drive()
+        try:
+            episode: list[int] = []
+            request = rp.ResetRequest(
+                message_id=f"openenv-{next(_requests)}", sent_at=0.0, episode_id=None,
+                env_id=params.env_id, seed=params.seed, mode=params.mode,
+            )
+            try:
+                await self.remote.seats.reset(request, episode.append)
+            except BadRequest as exc:
+                raise Refusal(Code.EXECUTION_ERROR, exc.message) from None
+            except ValueError as exc:  # a seat check of the barrier
+                raise Refusal(Code.EXECUTION_ERROR, str(exc)) from None
+            self.held, self.seen, self._spec = Held(), {}, None
+            self.episode, self.step_count, self.label = episode[0], 0, params.label
+            return self._observation(None, False)
+        finally:
+            self._request_done()
+
+    async def step(self, data: dict[str, Any]) -> dict[str, Any]:
+        if self.role == OBSERVER:
+            return await self._watch(data)
+        self._drive()
+        try:
+            if self.episode != self.remote.episode_id and self.step_count == 0:
+                self.episode = self.remote.episode_id  # stepping without a reset: goes on
+            spec = self._current_spec()
+            try:
+                events, held = spec.parse(data, self.held)
+            except ActionError as exc:
+                raise Refusal(Code.VALIDATION_ERROR, str(exc)) from None
+            if self.remote.mode == rp.LOCKSTEP:
+                out = await self._step_lockstep(events)
+            else:
+                out = await self._step_realtime(events)
+            self.held = held
+            self.step_count += 1
+            return out
+        finally:
+            self._request_done()
+
+    def state(self) -> dict[str, Any]:
+        remote = self.remote
+        describe = remote.describe()
+        return {
+            "episode_id": str(remote.episode_id), "episode_label": self.label,
+            "step_count": self.step_count, "env_id": remote.env_id, "mode": remote.mode,
+            "remote_state": describe.get("remote_state"), "frame": remote.frame,
+            "fps": remote.fps, "frameskip": self.frameskip, "screen_format": self.screen_format,
+            "role": self.role, "held_by": self.port.held_by() or remote.agent(),
+        }
+
+    def close(self) -> None:
+        """The session ended: let go of the seat (and what it held) and stop listening."""
+        self.port.release(self)
+        self.role = NO_ROLE
+        if self._listening:
+            self._listening = False
+            self.remote.result_sinks.remove(self._on_result)
+            self.remote.episode_sinks.remove(self._on_episode)
+
+    # Steps -------------------------------------------------------------------------------
+
+    async def _step_lockstep(self, events: list[Any]) -> dict[str, Any]:
+        remote = self.remote
+        request = rp.StepRequest(
+            message_id=f"openenv-{next(_requests)}", sent_at=0.0, episode_id=self.episode,
+            events=tuple(events), frames=self.frameskip,
+        )
+        try:
+            _, body = await remote.seats.step(request)
+        except BadRequest as exc:
+            raise Refusal(Code.EXECUTION_ERROR, _reworded(exc.message)) from None
+        self.seen.pop(self.episode, None)  # the reply says it all
+        info = {k: v for k, v in body["info"].items() if k != rp.FRAME_INFO_KEY}
+        return self._observation(float(body["reward"]), bool(body["done"]), info=info)
+
+    async def _step_realtime(self, events: list[Any]) -> dict[str, Any]:
+        remote = self.remote
+        if events:
+            try:
+                remote.action(rp.ActionRequest(f"openenv-{next(_requests)}", 0.0, tuple(events)))
+            except BadRequest as exc:
+                raise Refusal(Code.VALIDATION_ERROR, exc.message) from None
+        after = max(remote.frame, self.last_frame + self.frameskip - 1)
+        return await self._next(after, STEP_TIMEOUT, "the remote is stalled")
+
+    async def _watch(self, data: dict[str, Any]) -> dict[str, Any]:
+        if set(data) - {"metadata"}:
+            raise Refusal(Code.VALIDATION_ERROR, (
+                "this session watches (it reset with observe=true): its steps send nothing "
+                "({} waits for the next frame); reset without observe to drive"))
+        self.step_count += 1
+        return await self._next(self.last_frame, OBSERVE_TIMEOUT, "no frame came (in lockstep "
+                                "the remote waits for its agent's step)")
+
+    async def _next(self, after: int, timeout: float, why: str) -> dict[str, Any]:
+        """The first frame past ``after``, with what the frames since the last observation
+        brought (an episode that ended: its last screen, ``done``)."""
+        remote = self.remote
+        try:
+            async with asyncio.timeout(timeout):
+                await remote.wait_frame(after)
+                while remote.state is State.STEPPING:  # a lockstep step draws in slices
+                    await remote.wait_frame()
+        except TimeoutError:
+            raise Refusal(Code.EXECUTION_ERROR, f"no frame within {timeout:g} s: {why}") from None
+        seen = self.seen.pop(self.episode, _Seen())
+        if seen.done:
+            out = self._observation(seen.reward, True, seen.final_screen, seen.info)
+            self.episode = remote.episode_id  # the remote has begun the next one
+            return out
+        if self.episode != remote.episode_id:  # someone else began a new one meanwhile
+            self.episode = remote.episode_id
+        return self._observation(seen.reward, False, info=seen.info)
+
+    # Observations ------------------------------------------------------------------------
+
+    def _observation(self, reward: float | None, done: bool, screen: np.ndarray | None = None,
+                     info: dict[str, Any] | None = None) -> dict[str, Any]:
+        remote = self.remote
+        spec = self._current_spec()
+        self.last_frame = remote.frame
+        observation: dict[str, Any] = {
+            "screen": frames.encode(remote.screen() if screen is None else screen, self.screen_format),
+            "screen_shape": list(spec.shape), "screen_format": self.screen_format,
+            "screen_dtype": "uint8", "episode_id": self.episode, "frame": remote.frame,
+            "text": self.text,
+        }
+        if spec.action_keys:
+            observation["legal_actions"] = list(range(len(spec.action_keys)))
+            lives = (info or {}).get("lives")
+            observation["lives"] = int(lives if lives is not None else remote.describe().get("lives", 0))
+        out: dict[str, Any] = {"observation": observation, "reward": reward, "done": done}
+        if info:
+            out["metadata"] = info
+        return out
+
+    # Seats and sinks ---------------------------------------------------------------------
+
+    def _settings(self, params: ResetParams) -> None:
+        if params.frameskip is not None:
+            self.frameskip = params.frameskip
+        if params.screen is not None:
+            self.screen_format = params.screen
+
+    def _drive(self) -> None:
+        """Take the seat (or be refused); whose input and reward the remote serves: player 0."""
+        self.port.take(self)
+        PLAYER.set(0)
+        self._become(AGENT)
+
+    def _request_done(self) -> None:
+        if not self.holds_between_requests:
+            self.port.release(self)
+            self.held, self.role = Held(), NO_ROLE
+
+    def _become(self, role: str) -> None:
+        self.role = role
+        if not self._listening:
+            self._listening = True
+            self.remote.result_sinks.append(self._on_result)
+            self.remote.episode_sinks.append(self._on_episode)
+
+    def _on_result(self, episode_id: int, result: StepResult) -> None:
+        """The remote's result sink: every advance, in either mode, as it happens."""
+        if result.text is not None:
+            self.text = result.text
+        if not (result.reward or result.done or "lives" in result.info):
+            return
+        seen = self.seen.setdefault(episode_id, _Seen())
+        seen.reward += result.reward
+        if "lives" in result.info:
+            seen.info["lives"] = result.info["lives"]
+        if result.done and not seen.done:
+            seen.done = True
+            if self.remote.mode == rp.REALTIME:  # the remote draws the next episode next
+                seen.final_screen = self.remote.screen().copy()
+        while len(self.seen) > MAX_PENDING_EPISODES:
+            del self.seen[min(self.seen)]
+
+    def _on_episode(self, episode_id: int, seed: int, text: str | None) -> None:
+        self.text = text
+
+    def _current_spec(self) -> Spec:
+        spec = self._spec
+        if spec is None or spec.env_id != self.remote.env_id:
+            spec = self._spec = Spec.of(self.remote.describe())
+        return spec
+
+
+def _reworded(message: str) -> str:
+    """The remote's refusal in OpenEnv's words (it names the rewarder's messages)."""
+    return message.replace("send v0.env.reset", "reset").replace("v0.env.", "")
