@@ -78,40 +78,10 @@ def exposure_refusal(host: str, *, password: str | None, tls: bool, insecure: bo
 
 
 def _banner(args: argparse.Namespace, remote: Any, openenv: Any = None) -> str:
-    """What ``serve`` prints once it listens: each port with its scheme, how to connect."""
-    host, tls = args.host, remote.tls is not None
-    rewarder_port, vnc_port = remote.rewarder.port, remote.vnc_port
-    secret = "?password=<password>" if args.password else ""
-    display = vnc_port - 5900 if 5900 <= vnc_port < 6000 else None
-    target = f"{host}:{display}" if display is not None else f"{host}::{vnc_port}"
-    if tls:  # TigerVNC's names for VeNCrypt with X.509 certificates
-        kind = "X509Vnc" if args.password else "X509None"
-        watch = f"vncviewer -SecurityTypes {kind} -X509CA CA.pem {target}"
-    else:
-        watch = f"vncviewer {target}"
-    lines = [
-        f"universe-remote: serving {remote.runtime.env_id} "
-        f"({remote.runtime.width}x{remote.runtime.height} at {remote.fps:g} fps)"
-        + (f", TLS with {remote.tls.cert}" if tls else ""),
-        f"  VNC       {host}:{vnc_port}{'  (VeNCrypt)' if tls else ''}   watch:  {watch}",
-        f"  rewarder  {'wss' if tls else 'ws'}://{host}:{rewarder_port}   "
-        "(JSON over WebSocket, Universe v0)",
-    ]
-    if remote.viewer is not None:
-        lines.append(f"  viewer    {'https' if tls else 'http'}://{host}:{remote.viewer.port}"
-                     "/viewer/   (view only, in a browser)")
-    if remote.dm_env_rpc is not None:
-        lines.append(f"  dm_env_rpc  {host}:{remote.dm_env_rpc.port}   "
-                     f"(gRPC{' with TLS' if tls else ''}; docs/dm_env_rpc.md)")
-    if openenv is not None:
-        lines.append(f"  openenv   {'https' if tls else 'http'}://{host}:{openenv.port}   "
-                     "(OpenEnv HTTP + /ws: GenericEnvClient(base_url=...); docs/openenv.md)")
-    lines.append(f"  agent address  vnc{'+tls' if tls else ''}://{host}:{vnc_port}+{rewarder_port}{secret}")
-    if tls:
-        lines.append(f"  CA.pem: the CA that issued the certificate (a self-signed one: the "
-                     f"certificate itself); agents take it as tls_ca= or ${CA_ENV}")
-    lines.append("  Ctrl-C to stop.")
-    return "\n".join(lines)
+    """What ``serve`` prints once it listens (:mod:`envserver.banner`)."""
+    from .banner import banner
+
+    return banner(args, remote, openenv, getattr(args, "ports_note", None))
 
 
 def _runtime_option(text: str) -> tuple[str, Any]:
@@ -174,7 +144,7 @@ async def _serve(args: argparse.Namespace, tls: ServerTLS | None = None) -> int:
     recorder = _recorder(args, remote)
     try:
         await remote.start(
-            args.host, args.rewarder_port, args.vnc_port, args.http_port, args.dm_env_rpc_port
+            args.host, args.ports.rewarder, args.ports.vnc, args.ports.http, args.dm_env_rpc_port
         )
     except BaseException:
         if recorder is not None:
@@ -267,16 +237,26 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     from runtimes.errors import RuntimeFailure
 
+    from .ports import busy_port_advice, choose_ports
+
+    try:
+        args.ports = choose_ports(args.host, args.vnc_port, args.rewarder_port, args.http_port)
+    except OSError as exc:
+        print(f"universe-remote: cannot listen on {args.host}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    args.ports_note = args.ports.note
     try:
         return asyncio.run(_serve(args, tls))
     except (RuntimeFailure, ValueError) as exc:  # unknown env, missing program, bad option, bad recording
         print(f"universe-remote: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the banner's reader left (`| head`): main() handles it
+        raise
     except OSError as exc:
         print(
-            f"universe-remote: cannot listen on {args.host}: {exc.strerror or exc}. "
-            "Is another remote using the port? Pick others with --rewarder-port/--vnc-port"
-            "/--http-port/--dm-env-rpc-port/--openenv-port.",
+            f"universe-remote: cannot listen on {args.host}: {exc.strerror or exc}; "
+            f"{busy_port_advice(args.host, args.ports)}. Other ports: --http-port, "
+            "--dm-env-rpc-port, --openenv-port.",
             file=sys.stderr,
         )
         return 1
@@ -335,8 +315,16 @@ def add_commands(sub: Any) -> None:
     )
     serve.add_argument("env_id", metavar="ENV_ID", help="for example builtin.Catch-v0")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--rewarder-port", type=int, default=15900, help="default 15900")
-    serve.add_argument("--vnc-port", type=int, default=5900, help="default 5900")
+    serve.add_argument(
+        "--rewarder-port", type=int, default=None,
+        help="default: the VNC port + 10000 (15900 with 5900); 0 picks a free one",
+    )
+    serve.add_argument(
+        "--vnc-port", type=int, default=None,
+        help="default: the rewarder port - 10000, or with neither given 5900 and 15900, or "
+        "the next free pair 5900+i / 15900+i when those are taken (the banner says which); "
+        "0 picks a free one",
+    )
     serve.add_argument(
         "--password",
         default=None,
@@ -394,11 +382,12 @@ def add_commands(sub: Any) -> None:
         "--http-port",
         type=int,
         nargs="?",
-        const=8900,  # runtimes.viewer.DEFAULT_HTTP_PORT (not imported: it needs aiohttp)
+        const=-1,  # envserver.ports.AUTO: the first free port from 8900 (DEFAULT_HTTP_PORT)
         default=None,
         metavar="PORT",
         help="also serve the screen to browsers at http://HOST:PORT/viewer/ (noVNC, view "
-        "only, behind --password); PORT defaults to 8900, 0 picks a free one; off unless given",
+        "only, behind --password); without PORT the first free one from 8900, 0 picks any "
+        "free one; off unless given",
     )
     serve.add_argument(
         "--dm-env-rpc-port",
