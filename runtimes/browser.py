@@ -59,6 +59,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
+import numpy as np
+
 from rewarder.protocol import LOCKSTEP
 from vncdriver import keysyms
 
@@ -85,14 +87,9 @@ SCREEN_HEIGHT: Final = 480
 TASK_AREA: Final = (0, 0, 160, 210)
 #: ``serve --option screen=...``: the task area (the default) or the whole screen.
 SCREENS: Final = ("task", "full")
-#: Seconds a reset waits for the new page to reach the display after the page drew it
-#: (the display sends nothing when the new page looks exactly like the old one).
-SETTLE_TIMEOUT: Final = 1.0
-#: Runs in the page after a change: resolves once the page has drawn a frame with it
-#: (the second animation frame starts after the first was handed to the compositor).
-DRAWN_EXPRESSION: Final = (
-    "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
-)
+#: Seconds a real-time reset waits for the display to show the new page; past it, the
+#: reset's frame is the page's screenshot and the next frame takes the whole display.
+SETTLE_TIMEOUT: Final = 2.0
 #: Frames per second of the remote's loop: it only forwards input and picks up results.
 FPS: Final = 60.0
 
@@ -441,11 +438,34 @@ class MiniWoBRuntime(DisplayRuntime):
         return result
 
     async def _take_drawn_page(self) -> None:
-        """Wait until the page has drawn its last change and the display sent it, then
-        take the frame: what a reset returns is the new episode, not the old one."""
-        assert self.cdp is not None and self.screen is not None
-        await self.cdp.evaluate(DRAWN_EXPRESSION)
-        await self.take_next_frame(self.screen.updates, SETTLE_TIMEOUT)
+        """Take the frame once the display shows the new page: what a reset returns is
+        the new episode, not the old one.
+
+        The page's screenshot says what the new page looks like; the display's updates
+        are taken until the served area equals it. (Waiting for "the next update" was
+        measured wrong both ways: an update of the reward panel alone came first, and
+        the page's own update had often arrived before the wait began.)
+        """
+        assert self.clock is not None and self.screen is not None
+        x0, y0 = self.origin
+        page = await self.clock.screenshot((x0, y0, self.width, self.height))
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        while True:
+            seen = self.screen.updates
+            self.capture()
+            if np.array_equal(self.framebuffer, page):
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await self.screen.wait_update(seen, remaining)
+        log.warning(
+            "%s: the display did not show the new page within %g s; serving its screenshot",
+            self.env_id, SETTLE_TIMEOUT,
+        )
+        self.framebuffer[...] = page
+        self._pending = self._damage = None  # the next frame takes the whole display
 
     def instruction(self) -> str | None:
         text, self._text = self._text, None

@@ -28,6 +28,7 @@ from vncdriver import keysyms
 from vncdriver.client import VNCClient
 from vncdriver.client_protocol import FramebufferUpdated
 from vncdriver.errors import UnknownKey
+from vncdriver.messages import Encoding
 
 from .base import InputEvent, KeyEvent, Runtime, StepResult
 from .errors import RuntimeFailure
@@ -104,6 +105,9 @@ class DisplayRuntime(Runtime):
             self.display.address, encoding="raw", name=f"{self.env_id} display",
             start_timeout=FIRST_FRAME_TIMEOUT, on_update=self._damaged,
         )
+        # The pointer's shape travels apart (Cursor pseudo-encoding), so Xvnc does not draw
+        # the X cursor into the frames: a frame is the program's pixels alone.
+        self.screen.encodings.append(Encoding.CURSOR)
         self._pending = self._damage = None  # a new display: everything is new
         await self.screen.start()
         await self.screen.wait_update(0, FIRST_FRAME_TIMEOUT)
