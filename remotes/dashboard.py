@@ -4,9 +4,15 @@ Holds :class:`Dashboard` and :func:`encode_png`. ``universe-remote play -n 8 --d
 serves it on 127.0.0.1 (``DEFAULT_PORT``)::
 
     /                   the page: a card per remote (screen, env id, state, steps/s,
-                        episode, return) and a chart of episode returns
+                        episode, return) and a chart of episode returns; the cards
+                        shrink to fit the window below the chart (16 at 1280x800)
     /state.json         what the page polls
-    /frame/{i}          remote i's latest frame (PNG when small, else JPEG; ``?format=``)
+    /frame/{i}          remote i's latest frame (PNG when small and Pillow is installed,
+                        else JPEG; ``?format=``)
+
+Episodes are numbered one way everywhere: a remote's first episode (in this run) is 1,
+on its card and on the chart; the remote's own episode id (its count since it started)
+is only in the card's tooltip.
 
 The agent loop calls :meth:`Dashboard.record` after each step: it keeps a reference to
 the observations (the env hands out copies nobody changes) and adds up a few numbers
@@ -17,11 +23,10 @@ loop's executor) — happens only when a browser asks, on the env's event loop t
 from __future__ import annotations
 
 import asyncio
+import io
 import math
-import struct
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,27 +58,29 @@ MAX_THUMBNAIL_WIDTH: Final = 320
 #: size); larger ones JPEG (simplejpeg, a few ms at 1024x768).
 MAX_PNG_PIXELS: Final = 320 * 320
 JPEG_QUALITY: Final = 85
+#: zlib level of the PNGs: 1 is the cheapest that still compresses a game's flat colours.
+PNG_LEVEL: Final = 1
 
 STATIC_DIR: Final = Path(str(resources.files("remotes") / "static"))
 
 
-def encode_png(rgb: np.ndarray, level: int = 1) -> bytes:
-    """``uint8[H, W, 3]`` as a PNG (8-bit RGB, filter 0 on every row)."""
-    height, width = rgb.shape[:2]
-    rows = np.empty((height, 1 + width * 3), np.uint8)
-    rows[:, 0] = 0
-    rows[:, 1:] = rgb.reshape(height, width * 3)
+def _pillow() -> Any:
+    """Pillow's Image module, or None (it comes with the browser and test extras)."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return None
+    return Image
 
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack("!I", len(data)) + kind + data + struct.pack("!I", zlib.crc32(kind + data))
 
-    header = struct.pack("!IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(rows.tobytes(), level))
-        + chunk(b"IEND", b"")
-    )
+def encode_png(rgb: np.ndarray, level: int = PNG_LEVEL) -> bytes:
+    """``uint8[H, W, 3]`` as a PNG, by Pillow (ImportError without it)."""
+    image = _pillow()
+    if image is None:
+        raise ImportError("PNG thumbnails need Pillow: pip install Pillow (JPEG needs nothing)")
+    out = io.BytesIO()
+    image.fromarray(np.ascontiguousarray(rgb), "RGB").save(out, "PNG", compress_level=level)
+    return out.getvalue()
 
 
 def encode_frame(rgb: np.ndarray, fmt: str | None = None) -> tuple[bytes, str]:
@@ -81,7 +88,8 @@ def encode_frame(rgb: np.ndarray, fmt: str | None = None) -> tuple[bytes, str]:
     stride = max(1, math.ceil(rgb.shape[1] / MAX_THUMBNAIL_WIDTH))
     small = np.ascontiguousarray(rgb[::stride, ::stride])
     if fmt is None:
-        fmt = "png" if small.shape[0] * small.shape[1] <= MAX_PNG_PIXELS else "jpeg"
+        lossless = small.shape[0] * small.shape[1] <= MAX_PNG_PIXELS and _pillow() is not None
+        fmt = "png" if lossless else "jpeg"
     if fmt == "png":
         return encode_png(small), "image/png"
     import simplejpeg  # type: ignore[import-untyped]
@@ -102,6 +110,7 @@ class _Remote:
     episode_return: float = 0.0
     episode_steps: int = 0
     episodes: int = 0
+    #: (episode number from 1, return, steps) of each finished episode.
     returns: deque[tuple[int, float, int]] = field(default_factory=lambda: deque(maxlen=MAX_EPISODES))
 
     def row(self, rate: float) -> dict[str, Any]:
@@ -113,6 +122,7 @@ class _Remote:
             "error": self.error,
             "steps": self.steps,
             "fps": round(rate, 1),
+            "episode": self.episodes + 1,  # the one under way, numbered as on the chart
             "episode_id": self.episode_id,
             "episode_return": self.episode_return,
             "episode_steps": self.episode_steps,
@@ -203,8 +213,8 @@ class Dashboard:
                 remote.episode_return += float(rewards[i])
                 remote.episode_steps += 1
                 if (terminated is not None and terminated[i]) or (truncated is not None and truncated[i]):
-                    remote.returns.append((remote.episodes, remote.episode_return, remote.episode_steps))
                     remote.episodes += 1
+                    remote.returns.append((remote.episodes, remote.episode_return, remote.episode_steps))
                     remote.episode_return, remote.episode_steps = 0.0, 0
                     remote.state = "resetting"
                 rates = self._rates[i]
@@ -301,6 +311,8 @@ class Dashboard:
         fmt = request.query.get("format")
         if fmt not in (None, "png", "jpeg"):
             raise web.HTTPBadRequest(text="format must be png or jpeg")
+        if fmt == "png" and _pillow() is None:
+            raise web.HTTPBadRequest(text="format=png needs Pillow here (pip install Pillow); jpeg works")
         step, frame = self.frame(index)
         if frame is None:
             raise web.HTTPServiceUnavailable(text="no frame yet: the agent has not reset its env")

@@ -6,9 +6,12 @@ const FRAME_MS = 250; // per remote, and only once the previous image has loaded
 const COLOURS = ["#4fc3f7", "#ffb74d", "#81c784", "#e57373", "#ba68c8", "#fff176",
   "#4db6ac", "#f06292", "#9575cd", "#aed581", "#ff8a65", "#90a4ae"];
 const $ = (id) => document.getElementById(id);
-// ?zoom=N shows screens at N times their size; by default small screens of few remotes
-// are doubled.
+// ?zoom=N shows screens at N times their size; by default the cards shrink or grow to fit
+// the window below the chart (screens at most MAX_ZOOM times their size).
 const zoomParam = Number(new URLSearchParams(location.search).get("zoom")) || 0;
+const MAX_ZOOM = 2;
+const MIN_SCREEN = 64; // px: a screen narrower than this is not worth showing
+const GAP = 10; // px between cards (the CSS gap)
 const dashboard = (window.dashboard = { state: null, frames: {}, polls: 0 });
 const cards = [];
 
@@ -33,11 +36,8 @@ function makeCard(i) {
   const entry = { card, img, name, meta, shown: -1, loading: false };
   img.addEventListener("load", () => {
     entry.loading = false;
-    const w = img.naturalWidth, count = dashboard.state ? dashboard.state.remotes.length : 1;
-    const zoom = zoomParam || (w < 200 && count <= 4 ? 2 : 1);
-    img.style.width = `${w * zoom}px`;
-    img.style.height = `${img.naturalHeight * zoom}px`;
     dashboard.frames[i] = entry.shown;
+    layout();
     setTimeout(() => refreshFrame(i), FRAME_MS);
   });
   img.addEventListener("error", () => { entry.loading = false; setTimeout(() => refreshFrame(i), 1000); });
@@ -57,6 +57,51 @@ function refreshFrame(i) {
   entry.img.src = `frame/${i}?n=${state.frame}`;
 }
 
+// The screen width that fits every card in the window below the chart: the widest over
+// every column count, each card's text taking what it measures.
+function fitWidth(count, natural, aspect, extra) {
+  const box = $("remotes");
+  const width = box.clientWidth;
+  const height = window.innerHeight - box.getBoundingClientRect().top - window.scrollY - GAP;
+  let best = MIN_SCREEN;
+  for (let cols = 1; cols <= count; cols++) {
+    const rows = Math.ceil(count / cols);
+    const byWidth = (width - (cols - 1) * GAP) / cols - extra.x;
+    const byHeight = ((height - (rows - 1) * GAP) / rows - extra.y) / aspect;
+    best = Math.max(best, Math.min(byWidth, byHeight));
+  }
+  return Math.floor(Math.min(best, natural * MAX_ZOOM));
+}
+
+function layout() {
+  const shown = cards.find((c) => c && c.img.naturalWidth);
+  if (!shown) return;
+  const w = shown.img.naturalWidth, h = shown.img.naturalHeight;
+  const apply = (width) => {
+    for (const c of cards) {
+      if (!c) continue;
+      c.img.style.width = `${width}px`;
+      c.img.style.height = `${Math.round((width * h) / w)}px`;
+      c.card.style.width = `${width}px`;
+    }
+    dashboard.screenWidth = width;
+  };
+  if (zoomParam) { apply(w * zoomParam); return; }
+  // A card's text wraps differently at each width: measure, fit, and again until it holds.
+  let width = dashboard.screenWidth || w;
+  for (let round = 0; round < 4; round++) {
+    apply(width);
+    const card = shown.card;
+    const extra = { x: card.offsetWidth - shown.img.offsetWidth + 2,
+      y: card.offsetHeight - shown.img.offsetHeight + 2 };
+    const fitted = fitWidth(cards.length, w, h / w, extra);
+    if (fitted === width) break;
+    width = fitted;
+  }
+  apply(width);
+}
+window.addEventListener("resize", layout);
+
 function render(state) {
   const fps = state.target_fps ? ` (${fmt(state.target_fps, 0)} target)` : "";
   $("title").textContent = state.title;
@@ -66,10 +111,12 @@ function render(state) {
     if (!cards[i]) { cards[i] = makeCard(i); refreshFrame(i); }
     const c = cards[i];
     c.name.replaceChildren(`${i}: ${r.env_id || "?"} `, el("span", { class: `pill ${r.state}` }, r.state));
+    const episode = el("div", { class: "episode" }, `episode ${r.episode} · return ${fmt(r.episode_return)}`);
+    episode.title = `the remote's own episode id: ${r.episode_id ?? "?"}`;
     c.meta.replaceChildren(
-      el("div", {}, r.name),
+      el("div", { class: "address" }, r.name),
       el("div", {}, `${fmt(r.fps, 1)} steps/s · ${r.steps} steps`),
-      el("div", {}, `episode ${r.episodes + 1} (id ${r.episode_id ?? "?"}) · return ${fmt(r.episode_return)}`),
+      episode,
       el("div", {}, `mean of last 20 ${fmt(r.mean_return)}`),
     );
     if (r.error) c.meta.append(el("div", {}, r.error));
@@ -77,9 +124,22 @@ function render(state) {
   drawChart(state);
 }
 
+// About `count` round values from lo to hi (1, 2 or 5 times a power of ten apart).
+function ticks(lo, hi, count, integers = false) {
+  const raw = (hi - lo) / Math.max(1, count);
+  const power = 10 ** Math.floor(Math.log10(raw || 1));
+  let step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw) || 10 * power;
+  if (integers) step = Math.max(1, Math.round(step));
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Number(v.toFixed(10)));
+  return out;
+}
+
 function drawChart(state) {
   const svg = $("chart");
-  const W = 800, H = 220, left = 40, right = 8, top = 8, bottom = 18;
+  // Drawn in the SVG's own pixels, so text is never stretched.
+  const W = svg.clientWidth || 800, H = svg.clientHeight || 190, left = 44, right = 8, top = 8, bottom = 30;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const series = state.remotes.map((r) => r.returns);
   const points = series.flat();
   svg.replaceChildren();
@@ -107,12 +167,20 @@ function drawChart(state) {
     for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, v);
     if (text !== undefined) n.textContent = text;
     svg.append(n);
+    return n;
   };
-  add("line", { x1: left, x2: W - right, y1: Y(0), y2: Y(0), stroke: "#555" });
-  add("text", { x: 2, y: top + 10 }, fmt(y1, 1));
-  add("text", { x: 2, y: H - bottom }, fmt(y0, 1));
-  add("text", { x: left, y: H - 4 }, `episode ${x0}`);
-  add("text", { x: W - right - 70, y: H - 4 }, `episode ${x1}`);
+  // One y axis: round ticks with grid lines (0 among them), titled once.
+  for (const v of ticks(y0, y1, 4)) {
+    add("line", { x1: left, x2: W - right, y1: Y(v), y2: Y(v), stroke: v === 0 ? "#666" : "#333" });
+    add("text", { class: "ytick", x: left - 4, y: Y(v) + 4, "text-anchor": "end" }, String(v));
+  }
+  add("text", { class: "axis", x: 10, y: top + (H - top - bottom) / 2, "text-anchor": "middle",
+    transform: `rotate(-90 10 ${top + (H - top - bottom) / 2})` }, "return");
+  // One x axis: episodes numbered from 1, as on the cards.
+  for (const v of ticks(x0, x1, 8, true)) {
+    add("text", { class: "xtick", x: X(v), y: H - bottom + 14, "text-anchor": "middle" }, String(v));
+  }
+  add("text", { class: "axis", x: W - right, y: H - 2, "text-anchor": "end" }, "episode");
   series.forEach((returns, i) => {
     if (!returns.length) return;
     const d = returns.map((p, k) => `${k ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join("");

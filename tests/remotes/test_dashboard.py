@@ -118,7 +118,8 @@ def test_returns_states_and_rates() -> None:
     snap = board.snapshot()
     a, b, c = snap["remotes"]
     assert snap["steps"] == 3 and snap["target_fps"] == 60
-    assert a["returns"] == [(0, 2.0, 2)] and a["episodes"] == 1 and a["episode_return"] == -2.0
+    assert a["returns"] == [(1, 2.0, 2)] and a["episodes"] == 1 and a["episode_return"] == -2.0
+    assert a["episode"] == 2 and b["episode"] == 1  # the one under way, numbered as on the chart
     assert a["mean_return"] == 2.0 and a["episode_id"] == 4 and a["state"] == "running"
     assert b["returns"] == [] and b["episode_return"] == 1.5 and b["steps"] == 3
     assert c["state"] == "reconnecting" and c["error"] == "connection lost" and c["steps"] == 2
