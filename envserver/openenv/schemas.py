@@ -12,7 +12,7 @@ runtime can use (a field the runtime cannot take is not in its schema and is ref
 - **x11 and MiniWoB**: the same, plus ``events`` (key presses and releases, pointer moves,
   in order) and ``text`` (typed a character at a time). MiniWoB's element actions
   (``click('a42')`` on the page's accessibility tree, issue 4/7) plug in through
-  :data:`FAMILY_FIELDS` and :func:`family_extras` once the runtime reports its elements.
+  :func:`family_extras` (their schema) and :func:`family_action` (their input events).
 
 What is not sent stays as it was, as held keys do over VNC: a step with ``{}`` holds
 what the last one held. ``metadata`` (OpenEnv's ``Action`` base class has it) is taken
@@ -39,7 +39,7 @@ FAMILY_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
     "atari": ("action_id",),
     "builtin": ("keys", "pointer", "click"),
     "x11": ("keys", "pointer", "click", "events", "text"),
-    # Issue 4/7 (the page's elements): add "element actions" here and in family_extras.
+    # Issue 4/7's element actions join through family_extras and family_action.
     "miniwob": ("keys", "pointer", "click", "events", "text"),
 }
 #: A family not listed (a recording replayed, a runtime of one's own): everything it can take.
@@ -61,9 +61,17 @@ def family_of(env_id: str) -> str:
 
 
 def family_extras(spec: Spec) -> dict[str, Any]:
-    """Action schema properties a family adds beyond input events (none yet: MiniWoB's
-    element actions of issue 4/7 go here, parsed in :meth:`Spec.parse`)."""
+    """The hook for a family's own action fields: their JSON Schema properties by name
+    (none yet). MiniWoB's element actions (issue 4/7: ``{"action": "click('a42')"}`` on the
+    page's elements, planned as real input by ``runtimes.web_actions``) go here, and
+    their meaning in :func:`family_action`."""
     return {}
+
+
+def family_action(spec: Spec, name: str, value: Any, held: Held) -> list[Event]:
+    """The input events of ``name`` (a field :func:`family_extras` added) in a step, in
+    the order of the step's fields; ``held`` is what the agent holds, to update."""
+    raise ActionError(f"{spec.env_id} takes no action field {name!r}")
 
 
 @dataclass(frozen=True)
@@ -103,7 +111,7 @@ class Spec:
             and not (name in _POINTER_FIELDS and not self.buttons)
             and not (name == "events" and not (self.keys or self.buttons))
         ]
-        object.__setattr__(self, "fields", (*fields, *COMMON_FIELDS))
+        object.__setattr__(self, "fields", (*fields, *family_extras(self), *COMMON_FIELDS))
 
     @property
     def family(self) -> str:
@@ -159,7 +167,7 @@ class Spec:
             },
             "metadata": {"type": "object", "description": "ignored (OpenEnv's Action has it)"},
         }
-        properties = {name: every[name] for name in self.fields} | family_extras(self)
+        properties = {name: every[name] for name in self.fields if name in every} | family_extras(self)
         return {
             "title": f"{self.env_id} action", "type": "object",
             "additionalProperties": False, "properties": properties,
@@ -254,6 +262,9 @@ class Spec:
             for char in text:
                 key = self._key(char, "text")
                 events += [("KeyEvent", key, True), ("KeyEvent", key, False)]
+        for name in family_extras(self):
+            if name in data:
+                events += family_action(self, name, data[name], after)
         if len(events) > MAX_STEP_EVENTS:
             raise ActionError(f"{len(events)} input events in one step; at most {MAX_STEP_EVENTS} "
                               "(MAX_STEP_EVENTS)")
