@@ -310,3 +310,27 @@ def test_atari_observations_carry_lives_and_legal_actions() -> None:
         asyncio.run(play())
     finally:
         served.close()
+
+
+def test_a_miniwob_task_is_played_with_pointer_actions() -> None:
+    """MiniWoB's click-test in lockstep over /ws: the instruction comes as the
+    observation's text, the button is found in the screen, a click on it earns 1 and ends
+    the episode."""
+    pytest.importorskip("miniwob")
+    from runtimes.browser import TASK_AREA
+
+    served = Served("miniwob.ClickTest-v0", "--mode", "lockstep")
+    try:
+        with GenericEnvClient(base_url=served.url).sync() as env:
+            result = env.reset(seed=3, frameskip=6)
+            assert result.observation["text"] == "Click the button."
+            observation = result.observation
+            screen = frames.decode(observation["screen"], "png", tuple(observation["screen_shape"]))
+            x0, y0, w, h = TASK_AREA
+            below_instruction = 50
+            ys, xs = np.nonzero((screen[y0 + below_instruction:y0 + h, x0:x0 + w] < 250).any(axis=2))
+            button = [int(xs.mean()) + x0, int(ys.mean()) + y0 + below_instruction]
+            result = env.step({"click": button})
+            assert (result.reward, result.done) == (1.0, True)
+    finally:
+        served.close()
