@@ -111,10 +111,12 @@ class AttachedBridge:
     def __init__(
         self, server: VNCServer, request: web.BaseRequest, ws: web.WebSocketResponse,
         view_only: bool, lossless: bool, refuse_reason: str | None = None,
+        player: int | None = None,
     ) -> None:
+        """``player``: the player this browser's input drives (None: player 0)."""
         self.server, self.request, self.ws = server, request, ws
         self.peer = request.remote
-        self.view_only, self.lossless = view_only, lossless
+        self.view_only, self.lossless, self.player = view_only, lossless, player
         self.refuse_reason = refuse_reason
         self.outbox = _Outbox(ws)
         #: The browser's handle on the VNC server, once :meth:`run` attached it.
@@ -126,10 +128,11 @@ class AttachedBridge:
         outbox = self.outbox
         client = self.client = self.server.attach(
             outbox.write, outbox.end, view_only=self.view_only, lossless=self.lossless,
-            peer=f"browser {self.peer}", refuse_reason=self.refuse_reason,
+            peer=f"browser {self.peer}", refuse_reason=self.refuse_reason, player=self.player,
         )
         outbox.client = client
-        mode = "view only" if self.view_only else "control"
+        mode = "view only" if self.view_only else (
+            "control" if not self.player else f"control of player {self.player}")
         log.info("viewer: %s watches in-process (%s)", self.peer, mode)
         pumps = [asyncio.create_task(outbox.pump()), asyncio.create_task(self._receive(client))]
         try:

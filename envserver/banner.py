@@ -119,9 +119,8 @@ def banner(args: argparse.Namespace, remote: Any, openenv: Any = None, note: str
     ]
     viewer = remote.viewer
     if viewer is not None:
-        controls = getattr(viewer, "control_passwords", None)
-        how = ("in a browser; view only, play with ?password= of a control password"
-               if controls else "view only, in a browser")
+        how = ("in a browser; view only, but ?password= of --control-password or a player's "
+               "password plays" if getattr(viewer, "controllable", False) else "view only, in a browser")
         lines.append(f"  viewer    {'https' if tls else 'http'}://{host}:{viewer.port}/viewer/   ({how})")
     if remote.dm_env_rpc is not None:
         lines.append(f"  dm_env_rpc  {host}:{remote.dm_env_rpc.port}   "

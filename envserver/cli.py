@@ -150,6 +150,8 @@ async def _serve(args: argparse.Namespace, tls: ServerTLS | None = None) -> int:
         if recorder is not None:
             recorder.close()
         raise
+    if remote.viewer is not None and getattr(args, "control_password", None):
+        remote.viewer.allow_control(args.control_password)
     try:
         openenv = await _start_openenv(args, remote)
         return await _run(args, remote, openenv)
@@ -223,6 +225,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         given, missing = ("--tls-cert", "--tls-key") if args.tls_key is None else ("--tls-key", "--tls-cert")
         print(f"universe-remote: {given} needs {missing} too (the certificate and its key)",
               file=sys.stderr)
+        return 2
+    if getattr(args, "control_password", None) and args.http_port is None:
+        print("universe-remote: --control-password opens the browser viewer with input: add "
+              "--http-port (VNC viewers play with --password or --player-password)", file=sys.stderr)
         return 2
     refusal = exposure_refusal(
         args.host, password=args.password, tls=args.tls_cert is not None, insecure=args.insecure
@@ -388,6 +394,13 @@ def add_commands(sub: Any) -> None:
         help="also serve the screen to browsers at http://HOST:PORT/viewer/ (noVNC, view "
         "only, behind --password); without PORT the first free one from 8900, 0 picks any "
         "free one; off unless given",
+    )
+    serve.add_argument(
+        "--control-password", default=None, metavar="PW",
+        help="the browser viewer takes input from pages opened with this password "
+        "(?password=PW; player 0), so a person plays, or records a demonstration with "
+        "--record, from a browser tab; a multi-player remote's --player-password N=PW opens "
+        "it as player N. Without it the viewer is view only. Needs --http-port",
     )
     serve.add_argument(
         "--dm-env-rpc-port",

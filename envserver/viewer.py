@@ -1,4 +1,5 @@
-"""The HTTP viewer a remote serves: its screen, live, in a browser (noVNC), view-only.
+"""The HTTP viewer a remote serves: its screen, live, in a browser (noVNC); view only
+unless the page was opened with a password that plays (:meth:`Viewer.allow_control`).
 
 Holds :class:`Viewer` (an aiohttp app: the page, noVNC's files and a WebSocket-to-VNC
 bridge per browser), :class:`ClientFilter` (sans-I/O: frames the RFB messages a browser
@@ -17,7 +18,16 @@ Served over https when the remote has a certificate (``serve --tls-cert/--tls-ke
 
 The page takes ``?password=PW``, ``?quality=lossless`` (no JPEG: exact pixels) or
 ``?quality=0..9`` (noVNC's JPEG level; default 6 where the server does JPEG), and
-``?scale=fit`` (fit the window instead of 1:1).
+``?scale=sharp`` (the default: the largest whole multiple of the screen that fits the
+window, each pixel a square of pixels, nearest-neighbour; a screen larger than the
+window is fitted smoothly), ``?scale=smooth`` (fit the window exactly, smoothed) or
+``?scale=1`` (pixel for pixel).
+
+Input: view only by default. A browser that opens the page with the control password
+(``serve --control-password``) plays as player 0; with player N's password of a
+multi-player remote (``--player-password N=PW``), as player N. Its keys and pointer go
+through the remote's VNC server like any viewer's, so ``serve --record`` records them
+(a demonstration from a browser tab).
 
 The port: Universe served the viewer on the rewarder's port; ours speaks ``websockets``
 there, so the viewer has its own, off unless asked for (``--http-port``; 8900 when given
@@ -80,7 +90,7 @@ from vncdriver.server import AuthGuard, VNCServer
 from vncdriver.streams import BytesFeeder, Parser, read_exact
 
 from .attached import BROWSER_LEFT, CLOSE_TIMEOUT, AttachedBridge, close_websocket
-from .viewer_auth import CONTROL, VIEW, ViewerAuth, credentials, cross_site
+from .viewer_auth import CONTROL, PLAY, VIEW, ViewerAuth, credentials, cross_site, role_player
 
 __all__ = ["ClientFilter", "Viewer", "credentials", "cross_site", "find_novnc"]
 
@@ -437,6 +447,8 @@ class Viewer:
         self.tls_port: TLSPort | None = None
         #: Passwords, the page's session cookies, the bridge's tokens, refusals.
         self.auth = ViewerAuth(password, view_only_password, auth_guard, secure=tls is not None)
+        # A multi-player remote's player passwords open the page as that player.
+        self.auth.allow_control(None, getattr(vnc_server, "player_passwords", None))
         # The bridge runs beside the VNC server: a wildcard bind is reached on loopback.
         self.vnc_host = "127.0.0.1" if vnc_host in ("", "0.0.0.0", "::") else vnc_host
         self.password, self.view_only_password = password, view_only_password
@@ -491,6 +503,28 @@ class Viewer:
             self.tls_port.close()
         if self._runner is not None:
             await self._runner.cleanup()
+
+    def allow_control(self, control_password: str | None) -> None:
+        """Let browsers that open the page with ``control_password`` play (as player 0),
+        beside the player passwords of a multi-player remote; the rest stay as they are
+        (view only by default). ``serve --control-password``."""
+        self.auth.allow_control(control_password, getattr(self.vnc_server, "player_passwords", None))
+
+    @property
+    def controllable(self) -> bool:
+        """Whether some password opens the page with input."""
+        return (not self.view_only or self.auth.control_password is not None
+                or bool(self.auth.player_passwords))
+
+    def input_of(self, role: str) -> tuple[bool, int | None]:
+        """(view only, the player it drives) for a page opened as ``role``: the control
+        password plays player 0, player N's password player N, the full password only
+        when the viewer is not view-only, and everyone else watches."""
+        if role == PLAY:
+            return False, None
+        if (player := role_player(role)) is not None:
+            return False, player
+        return (self.view_only or role != CONTROL), None
 
     def vnc_password(self, view_only: bool) -> str | None:
         """The VNC password the bridge uses: the view-only one where it will do."""
@@ -547,11 +581,12 @@ class Viewer:
 
     async def _session(self, request: web.Request) -> web.Response:
         role = request[_ROLE]
-        view_only = self.view_only or role == VIEW
+        view_only, player = self.input_of(role)
         body = {
             **self._describe(),
             "view_only": view_only,
-            "websocket": f"websockify?token={self.auth.token(VIEW if view_only else CONTROL)}",
+            "player": player if player is not None else (None if view_only else 0),
+            "websocket": f"websockify?token={self.auth.token(VIEW if view_only else role)}",
         }
         return _json(body)
 
@@ -581,14 +616,15 @@ class Viewer:
             heartbeat=HEARTBEAT,
         )
         await ws.prepare(request)
-        view_only = self.view_only or role == VIEW
+        view_only, player = self.input_of(role)
         lossless = request.query.get("quality") == "lossless"
         bridge: _Bridge | AttachedBridge
         if self.vnc_server is not None:
             refusal = None
             if len(self.bridges) >= MAX_VIEWERS:
                 refusal = f"too many viewers ({MAX_VIEWERS}); try again later"
-            bridge = AttachedBridge(self.vnc_server, request, ws, view_only, lossless, refusal)
+            bridge = AttachedBridge(self.vnc_server, request, ws, view_only, lossless, refusal,
+                                    player=player)
         else:
             bridge = _Bridge(self, request, ws, view_only, lossless)
         self.bridges.add(bridge)

@@ -45,6 +45,25 @@ REALM: Final = "universe-remote viewer"
 #: The request key where :meth:`ViewerAuth.role` leaves why the throttle refused it.
 BLOCKED: Final = web.RequestKey("blocked", str)
 CONTROL, VIEW = "control", "view"
+#: The role of the control password (``serve --control-password``): input from the
+#: browser, whatever the viewer's view-only default.
+PLAY: Final = "play"
+#: The role of player N's password on a multi-player remote: ``player-N``.
+PLAYER_PREFIX: Final = "player-"
+
+
+def player_role(player: int) -> str:
+    return f"{PLAYER_PREFIX}{player}"
+
+
+def role_player(role: str) -> int | None:
+    """The player a ``player-N`` role drives, else None."""
+    number = role.removeprefix(PLAYER_PREFIX)
+    return int(number) if role.startswith(PLAYER_PREFIX) and number.isdigit() else None
+
+
+def valid_role(role: str) -> bool:
+    return role in (CONTROL, VIEW, PLAY) or role_player(role) is not None
 
 
 def credentials(request: web.BaseRequest) -> list[str]:
@@ -96,6 +115,9 @@ class ViewerAuth:
         secure: bool = False,
     ) -> None:
         self.password, self.view_only_password = password, view_only_password
+        #: Passwords whose browsers may play (:meth:`allow_control`).
+        self.control_password: str | None = None
+        self.player_passwords: dict[int, str] = {}
         #: Wrong-password throttling shared with the remote's other ports.
         self.auth_guard = auth_guard
         self.secure = secure
@@ -113,6 +135,13 @@ class ViewerAuth:
         """No password at all: loopback peers only, and no cookie needed."""
         return self.password is None and self.view_only_password is None
 
+    def allow_control(self, control_password: str | None = None,
+                      player_passwords: dict[int, str] | None = None) -> None:
+        """Passwords that open the page with input: ``control_password`` (role PLAY,
+        player 0) and player N's (role ``player-N``, N >= 1) of a multi-player remote."""
+        self.control_password = control_password
+        self.player_passwords = {n: pw for n, pw in (player_passwords or {}).items() if n >= 1}
+
     def bind(self, port: int) -> None:
         """Name the cookie after the viewer's port (``__Host-`` over https)."""
         self.cookie = f"{'__Host-' if self.secure else ''}universe-remote-viewer-{port}"
@@ -124,8 +153,10 @@ class ViewerAuth:
         password) lets it watch, else None. Counts wrong passwords toward the throttle."""
         if cross_site(request) is not None:
             return None
-        if self.open:
-            return CONTROL if is_loopback(request.remote) and is_loopback(request.url.host) else None
+        if self.open:  # this machine only; a control password offered still counts
+            if not (is_loopback(request.remote) and is_loopback(request.url.host)):
+                return None
+            return self._password_role(request) or CONTROL
         guard = self.auth_guard
         if guard is None or not credentials(request):
             return self._password_role(request)
@@ -142,13 +173,15 @@ class ViewerAuth:
         return role
 
     def _password_role(self, request: web.BaseRequest) -> str | None:
+        """The role of the first password offered that is one of ours (each compared in
+        constant time; the control password wins over the full one if they are equal)."""
+        roles = [(self.control_password, PLAY), (self.password, CONTROL),
+                 *((pw, player_role(n)) for n, pw in sorted(self.player_passwords.items())),
+                 (self.view_only_password, VIEW)]
         for given in credentials(request):
-            if self.password is not None and hmac.compare_digest(given.encode(), self.password.encode()):
-                return CONTROL
-            if self.view_only_password is not None and hmac.compare_digest(
-                given.encode(), self.view_only_password.encode()
-            ):
-                return VIEW
+            for password, role in roles:
+                if password is not None and hmac.compare_digest(given.encode(), password.encode()):
+                    return role
         return None
 
     def authorise(self, request: web.BaseRequest) -> tuple[str | None, str | None]:
@@ -210,7 +243,7 @@ class ViewerAuth:
         if len(parts) != 4:
             return None
         expires, role, nonce, signature = parts
-        if not (expires.isdigit() and role in (CONTROL, VIEW)):
+        if not (expires.isdigit() and valid_role(role)):
             return None
         if not hmac.compare_digest(signature, self._sign(f"{expires}.{role}.{nonce}")):
             return None

@@ -128,9 +128,13 @@ class _Connection(asyncio.Protocol):
         view_only: bool = False,
         lossless: bool = False,
         refuse_reason: str | None = None,
+        player: int | None = None,
     ) -> None:
         self.server = server
         self.refuse_reason = refuse_reason
+        #: The player a trusted client drives, as its owner decided (the viewer, by the
+        #: password the browser gave); None: decided by the handshake's password.
+        self.forced_player = player
         self.client_id = client_id
         #: Authenticated by its owner (the viewer): offered security None.
         self.trusted, self.force_view_only, self.lossless = trusted, view_only, lossless
@@ -293,6 +297,8 @@ class _Connection(asyncio.Protocol):
                 self._timeout.cancel()
             if self.force_view_only:
                 done = dataclasses.replace(done, view_only=True)
+            elif self.forced_player is not None:
+                done = dataclasses.replace(done, player=self.forced_player)
             self.player = done.player
             self.proto = ServerProtocol(
                 done, encodings=self.server.encodings, lossless=self.lossless
@@ -646,6 +652,7 @@ class VNCServer:
         lossless: bool = False,
         peer: str | None = None,
         refuse_reason: str | None = None,
+        player: int | None = None,
     ) -> AttachedClient:
         """A client of this process whose transport is not a socket (a browser's WebSocket).
 
@@ -658,15 +665,16 @@ class VNCServer:
         server drops its key, pointer and clipboard messages: they never reach
         ``on_input``. ``lossless`` ignores its JPEG quality levels. ``peer`` names it in
         logs. With ``refuse_reason`` (the caller's limit) its handshake refuses it with
-        that reason. Call from the server's event loop; the server need not listen on
-        TCP at all.
+        that reason. ``player``: on a multi-player remote, the player its input drives
+        (as if it had given that player's password; ignored with ``view_only``). Call
+        from the server's event loop; the server need not listen on TCP at all.
         """
         if self._closed and refuse_reason is None:
             refuse_reason = "the remote is shutting down"
         transport = _Callbacks(write, close, peer)
         connection = _Connection(
             self, next(self._ids), trusted=True, view_only=view_only, lossless=lossless,
-            refuse_reason=refuse_reason,
+            refuse_reason=refuse_reason, player=player,
         )
         transport.connection = connection
         connection.connection_made(transport)

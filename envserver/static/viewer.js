@@ -4,22 +4,51 @@ import RFB from "../novnc/core/rfb.js";
 
 const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
-// Fit the screen to the window (a 160x210 game or a 1024x768 desktop alike) unless
-// ?scale=1 asks for pixel for pixel; the header's button toggles.
+// How the screen is scaled: "sharp" (the default) shows the largest whole multiple of
+// the screen that fits the window, each remote pixel a square of pixels (nearest
+// neighbour: a 160x210 game stays crisp); a screen larger than the window is fitted
+// smoothly instead. "smooth" fits the window exactly, smoothed; "1" is pixel for pixel.
+// ?scale=sharp|smooth|1 picks one (Universe's ?scale=fit is smooth); the button cycles.
+const MODES = ["sharp", "smooth", "1"];
+const LABELS = { sharp: "sharp", smooth: "smooth", 1: "1:1" };
+const asked = params.get("scale");
 const viewer = (window.viewer = {
-  state: "starting", detail: "", rfb: null, session: null, fit: params.get("scale") !== "1",
+  state: "starting", detail: "", rfb: null, session: null, factor: null,
+  scale: asked === "1" ? "1" : asked === "smooth" || asked === "fit" ? "smooth" : "sharp",
 });
 
 function applyScale() {
-  if (viewer.rfb) viewer.rfb.scaleViewport = viewer.fit;
-  $("scale").textContent = viewer.fit ? "1:1" : "fit";
+  const screen = $("screen"), frame = $("frame");
+  const session = viewer.session || {};
+  const canvas = screen.querySelector("canvas"); // its size is the remote's screen's
+  const w = Number(session.width) || (canvas ? canvas.width : 0);
+  const h = Number(session.height) || (canvas ? canvas.height : 0);
+  viewer.factor = null;
+  let width = "", height = "";
+  if (viewer.scale === "sharp" && w > 0 && h > 0) {
+    const k = Math.floor(Math.min(frame.clientWidth / w, frame.clientHeight / h));
+    if (k >= 1) {
+      viewer.factor = k;
+      width = `${k * w}px`;
+      height = `${k * h}px`;
+    }
+  }
+  // noVNC fits its canvas to #screen: sized to k times the screen, that is exactly k.
+  screen.style.width = width;
+  screen.style.height = height;
+  screen.classList.toggle("sharp", viewer.factor !== null);
+  if (viewer.rfb) viewer.rfb.scaleViewport = viewer.scale !== "1";
+  const next = MODES[(MODES.indexOf(viewer.scale) + 1) % MODES.length];
+  $("scale").textContent = LABELS[next];
 }
+window.addEventListener("resize", applyScale);
 
 function show(state, detail = "") {
   viewer.state = state;
   viewer.detail = detail;
   $("state").textContent = state;
-  $("state").className = "pill " + state;
+  const playing = state === "connected" && viewer.session && !viewer.session.view_only;
+  $("state").className = "pill " + state + (playing ? " playing" : "");
   $("detail").textContent = detail;
   $("reconnect").hidden = !["disconnected", "failed"].includes(state);
 }
@@ -42,7 +71,9 @@ function describe(body) {
   if (body.env_state) parts.push(body.env_state);
   if (body.episode_id !== undefined) parts.push(`episode ${body.episode_id}`);
   if (body.fps) parts.push(`${body.fps} fps`);
-  if (viewer.session && viewer.session.view_only) parts.push("view only");
+  const session = viewer.session;
+  if (session && session.view_only) parts.push("view only");
+  else if (session) parts.push(`you play${session.player ? ` player ${session.player}` : ""}: click the screen, then keys and mouse`);
   return parts.join(" · ");
 }
 
@@ -73,7 +104,11 @@ async function connect() {
   rfb.viewOnly = session.view_only;
   applyScale();
   if (quality !== null && /^[0-9]$/.test(quality)) rfb.qualityLevel = Number(quality);
-  rfb.addEventListener("connect", () => show("connected", describe(session)));
+  rfb.addEventListener("connect", () => {
+    show("connected", describe(session));
+    applyScale();
+    if (!session.view_only) rfb.focus();
+  });
   rfb.addEventListener("disconnect", (e) =>
     show("disconnected", e.detail.clean ? "the remote closed the connection" : "the connection was lost"));
   rfb.addEventListener("securityfailure", (e) => show("failed", e.detail.reason || "refused"));
@@ -90,6 +125,9 @@ async function poll() {
 }
 
 $("reconnect").addEventListener("click", connect);
-$("scale").addEventListener("click", () => { viewer.fit = !viewer.fit; applyScale(); });
+$("scale").addEventListener("click", () => {
+  viewer.scale = MODES[(MODES.indexOf(viewer.scale) + 1) % MODES.length];
+  applyScale();
+});
 setInterval(poll, 2000);
 connect();

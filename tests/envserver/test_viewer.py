@@ -961,9 +961,11 @@ async def test_the_screen_fits_the_window_and_a_button_shows_it_one_to_one(
     await wait_until(lambda: page.evaluate("window.viewer && window.viewer.state === 'connected'"),
                      "noVNC to connect")
     width = "document.querySelector('#screen canvas').getBoundingClientRect().width"
-    # Catch is 160x210; the 800x600 window shows it about 2.6 times as large.
-    await wait_until(lambda: page.evaluate(f"{width} > 320"), "the screen to fill the window")
+    # Catch is 160x210; the 800x600 window fits it twice over (sharp), 2.6 times (smooth).
+    await wait_until(lambda: page.evaluate(f"{width} === 320"), "the screen at twice its size")
     assert await page.evaluate("window.viewer.rfb.scaleViewport") is True
     await page.evaluate("document.getElementById('scale').click(); true")
+    await wait_until(lambda: page.evaluate(f"{width} > 320"), "the screen to fill the window")
+    await page.evaluate("document.getElementById('scale').click(); true")
     await wait_until(lambda: page.evaluate(f"{width} === 160"), "the screen at 1:1")
-    assert await page.evaluate("document.getElementById('scale').textContent") == "fit"
+    assert await page.evaluate("document.getElementById('scale').textContent") == "sharp"
