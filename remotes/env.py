@@ -33,11 +33,12 @@ from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
 from rewarder.protocol import LOCKSTEP
+from runtimes.errors import UnknownEnvironment
 
 from .address import RemoteAddress
 from .group import RemoteGroup, follow
 from .loop import LoopThread, shared_loop
-from .options import EnvOptions
+from .options import EnvOptions, check_env_id
 from .session import (
     RemoteSession,
     RemoteSnapshot,
@@ -175,6 +176,11 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         self._stepping = threading.Lock()  # one call at a time (threads queue up here)
         (state,) = self._loop.run(self._core.connect(), opts.start_timeout + _GRACE)
         self._closed = False
+        try:  # a mistyped env_id= is refused here, not at the first reset()
+            check_env_id(opts.env_id, [state.describe.get("env_id")])
+        except UnknownEnvironment:
+            self.close()
+            raise
         spec = {**opts.changed(), "address": str(remotes[0]), "password": pw}  # vnc+tls://...
         self.spec = _spec(spec)
         self._configure_spaces(state)

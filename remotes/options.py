@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from rewarder.protocol import MODES, REALTIME
+from runtimes import registry
+from runtimes.errors import UnknownEnvironment
 
 from .faults import STALL_FRAMES, STALL_TIMEOUT
 
@@ -100,3 +103,17 @@ class EnvOptions:
             if value != f.default:
                 out[f.name] = os.fspath(value) if isinstance(value, os.PathLike) else value
         return out
+
+
+def check_env_id(env_id: str | None, served: Iterable[Any]) -> None:
+    """Raise :class:`~runtimes.errors.UnknownEnvironment` (with the closest ids) when
+    ``env_id`` is neither an id this install knows (the registry's catalogue, which also
+    names families not installed here) nor one the remotes serve now (``served``: their
+    describes' env ids, for runtimes of their own): at the env's construction, not at
+    its first ``reset()``."""
+    if env_id is None:
+        return
+    known = registry.catalogue()
+    if env_id in known or env_id in set(served):
+        return
+    raise UnknownEnvironment(env_id, known)

@@ -56,6 +56,7 @@ from vncdriver.errors import (
 from vncdriver.messages import FrameTag
 
 from .address import RemoteAddress, parse_remotes
+from .listening import NothingListens, nothing_listens
 from .shared_frames import SharedFrames
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,7 @@ _HINT: Final = (
 #: say what to check): the generic hint would only repeat or mislead.
 _EXPLAINED: Final = (
     Refused, RemoteError, AuthenticationFailed, ServerRefused, RewarderConnectTimeout, VNCConnectTimeout,
+    NothingListens,
 )
 #: Of those, the ones that are a final answer: the other channel need not be waited for.
 _FINAL: Final = (Refused, RemoteError, AuthenticationFailed, ServerRefused, TLSFailed)
@@ -321,6 +323,8 @@ class RemoteSession:
         #: reconnect asks past it, so episode ids keep growing across a restarted remote.
         self._newest_episode: int | None = None
         self._sends: set[asyncio.Task[None]] = set()
+        #: Whether a connect ever succeeded: only a first one may give up at once.
+        self.reached = False
         #: Lockstep frames through shared memory, for a remote on this machine.
         self.shared = SharedFrames(self.name, is_loopback(address.host))
 
@@ -333,10 +337,14 @@ class RemoteSession:
 
     async def connect(self, start_timeout: float | None = None) -> None:
         """Connect both channels (concurrently), dialling for up to ``start_timeout``
-        (default: the session's); raise :class:`RemoteUnavailable`."""
+        (default: the session's); raise :class:`RemoteUnavailable`. A first connect gives
+        up at once where nothing listens on loopback and nothing here is starting a remote
+        (:mod:`remotes.listening` says when, and why only then)."""
         await self.close()
         timeout = self.start_timeout if start_timeout is None else start_timeout
         addr = self.address
+        if not self.reached and (why := await nothing_listens(addr)) is not None:
+            raise RemoteUnavailable(self.name, "cannot connect", NothingListens(why))
         if addr.vnc is not None:
             self.vnc = VNCClient(
                 addr.vnc,
@@ -403,6 +411,7 @@ class RemoteSession:
                 first = Untrusted(untrusted(f"{addr.host}:{addr.vnc_port}", bad))
             raise RemoteUnavailable(self.name, "cannot connect", first)
         self.replaced = False
+        self.reached = True
         _take_slot(self)
 
     async def _report_waiting(self, channels: Mapping[str, asyncio.Future[Any]], timeout: float) -> None:

@@ -33,11 +33,13 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from runtimes.errors import UnknownEnvironment
+
 from .address import RemoteAddress
 from .env import _GRACE, _spaces_differ, action_space, close_all, sessions
 from .group import RemoteGroup, follow
 from .loop import LoopThread, shared_loop
-from .options import EnvOptions
+from .options import EnvOptions, check_env_id
 from .session import RemoteSession, RemoteSnapshot, resolve_addresses
 from .stepper import DEFAULT_FPS, Batch, Stepper
 
@@ -155,6 +157,11 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         self._stepping = threading.Lock()  # one call at a time (threads queue up here)
         states = self._loop.run(self._core.connect(), opts.start_timeout + _GRACE)
         self._closed = False
+        try:  # a mistyped env_id= is refused here, not at the first reset()
+            check_env_id(opts.env_id, [s.describe.get("env_id") for s in states])
+        except UnknownEnvironment:
+            self.close()
+            raise
         self._configure_spaces(states)
         shape = self.single_observation_space.shape
         assert shape is not None

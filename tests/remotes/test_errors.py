@@ -53,9 +53,10 @@ def test_a_busy_remote_says_so_without_the_generic_hint(guarded: LocalRemotes) -
 
 
 def test_nothing_listening_is_told_what_to_check_once() -> None:
-    with pytest.raises(RemoteUnavailable, match="check that the server") as caught:
+    # On loopback with nothing starting there, at once (remotes/listening.py).
+    with pytest.raises(RemoteUnavailable, match="nothing listens on 127.0.0.1 ports 1 and 2") as caught:
         RemoteEnv("vnc://127.0.0.1:1+2", start_timeout=0.5)
-    assert GENERIC not in str(caught.value)  # the timeout's own advice, not a second one
+    assert GENERIC not in str(caught.value)  # its own advice, not a second one
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -93,8 +94,11 @@ def test_waiting_for_a_remote_says_so_while_it_waits(
 ) -> None:
     monkeypatch.setattr(session_module, "WAIT_REPORT_INTERVAL", 0.2)
     caplog.set_level("WARNING", logger=session_module.__name__)
-    with pytest.raises(RemoteUnavailable):
-        RemoteEnv(f"vnc://127.0.0.1:{free_port()}+{free_port()}", start_timeout=1)
+    # Ports that accept and never answer (a stopped remote): refused ones fail at once.
+    with socket.create_server(("127.0.0.1", 0)) as vnc, socket.create_server(("127.0.0.1", 0)) as rewarder:
+        with pytest.raises(RemoteUnavailable):
+            RemoteEnv(f"vnc://127.0.0.1:{vnc.getsockname()[1]}+{rewarder.getsockname()[1]}",
+                      start_timeout=1)
     waiting = [r.getMessage() for r in caplog.records if "waiting for remote" in r.getMessage()]
     assert waiting and "VNC and rewarder not answering yet" in waiting[0]
 

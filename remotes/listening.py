@@ -1,0 +1,148 @@
+"""Is a remote on this machine there, or about to be? Decides whether a first connect on
+loopback may give up at once instead of retrying for ``start_timeout``.
+
+Holds :func:`nothing_listens` and :func:`starting_here` (the processes that could be
+starting a remote on given ports).
+
+Connecting retries for ``start_timeout`` (30 s) because a remote may still be starting:
+``make run`` installs first, a supervisor restarts a crashed one, a test starts one and
+connects at once. On loopback a refused connection is certain news that nothing listens
+*now*; it says nothing about a second from now. So an env gives up at once only when all
+of these hold:
+
+- it is the session's **first** connect (the env is being made): a remote it reached
+  before is waited for as always, since it is likely being restarted;
+- the host is **loopback** (elsewhere a refusal may be a firewall, a proxy or a
+  container whose ports are published before its process listens);
+- **every** port of the address refuses (one that accepts means something is there);
+- **no process of this machine's network namespace could be starting it**: a
+  ``universe-remote serve`` or ``replay`` whose ports are these (its command line's, or
+  any of the free-floating defaults' 5900+i / 15900+i when it names none), or a
+  ``make run`` (which installs, then serves on the defaults).
+
+Anything else keeps the old behaviour: retry with backoff until ``start_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Final
+
+from vncdriver.addresses import is_loopback
+
+from .address import RemoteAddress
+
+#: Seconds a connect on loopback may take to be refused (it is refused at once; one that
+#: neither accepts nor refuses in this time is left to the normal retries).
+REFUSAL_TIMEOUT: Final = 0.5
+#: ``serve``'s default ports and how far it floats them when they are taken
+#: (envserver/cli.py: 5900+i and 15900+i for the first free i below this).
+VNC_BASE: Final = 5900
+REWARDER_BASE: Final = 15900
+FLOAT_RANGE: Final = 100
+#: The rewarder port is the VNC port plus this when only one of them is given.
+REWARDER_OFFSET: Final = REWARDER_BASE - VNC_BASE
+#: Sub-commands of ``universe-remote`` that start a remote.
+SERVING_COMMANDS: Final = frozenset({"serve", "replay"})
+
+
+class NothingListens(ConnectionRefusedError):
+    """Nothing listens at a loopback address and nothing here is starting it; the message
+    says what to do."""
+
+
+async def _refused(host: str, port: int) -> bool:
+    """Whether a connect to ``host:port`` is refused (True), rather than accepted or slow."""
+    try:
+        async with asyncio.timeout(REFUSAL_TIMEOUT):
+            _, writer = await asyncio.open_connection(host.strip("[]"), port)
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError):
+        return False
+    writer.transport.abort()
+    return False
+
+
+def _option(argv: Sequence[str], name: str) -> int | None:
+    """The value of ``--name N`` or ``--name=N`` in ``argv`` (the last one), else None."""
+    value = None
+    for i, word in enumerate(argv):
+        if word == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif word.startswith(name + "="):
+            value = word.partition("=")[2]
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def serving_ports(argv: Sequence[str]) -> set[int] | None:
+    """The ports a command line could serve on, if it starts a remote (else None): a
+    ``universe-remote serve``/``replay`` (its own ports, or the floating defaults), or a
+    ``make run`` (the defaults)."""
+    words = list(argv)
+    if words and Path(words[0]).name == "make" and "run" in words[1:]:
+        return _floating()
+    for i, word in enumerate(words):
+        if ("universe-remote" in Path(word).name or word == "universe_remote") and any(
+            w in SERVING_COMMANDS for w in words[i + 1 : i + 3]
+        ):
+            vnc, rewarder = _option(words, "--vnc-port"), _option(words, "--rewarder-port")
+            if vnc is None and rewarder is None:
+                return _floating()
+            if rewarder is None:
+                rewarder = vnc + REWARDER_OFFSET if vnc else 0
+            if vnc is None:
+                vnc = rewarder - REWARDER_OFFSET if rewarder and rewarder > REWARDER_OFFSET else 0
+            return {p for p in (vnc, rewarder) if p}  # 0: a free port, never a named one
+    return None
+
+
+def _floating() -> set[int]:
+    return {base + i for base in (VNC_BASE, REWARDER_BASE) for i in range(FLOAT_RANGE)}
+
+
+def starting_here(ports: Iterable[int], proc: Path = Path("/proc")) -> list[str]:
+    """Processes in this network namespace that could be serving, or starting to serve,
+    one of ``ports`` (``pid: command``)."""
+    wanted = set(ports)
+    try:
+        own_net = os.readlink(proc / "self" / "ns" / "net")
+    except OSError:
+        own_net = None
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+            if own_net is not None and os.readlink(entry / "ns" / "net") != own_net:
+                continue  # another namespace's loopback is not ours
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        served = serving_ports(argv)
+        if served is not None and served & wanted:
+            found.append(f"{entry.name}: {' '.join(argv)[:200]}")
+    return found
+
+
+async def nothing_listens(address: RemoteAddress) -> str | None:
+    """Why connecting to ``address`` cannot succeed soon (module docstring), else None."""
+    host = address.host
+    ports = [p for p in (address.vnc_port, address.rewarder_port) if p is not None]
+    if not ports or not is_loopback(host):
+        return None
+    for port in ports:
+        if not await _refused(host, port):
+            return None
+    if await asyncio.to_thread(starting_here, ports):
+        return None
+    named = " and ".join(str(p) for p in ports)
+    return (
+        f"nothing listens on {host} port{'s' if len(ports) > 1 else ''} {named} (connection "
+        "refused), and no universe-remote serve or make run on this machine is starting a "
+        "remote there: start it first (make run, or universe-remote serve ENV_ID), or check "
+        "the ports against the 'agent address' its banner printed"
+    )
