@@ -56,6 +56,9 @@ class Inputs:
         #: The player a source drives (multi-player remotes: ``envserver.players``); the
         #: events of players above 0 are queued as ``PlayerEvent``.
         self.player_of: Callable[[object], int] = lambda source: 0
+        #: Called with every batch of events as it is queued (a remote forwards a real-time
+        #: X program's input at once: ``Runtime.forwards_input``).
+        self.on_queue: Callable[[Sequence[InputEvent]], None] | None = None
         self._held: dict[object, tuple[set[str], list[int]]] = {}
 
     @property
@@ -94,6 +97,8 @@ class Inputs:
         else:
             self.pending.extend(events)
         self.pending_sources.extend([self.name_source(source)] * len(events))
+        if self.on_queue is not None and events:
+            self.on_queue(events)
 
     def release(self, source: object) -> None:
         """Let go of every key and button ``source`` holds (it is gone)."""

@@ -159,6 +159,8 @@ class Remote:
         self.runtime_failures = 0  # in a row; a good frame sets it back to 0
         self.inputs = Inputs()
         self.inputs.player_of = self._player_of
+        self.inputs.on_queue = self._input_queued
+        self._notes = RateLimitedLog(log)  # one line per kind of trouble per interval
         player_passwords = check_passwords(
             self.runtime.env_id, self.runtime.players, player_passwords, password
         )
@@ -335,6 +337,7 @@ class Remote:
             await self.runtime.aclose()
         except Exception as exc:
             failures.append((f"the runtime {self.runtime.env_id}", exc))
+        self._notes.close()
         return failures
 
     # What the front ends drive (steps and resets through the seats' barrier) ------------
@@ -649,6 +652,18 @@ class Remote:
             self.rewarder.broadcast_observation(self.episode_id, result.observation)
         return result
 
+    def _input_queued(self, events: Sequence[Any]) -> None:
+        """Real time: hand a runtime that forwards input (an X program) each event as it
+        comes, not at the next frame: its program keeps its own time, and a frame's wait
+        was most of a viewer's action -> pixel latency."""
+        if self.runtime.forwards_input and self.mode == protocol.REALTIME:
+            try:
+                self.runtime.forward(events)
+            except Exception as exc:  # the next frame finds the runtime's fault
+                self._notes.log(
+                    "forward", logging.WARNING, "forwarding input to %s failed: %r", self.env_id, exc
+                )
+
     async def _advance_sliced(self, frames: int) -> StepResult:
         """Lockstep: advance ``frames`` frames in slices of about :data:`MAX_SLICE_SECONDS`,
         yielding to the event loop between them (measured: a 10,000-frame Pong step held
@@ -682,7 +697,8 @@ class Remote:
         A tick is complete when it returns (``TICK`` leaves the remote running); what
         raises in it takes the error exit (the game loop's :meth:`_runtime_failed`)."""
         self._fire(Event.TICK)
-        result = self._advance(1, self.inputs.take())
+        events = self.inputs.take()  # (recorded as this frame's, forwarded or not)
+        result = self._advance(1, () if self.runtime.forwards_input else events)
         self._frame_ready()
         announced = {k: result.info[k] for k in self.runtime.announced_info if k in result.info}
         if (

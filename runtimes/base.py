@@ -143,6 +143,9 @@ class Runtime(abc.ABC):
     #: changes (in a ``v0.env.reward`` of 0), not only with the next reward: Atari's lives.
     announced_info: ClassVar[tuple[str, ...]] = ()
 
+    #: True when the remote hands real-time input to :meth:`forward` as it arrives and
+    #: :meth:`advance` gets none (an X program: it keeps its own time).
+    forwards_input: ClassVar[bool] = False
     #: True when lockstep steps call :meth:`aadvance` (it awaits I/O: a browser's page),
     #: which the remote awaits once per step instead of slicing :meth:`advance`.
     async_advance: ClassVar[bool] = False
@@ -212,6 +215,10 @@ class Runtime(abc.ABC):
     async def areset(self, seed: int | None = None) -> None:
         """Start a new episode; runtimes whose reset must wait on I/O override this."""
         self.reset(seed)
+
+    def forward(self, events: Sequence[InputEvent]) -> None:
+        """Real-time input of a runtime with :attr:`forwards_input`, as it arrives."""
+        raise NotImplementedError(f"{self.env_id} takes its input in advance()")
 
     async def aadvance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
         """A lockstep step of a runtime with :attr:`async_advance`: as :meth:`advance`."""

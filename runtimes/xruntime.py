@@ -44,7 +44,7 @@ FIRST_FRAME_TIMEOUT: Final = 10.0
 #: remote's frame rate), and Xvnc's own pixel comparison left on: X programs redraw
 #: more than they change (XEyes repaints whole eyes), and without it every redraw
 #: crossed the socket (measured: 5.5 ms of the remote's CPU per frame instead of 2.1).
-CAPTURE_ARGS: Final = ("-FrameRate", "60")
+CAPTURE_ARGS: Final = ("-FrameRate", "240")
 #: Damaged rectangles past which a capture copies their bounding box in one piece
 #: (Xvnc sends a redraw as many small rectangles; one copy is cheaper than a hundred).
 MAX_DAMAGE_RECTS: Final = 16
@@ -65,6 +65,8 @@ class DisplayRuntime(Runtime):
     """
 
     lockstep: ClassVar[bool] = False
+    #: Real-time input goes into X as it arrives (:meth:`forward`), not at the next frame.
+    forwards_input: ClassVar[bool] = True
     #: A desktop takes any key a viewer sends over VNC (function keys, accents), not only
     #: :attr:`keys`, the keys the rewarder accepts.
     any_vnc_key: ClassVar[bool] = True
@@ -228,6 +230,9 @@ class DisplayRuntime(Runtime):
                 out.append(("PointerEvent", event.x + x0, event.y + y0, event.buttonmask))
         if out:
             screen.send_events(out)
+
+    def forward(self, events: Sequence[InputEvent]) -> None:
+        self.inject(events)
 
     def step(self, events: Sequence[InputEvent]) -> StepResult:
         """Send the input into X, take the newest frame, say what the program earned."""
