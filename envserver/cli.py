@@ -427,7 +427,7 @@ def add_commands(sub: Any) -> None:
         default=os.environ.get(CERT_ENV) or None,
         metavar="CERT",
         help="serve every port over TLS with this PEM certificate (chain): the rewarder as "
-        "wss://, the viewer as https://, VNC as VeNCrypt X509, dm_env_rpc as gRPC with TLS "
+        "wss://, the viewer and OpenEnv as https://, VNC as VeNCrypt X509, dm_env_rpc as gRPC with TLS "
         f"(default: ${CERT_ENV}; needs --tls-key)",
     )
     serve.add_argument(

@@ -8,7 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Final
 
 #: Each protocol the remote speaks, and its version.
-PROTOCOLS: Final = {"rewarder": "v0", "rfb": "3.8", "dm_env_rpc": "v1"}
+PROTOCOLS: Final = {"rewarder": "v0", "rfb": "3.8", "dm_env_rpc": "v1", "openenv": "http 1.0.0 + ws"}
 
 
 def server_version() -> str:

@@ -65,7 +65,7 @@ SHUTDOWN_TIMEOUT: Final = 2.0
 #: What OpenEnv's HTTP API is at (its FastAPI apps say 1.0.0; ``openenv validate`` reads it).
 API_VERSION: Final = "1.0.0"
 #: The protocols the remote speaks, with this port's: its /metadata lists them.
-PROTOCOLS: Final = {**version.PROTOCOLS, "openenv": f"http {API_VERSION} + ws"}
+PROTOCOLS: Final = version.PROTOCOLS
 #: The header carrying the password, and the schemes it may come in.
 AUTH_HEADER: Final = "Authorization"
 #: URLs open without the password.

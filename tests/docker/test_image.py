@@ -44,7 +44,7 @@ def test_hadolint_passes(dockerfile: Path) -> None:
 
 def test_image_rules() -> None:
     text = DOCKERFILE.read_text()
-    assert re.search(r"^EXPOSE 5900 15900 16000$", text, re.MULTILINE)
+    assert re.search(r"^EXPOSE 5900 15900 16000 8000$", text, re.MULTILINE)
     assert re.search(r"^USER \d+$", text, re.MULTILINE), "runs as a non-root user"
     assert "PASSWORD=" not in text.replace("UNIVERSE_REMOTE_PASSWORD=...", ""), "no baked password"
     assert instruction("ENTRYPOINT") == ["universe-remote", "serve"]
@@ -55,7 +55,7 @@ def test_browser_image_rules() -> None:
     """Dockerfile.browser: the same ports, user and password rules; tini as PID 1 (it
     reaps what Chromium leaves); a MiniWoB task by default, on the default image's ports."""
     text = BROWSER_DOCKERFILE.read_text()
-    assert re.search(r"^EXPOSE 5900 15900 16000$", text, re.MULTILINE)
+    assert re.search(r"^EXPOSE 5900 15900 16000 8000$", text, re.MULTILINE)
     assert re.search(r"^USER 10001$", text, re.MULTILINE), "runs as the default image's user"
     assert "PASSWORD=" not in text.replace("UNIVERSE_REMOTE_PASSWORD=...", ""), "no baked password"
     assert instruction("ENTRYPOINT", BROWSER_DOCKERFILE) == ["tini", "--", "universe-remote", "serve"]
@@ -108,7 +108,7 @@ def test_compose_starts_a_mixed_fleet_with_the_browser_profile() -> None:
 
 def local_args(args: list[str]) -> list[str]:
     """The image's arguments for a test: loopback host and free ports."""
-    swaps = {"0.0.0.0": "127.0.0.1", "5900": "0", "15900": "0", "16000": "0"}
+    swaps = {"0.0.0.0": "127.0.0.1", "5900": "0", "15900": "0", "16000": "0", "8000": "0"}
     return [swaps.get(a, a) for a in args]
 
 

@@ -87,13 +87,16 @@ CHECKS = textwrap.dedent(
         return len(np.unique(frame.reshape(-1, 3), axis=0))
 
     try:
-        # The image's own command: miniwob.ClickTest-v0 on 0.0.0.0, ports 5900/15900/16000.
+        # The image's own command: miniwob.ClickTest-v0 on 0.0.0.0, ports 5900/15900/16000/8000.
         started = time.monotonic()
         pm.podman("run", "-d", "--name", "browser", "--network=host", "--pull=never",
                   "-e", "UNIVERSE_REMOTE_PASSWORD=pw", IMAGE)
         until(lambda: pm.podman("healthcheck", "run", "browser", check=False).returncode == 0,
               STARTUP_LIMIT, "the container's HEALTHCHECK passes")
         out["healthy_s"] = time.monotonic() - started
+        import urllib.request
+        with urllib.request.urlopen("http://127.0.0.1:8000/health", timeout=10) as answer:
+            out["openenv_health"] = json.loads(answer.read())
         out["describe"] = asyncio.run(describe(15900))
         out["greeting"] = greeting(5900)
         out["uid"] = pm.podman("exec", "browser", "id", "-u").stdout.strip()
@@ -154,6 +157,7 @@ def test_the_browser_image_serves_a_miniwob_task_and_x_programs(browser_image: s
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["describe"] == "miniwob.ClickTest-v0"  # the image's default command
     assert out["greeting"].startswith("RFB 003.")
+    assert out["openenv_health"]["status"] == "healthy"  # the OpenEnv port, 8000
     assert out["uid"] == "10001"  # not root, Chromium's sandbox off (runtimes/browser.py)
     # The instruction reached the agent with the reset, and stays (info["instruction"]).
     assert out["text"] == "Click the button."
