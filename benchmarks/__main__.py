@@ -1,35 +1,125 @@
-"""``python -m benchmarks [NAME ...]``: run every benchmark module (or the named ones)."""
+"""``python -m benchmarks [--quick] [--list] [NAME ...]``: run every benchmark module (or
+the named ones), saying before each how long it is expected to take and after it how
+long it took and how long the rest should.
+
+``--quick`` (``make bench-quick``) runs one short round of each (module constants read
+:func:`benchmarks.common.quick`): the ratios in about two minutes, not the figures the
+docs quote. Every module of this folder with a ``main()`` runs (:data:`ORDER` first, any
+other after it), so a new benchmark is never left out.
+"""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
+import pkgutil
 import sys
 import time
+from pathlib import Path
+from typing import Final
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-#: Benchmark modules in the order they run; each has ``main() -> None``.
-MODULES = [
+from benchmarks.common import QUICK_ENV  # noqa: E402
+
+#: The order benchmarks run in; modules found beside them that are not listed run after.
+ORDER: Final = (
     "rewarder_throughput", "remotes_realtime", "realtime_cpu", "vnc_server", "vnc_client",
     "display_capture", "browser_remotes", "atari_lockstep",
     "lockstep_peers", "step_channel", "viewer_port", "long_step", "dm_env_rpc_port", "recording",
-    "ray_remotes",
-    "multiagent",
-]
+    "openenv_port", "page_structure", "ray_remotes", "multiagent",
+)
+#: Modules here that are parts of benchmarks, not benchmarks.
+HELPERS: Final = frozenset({"common", "atari_common", "atari_breakdown", "dm_peer", "__main__"})
+#: Seconds each took on the project's 2-core machine (full, quick), measured with
+#: `python -m benchmarks` and `--quick` on 2026-11-26 beside other work; a module not
+#: listed is "unknown" until measured.
+EXPECTED: Final[dict[str, tuple[float, float]]] = {
+    "rewarder_throughput": (12, 3),
+    "remotes_realtime": (200, 20),
+    "realtime_cpu": (330, 25),
+    "vnc_server": (130, 10),
+    "vnc_client": (95, 12),
+    "display_capture": (300, 30),
+    "browser_remotes": (330, 30),
+    "atari_lockstep": (330, 40),
+    "lockstep_peers": (90, 12),
+    "step_channel": (200, 15),
+    "viewer_port": (200, 30),
+    "long_step": (20, 8),
+    "dm_env_rpc_port": (60, 12),
+    "recording": (120, 25),
+    "openenv_port": (60, 20),
+    "page_structure": (60, 20),
+    "ray_remotes": (120, 45),
+    "multiagent": (30, 8),
+}
+
+
+def discover() -> list[str]:
+    """Every benchmark module here, in :data:`ORDER` and then by name."""
+    here = Path(__file__).resolve().parent
+    found = {m.name for m in pkgutil.iter_modules([str(here))]} - HELPERS
+    return [n for n in ORDER if n in found] + sorted(found - set(ORDER))
+
+
+def expected(name: str, quick: bool) -> float | None:
+    """Seconds ``name`` is expected to take, or None when it was never measured."""
+    times = EXPECTED.get(name)
+    return None if times is None else times[1 if quick else 0]
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def plan(names: list[str], quick: bool) -> str:
+    """The opening line: how many, how long, and which were never measured."""
+    known = [expected(n, quick) for n in names]
+    total = sum(t for t in known if t is not None)
+    unknown = [n for n, t in zip(names, known, strict=True) if t is None]
+    kind = "quick rounds of " if quick else ""
+    more = f" plus {', '.join(unknown)} (not measured yet)" if unknown else ""
+    return (f"running {kind}{len(names)} benchmarks: expected about {_duration(total)}{more} "
+            f"on a 2-core machine{'' if quick else '; make bench-quick runs one short round of each'}")
 
 
 def main(argv: list[str]) -> int:
-    names = argv or MODULES
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("names", nargs="*", metavar="NAME", help="only these modules")
+    parser.add_argument("--quick", action="store_true", help="one short round of each")
+    parser.add_argument("--list", action="store_true", help="print each with its expected time")
+    args = parser.parse_args(argv)
+    available = discover()
+    unknown = [n for n in args.names if n not in available]
+    if unknown:
+        parser.error(f"no benchmark {', '.join(unknown)}; there are {', '.join(available)}")
+    names = args.names or available
+    if args.quick:  # before any module is imported: they read it into their constants
+        os.environ[QUICK_ENV] = "1"
+    if args.list:
+        for name in names:
+            full, short = expected(name, False), expected(name, True)
+            print(f"{name:22} full {_duration(full) if full else '?':>8}   quick "
+                  f"{_duration(short) if short else '?':>6}")
+        print(plan(names, args.quick))
+        return 0
+    print(plan(names, args.quick), flush=True)
     began = time.monotonic()
+    left = sum(t for n in names if (t := expected(n, args.quick)) is not None)
     for i, name in enumerate(names, 1):
         module = importlib.import_module(f"benchmarks.{name}")
         doc = (module.__doc__ or "").strip().splitlines()
-        print(f"== [{i}/{len(names)}] {name}: {doc[0] if doc else ''}", flush=True)
+        guess = expected(name, args.quick)
+        about = f" (expected ~{_duration(guess)})" if guess is not None else ""
+        print(f"== [{i}/{len(names)}] {name}{about}: {doc[0] if doc else ''}", flush=True)
         started = time.monotonic()
         module.main()
-        print(f"   ({name} took {time.monotonic() - started:.0f} s; "
-              f"{time.monotonic() - began:.0f} s so far)", flush=True)
+        left -= guess or 0.0
+        print(f"   ({name} took {_duration(time.monotonic() - started)}; "
+              f"{_duration(time.monotonic() - began)} so far"
+              + (f", about {_duration(left)} to go)" if i < len(names) else ")"), flush=True)
     return 0
 
 
