@@ -4,10 +4,12 @@ Holds :class:`Remote`, the composition root of a remote. Its state lives in one 
 :class:`envserver.state.RemoteState`; every method here fires the machine's events and
 acts on what comes out.
 
-- **Real time** (Universe's semantics): the game loop advances the runtime one frame per
+- **Real time** (Universe's semantics): the process's ticker (:mod:`envserver.ticker`,
+  one timer per fps for every game of the process) advances the runtime one frame per
   tick at ``fps`` whether or not anyone acts, applies the input that arrived since the last
   tick (from VNC and ``v0.agent.action`` alike), serves each frame over VNC, sends each
-  tick's reward at most once, and resets by itself after ``done``.
+  tick's reward at most once, and resets by itself after ``done`` (in a task of its own,
+  so the other games of the process tick on meanwhile).
 - **Lockstep** (``serve --mode lockstep``, or a reset asking for it): the loop stands
   still and the active client advances the runtime with ``v0.env.step``: exactly
   ``frames`` frames through :meth:`Runtime.advance`, in slices of at most
@@ -48,7 +50,6 @@ from runtimes.base import Runtime, StepResult
 from vncdriver.messages import FrameTag
 from vncdriver.server import MAX_VIEWERS, VNCServer
 
-from .alarm import Alarm
 from .front_ends import start_dm_env_rpc, start_viewer
 from .inputs import REWARDER_SOURCE, Inputs
 from .lockstep_frames import LockstepFrames
@@ -57,6 +58,7 @@ from .properties import Properties, PropertyError, remote_properties
 from .runtime_choice import check_reset, construct
 from .state import Event, IllegalTransition, RemoteState, State
 from .throttle import AuthThrottle
+from .ticker import MAX_CATCH_UP_FRAMES, Ticker, shared_ticker
 from .version import PROTOCOLS, server_version
 
 if TYPE_CHECKING:
@@ -76,9 +78,7 @@ MAX_RECOVER_DELAY: Final = 8.0
 #: Runtime failures in a row (no good frame in between) before the remote gives up and
 #: ``serve`` exits non-zero, so a supervisor restarts it instead of a dead game being served.
 MAX_RUNTIME_FAILURES: Final = 5
-#: A tick later than this many frames is not caught up (that would burst frames);
-#: the clock restarts from now and the lateness is counted.
-MAX_CATCH_UP_FRAMES: Final = 2
+__all__ = ["MAX_CATCH_UP_FRAMES", "MAX_RUNTIME_FAILURES", "Remote", "RewarderFront"]
 #: Longest stretch a lockstep step runs the runtime without letting the event loop serve
 #: others: pings, viewers and frames wait at most about this long (the target is 20 ms).
 MAX_SLICE_SECONDS: Final = 0.005
@@ -117,12 +117,12 @@ class Remote:
         view_only_password: str | None = None,
         mode: str = protocol.REALTIME,
         runtime_options: dict[str, Any] | None = None,
-        clock: Callable[[], float] = time.monotonic,
         allow_origins: Sequence[str] = (),
         auth_throttle: AuthThrottle | None = None,
         max_viewers: int = MAX_VIEWERS,
         tls: ServerTLS | None = None,
         player_passwords: Mapping[int, str] | None = None,
+        ticker: Ticker | None = None,
     ) -> None:
         """Serve ``env``: an env id from the registry, or a runtime instance of your own.
 
@@ -135,6 +135,8 @@ class Remote:
         every port. ``tls`` (:func:`rewarder.tls.server_tls`) serves every port over TLS:
         ``wss://``, ``https://``, VeNCrypt, gRPC with TLS. ``player_passwords`` (a
         multi-player env): player -> the VNC password whose viewers drive that player.
+        ``ticker``: the real-time clock (default: the event loop's, which every remote of
+        the process shares: one wake-up per frame for all of them).
         """
         if mode not in protocol.MODES:
             raise ValueError(f"mode must be one of {protocol.MODES}, not {mode!r}")
@@ -199,13 +201,14 @@ class Remote:
         self.dm_env_rpc: DmEnvRpcServer | None = None
         #: Resolves with the reason when the runtime failed past recovery (set in start).
         self.failed: asyncio.Future[str]
-        self._clock = clock
+        self._ticker = ticker
         self._seeds = np.random.default_rng()
         self._tasks: list[asyncio.Task[None]] = []
         self._recovery: asyncio.Task[None] | None = None
+        #: The new episode after a real-time ``done`` (its runtime may reset over I/O).
+        self._next_episode: asyncio.Task[None] | None = None
         self._frame_waiters: list[asyncio.Future[int]] = []
         self._state_waiters: list[asyncio.Future[State]] = []  # resolved when the state moves
-        self.alarm = Alarm()  # the game loop's sleep; woken when the mode or fps changes
         self._slice_frames = 1  # frames per lockstep slice, adapted to MAX_SLICE_SECONDS
         #: A step's frame over VNC or through shared memory (the step's ``obs``).
         self.lockstep_frames = LockstepFrames(self._frame_ready)
@@ -253,7 +256,7 @@ class Remote:
         if not protocol.MIN_FPS <= fps <= protocol.MAX_FPS:
             raise ValueError(f"fps must be in [{protocol.MIN_FPS:g}, {protocol.MAX_FPS:g}], not {fps!r}")
         self.fps = float(fps)
-        self.alarm.wake()
+        self._clock_changed()
 
     @property
     def held_keys(self) -> set[str]:
@@ -296,7 +299,10 @@ class Remote:
             for name, exc in failures:
                 log.error("closing %s after a failed start failed: %r", name, exc, exc_info=exc)
             raise
-        self._tasks = [loop.create_task(self._game_loop()), loop.create_task(self._heartbeat())]
+        if self._ticker is None:
+            self._ticker = shared_ticker()
+        self._tasks = [loop.create_task(self._heartbeat())]
+        self._clock_changed()
 
     async def close(self, reason: str = "the remote is shutting down") -> None:
         """Stop the tasks and close every part — servers, the shared-memory segment, the
@@ -304,7 +310,9 @@ class Remote:
         the first such error (each is logged)."""
         if self.state is not State.CLOSING:
             self._fire(Event.SHUTDOWN)
-        tasks = [*self._tasks, *([self._recovery] if self._recovery else [])]
+        if self._ticker is not None:
+            self._ticker.discard(self)
+        tasks = [*self._tasks, *(t for t in (self._recovery, self._next_episode) if t)]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -373,7 +381,7 @@ class Remote:
                 await self._switch_runtime(request, factory)
             if request.mode is not None and request.mode != self.mode:
                 self.machine.switch_mode(request.mode)
-                self.alarm.wake()
+                self._clock_changed()
             if request.fps is not None:
                 self.set_fps(request.fps)
             self.episode_id = max(self.episode_id, request.episode_id or 0)
@@ -505,6 +513,7 @@ class Remote:
         self.vnc.frame_ready(runtime.framebuffer)
         if request.fps is None:
             self.fps = float(runtime.fps)
+            self._clock_changed()
 
     def _under_way_failed(
         self, progress: _Progress, exc: BaseException, message_id: Any
@@ -573,6 +582,8 @@ class Remote:
                 )
                 log.error("%s", reason)
                 self._fire(Event.SHUTDOWN)
+                if self._ticker is not None:
+                    self._ticker.discard(self)
                 if not self.failed.done():
                     self.failed.set_result(reason)
                 return
@@ -695,7 +706,42 @@ class Remote:
     async def tick(self) -> None:
         """Real time: advance one frame, serve it, report its reward, restart after done.
         A tick is complete when it returns (``TICK`` leaves the remote running); what
-        raises in it takes the error exit (the game loop's :meth:`_runtime_failed`)."""
+        raises in it takes the error exit (as :meth:`tick_due` does)."""
+        if self.tick_frame():
+            await self._begin_next_episode()
+
+    def tick_due(self) -> None:
+        """The ticker's call (:mod:`envserver.ticker`): one real-time frame, if the remote
+        is running; a new episode after ``done`` in a task of its own. Never raises: what
+        the runtime raises is this game's failure alone (it recovers), and the ticker goes
+        on to the next game."""
+        if not self.machine.allows(Event.TICK):  # resetting, recovering, closing
+            return
+        try:
+            if self.tick_frame():
+                self._next_episode = asyncio.get_running_loop().create_task(
+                    self._next_episode_task()
+                )
+        except Exception as exc:  # a runtime bug must not take the servers down
+            if self.state is not State.CLOSING:
+                self._runtime_failed("step", exc)
+
+    async def _next_episode_task(self) -> None:
+        try:
+            await self._begin_next_episode()
+        except Exception as exc:
+            if self.state is not State.CLOSING:
+                self._runtime_failed("reset", exc)
+
+    async def _begin_next_episode(self) -> None:
+        """Real time, after ``done``: the next episode, at once."""
+        await self._begin_episode(seed=None)
+        self._fire(Event.RESET_DONE)
+        self.rewarder.broadcast_describe()
+
+    def tick_frame(self) -> bool:
+        """Real time: advance one frame, serve it, report its reward; whether the episode
+        ended (the remote is then resetting: :meth:`_begin_next_episode` follows)."""
         self._fire(Event.TICK)
         events = self.inputs.take()  # (recorded as this frame's, forwarded or not)
         result = self._advance(1, () if self.runtime.forwards_input else events)
@@ -712,9 +758,8 @@ class Remote:
             )
         if result.done:
             self._fire(Event.EPISODE_DONE)
-            await self._begin_episode(seed=None)
-            self._fire(Event.RESET_DONE)
-            self.rewarder.broadcast_describe()
+            return True
+        return False
 
     async def wait_frame(self, after: int | None = None) -> int:
         """Wait until a frame past ``after`` (default: the current one) is drawn; its number."""
@@ -741,28 +786,16 @@ class Remote:
 
     # Background tasks -------------------------------------------------------------------
 
-    async def _game_loop(self) -> None:
-        """Real time: tick at ``fps`` while running; stand still in lockstep."""
-        next_at = self._clock()
-        while True:
-            if self.mode != protocol.REALTIME:
-                await self.alarm.wait()  # a reset switching to real time wakes us
-                next_at = self._clock()
-                continue
-            if self.machine.allows(Event.TICK):
-                try:
-                    await self.tick()
-                except Exception as exc:  # a runtime bug must not take the servers down
-                    if self.state is not State.CLOSING:
-                        self._runtime_failed("step", exc)
-            period = 1.0 / self.fps
-            next_at += period
-            now = self._clock()
-            if now - next_at > MAX_CATCH_UP_FRAMES * period:
-                self.late_ticks += 1
-                next_at = now
-            if await self.alarm.sleep(next_at - now):  # an fps or mode change: start afresh
-                next_at = self._clock()
+    def _clock_changed(self) -> None:
+        """The mode or fps changed: tick at the new fps in real time, not at all in
+        lockstep (the loop stands still until a reset switches back)."""
+        ticker = self._ticker
+        if ticker is None or self.state is State.CLOSING:  # not started, or gone
+            return
+        if self.mode == protocol.REALTIME:
+            ticker.add(self)
+        else:
+            ticker.discard(self)
 
     async def _heartbeat(self) -> None:
         """A describe every :data:`HEARTBEAT_INTERVAL`; late ticks logged once per interval."""
