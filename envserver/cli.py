@@ -113,6 +113,12 @@ def runtime_options(args: argparse.Namespace) -> dict[str, Any] | None:
     return options or None
 
 
+def _game_ports(text: str) -> list[tuple[int, int]]:
+    from .games import parse_game_ports
+
+    return parse_game_ports(text)
+
+
 def _player_password(text: str) -> tuple[int, str]:
     """``--player-password 1=secret`` -> (1, "secret")."""
     player, sep, password = text.partition("=")
@@ -243,7 +249,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     from runtimes.errors import RuntimeFailure
 
+    from .games import check_games, serve_games, several_games
     from .ports import busy_port_advice, choose_ports
+
+    trouble = check_games(args)
+    if trouble is not None:
+        print(f"universe-remote: {trouble}", file=sys.stderr)
+        return 2
 
     try:
         args.ports = choose_ports(args.host, args.vnc_port, args.rewarder_port, args.http_port)
@@ -252,7 +264,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 1
     args.ports_note = args.ports.note
     try:
-        return asyncio.run(_serve(args, tls))
+        return asyncio.run(serve_games(args, tls) if several_games(args) else _serve(args, tls))
     except (RuntimeFailure, ValueError) as exc:  # unknown env, missing program, bad option, bad recording
         print(f"universe-remote: {exc}", file=sys.stderr)
         return 2
@@ -330,6 +342,16 @@ def add_commands(sub: Any) -> None:
         help="default: the rewarder port - 10000, or with neither given 5900 and 15900, or "
         "the next free pair 5900+i / 15900+i when those are taken (the banner says which); "
         "0 picks a free one",
+    )
+    serve.add_argument(
+        "--games", type=int, default=1, metavar="K",
+        help="serve K games in this one process, one game loop for all (each its own ports: "
+        "the VNC and rewarder ports + i for game i, 0 free ones; its own episodes, seats and "
+        "faults); a crash of the process ends them all (default 1)",
+    )
+    serve.add_argument(
+        "--game-ports", type=_game_ports, default=None, metavar="V+R,...",
+        help="each game's VNC+rewarder ports (5900+15900,5901+15901): as many games as pairs",
     )
     serve.add_argument(
         "--password",
