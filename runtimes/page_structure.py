@@ -51,8 +51,8 @@ BID_PREFIX: Final = "a"
 #: The page's bid state and the click hook's set, under these globals (not enumerable).
 STATE_GLOBAL: Final = "__universeBids"
 HOOK_GLOBAL: Final = "__universeClickable"
-#: Elements one observation describes (in document order, hidden ones dropped first);
-#: the rest are counted in ``omitted``. Bids are given to all of them.
+#: Elements one observation describes (the first in document order); the rest are
+#: counted in ``omitted``. Bids are given to all of them.
 MAX_ELEMENTS: Final = 3000
 #: Characters kept of a name, a text or a value (longer ones end with "…").
 MAX_TEXT_CHARS: Final = 200

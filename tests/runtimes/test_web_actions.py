@@ -219,7 +219,7 @@ def test_plans_of_elements_that_cannot_take_input_are_errors_not_exceptions() ->
 
 # On the page, through X input -------------------------------------------------------------
 
-PAGE = """<!DOCTYPE html><html><head><title>Actions</title><style>body{margin:0;height:3000px}
+PAGE = """<!DOCTYPE html><html><head><title>Actions</title><style>body{margin:0;height:3000px;width:3000px}
 #log{position:fixed;right:0;top:0}</style></head><body>
 <input id='text' style='position:absolute;left:10px;top:10px;width:120px'>
 <button id='dbl' style='position:absolute;left:10px;top:50px'>Twice</button>
@@ -273,6 +273,10 @@ async def test_actions_run_as_x_input_and_the_page_reacts(tmp_path: Path) -> Non
         await page.cdp.wait_for("scrollY === 240", TIMEOUT)  # two notches of 120 px, animated
         result = await actor.run("scroll(0, -120)")
         await page.cdp.wait_for("scrollY === 120", TIMEOUT)
+        result = await actor.run("scroll(130, 0)")  # wheel buttons 6/7: sideways
+        assert result.error is None
+        await page.cdp.wait_for("scrollX === 120", TIMEOUT)
+        assert await page.value("scrollY") == 120
 
         # An element below the fold is scrolled into view (DevTools, said so), then clicked by X.
         result = await actor.run(f"click('{bid['far']}')")
