@@ -1,35 +1,49 @@
-"""The README says what works: its Python blocks run against real remotes and exit with
-nothing on stderr, and the command line it shows is the one the parser has, with help on
-every subcommand and option — so the two cannot drift apart.
+"""The README says what works: its Python blocks and its ``universe-remote`` commands run
+beside the remote ``make run`` serves on 5900/15900, as a user runs them (``make run`` in
+one shell, the rest in another), and exit cleanly; and the command line it shows is the
+one the parser has, with help on every subcommand and option — so the two cannot drift
+apart.
 
-The Python blocks run as written but for the addresses (a local remote on free ports
-stands in for ``127.0.0.1:5900+15900``: no test binds a fixed port) and fewer remotes
-(``SMALLER``: 2 instead of 8, so CI stays fast).
+``make run`` and everything beside it run in a network namespace of their own with only
+loopback (tests/ray_cluster.py), so the README's fixed ports (5900, 15900, 8800, 8900)
+are the namespace's and no other test or program on the machine is touched. The blocks
+run as written but for fewer remotes (``SMALLER``: 2 instead of 8, so CI stays fast).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
 import pytest
 
-from remotes import start_local
-from remotes.local import LocalRemotes
+from tests.ray_cluster import NamespaceUnavailable, check_netns
 from universe_remote.cli import build_parser
 
 README: Final = Path(__file__).parents[1] / "README.md"
-#: The README's address of a remote on the default ports.
-DEFAULT_ADDRESS: Final = "vnc://127.0.0.1:5900+15900"
+ROOT: Final = README.parent
 #: Substitutions that keep the blocks' meaning and make them quick.
-SMALLER: Final = {"n=8": "n=2", "num_envs=8": "num_envs=2"}
+SMALLER: Final = {"n=8": "n=2", "num_envs=8": "num_envs=2", "-n 8": "-n 2"}
 #: Seconds a block may run.
 BLOCK_TIMEOUT: Final = 180
+#: Seconds `make run` (the stamp already made) and a command's remote may take to serve.
+SERVE_TIMEOUT: Final = 60.0
+#: What a long-running command prints once it works (then it gets Ctrl-C).
+READY: Final = {"serve": "Ctrl-C to stop", "replay": "Ctrl-C to stop", "play": "dashboard: http"}
+#: README commands that need what a test machine cannot give: a Ray cluster at HEAD.
+NEEDS_A_CLUSTER: Final = ("--ray",)
+#: Seconds `serve --record` runs before the next commands read its recording: its first
+#: Catch episode ends after ~4.6 s of real time (277 frames).
+FIRST_EPISODE_TIMEOUT: Final = 60.0
 
 
 def blocks(language: str) -> list[str]:
@@ -50,21 +64,132 @@ def blocks(language: str) -> list[str]:
     return found
 
 
+class MakeRun:
+    """``make run`` in a network namespace of its own; :meth:`argv` runs beside it."""
+
+    def __init__(self) -> None:
+        try:
+            check_netns()
+        except NamespaceUnavailable as exc:
+            pytest.fail(str(exc))
+        venv = sys.prefix  # the venv these tests run in is the one `make run` serves from
+        self.process = subprocess.Popen(
+            ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", "make", "-s",
+             "-C", str(ROOT), "-o", f"{venv}/.run-stamp", "run", f"VENV={venv}"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )
+        self.banner = ""
+        deadline = time.monotonic() + SERVE_TIMEOUT
+        assert self.process.stdout is not None
+        while "Ctrl-C to stop" not in self.banner:
+            line = self.process.stdout.readline()
+            if not line or time.monotonic() > deadline:
+                self.close()
+                pytest.fail(f"make run did not serve:\n{self.banner}")
+            self.banner += line
+
+    def argv(self, command: list[str]) -> list[str]:
+        """``command`` run in make run's namespace."""
+        return ["nsenter", f"--net=/proc/{self.process.pid}/ns/net", "--", *command]
+
+    def close(self) -> None:
+        os.killpg(self.process.pid, signal.SIGINT)  # make and its serve: Ctrl-C
+        try:
+            self.process.wait(SERVE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
 @pytest.fixture(scope="module")
-def catch() -> Iterator[LocalRemotes]:
-    with start_local("builtin.Catch-v0", 1) as local:
-        yield local
+def make_run() -> Iterator[MakeRun]:
+    served = MakeRun()
+    try:
+        yield served
+    finally:
+        served.close()
+
+
+def test_make_run_serves_on_the_readme_ports(make_run: MakeRun) -> None:
+    assert "agent address  vnc://127.0.0.1:5900+15900" in make_run.banner
 
 
 @pytest.mark.parametrize("index", range(len(blocks("python"))))
-def test_each_python_block_runs_and_exits_quietly(index: int, catch: LocalRemotes) -> None:
-    code = blocks("python")[index].replace(DEFAULT_ADDRESS, catch.address)
+def test_each_python_block_runs_beside_make_run_and_exits_quietly(index: int, make_run: MakeRun) -> None:
+    code = blocks("python")[index]
     for big, small in SMALLER.items():
         code = code.replace(big, small)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=BLOCK_TIMEOUT)
+    done = subprocess.run(make_run.argv([sys.executable, "-c", code]), capture_output=True, text=True,
+                          timeout=BLOCK_TIMEOUT, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr == "", f"the block printed on stderr (no close() needed):\n{done.stderr}"
+
+
+def readme_commands() -> list[str]:
+    """Every ``universe-remote`` command of the README's plain blocks but the synopsis
+    (one per line, comments dropped, ``SMALLER`` applied), in order."""
+    found = []
+    for block in blocks("") + blocks("sh"):
+        if block.startswith("universe-remote list"):
+            continue  # the synopsis: [OPTIONS], not a command
+        for line in block.splitlines():
+            command = line.split("  #", 1)[0].strip()
+            if "universe-remote " not in command or command.startswith("#"):
+                continue
+            words = shlex.split(command)
+            program = next((w for w in words if "=" not in w), "")
+            if program == "universe-remote" and not any(n in words for n in NEEDS_A_CLUSTER):
+                for big, small in SMALLER.items():
+                    command = command.replace(big, small)
+                found.append(command)
+    return found
+
+
+def _run_command(make_run: MakeRun, command: str, cwd: Path) -> tuple[int | None, str]:
+    """Run one README command in make run's namespace: a one-shot one to its end, a
+    long-running one until it says it works, then Ctrl-C. (exit status, output)."""
+    words = shlex.split(command)
+    env = {**os.environ, "MINARI_DATASETS_PATH": str(cwd / "minari")}
+    while "=" in words[0]:
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    argv = [sys.executable, "-m", "universe_remote", *words[1:]]
+    ready = READY.get(words[1]) if words[1] != "play" or "--dashboard" in words else None
+    if ready is None:
+        done = subprocess.run(make_run.argv(argv), capture_output=True, text=True, cwd=cwd, env=env,
+                              timeout=BLOCK_TIMEOUT)
+        return done.returncode, done.stdout + done.stderr
+    proc = subprocess.Popen(make_run.argv(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=cwd, env=env)
+    out, deadline = "", time.monotonic() + SERVE_TIMEOUT
+    assert proc.stdout is not None
+    while ready not in out and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        out += line
+    if ready in out and "--record" in words:  # the commands after it read its first episode
+        first = cwd / words[words.index("--record") + 1] / "episode-000001" / "end.json"
+        while not first.exists() and time.monotonic() < deadline + FIRST_EPISODE_TIMEOUT:
+            time.sleep(0.1)  # a poll with a deadline: the episode ends in real time
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=SERVE_TIMEOUT)
+    status = proc.returncode if ready in out else None
+    return (0 if status == 130 and words[1] == "play" else status), out + rest
+
+
+def test_every_readme_command_runs_beside_make_run(make_run: MakeRun, tmp_path: Path) -> None:
+    """Each README command, in order (serve --record before replay and export), in a
+    shell beside `make run`'s remote on 5900/15900: none may fail on a taken port."""
+    commands = readme_commands()
+    assert any("--record" in c for c in commands) and any(c.startswith("universe-remote replay")
+                                                          for c in commands)
+    failed = []
+    for command in commands:
+        status, out = _run_command(make_run, command, tmp_path)
+        if status != 0:
+            failed.append(f"{command}\n  -> {status}: {out.strip()[-1500:]}")
+    assert not failed, "README commands that failed beside make run:\n" + "\n".join(failed)
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
