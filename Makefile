@@ -9,7 +9,7 @@ ENV_ID ?= builtin.Catch-v0
 HOST ?= 127.0.0.1
 export OPENBLAS_NUM_THREADS := 1
 
-.PHONY: run test bench lint fuzz docs clean
+.PHONY: run test bench bench-quick lint fuzz docs clean image
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +37,20 @@ lint: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) -m fuzz
 
+# Says how long each benchmark should take before it runs (all: ~50 min on 2 cores).
 bench: $(STAMP)
 	$(PY) -m benchmarks
+
+# One short round of each benchmark (under 2 minutes): the ratios, fast.
+bench-quick: $(STAMP)
+	$(PY) -m benchmarks --quick
+
+# The remote's image with podman or Docker, no daemon needed: IMAGE_ARGS=--offline builds
+# with no registry (a base from Debian packages, a wheelhouse), --browser the browser
+# image; scripts/build-image --help.
+IMAGE_ARGS ?=
+image: | $(PY)
+	$(PY) scripts/build-image $(IMAGE_ARGS)
 
 # The API reference, from the docstrings: build/api/index.html.
 docs: $(STAMP)
