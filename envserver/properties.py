@@ -109,10 +109,16 @@ def remote_properties(remote: Remote) -> list[Property]:
     async def write_fps(fps: float) -> None:
         remote.set_fps(fps)
 
+    async def write_observe(value: str) -> None:
+        remote.set_observe(value)
+
     return [
         Property("env_id", str, "the environment the remote serves", lambda: remote.runtime.env_id),
         Property("fps", float, "frames per second in real time", lambda: remote.fps, write_fps),
         Property("mode", str, "realtime or lockstep (a reset switches it)", lambda: remote.mode),
+        Property("observe", str, "page observations sent as v0.env.observation: a comma list "
+                 "of elements, tree; empty for none (browser remotes)",
+                 lambda: ",".join(sorted(remote.runtime.observe)), write_observe),
         Property("width", int, "screen width in pixels", lambda: remote.runtime.width),
         Property("height", int, "screen height in pixels", lambda: remote.runtime.height),
         Property("episode_id", int, "the remote's current episode", lambda: remote.episode_id),

@@ -78,6 +78,8 @@ MAX_RECOVER_DELAY: Final = 8.0
 #: Runtime failures in a row (no good frame in between) before the remote gives up and
 #: ``serve`` exits non-zero, so a supervisor restarts it instead of a dead game being served.
 MAX_RUNTIME_FAILURES: Final = 5
+#: What the ``observe`` property may ask a browser remote for (docs/browser.md).
+OBSERVATIONS: Final = frozenset({"elements", "tree"})
 __all__ = ["MAX_CATCH_UP_FRAMES", "MAX_RUNTIME_FAILURES", "Remote", "RewarderFront"]
 #: Longest stretch a lockstep step runs the runtime without letting the event loop serve
 #: others: pings, viewers and frames wait at most about this long (the target is 20 ms).
@@ -205,6 +207,8 @@ class Remote:
         self._seeds = np.random.default_rng()
         self._tasks: list[asyncio.Task[None]] = []
         self._recovery: asyncio.Task[None] | None = None
+        self._acts: set[asyncio.Task[None]] = set()  # action strings, settling actions
+        self._acting = asyncio.Lock()  # one at a time, in the order they came
         #: The new episode after a real-time ``done`` (its runtime may reset over I/O).
         self._next_episode: asyncio.Task[None] | None = None
         self._frame_waiters: list[asyncio.Future[int]] = []
@@ -250,6 +254,19 @@ class Remote:
         if self.rewarder.active is not None:
             return "an agent on the rewarder port"
         return self.held_by()
+
+    def set_observe(self, value: str) -> None:
+        """Which page observations to send (``"elements,tree"``; ``""``: none)."""
+        wanted = frozenset(part.strip() for part in value.split(",") if part.strip())
+        unknown = wanted - OBSERVATIONS
+        if unknown:
+            raise ValueError(
+                f"observe takes a comma list of {', '.join(sorted(OBSERVATIONS))}, not "
+                f"{', '.join(sorted(unknown))}"
+            )
+        if wanted and not self.runtime.action_strings:
+            raise ValueError(f"{self.env_id} has no page to observe (browser remotes do)")
+        self.runtime.observe = wanted
 
     def set_fps(self, fps: float) -> None:
         """Change the real-time rate now (the game loop does not finish a sleep at the old one)."""
@@ -312,7 +329,9 @@ class Remote:
             self._fire(Event.SHUTDOWN)
         if self._ticker is not None:
             self._ticker.discard(self)
-        tasks = [*self._tasks, *(t for t in (self._recovery, self._next_episode) if t)]
+        tasks = [
+            *self._tasks, *self._acts, *(t for t in (self._recovery, self._next_episode) if t)
+        ]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -413,11 +432,20 @@ class Remote:
                     mid,
                 )
             checked[who] = Inputs.check_action(self.runtime, asked.events, mid)
+        if request.web is not None and not self.runtime.action_strings:
+            raise BadRequest(
+                f"{self.runtime.env_id} takes input events, not action strings: those are "
+                "for browser remotes (miniwob.*)", mid,
+            )
         progress = _Progress(self._fire(Event.STEP, mid), "step", changed=False)
         try:
             for who, events in checked.items():
                 self.inputs.push(agent_source(who), events)
             progress.changed = True  # from here on frames are drawn
+            if request.web is not None:  # before the frames; the runtime reports it
+                await self.runtime.arun_action(
+                    request.web, lambda events: self.inputs.push(agent_source(player), events)
+                )
             result = await self._advance_sliced(request.frames)
             progress.what = "step (handing its frame over)"
             shm = self.lockstep_frames.deliver(
@@ -440,9 +468,46 @@ class Remote:
         return self.episode_id, body
 
     def action(self, request: protocol.ActionRequest) -> None:
-        self.inputs.push_action(
-            self.runtime, request.events, request.message_id, agent_source(PLAYER.get())
-        )
+        """Real time: queue the events for the next frame; an action string, or a
+        request to be told when the screen settles, runs as a task of its own whose end
+        the agent hears as a ``v0.env.observation`` with ``action_id`` (docs/browser.md)."""
+        runtime, source = self.runtime, agent_source(PLAYER.get())
+        if request.web is not None and not runtime.action_strings:
+            raise BadRequest(
+                f"{runtime.env_id} takes input events, not action strings like "
+                f"{request.web[:40]!r}: those are for browser remotes (miniwob.*)",
+                request.message_id,
+            )
+        if request.settle and not runtime.settles:
+            raise BadRequest(
+                f"{runtime.env_id} cannot tell when its screen settles: 'settle' is for "
+                "browser and desktop remotes (miniwob.*, x11.*)", request.message_id,
+            )
+        self.inputs.push_action(runtime, request.events, request.message_id, source)
+        if request.web is not None or request.settle:
+            task = asyncio.get_running_loop().create_task(self._act(request, source))
+            self._acts.add(task)
+            task.add_done_callback(self._acts.discard)
+
+    async def _act(self, request: protocol.ActionRequest, source: object) -> None:
+        """Run an action string and/or wait for the screen to settle; then tell everyone
+        what happened, with the frame it shows."""
+        async with self._acting:
+            episode, runtime = self.episode_id, self.runtime
+            body: dict[str, Any] = {"action_id": request.message_id}
+            try:
+                if request.web is not None:
+                    body.update(await runtime.arun_action(
+                        request.web, lambda events: self.inputs.push(source, events)
+                    ))
+                if request.settle:
+                    body["settle"] = await runtime.asettle()
+                body.update(await runtime.aobservation())
+            except Exception as exc:  # the page went away under it: the agent must hear
+                self._notes.log("act", logging.WARNING, "%s: an action failed: %r", self.env_id, exc)
+                body.setdefault("last_action_error", f"the remote could not run it: {exc}")
+            body["frame"] = self.frame
+            self.rewarder.broadcast_observation(episode, body)
 
     async def properties(self, request: protocol.PropertiesRequest) -> dict[str, Any]:
         table, key = self.property_table, request.key
@@ -633,6 +698,9 @@ class Remote:
             episode_sink(self.episode_id, seed, text)
         if text is not None:
             self.rewarder.broadcast_text(self.episode_id, text)
+        observation = self.runtime.take_observation()  # (a page's, when asked for)
+        if observation is not None:
+            self.rewarder.broadcast_observation(self.episode_id, {**observation, "frame": self.frame})
         self._frame_ready()
 
     def _frame_ready(self, frame: np.ndarray | None = None) -> None:
@@ -660,7 +728,10 @@ class Remote:
         if result.text is not None:
             self.rewarder.broadcast_text(self.episode_id, result.text)
         if result.observation is not None:
-            self.rewarder.broadcast_observation(self.episode_id, result.observation)
+            observation = result.observation
+            if isinstance(observation, dict):  # which frame it describes
+                observation = {**observation, "frame": self.frame}
+            self.rewarder.broadcast_observation(self.episode_id, observation)
         return result
 
     def _input_queued(self, events: Sequence[Any]) -> None:

@@ -29,6 +29,8 @@ import orjson
 MAX_MESSAGE_BYTES: Final = 256 * 1024
 #: Events in one ``v0.agent.action``: more than a human could type in a frame by far.
 MAX_ACTION_EVENTS: Final = 1024
+#: Characters of an action string (``"click('a42')"``: browser remotes' element actions).
+MAX_ACTION_STRING_CHARS: Final = 8192
 #: Characters of a key name in an action; X keysym names are under 32.
 MAX_KEY_NAME_CHARS: Final = 64
 #: Frames one ``v0.env.step`` may ask for: ~3 minutes of play at 60 fps in one request.
@@ -213,11 +215,15 @@ ActionEvent = tuple[str, Any, Any] | tuple[str, int, int, int]
 
 @dataclass(frozen=True, slots=True)
 class ActionRequest:
-    """``v0.agent.action``: input events to apply at the next tick, as if sent over VNC."""
+    """``v0.agent.action``: input events to apply at the next tick, as if sent over VNC;
+    or (our extension) an action string such as ``"click('a42')"`` for a browser remote
+    (``web``), and ``settle``: tell me once the screen is still again (docs/browser.md)."""
 
     message_id: Any
     sent_at: float
     events: tuple[ActionEvent, ...]
+    web: str | None = None
+    settle: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +238,8 @@ class StepRequest:
     #: How the agent takes the frame (our extension): "vnc" (the tagged VNC update, the
     #: default) or "shm" (a shared-memory segment the reply names; same machine only).
     obs: str = "vnc"
+    #: An action string run before the frames (a browser remote's element action).
+    web: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,10 +316,28 @@ def _parse_ping(message_id: Any, sent_at: float, msg: Message) -> PingRequest:
     return PingRequest(message_id, sent_at)
 
 
+def _action_string(body: dict[str, Any]) -> str | None:
+    """The body's action string, or None when the action is a list of events."""
+    action = body.get("action")
+    if not isinstance(action, str):
+        return None
+    if len(action) > MAX_ACTION_STRING_CHARS:
+        raise ValueError(
+            f"the action string has {len(action)} characters, over the limit of "
+            f"{MAX_ACTION_STRING_CHARS} (MAX_ACTION_STRING_CHARS)"
+        )
+    return action
+
+
 def _parse_events(body: dict[str, Any]) -> tuple[ActionEvent, ...]:
+    if isinstance(body.get("action"), str):
+        return ()
     action = body.get("action", [])
     if not isinstance(action, list):
-        raise ValueError('body.action must be a list of events, e.g. [["KeyEvent", "Left", true]]')
+        raise ValueError(
+            'body.action must be a list of events, e.g. [["KeyEvent", "Left", true]], '
+            "or (browser remotes) an action string such as \"click('a42')\""
+        )
     if len(action) > MAX_ACTION_EVENTS:
         raise ValueError(
             f"action has {len(action)} events, over the limit of {MAX_ACTION_EVENTS}; "
@@ -323,7 +349,12 @@ def _parse_events(body: dict[str, Any]) -> tuple[ActionEvent, ...]:
 def _parse_action(message_id: Any, sent_at: float, msg: Message) -> ActionRequest:
     if "action" not in msg.body:
         raise ValueError('body.action must be a list of events, e.g. [["KeyEvent", "Left", true]]')
-    return ActionRequest(message_id, sent_at, _parse_events(msg.body))
+    settle = msg.body.get("settle", False)
+    if not isinstance(settle, bool):
+        raise ValueError(f"settle must be true or false, not {settle!r}")
+    return ActionRequest(
+        message_id, sent_at, _parse_events(msg.body), _action_string(msg.body), settle
+    )
 
 
 def _parse_step(message_id: Any, sent_at: float, msg: Message) -> StepRequest:
@@ -335,7 +366,10 @@ def _parse_step(message_id: Any, sent_at: float, msg: Message) -> StepRequest:
     obs = msg.body.get("obs", OBS_VNC)
     if obs not in OBS_TRANSPORTS:
         raise ValueError(f"obs must be one of {list(OBS_TRANSPORTS)}, not {obs!r}")
-    return StepRequest(message_id, sent_at, episode_id, _parse_events(msg.body), frames, obs)
+    return StepRequest(
+        message_id, sent_at, episode_id, _parse_events(msg.body), frames, obs,
+        _action_string(msg.body),
+    )
 
 
 def _parse_properties(message_id: Any, sent_at: float, msg: Message) -> PropertiesRequest:

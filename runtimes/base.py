@@ -12,7 +12,7 @@ time in real time, k frames per agent step in lockstep) and serves
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
@@ -146,6 +146,15 @@ class Runtime(abc.ABC):
     #: True when the remote hands real-time input to :meth:`forward` as it arrives and
     #: :meth:`advance` gets none (an X program: it keeps its own time).
     forwards_input: ClassVar[bool] = False
+    #: True when it takes action strings (``"click('a42')"``, a browser's element
+    #: actions: :meth:`arun_action`) and page observations (:attr:`observe`).
+    action_strings: ClassVar[bool] = False
+    #: True when it can tell when its screen is still again after an action
+    #: (:meth:`asettle`: browsers and X programs).
+    settles: ClassVar[bool] = False
+    #: Page observations an agent asked for (the remote's ``observe`` property): a set of
+    #: ``"elements"``, ``"tree"``; empty: none are made.
+    observe: frozenset[str] = frozenset()
     #: True when lockstep steps call :meth:`aadvance` (it awaits I/O: a browser's page),
     #: which the remote awaits once per step instead of slicing :meth:`advance`.
     async_advance: ClassVar[bool] = False
@@ -215,6 +224,27 @@ class Runtime(abc.ABC):
     async def areset(self, seed: int | None = None) -> None:
         """Start a new episode; runtimes whose reset must wait on I/O override this."""
         self.reset(seed)
+
+    async def arun_action(
+        self, text: str, send: Callable[[Sequence[InputEvent]], None]
+    ) -> dict[str, Any]:
+        """Run an action string (:attr:`action_strings`); ``send`` queues input as the
+        remote's agent sent it (recorded, shown to viewers). Returns the observation keys
+        it reports: ``last_action``, ``last_action_error`` (never raises for the action's
+        own failure: an unknown element is an error value)."""
+        raise NotImplementedError(f"{self.env_id} takes no action strings")
+
+    async def asettle(self) -> dict[str, Any]:
+        """Wait until the screen is still again (:attr:`settles`); how long it took."""
+        raise NotImplementedError(f"{self.env_id} cannot tell when its screen settles")
+
+    async def aobservation(self) -> dict[str, Any]:
+        """The observation keys :attr:`observe` asks for, now (``page``); {} for none."""
+        return {}
+
+    def take_observation(self) -> dict[str, Any] | None:
+        """An observation the runtime made since it was last taken (a reset's), if any."""
+        return None
 
     def forward(self, events: Sequence[InputEvent]) -> None:
         """Real-time input of a runtime with :attr:`forwards_input`, as it arrives."""

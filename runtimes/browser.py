@@ -55,7 +55,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
@@ -68,6 +68,8 @@ from .base import InputEvent, PointerEvent, StepResult
 from .cdp import CDPClient, CDPError
 from .cdp_input import CDPInput
 from .page_clock import EPOCH_MS, FRAME_MS, PageClock, no_caret_blink_env
+from .page_structure import install_click_hook, observe
+from .web_actor import WebActor
 from .xdisplay import (
     XVNC_PACKAGE,
     ProgramMissing,
@@ -136,6 +138,10 @@ PAGE_TIMEOUT: Final = 20.0
 
 # Episodes ----------------------------------------------------------------------------------
 
+#: Real time: seconds at least between two page observations an agent asked for (the
+#: ``observe`` property), made when the served screen changed (an observation costs
+#: 5-15 ms on task pages: docs/browser.md).
+OBSERVE_INTERVAL: Final = 0.1
 #: Seconds between polls of the page's reward globals (20 Hz: a reward reaches the
 #: rewarder within ~50 ms plus a frame).
 POLL_INTERVAL: Final = 0.05
@@ -215,6 +221,7 @@ class MiniWoBRuntime(DisplayRuntime):
     any_vnc_key: ClassVar[bool] = False  # a page takes what KEYS lists
     lockstep: ClassVar[bool] = True  # the page's clock (runtimes.page_clock)
     async_advance: ClassVar[bool] = True
+    action_strings: ClassVar[bool] = True  # runtimes.web_actor, docs/browser.md
     options: ClassVar[tuple[str, ...]] = ("screen",)
     #: The task page's file name (``click-test.html``); set per subclass.
     page: ClassVar[str]
@@ -238,6 +245,10 @@ class MiniWoBRuntime(DisplayRuntime):
         self.clock: PageClock | None = None
         self.page_input: CDPInput | None = None
         self._paused = False  # the clock is in lockstep
+        self._observation: dict[str, Any] | None = None  # made, not yet taken
+        self._observed_at = 0.0  # time.monotonic() of the last page observation
+        self._last_action: dict[str, Any] | None = None  # a lockstep step's action string
+        self._input_tasks: set[asyncio.Task[None]] = set()  # lockstep actions' DevTools input
         #: Seconds the last :meth:`astart` took (Xvnc, Chromium, the page).
         self.startup_seconds: float | None = None
         self._chromium: str | None = None
@@ -303,6 +314,7 @@ class MiniWoBRuntime(DisplayRuntime):
             after_wheel=clock.rendered,
         )
         await self.page_input.unbuffered()
+        await install_click_hook(self.cdp)  # script-added click listeners count as clickable
         self._paused = False
 
     async def _devtools_port(self) -> int:
@@ -397,10 +409,13 @@ class MiniWoBRuntime(DisplayRuntime):
         )
         self._wob_episode = int(episode)
         self._text = str(utterance)
+        self._last_action = None
         if lockstep:
             await self._take_screenshot()
         else:
             await self._take_drawn_page()
+        # Numbered afresh from a0 at every episode (the same seed, the same bids).
+        self._observation = await self._observe(reset=True) if self.observe else None
 
     async def _take_screenshot(self) -> None:
         """Lockstep's frame: the page as Chromium draws it for a screenshot, lossless, a
@@ -435,7 +450,66 @@ class MiniWoBRuntime(DisplayRuntime):
             result.info = {
                 "wob.raw_reward": float(raw), "wob.reason": reason, "wob.episodes": int(episode),
             }
+        observation = await self._observe() if self.observe else {}
+        if self._last_action is not None:  # the step's action string: its outcome
+            observation.update(self._last_action)
+            result.info.update({f"web.{k}": v for k, v in self._last_action.items()})
+            self._last_action = None
+        result.observation = observation or None
         return result
+
+    # Web agents (docs/browser.md) ----------------------------------------------------------
+
+    async def _observe(self, reset: bool = False) -> dict[str, Any]:
+        """The page observation the agent asked for (``page``), now."""
+        assert self.cdp is not None
+        structure = await observe(self.cdp, (0, 0), reset=reset)
+        self._observed_at = time.monotonic()
+        return {"page": structure.observation(
+            tree="tree" in self.observe, elements="elements" in self.observe
+        )}
+
+    async def aobservation(self) -> dict[str, Any]:
+        return await self._observe() if self.observe and self.cdp is not None else {}
+
+    def take_observation(self) -> dict[str, Any] | None:
+        observation, self._observation = self._observation, None
+        return observation
+
+    async def arun_action(
+        self, text: str, send: Callable[[Sequence[InputEvent]], None]
+    ) -> dict[str, Any]:
+        """Run an action string: in real time as X input ``send`` queues (recorded, seen
+        by viewers); in lockstep through DevTools, before the step's frames (and then
+        the step reports it)."""
+        assert self.cdp is not None and self.page_input is not None
+        x0, y0 = self.origin
+        if self._paused:
+            page_input = self.page_input
+
+            def send_now(events: Sequence[InputEvent]) -> None:  # (the actor waits for the page)
+                moved = [
+                    e._replace(x=e.x + x0, y=e.y + y0) if isinstance(e, PointerEvent) else e
+                    for e in events
+                ]
+                task = asyncio.get_running_loop().create_task(page_input.send(moved))
+                self._input_tasks.add(task)
+                task.add_done_callback(self._input_tasks.discard)
+
+            send = send_now
+        actor = WebActor(
+            self.cdp, send, origin=(0, 0), frame_origin=(x0, y0),
+            viewport=(x0, y0, self.width, self.height),
+        )
+        result = await actor.run(text)
+        report: dict[str, Any] = {"last_action": result.action, "last_action_error": result.error}
+        if result.messages:
+            report["messages"] = result.messages
+        if result.devtools:
+            report["devtools"] = result.devtools  # what did not go as X input
+        if self._paused:
+            self._last_action = report
+        return report
 
     async def _take_drawn_page(self) -> None:
         """Take the frame once the display shows the new page: what a reset returns is
@@ -472,8 +546,9 @@ class MiniWoBRuntime(DisplayRuntime):
         return text
 
     def outcome(self) -> StepResult:
-        """The instruction once, and the episode's outcome once."""
-        result = StepResult(text=self._text)
+        """The instruction once, the episode's outcome once, and a page observation the
+        poller made since the last frame."""
+        result = StepResult(text=self._text, observation=self.take_observation())
         self._text = None
         if self._outcome is not None and not self._reported:
             self._reported = True
@@ -501,6 +576,13 @@ class MiniWoBRuntime(DisplayRuntime):
                 continue
             if generation != self._generation:  # a reset ran meanwhile: this is stale
                 continue
+            now = time.monotonic()
+            if (self.observe and self.changed_at > self._observed_at
+                    and now - self._observed_at >= OBSERVE_INTERVAL):
+                with contextlib.suppress(CDPError):  # (a lost page is the next poll's news)
+                    observation = await self._observe()
+                    if generation == self._generation and not self._paused:
+                        self._observation = observation
             if done and int(episode) > self._wob_episode:
                 info = {
                     "wob.raw_reward": float(raw),

@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 from vncdriver import keysyms
 from vncdriver.client import VNCClient
@@ -45,6 +46,10 @@ FIRST_FRAME_TIMEOUT: Final = 10.0
 #: more than they change (XEyes repaints whole eyes), and without it every redraw
 #: crossed the socket (measured: 5.5 ms of the remote's CPU per frame instead of 2.1).
 CAPTURE_ARGS: Final = ("-FrameRate", "240")
+#: Seconds the served screen must stay unchanged for an action to have settled.
+QUIET_SECONDS: Final = 0.3
+#: Seconds a settling action waits at most for the screen to be still.
+SETTLE_DEADLINE: Final = 10.0
 #: Damaged rectangles past which a capture copies their bounding box in one piece
 #: (Xvnc sends a redraw as many small rectangles; one copy is cheaper than a hundred).
 MAX_DAMAGE_RECTS: Final = 16
@@ -65,6 +70,7 @@ class DisplayRuntime(Runtime):
     """
 
     lockstep: ClassVar[bool] = False
+    settles: ClassVar[bool] = True  # Xvnc's damage says when the screen changes
     #: Real-time input goes into X as it arrives (:meth:`forward`), not at the next frame.
     forwards_input: ClassVar[bool] = True
     #: A desktop takes any key a viewer sends over VNC (function keys, accents), not only
@@ -82,6 +88,9 @@ class DisplayRuntime(Runtime):
         self.screen: VNCClient | None = None
         self._pending: list[Rect] | None = None  # display damage not copied (None: all)
         self._damage: list[Rect] | None = None  # copied since take_damage (None: all)
+        #: When the served area last changed on the display (time.monotonic()).
+        self.changed_at = 0.0
+        self._changed = asyncio.Event()  # set at each change, for asettle
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -163,6 +172,12 @@ class DisplayRuntime(Runtime):
 
     def _damaged(self, screen: VNCClient, update: FramebufferUpdated) -> None:
         """Note what the display changed (its pixel rectangles; not pseudo-encodings)."""
+        x0, y0 = self.origin
+        x1, y1 = x0 + self.width, y0 + self.height
+        if any(r.encoding >= 0 and r.x < x1 and r.x + r.width > x0 and r.y < y1
+               and r.y + r.height > y0 for r in update.rects):
+            self.changed_at = time.monotonic()
+            self._changed.set()
         if self._pending is not None:
             self._pending.extend(
                 (r.x, r.y, r.width, r.height) for r in update.rects if r.encoding >= 0
@@ -211,6 +226,29 @@ class DisplayRuntime(Runtime):
         with contextlib.suppress(TimeoutError):
             await self.screen.wait_update(after, timeout)
         self.capture()
+
+    async def asettle(self) -> dict[str, Any]:
+        """Wait until the served screen has not changed for :data:`QUIET_SECONDS` (at most
+        :data:`SETTLE_DEADLINE`); seconds until it first changed (None: it never did),
+        until it was still, and whether the deadline cut the wait short."""
+        started = time.monotonic()
+        react: float | None = None
+        while True:
+            now = time.monotonic()
+            if react is None and self.changed_at > started:
+                react = self.changed_at - started
+            quiet = now - max(self.changed_at, started)
+            if quiet >= QUIET_SECONDS or now - started >= SETTLE_DEADLINE:
+                break
+            self._changed.clear()
+            wait = min(QUIET_SECONDS - quiet, SETTLE_DEADLINE - (now - started))
+            with contextlib.suppress(TimeoutError):  # still for the rest of the quiet time
+                await asyncio.wait_for(self._changed.wait(), wait)
+        self.capture()
+        return {
+            "react_s": react, "settled_s": time.monotonic() - started,
+            "deadline_hit": now - started >= SETTLE_DEADLINE,
+        }
 
     def inject(self, events: Sequence[InputEvent]) -> None:
         """Send input to the program as real X input (Xvnc's XTest), in one write;
