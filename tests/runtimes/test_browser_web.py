@@ -1,0 +1,144 @@
+"""Web agents on the rewarder (docs/browser.md): the ``observe`` property, page
+observations paired with frames, action strings in real time and lockstep, settling
+actions, and what a remote that is not a browser says to them.
+
+Real remotes (Chromium on Xvnc, in-process), spoken to with raw rewarder messages
+(``tests.wire.WireClient``); the agent side's gymnasium view is ``tests/remotes``'.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from envserver.remote import Remote
+from runtimes.page_clock import FRAME_MS
+from tests.conftest import StartRemote
+from tests.runtimes.test_browser import (  # noqa: F401 (fixtures)
+    StartBrowser,
+    _browser_family_installed,
+    page,
+    start_browser,
+)
+from tests.wire import WireClient
+
+pytestmark = pytest.mark.usefixtures("_browser_family_installed")
+
+HOSTILE = [
+    "__import__('os').system('id')",
+    "click(a42)",
+    "click('a5').x",
+    "(lambda: click('a5'))()",
+    "click(f'a{5}')",
+    "click('" + "a" * 9000 + "')",
+    "exec('print(1)')",
+]
+
+
+async def observe(agent: WireClient, value: str = "elements,tree") -> None:
+    await agent.send("v0.env.properties.write", {"key": "observe", "value": value})
+    reply = await agent.recv_until("v0.reply.env.properties")
+    assert reply["body"] == {"key": "observe", "value": value}
+
+
+def observations(agent: WireClient) -> list[dict[str, Any]]:
+    return [m["body"]["observation"] for m in agent.seen if m["method"] == "v0.env.observation"]
+
+
+async def answer(agent: WireClient, action_id: int) -> dict[str, Any]:
+    """The observation that answers the action ``action_id``."""
+    while True:
+        message = await agent.recv_until("v0.env.observation")
+        if message["body"]["observation"].get("action_id") == action_id:
+            return dict(message["body"]["observation"])
+
+
+def target(observation: dict[str, Any], instruction: str) -> str:
+    """The bid of the button ClickButton's instruction names, read from the structure."""
+    wanted = re.search(r'"(.*)"', instruction)
+    assert wanted is not None
+    buttons = [e for e in observation["page"]["elements"] if e["tag"] == "button"]
+    return next(e["bid"] for e in buttons if e["name"] == wanted.group(1))
+
+
+async def test_observations_follow_the_page_and_action_strings_play_it(
+    start_browser: StartBrowser,  # noqa: F811 (the fixture imported above)
+) -> None:
+    remote = await start_browser("miniwob.ClickButton-v0")
+    agent = await WireClient.open(remote.rewarder.port)
+    assert not [m for m in agent.seen if m["method"] == "v0.env.observation"]  # none unasked
+    await observe(agent)
+    reply = await agent.reset(seed=3)
+    episode = reply["headers"]["episode_id"]
+    first = observations(agent)[-1]  # sent before the reset's reply
+    assert first["frame"] == remote.frame
+    assert first["page"]["axtree"].startswith("RootWebArea")
+    assert await page(remote, "document.querySelector('[bid=a0]') === document.documentElement")
+    instruction = await agent.episode_text(episode)
+    bid = target(first, instruction)
+    action_id = await agent.send("v0.agent.action", {"action": f"click('{bid}')", "settle": True})
+    done = await answer(agent, action_id)
+    assert done["last_action"].startswith(f"click('{bid}'") and done["last_action_error"] is None
+    assert done["settle"]["react_s"] is not None and not done["settle"]["deadline_hit"]
+    assert done["settle"]["settled_s"] >= 0.3  # QUIET_SECONDS of stillness
+    reward = next(m for m in agent.seen if m["method"] == "v0.env.reward")
+    assert reward["body"]["reward"] > 0 and reward["body"]["done"]
+    # Bad strings: an error in the observation, the connection open, the remote serving.
+    for text in HOSTILE:
+        action_id = await agent.send("v0.agent.action", {"action": text})
+        if len(text) > 8192:  # past MAX_ACTION_STRING_CHARS: the message itself is refused
+            error = await agent.recv_until("v0.reply.error")
+            assert "MAX_ACTION_STRING_CHARS" in error["body"]["message"]
+            continue
+        refused = await answer(agent, action_id)
+        assert refused["last_action_error"], text
+    unknown = await answer(agent, await agent.send("v0.agent.action", {"action": "click('a999')"}))
+    assert "a999" in unknown["last_action_error"]
+    assert (await agent.ping())["method"] == "v0.reply.control.ping"
+    await agent.close()
+
+
+async def test_lockstep_steps_take_action_strings_and_report_them(
+    start_browser: StartBrowser,  # noqa: F811
+) -> None:
+    remote = await start_browser("miniwob.ClickButton-v0")
+    agent = await WireClient.open(remote.rewarder.port)
+    await observe(agent, "elements")
+    reply = await agent.reset(seed=3, mode="lockstep")
+    episode = reply["headers"]["episode_id"]
+    first = observations(agent)[-1]
+    assert "axtree" not in first["page"] and first["page"]["elements"]  # elements only
+    bid = target(first, await agent.episode_text(episode))
+    await agent.send("v0.env.step", {"action": "click('nope')", "frames": 1}, episode_id=episode)
+    step = await agent.recv_until("v0.reply.env.step")
+    assert "nope" in step["body"]["info"]["web.last_action_error"] and not step["body"]["done"]
+    after = observations(agent)[-1]  # sent before the reply: the frame it describes
+    assert after["frame"] == step["body"]["frame"] and after["last_action_error"]
+    await agent.send("v0.env.step", {"action": f"click('{bid}')", "frames": 1}, episode_id=episode)
+    step = await agent.recv_until("v0.reply.env.step")
+    assert step["body"]["info"]["web.last_action_error"] is None
+    # MiniWoB's reward falls with page time: one frame of it passed (the first step's),
+    # however long the wall clock took.
+    assert step["body"]["done"]
+    assert step["body"]["reward"] == pytest.approx(1 - FRAME_MS / 10_000, abs=1e-4)
+    await agent.close()
+
+
+async def test_a_game_refuses_action_strings_settling_and_observe(
+    start_remote: StartRemote,
+) -> None:
+    remote: Remote = await start_remote("builtin.Catch-v0")
+    agent = await WireClient.open(remote.rewarder.port)
+    await agent.reset(seed=1)
+    await agent.send("v0.agent.action", {"action": "click('a1')"})
+    error = await agent.recv_until("v0.reply.error")
+    assert "not action strings" in error["body"]["message"]
+    await agent.send("v0.agent.action", {"action": [], "settle": True})
+    error = await agent.recv_until("v0.reply.error")
+    assert "cannot tell when its screen settles" in error["body"]["message"]
+    await agent.send("v0.env.properties.write", {"key": "observe", "value": "tree"})
+    error = await agent.recv_until("v0.reply.error")
+    assert "no page to observe" in error["body"]["message"]
+    await agent.close()
