@@ -67,8 +67,9 @@ from vncdriver import keysyms
 from .base import InputEvent, PointerEvent, StepResult
 from .cdp import CDPClient, CDPError
 from .cdp_input import CDPInput
+from .marks import draw_marks
 from .page_clock import EPOCH_MS, FRAME_MS, PageClock, no_caret_blink_env
-from .page_structure import install_click_hook, observe
+from .page_structure import Element, PageStructure, install_click_hook, observe
 from .web_actor import WebActor
 from .xdisplay import (
     XVNC_PACKAGE,
@@ -222,13 +223,13 @@ class MiniWoBRuntime(DisplayRuntime):
     lockstep: ClassVar[bool] = True  # the page's clock (runtimes.page_clock)
     async_advance: ClassVar[bool] = True
     action_strings: ClassVar[bool] = True  # runtimes.web_actor, docs/browser.md
-    options: ClassVar[tuple[str, ...]] = ("screen",)
+    options: ClassVar[tuple[str, ...]] = ("screen", "marks")
     #: The task page's file name (``click-test.html``); set per subclass.
     page: ClassVar[str]
     #: Which screen this class serves (one of :data:`SCREENS`).
     screen_kind: ClassVar[str] = "task"
 
-    def __new__(cls, screen: str = "task") -> MiniWoBRuntime:
+    def __new__(cls, screen: str = "task", marks: bool = False) -> MiniWoBRuntime:
         """``screen="full"`` makes the whole-screen form of the task's class (every
         class attribute, the size included, stays true of the instance)."""
         if screen not in SCREENS:
@@ -237,8 +238,16 @@ class MiniWoBRuntime(DisplayRuntime):
             cls = _screen_form(cls, screen)
         return super().__new__(cls)
 
-    def __init__(self, screen: str = "task") -> None:
+    def __init__(self, screen: str = "task", marks: bool = False) -> None:
+        """``marks``: draw set-of-marks (a box and its bid on each clickable element) on
+        every frame, for agents that read bids off pixels and for people watching."""
         super().__init__()
+        if not isinstance(marks, bool | int):
+            raise ValueError(f"marks must be true or false, not {marks!r}")
+        self.marks = bool(marks)
+        self._marked: list[Element] | None = None  # the elements the marks show
+        self._marks_stale = False  # new elements since the marks were drawn
+        self._clean: np.ndarray | None = None  # lockstep's last screenshot, unmarked
         self.browser: XProgram | None = None
         self.cdp: CDPClient | None = None
         #: The page's clock (lockstep) and its DevTools input (lockstep's input).
@@ -416,14 +425,22 @@ class MiniWoBRuntime(DisplayRuntime):
             await self._take_drawn_page()
         # Numbered afresh from a0 at every episode (the same seed, the same bids).
         self._observation = await self._observe(reset=True) if self.observe else None
+        if self.marks and not self.observe:
+            await self._structure(reset=True)
+        if self.marks and not lockstep:
+            self._draw_marks()
 
     async def _take_screenshot(self) -> None:
         """Lockstep's frame: the page as Chromium draws it for a screenshot, lossless, a
         function of the page alone (the X display's timing plays no part)."""
         assert self.clock is not None
         x0, y0 = self.origin
-        self.framebuffer[...] = await self.clock.screenshot((x0, y0, self.width, self.height))
+        self._clean = await self.clock.screenshot((x0, y0, self.width, self.height))
+        self.framebuffer[...] = self._clean
         self._damage = None  # all of it may have changed: the VNC server compares
+        if self.marks:
+            await self._structure()
+            self._draw_marks()
 
     async def aadvance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
         """A lockstep step: the input through DevTools (each event handled before the
@@ -460,14 +477,40 @@ class MiniWoBRuntime(DisplayRuntime):
 
     # Web agents (docs/browser.md) ----------------------------------------------------------
 
-    async def _observe(self, reset: bool = False) -> dict[str, Any]:
-        """The page observation the agent asked for (``page``), now."""
+    async def _structure(self, reset: bool = False) -> PageStructure:
+        """The page's structure now; what the marks show."""
         assert self.cdp is not None
         structure = await observe(self.cdp, (0, 0), reset=reset)
         self._observed_at = time.monotonic()
+        if self.marks:
+            self._marked, self._marks_stale = structure.elements, True
+        return structure
+
+    async def _observe(self, reset: bool = False) -> dict[str, Any]:
+        """The page observation the agent asked for (``page``), now."""
+        structure = await self._structure(reset)
         return {"page": structure.observation(
             tree="tree" in self.observe, elements="elements" in self.observe
         )}
+
+    def capture(self) -> bool:
+        """The display's changes, and the marks drawn anew over the served area."""
+        changed = super().capture()
+        if self.marks and (changed or self._marks_stale):
+            self._draw_marks()
+        return changed
+
+    def _draw_marks(self) -> None:
+        """Redraw the served area from the display (or lockstep's screenshot) with marks."""
+        if self._marked is None or self.screen is None:
+            return
+        x0, y0 = self.origin
+        clean = (
+            self._clean if self._paused and self._clean is not None
+            else self.screen.framebuffer[y0 : y0 + self.height, x0 : x0 + self.width]
+        )
+        self.framebuffer[...] = draw_marks(clean, self._marked, frame_origin=(x0, y0))
+        self._damage, self._marks_stale = None, False  # marks move: the server compares
 
     async def aobservation(self) -> dict[str, Any]:
         return await self._observe() if self.observe and self.cdp is not None else {}
@@ -577,12 +620,15 @@ class MiniWoBRuntime(DisplayRuntime):
             if generation != self._generation:  # a reset ran meanwhile: this is stale
                 continue
             now = time.monotonic()
-            if (self.observe and self.changed_at > self._observed_at
+            if ((self.observe or self.marks) and self.changed_at > self._observed_at
                     and now - self._observed_at >= OBSERVE_INTERVAL):
                 with contextlib.suppress(CDPError):  # (a lost page is the next poll's news)
-                    observation = await self._observe()
-                    if generation == self._generation and not self._paused:
-                        self._observation = observation
+                    if not self.observe:
+                        await self._structure()  # the marks' elements only
+                    else:
+                        observation = await self._observe()
+                        if generation == self._generation and not self._paused:
+                            self._observation = observation
             if done and int(episode) > self._wob_episode:
                 info = {
                     "wob.raw_reward": float(raw),

@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 import pytest
 
 from envserver.remote import Remote
+from runtimes.marks import BOX_COLOUR
 from runtimes.page_clock import FRAME_MS
 from tests.conftest import StartRemote
 from tests.runtimes.test_browser import (  # noqa: F401 (fixtures)
@@ -23,6 +25,7 @@ from tests.runtimes.test_browser import (  # noqa: F401 (fixtures)
     start_browser,
 )
 from tests.wire import WireClient
+from vncdriver.client import VNCClient
 
 pytestmark = pytest.mark.usefixtures("_browser_family_installed")
 
@@ -141,4 +144,25 @@ async def test_a_game_refuses_action_strings_settling_and_observe(
     await agent.send("v0.env.properties.write", {"key": "observe", "value": "tree"})
     error = await agent.recv_until("v0.reply.error")
     assert "no page to observe" in error["body"]["message"]
+    await agent.close()
+
+
+@pytest.mark.parametrize("mode", ["realtime", "lockstep"])
+async def test_marks_draw_each_clickable_elements_box_and_bid_on_the_frame(
+    start_browser: StartBrowser, mode: str,  # noqa: F811
+) -> None:
+    remote = await start_browser("miniwob.ClickCheckboxes-v0", runtime_options={"marks": True})
+    agent = await WireClient.open(remote.rewarder.port)
+    await observe(agent, "elements")
+    await agent.reset(seed=2, mode=mode)
+    elements = observations(agent)[-1]["page"]["elements"]
+    boxes = [e["bbox"] for e in elements if e["clickable"] and e["visibility"] > 0]
+    assert len(boxes) >= 3  # the checkboxes, their labels, Submit
+    async with VNCClient(f"127.0.0.1::{remote.vnc_port}", encoding="raw") as viewer:
+        await viewer.wait_update(0, 10)
+        frame = viewer.framebuffer.copy()
+    magenta = np.all(frame == BOX_COLOUR, axis=2)
+    for x, y, w, h in boxes:  # each box's outline is drawn where the element is
+        left, top = round(x), round(y)
+        assert magenta[top, left : left + max(1, round(w))].mean() > 0.5, (x, y, w, h)
     await agent.close()
