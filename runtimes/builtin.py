@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Final, NamedTuple
 import numpy as np
 
 from .base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult, check_frames
+from .damage import Damage, Rect, clip, restore
 from .duel import Duel
 
 Colour = tuple[int, int, int]
@@ -109,10 +110,16 @@ _TARGET_CENTRE_MASK: Final = _disc(CLICK_TARGET_SIZE, CLICK_TARGET_SIZE / 5)
 
 # Drawing ------------------------------------------------------------------------------
 #
-# Each game draws a frame as: copy a prebuilt *base* frame (background, HUD frame, dimmed
-# pips), uncover a prefix of each HUD gauge from a prebuilt *lit* frame, then put the
-# sprites on. Every step is a handful of slice copies: painting a colour over many pixels
-# is ~10x slower in numpy than copying the same pixels from another frame.
+# Each game's frame is: a prebuilt *base* frame (background, HUD frame, dimmed pips), a
+# prefix of each HUD gauge uncovered from a prebuilt *lit* frame, then the sprites. Every
+# step is a handful of slice copies: painting a colour over many pixels is ~10x slower in
+# numpy than copying the same pixels from another frame. A reset draws all of it; a
+# frame after that redraws only what changed — a gauge whose count changed (its region
+# restored from the base, then uncovered again), the sprites that moved (restored from
+# the base where they were, drawn where they are) — and reports those rectangles
+# (``take_damage``), so the VNC server need not compare the frame. The sprites lie below
+# the HUD, so the two never overlap, and the frame is the one a whole redraw makes
+# (tests/runtimes/test_builtin.py checks it).
 
 
 class _Gauge(NamedTuple):
@@ -143,6 +150,19 @@ class _Gauge(NamedTuple):
         columns = slice(self.x, self.x + count * self.pitch)
         fb[rows, columns] = lit[rows, columns]
         return count
+
+    def region(self, screen: int) -> Rect:
+        """The rectangle every pip of the gauge lies in, on a screen ``screen`` wide."""
+        return self.x, self.y, min(self.capacity * self.pitch, screen - self.x), self.height
+
+    def redraw(self, fb: np.ndarray, base: np.ndarray, lit: np.ndarray, count: int,
+               damage: Damage) -> int:
+        """Show ``count`` pips where another count was shown: the region from ``base``
+        again, then the pips from ``lit``; the region is damage. How many fit."""
+        region = self.region(fb.shape[1])
+        restore(fb, base, region)
+        damage.add(region)
+        return self.show(fb, lit, count)
 
 
 def _canvas(width: int, height: int, colour: Colour) -> np.ndarray:
@@ -184,7 +204,13 @@ class _Game(Runtime):
 
     def __init__(self) -> None:
         super().__init__()
+        self.damage = Damage()
+        #: What the last draw showed (None: draw everything next time).
+        self._drawn: tuple[Any, ...] | None = None
         self.reset()  # a runtime always has a drawn first frame, even before reset(seed)
+
+    def take_damage(self) -> list[Rect] | None:
+        return self.damage.take()
 
     @classmethod
     def describe(cls) -> dict[str, Any]:
@@ -219,13 +245,15 @@ class _Game(Runtime):
 
     @abc.abstractmethod
     def _draw(self) -> None:
-        """Draw the current state into :attr:`framebuffer`."""
+        """Draw the current state into :attr:`framebuffer`: only what changed since the
+        last draw, all of it after :meth:`_start` (and record what, in :attr:`damage`)."""
 
     @abc.abstractmethod
     def _info(self) -> dict[str, Any]:
         """The exact numbers the pips show, for ``StepResult.info``."""
 
     def _start(self, seed: int | None) -> None:
+        self._drawn = None  # the next draw draws everything
         self.rng = _rng(seed)
         self.frame = 0
         self.misses = 0
@@ -357,21 +385,45 @@ class Catch(_Game):
         return reward
 
     def _draw(self) -> None:
-        fb = self.framebuffer
-        np.copyto(fb, _CATCH_BASE)
-        _CATCH_LIVES.show(fb, _CATCH_LIT, self.max_misses - self.misses)
-        shown = _CATCH_CATCHES[0].show(fb, _CATCH_LIT, self.catches)
-        _CATCH_CATCHES[1].show(fb, _CATCH_LIT, self.catches - shown)
-        _CATCH_TIME.show(fb, _CATCH_LIT, round(CATCH_WIDTH * self._time_left()))
-        if self.ball_x is not None:
-            top = int(self.ball_y)
-            fb[top : top + CATCH_BALL_SIZE, self.ball_x : self.ball_x + CATCH_BALL_SIZE] = (
-                _CATCH_BALL_RGB
-            )
-        fb[
-            CATCH_PADDLE_Y : CATCH_PADDLE_Y + CATCH_PADDLE_HEIGHT,
-            self.paddle_x : self.paddle_x + CATCH_PADDLE_WIDTH,
-        ] = _CATCH_PADDLE_RGB
+        fb, damage, last = self.framebuffer, self.damage, self._drawn
+        lives, time_left = self.max_misses - self.misses, round(CATCH_WIDTH * self._time_left())
+        ball = None if self.ball_x is None else clip(
+            self.ball_x, int(self.ball_y), CATCH_BALL_SIZE, CATCH_BALL_SIZE, CATCH_WIDTH, CATCH_HEIGHT
+        )
+        paddle = (self.paddle_x, CATCH_PADDLE_Y, CATCH_PADDLE_WIDTH, CATCH_PADDLE_HEIGHT)
+        drawn = (lives, self.catches, time_left, ball, paddle)
+        if last is None:
+            np.copyto(fb, _CATCH_BASE)
+            damage.everything()
+            _CATCH_LIVES.show(fb, _CATCH_LIT, lives)
+            shown = _CATCH_CATCHES[0].show(fb, _CATCH_LIT, self.catches)
+            _CATCH_CATCHES[1].show(fb, _CATCH_LIT, self.catches - shown)
+            _CATCH_TIME.show(fb, _CATCH_LIT, time_left)
+        elif drawn == last:
+            return
+        else:
+            if lives != last[0]:
+                _CATCH_LIVES.redraw(fb, _CATCH_BASE, _CATCH_LIT, lives, damage)
+            if self.catches != last[1]:
+                shown = _CATCH_CATCHES[0].redraw(fb, _CATCH_BASE, _CATCH_LIT, self.catches, damage)
+                _CATCH_CATCHES[1].redraw(fb, _CATCH_BASE, _CATCH_LIT, self.catches - shown, damage)
+            if time_left != last[2]:
+                _CATCH_TIME.redraw(fb, _CATCH_BASE, _CATCH_LIT, time_left, damage)
+            if ball == last[3] and paddle == last[4]:
+                self._drawn = drawn
+                return
+            for sprite in last[3:]:
+                if sprite is not None:
+                    restore(fb, _CATCH_BASE, sprite)
+                    damage.add(sprite)
+        if ball is not None:
+            x, y, w, h = ball
+            fb[y : y + h, x : x + w] = _CATCH_BALL_RGB
+            damage.add(ball)
+        fb[CATCH_PADDLE_Y : CATCH_PADDLE_Y + CATCH_PADDLE_HEIGHT,
+           self.paddle_x : self.paddle_x + CATCH_PADDLE_WIDTH] = _CATCH_PADDLE_RGB
+        damage.add(paddle)
+        self._drawn = drawn
 
 
 # ClickTarget: frames ------------------------------------------------------------------
@@ -489,15 +541,37 @@ class ClickTarget(_Game):
         return reward
 
     def _draw(self) -> None:
-        fb = self.framebuffer
-        np.copyto(fb, _CLICK_BASE)
-        _CLICK_LIVES.show(fb, _CLICK_LIT, self.max_misses - self.misses)
-        shown = _CLICK_HITS[0].show(fb, _CLICK_LIT, self.hits)
-        _CLICK_HITS[1].show(fb, _CLICK_LIT, self.hits - shown)
-        time_left = 1 - self.target_age / CLICK_TARGET_FRAMES
-        _CLICK_TIME.show(fb, _CLICK_LIT, round(CLICK_WIDTH * time_left))
+        fb, damage, last = self.framebuffer, self.damage, self._drawn
+        lives = self.max_misses - self.misses
+        time_left = round(CLICK_WIDTH * (1 - self.target_age / CLICK_TARGET_FRAMES))
+        drawn = (lives, self.hits, time_left, self.target)
+        if last is None:
+            np.copyto(fb, _CLICK_BASE)
+            damage.everything()
+            _CLICK_LIVES.show(fb, _CLICK_LIT, lives)
+            shown = _CLICK_HITS[0].show(fb, _CLICK_LIT, self.hits)
+            _CLICK_HITS[1].show(fb, _CLICK_LIT, self.hits - shown)
+            _CLICK_TIME.show(fb, _CLICK_LIT, time_left)
+        elif drawn == last:
+            return
+        else:
+            if lives != last[0]:
+                _CLICK_LIVES.redraw(fb, _CLICK_BASE, _CLICK_LIT, lives, damage)
+            if self.hits != last[1]:
+                shown = _CLICK_HITS[0].redraw(fb, _CLICK_BASE, _CLICK_LIT, self.hits, damage)
+                _CLICK_HITS[1].redraw(fb, _CLICK_BASE, _CLICK_LIT, self.hits - shown, damage)
+            if time_left != last[2]:
+                _CLICK_TIME.redraw(fb, _CLICK_BASE, _CLICK_LIT, time_left, damage)
+            if self.target == last[3]:
+                self._drawn = drawn
+                return
+            old = (*last[3], CLICK_TARGET_SIZE, CLICK_TARGET_SIZE)
+            restore(fb, _CLICK_BASE, old)
+            damage.add(old)
         x, y = self.target
         fb[y : y + CLICK_TARGET_SIZE, x : x + CLICK_TARGET_SIZE] = _CLICK_TARGET
+        damage.add((x, y, CLICK_TARGET_SIZE, CLICK_TARGET_SIZE))
+        self._drawn = drawn
 
 
 #: env id -> runtime class, read by ``runtimes.registry``.

@@ -7,7 +7,8 @@ left paddle, player 1 the right, both move with Up and Down, and each gets its o
 serves both players: which paddle moves is who sent the key, not which key it is.
 
 Deterministic under a seed like the other built-in games (the serves are the only
-randomness), numpy only, drawn with a few slice copies per frame.
+randomness), numpy only, drawn with a few slice copies per frame: after a reset only what
+moved or changed, reported as damage (``runtimes.damage``), as the other built-in games do.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Final
 import numpy as np
 
 from .base import InputEvent, KeyEvent, PlayerEvent, Runtime, StepResult, check_frames, split_players
+from .damage import Damage, Rect, clip, restore
 
 Colour = tuple[int, int, int]
 
@@ -113,7 +115,12 @@ class Duel(Runtime):
 
     def __init__(self) -> None:
         super().__init__()
+        self.damage = Damage()
+        self._drawn: tuple[Any, ...] | None = None  # what the last draw showed
         self.reset()
+
+    def take_damage(self) -> list[Rect] | None:
+        return self.damage.take()
 
     @classmethod
     def describe(cls) -> dict[str, Any]:
@@ -124,6 +131,7 @@ class Duel(Runtime):
         }
 
     def reset(self, seed: int | None = None) -> None:
+        self._drawn = None  # the next draw draws everything
         self.rng = np.random.Generator(np.random.PCG64(seed))
         self.frame = 0
         self.done = False
@@ -226,19 +234,54 @@ class Duel(Runtime):
     def _info(self) -> dict[str, Any]:
         return {"points": list(self.points), "frame": self.frame}
 
+    def _sprites(self) -> tuple[Rect | None, ...]:
+        """Where the paddles and the ball are (the ball: None between a point and a serve)."""
+        paddles = tuple(
+            (DUEL_PADDLE_X[p], self.paddle_y[p], DUEL_PADDLE_WIDTH, DUEL_PADDLE_HEIGHT)
+            for p in range(DUEL_PLAYERS)
+        )
+        ball = None
+        if self.serve_in == 0:
+            left = min(max(int(self.ball_x), 0), DUEL_WIDTH - DUEL_BALL_SIZE)
+            ball = clip(left, int(self.ball_y), DUEL_BALL_SIZE, DUEL_BALL_SIZE, DUEL_WIDTH, DUEL_HEIGHT)
+        return (*paddles, ball)
+
     def _draw(self) -> None:
-        fb = self.framebuffer
-        np.copyto(fb, _BASE)
+        """The frame: all of it after a reset; else the pips whose count changed and the
+        sprites that moved (restored from the base where they were), reported as damage."""
+        fb, damage, last = self.framebuffer, self.damage, self._drawn
+        points = tuple(min(p, DUEL_POINTS_TO_WIN) for p in self.points)
+        sprites = self._sprites()
+        drawn = (points, sprites)
         width, height, _ = _PIP
-        for player in range(DUEL_PLAYERS):
-            shown = min(self.points[player], DUEL_POINTS_TO_WIN)
+        if last is None:
+            np.copyto(fb, _BASE)
+            damage.everything()
+            changed: Sequence[int] = range(DUEL_PLAYERS)
+        elif drawn == last:
+            return
+        else:
+            changed = [p for p in range(DUEL_PLAYERS) if points[p] != last[0][p]]
+            if sprites != last[1]:
+                for sprite in last[1]:
+                    if sprite is not None:
+                        restore(fb, _BASE, sprite)
+                        damage.add(sprite)
+        for player in changed:  # a player's pips only ever grow within an episode
+            shown = points[player]
             if shown:
                 xs = [_pip_x(player, i) for i in range(shown)]
                 left, right = min(xs), max(xs) + width
                 fb[2 : 2 + height, left:right] = _LIT[2 : 2 + height, left:right]
-            x, y = DUEL_PADDLE_X[player], self.paddle_y[player]
-            fb[y : y + DUEL_PADDLE_HEIGHT, x : x + DUEL_PADDLE_WIDTH] = _PADDLE_RGB[player]
-        if self.serve_in == 0:
-            top, left = int(self.ball_y), int(self.ball_x)
-            left = min(max(left, 0), DUEL_WIDTH - DUEL_BALL_SIZE)
-            fb[top : top + DUEL_BALL_SIZE, left : left + DUEL_BALL_SIZE] = _BALL_RGB
+                damage.add((left, 2, right - left, height))
+        if last is None or sprites != last[1]:
+            for player in range(DUEL_PLAYERS):
+                x, y, w, h = sprites[player]  # type: ignore[misc]
+                fb[y : y + h, x : x + w] = _PADDLE_RGB[player]
+                damage.add(sprites[player])
+            ball = sprites[DUEL_PLAYERS]
+            if ball is not None:
+                x, y, w, h = ball
+                fb[y : y + h, x : x + w] = _BALL_RGB
+                damage.add(ball)
+        self._drawn = drawn

@@ -7,12 +7,13 @@ or a human would, so they check what is drawn as well as what is scored.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 
 from runtimes import builtin, registry
-from runtimes.base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult
+from runtimes.base import InputEvent, KeyEvent, PlayerEvent, PointerEvent, Runtime, StepResult
 from runtimes.builtin import (
     CATCH_BALL_COLOUR,
     CATCH_BALL_SIZE,
@@ -416,3 +417,58 @@ def test_a_subclass_that_redefines_step_is_advanced_through_its_step() -> None:
     plain.reset(1)
     plain.advance([], 3)
     assert np.array_equal(runtime.framebuffer, plain.framebuffer)  # same game, same frames
+
+
+# Drawing only what changed ------------------------------------------------------------------
+
+
+def _random_events(game: Runtime, rng: np.random.Generator) -> list[Any]:
+    """Now and then a key or a click somewhere (a player's, on the Duel), as agents send."""
+    if rng.random() < 0.7:
+        return []
+    if isinstance(game, ClickTarget):
+        x, y = (game.target_centre if rng.random() < 0.3 else
+                (int(rng.integers(game.width)), int(rng.integers(game.height))))
+        return [PointerEvent(x, y, 1), PointerEvent(x, y, 0)]
+    key = game.keys[int(rng.integers(len(game.keys)))]
+    event = KeyEvent(key, bool(rng.integers(2)))
+    return [PlayerEvent(int(rng.integers(2)), event)] if isinstance(game, Duel) else [event]
+
+
+@pytest.mark.parametrize("game_class", [Catch, ClickTarget, Duel])
+def test_frames_drawn_in_part_are_whole_redraws_and_damage_covers_every_change(
+    game_class: type[Runtime],
+) -> None:
+    """A built-in game redraws only what changed and reports it (take_damage) so the VNC
+    server skips its compare: every frame must equal the game's whole redraw of the same
+    state, and every pixel that changed must lie in a reported rectangle."""
+    game = game_class()
+    rng = np.random.default_rng(5)
+    game.reset(3)
+    assert game.take_damage() is None  # a whole new frame: the server compares it
+    previous = game.framebuffer.copy()
+    partial_frames = 0
+    for frame in range(4000):
+        frames = 1 if frame % 7 else int(rng.integers(2, 6))  # lockstep advances too
+        result = game.advance(_random_events(game, rng), frames)
+        if result.done:
+            game.reset(int(rng.integers(1000)))
+            assert game.take_damage() is None
+            previous = game.framebuffer.copy()
+            continue
+        damage = game.take_damage()
+        assert damage is not None, f"frame {frame}: a partial redraw reports its damage"
+        partial_frames += 1
+        covered = np.zeros(game.framebuffer.shape[:2], bool)
+        for x, y, w, h in damage:
+            assert 0 <= x and 0 <= y and x + w <= game.width and y + h <= game.height, damage
+            covered[y : y + h, x : x + w] = True
+        changed = (game.framebuffer != previous).any(axis=2)
+        assert not (changed & ~covered).any(), f"frame {frame}: a change outside the damage"
+        drawn = game.framebuffer.copy()
+        game._drawn = None  # type: ignore[attr-defined]  # redraw the same state whole
+        game._draw()  # type: ignore[attr-defined]
+        assert np.array_equal(drawn, game.framebuffer), f"frame {frame} differs from a redraw"
+        game.take_damage()
+        previous = drawn
+    assert partial_frames > 3000
