@@ -96,7 +96,7 @@ def large_page(elements: int = LARGE_ELEMENTS, seed: int = 0) -> str:
 async def kiosk() -> AsyncIterator[tuple[CDPClient, int]]:
     """Xvnc and a kiosk Chromium with the MiniWoB runtime's flags; our CDP client and
     the DevTools port."""
-    from runtimes.browser import CHROMIUM_FLAGS, find_chromium
+    from runtimes.chromium import CHROMIUM_FLAGS, find_chromium
 
     display = XvncDisplay(WIDTH, HEIGHT)
     await display.start()
@@ -131,7 +131,7 @@ async def _devtools_port(profile: Path, process: subprocess.Popen[bytes]) -> int
 
 
 async def load_task(cdp: CDPClient, task: str, seed: int = 1) -> None:
-    from runtimes.browser import READY_EXPRESSION, html_dir
+    from runtimes.chromium import READY_EXPRESSION, html_dir
 
     await cdp.navigate((html_dir() / f"{task}.html").as_uri())
     await cdp.wait_for(READY_EXPRESSION)

@@ -1,10 +1,9 @@
 """MiniWoB++ tasks in Chromium on a TigerVNC display: ``miniwob.<Task>-v0``.
 
-Holds :class:`MiniWoBRuntime` (one task in one browser on one Xvnc display),
-:func:`html_dir` (where the installed ``miniwob`` wheel keeps its task pages),
-:func:`env_id_for` (``click-test.html`` -> ``miniwob.ClickTest-v0``), :func:`find_chromium`
-and :data:`RUNTIMES`, the table ``runtimes.registry`` reads: one subclass per task page,
-built at import without starting anything. Importing this module raises
+Holds :class:`MiniWoBRuntime` (one task in one browser on one Xvnc display) and
+:data:`RUNTIMES`, the table ``runtimes.registry`` reads: one subclass per task page,
+built at import without starting anything (where the pages and Chromium are, and how
+Chromium starts: ``runtimes.chromium``). Importing this module raises
 ModuleNotFoundError when the ``browser`` extra (the ``miniwob`` wheel) is missing and
 :class:`~runtimes.xdisplay.ProgramMissing` (also a ModuleNotFoundError) when Xvnc or
 Chromium is, naming the Debian package; the registry then lists no ``miniwob.*`` ids and
@@ -49,9 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import importlib.util
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -67,15 +64,25 @@ from vncdriver import keysyms
 from .base import InputEvent, PointerEvent, StepResult
 from .cdp import CDPClient, CDPError
 from .cdp_input import CDPInput
+from .chromium import (
+    BROWSER_START_TIMEOUT,
+    CHROMIUM_ENV,
+    CHROMIUM_FLAGS,
+    PAGE_TIMEOUT,
+    READY_EXPRESSION,
+    STATE_EXPRESSION,
+    env_id_for,
+    find_chromium,
+    find_xvnc,
+    html_dir,
+)
 from .marks import draw_marks
 from .page_clock import EPOCH_MS, FRAME_MS, PageClock, no_caret_blink_env
 from .page_structure import Element, PageStructure, install_click_hook, observe
 from .web_actor import WebActor
 from .xdisplay import (
-    XVNC_PACKAGE,
     ProgramMissing,
     XProgram,
-    find_program,
     log_tail,
 )
 from .xruntime import DisplayRuntime
@@ -96,47 +103,6 @@ SETTLE_TIMEOUT: Final = 2.0
 #: Frames per second of the remote's loop: it only forwards input and picks up results.
 FPS: Final = 60.0
 
-# Programs ----------------------------------------------------------------------------------
-
-CHROMIUM_PACKAGE: Final = "chromium"
-#: Names tried, in order, for the browser; the variable below overrides them.
-CHROMIUM_NAMES: Final = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-#: Environment variable naming the browser binary to use instead.
-CHROMIUM_ENV: Final = "UNIVERSE_REMOTE_CHROMIUM"
-#: Chromium flags (FIELD-NOTES): runs as root in containers (no sandbox), no GPU, nothing
-#: that calls home or nags, timers at full speed though nobody "looks" at the window,
-#: pixels 1:1, kiosk (no tabs, no address bar, no info bars) so the page starts at (0, 0).
-CHROMIUM_FLAGS: Final = (
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-extensions",
-    "--disable-default-apps",
-    "--no-first-run",
-    "--no-default-browser-check",
-    "--disable-quic",
-    "--disable-dev-shm-usage",
-    "--disable-background-timer-throttling",
-    "--disable-renderer-backgrounding",
-    "--disable-backgrounding-occluded-windows",
-    "--disable-features=Translate,MediaRouter,OptimizationHints",
-    "--disable-session-crashed-bubble",
-    "--overscroll-history-navigation=0",
-    "--password-store=basic",
-    "--noerrdialogs",
-    "--force-device-scale-factor=1",
-    "--kiosk",
-    "--window-position=0,0",
-    "--remote-debugging-address=127.0.0.1",
-    "--remote-debugging-port=0",  # Chromium picks a free port and writes it to a file
-)
-#: Seconds Chromium may take to write its DevTools port (cold starts take a few).
-BROWSER_START_TIMEOUT: Final = 30.0
-#: Seconds the task page may take to load and run its ``window.onload``.
-PAGE_TIMEOUT: Final = 20.0
-
 # Episodes ----------------------------------------------------------------------------------
 
 #: Real time: seconds at least between two page observations an agent asked for (the
@@ -146,17 +112,6 @@ OBSERVE_INTERVAL: Final = 0.1
 #: Seconds between polls of the page's reward globals (20 Hz: a reward reaches the
 #: rewarder within ~50 ms plus a frame).
 POLL_INTERVAL: Final = 0.05
-#: The page is ready for episodes: its scripts ran and ``window.onload`` showed the cover.
-READY_EXPRESSION: Final = (
-    "document.readyState === 'complete' && typeof core === 'object' && "
-    "typeof genProblem === 'function' && core.cover_div != null && WOB_TASK_READY !== false"
-)
-#: What the poller reads, in this order.
-STATE_EXPRESSION: Final = (
-    "[WOB_DONE_GLOBAL, WOB_REWARD_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_EPISODE_ID, "
-    "WOB_REWARD_REASON == null ? null : String(WOB_REWARD_REASON)]"
-)
-
 # Input -------------------------------------------------------------------------------------
 
 #: Keys the rewarder accepts: printable ASCII (typing tasks), editing and arrow keys,
@@ -171,43 +126,6 @@ KEYS: Final = tuple(
 #: Left button and the wheel (bits 3 and 4): what MiniWoB tasks use. The right button
 #: would open Chromium's context menu.
 BUTTONS: Final = 0b11001
-
-
-def html_dir() -> Path:
-    """The installed ``miniwob`` wheel's task pages (``.../miniwob/html/miniwob``).
-
-    Found without importing the package (its import registers gymnasium envs and may
-    print notices). Raises ModuleNotFoundError if the wheel is not installed.
-    """
-    spec = importlib.util.find_spec("miniwob")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            "No module named 'miniwob' (the MiniWoB++ task pages)", name="miniwob"
-        )
-    directory = Path(next(iter(spec.submodule_search_locations))) / "html" / "miniwob"
-    if not directory.is_dir():
-        raise ModuleNotFoundError(
-            f"the installed miniwob has no task pages at {directory}", name="miniwob"
-        )
-    return directory
-
-
-def env_id_for(page: str) -> str:
-    """``"click-test-2.html"`` -> ``"miniwob.ClickTest2-v0"``."""
-    stem = Path(page).name.removesuffix(".html")
-    return "miniwob." + "".join(part[:1].upper() + part[1:] for part in stem.split("-")) + "-v0"
-
-
-def find_chromium() -> str:
-    """The browser binary: $UNIVERSE_REMOTE_CHROMIUM, else the first of CHROMIUM_NAMES."""
-    override = os.environ.get(CHROMIUM_ENV)
-    if override:
-        return find_program(override, package=CHROMIUM_PACKAGE)
-    return find_program(*CHROMIUM_NAMES, package=CHROMIUM_PACKAGE)
-
-
-def find_xvnc() -> str:
-    return find_program("Xvnc", package=XVNC_PACKAGE)
 
 
 class MiniWoBRuntime(DisplayRuntime):

@@ -87,6 +87,7 @@ _CLOCK_JS: Final = r"""
   const NAME = %NAME%;
   if (Object.prototype.hasOwnProperty.call(window, NAME)) return;
   const FRAME = %FRAME%, MAX_CALLS = %MAX_CALLS%, NESTING = %NESTING%, CLAMP = %CLAMP%;
+  const SLACK = 1e-6;  // ms: a frame due within rounding of the advance's end runs in it
   const nSetTimeout = window.setTimeout.bind(window);
   const nClearTimeout = window.clearTimeout.bind(window);
   const nRaf = window.requestAnimationFrame.bind(window);
@@ -211,7 +212,7 @@ _CLOCK_JS: Final = r"""
         for (;;) {
           const t = earliest(Math.min(end, s.nextFrame));
           if (t !== null) { s.now = Math.max(s.now, t.due); fire(t); }
-          else if (s.nextFrame <= end) {
+          else if (s.nextFrame <= end + SLACK) {  // (k frames' sum may round past k * FRAME)
             s.now = s.nextFrame; s.nextFrame += FRAME;
             const batch = [...s.frames.values()];
             for (const f of batch) runFrame(f, s.now);

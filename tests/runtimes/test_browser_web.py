@@ -76,7 +76,7 @@ async def test_observations_follow_the_page_and_action_strings_play_it(
     reply = await agent.reset(seed=3)
     episode = reply["headers"]["episode_id"]
     first = observations(agent)[-1]  # sent before the reset's reply
-    assert first["frame"] == remote.frame
+    assert 0 < first["frame"] <= remote.frame  # (real time: frames go on meanwhile)
     assert first["page"]["axtree"].startswith("RootWebArea")
     assert await page(remote, "document.querySelector('[bid=a0]') === document.documentElement")
     instruction = await agent.episode_text(episode)
@@ -86,7 +86,8 @@ async def test_observations_follow_the_page_and_action_strings_play_it(
     assert done["last_action"].startswith(f"click('{bid}'") and done["last_action_error"] is None
     assert done["settle"]["react_s"] is not None and not done["settle"]["deadline_hit"]
     assert done["settle"]["settled_s"] >= 0.3  # QUIET_SECONDS of stillness
-    reward = next(m for m in agent.seen if m["method"] == "v0.env.reward")
+    rewards = [m for m in agent.seen if m["method"] == "v0.env.reward"]
+    reward = rewards[0] if rewards else await agent.recv_until("v0.env.reward")
     assert reward["body"]["reward"] > 0 and reward["body"]["done"]
     # Bad strings: an error in the observation, the connection open, the remote serving.
     for text in HOSTILE:

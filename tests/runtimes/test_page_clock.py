@@ -41,7 +41,8 @@ from runtimes.xdisplay import XvncDisplay
 from tests.runtimes.display import alive
 
 try:
-    from runtimes.browser import CHROMIUM_FLAGS, TASK_AREA, find_chromium, html_dir
+    from runtimes.browser import TASK_AREA
+    from runtimes.chromium import CHROMIUM_FLAGS, find_chromium, html_dir
 except ModuleNotFoundError as exc:  # miniwob, Xvnc or Chromium is not installed
     MISSING: str | None = str(exc)
 else:

@@ -45,7 +45,7 @@ class Kiosk:
 
     async def load_task(self, task: str, seed: int = 1) -> str:
         """Load a MiniWoB task page and start an episode; its instruction."""
-        from runtimes.browser import READY_EXPRESSION, html_dir
+        from runtimes.chromium import READY_EXPRESSION, html_dir
 
         await self.cdp.navigate((html_dir() / f"{task}.html").as_uri())
         await self.cdp.wait_for(READY_EXPRESSION, TIMEOUT)
@@ -63,7 +63,7 @@ class Kiosk:
 
 @contextlib.asynccontextmanager
 async def kiosk() -> AsyncIterator[Kiosk]:
-    from runtimes.browser import CHROMIUM_FLAGS, find_chromium
+    from runtimes.chromium import CHROMIUM_FLAGS, find_chromium
 
     display = XvncDisplay(WIDTH, HEIGHT, unix_socket=True)
     await display.start()

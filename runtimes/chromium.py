@@ -1,0 +1,106 @@
+"""Chromium and MiniWoB++'s task pages: where they are and how Chromium starts.
+
+Holds :func:`find_chromium` (and :func:`find_xvnc`), :data:`CHROMIUM_FLAGS`,
+:func:`html_dir` (where the installed ``miniwob`` wheel keeps its task pages),
+:func:`env_id_for` (``click-test.html`` -> ``miniwob.ClickTest-v0``) and the page
+expressions the runtime evaluates over DevTools (:data:`READY_EXPRESSION`,
+:data:`STATE_EXPRESSION`). ``runtimes.browser`` runs the tasks; tests and benchmarks
+that start a page of their own use these too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Final
+
+from .xdisplay import XVNC_PACKAGE, find_program
+
+# Programs ----------------------------------------------------------------------------------
+
+CHROMIUM_PACKAGE: Final = "chromium"
+#: Names tried, in order, for the browser; the variable below overrides them.
+CHROMIUM_NAMES: Final = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+#: Environment variable naming the browser binary to use instead.
+CHROMIUM_ENV: Final = "UNIVERSE_REMOTE_CHROMIUM"
+#: Chromium flags (FIELD-NOTES): runs as root in containers (no sandbox), no GPU, nothing
+#: that calls home or nags, timers at full speed though nobody "looks" at the window,
+#: pixels 1:1, kiosk (no tabs, no address bar, no info bars) so the page starts at (0, 0).
+CHROMIUM_FLAGS: Final = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-default-apps",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-quic",
+    "--disable-dev-shm-usage",
+    "--disable-background-timer-throttling",
+    "--disable-renderer-backgrounding",
+    "--disable-backgrounding-occluded-windows",
+    "--disable-features=Translate,MediaRouter,OptimizationHints",
+    "--disable-session-crashed-bubble",
+    "--overscroll-history-navigation=0",
+    "--password-store=basic",
+    "--noerrdialogs",
+    "--force-device-scale-factor=1",
+    "--kiosk",
+    "--window-position=0,0",
+    "--remote-debugging-address=127.0.0.1",
+    "--remote-debugging-port=0",  # Chromium picks a free port and writes it to a file
+)
+#: Seconds Chromium may take to write its DevTools port (cold starts take a few).
+BROWSER_START_TIMEOUT: Final = 30.0
+#: Seconds the task page may take to load and run its ``window.onload``.
+PAGE_TIMEOUT: Final = 20.0
+
+#: The page is ready for episodes: its scripts ran and ``window.onload`` showed the cover.
+READY_EXPRESSION: Final = (
+    "document.readyState === 'complete' && typeof core === 'object' && "
+    "typeof genProblem === 'function' && core.cover_div != null && WOB_TASK_READY !== false"
+)
+#: What the poller reads, in this order.
+STATE_EXPRESSION: Final = (
+    "[WOB_DONE_GLOBAL, WOB_REWARD_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_EPISODE_ID, "
+    "WOB_REWARD_REASON == null ? null : String(WOB_REWARD_REASON)]"
+)
+
+def html_dir() -> Path:
+    """The installed ``miniwob`` wheel's task pages (``.../miniwob/html/miniwob``).
+
+    Found without importing the package (its import registers gymnasium envs and may
+    print notices). Raises ModuleNotFoundError if the wheel is not installed.
+    """
+    spec = importlib.util.find_spec("miniwob")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "No module named 'miniwob' (the MiniWoB++ task pages)", name="miniwob"
+        )
+    directory = Path(next(iter(spec.submodule_search_locations))) / "html" / "miniwob"
+    if not directory.is_dir():
+        raise ModuleNotFoundError(
+            f"the installed miniwob has no task pages at {directory}", name="miniwob"
+        )
+    return directory
+
+
+def env_id_for(page: str) -> str:
+    """``"click-test-2.html"`` -> ``"miniwob.ClickTest2-v0"``."""
+    stem = Path(page).name.removesuffix(".html")
+    return "miniwob." + "".join(part[:1].upper() + part[1:] for part in stem.split("-")) + "-v0"
+
+
+def find_chromium() -> str:
+    """The browser binary: $UNIVERSE_REMOTE_CHROMIUM, else the first of CHROMIUM_NAMES."""
+    override = os.environ.get(CHROMIUM_ENV)
+    if override:
+        return find_program(override, package=CHROMIUM_PACKAGE)
+    return find_program(*CHROMIUM_NAMES, package=CHROMIUM_PACKAGE)
+
+
+def find_xvnc() -> str:
+    return find_program("Xvnc", package=XVNC_PACKAGE)
