@@ -42,7 +42,6 @@ from .server_protocol import (
     ServerProtocol,
     SharedEncodings,
     TileDiffer,
-    rects_to_tile_mask,
     tile_mask_to_rects,
 )
 
@@ -498,6 +497,18 @@ class AttachedClient:
         self._transport._end(tell_owner=False)
 
 
+def _inside(rects: Sequence[Rect], width: int, height: int) -> list[Rect]:
+    """``rects`` cut to the screen, the empty ones dropped (a runtime's report is trusted
+    for what changed, not for its bounds)."""
+    out = []
+    for x, y, w, h in rects:
+        left, top = max(x, 0), max(y, 0)
+        right, bottom = min(x + w, width), min(y + h, height)
+        if left < right and top < bottom:
+            out.append((left, top, right - left, bottom - top))
+    return out
+
+
 class VNCServer:
     """Serves ``frame`` (``uint8[H, W, 3]``) to every connected VNC client.
 
@@ -599,7 +610,8 @@ class VNCServer:
         FRAME_TAG pseudo-encoding; they get an update for each new tag even when no pixel
         changed, so a lockstep agent can wait for exactly frame N. ``damage``: the
         rectangles that changed since the previous call, when the caller knows (an X
-        display's damage): only their tiles are sent, and the screen is not compared.
+        display's damage, a built-in game's sprites): the screen is not compared, and
+        clients get those rectangles themselves (:meth:`ServerProtocol.mark_damage`).
         """
         self.shared = {}  # the frame changed: nothing encoded before is valid
         if tag is not None:
@@ -621,16 +633,23 @@ class VNCServer:
             for connection in connections:
                 if connection.proto is not None:
                     connection.proto.mark_all_dirty()
+        elif damage is not None:
+            rects = _inside(damage, frame.shape[1], frame.shape[0])
+            if rects:
+                for x, y, w, h in rects:  # the compare's reference, for frames without damage
+                    previous[y : y + h, x : x + w] = frame[y : y + h, x : x + w]
+                for connection in connections:
+                    if connection.proto is not None:
+                        connection.proto.mark_damage(rects)
+            elif tag is None:
+                return
         else:
             width, height = frame.shape[1], frame.shape[0]
-            mask = (
-                self._differ.mask(previous, frame) if damage is None
-                else rects_to_tile_mask(damage, width, height)
-            )
+            mask = self._differ.mask(previous, frame)
             if mask.any():
-                if frame.nbytes <= WHOLE_COPY_BYTES and damage is None:
+                if frame.nbytes <= WHOLE_COPY_BYTES:
                     np.copyto(previous, frame)
-                else:  # a large screen, or a report: copy only what is sent
+                else:  # a large screen: copy only what is sent
                     for x, y, w, h in tile_mask_to_rects(mask, width, height):
                         previous[y : y + h, x : x + w] = frame[y : y + h, x : x + w]
                 for connection in connections:

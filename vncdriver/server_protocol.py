@@ -80,6 +80,13 @@ _POINTER_SIZE = PointerEvent.FORMAT.size
 
 #: Tile edge for change tracking: 64 like ZRLE's tiles, 192 bytes a row (a multiple of 8).
 TILE = 64
+#: Exact damage (:meth:`ServerProtocol.mark_damage`) a client's next update may hold, in
+#: rectangles: past it, or after a frame the server compared, it gets whole dirty tiles.
+MAX_EXACT_RECTS = 32
+#: Two damage rectangles are sent as their bounding box when it is no more than this
+#: many pixels larger than the two: a rectangle's header and its decoder's fixed costs
+#: (a few numpy calls on each side) are worth about this many pixels of Raw.
+MERGE_SLACK_PIXELS = 1024
 
 
 def changed_tile_mask(prev: np.ndarray, cur: np.ndarray, tile: int = TILE) -> np.ndarray:
@@ -246,6 +253,9 @@ class ServerProtocol:
         self._largest = (self.width, self.height)  # requests up to this are clipped, not refused
         self._request: tuple[bool, int, int, int, int] | None = None  # incremental, x0, y0, x1, y1
         self._dirty = np.ones(self._tile_shape(), bool)
+        #: The exact rectangles changed since the last whole-screen update, when every
+        #: frame since came with its damage (None: send the dirty tiles).
+        self._exact: list[Rect] | None = None
         self._resize_pending = False
         self._encodings_received = False
         self._tag: FrameTag | None = None
@@ -406,20 +416,41 @@ class ServerProtocol:
     # ------------------------------------------------------------ server -> client
 
     def mark_dirty(self, rects: Iterable[Rect]) -> None:
-        """Note areas that changed since the client last got them."""
+        """Note areas that changed since the client last got them (sent as whole tiles)."""
+        self._exact = None
+        self._mark(rects)
+
+    def _mark(self, rects: Iterable[Rect]) -> None:
+        dirty = self._dirty
         for x, y, w, h in rects:
             if w > 0 and h > 0:
-                self._dirty[y // TILE : -(-(y + h) // TILE), x // TILE : -(-(x + w) // TILE)] = True
+                dirty[y // TILE : -(-(y + h) // TILE), x // TILE : -(-(x + w) // TILE)] = True
+
+    def mark_damage(self, rects: Sequence[Rect]) -> None:
+        """Note exactly what changed, as the runtime reported it (rectangles inside the
+        screen): the next whole-screen update sends those rectangles (merged where they
+        touch), not the tiles around them — a Catch frame's ball and paddle are ~500
+        bytes of Raw, their tiles ~12 KiB. Dirty tiles are kept too, for requests of a
+        part of the screen and for when the damage grows past :data:`MAX_EXACT_RECTS`."""
+        self._mark(rects)
+        exact = self._exact
+        if exact is not None:
+            if len(exact) + len(rects) > MAX_EXACT_RECTS:
+                self._exact = None
+            else:
+                exact.extend(rects)
 
     def mark_dirty_tiles(self, mask: np.ndarray) -> None:
         """Note the changed tiles of a :func:`changed_tile_mask` of the whole screen (what
         the server computes once per frame for every client: no rectangles in between)."""
+        self._exact = None
         if mask.shape == self._dirty.shape:
             np.logical_or(self._dirty, mask, out=self._dirty)
         else:  # a mask of another screen size: resend everything rather than guess
             self.mark_all_dirty()
 
     def mark_all_dirty(self) -> None:
+        self._exact = None
         self._dirty[...] = True
 
     def set_frame_tag(self, tag: FrameTag) -> None:
@@ -463,7 +494,13 @@ class ServerProtocol:
             self._resize_pending = False
             incremental, x0, y0, x1, y1 = False, 0, 0, self.width, self.height
         rects: list[Rect]
-        if incremental:
+        whole = x0 == 0 and y0 == 0 and x1 == self.width and y1 == self.height
+        exact = self._exact
+        if incremental and whole and exact is not None:
+            if not exact and not self._tag_pending:
+                return 0  # nothing changed and no new frame to name
+            rects = merge_rects(exact)
+        elif incremental:
             # The dirty tiles as lists: a 4x3 or 16x12 mask is cheaper in plain Python
             # than in a numpy call per row.
             sub = self._dirty_in(x0, y0, x1, y1).tolist()
@@ -481,6 +518,7 @@ class ServerProtocol:
             prefix.append(self._tag_bytes)
             self._tag_pending = False
         self._clear_dirty(x0, y0, x1, y1)
+        self._exact = [] if whole else None  # a part sent: what is left is in the tiles
         self._request = None
         return self.send_rects(frame, rects, prefix=prefix, shared=shared)
 
@@ -548,6 +586,7 @@ class ServerProtocol:
         self.width, self.height = width, height
         self._largest = (max(self._largest[0], width), max(self._largest[1], height))
         self._dirty = np.ones(self._tile_shape(), bool)
+        self._exact = None
         self._resize_pending = True
         return self.preferences.desktop_size or not self._encodings_received
 
@@ -580,6 +619,30 @@ class ServerProtocol:
             encoder.configure(self.preferences)
             self._encoders[encoding] = encoder
         return encoder
+
+
+def merge_rects(rects: Sequence[Rect]) -> list[Rect]:
+    """Rectangles that cover ``rects``: repeats dropped, and two replaced by their bounding
+    box wherever it is at most :data:`MERGE_SLACK_PIXELS` larger than both (a sprite's
+    old and new places, which overlap, become one)."""
+    out: list[Rect] = []
+    for rect in dict.fromkeys(rects):  # repeats out, order kept
+        x, y, w, h = rect
+        if w <= 0 or h <= 0:
+            continue
+        merged = True
+        while merged:
+            merged = False
+            for i, (ox, oy, ow, oh) in enumerate(out):
+                left, top = min(x, ox), min(y, oy)
+                right, bottom = max(x + w, ox + ow), max(y + h, oy + oh)
+                if (right - left) * (bottom - top) <= w * h + ow * oh + MERGE_SLACK_PIXELS:
+                    x, y, w, h = left, top, right - left, bottom - top
+                    del out[i]
+                    merged = True
+                    break
+        out.append((x, y, w, h))
+    return out
 
 
 def _clip(rect: Rect, x0: int, y0: int, x1: int, y1: int) -> Rect:

@@ -329,9 +329,10 @@ async def test_only_changed_tiles_are_sent(serve) -> None:  # type: ignore[no-un
 
 
 async def test_reported_damage_is_sent_without_comparing(serve) -> None:  # type: ignore[no-untyped-def]
-    """``frame_ready(damage=)`` (an X display's damage): the reported rectangles' tiles are
-    sent and the screen is not compared — a change outside them waits for a report (or
-    for a frame_ready without damage, which compares again)."""
+    """``frame_ready(damage=)`` (an X display's damage, a built-in game's sprites): the
+    reported rectangles themselves are sent, not their tiles, and the screen is not
+    compared — a change outside them waits for a report (or for a frame_ready without
+    damage, which compares again and sends tiles)."""
     frame = pattern(240, 320, seed=5)
     server = await serve(frame)
     viewer = await Viewer.connect(server.port, encodings=RAW)
@@ -340,17 +341,62 @@ async def test_reported_damage_is_sent_without_comparing(serve) -> None:  # type
     frame[150:156, 250:256] = 255 - frame[150:156, 250:256]  # not reported
     server.frame_ready(damage=[(10, 10, 6, 6)])
     await viewer.wait_updates(2)
-    assert [(r.x, r.y, r.width, r.height) for r in viewer.updates[1].rects] == [(0, 0, 64, 64)]
+    assert [(r.x, r.y, r.width, r.height) for r in viewer.updates[1].rects] == [(10, 10, 6, 6)]
     assert not viewer.shows(frame)  # the unreported change is not there yet
     server.frame_ready()  # no report: the server compares, and finds the other change
     await viewer.wait_updates(3)
     assert [(r.x, r.y, r.width, r.height) for r in viewer.updates[2].rects] == [(192, 128, 64, 64)]
     assert viewer.shows(frame)
     server.frame_ready(damage=[])  # nothing changed, says the report: nothing is sent
-    server.frame_ready(damage=[(300, 200, 40, 60)])  # clipped to the screen's last tile
+    server.frame_ready(damage=[(300, 200, 40, 60)])  # clipped to the screen
     await viewer.wait_updates(4)
-    assert [(r.x, r.y, r.width, r.height) for r in viewer.updates[3].rects] == [(256, 192, 64, 48)]
+    assert [(r.x, r.y, r.width, r.height) for r in viewer.updates[3].rects] == [(300, 200, 20, 40)]
     await viewer.close()
+
+
+async def test_a_game_reporting_damage_is_shown_exactly_to_every_viewer(serve) -> None:  # type: ignore[no-untyped-def]
+    """A built-in game reports what it drew each frame; viewers get those rectangles, not
+    their tiles, and a viewer that skips frames (its request comes late) gets the damage
+    of every frame it missed: each ends up showing the frame exactly, with far fewer
+    pixels than tiles. A viewer asking for part of the screen gets dirty tiles."""
+    from runtimes.base import KeyEvent as Key
+    from vncdriver.server_protocol import MAX_EXACT_RECTS
+
+    game = Catch()
+    game.reset(7)
+    game.take_damage()
+    server = await serve(game.framebuffer)
+    eager = await Viewer.connect(server.port, encodings=RAW)
+    late = await Viewer.connect(server.port, encodings=RAW, auto_request=False)
+    part = await Viewer.connect(server.port, encodings=RAW, auto_request=False)
+    late.request(incremental=False)
+    part.request(incremental=False)
+    await asyncio.gather(*(v.wait_frame(game.framebuffer) for v in (eager, late, part)))
+    first = len(eager.updates)
+    keys = [Key("Left", True), Key("Left", False), Key("Right", True)]
+    for frame in range(1, 121):
+        game.advance([keys[frame % 3]] if frame % 5 == 0 else [], 1)
+        server.frame_ready(damage=game.take_damage())
+        await eager.wait_frame(game.framebuffer)
+        if frame % 4 == 0:  # three frames' damage in one update
+            late.request()
+            await late.wait_frame(game.framebuffer)
+        if frame % 10 == 0:
+            assert part.proto is not None
+            part.proto.request_update(x=0, y=100, width=160, height=110)
+            part.send_raw(part.proto.data_to_send())
+            await part.wait(lambda: np.array_equal(part.framebuffer[100:], game.framebuffer[100:]))
+    sprites = eager.updates[first:]
+    assert all(len(u.rects) <= MAX_EXACT_RECTS for u in sprites)
+    pixels = sum(r.width * r.height for u in sprites for r in u.rects)
+    assert pixels < len(sprites) * 64 * 64 / 4, pixels  # rectangles, not 64x64 tiles
+    part_rects = [r for u in part.updates[1:] for r in u.rects]
+    assert part_rects and all(  # whole tiles, cut to the area asked for
+        r.y >= 100 and r.x % 64 == 0 and (r.width % 64 == 0 or r.x + r.width == 160)
+        for r in part_rects
+    )
+    for viewer in (eager, late, part):
+        await viewer.close()
 
 
 async def test_a_new_pixel_format_gets_the_whole_screen_again(serve) -> None:  # type: ignore[no-untyped-def]

@@ -392,3 +392,44 @@ def test_dirty_tiles_from_a_mask_are_sent_like_rectangles() -> None:
     wrong = server()
     wrong.mark_dirty_tiles(np.zeros((1, 1), bool))  # another screen's mask: resend it all
     assert wrong._dirty.all()
+
+
+def test_damage_is_sent_as_its_rectangles_merged_until_a_compare() -> None:
+    """mark_damage: the next whole-screen update sends the rectangles (a sprite's old and
+    new places merged into one, repeats dropped, several frames' damage together); a
+    request for part of the screen, a tile mark or more than MAX_EXACT_RECTS rectangles
+    fall back to whole dirty tiles until a whole-screen update is sent again."""
+    from vncdriver.server_protocol import MAX_EXACT_RECTS, merge_rects
+
+    proto = server()
+    frame = make_frame(150, 200, "noise", 0)
+    proto.receive_data(request())
+    proto.send_update(frame)  # everything at first, as tiles
+    proto.data_to_send()
+
+    def sent() -> list[tuple[int, int, int, int]]:
+        proto.receive_data(request())
+        proto.send_update(frame)
+        data = proto.data_to_send()
+        return [(r.x, r.y, r.width, r.height) for r in rects_of(data)] if data else []
+
+    proto.mark_damage([(10, 20, 6, 6), (10, 22, 6, 6)])  # a ball that fell 2 px
+    proto.mark_damage([(150, 140, 20, 4), (10, 22, 6, 6)])  # next frame: the paddle, a repeat
+    assert sent() == [(10, 20, 6, 8), (150, 140, 20, 4)]
+    assert sent() == []  # nothing new: the request waits
+    proto.mark_damage([(130, 10, 5, 5)])
+    proto.mark_dirty_tiles(changed_tile_mask(frame, make_frame(150, 200, "noise", 1)))
+    assert all(w % 64 == 0 or x + w == 200 for x, _, w, _ in sent())  # a compare: tiles
+    proto.mark_damage([(i * 3, 30, 2, 2) for i in range(MAX_EXACT_RECTS + 1)])  # too many
+    assert sent() == [(0, 0, 128, 64)]
+    proto.mark_damage([(5, 5, 1, 1)])
+    proto.receive_data(request(True, 0, 0, 100, 100))  # part of the screen: tiles
+    proto.send_update(frame)
+    assert [(r.x, r.y, r.width, r.height) for r in rects_of(proto.data_to_send())] == [(0, 0, 64, 64)]
+    proto.mark_damage([(150, 140, 3, 3)])
+    assert sent() == [(128, 128, 64, 22)]  # still tiles: the part left exact tracking
+    proto.mark_damage([(150, 140, 3, 3)])
+    assert sent() == [(150, 140, 3, 3)]  # a whole-screen update brought it back
+    assert merge_rects([(0, 0, 10, 10), (100, 100, 10, 10), (0, 0, 10, 10)]) == [
+        (0, 0, 10, 10), (100, 100, 10, 10)
+    ]
