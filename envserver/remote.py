@@ -490,10 +490,18 @@ class Remote:
             task.add_done_callback(self._acts.discard)
 
     async def _act(self, request: protocol.ActionRequest, source: object) -> None:
-        """Run an action string and/or wait for the screen to settle; then tell everyone
-        what happened, with the frame it shows."""
+        """:meth:`act`, then tell everyone what happened, with the frame it shows."""
+        episode = self.episode_id
+        self.rewarder.broadcast_observation(episode, await self.act(request, source))
+
+    async def act(self, request: protocol.ActionRequest, source: object = None) -> dict[str, Any]:
+        """Real time: run an action string (its events already queued are the caller's)
+        and/or wait for the screen to settle, one at a time; what happened (the
+        ``v0.env.observation`` body: ``action_id``, ``frame``, ``last_action*``,
+        ``settle``, the page if asked for)."""
+        source = source if source is not None else agent_source(PLAYER.get())
         async with self._acting:
-            episode, runtime = self.episode_id, self.runtime
+            runtime = self.runtime
             body: dict[str, Any] = {"action_id": request.message_id}
             try:
                 if request.web is not None:
@@ -507,7 +515,14 @@ class Remote:
                 self._notes.log("act", logging.WARNING, "%s: an action failed: %r", self.env_id, exc)
                 body.setdefault("last_action_error", f"the remote could not run it: {exc}")
             body["frame"] = self.frame
-            self.rewarder.broadcast_observation(episode, body)
+            return body
+
+    async def page(self, parts: frozenset[str]) -> dict[str, Any]:
+        """A browser's page structure now (``parts`` of :data:`OBSERVATIONS`), whatever
+        the ``observe`` property says: the body's ``page``, or {} for other runtimes."""
+        if not self.runtime.action_strings:
+            return {}
+        return await self.runtime.aobservation(parts)
 
     async def properties(self, request: protocol.PropertiesRequest) -> dict[str, Any]:
         table, key = self.property_table, request.key

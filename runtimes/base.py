@@ -238,8 +238,9 @@ class Runtime(abc.ABC):
         """Wait until the screen is still again (:attr:`settles`); how long it took."""
         raise NotImplementedError(f"{self.env_id} cannot tell when its screen settles")
 
-    async def aobservation(self) -> dict[str, Any]:
-        """The observation keys :attr:`observe` asks for, now (``page``); {} for none."""
+    async def aobservation(self, parts: frozenset[str] | None = None) -> dict[str, Any]:
+        """The observation keys :attr:`observe` (or ``parts``) asks for, now (``page``);
+        {} for none."""
         return {}
 
     def take_observation(self) -> dict[str, Any] | None:

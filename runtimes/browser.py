@@ -404,12 +404,13 @@ class MiniWoBRuntime(DisplayRuntime):
             self._marked, self._marks_stale = structure.elements, True
         return structure
 
-    async def _observe(self, reset: bool = False) -> dict[str, Any]:
-        """The page observation the agent asked for (``page``), now."""
+    async def _observe(
+        self, reset: bool = False, parts: frozenset[str] | None = None
+    ) -> dict[str, Any]:
+        """The page observation the agent asked for (``page``; or ``parts`` of it), now."""
+        parts = self.observe if parts is None else parts
         structure = await self._structure(reset)
-        return {"page": structure.observation(
-            tree="tree" in self.observe, elements="elements" in self.observe
-        )}
+        return {"page": structure.observation(tree="tree" in parts, elements="elements" in parts)}
 
     def capture(self) -> bool:
         """The display's changes, and the marks drawn anew over the served area."""
@@ -430,8 +431,9 @@ class MiniWoBRuntime(DisplayRuntime):
         self.framebuffer[...] = draw_marks(clean, self._marked, frame_origin=(x0, y0))
         self._damage, self._marks_stale = None, False  # marks move: the server compares
 
-    async def aobservation(self) -> dict[str, Any]:
-        return await self._observe() if self.observe and self.cdp is not None else {}
+    async def aobservation(self, parts: frozenset[str] | None = None) -> dict[str, Any]:
+        wanted = self.observe if parts is None else parts
+        return await self._observe(parts=wanted) if wanted and self.cdp is not None else {}
 
     def take_observation(self) -> dict[str, Any] | None:
         observation, self._observation = self._observation, None

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from rewarder.protocol import MAX_ACTION_STRING_CHARS
 from vncdriver import keysyms
 from vncdriver.keysyms import UnknownKey
 
@@ -60,17 +61,33 @@ def family_of(env_id: str) -> str:
     return env_id.split(".", 1)[0]
 
 
+#: MiniWoB's element actions (docs/browser.md): a BrowserGym-style action string.
+ACTION_STRING_FIELD: Final = "action_str"
+
+
 def family_extras(spec: Spec) -> dict[str, Any]:
-    """The hook for a family's own action fields: their JSON Schema properties by name
-    (none yet). MiniWoB's element actions (issue 4/7: ``{"action": "click('a42')"}`` on the
-    page's elements, planned as real input by ``runtimes.web_actions``) go here, and
-    their meaning in :func:`family_action`."""
-    return {}
+    """A family's own action fields: their JSON Schema properties by name. MiniWoB's is
+    :data:`ACTION_STRING_FIELD`, run by the remote's runtime (``runtimes.web_actor``)
+    rather than turned into events here."""
+    if spec.family != "miniwob":
+        return {}
+    return {ACTION_STRING_FIELD: {
+        "type": "string", "maxLength": MAX_ACTION_STRING_CHARS,
+        "description": "an action on the page's elements, BrowserGym style: click('a42'), "
+        "fill('a12', 'text'), select_option('a7', 'Red'), press('a12', 'Enter'), scroll(0, 100), "
+        "keyboard_type('hi'), ... (bids from the observation's axtree); run after the other "
+        "fields, as real input; what failed is the observation's last_action_error",
+    }}
 
 
 def family_action(spec: Spec, name: str, value: Any, held: Held) -> list[Event]:
     """The input events of ``name`` (a field :func:`family_extras` added) in a step, in
-    the order of the step's fields; ``held`` is what the agent holds, to update."""
+    the order of the step's fields; ``held`` is what the agent holds, to update. The
+    action string brings none: the session hands it to the remote whole."""
+    if name == ACTION_STRING_FIELD and spec.family == "miniwob":
+        if not isinstance(value, str):
+            raise ActionError(f"{name} must be a string such as \"click('a42')\", not {value!r}")
+        return []
     raise ActionError(f"{spec.env_id} takes no action field {name!r}")
 
 
@@ -196,6 +213,12 @@ class Spec:
         if self.action_keys:
             properties["legal_actions"] = {"type": "array", "items": {"type": "integer"}}
             properties["lives"] = {"type": "integer"}
+        if self.family == "miniwob":
+            text = {"anyOf": [{"type": "string"}, {"type": "null"}]}
+            properties["axtree"] = {**text, "description": "the page's accessibility tree as "
+                                    "text, BrowserGym's flattened style, a [bid] on each element"}
+            properties["last_action_error"] = {**text, "description": "what the last "
+                                               "action_str could not do (null: it ran)"}
         return {"title": f"{self.env_id} observation", "type": "object", "properties": properties,
                 "required": list(properties)}
 

@@ -38,7 +38,7 @@ from runtimes.base import StepResult
 from ..state import State
 from . import frames
 from .protocol import Code, Refusal, ResetParams, parse_reset
-from .schemas import ActionError, Held, Spec
+from .schemas import ACTION_STRING_FIELD, ActionError, Held, Spec
 
 #: Seconds a real-time step waits for its frame, and an observer's step for the next one,
 #: before it answers that the remote is stalled (lockstep: the agent has not stepped).
@@ -77,6 +77,8 @@ class RemoteLike(Protocol):
     def screen(self) -> np.ndarray: ...
     def agent(self) -> str | None: ...
     def action(self, request: rp.ActionRequest) -> None: ...
+    async def act(self, request: rp.ActionRequest, source: object = None) -> dict[str, Any]: ...
+    async def page(self, parts: frozenset[str]) -> dict[str, Any]: ...
     def client_left(self, observer: bool) -> None: ...
     async def wait_frame(self, after: int | None = None) -> int: ...
 
@@ -179,7 +181,7 @@ class Session:
                 raise Refusal(Code.EXECUTION_ERROR, str(exc)) from None
             self.held, self.seen, self._spec = Held(), {}, None
             self.episode, self.step_count, self.label = episode[0], 0, params.label
-            return self._observation(None, False)
+            return await self._with_page(self._observation(None, False), None)
         finally:
             self._request_done()
 
@@ -195,13 +197,14 @@ class Session:
                 events, held = spec.parse(data, self.held)
             except ActionError as exc:
                 raise Refusal(Code.VALIDATION_ERROR, str(exc)) from None
+            web = data.get(ACTION_STRING_FIELD) if spec.family == "miniwob" else None
             if self.remote.mode == rp.LOCKSTEP:
-                out = await self._step_lockstep(events)
+                out, error = await self._step_lockstep(events, web)
             else:
-                out = await self._step_realtime(events)
+                out, error = await self._step_realtime(events, web)
             self.held = held
             self.step_count += 1
-            return out
+            return await self._with_page(out, error)
         finally:
             self._request_done()
 
@@ -227,11 +230,22 @@ class Session:
 
     # Steps -------------------------------------------------------------------------------
 
-    async def _step_lockstep(self, events: list[Any]) -> dict[str, Any]:
+    async def _with_page(self, out: dict[str, Any], error: str | None) -> dict[str, Any]:
+        """A MiniWoB observation gets the page's tree (an LLM agent's view) and what the
+        last action string could not do."""
+        if self._current_spec().family == "miniwob":
+            page = (await self.remote.page(frozenset({"tree"}))).get("page", {})
+            out["observation"]["axtree"] = page.get("axtree")
+            out["observation"]["last_action_error"] = error
+        return out
+
+    async def _step_lockstep(
+        self, events: list[Any], web: str | None
+    ) -> tuple[dict[str, Any], str | None]:
         remote = self.remote
         request = rp.StepRequest(
             message_id=f"openenv-{next(_requests)}", sent_at=0.0, episode_id=self.episode,
-            events=tuple(events), frames=self.frameskip,
+            events=tuple(events), frames=self.frameskip, web=web,
         )
         try:
             _, body = await remote.seats.step(request)
@@ -239,17 +253,26 @@ class Session:
             raise Refusal(Code.EXECUTION_ERROR, _reworded(exc.message)) from None
         self.seen.pop(self.episode, None)  # the reply says it all
         info = {k: v for k, v in body["info"].items() if k != rp.FRAME_INFO_KEY}
-        return self._observation(float(body["reward"]), bool(body["done"]), info=info)
+        error = info.get("web.last_action_error")
+        return self._observation(float(body["reward"]), bool(body["done"]), info=info), error
 
-    async def _step_realtime(self, events: list[Any]) -> dict[str, Any]:
+    async def _step_realtime(
+        self, events: list[Any], web: str | None
+    ) -> tuple[dict[str, Any], str | None]:
         remote = self.remote
         if events:
             try:
                 remote.action(rp.ActionRequest(f"openenv-{next(_requests)}", 0.0, tuple(events)))
             except BadRequest as exc:
                 raise Refusal(Code.VALIDATION_ERROR, exc.message) from None
+        error = None
+        if web is not None:  # run it, and wait until the page is still again
+            done = await remote.act(
+                rp.ActionRequest(f"openenv-{next(_requests)}", 0.0, (), web, settle=True)
+            )
+            error = done.get("last_action_error")
         after = max(remote.frame, self.last_frame + self.frameskip - 1)
-        return await self._next(after, STEP_TIMEOUT, "the remote is stalled")
+        return await self._next(after, STEP_TIMEOUT, "the remote is stalled"), error
 
     async def _watch(self, data: dict[str, Any]) -> dict[str, Any]:
         if set(data) - {"metadata"}:

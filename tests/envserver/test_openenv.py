@@ -249,7 +249,7 @@ def _describe(env_id: str, **options: Any) -> dict[str, Any]:
     ("builtin.Catch-v0", {}, ["keys", "metadata"]),
     ("builtin.ClickTarget-v0", {}, ["pointer", "click", "metadata"]),
     ("x11.XEyes-v0", {}, ["keys", "pointer", "click", "events", "text", "metadata"]),
-    ("miniwob.ClickTest-v0", {}, ["keys", "pointer", "click", "events", "text", "metadata"]),
+    ("miniwob.ClickTest-v0", {}, ["keys", "pointer", "click", "events", "text", "metadata", "action_str"]),
 ])
 def test_each_family_gets_the_actions_its_runtime_takes(env_id: str, options: dict[str, Any],
                                                         fields: list[str]) -> None:
@@ -332,5 +332,32 @@ def test_a_miniwob_task_is_played_with_pointer_actions() -> None:
             button = [int(xs.mean()) + x0, int(ys.mean()) + y0 + below_instruction]
             result = env.step({"click": button})
             assert (result.reward, result.done) == (1.0, True)
+    finally:
+        served.close()
+
+
+@pytest.mark.parametrize("mode", ["lockstep", "realtime"])
+def test_an_llm_agent_reads_the_axtree_and_acts_with_action_strings(mode: str) -> None:
+    """MiniWoB's click-button over /ws as a language-model agent sees it: the page's tree
+    as text with bids, an action string naming the bid, and last_action_error for one
+    that names nothing; in real time the step returns once the page is still again."""
+    pytest.importorskip("miniwob")
+    served = Served("miniwob.ClickButton-v0", "--mode", mode)
+    try:
+        with GenericEnvClient(base_url=served.url).sync() as env:
+            result = env.reset(seed=3, frameskip=1)
+            observation = result.observation
+            wanted = re.search(r'"(.*)"', observation["text"])
+            assert wanted is not None and observation["last_action_error"] is None
+            line = next(x for x in observation["axtree"].splitlines()
+                        if f"button '{wanted.group(1)}'" in x)
+            bid = re.search(r"\[(a\d+)\]", line).group(1)  # type: ignore[union-attr]
+            result = env.step({"action_str": "click('a999')"})
+            assert "a999" in result.observation["last_action_error"] and not result.done
+            result = env.step({"action_str": "__import__('os').system('id')"})
+            assert result.observation["last_action_error"] and not result.done
+            result = env.step({"action_str": f"click('{bid}')"})
+            assert result.observation["last_action_error"] is None
+            assert result.done and result.reward is not None and result.reward > 0
     finally:
         served.close()
