@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -227,9 +228,14 @@ def games_banner(args: argparse.Namespace, games: list[_Game], note: str | None)
     return "\n".join(lines)
 
 
-async def serve_games(args: argparse.Namespace, tls: ServerTLS | None = None) -> int:
-    """Serve :func:`games_of` games in this process until a signal, or until every game
-    failed past recovery (then :data:`~envserver.cli.EXIT_RUNTIME_FAILED`)."""
+async def serve_games(
+    args: argparse.Namespace, tls: ServerTLS | None = None, stop: asyncio.Event | None = None,
+    started: Callable[[list[Remote]], None] | None = None,
+) -> int:
+    """Serve :func:`games_of` games in this process until SIGINT/SIGTERM (or ``stop`` is
+    set, when given), or until every game failed past recovery (then
+    :data:`~envserver.cli.EXIT_RUNTIME_FAILED`). ``started`` hears the games' remotes
+    once they serve (tests)."""
     from rewarder.shm import sweep
 
     from .cli import EXIT_RUNTIME_FAILED
@@ -247,11 +253,14 @@ async def serve_games(args: argparse.Namespace, tls: ServerTLS | None = None) ->
         await asyncio.gather(*(g.close("the remote failed to start") for g in games),
                              return_exceptions=True)
         raise
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
     print(games_banner(args, games, note), flush=True)
+    if started is not None:
+        started([game.remote for game in games])
     stopped = asyncio.ensure_future(stop.wait())
     live: dict[asyncio.Future[Any], _Game] = {game.remote.failed: game for game in games}
     try:

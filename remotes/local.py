@@ -7,6 +7,12 @@ probe both channels the way an agent would — the VNC greeting, and the rewarde
 processes stop on :meth:`LocalRemotes.close`, on ``with`` exit, at interpreter exit, and
 (on Linux) when this process dies.
 
+Many remotes share processes (``serve --games K``, :mod:`envserver.games`): one wake-up
+per frame serves all the games of a process, where a process per remote paid its own
+wake-up 60 times a second (issue 28). :func:`default_games_per_process` says how many by default:
+one each up to :data:`SEPARATE_UNTIL` remotes (a crash takes one remote, and there is
+CPU to spare), then :data:`DEFAULT_GAMES` or fewer per process, as evenly as they go.
+
 Every remote is started from one spawner thread that lives as long as this process
 (:func:`spawner`): Linux's ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the
 child exits, not the process, so a remote started from a short-lived worker thread (a
@@ -48,6 +54,12 @@ log = logging.getLogger(__name__)
 MAX_LOCAL_REMOTES: Final = 256
 #: Seconds a stopping remote gets after SIGTERM before it is killed.
 STOP_TIMEOUT: Final = 5.0
+#: ``serve --games``' limit (envserver.games.MAX_GAMES; remotes never import envserver).
+MAX_GAMES_PER_PROCESS: Final = 64
+#: Up to this many remotes, each gets a process of its own by default.
+SEPARATE_UNTIL: Final = 8
+#: Beyond SEPARATE_UNTIL, games per process by default (at most).
+DEFAULT_GAMES: Final = 16
 
 T = TypeVar("T")
 
@@ -121,18 +133,53 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
+def default_games_per_process(n: int) -> int:
+    """Games each process serves when ``start_local`` is not told (module docstring)."""
+    if n <= SEPARATE_UNTIL:
+        return 1
+    processes = -(-n // DEFAULT_GAMES)
+    return -(-n // processes)
+
+
+def _split(n: int, games: int) -> list[int]:
+    """``n`` remotes in processes of at most ``games``, as even as they go (10, 4: 4 3 3)."""
+    processes = -(-n // games)
+    return [n // processes + (i < n % processes) for i in range(processes)]
+
+
 class LocalRemotes(RemoteGroup):
-    """Running local remotes (subprocesses); :attr:`address` is their address string."""
+    """Running local remotes (subprocesses); :attr:`address` is their address string.
+
+    :attr:`processes` are the ``serve`` processes, one per process, not per remote when
+    processes serve several games (:meth:`process_of` says whose; with one game each,
+    ``processes[i]`` is remote i's); :attr:`logs` is each process's log.
+    """
 
     def __init__(self, processes: list[subprocess.Popen[bytes]], addresses: list[RemoteAddress],
                  password: str | None, logs: list[Path], command: list[str],
-                 env: dict[str, str], nice: int = 0) -> None:
+                 env: dict[str, str], nice: int = 0, games: Sequence[int] | None = None) -> None:
         super().__init__(addresses, password)
         self.processes = processes
         self.command, self.env, self.nice = command, env, nice
         #: Keep the remotes' logs (they are deleted on a clean close otherwise).
         self.keep_logs = False
         self.logs = logs
+        #: Games of each process, in order: remotes 0..k0-1 are process 0's, and so on.
+        self.games = list(games) if games is not None else [1] * len(processes)
+        self._process_index = [p for p, k in enumerate(self.games) for _ in range(k)]
+
+    def process_index(self, index: int) -> int:
+        """Which of :attr:`processes` serves remote ``index``."""
+        return self._process_index[index]
+
+    def process_of(self, index: int) -> subprocess.Popen[bytes]:
+        """The process that serves remote ``index`` (and its siblings: :meth:`siblings`)."""
+        return self.processes[self._process_index[index]]
+
+    def siblings(self, index: int) -> list[int]:
+        """The remotes served by remote ``index``'s process, ``index`` among them."""
+        process = self._process_index[index]
+        return [i for i, p in enumerate(self._process_index) if p == process]
 
     def _stop(self) -> None:
         """SIGTERM every remote, SIGKILL after :data:`STOP_TIMEOUT`; delete the logs unless
@@ -151,25 +198,36 @@ class LocalRemotes(RemoteGroup):
             shutil.rmtree(self.logs[0].parent, ignore_errors=True)
 
     def kill(self, index: int) -> None:
-        """Kill remote ``index`` at once (for tests of what agents do when a remote dies)."""
-        self.processes[index].kill()
-        self.processes[index].wait()
+        """Kill remote ``index``'s process at once (for tests of what agents do when a
+        remote dies). A process serving several games takes its siblings
+        (:meth:`siblings`) down with it: that is what a crash of it costs."""
+        proc = self.process_of(index)
+        proc.kill()
+        proc.wait()
 
     def restart(self, index: int, timeout: float = 30.0) -> None:
-        """Start remote ``index`` again on its old ports (after :meth:`kill` or a crash).
+        """Start remote ``index``'s process again on its old ports (after :meth:`kill` or
+        a crash), with every game it served.
 
         Safe from any thread: the new process is started by the spawner thread, so it
         outlives the caller's thread and still dies with this process."""
-        proc = self.processes[index]
+        at = self._process_index[index]
+        proc = self.processes[at]
         if proc.poll() is None:
             proc.terminate()
             proc.wait(STOP_TIMEOUT)
-        address = self.addresses[index]
-        ports = ["--vnc-port", str(address.vnc_port), "--rewarder-port", str(address.rewarder_port)]
+        served = [self.addresses[i] for i in self.siblings(index)]
+        if len(served) == 1:
+            (address,) = served
+            ports = ["--vnc-port", str(address.vnc_port), "--rewarder-port", str(address.rewarder_port)]
+        else:
+            ports = ["--game-ports", ",".join(f"{a.vnc_port}+{a.rewarder_port}" for a in served)]
         command = [*self.command, *ports]
-        new = spawner().submit(partial(_spawn, command, self.env, self.logs[index], self.nice)).result()
-        self.processes[index] = new
-        shared_loop().run(_await_ready(new, self.logs[index], self.password, timeout), timeout + 10)
+        new = spawner().submit(partial(_spawn, command, self.env, self.logs[at], self.nice)).result()
+        self.processes[at] = new
+        shared_loop().run(
+            _await_ready(new, self.logs[at], self.password, timeout, len(served)), timeout + 10
+        )
 
 
 async def _probe(address: RemoteAddress, password: str | None, timeout: float) -> None:
@@ -199,19 +257,21 @@ def _spawn(
 
 
 async def _await_ready(
-    proc: subprocess.Popen[bytes], log_path: Path, password: str | None, timeout: float
-) -> RemoteAddress:
-    """The address ``proc`` printed, once both its channels answer."""
+    proc: subprocess.Popen[bytes], log_path: Path, password: str | None, timeout: float,
+    games: int = 1,
+) -> list[RemoteAddress]:
+    """The addresses of the ``games`` games ``proc`` printed, once both channels of each
+    answer."""
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(timeout):
-        address = await loop.run_in_executor(None, _read_address, proc, log_path)
-    await _probe(address, password, timeout)
-    return address
+        addresses = await loop.run_in_executor(None, _read_addresses, proc, log_path, games)
+    await asyncio.gather(*(_probe(address, password, timeout) for address in addresses))
+    return addresses
 
 
 async def _start(
     env_id: str, n: int, password: str | None, fps: float | None,
-    start_timeout: float, extra_args: Sequence[str], nice: int, host: str,
+    start_timeout: float, extra_args: Sequence[str], nice: int, host: str, games: int,
 ) -> LocalRemotes:
     command = [sys.executable, "-m", "universe_remote", "serve", env_id, "--host", host, *extra_args]
     if fps is not None:
@@ -220,38 +280,51 @@ async def _start(
     if password is not None:
         env["UNIVERSE_REMOTE_PASSWORD"] = password
     log_dir = Path(tempfile.mkdtemp(prefix="universe-remote-"))
-    logs = [log_dir / f"remote-{i}.log" for i in range(n)]
+    split = _split(n, games)
+    first = [sum(split[:p]) for p in range(len(split))]
+    logs = [log_dir / (f"remote-{i}.log" if k == 1 else f"remotes-{i}-{i + k - 1}.log")
+            for i, k in zip(first, split, strict=True)]
     free_ports = ["--vnc-port", "0", "--rewarder-port", "0"]
-    started = [spawner().submit(partial(_spawn, [*command, *free_ports], env, path, nice)) for path in logs]
+    started = [
+        spawner().submit(partial(
+            _spawn, [*command, *free_ports, *(["--games", str(k)] if k > 1 else [])], env, path, nice
+        ))
+        for path, k in zip(logs, split, strict=True)
+    ]
     spawned = await asyncio.gather(*map(asyncio.wrap_future, started), return_exceptions=True)
     processes = [p for p in spawned if isinstance(p, subprocess.Popen)]
-    remotes = LocalRemotes(processes, [], password, logs, command, env, nice)
+    remotes = LocalRemotes(processes, [], password, logs, command, env, nice, split)
     failed = [p for p in spawned if isinstance(p, BaseException)]
     if failed:
         remotes.close()
         raise failed[0]
     try:
-        addresses = await asyncio.gather(
-            *(_await_ready(p, path, password, start_timeout) for p, path in zip(processes, logs, strict=True))
-        )
-        remotes.addresses = list(addresses)
+        addresses = await asyncio.gather(*(
+            _await_ready(p, path, password, start_timeout, k)
+            for p, path, k in zip(processes, logs, split, strict=True)
+        ))
+        remotes.addresses = [address for group in addresses for address in group]
     except BaseException:
         remotes.close()
         raise
     return remotes
 
 
-def _read_address(proc: subprocess.Popen[bytes], log_path: Path) -> RemoteAddress:
-    """Read the remote's banner for its address; then keep draining its stdout."""
+def _read_addresses(proc: subprocess.Popen[bytes], log_path: Path, games: int = 1) -> list[RemoteAddress]:
+    """Read the banner for the addresses of its ``games`` games (one ``agent address``
+    line each); then keep draining its stdout."""
     assert proc.stdout is not None
     stdout = proc.stdout
+    found: list[RemoteAddress] = []
     for line in stdout:
         match = _ADDRESS_LINE.search(line)
         if match:
-            threading.Thread(target=stdout.read, daemon=True).start()
-            return RemoteAddress(
+            found.append(RemoteAddress(
                 match["host"].decode(), int(match["vnc"]), int(match["rew"]), tls=bool(match["tls"])
-            )
+            ))
+            if len(found) == games:
+                threading.Thread(target=stdout.read, daemon=True).start()
+                return found
     proc.wait()
     raise RuntimeError(
         f"a local remote exited ({proc.returncode}) before it served; the end of its log "
@@ -269,6 +342,7 @@ def start_local(
     extra_args: Sequence[str] = (),
     nice: int = 0,
     host: str = "127.0.0.1",
+    games_per_process: int | None = None,
 ) -> LocalRemotes:
     """Start ``n`` remotes serving ``env_id`` on ``host`` (127.0.0.1) and wait until each answers.
 
@@ -280,12 +354,19 @@ def start_local(
     ``host`` other than loopback: ``serve`` refuses it without a password, and without TLS
     or ``--insecure`` in ``extra_args`` (docs/security.md); :func:`remotes.ray.start_ray`'s
     actors bind their node's address this way.
+    ``games_per_process``: remotes one ``serve`` process runs (``serve --games``; one
+    wake-up per frame for all of them); None picks :func:`default_games_per_process`'s.
+    :meth:`LocalRemotes.kill` of one remote kills its process and its siblings.
     """
     if not 1 <= n <= MAX_LOCAL_REMOTES:
         raise ValueError(f"n must be 1..{MAX_LOCAL_REMOTES}, not {n}")
+    games = games_per_process if games_per_process is not None else default_games_per_process(n)
+    if not 1 <= games <= MAX_GAMES_PER_PROCESS:
+        raise ValueError(f"games_per_process must be 1..{MAX_GAMES_PER_PROCESS}, not {games}")
     known = registry.catalogue()
     if env_id not in known:  # before any process starts: the closest ids, not a remote's log
         raise UnknownEnvironment(env_id, known)
     return shared_loop().run(
-        _start(env_id, n, password, fps, start_timeout, extra_args, nice, host), start_timeout + 10
+        _start(env_id, n, password, fps, start_timeout, extra_args, nice, host, games),
+        start_timeout + 10
     )

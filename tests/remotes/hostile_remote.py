@@ -163,11 +163,11 @@ def start_hostile(kind: str, env_id: str = "builtin.Catch-v0", *, after: int = 1
     proc = spawner().submit(partial(_spawn, [*command, *ports], env, log)).result()
     remotes = LocalRemotes([proc], [], None, [log], command, env)
     try:
-        address = shared_loop().run(_await_ready(proc, log, None, start_timeout), start_timeout + 10)
+        addresses = shared_loop().run(_await_ready(proc, log, None, start_timeout), start_timeout + 10)
     except BaseException:
         remotes.close()
         raise
-    remotes.addresses = [address]
+    remotes.addresses = addresses
     return remotes
 
 
