@@ -50,6 +50,12 @@ def test_the_dry_run_shows_each_engines_build_with_the_healthcheck_kept() -> Non
         assert "mmdebstrap" in out and "chromium" in out and "pip" in out and "wheel" in out
         assert "--network=none" in out and "PIP_OPTIONS=--no-index --find-links /src/wheelhouse" in out
         assert "--format=docker" in out and "Dockerfile.browser" in out
+    # The docker tests' route: their base and the wheelhouse they made for both images.
+    reuse = build_image("--engine", "podman", "--offline", "--base", "localhost/b", "--wheelhouse",
+                        "/w/wheelhouse", "--dry-run", timeout=60)
+    if reuse.returncode == 0:
+        assert "copy /w/wheelhouse" in reuse.stdout and "pip" not in reuse.stdout
+        assert "mmdebstrap" not in reuse.stdout and "BASE_IMAGE=localhost/b" in reuse.stdout
 
 
 @pytest.mark.skipif(bool(pm.MISSING),
