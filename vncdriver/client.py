@@ -510,17 +510,20 @@ class VNCClient:
 
     def _handle_events(self, conn: Connection, proto: ClientProtocol, events: list[Any]) -> None:
         """Events from the parser: keep one request outstanding, wake waiters, call back."""
-        updates: list[FramebufferUpdated] = []
-        for event in events:
-            kind = type(event)
-            if kind is FramebufferUpdated:
-                updates.append(event)
-            elif kind is ServerCutText:
-                self.clipboard = event.text
-            elif kind is Bell:
-                self.bells += 1
-        if not updates:
-            return
+        if len(events) == 1 and type(events[0]) is FramebufferUpdated:  # a frame: the usual
+            updates: list[FramebufferUpdated] = events
+        else:
+            updates = []
+            for event in events:
+                kind = type(event)
+                if kind is FramebufferUpdated:
+                    updates.append(event)
+                elif kind is ServerCutText:
+                    self.clipboard = event.text
+                elif kind is Bell:
+                    self.bells += 1
+            if not updates:
+                return
         if proto.pending_requests == 0 and not self._paused and self._held is None:
             hold = self._hold_for(updates[-1])
             if hold > 0:
@@ -535,7 +538,10 @@ class VNCClient:
         self._input_since_update = False
         conn.write(proto.data_to_send())
         self._updates += len(updates)
-        self._rates.record(time.monotonic(), updates)
+        if len(updates) == 1:
+            self._rates.record_one(time.monotonic(), updates[0])
+        else:
+            self._rates.record(time.monotonic(), updates)
         number = self._updates
         if self._waiters:
             keep: list[tuple[int, asyncio.Future[int]]] = []

@@ -152,6 +152,8 @@ class ClientProtocol:
         self.pending_requests = 0
         self._decoders = {enc: cls() for enc, cls in DECODERS.items()}
         self._staging = np.empty(0, np.uint8)
+        #: Rectangle headers made so far, by their fields (the fast path's; bounded).
+        self._headers: dict[tuple[int, ...], RectangleHeader] = {}
         self._out: list[bytes] = []
         self._events: list[Any] = []
         self._need_full = True
@@ -254,7 +256,8 @@ class ClientProtocol:
 
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """A writable view to receive into; then call ``buffer_updated`` with the count."""
-        self._check_alive()
+        if self._failed is not None:
+            self._check_alive()
         need = self._need
         if isinstance(need, memoryview) and len(need) - self._filled >= DIRECT_READ_BYTES:
             self._direct = True
@@ -264,7 +267,8 @@ class ClientProtocol:
 
     def buffer_updated(self, nbytes: int) -> None:
         """``nbytes`` arrived in the last ``get_buffer`` view; parse what they complete."""
-        self._check_alive()
+        if self._failed is not None:
+            self._check_alive()
         self.stats.bytes_received += nbytes
         try:
             if self._direct:
@@ -368,10 +372,12 @@ class ClientProtocol:
         raw: list[tuple[int, int, int, int, int]] = []
         tag = None
         pixels = 0
+        headers = self._headers
         for _ in range(count):
             if end - at < _RECT_SIZE:
                 return 0
-            x, y, w, h, encoding = _RECT_HEADER.unpack_from(data, at)
+            key = _RECT_HEADER.unpack_from(data, at)
+            x, y, w, h, encoding = key
             at += _RECT_SIZE
             if encoding == Encoding.RAW:
                 if x + w > width or y + h > height:
@@ -388,7 +394,12 @@ class ClientProtocol:
                 at += _TAG_SIZE
             else:
                 return 0
-            rects.append(RectangleHeader(x, y, w, h, encoding))
+            header = headers.get(key)
+            if header is None:  # the same tiles and sprites come back: make each once
+                if len(headers) >= MAX_CACHED_HEADERS:
+                    headers.clear()
+                header = headers[key] = RectangleHeader(x, y, w, h, encoding)
+            rects.append(header)
         framebuffer = self.framebuffer
         for start, x, y, w, h in raw:
             src = np.frombuffer(data, np.uint8, 4 * w * h, start).reshape(h, w, 4)
@@ -398,8 +409,10 @@ class ClientProtocol:
             out[..., 2] = src[..., 2]
         stats = self.stats
         by_enc = stats.rectangles_by_encoding
-        for rect in rects:
-            by_enc[rect.encoding] = by_enc.get(rect.encoding, 0) + 1
+        if raw:
+            by_enc[Encoding.RAW] = by_enc.get(Encoding.RAW, 0) + len(raw)
+        if len(rects) > len(raw):
+            by_enc[Encoding.FRAME_TAG] = by_enc.get(Encoding.FRAME_TAG, 0) + len(rects) - len(raw)
         stats.updates += 1
         stats.rectangles += len(rects)
         stats.pixels += pixels
@@ -514,6 +527,8 @@ class ClientProtocol:
         self._events.append(CursorShape(x, y, rgb, mask))
 
 
+#: Rectangle headers the fast path keeps for reuse (Catch's sprites, a screen's tiles).
+MAX_CACHED_HEADERS = 4096
 _UPDATE_REST = struct.Struct("!xH")
 _RECT_HEADER = RectangleHeader.FORMAT
 _RECT_SIZE = RectangleHeader.FORMAT.size
