@@ -50,6 +50,7 @@ import numpy as np
 from ale_py import Action, ALEInterface, LoggerMode, roms
 
 from .base import InputEvent, KeyEvent, Runtime, StepResult, check_frames
+from .damage import MAX_DAMAGE_RECTS
 
 # Screen and timing -----------------------------------------------------------------------
 
@@ -137,6 +138,13 @@ class AtariRuntime(Runtime):
     each axis if asked (:attr:`width` and :attr:`height` are then the enlarged size). An
     episode ends at game over or after ``max_episode_frames`` frames, and keeps answering
     ``done`` until the next :meth:`reset`.
+
+    Damage: ALE says nothing of what a frame changed, so each draw also reads ALE's
+    palette-index screen (a third of the RGB one's bytes) and compares it with the last
+    one's, row by row: the changed rows, as full-width bands, are :meth:`take_damage`'s
+    answer, and the VNC server skips its own compare. Measured on Pong at scale 1: ~15 us
+    for the read and the row compare against ~27 us for the server's tile compare, and
+    the bands hold fewer pixels than the tiles they touch.
     """
 
     #: ale-py's ROM id (``"pong"``).
@@ -203,6 +211,12 @@ class AtariRuntime(Runtime):
             self._screen_pixels = _pixels(self._screen)
             self._wide_pixels = _pixels(self._wide).reshape(screen_height, screen_width, scale)
             self._rows = self.framebuffer.reshape(screen_height, scale, -1, 3)
+        #: ALE's palette-index screens: this draw's and the last one's (for the damage).
+        self._indices = np.zeros((screen_height, screen_width), dtype=np.uint8)
+        self._shown = np.zeros_like(self._indices)
+        unit = np.uint64 if screen_width % 8 == 0 else np.uint8
+        self._rows_now, self._rows_shown = self._indices.view(unit), self._shown.view(unit)
+        self._damage: list[tuple[int, int, int, int]] | None = None
 
         action_set = self.ale.getLegalActionSet() if full_action_space else self.ale.getMinimalActionSet()
         #: ALE's names of the agent's actions, in ale-py's order (its get_action_meanings()).
@@ -257,6 +271,7 @@ class AtariRuntime(Runtime):
         self.frame = 0
         self.done = False
         self._draw()
+        self._damage = None  # a new episode's screen: the server compares it whole
 
     def step(self, events: Sequence[InputEvent]) -> StepResult:
         return AtariRuntime.advance(self, events, 1)  # not a subclass's (it may loop step)
@@ -300,6 +315,10 @@ class AtariRuntime(Runtime):
     def _info(self) -> dict[str, Any]:
         return {"lives": int(self.ale.lives()), "frame": self.frame}
 
+    def take_damage(self) -> list[tuple[int, int, int, int]] | None:
+        damage, self._damage = self._damage, []
+        return damage
+
     def _draw(self) -> None:
         self.ale.getScreenRGB(self._screen)
         if self.scale > 1:
@@ -307,6 +326,21 @@ class AtariRuntime(Runtime):
                 self._wide_pixels[:, :, column] = self._screen_pixels
             for row in range(self.scale):
                 self._rows[:, row] = self._wide
+        self.ale.getScreen(self._indices)
+        damage = self._damage
+        if damage is not None and len(damage) >= MAX_DAMAGE_RECTS:  # nobody takes it
+            damage = self._damage = None
+        if damage is not None:
+            changed = np.flatnonzero((self._rows_now != self._rows_shown).any(axis=1)).tolist()
+            scale, start = self.scale, None
+            for i, row in enumerate(changed):  # runs of changed rows: full-width bands
+                if start is None:
+                    start = row
+                if i + 1 == len(changed) or changed[i + 1] != row + 1:
+                    damage.append((0, start * scale, self.width, (row + 1 - start) * scale))
+                    start = None
+        self._indices, self._shown = self._shown, self._indices
+        self._rows_now, self._rows_shown = self._rows_shown, self._rows_now
 
 
 def ale_seed(seed: int | None) -> int:

@@ -10,9 +10,16 @@ games (py-spy, issue 28).
 
 from __future__ import annotations
 
+from typing import Final
+
 import numpy as np
 
 Rect = tuple[int, int, int, int]
+
+#: Rectangles kept between two takes; past it the damage is "unknown" (None), so a
+#: runtime nobody asks (a gymnasium wrapper of the game, a benchmark) holds no growing
+#: list, and the server compares instead of sending a long list of small rectangles.
+MAX_DAMAGE_RECTS: Final = 64
 
 
 def clip(x: int, y: int, w: int, h: int, width: int, height: int) -> Rect | None:
@@ -44,8 +51,12 @@ class Damage:
         self.rects = None
 
     def add(self, rect: Rect | None) -> None:
-        if rect is not None and self.rects is not None:
-            self.rects.append(rect)
+        rects = self.rects
+        if rect is not None and rects is not None:
+            if len(rects) >= MAX_DAMAGE_RECTS:
+                self.rects = None
+            else:
+                rects.append(rect)
 
     def take(self) -> list[Rect] | None:
         rects, self.rects = self.rects, []

@@ -446,3 +446,38 @@ def test_close_twice() -> None:
     runtime = make()
     runtime.close()
     runtime.close()
+
+
+@pytest.mark.parametrize(("env_id", "scale"), [(PONG, 1), ("atari.Breakout-v0", 2)])
+def test_the_damage_covers_every_pixel_a_frame_changed(env_id: str, scale: int) -> None:
+    """Atari reports the rows its palette screen changed (take_damage) so the VNC server
+    skips its compare: every changed pixel must lie in a reported band, a reset reports
+    None (the server compares the new episode's screen), and the bands are smaller than
+    the screen."""
+    game = make(env_id, scale=scale)
+    rng = np.random.default_rng(1)
+    try:
+        game.reset(seed=2)
+        assert game.take_damage() is None
+        previous = game.framebuffer.copy()
+        reported = 0
+        for frame in range(600):
+            keys = [KeyEvent(str(rng.choice(list(atari.KEYS))), bool(rng.integers(2)))]
+            result = game.advance(keys if frame % 3 == 0 else [], 1 if frame % 5 else 4)
+            damage = game.take_damage()
+            assert damage is not None
+            covered = np.zeros(game.framebuffer.shape[:2], bool)
+            for x, y, w, h in damage:
+                assert x == 0 and w == game.width and y % scale == 0 and h % scale == 0
+                covered[y : y + h] = True
+                reported += w * h
+            changed = (game.framebuffer != previous).any(axis=2)
+            assert not (changed & ~covered).any(), f"frame {frame}: a change outside the damage"
+            previous = game.framebuffer.copy()
+            if result.done:
+                game.reset(seed=frame)
+                assert game.take_damage() is None
+                previous = game.framebuffer.copy()
+        assert 0 < reported < 600 * game.width * game.height / 2
+    finally:
+        game.close()

@@ -472,3 +472,17 @@ def test_frames_drawn_in_part_are_whole_redraws_and_damage_covers_every_change(
         game.take_damage()
         previous = drawn
     assert partial_frames > 3000
+
+
+def test_damage_nobody_takes_does_not_grow() -> None:
+    """A game played without a remote (a gymnasium wrapper, a benchmark) is never asked
+    for its damage: past MAX_DAMAGE_RECTS it is "unknown", not an ever longer list."""
+    from runtimes.damage import MAX_DAMAGE_RECTS
+
+    game = Catch()
+    game.reset(1)
+    game.take_damage()
+    for _ in range(10 * MAX_DAMAGE_RECTS):
+        game.advance([KeyEvent("Left", True)], 1)
+        assert game.damage.rects is None or len(game.damage.rects) <= MAX_DAMAGE_RECTS
+    assert game.take_damage() is None and game.take_damage() == []
