@@ -1,7 +1,10 @@
 """``RemoteEnv``: one remote as a gymnasium env — a one-wide view of the stepping core.
 
 The observation is the remote's screen, ``uint8[H, W, 3]``; an action is a list of VNC
-events (:class:`~remotes.spaces.VNCActionSpace`). Stepping is real time, like Universe's
+events (:class:`~remotes.spaces.VNCActionSpace`). A browser remote can give its page's
+structure too (``observations=("screen", "page")``: a ``Dict`` observation), take
+BrowserGym action strings (``actions="web"``) and end each step once its screen settled
+(``step_mode="settle"``): :mod:`remotes.web`. Stepping is real time, like Universe's
 Throttle: :meth:`RemoteEnv.step` sends the events at once, then waits for the remote's
 next frame (by its frame tag; by our clock at the remote's fps for remotes without tags)
 and returns it with the reward the current episode earned since the last step. How
@@ -38,7 +41,7 @@ from runtimes.errors import UnknownEnvironment
 from .address import RemoteAddress
 from .group import RemoteGroup, follow
 from .loop import LoopThread, shared_loop
-from .options import EnvOptions, check_env_id
+from .options import PAGE, WEB_ACTIONS, EnvOptions, check_env_id
 from .session import (
     RemoteSession,
     RemoteSnapshot,
@@ -49,6 +52,7 @@ from .session import (
 )
 from .spaces import VNCActionSpace
 from .stepper import DEFAULT_FPS, Batch, Stepper
+from .web import MAX_ACTION_CHARS, AnyText, check_served, dict_observation, observation_space
 
 __all__ = ["DEFAULT_FPS", "ENV_ID", "RemoteEnv"]
 
@@ -178,13 +182,14 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         self._closed = False
         try:  # a mistyped env_id= is refused here, not at the first reset()
             check_env_id(opts.env_id, [state.describe.get("env_id")])
-        except UnknownEnvironment:
+            check_served(opts.env_id or state.describe.get("env_id"), opts)
+        except (UnknownEnvironment, ValueError):
             self.close()
             raise
         spec = {**opts.changed(), "address": str(remotes[0]), "password": pw}  # vnc+tls://...
         self.spec = _spec(spec)
         self._configure_spaces(state)
-        self._frame = np.zeros(self.observation_space.shape or (), np.uint8)
+        self._frame = np.zeros(self.screen_space.shape or (), np.uint8)
 
     # Helpers ---------------------------------------------------------------------------
 
@@ -193,8 +198,15 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         self._state = state
         self.fps = self._core.fps
         self.metadata = {**self.metadata, "render_fps": self.fps}
-        self.observation_space = spaces.Box(0, 255, (state.height, state.width, 3), np.uint8)
-        self.action_space = action_space(state)
+        #: The screen's space (the observation, or its ``"screen"``), and the VNC events'.
+        self.screen_space = spaces.Box(0, 255, (state.height, state.width, 3), np.uint8)
+        self.vnc_space = action_space(state)
+        page = PAGE in self.options.observations
+        observations: Any = observation_space(self.screen_space) if page else self.screen_space
+        self.observation_space = observations
+        strings = self.options.actions == WEB_ACTIONS
+        actions: Any = AnyText(MAX_ACTION_CHARS) if strings else self.vnc_space
+        self.action_space = actions
 
     @property
     def session(self) -> RemoteSession:
@@ -220,9 +232,16 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
 
     # gymnasium API -----------------------------------------------------------------------
 
+    def _observation(self, batch: Batch) -> Any:
+        """The step's observation: the frame, or the ``Dict`` with the page's parts."""
+        self._frame = batch.obs[0]
+        if PAGE in self.options.observations:
+            return dict_observation(self._frame, batch.infos[0])
+        return self._frame
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
+    ) -> tuple[Any, dict[str, Any]]:
         """Start a new episode (``options={"env_id": ...}`` switches environment).
 
         A remote that is away (dropped, stalled, or taken by a newer env) is reconnected
@@ -237,24 +256,33 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         if _spaces_differ(state, self._state):
             self._configure_spaces(state)
         self._state = state
-        self._frame = batch.obs[0]
-        return self._frame, batch.infos[0]
+        return self._observation(batch), batch.infos[0]
 
     def step(
-        self, action: Sequence[tuple[Any, ...]]
-    ) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        self, action: Sequence[tuple[Any, ...]] | str
+    ) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """One step. With ``actions="web"`` an action is an action string (``""``: none)
+        or, as always, a list of VNC events; a string the remote cannot run comes back in
+        ``info["last_action_error"]``, not as an exception."""
         if self._closed:
             raise RuntimeError("step() on a closed RemoteEnv")
-        space = self.action_space
-        assert isinstance(space, VNCActionSpace)
-        problem = space.check(action)
-        if problem is not None:
-            raise ValueError(f"invalid action for remote {self._state.name}: {problem}")
+        sent: Any
+        if isinstance(action, str):
+            if self.options.actions != WEB_ACTIONS:
+                raise ValueError(
+                    f"action strings such as {action[:40]!r} need actions='web' (a browser "
+                    "remote); here an action is a list of events such as [('KeyEvent', 'Left', True)]"
+                )
+            sent = action
+        else:
+            problem = self.vnc_space.check(action)
+            if problem is not None:
+                raise ValueError(f"invalid action for remote {self._state.name}: {problem}")
+            sent = list(action)
         with self._stepping:
-            batch: Batch = self._core.step([list(action)])
-        self._frame = batch.obs[0]
+            batch: Batch = self._core.step([sent])
         return (
-            self._frame, float(batch.rewards[0]), bool(batch.terminated[0]),
+            self._observation(batch), float(batch.rewards[0]), bool(batch.terminated[0]),
             bool(batch.truncated[0]), batch.infos[0],
         )
 

@@ -109,7 +109,12 @@ class LockstepSteps:
             if not isinstance(rewarder, BlockingRewarder):
                 raise RuntimeError("a lockstep session needs a blocking rewarder channel")
             try:
-                slot.pending = rewarder.send_step(actions[i], core.frameskip, session.shared.obs)
+                if core.web is not None:  # an action string goes the web way (remotes.web)
+                    slot.pending = core.web.lockstep_send(
+                        slot, rewarder, actions[i], core.frameskip, session.shared.obs
+                    )
+                else:
+                    slot.pending = rewarder.send_step(actions[i], core.frameskip, session.shared.obs)
             except (ConnectionClosed, OSError) as exc:
                 infos[i] = core.faults.lose(slot, error_text(exc), rewards, truncated)
                 continue

@@ -20,6 +20,19 @@ from runtimes.errors import UnknownEnvironment
 
 from .faults import STALL_FRAMES, STALL_TIMEOUT
 
+#: What an observation may hold: the screen, and a browser remote's page structure.
+SCREEN: Final = "screen"
+PAGE: Final = "page"
+OBSERVATIONS: Final = (SCREEN, PAGE)
+#: How actions are given: VNC events, or BrowserGym action strings (and events).
+VNC_ACTIONS: Final = "vnc"
+WEB_ACTIONS: Final = "web"
+ACTION_KINDS: Final = (VNC_ACTIONS, WEB_ACTIONS)
+#: When a real-time step returns: at the frame clock, or once the screen settled.
+FRAME_STEPS: Final = "frame"
+SETTLE_STEPS: Final = "settle"
+STEP_MODES: Final = (FRAME_STEPS, SETTLE_STEPS)
+
 #: Seconds to wait for a remote to answer by default (connect, and a reset waiting for a
 #: reconnection).
 START_TIMEOUT: Final = 30.0
@@ -49,6 +62,13 @@ class EnvOptions:
         tls_ca: for ``vnc+tls://`` addresses, the PEM file of the CA that issued the
             remotes' certificate (default: $UNIVERSE_REMOTE_TLS_CA, else the system's
             trust store).
+        observations: ``("screen",)`` (the frame) or ``("screen", "page")``: a browser
+            remote's page structure too, as a ``Dict`` observation (:mod:`remotes.web`).
+        actions: ``"vnc"`` (lists of key and pointer events) or ``"web"``: BrowserGym
+            action strings such as ``"click('a12')"`` (events are still taken).
+        step_mode: ``"frame"`` (a step returns the frame ``frameskip`` after the last) or
+            ``"settle"`` (real time, browser and desktop remotes: a step returns once the
+            screen has been still after its action).
     """
 
     password: str | None = None
@@ -63,8 +83,31 @@ class EnvOptions:
     stall_frames: int = STALL_FRAMES
     stall_timeout: float = STALL_TIMEOUT
     tls_ca: str | os.PathLike[str] | None = None
+    observations: tuple[str, ...] = (SCREEN,)
+    actions: str = VNC_ACTIONS
+    step_mode: str = FRAME_STEPS
 
     def __post_init__(self) -> None:
+        if isinstance(self.observations, str) or not isinstance(self.observations, tuple | list):
+            raise ValueError(
+                f"observations must be a tuple such as ('screen', 'page'), not {self.observations!r}"
+            )
+        object.__setattr__(self, "observations", tuple(self.observations))
+        unknown = [o for o in self.observations if o not in OBSERVATIONS]
+        if unknown or SCREEN not in self.observations:
+            raise ValueError(
+                f"observations={self.observations!r}: take 'screen' and optionally 'page' "
+                f"(of {', '.join(OBSERVATIONS)})"
+            )
+        if self.actions not in ACTION_KINDS:
+            raise ValueError(f"actions must be one of {', '.join(ACTION_KINDS)}, not {self.actions!r}")
+        if self.step_mode not in STEP_MODES:
+            raise ValueError(f"step_mode must be one of {', '.join(STEP_MODES)}, not {self.step_mode!r}")
+        if self.step_mode == SETTLE_STEPS and self.mode != REALTIME:
+            raise ValueError(
+                "step_mode='settle' is for real time: a lockstep step already returns the "
+                "frame after its action ran and its frames passed"
+            )
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if not (isinstance(self.frameskip, int) and self.frameskip >= 1):
@@ -93,6 +136,12 @@ class EnvOptions:
             )
         base = options if options is not None else cls()
         return dataclasses.replace(base, **settings) if settings else base
+
+    @property
+    def web(self) -> bool:
+        """Whether the env needs the web side of a browser remote (:mod:`remotes.web`)."""
+        return (PAGE in self.observations or self.actions == WEB_ACTIONS
+                or self.step_mode == SETTLE_STEPS)
 
     def changed(self) -> dict[str, Any]:
         """The settings that differ from the defaults (what ``gymnasium.make`` must repeat

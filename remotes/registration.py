@@ -44,6 +44,7 @@ from .ale import RemoteAtariEnv, RemoteAtariVectorEnv
 from .env import ENV_ID, RemoteEnv
 from .group import RemoteGroup
 from .local import start_local
+from .options import WEB_ACTIONS
 from .session import resolve_addresses
 from .vector import RemoteVectorEnv
 from .wrappers import DiscreteClicks, DiscreteKeys
@@ -194,7 +195,9 @@ def make_env(
 ) -> gymnasium.Env[Any, Any]:
     """One remote of ``env_id`` as a gymnasium env (``gymnasium.make``'s entry point).
 
-    ``discrete=False`` keeps the raw VNC action space (lists of key and pointer events).
+    ``discrete=False`` keeps the raw VNC action space (lists of key and pointer events);
+    ``actions="web"`` gives a browser remote's BrowserGym action strings instead, and
+    ``observations=("screen", "page")`` its page structure (:mod:`remotes.web`).
     ``atari.*`` ids take ale-py's ``repeat_action_probability`` and ``full_action_space``
     and the remote's ``noop_max`` (:mod:`remotes.ale`): remotes started here are served
     with them, remotes given by address must run them already. ``render_mode="human"``
@@ -222,7 +225,8 @@ def make_env(
     except BaseException:
         env.close()
         raise
-    wrap = action_wrapper(env_id, dict(env.remote.describe)) if discrete else None
+    strings = env.options.actions == WEB_ACTIONS  # action strings: no discrete space
+    wrap = action_wrapper(env_id, dict(env.remote.describe)) if discrete and not strings else None
     wrapped = wrap(env) if wrap is not None else env
     if render_mode == "human":
         env.render()  # the window opens now, as ale-py's does

@@ -51,6 +51,7 @@ import logging
 import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 import numpy as np
@@ -74,6 +75,7 @@ from .loop import LoopThread, shared_loop
 from .options import EnvOptions
 from .session import RESET_TIMEOUT, RemoteSession, RemoteSnapshot, RemoteUnavailable
 from .slot import FrameGate, Phase, Slot, instruct
+from .web import WebSteps
 
 __all__ = [
     "DEFAULT_FPS", "PAIRING_FRAMES", "RECONNECT_POLL", "STALL_FRAMES", "STALL_TIMEOUT",
@@ -136,6 +138,8 @@ class Stepper:
         self.loop = loop or shared_loop()
         self._lockstep = LockstepSteps(self)
         self.faults = Faults(self)
+        #: Page observations, action strings, settling steps (remotes.web), if asked for.
+        self.web = WebSteps(self) if options.web else None
         #: SAME_STEP autoreset in the step under way (a slot back from away then ends
         #: its idle stretch and starts its episode in the same step).
         self.same_step = False
@@ -157,7 +161,6 @@ class Stepper:
     @frames.setter
     def frames(self, frames: np.ndarray | None) -> None:
         self._gate.frames = frames
-
 
     # Connecting ---------------------------------------------------------------------------
 
@@ -224,6 +227,8 @@ class Stepper:
         reconnecting those that are away first (waiting up to ``start_timeout``)."""
         self._check_open()
         self._next_at = None
+        if self.web is not None:
+            self.web.answers.clear()  # an interrupted step's
         pairs = zip(self.slots, seeds, strict=True)
         results = await asyncio.gather(
             *(self._reset_slot(slot, seed, env_id, True) for slot, seed in pairs),
@@ -248,7 +253,7 @@ class Stepper:
             if rewarder is not None:  # the instruction a task sent with its reset
                 info["text"] = list(rewarder.peek().text)
             infos.append(info)
-        instruct(self.slots, infos)
+        self._instruct(infos)
         n = self.num
         batch = Batch(frames.copy(), np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), tuple(infos))
         return batch, self.states()
@@ -265,10 +270,13 @@ class Stepper:
             slot.rng = None if seed is None else np.random.default_rng(seed)
             if slot.phase is Phase.AWAY or not session.connected or session.replaced:
                 await self.faults.come_back(slot)
-        episode = await session.reset(
-            env_id=env_id or self.env_id, seed=seed, fps=self.requested_fps,
-            mode=session.mode_request(self.mode),
-        )
+        if self.web is not None:
+            await self.web.before_reset(slot, explicit)
+        reset = partial(session.reset, env_id=env_id or self.env_id, seed=seed,
+                        fps=self.requested_fps, mode=session.mode_request(self.mode))
+        episode = await reset()
+        if self.web is not None and await self.web.after_reset(slot, episode):
+            episode = await reset()  # a new env, observing now: its first page (remotes.web)
         slot.baseline(episode)  # its text came before the reply: the instruction is in
         slot.error = None
         return episode
@@ -315,7 +323,7 @@ class Stepper:
         lockstep step makes a new one each step): handed over without a copy."""
         if same_step and (terminated.any() or truncated.any()):
             return self.loop.run(self._finish(rewards, terminated, truncated, infos, same_step))
-        instruct(self.slots, infos)
+        self._instruct(infos)
         frames = self.frames
         assert frames is not None
         return Batch(frames if fresh else frames.copy(), rewards, terminated, truncated, tuple(infos))
@@ -328,7 +336,7 @@ class Stepper:
         frames = self.frames
         assert frames is not None
         final: dict[int, tuple[np.ndarray, dict[str, Any]]] = {}
-        instruct(self.slots, infos)  # the ended episodes' final infos get theirs
+        self._instruct(infos)  # the ended episodes' final infos get theirs
         if same_step:
             ended = [s for s in self.slots if terminated[s.index] or truncated[s.index]]
             if ended:
@@ -338,7 +346,7 @@ class Stepper:
                 resets = await self._autoresets(ended, None)
                 for slot in ended:
                     infos[slot.index] = resets[slot.index]
-                instruct(self.slots, infos)
+                self._instruct(infos)
         return Batch(frames.copy(), rewards, terminated, truncated, tuple(infos), final)
 
     async def frames_over_vnc(self, pairs: list[tuple[Slot, Any]]) -> dict[Slot, str]:
@@ -409,6 +417,8 @@ class Stepper:
         if slot.phase is Phase.ENDED and self.mode != LOCKSTEP:
             episode = await self._next_episode(slot)
             slot.baseline(episode)
+            if self.web is not None:
+                await self.web.after_reset(slot, episode)
         else:
             episode = await self._reset_slot(slot, slot.next_seed(), None, False)
         self.copy_frame(slot)
@@ -458,6 +468,7 @@ class Stepper:
         now = time.monotonic()
         period = 1.0 / self.fps
         running: list[Slot] = []
+        answered: list[Slot] = []  # the web way (remotes.web): their answer names the frame
         starting: list[Slot] = []
         lost: list[tuple[Slot, str]] = []
         late = np.zeros(self.num)
@@ -474,14 +485,20 @@ class Stepper:
             if slot.phase is not Phase.RUNNING:
                 starting.append(slot)
                 continue
+            web = self.web is not None and self.web.answered(actions[i])
             try:
-                slot.session.send(actions[i])
-            except (VNCError, OSError) as exc:
+                if self.web is not None and web:
+                    await self.web.send(slot, actions[i])
+                else:
+                    slot.session.send(actions[i])
+            except (VNCError, OSError, RewarderError) as exc:
                 lost.append((slot, error_text(exc)))
                 continue
             running.append(slot)
             slot.captured = None
-            if slot.tags and slot.seen is not None:
+            if web:
+                answered.append(slot)
+            elif slot.tags and slot.seen is not None:
                 base = slot.returned if slot.returned is not None else slot.seen
                 target = base + self.frameskip
                 if slot.seen >= target:
@@ -511,6 +528,8 @@ class Stepper:
             await self._gate.wait(deadline)
         for slot in starting:
             infos[slot.index] = starts[slot.index]
+        if self.web is not None and answered:
+            await self.web.wait(answered, self._gate)
         self._collect(running, rewards, terminated, truncated, infos, late)
         await self._pair(running, infos)
 
@@ -591,6 +610,12 @@ class Stepper:
             if slot.returned is not None:
                 info["frame"] = slot.returned
             info.update(self._latency(slot))
+
+    def _instruct(self, infos: list[dict[str, Any]]) -> None:
+        """Each info's instruction, and its page and last action (remotes.web)."""
+        instruct(self.slots, infos)
+        if self.web is not None:
+            self.web.annotate(infos)
 
     def copy_frame(self, slot: Slot) -> None:
         """The slot's newest frame into the batch (its tag noted as returned)."""

@@ -116,6 +116,12 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         **settings: Any,
     ) -> None:
         opts = EnvOptions.of(options, settings, password=password, fps=fps)
+        if opts.web:
+            raise ValueError(
+                "page observations, action strings and settling steps (observations=, "
+                "actions='web', step_mode='settle') are for one remote: gymnasium.make or "
+                "RemoteEnv, not a vector env yet"
+            )
         self.options = opts
         autoreset = AutoresetMode(autoreset_mode)
         if autoreset not in _MODES:
