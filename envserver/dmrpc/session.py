@@ -9,6 +9,11 @@ state machine and ``Runtime.advance`` the rewarder drives. A step whose sequence
 says TERMINATED; one whose sequence was ended by someone else (ResetWorld, a ``mode``
 write) says INTERRUPTED; either way the next step starts the next sequence, its actions
 ignored, as dm_env_rpc specifies.
+
+A browser remote's ``page`` observation (the JSON of a ``v0.env.observation`` body) is
+made only when a step requests it, and only once the remote's ``observe`` property asks
+for a page: the page an advance made for the frame returned (a lockstep step's), else
+the runtime's page now.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ import enum
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
+import orjson
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb
 from dm_env_rpc.v1.extensions import properties_pb2 as props
 from google.protobuf import any_pb2
@@ -36,6 +42,7 @@ from . import properties
 from .specs import (
     EPISODE_ID,
     FRAME,
+    PAGE,
     REWARD,
     RGB,
     TEXT,
@@ -138,6 +145,8 @@ class Session:
     seen: dict[int, _Seen] = field(default_factory=dict)
     #: The player this connection joined as (multi-player runtimes; 0 otherwise).
     player: int = 0
+    #: The newest page an advance made: (episode, frame, observation body).
+    heard_page: tuple[int, int, dict[str, Any]] | None = None
 
     @property
     def remote(self) -> RemoteLike:
@@ -257,6 +266,7 @@ class Session:
         self.endpoint.free()
         world.joined = self
         self.remote.result_sinks.append(self._on_result)
+        self.remote.episode_sinks.append(self._on_episode)
         self.held = Held()
         self._begin(needs_reset=True)
         return pb.JoinWorldResponse(specs=self._specs().proto)
@@ -272,6 +282,7 @@ class Session:
         world.joined = world.joined or self
         self.remote.seats.dm_env_rpc[player] = f"a dm_env_rpc agent (world {world.name!r})"
         self.remote.result_sinks.append(self._on_result)
+        self.remote.episode_sinks.append(self._on_episode)
         self.held = Held()
         self._begin(needs_reset=True)
         return pb.JoinWorldResponse(specs=self._specs().proto)
@@ -290,6 +301,8 @@ class Session:
             world.joined = next(iter(world.seated.values()), None)
         if self._on_result in self.remote.result_sinks:
             self.remote.result_sinks.remove(self._on_result)
+        if self._on_episode in self.remote.episode_sinks:
+            self.remote.episode_sinks.remove(self._on_episode)
         if self.player:
             self.remote.player_left(self.player)  # let go of what its player held
         else:
@@ -325,15 +338,16 @@ class Session:
     async def _step(self, request: pb.StepRequest) -> pb.StepResponse:
         specs = self._specs()
         check_requested(specs, request.requested_observations)
+        self._check_page(specs, request)
         remote = self.remote
         if self.phase is Phase.FIRST:  # the actions are ignored, as the protocol says
             if self.needs_reset:
                 await self._world().reset()
             self._start_sequence(remote.episode_id)
-            return self._response(request, pb.EnvironmentStateType.RUNNING, 0.0)
+            return await self._respond(request, pb.EnvironmentStateType.RUNNING, 0.0)
         if remote.episode_id != self.episode and not self._seen(self.episode).done:
             self._begin(needs_reset=False)  # someone else began a new one
-            return self._response(request, pb.EnvironmentStateType.INTERRUPTED, 0.0)
+            return await self._respond(request, pb.EnvironmentStateType.INTERRUPTED, 0.0)
         events = self.held.events(specs, specs.unpack_actions(request.actions))
         frameskip = self._world().frameskip
         if remote.mode == protocol.LOCKSTEP:
@@ -350,14 +364,17 @@ class Session:
         seen = self.seen.pop(self.episode, _Seen())
         if seen.done:
             self._begin(needs_reset=remote.mode == protocol.LOCKSTEP)
-            return self._response(request, pb.EnvironmentStateType.TERMINATED, seen.reward,
-                                  seen.final_screen)
-        return self._response(request, pb.EnvironmentStateType.RUNNING, seen.reward)
+            return await self._respond(request, pb.EnvironmentStateType.TERMINATED, seen.reward,
+                                       seen.final_screen)
+        return await self._respond(request, pb.EnvironmentStateType.RUNNING, seen.reward)
 
     def _on_result(self, episode_id: int, result: StepResult) -> None:
         """The remote's result sink: every advance, in either mode, as it happens."""
         if result.text is not None:
             self.text = result.text
+        observation = result.observation
+        if isinstance(observation, dict) and PAGE in observation:
+            self.heard_page = (episode_id, self.remote.frame, observation)
         own = result.reward if result.rewards is None else result.rewards[self.player]
         if not (own or result.done):
             return
@@ -370,6 +387,12 @@ class Session:
         while len(self.seen) > MAX_PENDING_EPISODES:
             del self.seen[min(self.seen)]
 
+    def _on_episode(self, episode_id: int, seed: int, text: str | None) -> None:
+        """The remote's episode sink: a new episode's text (a MiniWoB task's instruction
+        comes only with its reset, never with an advance)."""
+        if text is not None:
+            self.text = text
+
     def _seen(self, episode_id: int) -> _Seen:
         return self.seen.setdefault(episode_id, _Seen())
 
@@ -381,8 +404,45 @@ class Session:
         for old in [e for e in self.seen if e < episode_id]:
             del self.seen[old]
 
+    def _check_page(self, specs: Specs, request: pb.StepRequest) -> None:
+        """A step that requests ``page`` before the remote observes its page is refused."""
+        if not specs.page or self.remote.runtime.observe:
+            return
+        if any(specs.observations_by_uid[uid].name == PAGE for uid in request.requested_observations):
+            raise WorldError(
+                code_pb2.FAILED_PRECONDITION,
+                "the page observation needs the remote to observe its page: write the "
+                "property observe = 'elements,tree' (or 'elements', 'tree') with the "
+                "Properties extension, then request 'page'",
+            )
+
+    async def _respond(self, request: pb.StepRequest, state: int, reward: float,
+                       screen: np.ndarray | None = None) -> pb.StepResponse:
+        """:meth:`_response`, with the page made first when the step requests it."""
+        specs = self._specs()
+        wanted = specs.page and any(
+            specs.observations_by_uid[uid].name == PAGE for uid in request.requested_observations
+        )
+        page = await self._page(final=screen is not None) if wanted else None
+        return self._response(request, state, reward, screen, page)
+
+    async def _page(self, final: bool) -> str:
+        """The ``page`` observation: the page an advance made for the current frame (or,
+        for an episode's final screen, its last), else the runtime's page now."""
+        remote, heard = self.remote, self.heard_page
+        frame = remote.frame
+        if heard is not None and (heard[:2] == (remote.episode_id, frame)
+                                  or (final and heard[0] == self.episode)):
+            body, frame = heard[2], heard[1]
+        elif final:
+            body = {}  # the next episode shows already: its page is not this one's
+        else:
+            body = await remote.runtime.aobservation()
+            frame = remote.frame  # (real time moved on meanwhile: the frame returned)
+        return orjson.dumps({**body, "frame": frame}).decode()
+
     def _response(self, request: pb.StepRequest, state: int, reward: float,
-                  screen: np.ndarray | None = None) -> pb.StepResponse:
+                  screen: np.ndarray | None = None, page: str | None = None) -> pb.StepResponse:
         remote = self.remote
         self.last_frame = remote.frame
         requested = request.requested_observations
@@ -391,6 +451,7 @@ class Session:
         values = {
             RGB: remote.screen() if screen is None else screen,
             REWARD: reward, TEXT: self.text, EPISODE_ID: self.episode, FRAME: remote.frame,
+            PAGE: page or "",
         }
         return pb.StepResponse(state=state, observations=pack_observations(self._specs(), requested, values))
 
@@ -402,7 +463,8 @@ class Session:
 
     def _specs(self) -> Specs:
         if self.specs is None:
-            self.specs = Specs.of(self.remote.describe())
+            runtime = self.remote.runtime
+            self.specs = Specs.of(self.remote.describe(), page=bool(runtime.action_strings))
         return self.specs
 
 

@@ -3,7 +3,10 @@ the remote's input events.
 
 Observations: ``RGB`` (the screen), ``reward`` (since the last step), ``text`` (the
 runtime's latest instruction or status line), ``episode_id`` and ``frame`` (the remote's
-frame number). Actions, each optional in a step (what is not sent stays as it was, as
+frame number); a browser remote's also ``page``: its page structure as the JSON text of a
+``v0.env.observation`` body (``frame``, ``page``: docs/browser.md), made when requested,
+once the remote's ``observe`` property asks for elements and/or the tree.
+Actions, each optional in a step (what is not sent stays as it was, as
 held keys do over VNC): ``keys`` (one 0/1 per key the runtime reacts to: held or not),
 ``action`` (an index into the runtime's discrete action set, where it has one: Atari's
 minimal set, held until the next ``action`` or ``keys``), ``pointer`` (x, y on the screen)
@@ -28,7 +31,8 @@ REWARD: Final = "reward"
 TEXT: Final = "text"
 EPISODE_ID: Final = "episode_id"
 FRAME: Final = "frame"
-OBSERVATIONS: Final = (RGB, REWARD, TEXT, EPISODE_ID, FRAME)
+PAGE: Final = "page"
+OBSERVATIONS: Final = (RGB, REWARD, TEXT, EPISODE_ID, FRAME)  # and PAGE, for browsers
 #: Action names (those a runtime has, in this order).
 KEYS: Final = "keys"
 ACTION: Final = "action"
@@ -59,18 +63,20 @@ class Specs:
     #: Keys each discrete action holds (Atari's ``action_keys``); empty: no ``action``.
     action_keys: tuple[tuple[str, ...], ...] = ()
     buttons: int = 0
+    #: Whether there is a page to observe (a browser remote's): the ``page`` observation.
+    page: bool = False
     proto: pb.ActionObservationSpecs = field(init=False, repr=False, compare=False)
     #: Action name of each UID.
     actions_by_uid: dict[int, str] = field(init=False, repr=False, compare=False)
 
     @classmethod
-    def of(cls, describe: Mapping[str, Any]) -> Specs:
-        """The specs of the runtime a describe body talks about."""
+    def of(cls, describe: Mapping[str, Any], page: bool = False) -> Specs:
+        """The specs of the runtime a describe body talks about (``page``: it has one)."""
         return cls(
             width=int(describe["width"]), height=int(describe["height"]),
             keys=tuple(describe.get("keys") or ()),
             action_keys=tuple(tuple(keys) for keys in describe.get("action_keys") or ()),
-            buttons=int(describe.get("buttons") or 0),
+            buttons=int(describe.get("buttons") or 0), page=page,
         )
 
     def __post_init__(self) -> None:
@@ -80,6 +86,7 @@ class Specs:
             _spec(TEXT, pb.DataType.STRING),
             _spec(EPISODE_ID, pb.DataType.INT64),
             _spec(FRAME, pb.DataType.INT64),
+            *([_spec(PAGE, pb.DataType.STRING)] if self.page else []),
         ]
         actions: list[pb.TensorSpec] = []
         if self.keys:

@@ -40,7 +40,11 @@ class RemoteLike(Protocol):
     episode_id: int
     frame: int
     result_sinks: list[Callable[[int, StepResult], None]]
+    episode_sinks: list[Callable[[int, int, str | None], None]]
     property_table: Properties
+    #: The runtime (``action_strings``, ``observe``, ``aobservation``: a page's, for the
+    #: ``page`` observation).
+    runtime: Any
 
     @property
     def mode(self) -> str: ...
