@@ -231,3 +231,22 @@ def test_web_settings_are_refused_where_they_cannot_work() -> None:
             env.step("click('a1')")
     finally:
         env.close()
+
+
+def test_a_desktop_remote_settles_too() -> None:
+    """``step_mode="settle"`` on an X program (XEyes): a pointer move's step returns once
+    the eyes stopped following it, and a step with no input afterwards sees nothing move."""
+    for program in ("Xvnc", "xeyes"):
+        if shutil.which(program) is None:
+            pytest.skip(f"{program} is not installed")
+    env = gymnasium.make("universe-remote/x11.XEyes-v0", step_mode="settle", discrete=False)
+    try:
+        before, _ = env.reset(seed=1)
+        after, _, _, _, info = env.step([("PointerEvent", 5, 5, 0)])
+        assert info["settle"]["react_s"] is not None and not info["settle"]["deadline_hit"]
+        assert info["last_action"] == "" and info["last_action_error"] is None
+        assert not np.array_equal(after, before)  # the eyes looked up and left
+        still, _, _, _, info = env.step([])
+        assert info["settle"]["react_s"] is None and np.array_equal(still, after)
+    finally:
+        env.close()
