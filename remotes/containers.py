@@ -5,6 +5,13 @@ drives the ``docker`` command line (no Python SDK needed), picks free port pairs
 5900+i / 15900+i as Universe did, labels its containers, waits until both channels of
 each answer, and removes them on close or at exit. Without a Docker engine it fails at
 once, saying so.
+
+One container serves one remote unless ``games_per_container`` says more (``serve
+--games k`` inside, on 5900+i / 15900+i, each game published on a free pair of its
+own): a container is the unit Docker isolates, limits and restarts, so the default keeps
+one remote in each, and many small remotes (dozens of Atari or Catch games) share a
+container's process and its one wake-up per frame when asked (docs/vnc.md, "What a
+real-time frame costs").
 """
 
 from __future__ import annotations
@@ -28,6 +35,11 @@ LABEL: Final = "com.universe-remote.managed"
 DEFAULT_IMAGE: Final = "universe-remote:latest"
 #: First port pair tried; the rewarder port is always the VNC port + 10000.
 FIRST_VNC_PORT: Final = 5900
+#: Where a container's (first) game serves inside it (the image's EXPOSE).
+CONTAINER_VNC_PORT: Final = 5900
+CONTAINER_REWARDER_PORT: Final = 15900
+#: ``serve --games``' limit (envserver.games.MAX_GAMES; remotes never import envserver).
+MAX_GAMES_PER_CONTAINER: Final = 64
 #: Port pairs scanned before giving up.
 MAX_PORT_SCAN: Final = 1000
 #: Seconds a docker CLI call may take.
@@ -106,18 +118,26 @@ class DockerRemotes(RemoteGroup):
 
 
 def docker_run_command(
-    image: str, env_id: str, vnc_port: int, rewarder_port: int, args: Sequence[str] = ()
+    image: str, env_id: str, vnc_port: int, rewarder_port: int, args: Sequence[str] = (),
+    *, more_games: Sequence[tuple[int, int]] = (),
 ) -> list[str]:
-    """The ``docker run`` line for one remote (the password goes by name, not by value)."""
+    """The ``docker run`` line for one remote (the password goes by name, not by value);
+    with ``more_games`` (host port pairs) the container serves those games too, game i
+    on 5900+i / 15900+i inside (``serve --games``)."""
+    publish = []
+    for i, (vnc, rewarder) in enumerate([(vnc_port, rewarder_port), *more_games]):
+        publish += ["--publish", f"127.0.0.1:{vnc}:{CONTAINER_VNC_PORT + i}",
+                    "--publish", f"127.0.0.1:{rewarder}:{CONTAINER_REWARDER_PORT + i}"]
+    games = (["--games", str(1 + len(more_games)), "--vnc-port", str(CONTAINER_VNC_PORT),
+              "--rewarder-port", str(CONTAINER_REWARDER_PORT)] if more_games else [])
     return [
         "docker", "run", "--detach", "--rm",
         "--label", f"{LABEL}=true",
         "--label", f"com.universe-remote.env_id={env_id}",
-        "--publish", f"127.0.0.1:{vnc_port}:5900",
-        "--publish", f"127.0.0.1:{rewarder_port}:15900",
+        *publish,
         "--env", "UNIVERSE_REMOTE_PASSWORD",
         # --insecure: the ports are published on 127.0.0.1 only (above).
-        image, env_id, "--host", "0.0.0.0", "--insecure", *args,
+        image, env_id, "--host", "0.0.0.0", "--insecure", *games, *args,
     ]
 
 
@@ -129,20 +149,30 @@ def start_docker(
     password: str | None = None,
     start_timeout: float = 60.0,
     args: Sequence[str] = (),
+    games_per_container: int = 1,
 ) -> DockerRemotes:
-    """Start ``n`` containers of ``image`` serving ``env_id``; wait until each answers.
+    """Start ``n`` remotes serving ``env_id`` in containers of ``image``; wait until each
+    answers.
 
     A container listens on all its interfaces, so it always has a password: ``password``
     or a fresh random one (VNC uses 8 characters). Ports are published on 127.0.0.1 only.
+    ``games_per_container``: remotes one container serves (``serve --games``; module
+    docstring); the last container takes the rest.
     """
+    if not 1 <= games_per_container <= MAX_GAMES_PER_CONTAINER:
+        raise ValueError(
+            f"games_per_container must be 1..{MAX_GAMES_PER_CONTAINER}, not {games_per_container}"
+        )
     check_docker()
     password = password or secrets.token_urlsafe(6)[:8]
     containers: list[str] = []
     remotes = DockerRemotes(containers, [], password)
     environment = {"UNIVERSE_REMOTE_PASSWORD": password}
     try:
-        for vnc, rewarder in free_port_pairs(n):
-            command = docker_run_command(image, env_id, vnc, rewarder, args)
+        pairs = free_port_pairs(n)
+        for first in range(0, n, games_per_container):
+            (vnc, rewarder), *more = pairs[first : first + games_per_container]
+            command = docker_run_command(image, env_id, vnc, rewarder, args, more_games=more)
             result = subprocess.run(
                 command, capture_output=True, text=True, timeout=DOCKER_TIMEOUT,
                 env={**os.environ, **environment}, check=False,
@@ -150,7 +180,7 @@ def start_docker(
             if result.returncode != 0:
                 raise DockerUnavailable(f"docker run failed: {result.stderr.strip()}")
             containers.append(result.stdout.strip())
-            remotes.addresses.append(RemoteAddress("127.0.0.1", vnc, rewarder))
+            remotes.addresses += [RemoteAddress("127.0.0.1", v, r) for v, r in [(vnc, rewarder), *more]]
         shared_loop().run(
             _probe_all(remotes.addresses, password, start_timeout), start_timeout + 10
         )

@@ -164,3 +164,16 @@ def test_docker_run_line_publishes_a_port_pair_on_loopback() -> None:
     assert "127.0.0.1:5901:5900" in command and "127.0.0.1:15901:15900" in command
     assert "UNIVERSE_REMOTE_PASSWORD" in command  # by name: the value never shows in `ps`
     assert command[-4:] == ["atari.Pong-v0", "--host", "0.0.0.0", "--insecure"]
+
+
+def test_a_container_of_several_games_publishes_a_pair_for_each() -> None:
+    """start_docker(games_per_container=3): one container runs serve --games 3, game i on
+    5900+i / 15900+i inside, each published on loopback on a host pair of its own."""
+    command = docker_run_command("img", "builtin.Catch-v0", 5901, 15901,
+                                 more_games=[(5905, 15905), (5910, 15910)])
+    published = [command[i + 1] for i, word in enumerate(command) if word == "--publish"]
+    assert published == ["127.0.0.1:5901:5900", "127.0.0.1:15901:15900", "127.0.0.1:5905:5901",
+                         "127.0.0.1:15905:15901", "127.0.0.1:5910:5902", "127.0.0.1:15910:15902"]
+    serve = command[command.index("img") + 1 :]
+    assert serve == ["builtin.Catch-v0", "--host", "0.0.0.0", "--insecure", "--games", "3",
+                     "--vnc-port", "5900", "--rewarder-port", "15900"]
