@@ -37,11 +37,11 @@ lint: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) -m fuzz
 
-# Says how long each benchmark should take before it runs (all: ~50 min on 2 cores).
+# Says how long each benchmark should take before it runs (all: ~23 min on 2 cores).
 bench: $(STAMP)
 	$(PY) -m benchmarks
 
-# One short round of each benchmark (under 2 minutes): the ratios, fast.
+# One short round of each benchmark (~4 min on a busy 2-core machine): the ratios, fast.
 bench-quick: $(STAMP)
 	$(PY) -m benchmarks --quick
 

@@ -14,8 +14,10 @@ import argparse
 import importlib
 import os
 import pkgutil
+import re
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Final
 
@@ -32,35 +34,39 @@ ORDER: Final = (
 )
 #: Modules here that are parts of benchmarks, not benchmarks.
 HELPERS: Final = frozenset({"common", "atari_common", "atari_breakdown", "dm_peer", "__main__"})
-#: Seconds each took on the project's 2-core machine (full, quick), measured with
-#: `python -m benchmarks` and `--quick` on 2026-11-26 beside other work; a module not
-#: listed is "unknown" until measured.
+#: Seconds each took on the project's 2-core machine (full, quick): full runs from `make
+#: bench` at 14:41 on 2026-11-26 (display_capture, browser_remotes, openenv_port and
+#: page_structure, added since, run alone at 15:50-16:53), quick ones from `make
+#: bench-quick` at 16:40, beside other work (load average 5); a module not listed is "not
+#: measured yet".
 EXPECTED: Final[dict[str, tuple[float, float]]] = {
-    "rewarder_throughput": (12, 3),
-    "remotes_realtime": (200, 20),
-    "realtime_cpu": (330, 25),
-    "vnc_server": (130, 10),
-    "vnc_client": (95, 12),
-    "display_capture": (300, 30),
-    "browser_remotes": (330, 30),
-    "atari_lockstep": (330, 40),
-    "lockstep_peers": (90, 12),
-    "step_channel": (200, 15),
-    "viewer_port": (200, 30),
-    "long_step": (20, 8),
-    "dm_env_rpc_port": (60, 12),
-    "recording": (120, 25),
-    "openenv_port": (60, 20),
-    "page_structure": (60, 20),
-    "ray_remotes": (120, 45),
-    "multiagent": (30, 8),
+    "rewarder_throughput": (9, 1),
+    "remotes_realtime": (75, 11),
+    "realtime_cpu": (100, 14),
+    "vnc_server": (66, 6),
+    "vnc_client": (68, 9),
+    "display_capture": (75, 12),
+    "browser_remotes": (282, 34),
+    "atari_lockstep": (62, 21),
+    "lockstep_peers": (50, 10),
+    "step_channel": (36, 6),
+    "viewer_port": (151, 17),
+    "long_step": (2, 1),
+    "dm_env_rpc_port": (24, 5),
+    "recording": (111, 19),
+    "openenv_port": (82, 24),
+    "page_structure": (109, 6),
+    "ray_remotes": (50, 26),
+    "multiagent": (5, 2),
 }
 
 
 def discover() -> list[str]:
-    """Every benchmark module here, in :data:`ORDER` and then by name."""
+    """Every benchmark module here (one with a top-level ``main()``; read, not imported),
+    in :data:`ORDER` and then by name."""
     here = Path(__file__).resolve().parent
-    found = {m.name for m in pkgutil.iter_modules([str(here))]} - HELPERS
+    found = {m.name for m in pkgutil.iter_modules([str(here)]) if m.name not in HELPERS
+             and re.search(r"^def main\(", (here / f"{m.name}.py").read_text(), re.MULTILINE)}
     return [n for n in ORDER if n in found] + sorted(found - set(ORDER))
 
 
@@ -108,19 +114,28 @@ def main(argv: list[str]) -> int:
     print(plan(names, args.quick), flush=True)
     began = time.monotonic()
     left = sum(t for n in names if (t := expected(n, args.quick)) is not None)
+    failed = []
     for i, name in enumerate(names, 1):
-        module = importlib.import_module(f"benchmarks.{name}")
-        doc = (module.__doc__ or "").strip().splitlines()
         guess = expected(name, args.quick)
         about = f" (expected ~{_duration(guess)})" if guess is not None else ""
-        print(f"== [{i}/{len(names)}] {name}{about}: {doc[0] if doc else ''}", flush=True)
         started = time.monotonic()
-        module.main()
+        try:
+            module = importlib.import_module(f"benchmarks.{name}")
+            doc = (module.__doc__ or "").strip().splitlines()
+            print(f"== [{i}/{len(names)}] {name}{about}: {doc[0] if doc else ''}", flush=True)
+            module.main()
+            outcome = "took"
+        except Exception:  # one broken benchmark must not cost the others' figures
+            traceback.print_exc()
+            failed.append(name)
+            outcome = "FAILED after"
         left -= guess or 0.0
-        print(f"   ({name} took {_duration(time.monotonic() - started)}; "
+        print(f"   ({name} {outcome} {_duration(time.monotonic() - started)}; "
               f"{_duration(time.monotonic() - began)} so far"
               + (f", about {_duration(left)} to go)" if i < len(names) else ")"), flush=True)
-    return 0
+    if failed:
+        print(f"failed: {', '.join(failed)} (tracebacks above)", flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

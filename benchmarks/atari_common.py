@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
-from benchmarks.common import process_cpu as _process_cpu
+from benchmarks.common import process_cpu as _process_cpu, quick
 from remotes.env import RemoteEnv
 from remotes.local import LocalRemotes, start_local
 from remotes.loop import LoopThread
@@ -25,24 +25,24 @@ GYM_ID: Final = "ALE/Pong-v5"
 ROM: Final = "pong"
 FRAMESKIP: Final = 4
 LOCKSTEP_ARGS: Final = ("--mode", "lockstep")
-ENCODINGS: Final = ("raw", "tight", "zrle")
+ENCODINGS: Final = quick(("raw", "tight", "zrle"), ("raw",))
 #: Untimed steps before each timed run (connection warm-up, first full frame).
-WARMUP_STEPS: Final = 100
+WARMUP_STEPS: Final = quick(100, 30)
 #: Timed steps per run in measure 1 (a run also stops after RUN_SECONDS).
-STEPS: Final = 2000
-RUN_SECONDS: Final = 10.0
+STEPS: Final = quick(2000, 200)
+RUN_SECONDS: Final = quick(10.0, 1.0)
 #: Every contender runs once per round; the median round is reported.
-ROUNDS: Final = 3
+ROUNDS: Final = quick(3, 1)
 #: The issue's goal for measure 1: lockstep steps/s at least this fraction of local ale-py.
 GOAL_VS_LOCAL: Final = 0.7
 #: Steps of the timed lockstep copy (per encoding) and of the cProfile run.
-TIMED_STEPS: Final = 1000
-PROFILE_STEPS: Final = 1000
+TIMED_STEPS: Final = quick(1000, 200)
+PROFILE_STEPS: Final = quick(1000, 200)
 PROFILE_ENCODING: Final = "raw"
 #: Round trips of v0.control.ping, the bare rewarder round trip.
-PINGS: Final = 300
+PINGS: Final = quick(300, 50)
 #: py-spy: seconds and samples per second it records each process.
-PYSPY_SECONDS: Final = 2
+PYSPY_SECONDS: Final = quick(2, 1)
 PYSPY_RATE: Final = 400
 #: Busiest leaf frames listed per sampled thread.
 PYSPY_TOP: Final = 6
@@ -50,10 +50,10 @@ PYSPY_TOP: Final = 6
 PROFILE_TOP: Final = 8
 #: Measure 2: remotes (and AsyncVectorEnv workers), and vector steps per run (each run
 #: also stops after VECTOR_SECONDS).
-COUNTS: Final = (1, 4, 8)
-VECTOR_STEPS: Final = {1: 2000, 4: 800, 8: 400}
+COUNTS: Final = quick((1, 4, 8), (2,))
+VECTOR_STEPS: Final = quick({1: 2000, 4: 800, 8: 400}, {1: 200, 2: 150, 4: 100, 8: 100})
 VECTOR_WARMUP: Final = 30
-VECTOR_SECONDS: Final = 10.0
+VECTOR_SECONDS: Final = quick(10.0, 1.0)
 GOAL_VS_ASYNC: Final = 1.0
 #: Measure 3: real-time steps sampled (after LATENCY_WARMUP) per loop.
 FPS: Final = 60.0

@@ -43,17 +43,17 @@ from typing import Final
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from benchmarks.common import ratio, table  # noqa: E402
+from benchmarks.common import quick, ratio, table  # noqa: E402
 
 #: The commit whose browser and desktop remotes Xvnc served directly.
 PEER_COMMIT: Final = "9046297"
 FPS: Final = 60.0
 #: Seconds of each CPU reading, after WARMUP seconds, and rounds per env and path.
-SECONDS: Final = 5.0
+SECONDS: Final = quick(5.0, 1.0)
 WARMUP: Final = 1.0
-ROUNDS: Final = 3
+ROUNDS: Final = quick(3, 1)
 #: Latency trials per env and path, and the pause between two (the screen settles).
-TRIALS: Final = 60
+TRIALS: Final = quick(60, 10)
 SETTLE: Final = 0.05
 #: Trials between two clicks into EnterText's field, and the pause after a click.
 FOCUS_EVERY: Final = 20
@@ -61,11 +61,13 @@ FOCUS_PAUSE: Final = 0.3
 #: Seconds a remote may take to print its address, and an update to arrive.
 START_TIMEOUT: Final = 60.0
 UPDATE_TIMEOUT: Final = 2.0
-LOCKSTEP_TASKS: Final = ("miniwob.ClickTest-v0", "miniwob.ClickButton-v0", "miniwob.EnterText-v0")
+LOCKSTEP_TASKS: Final = quick(
+    ("miniwob.ClickTest-v0", "miniwob.ClickButton-v0", "miniwob.EnterText-v0"), ("miniwob.ClickTest-v0",))
 #: Lockstep steps timed per task and path (clicks sweeping the task's click grid).
-LOCKSTEP_STEPS: Final = 100
-CPU_ENVS: Final = ("miniwob.ClickTest-v0", "x11.XEyes-v0", "builtin.Catch-v0")
-LATENCY_ENVS: Final = ("x11.XEyes-v0", "miniwob.EnterText-v0")
+LOCKSTEP_STEPS: Final = quick(100, 15)
+CPU_ENVS: Final = quick(("miniwob.ClickTest-v0", "x11.XEyes-v0", "builtin.Catch-v0"),
+                         ("x11.XEyes-v0", "builtin.Catch-v0"))
+LATENCY_ENVS: Final = quick(("x11.XEyes-v0", "miniwob.EnterText-v0"), ("x11.XEyes-v0",))
 _ADDRESS: Final = re.compile(rb"vnc://(?P<host>[^:\s]+):(?P<vnc>\d+)\+(?P<rew>\d+)")
 
 

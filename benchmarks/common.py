@@ -4,9 +4,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
+#: Set (to "1") by ``python -m benchmarks --quick`` (``make bench-quick``) before any
+#: benchmark module is imported: each then runs one short round of what it measures.
+QUICK_ENV: Final = "UNIVERSE_REMOTE_BENCH_QUICK"
+
+_T = TypeVar("_T")
+
+
+def is_quick() -> bool:
+    """Whether this is a quick run: the ratios, fast, not the figures the docs quote."""
+    return os.environ.get(QUICK_ENV) == "1"
+
+
+def quick(full: _T, short: _T) -> _T:
+    """``short`` in a quick run (:func:`is_quick`), else ``full``: how a benchmark module
+    reads the quick setting for its rounds, durations and sizes (when it is imported)."""
+    return short if is_quick() else full
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

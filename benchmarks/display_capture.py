@@ -49,10 +49,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import ratio, table  # noqa: E402
+from benchmarks.common import quick, ratio, table  # noqa: E402
 from benchmarks.realtime_cpu import _PIXEL_FORMAT, _recv_exact, _schedstat_cpu  # noqa: E402
 
-SIZES: Final = ((640, 480), (1024, 768))
+SIZES: Final = quick(((640, 480), (1024, 768)), ((640, 480),))
 SCENES: Final = ("static", "sprite", "full")
 PATHS: Final = ("none", "mss", "rfb-unix", "rfb-nocmp", "vncclient", "viewer")
 LATENCY_PATHS: Final = ("mss", "rfb-unix", "vncclient")
@@ -61,11 +61,11 @@ FPS: Final = 60.0
 #: RFB's action-to-pixel latency is ~1/(2 FRAME_RATE) on average; try ``... 240``.
 FRAME_RATE: Final = 60
 #: Seconds each (path, scene) is measured, after WARMUP seconds of the same.
-MEASURE_SECONDS: Final = 1.0
+MEASURE_SECONDS: Final = quick(1.0, 0.3)
 WARMUP_SECONDS: Final = 0.2
 #: Latency trials per path and size, each at most TRIAL_TIMEOUT seconds; a trial begins
 #: a random 0 to 1/FPS s after the previous one ended (so at every phase of the frames).
-TRIALS: Final = 200
+TRIALS: Final = quick(200, 20)
 TRIAL_TIMEOUT: Final = 0.5
 #: Seconds a reader runs between looks at whether a trial is over.
 LATENCY_SLICE: Final = 0.004

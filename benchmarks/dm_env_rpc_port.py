@@ -30,13 +30,13 @@ from dm_env_rpc.v1 import (
 )
 
 from benchmarks.atari_common import ENV_ID, FRAMESKIP, ROM, ROUNDS, WARMUP_STEPS
-from benchmarks.common import ratio, table
+from benchmarks.common import quick, ratio, table
 from remotes.env import RemoteEnv
 from remotes.registration import action_wrapper
 
 #: Timed steps per row and round (a row also stops after ROW_SECONDS).
-STEPS: Final = 1500
-ROW_SECONDS: Final = 8.0
+STEPS: Final = quick(1500, 300)
+ROW_SECONDS: Final = quick(8.0, 2.0)
 #: Seconds a remote may take to print its ports.
 START_TIMEOUT: Final = 60.0
 

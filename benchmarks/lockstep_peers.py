@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from benchmarks.atari_common import ENV_ID, FRAMESKIP, Run, local_remotes, step_rates
 from benchmarks.atari_lockstep import measure_vector_async, measure_vector_ours
-from benchmarks.common import ratio, table
+from benchmarks.common import quick, ratio, table
 from benchmarks.dm_env_rpc_port import peer, row_dm_env_rpc, row_raw_ale
 from remotes import RemoteEnv
 from remotes.local import LocalRemotes
@@ -38,13 +38,13 @@ STRETCH_VS_RAW: Final = 0.7
 GOAL_VS_ASYNC1: Final = 1.2
 GOAL_VS_DM: Final = 3.0
 #: Rounds of the single-env rows (the median is printed; the machine may be shared).
-ROUNDS: Final = 3
+ROUNDS: Final = quick(3, 1)
 #: Timed steps per single-env row, after WARMUP.
-STEPS: Final = 3000
-WARMUP: Final = 200
+STEPS: Final = quick(3000, 500)
+WARMUP: Final = quick(200, 50)
 #: Steps of the determinism check.
-CHECK_STEPS: Final = 300
-VECTOR_COUNTS: Final = (4, 8)
+CHECK_STEPS: Final = quick(300, 100)
+VECTOR_COUNTS: Final = quick((4, 8), (4,))
 
 
 def _drive(env: RemoteEnv, steps: int) -> None:

@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from benchmarks.common import ratio, table
+from benchmarks.common import quick, ratio, table
 
 #: Joint steps measured per row (after WARMUP_STEPS).
-STEPS: Final = 1500
-WARMUP_STEPS: Final = 100
+STEPS: Final = quick(1500, 300)
+WARMUP_STEPS: Final = quick(100, 30)
 FRAMESKIP: Final = 4
 
 

@@ -40,18 +40,18 @@ import numpy as np
 import orjson
 
 from benchmarks.atari_common import ENV_ID, FRAMESKIP, ROM, ROUNDS, WARMUP_STEPS
-from benchmarks.common import ratio, table
+from benchmarks.common import quick, ratio, table
 from envserver.openenv import frames
 from remotes.env import RemoteEnv
 from remotes.registration import action_wrapper
 
 #: Timed steps per row and round (a row also stops after ROW_SECONDS).
-STEPS: Final = 1500
-ROW_SECONDS: Final = 8.0
+STEPS: Final = quick(1500, 300)
+ROW_SECONDS: Final = quick(8.0, 2.0)
 #: Seconds a server may take to start answering.
 START_TIMEOUT: Final = 60.0
 #: Repetitions of each frame-form measure.
-FORM_REPEATS: Final = 200
+FORM_REPEATS: Final = quick(200, 40)
 
 
 # The reference server -------------------------------------------------------------------------

@@ -39,7 +39,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import orjson  # noqa: E402
 
-from benchmarks.common import table  # noqa: E402
+from benchmarks.common import quick, table  # noqa: E402
 from runtimes.cdp import CDPClient  # noqa: E402
 from runtimes.page_snapshot import (  # noqa: E402
     SNAPSHOT_PARAMS,
@@ -56,11 +56,12 @@ from runtimes.page_structure import (  # noqa: E402
 from runtimes.xdisplay import XvncDisplay  # noqa: E402
 
 #: Task pages measured, each with an episode of seed 1.
-TASKS: Final = ("click-test", "click-checkboxes", "book-flight", "email-inbox", "social-media")
+TASKS: Final = quick(("click-test", "click-checkboxes", "book-flight", "email-inbox", "social-media"),
+                     ("click-test", "book-flight"))
 #: Elements of the generated large page, and observations per way and page.
-LARGE_ELEMENTS: Final = 5000
-ROUNDS: Final = 30
-WARMUP: Final = 3
+LARGE_ELEMENTS: Final = quick(5000, 1000)
+ROUNDS: Final = quick(30, 3)
+WARMUP: Final = quick(3, 1)
 WIDTH, HEIGHT = 640, 480
 #: Seconds Chromium may take to write its DevTools port.
 START_TIMEOUT: Final = 30.0

@@ -27,16 +27,16 @@ from typing import Any, Final
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from benchmarks.common import process_cpu, ratio, table  # noqa: E402
+from benchmarks.common import process_cpu, quick, ratio, table  # noqa: E402
 
 ENV_ID: Final = "builtin.Catch-v0"
 FPS: Final = 60.0
 #: Remotes per start-time measure.
-START_COUNTS: Final = (4, 16)
+START_COUNTS: Final = quick((4, 16), (4,))
 #: Remotes in the steps/s measure.
-STEP_COUNT: Final = 16
+STEP_COUNT: Final = quick(16, 4)
 #: Wall seconds each steps/s run steps for, after its reset.
-RUN_SECONDS: Final = 8.0
+RUN_SECONDS: Final = quick(8.0, 2.0)
 #: Seconds the whole inner run may take.
 INNER_TIMEOUT: Final = 600
 #: Each Ray remote's reservation (the default; 16 fit the two test nodes).

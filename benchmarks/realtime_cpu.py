@@ -47,7 +47,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import ratio, table  # noqa: E402
+from benchmarks.common import quick, ratio, table  # noqa: E402
 
 ENV_ID: Final = "builtin.Catch-v0"
 FPS: Final = 60.0
@@ -58,15 +58,15 @@ CLIENT_TARGET: Final = 1.3
 #: (c) steps per second per remote.
 STEPS_TARGET: Final = 58.0
 #: (c) remotes per run.
-COUNTS: Final = (32, 48, 64)
+COUNTS: Final = quick((32, 48, 64), (4,))
 #: (a) seconds the agent steps while the remote's CPU is read, after a warm-up.
-REMOTE_SECONDS: Final = 8.0
-WARMUP_SECONDS: Final = 1.0
+REMOTE_SECONDS: Final = quick(8.0, 1.0)
+WARMUP_SECONDS: Final = quick(1.0, 0.5)
 #: (a) the floor peer's update: what Catch sends per frame over Raw, on average (12 KiB).
 FLOOR_UPDATE_BYTES: Final = 12 * 1024
 #: (b) seconds each client is measured per round, and rounds per scene.
-CLIENT_SECONDS: Final = 4.0
-CLIENT_ROUNDS: Final = 3
+CLIENT_SECONDS: Final = quick(4.0, 0.5)
+CLIENT_ROUNDS: Final = quick(3, 1)
 #: Seconds a child has to come up (a server bound, a client's first update).
 START_TIMEOUT: Final = 30.0
 SPRITE: Final = 16

@@ -32,16 +32,18 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import ratio, table  # noqa: E402
+from benchmarks.common import quick, ratio, table  # noqa: E402
 from recordings.format import ChunkEncoder, decode_frames, read_chunks  # noqa: E402
 
 #: Frames per second everything is sampled and served at.
 FPS = 60.0
 #: Seconds of each stream and each live run (short: the machine is shared).
-SECONDS = 15.0
+SECONDS = quick(15.0, 1.5)
 #: Seconds a live remote runs before measuring.
-WARMUP = 3.0
+WARMUP = quick(3.0, 0.5)
 CHUNK = 60
+#: Lockstep steps each way of the last measure.
+LOCKSTEP_STEPS = quick(3000, 300)
 
 
 # 1. Codecs -------------------------------------------------------------------------------------
@@ -313,9 +315,10 @@ def main(argv: list[str] | None = None) -> None:
                          str(dropped) if label == "on" else "-", f"{size:.2f}" if label == "on" else "-",
                          ratio(cpu, off[2])])
     table(["remote", "fps held", "late ticks", "CPU", "dropped", "MB/min on disk", "CPU vs off"], rows)
-    print("  Lockstep Pong, 3000 steps of 1 frame as fast as an agent in this process sends them:")
-    off_rate, _ = asyncio.run(_lockstep("atari.Pong-v0", False, 3000))
-    on_rate, behind = asyncio.run(_lockstep("atari.Pong-v0", True, 3000))
+    print(f"  Lockstep Pong, {LOCKSTEP_STEPS} steps of 1 frame as fast as an agent in this process "
+          "sends them:")
+    off_rate, _ = asyncio.run(_lockstep("atari.Pong-v0", False, LOCKSTEP_STEPS))
+    on_rate, behind = asyncio.run(_lockstep("atari.Pong-v0", True, LOCKSTEP_STEPS))
     table(["recording", "steps/s", "writer behind at the end", "vs off"],
           [["off", f"{off_rate:.0f}", "-", "1.00x"],
            ["on", f"{on_rate:.0f}", f"{behind} steps", ratio(on_rate, off_rate)]])

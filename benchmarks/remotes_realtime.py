@@ -44,6 +44,7 @@ from benchmarks.common import (  # noqa: E402
     machine_ticks as _machine_ticks,
     ms as _ms,
     process_cpu as _process_cpu,
+    quick,
     ratio as _ratio,
     table as _table,
 )
@@ -58,13 +59,13 @@ ENV_ID: Final = "builtin.Catch-v0"
 FPS: Final = 60.0
 PERIOD: Final = 1.0 / FPS
 #: Remotes (and AsyncVectorEnv workers) per run.
-COUNTS: Final = (1, 4, 16, 32)
+COUNTS: Final = quick((1, 4, 16, 32), (4,))
 #: Wall seconds each real-time run steps for, after its reset.
-RUN_SECONDS: Final = 5.0
+RUN_SECONDS: Final = quick(5.0, 1.0)
 #: Wall seconds each AsyncVectorEnv run steps for (per mode).
-AVE_SECONDS: Final = 3.0
+AVE_SECONDS: Final = quick(3.0, 0.5)
 #: Timed taps in the latency measure, after LATENCY_WARMUP untimed ones.
-LATENCY_SAMPLES: Final = 200
+LATENCY_SAMPLES: Final = quick(200, 20)
 LATENCY_WARMUP: Final = 10
 #: Seconds one tap may wait for its pixels before the measure fails.
 LATENCY_TIMEOUT: Final = 2.0

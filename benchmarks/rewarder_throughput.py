@@ -18,18 +18,19 @@ from typing import Any
 from websockets.asyncio.client import connect as ws_connect
 from websockets.asyncio.server import serve as ws_serve
 
+from benchmarks.common import quick
 from rewarder.client import RewarderClient
 from rewarder.server import RewarderServer
 
 #: Messages per measured run; bounded so a run takes about a second.
-MESSAGES = 40_000
+MESSAGES = quick(40_000, 10_000)
 #: Seconds a run may take before it is reported as failed (a dropped connection, say)
 #: instead of waiting for ever.
 RUN_LIMIT = 60.0
 #: Messages sent between two turns of the loop, so the connection's pings are answered
 #: (the remote drops a client that leaves one unanswered for 1.5 s).
 YIELD_EVERY = 256
-ROUNDS = 3
+ROUNDS = quick(3, 1)
 ACTION = [["KeyEvent", "Left", True], ["PointerEvent", 10, 20, 1]]
 INFO = {"score": 3, "stats.frames": 1}
 

@@ -52,23 +52,23 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Final
 
-from benchmarks.common import process_cpu, ratio, table
+from benchmarks.common import process_cpu, quick, ratio, table
 from remotes.loop import LoopThread
 from rewarder.blocking import BlockingRewarder
 from rewarder.client import RewarderClient
 from rewarder.protocol import OBS_SHM
 
 #: Rounds; every row runs once per round, in a rotated order.
-ROUNDS: Final = 5
+ROUNDS: Final = quick(5, 1)
 #: Timed steps per row per round against a real remote (or REMOTE_SECONDS), after WARMUP.
-REMOTE_STEPS: Final = 1500
-REMOTE_SECONDS: Final = 8.0
+REMOTE_STEPS: Final = quick(1500, 300)
+REMOTE_SECONDS: Final = quick(8.0, 2.0)
 #: Timed steps per row per round against the minimal server (or MINIMAL_SECONDS).
-MINIMAL_STEPS: Final = 4000
-MINIMAL_SECONDS: Final = 5.0
+MINIMAL_STEPS: Final = quick(4000, 800)
+MINIMAL_SECONDS: Final = quick(5.0, 1.0)
 WARMUP: Final = 100
 #: v0.control.ping round trips per row per round (the minimal server's table).
-PINGS: Final = 500
+PINGS: Final = quick(500, 100)
 FRAMESKIP: Final = 4
 ENV_IDS: Final = ("atari.Pong-v0", "builtin.Catch-v0")
 #: The commit whose LoopThread had the inline mode (row a0).

@@ -82,8 +82,9 @@ from websockets.asyncio.client import connect as ws_connect  # noqa: E402
 from websockets.asyncio.server import ServerConnection  # noqa: E402
 from websockets.http11 import Request, Response  # noqa: E402
 
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     machine_ticks as _machine_ticks,
+    quick,  # noqa: E402
     ratio as _ratio,
     table as _table,
 )
@@ -94,21 +95,21 @@ from rewarder.server import RewarderServer  # noqa: E402
 
 #: (env id, --scale): Catch draws little; Enduro at 4x (640x840) makes the watcher's
 #: encoding and the bridge's copying heavy (40-50 KB/s of Tight JPEG).
-ENVS: Final = (("builtin.Catch-v0", 1), ("atari.Enduro-v0", 4))
+ENVS: Final = quick((("builtin.Catch-v0", 1), ("atari.Enduro-v0", 4)), (("builtin.Catch-v0", 1),))
 #: Rounds; each runs every scenario once per env, and the Raw section once (about 45-60 s
 #: a round on 2 cores).
-ROUNDS: Final = 3
+ROUNDS: Final = quick(3, 1)
 #: Seconds after the watcher's first update before measuring (warm-up, not a handshake).
 SETTLE_SECONDS: Final = 0.3
 #: Wall seconds of the remote-CPU window (no rewarder traffic meanwhile).
-CPU_SECONDS: Final = 1.0
+CPU_SECONDS: Final = quick(1.0, 0.5)
 #: Sequential pings: untimed back to back, then timed, each after a random pause of up
 #: to PING_PAUSE seconds (asyncio sleeps whole milliseconds here: ~1.2 ms a ping).
 PING_WARMUP: Final = 100
-PING_SAMPLES: Final = 1000
+PING_SAMPLES: Final = quick(1000, 200)
 PING_PAUSE: Final = 0.001
 #: Pipelined pings, and how many may be in flight (the server queues 1024 per client).
-PIPELINED: Final = 15_000
+PIPELINED: Final = quick(15_000, 3_000)
 WINDOW: Final = 256
 #: The viewer's bridge path (the shipped viewer's, and the prototype's on the rewarder port).
 BRIDGE_PATH: Final = "/viewer/websockify"

@@ -38,14 +38,16 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import quick  # noqa: E402
+
 #: Screen sizes: Atari's 160x210 and a desktop's 1024x768 (width, height).
-SIZES = [(160, 210), (1024, 768)]
-SCENES = ["sprite", "full"]
+SIZES = quick([(160, 210), (1024, 768)], [(160, 210)])
+SCENES = quick(["sprite", "full"], ["sprite"])
 #: Frames per second the server draws (Universe's real-time rate).
 FPS = 60
 #: Seconds each client is measured for; with process start-up a run takes ~3.5 s and
 #: the whole benchmark (24 runs) about 90 s.
-DURATION = 2.5
+DURATION = quick(2.5, 1.0)
 #: Seconds a client has to connect and receive its first frame.
 CONNECT_TIMEOUT = 20.0
 SPRITE = 16
