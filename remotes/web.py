@@ -378,32 +378,34 @@ class WebSteps:
         then until VNC shows the frame each names (copied in as it comes)."""
         answers = [(s, self.answers[s.index]) for s in slots if s.index in self.answers]
         futures = [a.future for _, a in answers if a.future is not None]
-        if futures:
-            await asyncio.wait(futures, timeout=ANSWER_TIMEOUT)
+        try:
+            if futures:
+                await asyncio.wait(futures, timeout=ANSWER_TIMEOUT)
+        finally:  # (also when the step is interrupted: nothing stays registered)
+            for slot, answer in answers:
+                rewarder = slot.session.rewarder
+                if isinstance(rewarder, RewarderClient):
+                    rewarder._pending.pop(answer.message_id, None)
+                self.taps[slot.index].forget(answer.message_id)
         for slot, answer in answers:
             future = answer.future
             if future is None:
                 continue
-            rewarder = slot.session.rewarder
-            if isinstance(rewarder, RewarderClient):
-                rewarder._pending.pop(answer.message_id, None)
-            self.taps[slot.index].forget(answer.message_id)
             if not future.done():
                 future.cancel()
                 answer.error = (f"no answer from the remote within {ANSWER_TIMEOUT:g} s "
                                 "(ANSWER_TIMEOUT); the step returns the newest frame")
                 continue
-            if future.cancelled():
-                continue
             error = future.exception()
-            if error is not None:
-                problem = error.message if isinstance(error, RemoteError) else str(error)
-                answer.error = f"the remote refused the action: {problem}"
-                continue
-            answer.body = future.result()
-            frame = answer.body.get("frame")
-            if isinstance(frame, int) and slot.tags:
-                gate.expect(slot, frame, capture=True)
+            if isinstance(error, RemoteError):
+                answer.error = f"the remote refused the action: {error.message}"
+            elif error is not None:
+                answer.error = f"the connection ended before the action's answer came: {error}"
+            else:
+                answer.body = future.result()
+                frame = answer.body.get("frame")
+                if isinstance(frame, int) and slot.tags:
+                    gate.expect(slot, frame, capture=True)
         await gate.wait(time.monotonic() + FRAME_WAIT)
 
     def lockstep_send(self, slot: Slot, rewarder: BlockingRewarder, action: Any, frames: int,
