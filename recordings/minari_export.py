@@ -90,8 +90,11 @@ def export_minari(
     dataset ``name``; the dataset. Episodes with no step after their first frame are left
     out; those the game did not end are truncated at their last step.
 
-    Raises :class:`DatasetNameError` for a name Minari cannot take (before anything is
-    read), ``RuntimeError`` when Minari is missing or fails to write the dataset."""
+    Raises :class:`DatasetNameError` for a name Minari cannot take (after the recording is
+    found, before Minari runs), ``RuntimeError`` when Minari is missing or fails to write
+    the dataset."""
+    recording = open_recording(path)
+    chosen = recording.select(episodes or (), min_steps=2, use="export")
     check_dataset_name(name)
     try:
         import gymnasium as gym
@@ -101,8 +104,6 @@ def export_minari(
         raise RuntimeError(
             f"exporting to Minari needs the minari extra ({exc}): pip install 'universe-remote[minari]'"
         ) from None
-    recording = open_recording(path)
-    chosen = recording.select(episodes or (), min_steps=2, use="export")
     first = chosen[0]
     height, width, _ = first.shape
     keys = len(first.meta.get("keys", ()))
