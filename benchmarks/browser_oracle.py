@@ -95,10 +95,11 @@ def play(env: gymnasium.Env[Any, Any], task: str, seed: int, tally: Tally,
         started = time.perf_counter()
         obs, reward, terminated, truncated, info = env.step(action)
         steps = 1
-        if sleep is not None and not (terminated or truncated):
+        if sleep is not None:  # BrowserGym sleeps after every action, the last one too
             time.sleep(sleep)
-            obs, reward, terminated, truncated, info = env.step("")
-            steps += 1
+            if not (terminated or truncated):
+                obs, reward, terminated, truncated, info = env.step("")
+                steps += 1
         took = time.perf_counter() - started
         tally.steps += steps
         tally.seconds += took

@@ -13,7 +13,9 @@ returns.
 - **Subscribing.** Before each explicit reset (and after a reconnection) the env writes
   the remote's ``observe`` property (``"elements,tree"``): the remote then sends the new
   episode's page with the reset, a page whenever its screen changes (real time, at most
-  every 0.1 s), after every lockstep step, and with every action's answer.
+  every 0.1 s), after every lockstep step, and with every action's answer. A reset that
+  switched the remote to another env id is done again once the new env observes: the
+  subscription was the old runtime's, and its first page is wanted with its first frame.
 - **Action strings.** Real time: ``v0.agent.action {"action": "click('a12')"}``; the
   step waits for the ``v0.env.observation`` whose ``action_id`` is that message's id (the
   action has run: its ``last_action_error``, the page after it, the ``frame`` it shows)
@@ -28,8 +30,9 @@ Rewarder's clients have no public call yet for what this needs (an action string
 ``settle`` in a request, a property write on the blocking channel, an answer by
 ``action_id``): :func:`send_action`, :func:`send_step` and :func:`write_observe` build
 those requests with the clients' own protocol objects, and :class:`PageTap` hears
-observations by wrapping the channel's reward buffer's ``file``. Those four places are
-the only ones that reach into the clients.
+observations by wrapping the channel's reward buffer's ``file``; :meth:`WebSteps.wait`
+takes an unanswered action off the client's pending requests. Those are the only places
+that reach into the clients.
 """
 
 from __future__ import annotations
