@@ -105,6 +105,8 @@ FPS: Final = 60.0
 
 # Episodes ----------------------------------------------------------------------------------
 
+#: Lockstep: screenshots a step may take of a changed page until two agree.
+MAX_SCREENSHOTS: Final = 4
 #: Real time: seconds at least between two page observations an agent asked for (the
 #: ``observe`` property), made when the served screen changed (an observation costs
 #: 5-15 ms on task pages: docs/browser.md).
@@ -242,6 +244,10 @@ class MiniWoBRuntime(DisplayRuntime):
         )
         await self.page_input.unbuffered()
         await install_click_hook(self.cdp)  # script-added click listeners count as clickable
+        # The page is focused whatever X says: X focus follows the pointer here and comes
+        # and goes with the window's mapping; a text field's caret (and focus/blur
+        # handlers) then depended on when, and two lockstep runs drew different frames.
+        await self.cdp.call("Emulation.setFocusEmulationEnabled", {"enabled": True})
         self._paused = False
 
     async def _devtools_port(self) -> int:
@@ -353,8 +359,18 @@ class MiniWoBRuntime(DisplayRuntime):
         function of the page alone (the X display's timing plays no part)."""
         assert self.clock is not None
         x0, y0 = self.origin
-        self._clean = await self.clock.screenshot((x0, y0, self.width, self.height))
-        self.framebuffer[...] = self._clean
+        area = (x0, y0, self.width, self.height)
+        shot = await self.clock.screenshot(area)
+        previous = self._clean
+        for _ in range(MAX_SCREENSHOTS - 1):
+            # A changed page is taken again until two shots agree: the first may catch
+            # Chromium's raster mid-way (measured: 2 pixels one grey level apart after a
+            # click, 1 run in ~8 under load), and the frame must be the page's alone.
+            if previous is not None and np.array_equal(shot, previous):
+                break
+            previous, shot = shot, await self.clock.screenshot(area)
+        self._clean = shot
+        self.framebuffer[...] = shot
         self._damage = None  # all of it may have changed: the VNC server compares
         if self.marks:
             await self._structure()
