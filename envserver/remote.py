@@ -490,9 +490,11 @@ class Remote:
             task.add_done_callback(self._acts.discard)
 
     async def _act(self, request: protocol.ActionRequest, source: object) -> None:
-        """:meth:`act`, then tell everyone what happened, with the frame it shows."""
-        episode = self.episode_id
-        self.rewarder.broadcast_observation(episode, await self.act(request, source))
+        """:meth:`act`, then tell everyone what happened, with the frame it shows (filed
+        under the episode that frame belongs to: an action that ended its episode is
+        answered with the next one's first page, as the real-time screen shows it)."""
+        body = await self.act(request, source)
+        self.rewarder.broadcast_observation(self.episode_id, body)
 
     async def act(self, request: protocol.ActionRequest, source: object = None) -> dict[str, Any]:
         """Real time: run an action string (its events already queued are the caller's)
@@ -587,6 +589,8 @@ class Remote:
         self, request: protocol.ResetRequest, factory: Callable[..., Runtime]
     ) -> None:
         runtime = construct(factory, request.env_id or "", self.runtime_options)
+        if runtime.action_strings:  # the agent's observe property outlives the switch
+            runtime.observe = self.runtime.observe
         await self.runtime.aclose()
         self.runtime = runtime  # a failed start is the reset's error: recovery starts it
         await runtime.astart()

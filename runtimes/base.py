@@ -268,4 +268,8 @@ class Runtime(abc.ABC):
             "keys": list(cls.keys),
             "buttons": cls.buttons,
             "players": cls.players,
+            # What a web agent may use (docs/browser.md): action strings and page
+            # observations; settling actions.
+            "action_strings": cls.action_strings,
+            "settles": cls.settles,
         }
