@@ -188,14 +188,14 @@ def test_real_time_steps_wait_for_frames_and_add_up_rewards() -> None:
     try:
         with GenericEnvClient(base_url=served.url).sync() as env:
             result = env.reset(seed=0, frameskip=6, screen="none")
-            frame, total, dones = result.observation["frame"], 0.0, 0
+            frame, rewarded = result.observation["frame"], 0
             for i in range(60):
                 result = env.step({"keys": keys_of(i % 2)})
                 assert result.observation["frame"] >= frame + 6  # at least frameskip frames on
                 frame = result.observation["frame"]
-                total += result.reward
-                dones += result.done
-            assert total != 0.0 or dones  # 60 * 6 frames of Catch: balls fell
+                rewarded += result.reward != 0 or result.done
+            # 60 * 6 frames of Catch: balls fell (a +1 and a -1 may add up to 0: count them)
+            assert rewarded
             assert env.state()["mode"] == "realtime"
     finally:
         served.close()
