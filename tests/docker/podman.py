@@ -123,23 +123,22 @@ def build_context(workdir: Path) -> Path:
 
 
 def build_image(context: Path, dockerfile: Path = DOCKERFILE, image: str = IMAGE,
-                base: str = BASE_IMAGE) -> None:
-    """Build a shipped Dockerfile offline from a local base and the wheelhouse.
-
-    Without per-step layers, and the image this replaces is removed: each session's
-    context (its fresh wheelhouse) differs, so those layers never served as a cache and
-    only piled up (120 images here after a day of test runs)."""
-    before = podman("image", "inspect", image, "--format", "{{.Id}}", check=False).stdout.strip()
-    podman(
-        "build", "--layers=false", "--network=none", "--pull=never", "--format=docker",
-        "--build-arg", f"BASE_IMAGE={base}",
-        "--build-arg", "PIP_OPTIONS=--no-index --find-links /src/wheelhouse",
-        "-f", str(dockerfile), "-t", image, str(context),
-        timeout=BUILD_TIMEOUT,
-    )
-    after = podman("image", "inspect", image, "--format", "{{.Id}}").stdout.strip()
-    if before and before != after:  # fails, harmlessly, while a container still uses it
-        podman("rmi", before, check=False)
+                base: str = BASE_IMAGE) -> str:
+    """Build a shipped Dockerfile offline from a local base and the context's wheelhouse,
+    the way users do: ``scripts/build-image`` (``make image``), which builds without
+    per-step layers and with ``--format=docker`` (the HEALTHCHECK kept), and removes the
+    image it replaces. Returns what the script printed."""
+    args = [sys.executable, str(ROOT / "scripts" / "build-image"), "--engine", "podman",
+            "--offline", "--base", base, "--wheelhouse", str(context / "wheelhouse"),
+            "--tag", image]
+    if dockerfile == BROWSER_DOCKERFILE:
+        args.append("--browser")
+    done = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=BUILD_TIMEOUT,
+                          check=False, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/build-image failed ({done.returncode}): "
+                           f"{done.stdout[-1000:]}{done.stderr[-2000:]}")
+    return done.stdout
 
 
 def in_netns(script: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
