@@ -90,6 +90,7 @@ from vncdriver.server import AuthGuard, VNCServer
 from vncdriver.streams import BytesFeeder, Parser, read_exact
 
 from .attached import BROWSER_LEFT, CLOSE_TIMEOUT, AttachedBridge, close_websocket
+from .tls_site import TLSPortSite
 from .viewer_auth import CONTROL, PLAY, VIEW, ViewerAuth, credentials, cross_site, role_player
 
 __all__ = ["ClientFilter", "Viewer", "credentials", "cross_site", "find_novnc"]
@@ -375,28 +376,6 @@ class _Bridge:
 TLS_HINT: Final = "open {url}viewer/ (the browser must trust the remote's certificate or its CA)"
 
 
-class _TLSPortSite(web.BaseSite):
-    """aiohttp's TCPSite with TLS, whose connections go through
-    :class:`rewarder.tls.TLSPort` first: a plain ``http://`` request gets a 400 saying
-    the port speaks ``https://`` instead of a closed connection."""
-
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, tls_port: TLSPort) -> None:
-        super().__init__(runner)
-        self.host, self.port, self.tls_port = host, port, tls_port
-
-    @property
-    def name(self) -> str:
-        return f"https://{self.host}:{self.port}"
-
-    async def start(self) -> None:
-        await super().start()
-        server = self._runner.server
-        assert server is not None
-        self._server = await asyncio.get_running_loop().create_server(
-            self.tls_port.factory(server), self.host, self.port, backlog=self._backlog
-        )
-
-
 class _QuietBadRequests(logging.Filter):
     """aiohttp logs a traceback at ERROR for every malformed request (a 100 KB URL, say):
     a client's mistake, not ours. One INFO line instead, without the traceback."""
@@ -484,7 +463,7 @@ class Viewer:
         if self.tls is not None:  # plain http:// gets a 400 saying to use https://
             self.tls_port = TLSPort(self.tls, scheme="https", where="the viewer port",
                                     hint=TLS_HINT)
-            site = _TLSPortSite(self._runner, host, port, self.tls_port)
+            site = TLSPortSite(self._runner, host, port, self.tls_port)
         else:
             site = web.TCPSite(self._runner, host, port)
         try:

@@ -45,6 +45,7 @@ from rewarder.tls import TLSPort
 from vncdriver.server import AuthGuard
 
 from .. import version
+from ..tls_site import TLSPortSite
 from . import frames, protocol
 from .protocol import Code, Refusal
 from .schemas import Spec
@@ -85,27 +86,6 @@ def given_password(header: str | None) -> str | None:
     if scheme.lower() == "bearer":
         return token.strip() or None
     return basic_auth_password(header)
-
-
-class _TLSPortSite(web.BaseSite):
-    """aiohttp's TCPSite with TLS through :class:`rewarder.tls.TLSPort`: plain ``http://``
-    gets a 400 saying the port speaks ``https://`` instead of a closed connection."""
-
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, tls_port: TLSPort) -> None:
-        super().__init__(runner)
-        self.host, self.port, self.tls_port = host, port, tls_port
-
-    @property
-    def name(self) -> str:
-        return f"https://{self.host}:{self.port}"
-
-    async def start(self) -> None:
-        await super().start()
-        server = self._runner.server
-        assert server is not None
-        self._server = await asyncio.get_running_loop().create_server(
-            self.tls_port.factory(server), self.host, self.port, backlog=self._backlog
-        )
 
 
 class OpenEnvServer:
@@ -152,7 +132,7 @@ class OpenEnvServer:
         site: web.BaseSite
         if self.tls is not None:
             self.tls_port = TLSPort(self.tls, scheme="https", where="the OpenEnv port", hint=TLS_HINT)
-            site = _TLSPortSite(self._runner, host, port, self.tls_port)
+            site = TLSPortSite(self._runner, host, port, self.tls_port)
         else:
             site = web.TCPSite(self._runner, host, port)
         try:

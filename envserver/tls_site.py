@@ -1,0 +1,31 @@
+"""aiohttp's TCPSite with TLS through :class:`rewarder.tls.TLSPort`, for the remote's HTTP
+ports (the browser viewer, OpenEnv): a plain ``http://`` request gets a 400 saying the
+port speaks ``https://`` instead of a closed connection."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from rewarder.tls import TLSPort
+
+
+class TLSPortSite(web.BaseSite):
+    """Serves ``runner`` on ``host:port``, every connection through ``tls_port`` first."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, tls_port: TLSPort) -> None:
+        super().__init__(runner)
+        self.host, self.port, self.tls_port = host, port, tls_port
+
+    @property
+    def name(self) -> str:
+        return f"https://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            self.tls_port.factory(server), self.host, self.port, backlog=self._backlog
+        )
