@@ -39,6 +39,7 @@ from runtimes.page_clock import (
 )
 from runtimes.xdisplay import XvncDisplay
 from tests.runtimes.display import alive
+from tests.runtimes.webpage import devtools_port
 
 try:
     from runtimes.browser import TASK_AREA
@@ -95,7 +96,7 @@ async def browser(
         argv = [find_chromium(), *CHROMIUM_FLAGS, *flags, f"--window-size={WIDTH},{HEIGHT}",
                 f"--user-data-dir={profile}", "about:blank"]
         program = display.spawn(argv, name="chromium", env=env)
-        port = await _devtools_port(profile, program.process)
+        port = await devtools_port(profile, program.process)
         cdp = await CDPClient.connect(port)
         try:
             clock_ = PageClock(cdp)
@@ -116,18 +117,6 @@ async def browser(
         await display.aclose()
         shutil.rmtree(profile, ignore_errors=True)
     assert not [pid for pid in pids if alive(pid)], "Xvnc or Chromium left running"
-
-
-async def _devtools_port(profile: Path, process: subprocess.Popen[bytes]) -> int:
-    path = profile / "DevToolsActivePort"
-    async with asyncio.timeout(START_TIMEOUT):
-        while True:
-            with contextlib.suppress(OSError, ValueError):
-                lines = path.read_text().splitlines()
-                if len(lines) >= 2:
-                    return int(lines[0])
-            assert process.poll() is None, "Chromium exited at start"
-            await asyncio.sleep(0.02)
 
 
 def digest(pixels: np.ndarray) -> str:

@@ -74,7 +74,7 @@ async def kiosk() -> AsyncIterator[Kiosk]:
         argv = [find_chromium(), *CHROMIUM_FLAGS, f"--window-size={WIDTH},{HEIGHT}",
                 f"--user-data-dir={profile}", "about:blank"]
         program = display.spawn(argv, name="chromium", env={"TMPDIR": str(profile / "tmp")})
-        port = await _devtools_port(profile, program.process)
+        port = await devtools_port(profile, program.process)
         cdp = await CDPClient.connect(port)
         screen = VNCClient(display.address, encoding="raw", name="test display")
         try:
@@ -91,7 +91,7 @@ async def kiosk() -> AsyncIterator[Kiosk]:
     assert not [pid for pid in pids if alive(pid)], "Xvnc or Chromium left running"
 
 
-async def _devtools_port(profile: Path, process: subprocess.Popen[bytes]) -> int:
+async def devtools_port(profile: Path, process: subprocess.Popen[bytes]) -> int:
     path = profile / "DevToolsActivePort"
     async with asyncio.timeout(START_TIMEOUT):
         while True:
