@@ -59,8 +59,9 @@ CLIENT_TARGET: Final = 1.3
 STEPS_TARGET: Final = 58.0
 #: (c) remotes per run.
 COUNTS: Final = quick((32, 48, 64), (4,))
-#: (a) games of the process measured beside the one-game remote (serve --games).
-SHARED_GAMES: Final = 16
+#: (a) games of the process measured beside the one-game remote (serve --games):
+#: start_local's default past 8 remotes (remotes.local.DEFAULT_GAMES).
+SHARED_GAMES: Final = 8
 #: (a) seconds the agent steps while the remote's CPU is read, after a warm-up.
 REMOTE_SECONDS: Final = quick(8.0, 1.0)
 WARMUP_SECONDS: Final = quick(1.0, 0.5)

@@ -58,8 +58,11 @@ STOP_TIMEOUT: Final = 5.0
 MAX_GAMES_PER_PROCESS: Final = 64
 #: Up to this many remotes, each gets a process of its own by default.
 SEPARATE_UNTIL: Final = 8
-#: Beyond SEPARATE_UNTIL, games per process by default (at most).
-DEFAULT_GAMES: Final = 16
+#: Beyond SEPARATE_UNTIL, games per process by default (at most). Measured (issue 28,
+#: benchmarks/density.py, quiet machine): 16 cost less CPU per frame (0.13 ms against 0.165
+#: at 8, 0.70 at 1) but a process's 16 updates reach the agent in one burst, and action ->
+#: pixel latency at n = 32 was p99 20.0-21.7 ms against 18.6-19.7 at 8 (target 20).
+DEFAULT_GAMES: Final = 8
 
 T = TypeVar("T")
 
