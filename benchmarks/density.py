@@ -320,7 +320,8 @@ def measure_latency(n: int) -> dict[str, Any]:
         driver = threading.Thread(target=drive, name="density-driver")
         driver.start()
         try:
-            timings, whose, discarded = shared_loop().run(_taps(ports, LATENCY_SAMPLES), 600)
+            with Window([p.pid for p in local.processes]) as window:
+                timings, whose, discarded = shared_loop().run(_taps(ports, LATENCY_SAMPLES), 600)
         finally:
             stop.set()
             driver.join()
@@ -333,7 +334,7 @@ def measure_latency(n: int) -> dict[str, Any]:
         "p50": float(np.percentile(values, 50)), "p90": float(np.percentile(values, 90)),
         "p99": float(np.percentile(values, 99)), "max": float(values.max()),
         "p99_late_half": float(np.percentile(late_half, 99)) if late_half.size else float("nan"),
-        "steps_per_s": stepped.get("steps_per_s", 0.0),
+        "steps_per_s": stepped.get("steps_per_s", 0.0), "others": window.others_cores,
     }
 
 
@@ -347,9 +348,9 @@ def print_latency(results: list[dict[str, Any]]) -> None:
         rows.append([f"{r['n']}", f"{r['k']}", f"{r['p50']:.1f}", f"{r['p90']:.1f}",
                      f"{r['p99']:.1f} ({met} <= {LATENCY_TARGET_MS:g})", f"{r['max']:.1f}",
                      f"{r['p99_late_half']:.1f}", f"{r['steps_per_s']:.1f}",
-                     f"{r['samples']} ({r['discarded']} discarded)"])
+                     f"{r['samples']} ({r['discarded']} discarded)", f"{r['others']:.2f}"])
     table(["n", "games per process", "p50", "p90", "p99", "max",
-           "p99, 2nd half of tick order", "env steps/s", "taps"], rows)
+           "p99, 2nd half of tick order", "env steps/s", "taps", "other procs' cores"], rows)
 
 
 # soak ------------------------------------------------------------------------------------------
