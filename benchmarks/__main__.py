@@ -56,8 +56,8 @@ EXPECTED: Final[dict[str, tuple[float, float]]] = {
     "recording": (111, 19),
     "openenv_port": (82, 24),
     "page_structure": (109, 6),
-    "browser_oracle": (400, 135),
-    "density": (300, 60),  # its helper's runs, alone, 17:00-17:40  # measured alone at 17:00 (its helper's two runs)
+    "browser_oracle": (400, 135),  # measured alone at 17:00 (its helper's two runs)
+    "density": (300, 60),  # its helper's runs, alone, 17:00-17:40
     "ray_remotes": (50, 26),
     "multiagent": (5, 2),
 }
