@@ -43,7 +43,7 @@ from typing import Final
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from benchmarks.common import quick, ratio, table  # noqa: E402
+from benchmarks.common import quick, ratio, schedstat_cpu, table  # noqa: E402
 
 #: The commit whose browser and desktop remotes Xvnc served directly.
 PEER_COMMIT: Final = "9046297"
@@ -136,16 +136,6 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def _cpu(pids: list[int]) -> float:
-    """CPU seconds the threads of ``pids`` ran (the scheduler's nanoseconds)."""
-    total = 0
-    for pid in pids:
-        for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                total += int(Path(path).read_text().split()[0])
-    return total / 1e9
-
-
 async def _cpu_per_frame(env_id: str, pid: int, port: int) -> float:
     """Milliseconds of CPU per frame of the whole remote while a viewer watches and the
     pointer moves every frame."""
@@ -163,9 +153,9 @@ async def _cpu_per_frame(env_id: str, pid: int, port: int) -> float:
 
         await wiggle(WARMUP)
         pids = _tree(pid)
-        cpu0, wall0 = _cpu(pids), time.monotonic()
+        cpu0, wall0 = schedstat_cpu(*pids), time.monotonic()
         await wiggle(SECONDS)
-        cpu, wall = _cpu(pids) - cpu0, time.monotonic() - wall0
+        cpu, wall = schedstat_cpu(*pids) - cpu0, time.monotonic() - wall0
     return 1e3 * cpu / (wall * FPS)
 
 

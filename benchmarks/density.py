@@ -34,7 +34,6 @@ drift +-30 % between runs.
 from __future__ import annotations
 
 import asyncio
-import glob
 import os
 import random
 import sys
@@ -48,7 +47,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import machine_ticks, quick, table  # noqa: E402
+from benchmarks.common import machine_ticks, quick, schedstat_cpu, table  # noqa: E402
 
 ENV_ID: Final = "builtin.Catch-v0"
 FPS: Final = 60.0
@@ -77,18 +76,6 @@ SOAK_SECONDS: Final = 600.0
 SOAK_SAMPLE_SECONDS: Final = 60.0
 #: Seconds remotes have to start (128 of them on a busy 2-core machine).
 START_TIMEOUT: Final = 120.0
-
-
-def schedstat_cpu(pid: int) -> float:
-    """CPU seconds all threads of ``pid`` ran (the scheduler's nanoseconds); 0 if gone."""
-    total = 0
-    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-        try:
-            with open(path, "rb") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total / 1e9
 
 
 def rss_mb(pid: int) -> float:

@@ -49,8 +49,13 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import quick, ratio, table  # noqa: E402
-from benchmarks.realtime_cpu import _PIXEL_FORMAT, _recv_exact, _schedstat_cpu  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    quick,
+    ratio,
+    schedstat_cpu,  # noqa: E402
+    table,
+)
+from benchmarks.realtime_cpu import _PIXEL_FORMAT, _recv_exact  # noqa: E402
 
 SIZES: Final = quick(((640, 480), (1024, 768)), ((640, 480),))
 SCENES: Final = ("static", "sprite", "full")
@@ -417,9 +422,9 @@ class Bench:
         capture = self._open(path)
         capture.run(time.perf_counter() + WARMUP_SECONDS, lambda: None)
         capture.stages = stages = [0.0, 0.0]
-        cpu0, xvnc0 = time.process_time(), _schedstat_cpu(self.xvnc)
+        cpu0, xvnc0 = time.process_time(), schedstat_cpu(self.xvnc)
         frames = capture.run(time.perf_counter() + MEASURE_SECONDS, lambda: None)
-        cpu, xvnc = time.process_time() - cpu0, _schedstat_cpu(self.xvnc) - xvnc0
+        cpu, xvnc = time.process_time() - cpu0, schedstat_cpu(self.xvnc) - xvnc0
         if isinstance(capture, _Mss):
             self.mss_status = "; ".join(capture.sct.performance_status)
         capture.close()

@@ -31,7 +31,6 @@ a b`` runs some.
 from __future__ import annotations
 
 import asyncio
-import glob
 import multiprocessing
 import os
 import socket
@@ -47,7 +46,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import quick, ratio, table  # noqa: E402
+from benchmarks.common import quick, ratio, schedstat_cpu, table  # noqa: E402
 
 ENV_ID: Final = "builtin.Catch-v0"
 FPS: Final = 60.0
@@ -78,18 +77,6 @@ SPRITE: Final = 16
 _PIXEL_FORMAT: Final = struct.pack("!BBBBHHHBBB3x", 32, 24, 0, 1, 255, 255, 255, 0, 8, 16)
 
 
-def _schedstat_cpu(pid: int) -> float:
-    """CPU seconds all threads of ``pid`` ran (the scheduler's nanoseconds); 0 if gone."""
-    total = 0
-    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-        try:
-            with open(path, "rb") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total / 1e9
-
-
 # (a) The remote's CPU per frame ------------------------------------------------------------
 
 
@@ -109,14 +96,14 @@ def measure_remote() -> dict[str, float]:
             while time.perf_counter() < warm_until:
                 env.step(env.action_space.sample())
             _, _, _, _, info = env.step(env.action_space.sample())
-            first, cpu0, agent0 = info["frame"], _schedstat_cpu(pid), time.process_time()
+            first, cpu0, agent0 = info["frame"], schedstat_cpu(pid), time.process_time()
             wall0 = time.perf_counter()
             steps = 0
             while time.perf_counter() - wall0 < REMOTE_SECONDS:
                 _, _, _, _, info = env.step(env.action_space.sample())
                 steps += 1
             frames = info["frame"] - first
-            cpu, agent = _schedstat_cpu(pid) - cpu0, time.process_time() - agent0
+            cpu, agent = schedstat_cpu(pid) - cpu0, time.process_time() - agent0
             wall = time.perf_counter() - wall0
         finally:
             env.close()

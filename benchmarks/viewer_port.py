@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import glob
 import json
 import os
 import random
@@ -86,6 +85,7 @@ from benchmarks.common import (
     machine_ticks as _machine_ticks,
     quick,  # noqa: E402
     ratio as _ratio,
+    schedstat_cpu,
     table as _table,
 )
 from rewarder import connections, protocol  # noqa: E402
@@ -154,17 +154,6 @@ RAW_SCENARIOS: Final = (DIRECT, BRIDGE, TCP_BRIDGE)
 
 
 # /proc readings ------------------------------------------------------------------------
-
-
-def _task_cpu(pid: int) -> float:
-    """Seconds on CPU of all of process ``pid``'s threads (schedstat: ns, not 10 ms ticks)."""
-    total = 0
-    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-        with contextlib.suppress(OSError), open(path, "rb") as f:
-            total += int(f.read().split()[0])
-    return total / 1e9
-
-
 
 
 def _busy_since(start: tuple[int, int]) -> float:
@@ -312,9 +301,9 @@ async def _pings(port: int) -> dict[str, float]:
 
 async def _agent_measures(pid: int, port: int, pings: bool = True) -> dict[str, float]:
     frame0, t0, fps = await _frame_counter(port)
-    cpu0, w0 = _task_cpu(pid), time.perf_counter()
+    cpu0, w0 = schedstat_cpu(pid), time.perf_counter()
     await asyncio.sleep(CPU_SECONDS)
-    cpu = (_task_cpu(pid) - cpu0) / (time.perf_counter() - w0)
+    cpu = (schedstat_cpu(pid) - cpu0) / (time.perf_counter() - w0)
     rtts = await _pings(port) if pings else {}
     frame1, t1, _ = await _frame_counter(port)
     return {"cpu": cpu, "fps": (frame1 - frame0) / (t1 - t0), "fps_limit": fps, **rtts}
