@@ -165,6 +165,32 @@ class _Gauge(NamedTuple):
         return self.show(fb, lit, count)
 
 
+def _draw_hud(
+    fb: np.ndarray, damage: Damage, gauges: tuple[_Gauge, _Gauge, _Gauge, _Gauge],
+    base: np.ndarray, lit: np.ndarray, values: tuple[int, ...], last: tuple[Any, ...] | None,
+) -> None:
+    """A game's HUD — lives, a count over two rows of pips, time left (``values``): all
+    of it on a fresh ``base`` frame when nothing was drawn (``last`` None), else only the
+    gauges whose value changed since ``last``, as damage."""
+    lives_gauge, count_gauge, more_gauge, time_gauge = gauges
+    lives, count, time_left = values
+    if last is None:
+        np.copyto(fb, base)
+        damage.everything()
+        lives_gauge.show(fb, lit, lives)
+        shown = count_gauge.show(fb, lit, count)
+        more_gauge.show(fb, lit, count - shown)
+        time_gauge.show(fb, lit, time_left)
+        return
+    if lives != last[0]:
+        lives_gauge.redraw(fb, base, lit, lives, damage)
+    if count != last[1]:
+        shown = count_gauge.redraw(fb, base, lit, count, damage)
+        more_gauge.redraw(fb, base, lit, count - shown, damage)
+    if time_left != last[2]:
+        time_gauge.redraw(fb, base, lit, time_left, damage)
+
+
 def _canvas(width: int, height: int, colour: Colour) -> np.ndarray:
     frame = np.empty((height, width, 3), dtype=np.uint8)
     frame[:] = colour
@@ -392,23 +418,11 @@ class Catch(_Game):
         )
         paddle = (self.paddle_x, CATCH_PADDLE_Y, CATCH_PADDLE_WIDTH, CATCH_PADDLE_HEIGHT)
         drawn = (lives, self.catches, time_left, ball, paddle)
-        if last is None:
-            np.copyto(fb, _CATCH_BASE)
-            damage.everything()
-            _CATCH_LIVES.show(fb, _CATCH_LIT, lives)
-            shown = _CATCH_CATCHES[0].show(fb, _CATCH_LIT, self.catches)
-            _CATCH_CATCHES[1].show(fb, _CATCH_LIT, self.catches - shown)
-            _CATCH_TIME.show(fb, _CATCH_LIT, time_left)
-        elif drawn == last:
+        if drawn == last:
             return
-        else:
-            if lives != last[0]:
-                _CATCH_LIVES.redraw(fb, _CATCH_BASE, _CATCH_LIT, lives, damage)
-            if self.catches != last[1]:
-                shown = _CATCH_CATCHES[0].redraw(fb, _CATCH_BASE, _CATCH_LIT, self.catches, damage)
-                _CATCH_CATCHES[1].redraw(fb, _CATCH_BASE, _CATCH_LIT, self.catches - shown, damage)
-            if time_left != last[2]:
-                _CATCH_TIME.redraw(fb, _CATCH_BASE, _CATCH_LIT, time_left, damage)
+        _draw_hud(fb, damage, (_CATCH_LIVES, *_CATCH_CATCHES, _CATCH_TIME), _CATCH_BASE,
+                  _CATCH_LIT, drawn[:3], last)
+        if last is not None:
             if ball == last[3] and paddle == last[4]:
                 self._drawn = drawn
                 return
@@ -545,23 +559,11 @@ class ClickTarget(_Game):
         lives = self.max_misses - self.misses
         time_left = round(CLICK_WIDTH * (1 - self.target_age / CLICK_TARGET_FRAMES))
         drawn = (lives, self.hits, time_left, self.target)
-        if last is None:
-            np.copyto(fb, _CLICK_BASE)
-            damage.everything()
-            _CLICK_LIVES.show(fb, _CLICK_LIT, lives)
-            shown = _CLICK_HITS[0].show(fb, _CLICK_LIT, self.hits)
-            _CLICK_HITS[1].show(fb, _CLICK_LIT, self.hits - shown)
-            _CLICK_TIME.show(fb, _CLICK_LIT, time_left)
-        elif drawn == last:
+        if drawn == last:
             return
-        else:
-            if lives != last[0]:
-                _CLICK_LIVES.redraw(fb, _CLICK_BASE, _CLICK_LIT, lives, damage)
-            if self.hits != last[1]:
-                shown = _CLICK_HITS[0].redraw(fb, _CLICK_BASE, _CLICK_LIT, self.hits, damage)
-                _CLICK_HITS[1].redraw(fb, _CLICK_BASE, _CLICK_LIT, self.hits - shown, damage)
-            if time_left != last[2]:
-                _CLICK_TIME.redraw(fb, _CLICK_BASE, _CLICK_LIT, time_left, damage)
+        _draw_hud(fb, damage, (_CLICK_LIVES, *_CLICK_HITS, _CLICK_TIME), _CLICK_BASE,
+                  _CLICK_LIT, drawn[:3], last)
+        if last is not None:
             if self.target == last[3]:
                 self._drawn = drawn
                 return
