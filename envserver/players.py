@@ -134,8 +134,8 @@ class Game(Protocol):
         """One lockstep step of the requester (:data:`rewarder.server.PLAYER`) with
         ``others``' requests (player -> request) applied in the same frames."""
 
-    async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
-        """One reset; ``reply(new episode id)`` before it goes running."""
+    async def reset(self, request: protocol.ResetRequest, reply: Callable[..., None]) -> None:
+        """One reset; ``reply(new episode id, body)`` before it goes running."""
 
 
 @dataclasses.dataclass
@@ -220,13 +220,13 @@ class Seats:
         reply: Reply = await self._join("step", request, self._run_step)
         return reply
 
-    async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
+    async def reset(self, request: protocol.ResetRequest, reply: Callable[..., None]) -> None:
         """The requester's reset: at once, or its share of a joint reset (the world resets
         once every seated player asked; each is answered with the new episode id)."""
         if not self.joint(request):
             return await self.game.reset(request, reply)
-        episode: int = await self._join("reset", request, self._run_reset)
-        reply(episode)
+        episode, body = await self._join("reset", request, self._run_reset)
+        reply(episode, body)
 
     def left(self, player: int) -> None:
         """``player``'s agent left: a round waiting for it would wait in vain."""
@@ -342,7 +342,9 @@ class Seats:
             replies[player] = (episode, own)
         return replies
 
-    async def _run_reset(self, requests: dict[int, protocol.ResetRequest]) -> dict[int, int]:
+    async def _run_reset(
+        self, requests: dict[int, protocol.ResetRequest]
+    ) -> dict[int, tuple[int, dict[str, Any] | None]]:
         """Every seated player asked for a reset: reset once, with each field the lowest
         player gave (its seed, env, mode, fps), past every player's episode id."""
         merged: dict[str, Any] = {}
@@ -352,13 +354,15 @@ class Seats:
                     merged[field] = getattr(request, field)
         episodes = [r.episode_id for r in requests.values() if r.episode_id is not None]
         first = requests[min(requests)]
+        if any(r.obs == protocol.OBS_SHM for r in requests.values()):  # one asking is enough
+            merged["obs"] = protocol.OBS_SHM
         request = dataclasses.replace(
             first, episode_id=max(episodes) if episodes else None, **merged
         )
-        got: list[int] = []
+        got: list[tuple[int, dict[str, Any] | None]] = []
         token = PLAYER.set(min(requests))
         try:
-            await self.game.reset(request, got.append)
+            await self.game.reset(request, lambda episode, body=None: got.append((episode, body)))
         finally:
             PLAYER.reset(token)
         return {player: got[0] for player in requests}

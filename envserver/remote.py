@@ -387,9 +387,11 @@ class Remote:
             **self.runtime.describe(),
         }
 
-    async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
-        """A new episode (of another env, mode or fps if asked); ``reply(its id)`` before
-        the remote goes running. The front ends call it through :attr:`seats`."""
+    async def reset(self, request: protocol.ResetRequest, reply: Callable[..., None]) -> None:
+        """A new episode (of another env, mode or fps if asked); ``reply(its id, body)``
+        before the remote goes running (``body``: its first frame's number and, for
+        ``obs="shm"`` in lockstep, the segment holding that frame). The front ends call it
+        through :attr:`seats`."""
         mid = request.message_id
         await self._settle(mid)
         factory = check_reset(self.runtime, request)
@@ -405,7 +407,13 @@ class Remote:
                 self.set_fps(request.fps)
             self.episode_id = max(self.episode_id, request.episode_id or 0)
             await self._begin_episode(request.seed)
-            reply(self.episode_id)
+            body: dict[str, Any] = {"frame": self.frame}
+            if request.obs == protocol.OBS_SHM and self.mode == protocol.LOCKSTEP:
+                progress.what = "reset (handing its frame over)"
+                body["shm"] = self.lockstep_frames.deliver(
+                    request.obs, self.runtime.framebuffer, self.frame, self.episode_id, mid
+                )
+            reply(self.episode_id, body)
             self._fire(Event.RESET_DONE)
         except BaseException as exc:
             raise self._under_way_failed(progress, exc, mid)  # noqa: B904 (its cause is set)
@@ -932,7 +940,7 @@ class RewarderFront:
     def describe(self) -> dict[str, Any]:
         return self.remote.describe()
 
-    async def reset(self, request: protocol.ResetRequest, reply: Callable[[int], None]) -> None:
+    async def reset(self, request: protocol.ResetRequest, reply: Callable[..., None]) -> None:
         remote = self.remote
         if request.mode is None and remote.mode == protocol.LOCKSTEP:
             self.notes.log(

@@ -128,9 +128,12 @@ class ServerConnection:
     def observation(self, episode_id: int, observation: Any) -> bytes:
         return self.send(ENV_OBSERVATION, {"observation": observation}, episode_id=str(episode_id))
 
-    def reply_reset(self, parent: Any, episode_id: int, runtime: float) -> bytes:
+    def reply_reset(
+        self, parent: Any, episode_id: int, runtime: float, body: Mapping[str, Any] | None = None
+    ) -> bytes:
+        """``body``: the first frame's number and, for ``obs="shm"``, where it is."""
         return self.send(
-            REPLY_RESET, {}, parent_message_id=parent, parent_runtime=runtime,
+            REPLY_RESET, body or {}, parent_message_id=parent, parent_runtime=runtime,
             episode_id=str(episode_id),
         )
 
@@ -181,14 +184,18 @@ class ClientConnection:
         seed: int | None = None,
         fps: float | None = None,
         mode: str | None = None,
+        obs: str = OBS_VNC,
     ) -> tuple[int, bytes]:
         """``mode`` None keeps the server's: the mode its last describe named, said out
         loud, since a reset without one asks our servers for real time (Universe's world);
-        servers that describe no mode (Universe's) get none."""
+        servers that describe no mode (Universe's) get none. ``obs="shm"``: the first
+        frame into shared memory, as a step's."""
         body: dict[str, Any] = {"env_id": env_id, "seed": seed, "fps": fps}
         mode = mode or self.described_mode
         if mode is not None:  # only when known: Universe servers know no mode
             body["mode"] = mode
+        if obs != OBS_VNC:  # only when asked: servers before the extension know no obs
+            body["obs"] = obs
         return self._request(RESET, body, episode_id=str(episode_id))
 
     def step(

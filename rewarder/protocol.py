@@ -198,6 +198,9 @@ class ResetRequest:
     seed: int | None = None
     fps: float | None = None
     mode: str | None = None
+    #: How the new episode's first frame reaches the agent (our extension, as a step's
+    #: ``obs``): ``"shm"`` puts it in the shared-memory segment the reply names.
+    obs: str = "vnc"
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +312,15 @@ def _parse_reset(message_id: Any, sent_at: float, msg: Message) -> ResetRequest:
     mode = body.get("mode")
     if mode is not None and mode not in MODES:
         raise ValueError(f"mode must be {' or '.join(map(repr, MODES))} or null, not {mode!r}")
-    return ResetRequest(message_id, sent_at, episode_id, env_id, seed, fps, mode)
+    return ResetRequest(message_id, sent_at, episode_id, env_id, seed, fps, mode, _obs(body))
+
+
+def _obs(body: dict[str, Any]) -> str:
+    """A reset's or a step's ``obs``: how its frame reaches the agent."""
+    obs = body.get("obs", OBS_VNC)
+    if obs not in OBS_TRANSPORTS:
+        raise ValueError(f"obs must be one of {list(OBS_TRANSPORTS)}, not {obs!r}")
+    return obs
 
 
 def _parse_ping(message_id: Any, sent_at: float, msg: Message) -> PingRequest:
@@ -363,11 +374,8 @@ def _parse_step(message_id: Any, sent_at: float, msg: Message) -> StepRequest:
     frames = msg.body.get("frames", 1)
     if isinstance(frames, bool) or not isinstance(frames, int) or not 1 <= frames <= MAX_STEP_FRAMES:
         raise ValueError(f"frames must be an integer in 1..{MAX_STEP_FRAMES}, not {frames!r}")
-    obs = msg.body.get("obs", OBS_VNC)
-    if obs not in OBS_TRANSPORTS:
-        raise ValueError(f"obs must be one of {list(OBS_TRANSPORTS)}, not {obs!r}")
     return StepRequest(
-        message_id, sent_at, episode_id, _parse_events(msg.body), frames, obs,
+        message_id, sent_at, episode_id, _parse_events(msg.body), frames, _obs(msg.body),
         _action_string(msg.body),
     )
 
@@ -449,6 +457,11 @@ class ResetReply:
     episode_id: int
     sent_at: float
     runtime: float
+    #: The new episode's first frame number and, when the reset asked for ``obs="shm"``,
+    #: ``(name, height, width)`` of the segment holding it (None from servers that
+    #: send neither: Universe's, ours before the extension).
+    frame: int | None = None
+    shm: tuple[str, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,7 +570,23 @@ def _read_observation(msg: Message, sent_at: float) -> Observation:
 
 
 def _read_reset_reply(msg: Message, sent_at: float) -> ResetReply:
-    return ResetReply(_parent(msg), _header_episode(msg), sent_at, _runtime(msg))
+    frame = msg.body.get("frame")
+    if frame is not None and (isinstance(frame, bool) or not isinstance(frame, int)):
+        raise ValueError(f"reset reply's frame must be an integer, got {frame!r}")
+    return ResetReply(
+        _parent(msg), _header_episode(msg), sent_at, _runtime(msg), frame,
+        _read_shm(msg.body.get("shm"), "reset"),
+    )
+
+
+def _read_shm(shm: Any, what: str) -> tuple[str, int, int] | None:
+    """A reply's ``shm``: ``[name, height, width]`` of the segment holding its frame."""
+    if shm is None:
+        return None
+    if not (isinstance(shm, list) and len(shm) == 3 and isinstance(shm[0], str)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in shm[1:])):
+        raise ValueError(f"{what} reply's shm must be [name, height, width], got {shm!r}")
+    return (shm[0], shm[1], shm[2])
 
 
 def _read_ping_reply(msg: Message, sent_at: float) -> PingReply:
@@ -571,12 +600,7 @@ def _read_step_reply(msg: Message, sent_at: float) -> StepReply:
         raise ValueError(f"step reply needs a numeric reward, boolean done, info object: {b!r}")
     if isinstance(frame, bool) or not isinstance(frame, int):
         raise ValueError(f"step reply needs an integer frame, got {frame!r}")
-    shm = b.get("shm")
-    if shm is not None:
-        if not (isinstance(shm, list) and len(shm) == 3 and isinstance(shm[0], str)
-                and all(isinstance(v, int) and not isinstance(v, bool) for v in shm[1:])):
-            raise ValueError(f"step reply's shm must be [name, height, width], got {shm!r}")
-        shm = (shm[0], shm[1], shm[2])
+    shm = _read_shm(b.get("shm"), "step")
     return StepReply(
         _parent(msg), _header_episode(msg), float(reward), done, info, frame, sent_at,
         _runtime(msg), shm,

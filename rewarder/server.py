@@ -89,9 +89,10 @@ class EnvHandler(Protocol):
         """The current ``v0.env.describe`` body: env_id, env_state, fps and extensions."""
 
     async def reset(
-        self, request: protocol.ResetRequest, reply: Callable[[int], None]
+        self, request: protocol.ResetRequest, reply: Callable[..., None]
     ) -> None:
-        """Reset past ``request.episode_id``; call ``reply(new_id)`` before going running.
+        """Reset past ``request.episode_id``; call ``reply(new_id, body=None)`` before going
+        running (``body``: the first frame's number and, for ``obs="shm"``, its segment).
 
         Raise :class:`BadRequest` (for example for an unknown env id) to refuse.
         """
@@ -523,9 +524,9 @@ class RewarderServer:
                 client.send(client.proto.reply_step(parent, episode_id, body, runtime))
             elif isinstance(request, protocol.ResetRequest):
 
-                def reply(episode_id: int) -> None:
+                def reply(episode_id: int, body: dict[str, Any] | None = None) -> None:
                     runtime = time.perf_counter() - started
-                    client.send(client.proto.reply_reset(parent, episode_id, runtime))
+                    client.send(client.proto.reply_reset(parent, episode_id, runtime, body))
 
                 await self.handler.reset(request, reply)
         except BadRequest as exc:

@@ -174,7 +174,7 @@ class Session:
                 env_id=params.env_id, seed=params.seed, mode=params.mode,
             )
             try:
-                await self.remote.seats.reset(request, episode.append)
+                await self.remote.seats.reset(request, lambda new, body=None: episode.append(new))
             except BadRequest as exc:
                 raise Refusal(Code.EXECUTION_ERROR, exc.message) from None
             except ValueError as exc:  # a seat check of the barrier

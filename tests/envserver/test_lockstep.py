@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
+import numpy as np
 import pytest
 
+from rewarder import shm
 from rewarder.blocking import BlockingRewarder
 from rewarder.client import RewarderClient
 from rewarder.errors import RemoteError
@@ -151,3 +153,26 @@ async def test_a_reset_without_mode_gives_universes_client_real_time_and_ours_ke
     finally:
         await universe.close()
     assert "switching builtin.Catch-v0 to real time" in caplog.text
+
+
+async def test_a_lockstep_reset_can_hand_its_first_frame_over_through_shared_memory(
+    start_remote: StartRemote,
+) -> None:
+    """``obs="shm"`` on a reset puts the new episode's first frame in the segment its reply
+    names, as a step's reply does; without it the reply still says which frame it is."""
+    remote = await start_remote("builtin.Catch-v0", mode="lockstep")
+    client = await WireClient.open(remote.rewarder.port)
+    try:
+        plain = await client.reset(seed=3, mode="lockstep")
+        assert plain["body"]["frame"] == remote.frame and "shm" not in plain["body"]
+        reply = await client.reset(str(remote.episode_id), seed=3, mode="lockstep", obs="shm")
+    finally:
+        await client.close()
+    body = reply["body"]
+    assert body["frame"] == remote.frame
+    name, height, width = body["shm"]
+    seen = np.empty((height, width, 3), np.uint8)
+    with shm.FrameReader(name, height, width) as reader:
+        frame, episode = reader.read_into(seen)
+    assert (frame, episode) == (remote.frame, remote.episode_id)
+    assert np.array_equal(seen, remote.runtime.framebuffer)
