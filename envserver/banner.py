@@ -10,13 +10,15 @@ note that the ports the host publishes are the ones to use.
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from rewarder.tls import CA_ENV
+
+if TYPE_CHECKING:
+    from .config import ServeConfig
 
 #: Binds that mean "every interface": nobody can connect to them as written.
 WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::", "[::]"})
@@ -76,18 +78,18 @@ def _first_line(remote: Any, tls: bool) -> str:
             f"({runtime.env_id}, {size}): episodes {listed}{more}; --episode K plays one{with_tls}")
 
 
-def _players(args: argparse.Namespace, remote: Any) -> list[str]:
+def _players(config: ServeConfig, remote: Any) -> list[str]:
     """Who holds which seat of a multi-player remote, and how each joins."""
     players = int(getattr(remote.runtime, "players", 1) or 1)
     if players < 2:
         return []
-    seated = dict(getattr(args, "player_password", None) or [])
+    seated = dict(config.player_passwords)
     lines = [f"  players   {players} seats; agents: RemoteParallelEnv(address), or the header "
              "openai-player: N (docs/multiagent.md)"]
     for player in range(players):
         if player == 0:
             how = ("VNC viewers with --password, agents without openai-player"
-                   if args.password else "VNC viewers (no password), agents without openai-player")
+                   if config.password else "VNC viewers (no password), agents without openai-player")
         elif player in seated:
             how = (f"VNC viewers with the password of --player-password {player}=..., agents "
                    f"with openai-player: {player}")
@@ -98,16 +100,16 @@ def _players(args: argparse.Namespace, remote: Any) -> list[str]:
     return lines
 
 
-def banner(args: argparse.Namespace, remote: Any, openenv: Any = None, note: str | None = None) -> str:
+def banner(config: ServeConfig, remote: Any, openenv: Any = None, note: str | None = None) -> str:
     """The banner (module docstring); ``note``: why the ports are not the ones asked for."""
     tls = remote.tls is not None
-    host, elsewhere = connect_hosts(args.host)
+    host, elsewhere = connect_hosts(config.host)
     rewarder_port, vnc_port = remote.rewarder.port, remote.vnc_port
-    secret = "?password=<password>" if args.password else ""
+    secret = "?password=<password>" if config.password else ""
     display = vnc_port - 5900 if 5900 <= vnc_port < 6000 else None
     target = f"{host}:{display}" if display is not None else f"{host}::{vnc_port}"
     if tls:  # TigerVNC's names for VeNCrypt with X.509 certificates
-        kind = "X509Vnc" if args.password else "X509None"
+        kind = "X509Vnc" if config.password else "X509None"
         watch = f"vncviewer -SecurityTypes {kind} -X509CA CA.pem {target}"
     else:
         watch = f"vncviewer {target}"
@@ -128,20 +130,20 @@ def banner(args: argparse.Namespace, remote: Any, openenv: Any = None, note: str
     if openenv is not None:
         lines.append(f"  openenv   {'https' if tls else 'http'}://{host}:{openenv.port}   "
                      "(OpenEnv HTTP + /ws: GenericEnvClient(base_url=...); docs/openenv.md)")
-    lines += _players(args, remote)
-    record = getattr(args, "record", None)
+    lines += _players(config, remote)
+    record = config.record
     if record is not None:
         where = Path(record).resolve()
         lines.append(f"  recording every episode to {where}/ (replay: universe-remote replay {record}; "
                      "the property 'recording' 1/0 pauses it)")
     lines.append(f"  agent address  vnc{'+tls' if tls else ''}://{host}:{vnc_port}+{rewarder_port}{secret}")
-    if args.host in WILDCARD_HOSTS:
+    if config.host in WILDCARD_HOSTS:
         if in_container():
             lines.append(f"  in a container: from outside, connect to the ports the host publishes "
                          f"(docker run -p 127.0.0.1:{vnc_port}:{vnc_port} -p 127.0.0.1:"
                          f"{rewarder_port}:{rewarder_port} ...), at the host's address")
         elif elsewhere:
-            lines.append(f"  listening on every interface ({args.host or '0.0.0.0'}): from other "
+            lines.append(f"  listening on every interface ({config.host or '0.0.0.0'}): from other "
                          f"machines use {' or '.join(elsewhere)} in place of {host}")
     if note:
         lines.append(f"  ({note})")

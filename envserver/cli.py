@@ -1,8 +1,12 @@
-"""The remote's commands: ``serve`` (run an environment on its two ports), ``health``
-(is a remote answering?) and ``list`` (the environment ids this install serves).
+"""The remote's commands: ``serve`` (run an environment on its two ports), ``replay``
+(serve a recording), ``health`` (is a remote answering?) and ``list`` (the environment ids
+this install serves).
 
-Heavy imports (the runtimes, the servers) happen inside the commands, so building the
-parser costs nothing.
+This module only parses: ``serve`` and ``replay`` become one frozen
+:class:`~envserver.config.ServeConfig` (:func:`serve_config`), checked
+(:meth:`ServeConfig.refusal <envserver.config.ServeConfig.refusal>`) and handed to
+:func:`envserver.games.run`, the one serve path. Heavy imports (the runtimes, the
+servers) happen inside the commands, so building the parser costs nothing.
 """
 
 from __future__ import annotations
@@ -11,31 +15,22 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import sys
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from rewarder.auth import PASSWORD_ENV, PASSWORD_FILE_ENV, VIEW_ONLY_PASSWORD_ENV
-from rewarder.protocol import MAX_FPS, MIN_FPS
-from rewarder.tls import (
-    CA_ENV,
-    CERT_ENV,
-    KEY_ENV,
-    TLSSetupError,
-    client_context,
-    pinned_context,
-    server_tls,
-)
-from vncdriver.addresses import is_loopback
+from rewarder.tls import CA_ENV, CERT_ENV, KEY_ENV, TLSSetupError, client_context, pinned_context, server_tls
 
-if TYPE_CHECKING:
-    from rewarder.tls import ServerTLS
+from .config import (
+    DEFAULT_MAX_VIEWERS,
+    EXIT_CANNOT_LISTEN,
+    EXIT_REFUSED,
+    EXIT_RUNTIME_FAILED,
+    ServeConfig,
+)
 
 #: Seconds ``universe-remote health`` waits for the rewarder's describe.
 HEALTH_TIMEOUT: Final = 5.0
-#: Exit status of ``serve`` when its runtime failed past recovery: a supervisor (Docker,
-#: Ray, systemd) restarts it instead of a dead game being served.
-EXIT_RUNTIME_FAILED: Final = 3
 
 log = logging.getLogger("universe-remote")
 
@@ -50,38 +45,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for family, why in sorted(registry.missing.items()):
         print(f"({family}.* not available: {why})", file=sys.stderr)
     return 0
-
-
-def exposure_refusal(host: str, *, password: str | None, tls: bool, insecure: bool) -> str | None:
-    """Why ``serve`` must not start on ``host``, else None (docs/security.md).
-
-    Off loopback, a password is always needed (TLS hides traffic, it does not say who may
-    drive the remote), and so is TLS unless ``insecure`` says the network is private.
-    """
-    if is_loopback(host):
-        return None
-    if not password:
-        return (
-            f"refusing to serve on {host} without a password: anyone who can reach it could "
-            f"control the remote. Pass --password PW or set ${PASSWORD_ENV}, or bind "
-            "--host 127.0.0.1."
-        )
-    if not tls and not insecure:
-        return (
-            f"refusing to serve on {host} in clear: pixels, input, rewards and the password "
-            f"would cross the network unencrypted. Pass --tls-cert CERT --tls-key KEY (or set "
-            f"${CERT_ENV} and ${KEY_ENV}; docs/security.md), or --insecure if only trusted "
-            "machines can reach it (a private network, a container whose ports are published "
-            "on 127.0.0.1)."
-        )
-    return None
-
-
-def _banner(args: argparse.Namespace, remote: Any, openenv: Any = None) -> str:
-    """What ``serve`` prints once it listens (:mod:`envserver.banner`)."""
-    from .banner import banner
-
-    return banner(args, remote, openenv, getattr(args, "ports_note", None))
 
 
 def _runtime_option(text: str) -> tuple[str, Any]:
@@ -105,18 +68,18 @@ def _runtime_option(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def runtime_options(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The runtime's keyword arguments ``serve`` was given: ``--option``s and ``--scale``."""
-    options = dict(getattr(args, "option", None) or [])
-    if args.scale != 1:
-        options["scale"] = args.scale
-    return options or None
-
-
 def _game_ports(text: str) -> list[tuple[int, int]]:
-    from .games import parse_game_ports
-
-    return parse_game_ports(text)
+    """``--game-ports 5900+15900,5901+15901`` -> [(5900, 15900), (5901, 15901)]."""
+    pairs = []
+    for item in text.split(","):
+        vnc, sep, rewarder = item.strip().partition("+")
+        if not sep or not vnc.isdigit() or not rewarder.isdigit():
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: write each game's VNC+REWARDER ports, comma separated "
+                "(5900+15900,5901+15901)"
+            )
+        pairs.append((int(vnc), int(rewarder)))
+    return pairs
 
 
 def _player_password(text: str) -> tuple[int, str]:
@@ -129,155 +92,56 @@ def _player_password(text: str) -> tuple[int, str]:
     return int(player), password
 
 
-async def _serve(args: argparse.Namespace, tls: ServerTLS | None = None) -> int:
-    from rewarder.shm import sweep
-
-    from .remote import Remote
-
-    sweep()  # frame segments of remotes that are gone (killed before they could remove them)
-    remote = Remote(
-        _replay_runtime(args) if args.command == "replay" else args.env_id,
-        fps=args.fps,
+def serve_config(args: argparse.Namespace) -> ServeConfig:
+    """The :class:`~envserver.config.ServeConfig` of a parsed ``serve`` or ``replay``
+    command line: the one place the parser's names meet the server's."""
+    replay = args.command == "replay"
+    return ServeConfig(
+        env_id=None if replay else args.env_id,
+        recording=args.recording if replay else None,
+        episode=args.episode if replay else None,
+        host=args.host,
+        vnc_port=args.vnc_port,
+        rewarder_port=args.rewarder_port,
+        http_port=args.http_port,
+        dm_env_rpc_port=args.dm_env_rpc_port,
+        openenv_port=args.openenv_port,
+        games=args.games,
+        game_ports=tuple(args.game_ports or ()),
         password=args.password,
         view_only_password=args.view_only_password,
+        player_passwords=tuple(args.player_password or ()),
+        control_password=args.control_password,
+        fps=args.fps,
         mode=args.mode,
-        runtime_options=runtime_options(args),
-        allow_origins=args.allow_origin,
+        scale=args.scale,
+        options=tuple(args.option or ()),
         max_viewers=args.max_viewers,
-        tls=tls,
-        player_passwords=dict(getattr(args, "player_password", None) or []),
+        allow_origins=tuple(args.allow_origin),
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        insecure=args.insecure,
+        record=None if replay else args.record,
     )
-    recorder = _recorder(args, remote)
-    try:
-        await remote.start(
-            args.host, args.ports.rewarder, args.ports.vnc, args.ports.http, args.dm_env_rpc_port
-        )
-    except BaseException:
-        if recorder is not None:
-            recorder.close()
-        raise
-    if remote.viewer is not None and getattr(args, "control_password", None):
-        remote.viewer.allow_control(args.control_password)
-    try:
-        openenv = await _start_openenv(args, remote)
-        return await _run(args, remote, openenv)
-    finally:
-        if recorder is not None:
-            recorder.close()
-
-
-async def _start_openenv(args: argparse.Namespace, remote: Any) -> Any:
-    """``serve --openenv-port``: the OpenEnv port on the started remote (None without it);
-    a port that cannot be bound closes the remote and raises."""
-    if getattr(args, "openenv_port", None) is None:
-        return None
-    from .front_ends import start_openenv
-
-    try:
-        return await start_openenv(remote, args.host, args.openenv_port)
-    except BaseException:
-        await remote.close("the remote failed to start")
-        raise
-
-
-def _replay_runtime(args: argparse.Namespace) -> Any:
-    """``replay DIR``: the recording as a runtime (docs/recording.md)."""
-    from runtimes.replay import replay_runtime
-
-    return replay_runtime(args.recording, args.episode)()
-
-
-def _recorder(args: argparse.Namespace, remote: Any) -> Any:
-    """``serve --record DIR``: a recorder attached to ``remote``, or None."""
-    if getattr(args, "record", None) is None:
-        return None
-    from .recorder import Recorder
-
-    recorder = Recorder(args.record)
-    recorder.attach(remote)
-    return recorder
-
-
-async def _run(args: argparse.Namespace, remote: Any, openenv: Any = None) -> int:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    print(_banner(args, remote, openenv), flush=True)
-    stopped = asyncio.ensure_future(stop.wait())
-    waits: list[asyncio.Future[Any]] = [stopped, remote.failed]
-    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    stopped.cancel()
-    if remote.failed.done():
-        log.error("exiting with status %d: %s", EXIT_RUNTIME_FAILED, remote.failed.result())
-        if openenv is not None:
-            await openenv.close(f"the remote failed: {remote.failed.result()}")
-        await remote.close(f"the remote failed: {remote.failed.result()}")
-        return EXIT_RUNTIME_FAILED
-    log.info("shutting down")
-    if openenv is not None:
-        await openenv.close("the remote is shutting down (signal received)")
-    await remote.close("the remote is shutting down (signal received)")
-    return 0
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    if args.fps is not None and not MIN_FPS <= args.fps <= MAX_FPS:
-        print(f"universe-remote: --fps must be in [{MIN_FPS:g}, {MAX_FPS:g}]", file=sys.stderr)
-        return 2
-    if args.password and len(args.password) > 8:
-        log.warning("VNC uses only the first 8 characters of the password")
-    if (args.tls_cert is None) != (args.tls_key is None):
-        given, missing = ("--tls-cert", "--tls-key") if args.tls_key is None else ("--tls-key", "--tls-cert")
-        print(f"universe-remote: {given} needs {missing} too (the certificate and its key)",
-              file=sys.stderr)
-        return 2
-    if getattr(args, "control_password", None) and args.http_port is None:
-        print("universe-remote: --control-password opens the browser viewer with input: add "
-              "--http-port (VNC viewers play with --password or --player-password)", file=sys.stderr)
-        return 2
-    refusal = exposure_refusal(
-        args.host, password=args.password, tls=args.tls_cert is not None, insecure=args.insecure
-    )
+    from . import games
+
+    config = serve_config(args)
+    refusal = config.refusal()
     if refusal is not None:
         print(f"universe-remote: {refusal}", file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
+    if config.password and len(config.password) > 8:
+        log.warning("VNC uses only the first 8 characters of the password")
     try:  # before anything binds: a bad certificate is the operator's to fix
-        tls = server_tls(args.tls_cert, args.tls_key) if args.tls_cert is not None else None
+        cert, key = config.tls_cert, config.tls_key  # both or neither: refusal() checked
+        tls = server_tls(cert, key) if cert is not None and key is not None else None
     except TLSSetupError as exc:
         print(f"universe-remote: {exc}", file=sys.stderr)
-        return 2
-    from runtimes.errors import RuntimeFailure
-
-    from .games import check_games, serve_games, several_games
-    from .ports import busy_port_advice, choose_ports
-
-    trouble = check_games(args)
-    if trouble is not None:
-        print(f"universe-remote: {trouble}", file=sys.stderr)
-        return 2
-
-    try:
-        args.ports = choose_ports(args.host, args.vnc_port, args.rewarder_port, args.http_port)
-    except OSError as exc:
-        print(f"universe-remote: cannot listen on {args.host}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    args.ports_note = args.ports.note
-    try:
-        return asyncio.run(serve_games(args, tls) if several_games(args) else _serve(args, tls))
-    except (RuntimeFailure, ValueError) as exc:  # unknown env, missing program, bad option, bad recording
-        print(f"universe-remote: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # the banner's reader left (`| head`): main() handles it
-        raise
-    except OSError as exc:
-        print(
-            f"universe-remote: cannot listen on {args.host}: {exc.strerror or exc}; "
-            f"{busy_port_advice(args.host, args.ports)}. Other ports: --http-port, "
-            "--dm-env-rpc-port, --openenv-port.",
-            file=sys.stderr,
-        )
-        return 1
+        return EXIT_REFUSED
+    return games.run(config, tls)
 
 
 async def _health(args: argparse.Namespace) -> int:
@@ -329,7 +193,10 @@ def add_commands(sub: Any) -> None:
     serve = sub.add_parser(
         "serve",
         help="run an environment and serve it on the VNC and rewarder ports",
-        description="Run ENV_ID in real time and serve it. Stop with Ctrl-C or SIGTERM.",
+        description="Run ENV_ID in real time and serve it. Stop with Ctrl-C or SIGTERM. Exit "
+        f"status {EXIT_CANNOT_LISTEN}: a port could not be bound; {EXIT_REFUSED}: an option, env "
+        f"or certificate was refused before anything bound; {EXIT_RUNTIME_FAILED}: the runtime "
+        "failed past recovery (every game's, with --games), for a supervisor to restart it.",
     )
     serve.add_argument("env_id", metavar="ENV_ID", help="for example builtin.Catch-v0")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -392,10 +259,10 @@ def add_commands(sub: Any) -> None:
     serve.add_argument(
         "--max-viewers",
         type=int,
-        default=128,  # vncdriver.server.MAX_VIEWERS (not imported: parsing stays cheap)
+        default=DEFAULT_MAX_VIEWERS,
         metavar="N",
         help="VNC viewers served at once (clients that ask for no frame tags); agents have "
-        "slots of their own (default 128)",
+        f"slots of their own (default {DEFAULT_MAX_VIEWERS})",
     )
     serve.add_argument(
         "--allow-origin",

@@ -1,23 +1,27 @@
-"""Several games in one remote process: ``serve ENV --games K``.
+"""The serve path: ``serve ENV`` serves one game, ``serve ENV --games K`` K games in one
+process, both here and the same way (:func:`run`, :func:`serve_games`).
 
-Holds :func:`serve_games`, :func:`game_ports`, :func:`parse_game_ports` and
-:func:`games_banner`. Each game is a whole :class:`~envserver.remote.Remote` — its own
+Holds :func:`run`, :func:`serve_games`, :func:`game_ports` and :func:`games_banner`. It
+reads one frozen :class:`~envserver.config.ServeConfig` (:mod:`envserver.cli` parses the
+command line into it). Each game is a whole :class:`~envserver.remote.Remote` — its own
 ports, runtime, env id (a reset may switch it), seats, episodes, recording (``--record
-DIR`` records game i under ``DIR/game-i``) and fault handling — and all of them share
-the process's event loop and its ticker (:mod:`envserver.ticker`): one wake-up per frame
-serves every game, where K processes would each wake 60 times a second (the cost that
-dominated a small game's frame, issue 28). They share one failed-password throttle too,
-so K games do not give a guesser K times the tries.
+DIR``; with several games, game i under ``DIR/game-i``) and fault handling — and all of
+them share the process's event loop and its ticker (:mod:`envserver.ticker`): one
+wake-up per frame serves every game, where K processes would each wake 60 times a second
+(the cost that dominated a small game's frame, issue 28; ``python -m benchmarks
+density``). They share one failed-password throttle too, so K games do not give a
+guesser K times the tries.
 
 Faults: a runtime error is its game's alone (that game recovers as any remote does);
 a game that fails past ``MAX_RUNTIME_FAILURES`` closes its own ports and the others play
-on; the process exits with :data:`~envserver.cli.EXIT_RUNTIME_FAILED` only when no game
-is left. What sharing costs: a crash of the process itself (killed, out of memory, a
-bug outside a runtime) takes all K games down at once, and a runtime that holds the
+on; the process exits with :data:`~envserver.config.EXIT_RUNTIME_FAILED` only when no
+game is left. What sharing costs: a crash of the process itself (killed, out of memory,
+a bug outside a runtime) takes all K games down at once, and a runtime that holds the
 event loop (a long lockstep slice, a slow reset that does not await) delays the other
 games' frames by as long.
 
-Ports: game i serves on the given ``--vnc-port``/``--rewarder-port`` (and the viewer,
+Ports: one game serves on the ports :func:`envserver.ports.choose_ports` chose. Game i
+of several serves on the given ``--vnc-port``/``--rewarder-port`` (and the viewer,
 dm_env_rpc and OpenEnv ports, when asked for) plus i, 0 picks free ones, and with none
 given the first run of K free pairs 5900+i/15900+i; ``--game-ports`` names each game's
 pair (what :meth:`remotes.local.LocalRemotes.restart` passes to bring a process back on
@@ -26,28 +30,27 @@ its old ports). The banner prints one ``agent address`` line per game.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from .ports import FLOAT_RANGE, REWARDER_BASE, VNC_BASE, is_free
+from .config import EXIT_CANNOT_LISTEN, EXIT_REFUSED, EXIT_RUNTIME_FAILED, ServeConfig
+from .ports import FLOAT_RANGE, REWARDER_BASE, VNC_BASE, Ports, busy_port_advice, choose_ports, is_free
 
 if TYPE_CHECKING:
     from rewarder.tls import ServerTLS
 
     from .remote import Remote
+    from .throttle import AuthThrottle
 
 log = logging.getLogger("universe-remote")
 
-#: Games one process may serve (``--games``): past ~16 one core is busy with them
-#: (docs/vnc.md, "What a real-time frame costs").
-MAX_GAMES: Final = 64
-#: How a game's directory under ``--record DIR`` is named.
+#: How a game's directory under ``--record DIR`` is named, when the process serves several.
 RECORD_DIR: Final = "game-{}"
 
 
@@ -62,64 +65,22 @@ class GamePorts:
     openenv: int | None
 
 
-def parse_game_ports(text: str) -> list[tuple[int, int]]:
-    """``--game-ports 5900+15900,5901+15901`` -> [(5900, 15900), (5901, 15901)]."""
-    pairs = []
-    for item in text.split(","):
-        vnc, sep, rewarder = item.strip().partition("+")
-        if not sep or not vnc.isdigit() or not rewarder.isdigit():
-            raise argparse.ArgumentTypeError(
-                f"{text!r}: write each game's VNC+REWARDER ports, comma separated "
-                "(5900+15900,5901+15901)"
-            )
-        pairs.append((int(vnc), int(rewarder)))
-    return pairs
-
-
-def games_of(args: argparse.Namespace) -> int:
-    """How many games ``serve`` was asked for (``--games``, or ``--game-ports``' count)."""
-    listed = getattr(args, "game_ports", None)
-    return len(listed) if listed else int(getattr(args, "games", 1) or 1)
-
-
-def several_games(args: argparse.Namespace) -> bool:
-    """Whether ``serve`` runs :func:`serve_games`: more than one game, or ports listed."""
-    return games_of(args) > 1 or bool(getattr(args, "game_ports", None))
-
-
-def check_games(args: argparse.Namespace) -> str | None:
-    """Why ``--games``/``--game-ports`` cannot be served as given, else None."""
-    games, listed = int(getattr(args, "games", 1) or 1), getattr(args, "game_ports", None)
-    if not 1 <= games <= MAX_GAMES:
-        return f"--games must be 1..{MAX_GAMES} (MAX_GAMES), not {games}"
-    if listed:
-        if games not in (1, len(listed)):
-            return f"--games {games} but --game-ports names {len(listed)} games: give one of them"
-        if args.vnc_port is not None or args.rewarder_port is not None:
-            return "--game-ports names every game's ports: leave out --vnc-port/--rewarder-port"
-        if len(listed) > MAX_GAMES:
-            return f"--game-ports names {len(listed)} games; at most {MAX_GAMES} (MAX_GAMES)"
-    return None
-
-
 def _plus(port: int | None, i: int) -> int | None:
     return port + i if port else port
 
 
-def game_ports(args: argparse.Namespace, games: int) -> tuple[list[GamePorts], str | None]:
+def game_ports(config: ServeConfig, ports: Ports) -> tuple[list[GamePorts], str | None]:
     """Each game's ports (module docstring), and a note for the banner when they are not
-    the ones asked for. ``args.ports`` is what :func:`envserver.ports.choose_ports` chose
-    for one game."""
-    ports = args.ports
-    http, dm, openenv = ports.http, args.dm_env_rpc_port, getattr(args, "openenv_port", None)
-    listed = getattr(args, "game_ports", None)
-    note = getattr(args, "ports_note", None)
-    if listed:
-        pairs, note = list(listed), None
-    elif args.vnc_port is None and args.rewarder_port is None:  # floating: K free pairs in a row
+    the ones asked for. ``ports`` is what :func:`envserver.ports.choose_ports` chose for
+    one game."""
+    games, note = config.game_count, ports.note
+    if config.game_ports:
+        pairs, note = list(config.game_ports), None
+    elif games > 1 and config.vnc_port is None and config.rewarder_port is None:
+        host = config.host  # floating: K free pairs in a row
         first = next((
             i for i in range(FLOAT_RANGE)
-            if all(is_free(args.host, VNC_BASE + i + j) and is_free(args.host, REWARDER_BASE + i + j)
+            if all(is_free(host, VNC_BASE + i + j) and is_free(host, REWARDER_BASE + i + j)
                    for j in range(games))
         ), 0)
         pairs = [(VNC_BASE + first + j, REWARDER_BASE + first + j) for j in range(games)]
@@ -128,53 +89,64 @@ def game_ports(args: argparse.Namespace, games: int) -> tuple[list[GamePorts], s
                 if first else None)
     else:
         pairs = [(_plus(ports.vnc, i) or 0, _plus(ports.rewarder, i) or 0) for i in range(games)]
+    http, dm, openenv = ports.http, config.dm_env_rpc_port, config.openenv_port
     return [
         GamePorts(vnc, rewarder, _plus(http, i), _plus(dm, i), _plus(openenv, i))
         for i, (vnc, rewarder) in enumerate(pairs)
     ], note
 
 
+def _runtime(config: ServeConfig) -> Any:
+    """The env id to serve, or for ``replay DIR`` the recording as a runtime
+    (docs/recording.md)."""
+    if config.recording is None:
+        return config.env_id
+    from runtimes.replay import replay_runtime
+
+    return replay_runtime(config.recording, config.episode)()
+
+
+def _record_dir(config: ServeConfig, index: int) -> Path | None:
+    """Where game ``index`` records (``--record DIR``), or None."""
+    if config.record is None:
+        return None
+    return Path(config.record) / RECORD_DIR.format(index) if config.several else Path(config.record)
+
+
 async def _start_game(
-    args: argparse.Namespace, tls: ServerTLS | None, index: int, ports: GamePorts,
-    throttle: Any,
-) -> tuple[Remote, Any, Any]:
+    config: ServeConfig, tls: ServerTLS | None, index: int, ports: GamePorts, throttle: AuthThrottle,
+) -> _Game:
     """Game ``index``: its remote started on ``ports``, its OpenEnv port, its recorder."""
-    from .cli import _replay_runtime, runtime_options
     from .front_ends import start_openenv
     from .recorder import Recorder
     from .remote import Remote
 
     remote = Remote(
-        _replay_runtime(args) if args.command == "replay" else args.env_id,
-        fps=args.fps, password=args.password, view_only_password=args.view_only_password,
-        mode=args.mode, runtime_options=runtime_options(args), allow_origins=args.allow_origin,
-        max_viewers=args.max_viewers, tls=tls,
-        player_passwords=dict(getattr(args, "player_password", None) or []),
+        _runtime(config),
+        fps=config.fps, password=config.password, view_only_password=config.view_only_password,
+        mode=config.mode, runtime_options=config.runtime_options, allow_origins=config.allow_origins,
+        max_viewers=config.max_viewers, tls=tls, player_passwords=dict(config.player_passwords),
         auth_throttle=throttle,
     )
-    record = getattr(args, "record", None)
-    recorder = None
-    if record is not None:
-        recorder = Recorder(Path(record) / RECORD_DIR.format(index))
-        recorder.attach(remote)
+    record = _record_dir(config, index)
+    game = _Game(index, remote, None, Recorder(record) if record is not None else None)
+    if game.recorder is not None:
+        game.recorder.attach(remote)
     try:
-        await remote.start(args.host, ports.rewarder, ports.vnc, ports.http, ports.dm_env_rpc)
+        await remote.start(config.host, ports.rewarder, ports.vnc, ports.http, ports.dm_env_rpc)
     except BaseException:
-        if recorder is not None:
-            recorder.close()
+        game.close_recorder()
         raise
-    if remote.viewer is not None and getattr(args, "control_password", None):
-        remote.viewer.allow_control(args.control_password)
-    openenv = None
+    if remote.viewer is not None and config.control_password:
+        remote.viewer.allow_control(config.control_password)
     if ports.openenv is not None:
         try:
-            openenv = await start_openenv(remote, args.host, ports.openenv)
+            game.openenv = await start_openenv(remote, config.host, ports.openenv)
         except BaseException:
             await remote.close("the remote failed to start")
-            if recorder is not None:
-                recorder.close()
+            game.close_recorder()
             raise
-    return remote, openenv, recorder
+    return game
 
 
 class _Game:
@@ -183,31 +155,37 @@ class _Game:
     def __init__(self, index: int, remote: Remote, openenv: Any, recorder: Any) -> None:
         self.index, self.remote, self.openenv, self.recorder = index, remote, openenv, recorder
 
+    def close_recorder(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
+
     async def close(self, reason: str) -> None:
         try:
             if self.openenv is not None:
                 await self.openenv.close(reason)
             await self.remote.close(reason)
         finally:
-            if self.recorder is not None:
-                self.recorder.close()
+            self.close_recorder()
 
 
-def games_banner(args: argparse.Namespace, games: list[_Game], note: str | None) -> str:
-    """The banner of a process of several games: game 0's full banner (every port, TLS,
-    recording), then one ``agent address`` line per other game with its other ports."""
+def games_banner(config: ServeConfig, games: list[_Game], note: str | None) -> str:
+    """The banner: one game's (:func:`envserver.banner.banner`), or for several game 0's
+    full banner (every port, TLS, recording), then one ``agent address`` line per other
+    game with its other ports."""
     from .banner import banner, connect_hosts
 
     first = games[0].remote
+    if not config.several:
+        return banner(config, first, games[0].openenv, note)
     runtime = first.runtime
-    host, _ = connect_hosts(args.host)
+    host, _ = connect_hosts(config.host)
     scheme = "vnc+tls" if first.tls is not None else "vnc"
-    secret = "?password=<password>" if args.password else ""
+    secret = "?password=<password>" if config.password else ""
     lines = [
         f"universe-remote: {len(games)} games of {runtime.env_id} in one process (one game "
         f"loop; each game its own ports and episodes; a crash of the process ends them all)",
         "game 0:",
-        banner(args, first, games[0].openenv, note).removesuffix("\n  Ctrl-C to stop."),
+        banner(config, first, games[0].openenv, note).removesuffix("\n  Ctrl-C to stop."),
     ]
     for game in games[1:]:
         remote = game.remote
@@ -221,34 +199,35 @@ def games_banner(args: argparse.Namespace, games: list[_Game], note: str | None)
         more = f"   ({', '.join(extra)})" if extra else ""
         lines.append(f"game {game.index}:  agent address  {scheme}://{host}:{remote.vnc_port}+"
                      f"{remote.rewarder.port}{secret}{more}")
-    if getattr(args, "record", None) is not None:
-        lines.append(f"  (game i records under {Path(args.record).resolve()}/"
+    if config.record is not None:
+        lines.append(f"  (game i records under {Path(config.record).resolve()}/"
                      f"{RECORD_DIR.format('i')}/)")
     lines.append("  Ctrl-C to stop.")
     return "\n".join(lines)
 
 
 async def serve_games(
-    args: argparse.Namespace, tls: ServerTLS | None = None, stop: asyncio.Event | None = None,
-    started: Callable[[list[Remote]], None] | None = None,
+    config: ServeConfig, tls: ServerTLS | None = None, *, ports: Ports | None = None,
+    stop: asyncio.Event | None = None, started: Callable[[list[Remote]], None] | None = None,
 ) -> int:
-    """Serve :func:`games_of` games in this process until SIGINT/SIGTERM (or ``stop`` is
-    set, when given), or until every game failed past recovery (then
-    :data:`~envserver.cli.EXIT_RUNTIME_FAILED`). ``started`` hears the games' remotes
-    once they serve (tests)."""
+    """Serve the configuration's games in this process (one, or ``--games K``) until
+    SIGINT/SIGTERM (or ``stop`` is set, when given), or until every game failed past
+    recovery (then :data:`~envserver.config.EXIT_RUNTIME_FAILED`). ``ports``: what
+    :func:`~envserver.ports.choose_ports` chose (default: chosen here). ``started``
+    hears the games' remotes once they serve (tests)."""
     from rewarder.shm import sweep
 
-    from .cli import EXIT_RUNTIME_FAILED
     from .throttle import AuthThrottle
 
-    sweep()  # frame segments of remotes that are gone
-    count = games_of(args)
-    ports, note = game_ports(args, count)
+    if ports is None:
+        ports = choose_ports(config.host, config.vnc_port, config.rewarder_port, config.http_port)
+    sweep()  # frame segments of remotes that are gone (killed before they could remove them)
+    each, note = game_ports(config, ports)
     throttle = AuthThrottle()  # one per process: K games are not K times the guesses
     games: list[_Game] = []
     try:
-        for i, its_ports in enumerate(ports):
-            games.append(_Game(i, *await _start_game(args, tls, i, its_ports, throttle)))
+        for i, its_ports in enumerate(each):
+            games.append(await _start_game(config, tls, i, its_ports, throttle))
     except BaseException:
         await asyncio.gather(*(g.close("the remote failed to start") for g in games),
                              return_exceptions=True)
@@ -258,7 +237,7 @@ async def serve_games(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-    print(games_banner(args, games, note), flush=True)
+    print(games_banner(config, games, note), flush=True)
     if started is not None:
         started([game.remote for game in games])
     stopped = asyncio.ensure_future(stop.wait())
@@ -272,13 +251,17 @@ async def serve_games(
             for failed in done:
                 game = live.pop(failed)
                 reason = failed.result()
-                log.error("game %d (VNC %s) failed: %s; closing its ports, %d game(s) still "
-                          "serve", game.index, game.remote.vnc_port, reason, len(live))
+                if config.several:
+                    log.error("game %d (VNC %s) failed: %s; closing its ports, %d game(s) still "
+                              "serve", game.index, game.remote.vnc_port, reason, len(live))
+                else:
+                    log.error("exiting with status %d: %s", EXIT_RUNTIME_FAILED, reason)
                 await _close_logged(game, f"the remote failed: {reason}")
     finally:
         stopped.cancel()
     if not live:
-        log.error("exiting with status %d: every game failed", EXIT_RUNTIME_FAILED)
+        if config.several:
+            log.error("exiting with status %d: every game failed", EXIT_RUNTIME_FAILED)
         return EXIT_RUNTIME_FAILED
     log.info("shutting down")
     await asyncio.gather(*(_close_logged(g, "the remote is shutting down (signal received)")
@@ -291,3 +274,35 @@ async def _close_logged(game: _Game, reason: str) -> None:
         await game.close(reason)
     except Exception as exc:  # each part's failure was logged by Remote.close
         log.error("closing game %d failed: %r", game.index, exc)
+
+
+def _refused(why: object) -> int:
+    print(f"universe-remote: {why}", file=sys.stderr)
+    return EXIT_REFUSED
+
+
+def run(config: ServeConfig, tls: ServerTLS | None = None) -> int:
+    """``serve``'s process: choose the ports, serve until stopped, and turn what went
+    wrong into a line on stderr and an exit status (:mod:`envserver.config`)."""
+    from runtimes.errors import RuntimeFailure
+
+    host = config.host
+    try:
+        ports = choose_ports(host, config.vnc_port, config.rewarder_port, config.http_port)
+    except OSError as exc:
+        print(f"universe-remote: cannot listen on {host}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_CANNOT_LISTEN
+    try:
+        return asyncio.run(serve_games(config, tls, ports=ports))
+    except (RuntimeFailure, ValueError) as exc:  # unknown env, missing program, bad option, bad recording
+        return _refused(exc)
+    except BrokenPipeError:  # the banner's reader left (`| head`): universe_remote's main handles it
+        raise
+    except OSError as exc:
+        print(
+            f"universe-remote: cannot listen on {host}: {exc.strerror or exc}; "
+            f"{busy_port_advice(host, ports)}. Other ports: --http-port, "
+            "--dm-env-rpc-port, --openenv-port.",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT_LISTEN

@@ -39,6 +39,7 @@ from functools import partial
 from pathlib import Path
 from typing import Final, TypeVar
 
+from rewarder import protocol
 from rewarder.client import RewarderClient
 from rewarder.tls import client_context
 from runtimes import registry
@@ -54,8 +55,8 @@ log = logging.getLogger(__name__)
 MAX_LOCAL_REMOTES: Final = 256
 #: Seconds a stopping remote gets after SIGTERM before it is killed.
 STOP_TIMEOUT: Final = 5.0
-#: ``serve --games``' limit (envserver.games.MAX_GAMES; remotes never import envserver).
-MAX_GAMES_PER_PROCESS: Final = 64
+#: ``serve --games``' limit, defined once where both sides may import it.
+MAX_GAMES_PER_PROCESS: Final = protocol.MAX_GAMES_PER_PROCESS
 #: Up to this many remotes, each gets a process of its own by default.
 SEPARATE_UNTIL: Final = 8
 #: Beyond SEPARATE_UNTIL, games per process by default (at most). Measured (issue 28,

@@ -31,6 +31,9 @@ MAX_MESSAGE_BYTES: Final = 256 * 1024
 MAX_ACTION_EVENTS: Final = 1024
 #: Characters of an action string (``"click('a42')"``: browser remotes' element actions).
 MAX_ACTION_STRING_CHARS: Final = 8192
+#: Games one remote process may serve (``serve --games K``); defined here because both
+#: sides check it (envserver's serve, remotes' start_local) and neither imports the other.
+MAX_GAMES_PER_PROCESS: Final = 64
 #: Characters of a key name in an action; X keysym names are under 32.
 MAX_KEY_NAME_CHARS: Final = 64
 #: Frames one ``v0.env.step`` may ask for: ~3 minutes of play at 60 fps in one request.

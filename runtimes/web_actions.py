@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from rewarder.protocol import MAX_ACTION_STRING_CHARS
 from vncdriver import keysyms
 from vncdriver.errors import UnknownKey
 
@@ -43,8 +44,9 @@ from .base import InputEvent, KeyEvent, PointerEvent
 from .cdp_input import WHEEL_PIXELS
 from .page_structure import BID_ATTRIBUTE, STATE_GLOBAL, Element
 
-#: Characters of an action string; longer ones are refused before parsing.
-MAX_ACTION_CHARS: Final = 8192
+#: Characters of an action string; longer ones are refused before parsing (the wire's
+#: limit, defined once in rewarder.protocol).
+MAX_ACTION_CHARS: Final = MAX_ACTION_STRING_CHARS
 #: Calls in one action string (one per line).
 MAX_ACTIONS: Final = 10
 #: Characters one ``fill`` or ``keyboard_type`` types (each is 2-4 X events).

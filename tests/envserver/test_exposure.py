@@ -3,19 +3,23 @@
 ``health --tls-ca``.
 
 Nothing here binds anything but 127.0.0.1: the policy is a function, and the command's
-refusals happen before ``_serve`` (replaced by a stub that records what it was given).
+refusals happen before ``envserver.games.run`` (replaced by a stub that records the
+configuration it was given).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from envserver import cli as server_cli
-from envserver.cli import exposure_refusal
+from envserver import cli as server_cli, games
+from envserver.banner import banner
+from envserver.cli import serve_config
+from envserver.config import ServeConfig, exposure_refusal
 from rewarder.server import RewarderServer
 from rewarder.tls import CA_ENV, CERT_ENV, KEY_ENV, ServerTLS
 from tests.tls import Certs, certs_fixture, other_ca_fixture, tls_rewarder_fixture  # noqa: F401
@@ -42,20 +46,20 @@ def test_loopback_needs_neither(host: str) -> None:
 
 
 class Served:
-    """Stands in for ``envserver.cli._serve``: records the call instead of binding."""
+    """Stands in for ``envserver.games.run``: records the call instead of binding."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[argparse.Namespace, ServerTLS | None]] = []
+        self.calls: list[tuple[ServeConfig, ServerTLS | None]] = []
 
-    async def __call__(self, args: argparse.Namespace, tls: ServerTLS | None = None) -> int:
-        self.calls.append((args, tls))
+    def __call__(self, config: ServeConfig, tls: ServerTLS | None = None) -> int:
+        self.calls.append((config, tls))
         return 0
 
 
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> Served:
     stub = Served()
-    monkeypatch.setattr(server_cli, "_serve", stub)
+    monkeypatch.setattr(games, "run", stub)
     for name in (CERT_ENV, KEY_ENV, "UNIVERSE_REMOTE_PASSWORD", "UNIVERSE_REMOTE_PASSWORD_FILE"):
         monkeypatch.delenv(name, raising=False)
     return stub
@@ -78,8 +82,8 @@ def test_serve_refuses_off_loopback_in_clear_before_binding(
 
 def test_insecure_lets_it_start_in_clear_with_a_password(served: Served) -> None:
     assert serve("--host", "0.0.0.0", "--password", "pw", "--insecure") == 0
-    ((args, tls),) = served.calls
-    assert args.host == "0.0.0.0" and args.insecure and tls is None
+    ((config, tls),) = served.calls
+    assert config.host == "0.0.0.0" and config.insecure and tls is None
 
 
 def test_tls_flags_and_environment_load_the_certificate_once(
@@ -119,18 +123,19 @@ def fake_remote(tls: ServerTLS | None, viewer: bool = True) -> Any:
 
 
 def test_the_banner_prints_each_ports_scheme_and_how_to_connect(certs: Certs) -> None:
-    args = build_parser(agent=False).parse_args(["serve", "builtin.Catch-v0", "--password", "pw"])
-    plain = server_cli._banner(args, fake_remote(None))
+    config = serve_config(build_parser(agent=False).parse_args(
+        ["serve", "builtin.Catch-v0", "--password", "pw"]))
+    plain = banner(config, fake_remote(None))
     assert "ws://127.0.0.1:15901" in plain and "http://127.0.0.1:8901/viewer/" in plain
     assert "vncviewer 127.0.0.1:1" in plain and "vnc://127.0.0.1:5901+15901" in plain
     assert "wss://" not in plain and "X509" not in plain
-    tls = server_cli._banner(args, fake_remote(certs.server()))
+    tls = banner(config, fake_remote(certs.server()))
     assert "wss://127.0.0.1:15901" in tls and "https://127.0.0.1:8901/viewer/" in tls
     assert "vncviewer -SecurityTypes X509Vnc -X509CA CA.pem 127.0.0.1:1" in tls
     assert "vnc+tls://127.0.0.1:5901+15901?password=<password>" in tls
     assert "gRPC with TLS" in tls and f"TLS with {certs.cert}" in tls and CA_ENV in tls
-    args.password = None
-    assert "-SecurityTypes X509None" in server_cli._banner(args, fake_remote(certs.server()))
+    no_password = dataclasses.replace(config, password=None)
+    assert "-SecurityTypes X509None" in banner(no_password, fake_remote(certs.server()))
 
 
 def health_args(*args: str) -> argparse.Namespace:

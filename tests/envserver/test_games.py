@@ -15,8 +15,9 @@ from typing import Any, Final
 import pytest
 
 from envserver import remote as remote_module
+from envserver.cli import serve_config
+from envserver.config import EXIT_RUNTIME_FAILED, ServeConfig
 from envserver.games import serve_games
-from envserver.ports import choose_ports
 from envserver.remote import MAX_RUNTIME_FAILURES, Remote
 from envserver.ticker import shared_ticker
 from remotes import RemoteEnv, RemoteVectorEnv, start_local
@@ -58,16 +59,13 @@ async def test_remotes_of_one_loop_share_one_timer_per_fps(start_remote: StartRe
     assert games[0] not in ticker and len(ticker) == 2
 
 
-def _serve_args(*extra: str) -> Any:
-    """``serve`` arguments as the CLI parses them, with the ports it would choose."""
-    args = build_parser().parse_args(["serve", "builtin.Catch-v0", *extra])
-    args.ports = choose_ports(args.host, args.vnc_port, args.rewarder_port, args.http_port)
-    args.ports_note = args.ports.note
-    return args
+def _serve_args(*extra: str) -> ServeConfig:
+    """``serve``'s configuration as the CLI builds it."""
+    return serve_config(build_parser().parse_args(["serve", "builtin.Catch-v0", *extra]))
 
 
 @contextlib.asynccontextmanager
-async def _served(args: Any) -> AsyncIterator[tuple[list[Remote], asyncio.Event, asyncio.Task[int]]]:
+async def _served(args: ServeConfig) -> AsyncIterator[tuple[list[Remote], asyncio.Event, asyncio.Task[int]]]:
     """``serve_games(args)`` in a task; its remotes once they serve, its stop, the task."""
     stop = asyncio.Event()
     served: asyncio.Future[list[Remote]] = asyncio.get_running_loop().create_future()
@@ -141,7 +139,7 @@ async def test_when_every_game_failed_the_process_exits_for_its_supervisor(
         for game in games:
             monkeypatch.setattr(game.runtime, "advance", fail)
             monkeypatch.setattr(game.runtime, "reset", fail)
-        assert await asyncio.wait_for(task, TIMEOUT) == 3  # EXIT_RUNTIME_FAILED
+        assert await asyncio.wait_for(task, TIMEOUT) == EXIT_RUNTIME_FAILED
 
 
 def test_each_game_of_a_serve_process_answers_on_its_own_ports_with_its_own_episodes() -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from envserver.cli import runtime_options
+from envserver.cli import serve_config
 from envserver.remote import Remote
 from universe_remote.cli import build_parser
 
 
 def parsed(*words: str) -> dict[str, object] | None:
-    return runtime_options(build_parser().parse_args(["serve", "atari.Pong-v0", *words]))
+    return serve_config(build_parser().parse_args(["serve", "atari.Pong-v0", *words])).runtime_options
 
 
 def test_options_are_typed_from_their_text() -> None:
