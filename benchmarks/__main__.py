@@ -28,12 +28,12 @@ from benchmarks.common import QUICK_ENV  # noqa: E402
 #: The order benchmarks run in; modules found beside them that are not listed run after.
 ORDER: Final = (
     "rewarder_throughput", "remotes_realtime", "realtime_cpu", "vnc_server", "vnc_client",
-    "display_capture", "browser_remotes", "atari_lockstep",
-    "lockstep_peers", "step_channel", "viewer_port", "long_step", "dm_env_rpc_port", "recording",
+    "display_capture", "browser_remotes", "atari_lockstep", "lockstep_peers", "lockstep_density",
+    "step_channel", "viewer_port", "long_step", "dm_env_rpc_port", "recording",
     "openenv_port", "page_structure", "browser_oracle", "ray_remotes", "multiagent",
 )
 #: Modules here that are parts of benchmarks, not benchmarks.
-HELPERS: Final = frozenset({"common", "atari_common", "atari_breakdown", "dm_peer", "__main__"})
+HELPERS: Final = frozenset({"common", "atari_common", "atari_breakdown", "pong_rows", "dm_peer", "__main__"})
 #: Seconds each took on the project's 2-core machine (full, quick): full runs from `make
 #: bench` at 14:41 on 2026-11-26 (display_capture, browser_remotes, openenv_port and
 #: page_structure, added since, run alone at 15:50-16:53), quick ones from `make
@@ -49,6 +49,8 @@ EXPECTED: Final[dict[str, tuple[float, float]]] = {
     "browser_remotes": (282, 34),
     "atari_lockstep": (62, 21),
     "lockstep_peers": (50, 10),
+    # measured 2026-11-29 01:07-01:09 beside three other helpers' work (load average 5-11)
+    "lockstep_density": (126, 5),
     "step_channel": (36, 6),
     "viewer_port": (151, 17),
     "long_step": (2, 1),

@@ -43,7 +43,6 @@ from benchmarks.atari_common import (
     PYSPY_TOP,
     RUN_SECONDS,
     TIMED_STEPS,
-    WARMUP_STEPS,
     Run,
     drive,
     lockstep_env,
@@ -59,6 +58,11 @@ from rewarder.protocol import StepReply
 
 #: Seconds the timed copy waits for a reply (the env's own stall_timeout is longer).
 REPLY_TIMEOUT: Final = 10.0
+#: Issue 32's targets (seconds): the remote's CPU per Pong step outside emulation (its
+#: CPU per step minus the in-process runtime's time for the same 4 frames), and the
+#: agent's CPU per env-step.
+AIM_REMOTE_CPU_OUTSIDE: Final = 60e-6
+AIM_AGENT_CPU: Final = 80e-6
 
 # 1b. Where a lockstep step's time goes -----------------------------------------------------
 
@@ -98,33 +102,31 @@ def measure_breakdown(
     remotes: LocalRemotes, encoding: str, loop: LoopThread
 ) -> dict[str, float]:
     """Time the parts of TIMED_STEPS lockstep steps (median of each part), and the ping."""
-    env = lockstep_env(remotes, encoding, loop)
+    env = lockstep_env(remotes, encoding, loop, warm=True)
     try:
-        env.reset(seed=0)
-        env.action_space.seed(0)
-        drive(env, WARMUP_STEPS)
         space = env.action_space
         dest = np.empty(env.observation_space.shape or (), np.uint8)  # like a batch row
         parts: dict[str, list[float]] = {k: [] for k in (
             "env_step", "timed", "send", "wait", "rtt", "server", "frame", "shm")}
         going, done = until(TIMED_STEPS, RUN_SECONDS), 0
-        while going(done):  # env.step and the timed copy take turns, for the glue column
-            c0 = time.perf_counter()
-            _, _, terminated, truncated, _ = env.step(space.sample())
-            parts["env_step"].append(time.perf_counter() - c0)
-            if terminated or truncated:
-                env.reset()
-            reply, (t0, t1, t2, t3, server, shm) = _timed_step(env, space.sample(), dest)
-            parts["timed"].append(t3 - t0)
-            parts["send"].append(t1 - t0)
-            parts["wait"].append(t2 - t1)
-            parts["rtt"].append(t2 - t0)
-            parts["server"].append(server)
-            parts["frame"].append(t3 - t2)
-            parts["shm"].append(shm)
-            done += 1
-            if reply.done:
-                env.reset()
+        with Run([remotes.processes[0].pid]) as run:
+            while going(done):  # env.step and the timed copy take turns, for the glue column
+                c0 = time.perf_counter()
+                _, _, terminated, truncated, _ = env.step(space.sample())
+                parts["env_step"].append(time.perf_counter() - c0)
+                if terminated or truncated:
+                    env.reset()
+                reply, (t0, t1, t2, t3, server, shm) = _timed_step(env, space.sample(), dest)
+                parts["timed"].append(t3 - t0)
+                parts["send"].append(t1 - t0)
+                parts["wait"].append(t2 - t1)
+                parts["rtt"].append(t2 - t0)
+                parts["server"].append(server)
+                parts["frame"].append(t3 - t2)
+                parts["shm"].append(shm)
+                done += 1
+                if reply.done:
+                    env.reset()
         rewarder = env.session.rewarder
         assert isinstance(rewarder, BlockingRewarder)
         pings = [rewarder.ping() for _ in range(PINGS)]
@@ -133,6 +135,8 @@ def measure_breakdown(
     out = {k: statistics.median(v) for k, v in parts.items() if k != "shm"}
     out["shm"] = float(np.mean(parts["shm"]))
     out["ping"] = statistics.median(pings)
+    out["remote_cpu"] = run.others_cpu / (2 * done)  # two steps a turn: env.step and the copy
+    out["agent_cpu"] = run.own_cpu / (2 * done)
     return out
 
 
@@ -175,6 +179,14 @@ def print_breakdown(
           f"{_ms(ideal)} ms = {local_step / ideal:.2f} x local.\n  {GOAL_VS_LOCAL:.2f} x local "
           f"leaves {_ms(local_step / GOAL_VS_LOCAL - local_step)} ms a step for all I/O "
           "and encoding together")
+    for enc, r in rows.items():
+        outside = r["remote_cpu"] - runtime_step
+        print(f"  {enc}: remote CPU per step {r['remote_cpu'] * 1e6:.0f} us, of which outside "
+              f"emulation (minus the runtime's {runtime_step * 1e6:.0f} us) {outside * 1e6:.0f} us "
+              f"(target <= {AIM_REMOTE_CPU_OUTSIDE * 1e6:.0f} us: "
+              f"{'met' if outside <= AIM_REMOTE_CPU_OUTSIDE else 'not met'}); agent CPU per "
+              f"env-step {r['agent_cpu'] * 1e6:.0f} us, timing code included (target <= "
+              f"{AIM_AGENT_CPU * 1e6:.0f} us: {'met' if r['agent_cpu'] <= AIM_AGENT_CPU else 'not met'})")
 
 
 # cProfile of the stepping thread (and the loop thread) ---------------------------------------
@@ -191,12 +203,9 @@ async def _profiler(profile: cProfile.Profile, on: bool) -> None:
 def profile_agent(remotes: LocalRemotes, encoding: str, loop: LoopThread) -> dict[str, Any]:
     """cProfile the calling thread (where lockstep steps run) and the loop thread (resets
     only, in lockstep) over PROFILE_STEPS env.step calls."""
-    env = lockstep_env(remotes, encoding, loop)
+    env = lockstep_env(remotes, encoding, loop, warm=True)
     main, loop_profile = cProfile.Profile(), cProfile.Profile()
     try:
-        env.reset(seed=0)
-        env.action_space.seed(0)
-        drive(env, WARMUP_STEPS)
         loop.run(_profiler(loop_profile, True))
         main.enable()
         with Run() as run:
@@ -362,14 +371,11 @@ def spy_run(remotes: LocalRemotes, encoding: str, loop: LoopThread) -> dict[str,
     spy = _py_spy()
     if spy is None:
         return "py-spy is not installed (pip install py-spy): skipped"
-    env = lockstep_env(remotes, encoding, loop)
+    env = lockstep_env(remotes, encoding, loop, warm=True)
     folder = Path(tempfile.mkdtemp(prefix="atari-lockstep-spy-"))
     spies: list[subprocess.Popen[bytes]] = []
     targets = {"remote": remotes.processes[0].pid, "agent": os.getpid()}
     try:
-        env.reset(seed=0)
-        env.action_space.seed(0)
-        drive(env, WARMUP_STEPS)
         for name, pid in targets.items():
             spies.append(subprocess.Popen(
                 [spy, "record", "--pid", str(pid), "--duration", str(PYSPY_SECONDS),

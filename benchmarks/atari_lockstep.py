@@ -40,7 +40,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import ale_py
 import gymnasium
 import numpy as np
-from ale_py import ALEInterface, LoggerMode, roms
+from ale_py import ALEInterface, LoggerMode
 from gymnasium.vector import AsyncVectorEnv
 
 from benchmarks.common import machine_ticks as _machine_ticks, ms as _ms, ratio as _ratio, table as _table
@@ -74,7 +74,6 @@ from benchmarks.atari_common import (  # noqa: E402
     LATENCY_WARMUP,
     PERIOD,
     PROFILE_ENCODING,
-    ROM,
     ROUNDS,
     STEPS,
     VECTOR_SECONDS,
@@ -86,6 +85,7 @@ from benchmarks.atari_common import (  # noqa: E402
     local_remotes,
     lockstep_env,
     median_run,
+    raw_ale_step,
     step_rates,
     time_steps,
     until,
@@ -96,23 +96,7 @@ from benchmarks.atari_common import (  # noqa: E402
 
 def run_local_ale(steps: int) -> dict[str, float]:
     """The limit: ale-py in this process, 4 ``act`` calls and an RGB screen per step."""
-    ale = ALEInterface()
-    ale.setInt("random_seed", 0)
-    ale.setFloat("repeat_action_probability", 0.0)
-    ale.setInt("frame_skip", 1)
-    ale.loadROM(str(roms.get_rom_path(ROM)))
-    actions = ale.getMinimalActionSet()
-    rng = np.random.default_rng(0)
-
-    def step() -> None:
-        action = actions[int(rng.integers(len(actions)))]
-        for _ in range(FRAMESKIP):
-            ale.act(action)
-        ale.getScreenRGB()
-        if ale.game_over():
-            ale.reset_game()
-
-    return time_steps(step, steps)
+    return time_steps(raw_ale_step(), steps)
 
 
 def _make_gym() -> gymnasium.Env[Any, Any]:
@@ -157,11 +141,8 @@ def run_runtime(steps: int) -> dict[str, float]:
 def run_ours(
     remotes: LocalRemotes, encoding: str, loop: LoopThread, steps: int
 ) -> dict[str, float]:
-    env = lockstep_env(remotes, encoding, loop)
+    env = lockstep_env(remotes, encoding, loop, warm=True)
     try:
-        env.reset(seed=0)
-        env.action_space.seed(0)
-        drive(env, WARMUP_STEPS)
         with Run([p.pid for p in remotes.processes]) as run:
             done = drive(env, steps)
         updates = env.session.vnc.stats.updates if env.session.vnc else 0
@@ -227,9 +208,9 @@ def print_single(results: dict[str, list[dict[str, float]]]) -> None:
 # 2. Many lockstep remotes vs AsyncVectorEnv ------------------------------------------------
 
 
-def measure_vector_ours(n: int, encoding: str) -> dict[str, float]:
+def measure_vector_ours(n: int, encoding: str, games_per_process: int | None = None) -> dict[str, float]:
     started = time.perf_counter()
-    with local_remotes(n) as remotes:
+    with local_remotes(n, games_per_process=games_per_process) as remotes:
         env = RemoteVectorEnv(
             remotes.address, mode="lockstep", frameskip=FRAMESKIP, encoding=encoding
         )

@@ -33,9 +33,7 @@ drift +-30 % between runs.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import random
 import sys
 import threading
 import time
@@ -47,6 +45,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
+from benchmarks.catch_taps import tap_latencies  # noqa: E402
 from benchmarks.common import machine_ticks, quick, schedstat_cpu, table  # noqa: E402
 
 ENV_ID: Final = "builtin.Catch-v0"
@@ -69,7 +68,6 @@ N_SECONDS: Final = quick(8.0, 2.0)
 LATENCY_COUNTS: Final = quick((1, 32, 64), (1, 32))
 LATENCY_SAMPLES: Final = quick(300, 60)
 PROBED: Final = 8
-LATENCY_TIMEOUT: Final = 2.0
 #: ``soak``: remotes, seconds, and a sample every so often.
 SOAK_N: Final = 32
 SOAK_SECONDS: Final = 600.0
@@ -233,60 +231,6 @@ def print_vector(results: list[dict[str, float]], title: str) -> None:
 # latency: action -> pixel at n ----------------------------------------------------------------
 
 
-def _paddle_x(framebuffer: np.ndarray) -> int | None:
-    from runtimes.builtin import CATCH_PADDLE_COLOUR, CATCH_PADDLE_Y
-
-    row = framebuffer[CATCH_PADDLE_Y + 1]
-    hits = np.flatnonzero((row == np.array(CATCH_PADDLE_COLOUR, np.uint8)).all(axis=1))
-    return int(hits[0]) if hits.size else None
-
-
-async def _taps(ports: Sequence[int], samples: int) -> tuple[list[float], list[int], int]:
-    """Tap Right/Left on each remote of ``ports`` in turn; seconds from each send to the
-    update showing the paddle moved, and which remote each sample came from."""
-    from runtimes.builtin import CATCH_PADDLE_SPEED
-    from vncdriver.client import VNCClient
-
-    clients = [VNCClient(f"127.0.0.1::{port}") for port in ports]
-    rng = random.Random(0)
-    timings: list[float] = []
-    whose: list[int] = []
-    discarded = tap = 0
-    try:
-        for client in clients:
-            await client.start()
-            await client.wait_update(0, timeout=10.0)
-        while len(timings) < samples:
-            await asyncio.sleep(rng.uniform(2 * PERIOD, 4 * PERIOD))  # a random phase
-            which = tap % len(clients)
-            client = clients[which]
-            key, step = ("Right", 1) if (tap // len(clients)) % 2 == 0 else ("Left", -1)
-            tap += 1
-            before = _paddle_x(client.framebuffer)
-            if before is None:
-                continue
-            after = client.updates
-            sent = time.perf_counter()
-            client.send_events([("KeyEvent", key, True), ("KeyEvent", key, False)])
-            while True:
-                after = await client.wait_update(after, timeout=LATENCY_TIMEOUT)
-                seen = time.perf_counter()
-                x = _paddle_x(client.framebuffer)
-                if x != before:
-                    break
-                if seen - sent > LATENCY_TIMEOUT:
-                    raise TimeoutError(f"a tap did not move the paddle within {LATENCY_TIMEOUT} s")
-            if x != before + step * CATCH_PADDLE_SPEED:
-                discarded += 1  # a reset or a wall moved it otherwise: no sample
-            elif tap > 2 * len(clients):  # warm-up: each client's first taps
-                timings.append(seen - sent)
-                whose.append(which)
-    finally:
-        for client in clients:
-            await client.close()
-    return timings, whose, discarded
-
-
 def measure_latency(n: int) -> dict[str, Any]:
     """n remotes stepped (no-op) by an env in a thread; taps on the env's loop thread."""
     from remotes.loop import shared_loop
@@ -308,7 +252,8 @@ def measure_latency(n: int) -> dict[str, Any]:
         driver.start()
         try:
             with Window([p.pid for p in local.processes]) as window:
-                timings, whose, discarded = shared_loop().run(_taps(ports, LATENCY_SAMPLES), 600)
+                timings, whose, discarded = shared_loop().run(
+                    tap_latencies(ports, LATENCY_SAMPLES, 2 * len(ports), PERIOD), 600)
         finally:
             stop.set()
             driver.join()

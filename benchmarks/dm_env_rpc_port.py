@@ -9,15 +9,11 @@ Each row: Pong, frameskip 4, the RGB frame every step, random actions; the media
 
 from __future__ import annotations
 
-import re
-import socket
 import statistics
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Final
 
 import grpc
 import numpy as np
@@ -29,85 +25,15 @@ from dm_env_rpc.v1 import (
     tensor_utils,
 )
 
-from benchmarks.atari_common import ENV_ID, FRAMESKIP, ROM, ROUNDS, WARMUP_STEPS
-from benchmarks.common import quick, ratio, table
-from remotes.env import RemoteEnv
-from remotes.registration import action_wrapper
-
-#: Timed steps per row and round (a row also stops after ROW_SECONDS).
-STEPS: Final = quick(1500, 300)
-ROW_SECONDS: Final = quick(8.0, 2.0)
-#: Seconds a remote may take to print its ports.
-START_TIMEOUT: Final = 60.0
-
-
-@contextmanager
-def served() -> Iterator[tuple[str, int]]:
-    """A lockstep Pong remote with a dm_env_rpc port: (agent address, dm port)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "universe_remote", "serve", ENV_ID, "--mode", "lockstep",
-         "--vnc-port", "0", "--rewarder-port", "0", "--dm-env-rpc-port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        port, address = 0, ""
-        deadline = time.monotonic() + START_TIMEOUT
-        for line in proc.stdout:
-            if found := re.search(r"dm_env_rpc\s+127\.0\.0\.1:(\d+)", line):
-                port = int(found.group(1))
-            if found := re.search(r"agent address\s+(vnc://\S+)", line):
-                address = found.group(1)
-                break
-            if time.monotonic() > deadline:
-                break
-        assert port and address, "the remote did not print its ports"
-        yield address, port
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-def timed(step: Callable[[], Any]) -> float:
-    """Steps per second of ``step`` over STEPS (or ROW_SECONDS), after a warm-up."""
-    for _ in range(WARMUP_STEPS):
-        step()
-    began, n = time.perf_counter(), 0
-    while n < STEPS and time.perf_counter() - began < ROW_SECONDS:
-        step()
-        n += 1
-    return n / (time.perf_counter() - began)
-
-
-def row_raw_ale() -> float:
-    """The emulator in process: ALEInterface, frameskip 4, an RGB frame per step."""
-    from ale_py import ALEInterface, LoggerMode, roms
-
-    ALEInterface.setLoggerMode(LoggerMode.Error)  # no ROM banner in the table
-    ale = ALEInterface()
-    ale.setInt("random_seed", 0)
-    ale.setFloat("repeat_action_probability", 0.0)
-    ale.loadROM(roms.get_rom_path(ROM))
-    actions = ale.getMinimalActionSet()
-    rng = np.random.default_rng(0)
-
-    def step() -> None:
-        action = actions[int(rng.integers(len(actions)))]
-        for _ in range(FRAMESKIP):
-            ale.act(action)
-        ale.getScreenRGB()
-        if ale.game_over():
-            ale.reset_game()
-
-    return timed(step)
+from benchmarks.atari_common import FRAMESKIP, ROUNDS
+from benchmarks.common import ratio, table
+from benchmarks.pong_rows import START_TIMEOUT, free_port, row_raw_ale, row_rewarder, served_with, timed
 
 
 @contextmanager
 def peer() -> Iterator[int]:
     """The minimal dm_env_rpc server in its own process: its port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks.dm_peer", str(port)],
                             stdout=subprocess.PIPE, text=True)
     try:
@@ -149,30 +75,11 @@ def row_dm_env_rpc(port: int) -> float:
             connection.send(dm_env_rpc_pb2.DestroyWorldRequest(world_name=world))
 
 
-def row_rewarder(address: str) -> float:
-    """Ours over the rewarder: RemoteEnv in lockstep, Pong's Discrete minimal actions."""
-    env = RemoteEnv(address, env_id=ENV_ID, mode="lockstep", frameskip=FRAMESKIP)
-    wrap = action_wrapper(ENV_ID, dict(env.remote.describe))
-    assert wrap is not None
-    wrapped = wrap(env)
-    try:
-        wrapped.reset(seed=0)
-        space = wrapped.action_space
-        space.seed(0)
-
-        def step() -> None:
-            _, _, terminated, truncated, _ = wrapped.step(space.sample())
-            if terminated or truncated:
-                wrapped.reset()
-
-        return timed(step)
-    finally:
-        wrapped.close()
-
-
 def main() -> None:
     rows: dict[str, list[float]] = {"raw": [], "peer": [], "dm": [], "rewarder": []}
-    with served() as (address, port), peer() as peer_port:
+    dm_port = r"dm_env_rpc\s+127\.0\.0\.1:(\d+)"
+    with served_with("--dm-env-rpc-port", dm_port) as (address, port_text), peer() as peer_port:
+        port = int(port_text)
         for _ in range(ROUNDS):
             rows["raw"].append(row_raw_ale())
             rows["peer"].append(row_dm_env_rpc(peer_port))

@@ -25,8 +25,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,17 +37,11 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
-from benchmarks.atari_common import ENV_ID, FRAMESKIP, ROM, ROUNDS, WARMUP_STEPS
+from benchmarks.atari_common import ENV_ID, FRAMESKIP, ROM, ROUNDS
 from benchmarks.common import quick, ratio, table
+from benchmarks.pong_rows import START_TIMEOUT, free_port, row_rewarder, served_with, timed
 from envserver.openenv import frames
-from remotes.env import RemoteEnv
-from remotes.registration import action_wrapper
 
-#: Timed steps per row and round (a row also stops after ROW_SECONDS).
-STEPS: Final = quick(1500, 300)
-ROW_SECONDS: Final = quick(8.0, 2.0)
-#: Seconds a server may take to start answering.
-START_TIMEOUT: Final = 60.0
 #: Repetitions of each frame-form measure.
 FORM_REPEATS: Final = quick(200, 40)
 
@@ -130,12 +122,6 @@ def run_peer(port: int) -> None:
     uvicorn.run(_peer_app(), host="127.0.0.1", port=port, log_level="warning")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _wait_healthy(url: str) -> None:
     import requests
 
@@ -153,7 +139,7 @@ def _wait_healthy(url: str) -> None:
 @contextmanager
 def peer() -> Iterator[str]:
     """The reference server in its own process: its URL."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks.openenv_port", "peer", str(port)])
     try:
         url = f"http://127.0.0.1:{port}"
@@ -164,42 +150,7 @@ def peer() -> Iterator[str]:
         proc.wait(10)
 
 
-@contextmanager
-def served() -> Iterator[tuple[str, str]]:
-    """A lockstep Pong remote with an OpenEnv port: (agent address, OpenEnv URL)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "universe_remote", "serve", ENV_ID, "--mode", "lockstep",
-         "--vnc-port", "0", "--rewarder-port", "0", "--openenv-port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        url, address = "", ""
-        for line in proc.stdout:
-            if found := re.search(r"openenv\s+(http://127\.0\.0\.1:\d+)", line):
-                url = found.group(1)
-            if found := re.search(r"agent address\s+(vnc://\S+)", line):
-                address = found.group(1)
-                break
-        assert url and address, "the remote did not print its ports"
-        yield address, url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 # Rows -------------------------------------------------------------------------------------------
-
-
-def timed(step: Callable[[], Any]) -> float:
-    """Steps per second of ``step`` over STEPS (or ROW_SECONDS), after a warm-up."""
-    for _ in range(WARMUP_STEPS):
-        step()
-    began, n = time.perf_counter(), 0
-    while n < STEPS and time.perf_counter() - began < ROW_SECONDS:
-        step()
-        n += 1
-    return n / (time.perf_counter() - began)
 
 
 def row_openenv(url: str, reset: dict[str, Any]) -> float:
@@ -221,27 +172,6 @@ def row_openenv(url: str, reset: dict[str, Any]) -> float:
                 env.reset(**reset)
 
         return timed(step)
-
-
-def row_rewarder(address: str) -> float:
-    """Ours over the rewarder: RemoteEnv in lockstep, Pong's Discrete minimal actions."""
-    env = RemoteEnv(address, env_id=ENV_ID, mode="lockstep", frameskip=FRAMESKIP)
-    wrap = action_wrapper(ENV_ID, dict(env.remote.describe))
-    assert wrap is not None
-    wrapped = wrap(env)
-    try:
-        wrapped.reset(seed=0)
-        space = wrapped.action_space
-        space.seed(0)
-
-        def step() -> None:
-            _, _, terminated, truncated, _ = wrapped.step(space.sample())
-            if terminated or truncated:
-                wrapped.reset()
-
-        return timed(step)
-    finally:
-        wrapped.close()
 
 
 # Frame forms ------------------------------------------------------------------------------------
@@ -309,7 +239,8 @@ def form_rows(screen: np.ndarray, url: str) -> list[list[str]]:
 def main() -> None:
     names = ("reference", "png", "list", "rewarder")
     rows: dict[str, list[float]] = {name: [] for name in names}
-    with served() as (address, url), peer() as peer_url:
+    with served_with("--openenv-port", r"openenv\s+(http://127\.0\.0\.1:\d+)") as (address, url), \
+            peer() as peer_url:
         for _ in range(ROUNDS):
             rows["reference"].append(row_openenv(peer_url, {}))
             rows["png"].append(row_openenv(url, {"seed": 0, "frameskip": FRAMESKIP}))

@@ -28,7 +28,6 @@ import contextlib
 import os
 import random
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -95,19 +94,16 @@ def large_page(elements: int = LARGE_ELEMENTS, seed: int = 0) -> str:
 
 @contextlib.asynccontextmanager
 async def kiosk() -> AsyncIterator[tuple[CDPClient, int]]:
-    """Xvnc and a kiosk Chromium with the MiniWoB runtime's flags; our CDP client and
-    the DevTools port."""
-    from runtimes.chromium import CHROMIUM_FLAGS, find_chromium
+    """Xvnc and a kiosk Chromium as the MiniWoB runtime starts them
+    (:func:`runtimes.chromium.spawn_chromium`); our CDP client and the DevTools port."""
+    from runtimes.chromium import devtools_port, spawn_chromium
 
     display = XvncDisplay(WIDTH, HEIGHT)
     await display.start()
     profile = Path(tempfile.mkdtemp(prefix="page-structure-"))
     try:
-        (profile / "tmp").mkdir()
-        argv = [find_chromium(), *CHROMIUM_FLAGS, f"--window-size={WIDTH},{HEIGHT}",
-                f"--user-data-dir={profile}", "about:blank"]
-        program = display.spawn(argv, name="chromium", env={"TMPDIR": str(profile / "tmp")})
-        port = await _devtools_port(profile, program.process)
+        program = spawn_chromium(display, profile, "about:blank", WIDTH, HEIGHT)
+        port = await devtools_port(profile, program, START_TIMEOUT)
         cdp = await CDPClient.connect(port)
         try:
             yield cdp, port
@@ -116,19 +112,6 @@ async def kiosk() -> AsyncIterator[tuple[CDPClient, int]]:
     finally:
         await display.aclose()
         shutil.rmtree(profile, ignore_errors=True)
-
-
-async def _devtools_port(profile: Path, process: subprocess.Popen[bytes]) -> int:
-    path = profile / "DevToolsActivePort"
-    async with asyncio.timeout(START_TIMEOUT):
-        while True:
-            with contextlib.suppress(OSError, ValueError):
-                lines = path.read_text().splitlines()
-                if len(lines) >= 2:
-                    return int(lines[0])
-            if process.poll() is not None:
-                raise RuntimeError("Chromium exited at start")
-            await asyncio.sleep(0.02)
 
 
 async def load_task(cdp: CDPClient, task: str, seed: int = 1) -> None:

@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
-import random
 import shutil
 import time
 from collections.abc import Iterator, Sequence
@@ -40,6 +39,7 @@ import numpy as np  # noqa: E402
 from gymnasium import spaces  # noqa: E402
 from gymnasium.vector import AsyncVectorEnv  # noqa: E402
 
+from benchmarks.catch_taps import tap_latencies  # noqa: E402
 from benchmarks.common import (  # noqa: E402
     machine_ticks as _machine_ticks,
     ms as _ms,
@@ -52,8 +52,6 @@ from remotes.local import LocalRemotes, start_local  # noqa: E402
 from remotes.vector import RemoteVectorEnv  # noqa: E402
 from runtimes import registry  # noqa: E402
 from runtimes.base import KeyEvent, Runtime  # noqa: E402
-from runtimes.builtin import CATCH_PADDLE_COLOUR, CATCH_PADDLE_SPEED, CATCH_PADDLE_Y  # noqa: E402
-from vncdriver.client import VNCClient  # noqa: E402
 
 ENV_ID: Final = "builtin.Catch-v0"
 FPS: Final = 60.0
@@ -67,16 +65,12 @@ AVE_SECONDS: Final = quick(3.0, 0.5)
 #: Timed taps in the latency measure, after LATENCY_WARMUP untimed ones.
 LATENCY_SAMPLES: Final = quick(200, 20)
 LATENCY_WARMUP: Final = 10
-#: Seconds one tap may wait for its pixels before the measure fails.
-LATENCY_TIMEOUT: Final = 2.0
 #: The whole benchmark's wall budget: AsyncVectorEnv sizes that would start after this
 #: many seconds are skipped (and the table says so).
 BUDGET_SECONDS: Final = 210.0
 #: Rough wall seconds one AsyncVectorEnv size costs per worker beyond its runs
 #: (start + close), for the budget check.
 AVE_START_PER_WORKER: Final = 0.15
-
-_PADDLE_RGB: Final = np.array(CATCH_PADDLE_COLOUR, np.uint8)
 
 
 # /proc readings -----------------------------------------------------------------------
@@ -239,55 +233,11 @@ def print_realtime(results: list[dict[str, float]]) -> None:
 # 2. Action-to-pixel latency ---------------------------------------------------------------
 
 
-def _paddle_x(framebuffer: np.ndarray) -> int | None:
-    row = framebuffer[CATCH_PADDLE_Y + 1]
-    hits = np.flatnonzero((row == _PADDLE_RGB).all(axis=1))
-    return int(hits[0]) if hits.size else None
-
-
-async def _latency_samples(vnc_port: int, samples: int, warmup: int) -> tuple[list[float], int]:
-    """Tap Right, then Left, ...; seconds from each send to the update showing the move."""
-    client = VNCClient(f"127.0.0.1::{vnc_port}")
-    rng = random.Random(0)
-    timings: list[float] = []
-    discarded = 0
-    try:
-        await client.start()
-        await client.wait_update(0, timeout=5.0)
-        tap = 0
-        while len(timings) < samples:
-            # A random pause puts each send at a random phase of the remote's frame clock.
-            await asyncio.sleep(rng.uniform(2 * PERIOD, 4 * PERIOD))
-            key, step = ("Right", 1) if tap % 2 == 0 else ("Left", -1)
-            tap += 1
-            before = _paddle_x(client.framebuffer)
-            if before is None:
-                continue
-            after = client.updates
-            sent = time.perf_counter()
-            client.send_events([("KeyEvent", key, True), ("KeyEvent", key, False)])
-            while True:
-                after = await client.wait_update(after, timeout=LATENCY_TIMEOUT)
-                seen = time.perf_counter()
-                x = _paddle_x(client.framebuffer)
-                if x != before:
-                    break
-                if seen - sent > LATENCY_TIMEOUT:
-                    raise TimeoutError(f"a {key} tap did not move the paddle within {LATENCY_TIMEOUT} s")
-            if x != before + step * CATCH_PADDLE_SPEED:
-                discarded += 1  # an episode reset moved it (or a wall stopped it): no sample
-            elif tap > warmup:
-                timings.append(seen - sent)
-    finally:
-        await client.close()
-    return timings, discarded
-
-
 def measure_latency() -> dict[str, float]:
     with _local_remotes(1) as remotes:
         port = remotes.addresses[0].vnc_port
         assert port is not None
-        timings, discarded = asyncio.run(_latency_samples(port, LATENCY_SAMPLES, LATENCY_WARMUP))
+        timings, _, discarded = asyncio.run(tap_latencies([port], LATENCY_SAMPLES, LATENCY_WARMUP, PERIOD))
     values = np.array(timings)
     return {
         "samples": len(values),

@@ -49,8 +49,8 @@ CHUNK_FRAMES: Final = 60
 #: A chunk is written at least this often while steps come (and while they don't, the
 #: writer flushes what it holds after this long).
 CHUNK_SECONDS: Final = 1.0
-#: zstd level: 3 (its default) measured 17 B per Atari frame at 0.03 ms; 6 was slower and
-#: no smaller (benchmarks/recording.py).
+#: zstd level: 3 (its default); higher levels were slower and no smaller on game frames
+#: (``python -m benchmarks recording``; benchmarks/RESULTS.md).
 ZSTD_LEVEL: Final = 3
 #: A step's pixels: the first kept frame of a chunk, stored as is.
 FLAG_KEY: Final = 0

@@ -29,7 +29,7 @@ actions, in ale-py's order (``describe()["actions"]``, with the keys that play e
 ``"action_keys"``): an agent's ``Discrete(n)`` means what ale-py's does.
 
 **Resets.** ``reset(seed)`` restores a snapshot taken when the ROM was loaded and then calls
-ALE's ``reset_game()``: ~3 ms (median), where reloading the ROM costs ~80 ms. The episode
+ALE's ``reset_game()``, far cheaper than reloading the ROM (benchmarks/RESULTS.md). The episode
 is then the one ale-py starts after loading the ROM and resetting (checked frame by frame,
 with RAM, on the 104 ROMs of ale-py 0.12.1, after earlier episodes of 700 and 7,000
 frames). Neither half alone would do: after ``reset_game()`` alone 16 games (Assault, Beam
@@ -142,9 +142,9 @@ class AtariRuntime(Runtime):
     Damage: ALE says nothing of what a frame changed, so each draw also reads ALE's
     palette-index screen (a third of the RGB one's bytes) and compares it with the last
     one's, row by row: the changed rows, as full-width bands, are :meth:`take_damage`'s
-    answer, and the VNC server skips its own compare. Measured on Pong at scale 1: ~15 us
-    for the read and the row compare against ~27 us for the server's tile compare, and
-    the bands hold fewer pixels than the tiles they touch.
+    answer, and the VNC server skips its own compare: the read and the row compare cost
+    less than the server's tile compare, and the bands hold fewer pixels than the tiles
+    they touch (benchmarks/RESULTS.md).
     """
 
     #: ale-py's ROM id (``"pong"``).
@@ -205,7 +205,7 @@ class AtariRuntime(Runtime):
             self._screen = self.framebuffer  # ALE draws straight into it
         else:
             # ALE draws into _screen; _draw widens each row into _wide, then copies each
-            # wide row ``scale`` times: 2 x ``scale`` copies of whole arrays, ~0.1 ms at 2.
+            # wide row ``scale`` times: 2 x ``scale`` copies of whole arrays.
             self._screen = np.zeros((screen_height, screen_width, 3), dtype=np.uint8)
             self._wide = np.zeros((screen_height, screen_width * scale, 3), dtype=np.uint8)
             self._screen_pixels = _pixels(self._screen)
@@ -278,8 +278,8 @@ class AtariRuntime(Runtime):
 
     def advance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
         """Run ``frames`` ALE frames with the input held; fetch and scale the screen once,
-        at the end. Measured on Pong, 4 frames a call: ~380 us against ~480 us for 4 steps
-        at scale 1, ~650 against ~1,470 at scale 2."""
+        at the end, not once a frame (``python -m benchmarks atari_lockstep``: its
+        "AtariRuntime in process" row is this call with 4 frames)."""
         check_frames(frames)
         if self.done:
             return StepResult(0.0, True, self._info(), frames=0)
@@ -352,7 +352,8 @@ def ale_seed(seed: int | None) -> int:
 
 
 def _pixels(frame: np.ndarray) -> np.ndarray:
-    """``uint8[H, W, 3]`` as ``[H, W]`` 3-byte items, a view: numpy copies those ~2x faster."""
+    """``uint8[H, W, 3]`` as ``[H, W]`` 3-byte items, a view: numpy copies whole items
+    faster than bytes."""
     return frame.view(np.dtype("V3"))[..., 0]
 
 
@@ -374,7 +375,7 @@ def _runtime_class(rom: str) -> type[AtariRuntime]:
 def _runnable_roms() -> list[str]:
     """The ROMs the wheel ships that its emulator can run (0.12.1 ships 4 it cannot).
 
-    Reads each ROM's checksum only: no ROM is loaded, no emulator runs (~15 ms in all).
+    Reads each ROM's checksum only: no ROM is loaded, no emulator runs.
     """
     probe = ALEInterface()
     runnable = []

@@ -65,16 +65,16 @@ from .base import InputEvent, PointerEvent, StepResult
 from .cdp import CDPClient, CDPError
 from .cdp_input import CDPInput
 from .chromium import (
-    BROWSER_START_TIMEOUT,
     CHROMIUM_ENV,
-    CHROMIUM_FLAGS,
     PAGE_TIMEOUT,
     READY_EXPRESSION,
     STATE_EXPRESSION,
+    devtools_port,
     env_id_for,
     find_chromium,
     find_xvnc,
     html_dir,
+    spawn_chromium,
 )
 from .marks import draw_marks
 from .page_clock import EPOCH_MS, FRAME_MS, PageClock, no_caret_blink_env
@@ -109,7 +109,7 @@ FPS: Final = 60.0
 MAX_SCREENSHOTS: Final = 4
 #: Real time: seconds at least between two page observations an agent asked for (the
 #: ``observe`` property), made when the served screen changed (an observation costs
-#: 5-15 ms on task pages: docs/browser.md).
+#: several ms of the page's time: ``python -m benchmarks page_structure``).
 OBSERVE_INTERVAL: Final = 0.1
 #: Seconds between polls of the page's reward globals (20 Hz: a reward reaches the
 #: rewarder within ~50 ms plus a frame).
@@ -217,18 +217,10 @@ class MiniWoBRuntime(DisplayRuntime):
         assert self.display is not None
         chromium = chromium or find_chromium()
         self._profile = Path(tempfile.mkdtemp(prefix="universe-chromium-"))
-        argv = [
-            chromium,
-            *CHROMIUM_FLAGS,
-            f"--window-size={SCREEN_WIDTH},{SCREEN_HEIGHT}",
-            f"--user-data-dir={self._profile}",
-            self.url(),
-        ]
-        tmp = self._profile / "tmp"  # its singleton socket and shared memory files, which
-        tmp.mkdir()  # it leaves in /tmp otherwise; removed with the profile
-        env = {"TMPDIR": str(tmp), **no_caret_blink_env(self._profile / "config")}
-        self.browser = self.display.spawn(argv, name="chromium", env=env)
-        port = await self._devtools_port()
+        env = no_caret_blink_env(self._profile / "config")
+        self.browser = spawn_chromium(self.display, self._profile, self.url(), SCREEN_WIDTH,
+                                      SCREEN_HEIGHT, env=env, chromium=chromium)
+        port = await devtools_port(self._profile, self.browser)
         self.cdp = await CDPClient.connect(port)
         try:
             await self.cdp.wait_for(READY_EXPRESSION, PAGE_TIMEOUT)
@@ -249,28 +241,6 @@ class MiniWoBRuntime(DisplayRuntime):
         # handlers) then depended on when, and two lockstep runs drew different frames.
         await self.cdp.call("Emulation.setFocusEmulationEnabled", {"enabled": True})
         self._paused = False
-
-    async def _devtools_port(self) -> int:
-        """The port Chromium chose, from the ``DevToolsActivePort`` file in its profile."""
-        assert self.browser is not None and self._profile is not None
-        path = self._profile / "DevToolsActivePort"
-        deadline = time.monotonic() + BROWSER_START_TIMEOUT
-        while True:
-            with contextlib.suppress(OSError, ValueError):
-                lines = path.read_text().splitlines()
-                if len(lines) >= 2 and lines[1].startswith("/devtools/"):  # written whole
-                    return int(lines[0])
-            if not self.browser.running:
-                raise CDPError(
-                    f"Chromium exited with {self.browser.process.returncode} at start"
-                    f"{log_tail(self.browser.log)}"
-                )
-            if time.monotonic() > deadline:
-                raise CDPError(
-                    f"Chromium opened no DevTools port within {BROWSER_START_TIMEOUT} s"
-                    f"{log_tail(self.browser.log)}"
-                )
-            await asyncio.sleep(0.02)
 
     async def _stop_browser(self) -> None:
         if self.cdp is not None:

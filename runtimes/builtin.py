@@ -112,7 +112,7 @@ _TARGET_CENTRE_MASK: Final = _disc(CLICK_TARGET_SIZE, CLICK_TARGET_SIZE / 5)
 #
 # Each game's frame is: a prebuilt *base* frame (background, HUD frame, dimmed pips), a
 # prefix of each HUD gauge uncovered from a prebuilt *lit* frame, then the sprites. Every
-# step is a handful of slice copies: painting a colour over many pixels is ~10x slower in
+# step is a handful of slice copies: painting a colour over many pixels is much slower in
 # numpy than copying the same pixels from another frame. A reset draws all of it; a
 # frame after that redraws only what changed — a gauge whose count changed (its region
 # restored from the base, then uncovered again), the sprites that moved (restored from
@@ -251,8 +251,8 @@ class _Game(Runtime):
 
     def advance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
         """Play ``frames`` frames with the input held; draw once, at the end: drawing is
-        ~85 % of a frame's cost (Catch: ~12 of ~14 us), so an advance of 4 frames costs
-        ~20 us against ~60 us for 4 steps."""
+        most of a frame's cost, so an advance of k frames costs little more than one
+        step (``python -m benchmarks realtime_cpu`` measures a frame's cost)."""
         check_frames(frames)
         if self.done:
             return StepResult(0.0, True, self._info(), frames=0)

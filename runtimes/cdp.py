@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 #: Seconds to wait for the browser's debugging port and its first page (Chromium starts
 #: in 0.5-1 s here; a cold start on a slow disk takes a few).
 CONNECT_TIMEOUT: Final = 20.0
-#: Seconds one command may take (an evaluate of a page global takes ~1 ms).
+#: Seconds one command may take (an evaluate of a page global takes a small part of a frame).
 CALL_TIMEOUT: Final = 10.0
 #: Seconds a navigation may take until the page's load event.
 NAVIGATE_TIMEOUT: Final = 20.0
@@ -280,7 +280,8 @@ class CDPClient:
     ) -> bytes:
         """A PNG of the page's area ``clip`` = (x, y, width, height) in CSS pixels at
         scale 1 (lossless, unlike JPEG). Chromium draws a new frame for it: the pixels show
-        the page as it is when the call is made (~20-45 ms here: it waits for frames)."""
+        the page as it is when the call is made (it waits for frames: a few frame
+        periods; ``python -m benchmarks browser_remotes``)."""
         x, y, width, height = clip
         result = await self.call(
             "Page.captureScreenshot",

@@ -277,9 +277,9 @@ class CDPInput:
         """Have Chromium dispatch pointer moves at once instead of at its next frame.
 
         Blink holds ``mousemove`` (and wheel) events until the next animation frame and
-        the command returns after it (~17 ms at 60 Hz, measured); with DevTools' overlay
-        on (``DOM.enable`` then ``Overlay.enable``, which draws nothing until asked) it
-        dispatches them as they come, as for a debugger (~1.3 ms).
+        the command returns after it (a frame period); with DevTools' overlay on
+        (``DOM.enable`` then ``Overlay.enable``, which draws nothing until asked) it
+        dispatches them as they come, as for a debugger (benchmarks/RESULTS.md).
         """
         await self.cdp.call("DOM.enable")
         await self.cdp.call("Overlay.enable")

@@ -1,6 +1,8 @@
 """Chromium and MiniWoB++'s task pages: where they are and how Chromium starts.
 
 Holds :func:`find_chromium` (and :func:`find_xvnc`), :data:`CHROMIUM_FLAGS`,
+:func:`spawn_chromium` and :func:`devtools_port` (start it on a display, learn its
+DevTools port),
 :func:`html_dir` (where the installed ``miniwob`` wheel keeps its task pages),
 :func:`env_id_for` (``click-test.html`` -> ``miniwob.ClickTest-v0``) and the page
 expressions the runtime evaluates over DevTools (:data:`READY_EXPRESSION`,
@@ -10,12 +12,16 @@ that start a page of their own use these too.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib.util
 import os
+import time
 from pathlib import Path
 from typing import Final
 
-from .xdisplay import XVNC_PACKAGE, find_program
+from .cdp import CDPError
+from .xdisplay import XVNC_PACKAGE, XProgram, XvncDisplay, find_program, log_tail
 
 # Programs ----------------------------------------------------------------------------------
 
@@ -104,3 +110,40 @@ def find_chromium() -> str:
 
 def find_xvnc() -> str:
     return find_program("Xvnc", package=XVNC_PACKAGE)
+
+
+def spawn_chromium(
+    display: XvncDisplay, profile: Path, url: str, width: int, height: int,
+    env: dict[str, str] | None = None, chromium: str | None = None,
+) -> XProgram:
+    """Chromium with :data:`CHROMIUM_FLAGS` on ``display``, a ``width`` x ``height``
+    window showing ``url``, its profile in ``profile`` and its temporary files (singleton
+    socket, shared memory) under ``profile/tmp``, so removing the profile removes them
+    all. Then :func:`devtools_port`."""
+    argv = [chromium or find_chromium(), *CHROMIUM_FLAGS, f"--window-size={width},{height}",
+            f"--user-data-dir={profile}", url]
+    tmp = profile / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return display.spawn(argv, name="chromium", env={"TMPDIR": str(tmp), **(env or {})})
+
+
+async def devtools_port(profile: Path, browser: XProgram, timeout: float = BROWSER_START_TIMEOUT) -> int:
+    """The DevTools port Chromium chose, from the ``DevToolsActivePort`` file in its
+    profile; :class:`CDPError` with its log's tail when it exits first or writes none
+    within ``timeout``."""
+    path = profile / "DevToolsActivePort"
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError, ValueError):
+            lines = path.read_text().splitlines()
+            if len(lines) >= 2 and lines[1].startswith("/devtools/"):  # written whole
+                return int(lines[0])
+        if not browser.running:
+            raise CDPError(
+                f"Chromium exited with {browser.process.returncode} at start{log_tail(browser.log)}"
+            )
+        if time.monotonic() > deadline:
+            raise CDPError(
+                f"Chromium opened no DevTools port within {timeout} s{log_tail(browser.log)}"
+            )
+        await asyncio.sleep(0.02)  # the file appears once; nothing to wait on but the disk

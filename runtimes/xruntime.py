@@ -44,7 +44,8 @@ FIRST_FRAME_TIMEOUT: Final = 10.0
 #: Xvnc options of a captured display: up to 60 updates a second to our one client (the
 #: remote's frame rate), and Xvnc's own pixel comparison left on: X programs redraw
 #: more than they change (XEyes repaints whole eyes), and without it every redraw
-#: crossed the socket (measured: 5.5 ms of the remote's CPU per frame instead of 2.1).
+#: crossed the socket, at more than twice the remote's CPU per frame
+#: (``python -m benchmarks display_capture``; benchmarks/RESULTS.md).
 CAPTURE_ARGS: Final = ("-FrameRate", "240")
 #: Seconds the served screen must stay unchanged for an action to have settled.
 QUIET_SECONDS: Final = 0.3

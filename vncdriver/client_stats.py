@@ -131,6 +131,6 @@ def encoding_name(number: int) -> str:
     return name
 
 
-#: Encoding names by number, as looked up (an Enum call costs ~1 us; stats are read per step).
+#: Encoding names by number, as looked up (an Enum call per lookup adds up: stats are read per step).
 _NAMES: dict[int, str] = {}
 MAX_NAMES: Final = 1024
