@@ -28,6 +28,7 @@ import pytest
 from runtimes.base import InputEvent, KeyEvent, PointerEvent
 from runtimes.cdp import CDPClient, CDPError
 from runtimes.cdp_input import WHEEL_PIXELS, CDPInput, InputMapper
+from runtimes.chromium import devtools_port
 from runtimes.page_clock import (
     EPOCH_MS,
     FRAME_MS,
@@ -39,7 +40,6 @@ from runtimes.page_clock import (
 )
 from runtimes.xdisplay import XvncDisplay
 from tests.runtimes.display import alive
-from tests.runtimes.webpage import devtools_port
 
 try:
     from runtimes.browser import TASK_AREA
@@ -96,7 +96,7 @@ async def browser(
         argv = [find_chromium(), *CHROMIUM_FLAGS, *flags, f"--window-size={WIDTH},{HEIGHT}",
                 f"--user-data-dir={profile}", "about:blank"]
         program = display.spawn(argv, name="chromium", env=env)
-        port = await devtools_port(profile, program.process)
+        port = await devtools_port(profile, program)
         cdp = await CDPClient.connect(port)
         try:
             clock_ = PageClock(cdp)

@@ -8,10 +8,8 @@ our VNC client to the display for real X input (as ``DisplayRuntime.inject`` sen
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shutil
-import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -63,18 +61,15 @@ class Kiosk:
 
 @contextlib.asynccontextmanager
 async def kiosk() -> AsyncIterator[Kiosk]:
-    from runtimes.chromium import CHROMIUM_FLAGS, find_chromium
+    from runtimes.chromium import devtools_port, spawn_chromium
 
     display = XvncDisplay(WIDTH, HEIGHT, unix_socket=True)
     await display.start()
     profile = Path(tempfile.mkdtemp(prefix="web-agent-"))
     pids: list[int] = []
     try:
-        (profile / "tmp").mkdir()
-        argv = [find_chromium(), *CHROMIUM_FLAGS, f"--window-size={WIDTH},{HEIGHT}",
-                f"--user-data-dir={profile}", "about:blank"]
-        program = display.spawn(argv, name="chromium", env={"TMPDIR": str(profile / "tmp")})
-        port = await devtools_port(profile, program.process)
+        program = spawn_chromium(display, profile, "about:blank", WIDTH, HEIGHT)
+        port = await devtools_port(profile, program, START_TIMEOUT)
         cdp = await CDPClient.connect(port)
         screen = VNCClient(display.address, encoding="raw", name="test display")
         try:
@@ -89,15 +84,3 @@ async def kiosk() -> AsyncIterator[Kiosk]:
         await display.aclose()
         shutil.rmtree(profile, ignore_errors=True)
     assert not [pid for pid in pids if alive(pid)], "Xvnc or Chromium left running"
-
-
-async def devtools_port(profile: Path, process: subprocess.Popen[bytes]) -> int:
-    path = profile / "DevToolsActivePort"
-    async with asyncio.timeout(START_TIMEOUT):
-        while True:
-            with contextlib.suppress(OSError, ValueError):
-                lines = path.read_text().splitlines()
-                if len(lines) >= 2:
-                    return int(lines[0])
-            assert process.poll() is None, "Chromium exited at start"
-            await asyncio.sleep(0.02)
