@@ -45,11 +45,12 @@ from rewarder.tls import TLSPort
 from vncdriver.server import AuthGuard
 
 from .. import version
+from ..agent_port import RemoteLike
 from ..tls_site import TLSPortSite
 from . import frames, protocol
 from .protocol import Code, Refusal
 from .schemas import Spec
-from .session import Port, RemoteLike, Session
+from .session import Port, Session
 
 log = logging.getLogger(__name__)
 
