@@ -16,6 +16,7 @@ import pytest
 
 from envserver import agent_port
 from envserver.orders import Refused, ResetOrder, StepOrder
+from envserver.remote import Remote
 from envserver.rewarder_front import RewarderFront
 from envserver.state import Event, State
 from rewarder import protocol
@@ -35,10 +36,9 @@ def _step(frames: int, message_id: object = "m1", episode_id: int | None = None,
     )
 
 
-def _front(remote: object) -> RewarderFront:
-    front = remote.rewarder.handler  # type: ignore[attr-defined]
-    assert isinstance(front, RewarderFront)
-    return front
+def _front(remote: Remote) -> RewarderFront:
+    """What the rewarder server drives (a view of the remote: one more is the same)."""
+    return RewarderFront(remote)
 
 
 async def _fits_one_slice(front: RewarderFront) -> None:
