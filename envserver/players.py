@@ -125,6 +125,10 @@ class Game(Protocol):
     @property
     def players(self) -> int: ...
 
+    def step_now(self, order: StepOrder) -> Reply | None:
+        """One lockstep step of ``order.player`` done at once if it fits one slice; None
+        having done nothing if not; :class:`Refused` to refuse."""
+
     async def step(self, order: StepOrder, others: Mapping[int, StepOrder] | None = None) -> Reply:
         """One lockstep step of ``order.player`` with ``others``' orders (player -> order)
         applied in the same frames; :class:`Refused` to refuse."""
@@ -210,11 +214,16 @@ class Seats:
         lockstep = LOCKSTEP in (self.game.mode, mode)
         return lockstep and len(self.seated()) > 1
 
+    def step_now(self, order: StepOrder) -> Reply | None:
+        """``order.player``'s lockstep step done at once (synchronously), if it is no
+        joint step and fits one slice (:meth:`Game.step_now`); None having done nothing."""
+        return None if self.joint() else self.game.step_now(order)
+
     async def step(self, order: StepOrder) -> Reply:
-        """``order.player``'s lockstep step: at once, or its share of a joint step (its
-        own reply once the frame advanced)."""
+        """``order.player``'s lockstep step: at once (in one piece if it fits one slice,
+        else sliced), or its share of a joint step (its own reply once the frame advanced)."""
         if not self.joint():
-            return await self.game.step(order)
+            return self.game.step_now(order) or await self.game.step(order)
         reply: Reply = await self._join("step", order.player, order, self._run_step)
         return reply
 

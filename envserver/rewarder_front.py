@@ -106,11 +106,8 @@ class RewarderFront:
         """The whole step at once (synchronous), if it fits one slice and is no joint
         step: ``(episode id, reply body)``; None having done nothing (then await
         :meth:`step`); :class:`BadRequest` refuses it."""
-        remote = self.remote
-        if remote.seats.joint():
-            return None
         try:
-            return remote.step_now(step_order(request, PLAYER.get()))
+            return self.remote.seats.step_now(step_order(request, PLAYER.get()))
         except Refused as exc:
             raise BadRequest(exc.reason, request.message_id) from exc
 
