@@ -57,6 +57,8 @@ class Episodes(Recovery):
 
     #: Frames per lockstep slice, aimed at MAX_SLICE_SECONDS from the last measured speed.
     _slice_frames: int
+    #: Seconds per frame the last slice took.
+    _frame_seconds: float
     #: The runtime's ``announced_info`` values real-time clients were last sent.
     _announced: dict[str, Any]
     #: The new episode after a real-time ``done`` (its runtime may reset over I/O).
@@ -237,11 +239,15 @@ class Episodes(Recovery):
 
     def _advance_slice(self, frames: int, events: Sequence[InputEvent]) -> StepResult:
         """Advance up to ``frames`` frames in one piece, and aim the next slice at
-        :data:`MAX_SLICE_SECONDS` from this one's speed per frame."""
+        :data:`MAX_SLICE_SECONDS` from the faster of this slice's and the last one's speed
+        per frame: one slice the machine preempted must not send the next one-slice step
+        down the sliced path."""
         started = time.perf_counter()
         result = self._advance(frames, events)
         per_frame = (time.perf_counter() - started) / max(result.frames, 1)
-        self._slice_frames = max(1, int(MAX_SLICE_SECONDS / max(per_frame, 1e-7)))
+        fastest = min(per_frame, self._frame_seconds)
+        self._frame_seconds = per_frame
+        self._slice_frames = max(1, int(MAX_SLICE_SECONDS / max(fastest, 1e-7)))
         return result
 
     async def _advance_sliced(self, frames: int) -> StepResult:

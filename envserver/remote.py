@@ -171,6 +171,7 @@ class Remote(Episodes, Acting):
         self._frame_waiters = []
         self._state_waiters = []  # resolved when the state moves
         self._slice_frames = 1  # frames per lockstep slice, adapted to MAX_SLICE_SECONDS
+        self._frame_seconds = float("inf")  # not measured yet
         #: Called with (episode id, result) after every advance, in either mode: how other
         #: front ends (the dm_env_rpc port) see rewards, text and ends as they happen.
         self.result_sinks: list[Callable[[int, StepResult], None]] = []

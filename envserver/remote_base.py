@@ -124,6 +124,8 @@ class RemoteBase:
         return state
 
     def _moved(self, state: State) -> None:
+        if not self._state_waiters:
+            return
         waiters, self._state_waiters = self._state_waiters, []
         for waiter in waiters:
             if not waiter.done():
