@@ -13,10 +13,11 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from rewarder.errors import BadRequest
 from runtimes.base import InputEvent, KeyEvent, PlayerEvent, PointerEvent, Runtime
 from vncdriver import keysyms, messages
 from vncdriver.errors import UnknownKey
+
+from .orders import Refused
 
 log = logging.getLogger(__name__)
 
@@ -109,16 +110,15 @@ class Inputs:
         self._queue(source, released)
 
     def push_action(
-        self, runtime: Runtime, events: Sequence[Sequence[Any]], message_id: Any,
-        source: object = REWARDER_SOURCE,
+        self, runtime: Runtime, events: Sequence[Sequence[Any]], source: object = REWARDER_SOURCE,
     ) -> None:
-        """Queue a rewarder client's events, refusing the lot if one is bad or too many wait."""
-        checked = self.check_action(runtime, events, message_id)
+        """Queue an agent's events, refusing the lot (:class:`Refused`) if one is bad or
+        too many wait."""
+        checked = self.check_action(runtime, events)
         if len(self.pending) + len(checked) > MAX_PENDING_EVENTS:
-            raise BadRequest(
+            raise Refused(
                 f"more than {MAX_PENDING_EVENTS} input events (MAX_PENDING_EVENTS) are waiting "
-                "for the next frame; send fewer events per frame",
-                message_id,
+                "for the next frame; send fewer events per frame"
             )
         self.push(source, checked)
 
@@ -155,10 +155,8 @@ class Inputs:
         self.push(("vnc", client_id), checked)
 
     @staticmethod
-    def check_action(
-        runtime: Runtime, events: Sequence[Sequence[Any]], message_id: Any
-    ) -> list[InputEvent]:
-        """Rewarder events as runtime input; :class:`BadRequest` naming the first bad one."""
+    def check_action(runtime: Runtime, events: Sequence[Sequence[Any]]) -> list[InputEvent]:
+        """An agent's events as runtime input; :class:`Refused` naming the first bad one."""
         checked: list[InputEvent] = []
         for i, event in enumerate(events):
             if event[0] == "KeyEvent":
@@ -166,22 +164,20 @@ class Inputs:
                 try:
                     name = keysyms.name(key) if isinstance(key, int) else keysyms.canonical(key)
                 except UnknownKey as exc:
-                    raise BadRequest(f"action[{i}]: {exc}", message_id) from None
+                    raise Refused(f"action[{i}]: {exc}") from None
                 if name not in runtime.keys:
-                    raise BadRequest(
+                    raise Refused(
                         f"action[{i}]: {runtime.env_id} does not use key {name!r}; it takes "
-                        f"{', '.join(runtime.keys) or 'no keys (use PointerEvent)'}",
-                        message_id,
+                        f"{', '.join(runtime.keys) or 'no keys (use PointerEvent)'}"
                     )
                 checked.append(KeyEvent(name, down))
             else:
                 _, x, y, mask = event
                 if not (0 <= x < runtime.width and 0 <= y < runtime.height):
-                    raise BadRequest(
+                    raise Refused(
                         f"action[{i}]: pointer ({x}, {y}) is off the {runtime.width}x"
                         f"{runtime.height} screen; x must be in 0..{runtime.width - 1}, "
-                        f"y in 0..{runtime.height - 1}",
-                        message_id,
+                        f"y in 0..{runtime.height - 1}"
                     )
                 checked.append(PointerEvent(x, y, mask))
         return checked

@@ -19,8 +19,8 @@ from typing import Final
 import numpy as np
 
 from rewarder import shm
-from rewarder.errors import BadRequest
-from rewarder.protocol import OBS_SHM
+
+from .orders import OBS_SHM, Refused
 
 #: VNC updates a second while an agent steps through shared memory (a 60 fps game's worth).
 MAX_VIEWER_UPDATES: Final = 60.0
@@ -44,7 +44,7 @@ class LockstepFrames:
         self._copy: np.ndarray | None = None  # what VNC serves meanwhile
 
     def deliver(
-        self, obs: str, frame: np.ndarray, number: int, episode_id: int, message_id: int | str | None
+        self, obs: str, frame: np.ndarray, number: int, episode_id: int
     ) -> list[str | int] | None:
         """The step's ``frame`` on its way; the reply's ``shm`` value, if any."""
         if obs != OBS_SHM:
@@ -55,9 +55,9 @@ class LockstepFrames:
             if segment is not None:
                 segment.close()
             if not shm.available():
-                raise BadRequest(
+                raise Refused(
                     f"this remote's machine has no writable {shm.SHM_DIR}: step with obs "
-                    "\"vnc\" (or leave obs out)", message_id,
+                    "\"vnc\" (or leave obs out)"
                 )
             self._segment = segment = shm.FrameSegment(frame.shape[0], frame.shape[1])
         segment.write(frame, number, episode_id)

@@ -30,13 +30,11 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol
 
-from rewarder import protocol
-from rewarder.errors import BadRequest
 from rewarder.protocol import PLAYER_INFO_KEY, REWARDS_INFO_KEY
-from rewarder.server import PLAYER
 from runtimes.base import StepResult
 
 from .inputs import REWARDER_SOURCE
+from .orders import LOCKSTEP, OBS_SHM, Refused, ResetOrder, StepOrder
 
 #: Seconds a joint lockstep step (or reset) waits, from its first player's request, for
 #: the other seated players' before it fails naming the ones that did not come.
@@ -127,20 +125,21 @@ class Game(Protocol):
     @property
     def players(self) -> int: ...
 
-    async def step(
-        self, request: protocol.StepRequest,
-        others: Mapping[int, protocol.StepRequest] | None = None,
-    ) -> Reply:
-        """One lockstep step of the requester (:data:`rewarder.server.PLAYER`) with
-        ``others``' requests (player -> request) applied in the same frames."""
+    def step_now(self, order: StepOrder) -> Reply | None:
+        """One lockstep step of ``order.player`` done at once if it fits one slice; None
+        having done nothing if not; :class:`Refused` to refuse."""
 
-    async def reset(self, request: protocol.ResetRequest, reply: Callable[..., None]) -> None:
+    async def step(self, order: StepOrder, others: Mapping[int, StepOrder] | None = None) -> Reply:
+        """One lockstep step of ``order.player`` with ``others``' orders (player -> order)
+        applied in the same frames; :class:`Refused` to refuse."""
+
+    async def reset(self, order: ResetOrder, reply: Callable[..., None]) -> None:
         """One reset; ``reply(new episode id, body)`` before it goes running."""
 
 
 @dataclasses.dataclass
 class _Round:
-    """One joint step or reset being gathered: each player's request and its reply."""
+    """One joint step or reset being gathered: each player's order and its reply."""
 
     kind: str
     requests: dict[int, Any] = dataclasses.field(default_factory=dict)
@@ -205,27 +204,37 @@ class Seats:
 
     # What the front ends call ---------------------------------------------------------------
 
-    def joint(self, request: Any = None) -> bool:
+    def joint(self, mode: str | None = None) -> bool:
         """Whether steps and resets wait for every seated player: two or more seated, in
-        lockstep or a reset into it (both players' resets switching a real-time remote to
-        lockstep make one reset, as the steps after them make one step each)."""
-        lockstep = protocol.LOCKSTEP in (self.game.mode, getattr(request, "mode", None))
+        lockstep or a reset into it (``mode``: both players' resets switching a real-time
+        remote to lockstep make one reset, as the steps after them make one step each).
+        Asked before every step: a single-player runtime answers without counting seats."""
+        if self.game.players == 1:
+            return False
+        lockstep = LOCKSTEP in (self.game.mode, mode)
         return lockstep and len(self.seated()) > 1
 
-    async def step(self, request: protocol.StepRequest) -> Reply:
-        """The requester's lockstep step: at once, or its share of a joint step (its own
-        reply once the frame advanced)."""
+    def step_now(self, order: StepOrder) -> Reply | None:
+        """``order.player``'s lockstep step done at once (synchronously), if it is no
+        joint step and fits one slice (:meth:`Game.step_now`); None having done nothing."""
+        return None if self.joint() else self.game.step_now(order)
+
+    async def step(self, order: StepOrder) -> Reply:
+        """``order.player``'s lockstep step: at once (in one piece if it fits one slice,
+        else sliced), or its share of a joint step (its own reply once the frame advanced)."""
         if not self.joint():
-            return await self.game.step(request)
-        reply: Reply = await self._join("step", request, self._run_step)
+            return self.game.step_now(order) or await self.game.step(order)
+        reply: Reply = await self._join("step", order.player, order, self._run_step)
         return reply
 
-    async def reset(self, request: protocol.ResetRequest, reply: Callable[..., None]) -> None:
-        """The requester's reset: at once, or its share of a joint reset (the world resets
+    async def reset(
+        self, order: ResetOrder, reply: Callable[..., None], player: int = 0
+    ) -> None:
+        """``player``'s reset: at once, or its share of a joint reset (the world resets
         once every seated player asked; each is answered with the new episode id)."""
-        if not self.joint(request):
-            return await self.game.reset(request, reply)
-        episode, body = await self._join("reset", request, self._run_reset)
+        if not self.joint(order.mode):
+            return await self.game.reset(order, reply)
+        episode, body = await self._join("reset", player, order, self._run_reset)
         reply(episode, body)
 
     def left(self, player: int) -> None:
@@ -237,43 +246,35 @@ class Seats:
         """Fail every round being gathered (a player left)."""
         for round_ in list(self._rounds.values()):
             self._close(round_)
-            for player, waiter in round_.replies.items():
+            for waiter in round_.replies.values():
                 if not waiter.done():
-                    waiter.set_exception(BadRequest(
-                        f"joint v0.env.{round_.kind} abandoned: {why}; send it again",
-                        round_.requests[player].message_id,
+                    waiter.set_exception(Refused(
+                        f"joint v0.env.{round_.kind} abandoned: {why}; send it again"
                     ))
 
     # The barrier --------------------------------------------------------------------------
 
     async def _join(
-        self, kind: str, request: Any, run: Callable[[dict[int, Any]], Awaitable[dict[int, Any]]]
+        self, kind: str, player: int, order: Any,
+        run: Callable[[dict[int, Any]], Awaitable[dict[int, Any]]],
     ) -> Any:
-        player = PLAYER.get()
         round_ = self._rounds.get(kind)
         if round_ is None:
             round_ = self._rounds[kind] = _Round(kind)
             loop = asyncio.get_running_loop()
             round_.timer = loop.call_later(self.timeout, self._expire, round_)
         if player in round_.requests:
-            raise BadRequest(
+            raise Refused(
                 f"player {player} already sent v0.env.{kind} for this frame; wait for its "
-                "reply (the frame advances when every seated player has sent one)",
-                request.message_id,
+                "reply (the frame advances when every seated player has sent one)"
             )
-        round_.requests[player] = request
+        round_.requests[player] = order
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         round_.replies[player] = future
         if set(self.seated()) <= set(round_.requests):
             self._close(round_)
             try:
                 results = await run(round_.requests)
-            except BadRequest as exc:
-                for other, waiter in round_.replies.items():
-                    if not waiter.done():
-                        waiter.set_exception(
-                            BadRequest(exc.message, round_.requests[other].message_id)
-                        )
             except Exception as exc:
                 for waiter in round_.replies.values():
                     if not waiter.done():
@@ -281,9 +282,9 @@ class Seats:
             except BaseException:  # the runner's request was cancelled: the others hear why
                 for other, waiter in round_.replies.items():
                     if other != player and not waiter.done():
-                        waiter.set_exception(BadRequest(
+                        waiter.set_exception(Refused(
                             f"joint v0.env.{kind} abandoned: player {player}'s request was "
-                            "cancelled; send it again", round_.requests[other].message_id,
+                            "cancelled; send it again"
                         ))
                 raise
             else:
@@ -303,36 +304,31 @@ class Seats:
         self._close(round_)
         missing = [p for p in self.seated() if p not in round_.requests]
         names = ", ".join(f"player {p} ({self.holder(p)})" for p in missing) or "nobody"
-        for player, waiter in round_.replies.items():
+        for waiter in round_.replies.values():
             if not waiter.done():
-                waiter.set_exception(BadRequest(
+                waiter.set_exception(Refused(
                     f"joint v0.env.{round_.kind} timed out: {names} did not send "
                     f"v0.env.{round_.kind} within {self.timeout:g} s (JOINT_STEP_TIMEOUT); "
-                    "nothing advanced: send it again when every seated player is stepping",
-                    round_.requests[player].message_id,
+                    "nothing advanced: send it again when every seated player is stepping"
                 ))
 
-    async def _run_step(self, requests: dict[int, protocol.StepRequest]) -> dict[int, Reply]:
+    async def _run_step(self, requests: dict[int, StepOrder]) -> dict[int, Reply]:
         """Every seated player stepped: step the remote once, as the last player with the
         others' requests, and give each player its own reply."""
         frames = {r.frames for r in requests.values()}
         if len(frames) > 1:
             asked = ", ".join(f"player {p}: {r.frames}" for p, r in sorted(requests.items()))
-            raise BadRequest(
+            raise Refused(
                 f"the seated players asked for different frames per step ({asked}); "
                 "a joint step advances one number of frames: step with the same 'frames'"
             )
         players = sorted(requests)
         last = players[-1]
         step = requests[last]
-        if any(r.obs == protocol.OBS_SHM for r in requests.values()):  # one asking is enough
-            step = dataclasses.replace(step, obs=protocol.OBS_SHM)
+        if any(r.obs == OBS_SHM for r in requests.values()):  # one asking is enough
+            step = dataclasses.replace(step, obs=OBS_SHM)
         others = {p: requests[p] for p in players[:-1]}
-        token = PLAYER.set(last)
-        try:
-            episode, body = await self.game.step(step, others)
-        finally:
-            PLAYER.reset(token)
+        episode, body = await self.game.step(dataclasses.replace(step, player=last), others)
         rewards = body["info"].get(REWARDS_INFO_KEY)
         replies = {}
         for player in players:
@@ -343,7 +339,7 @@ class Seats:
         return replies
 
     async def _run_reset(
-        self, requests: dict[int, protocol.ResetRequest]
+        self, requests: dict[int, ResetOrder]
     ) -> dict[int, tuple[int, dict[str, Any] | None]]:
         """Every seated player asked for a reset: reset once, with each field the lowest
         player gave (its seed, env, mode, fps), past every player's episode id."""
@@ -354,15 +350,11 @@ class Seats:
                     merged[field] = getattr(request, field)
         episodes = [r.episode_id for r in requests.values() if r.episode_id is not None]
         first = requests[min(requests)]
-        if any(r.obs == protocol.OBS_SHM for r in requests.values()):  # one asking is enough
-            merged["obs"] = protocol.OBS_SHM
+        if any(r.obs == OBS_SHM for r in requests.values()):  # one asking is enough
+            merged["obs"] = OBS_SHM
         request = dataclasses.replace(
             first, episode_id=max(episodes) if episodes else None, **merged
         )
         got: list[tuple[int, dict[str, Any] | None]] = []
-        token = PLAYER.set(min(requests))
-        try:
-            await self.game.reset(request, lambda episode, body=None: got.append((episode, body)))
-        finally:
-            PLAYER.reset(token)
+        await self.game.reset(request, lambda episode, body=None: got.append((episode, body)))
         return {player: got[0] for player in requests}

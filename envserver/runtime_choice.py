@@ -11,34 +11,30 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rewarder import protocol
-from rewarder.errors import BadRequest
 from runtimes import registry
 from runtimes.base import Runtime
 from runtimes.errors import UnknownEnvironment
 
+from .orders import LOCKSTEP, Refused, ResetOrder
+
 log = logging.getLogger(__name__)
 
 
-def check_reset(
-    runtime: Runtime, request: protocol.ResetRequest
-) -> Callable[..., Runtime] | None:
-    """The factory of the env ``request`` switches to (None: it keeps ``runtime``);
-    :class:`BadRequest` for a switch or mode that cannot work."""
-    mid = request.message_id
+def check_reset(runtime: Runtime, order: ResetOrder) -> Callable[..., Runtime] | None:
+    """The factory of the env ``order`` switches to (None: it keeps ``runtime``);
+    :class:`Refused` for a switch or mode that cannot work."""
     factory = None
     target: Any = runtime
-    if request.env_id is not None and request.env_id != runtime.env_id:
+    if order.env_id is not None and order.env_id != runtime.env_id:
         try:
-            factory = registry.lookup(request.env_id)
+            factory = registry.lookup(order.env_id)
         except UnknownEnvironment as exc:
-            raise BadRequest(str(exc), mid) from None
+            raise Refused(str(exc)) from None
         target = factory
-    if request.mode == protocol.LOCKSTEP and not getattr(target, "lockstep", True):
-        raise BadRequest(
+    if order.mode == LOCKSTEP and not getattr(target, "lockstep", True):
+        raise Refused(
             f"{target.env_id} runs only in real time (it lives outside this process); "
-            "reset without mode 'lockstep'",
-            mid,
+            "reset without mode 'lockstep'"
         )
     return factory
 

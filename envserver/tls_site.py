@@ -1,14 +1,22 @@
-"""aiohttp's TCPSite with TLS through :class:`rewarder.tls.TLSPort`, for the remote's HTTP
-ports (the browser viewer, OpenEnv): a plain ``http://`` request gets a 400 saying the
-port speaks ``https://`` instead of a closed connection."""
+"""What the remote's HTTP ports (the browser viewer, OpenEnv) share: their limits, and
+aiohttp's TCPSite with TLS through :class:`rewarder.tls.TLSPort`, where a plain
+``http://`` request gets a 400 saying the port speaks ``https://`` instead of a closed
+connection."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Final
 
 from aiohttp import web
 
 from rewarder.tls import TLSPort
+
+#: Seconds between an HTTP port's WebSocket pings, so a vanished browser or session is
+#: noticed (OpenEnv's client pings every 20 s too).
+HEARTBEAT: Final = 30.0
+#: Seconds a stopping HTTP port gives its handlers, sessions and requests to finish.
+SHUTDOWN_TIMEOUT: Final = 2.0
 
 
 class TLSPortSite(web.BaseSite):

@@ -90,7 +90,7 @@ from vncdriver.server import AuthGuard, VNCServer
 from vncdriver.streams import BytesFeeder, Parser, read_exact
 
 from .attached import BROWSER_LEFT, CLOSE_TIMEOUT, AttachedBridge, close_websocket
-from .tls_site import TLSPortSite
+from .tls_site import HEARTBEAT, SHUTDOWN_TIMEOUT, TLSPortSite
 from .viewer_auth import CONTROL, PLAY, VIEW, ViewerAuth, credentials, cross_site, role_player
 
 __all__ = ["ClientFilter", "Viewer", "credentials", "cross_site", "find_novnc"]
@@ -126,10 +126,6 @@ MAX_BROWSER_MESSAGE: Final = 64 * 1024
 WRITER_LIMIT: Final = 1024 * 1024
 #: Seconds for the VNC handshake with the remote and for the browser's.
 HANDSHAKE_TIMEOUT: Final = 10.0
-#: Seconds between WebSocket pings, so a vanished browser is noticed.
-HEARTBEAT: Final = 30.0
-#: Seconds a stopping viewer waits for its handlers.
-SHUTDOWN_TIMEOUT: Final = 2.0
 
 #: Pseudo-encodings that would let a browser send messages outside RFB 3.8's six (or
 #: change their layout): the bridge strips them from SetEncodings, so it can frame

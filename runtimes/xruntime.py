@@ -214,6 +214,8 @@ class DisplayRuntime(Runtime):
             self._damage = None  # the whole area: the server compares it
         elif self._damage is not None:
             self._damage.extend(copied)
+            if len(self._damage) > MAX_DAMAGE_RECTS:  # nobody takes it: the server compares
+                self._damage = None
         return bool(copied)
 
     def take_damage(self) -> list[Rect] | None:

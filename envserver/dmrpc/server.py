@@ -24,8 +24,8 @@ from rewarder.auth import basic_auth_password
 from rewarder.lograte import RateLimitedLog
 from vncdriver.server import AuthGuard
 
+from ..agent_port import RemoteLike
 from .session import Endpoint, Session
-from .world import RemoteLike
 
 log = logging.getLogger(__name__)
 

@@ -32,11 +32,11 @@ from dm_env_rpc.v1.extensions import properties_pb2 as props
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, status_pb2
 
-from rewarder import protocol
-from rewarder.errors import BadRequest
-from rewarder.server import PLAYER
 from runtimes.base import StepResult
 
+from .. import agent_port
+from ..agent_port import CALLER, STEP_TIMEOUT, Held, Ledger, RemoteLike
+from ..orders import LOCKSTEP, REALTIME, ActOrder, Refused, StepOrder
 from ..properties import PropertyError
 from . import properties
 from .specs import (
@@ -46,18 +46,13 @@ from .specs import (
     REWARD,
     RGB,
     TEXT,
-    Held,
     SpecError,
     Specs,
+    action_events,
     check_requested,
     pack_observations,
 )
-from .world import RemoteLike, World, WorldError, unpack_join_settings, unpack_settings
-
-#: Seconds a real-time step waits for its frame before it reports the remote stalled.
-STEP_TIMEOUT: Final = 10.0
-#: Episodes whose rewards a connection keeps while it has not stepped them (bounded).
-MAX_PENDING_EPISODES: Final = 4
+from .world import World, WorldError, unpack_join_settings, unpack_settings
 
 _worlds = itertools.count(1)
 
@@ -122,15 +117,6 @@ class Endpoint:
 
 
 @dataclass
-class _Seen:
-    """What the remote's frames brought one episode, as the result sink saw it."""
-
-    reward: float = 0.0
-    done: bool = False
-    final_screen: np.ndarray | None = None
-
-
-@dataclass
 class Session:
     """One connection's state; :meth:`handle` answers each request."""
 
@@ -142,7 +128,7 @@ class Session:
     needs_reset: bool = True
     last_frame: int = 0
     text: str = ""
-    seen: dict[int, _Seen] = field(default_factory=dict)
+    seen: Ledger = field(default_factory=Ledger)
     #: The player this connection joined as (multi-player runtimes; 0 otherwise).
     player: int = 0
     #: The newest page an advance made: (episode, frame, observation body).
@@ -155,7 +141,7 @@ class Session:
     async def handle(self, request: pb.EnvironmentRequest) -> pb.EnvironmentResponse:
         """The response to ``request``: its payload's, or an error (the stream goes on)."""
         which = request.WhichOneof("payload")
-        PLAYER.set(self.player)  # whose input and reward the remote's methods serve
+        CALLER.set(self.player)  # whose share of a joint reset a world's reset is
         try:
             if which is None:
                 raise WorldError(code_pb2.INVALID_ARGUMENT, "an EnvironmentRequest with no payload")
@@ -174,8 +160,8 @@ class Session:
             return _error(properties.CODES[exc.refusal], str(exc))
         except (SpecError, ValueError) as exc:
             return _error(code_pb2.INVALID_ARGUMENT, str(exc))
-        except BadRequest as exc:  # the remote refused (its state machine, its runtime)
-            return _error(code_pb2.FAILED_PRECONDITION, exc.message)
+        except Refused as exc:  # the remote refused (its state machine, its runtime)
+            return _error(code_pb2.FAILED_PRECONDITION, exc.reason)
         except TimeoutError:
             return _error(
                 code_pb2.UNAVAILABLE,
@@ -345,25 +331,25 @@ class Session:
                 await self._world().reset()
             self._start_sequence(remote.episode_id)
             return await self._respond(request, pb.EnvironmentStateType.RUNNING, 0.0)
-        if remote.episode_id != self.episode and not self._seen(self.episode).done:
+        if remote.episode_id != self.episode and not self.seen.get(self.episode).done:
             self._begin(needs_reset=False)  # someone else began a new one
             return await self._respond(request, pb.EnvironmentStateType.INTERRUPTED, 0.0)
-        events = self.held.events(specs, specs.unpack_actions(request.actions))
+        events = action_events(self.held, specs, specs.unpack_actions(request.actions))
         frameskip = self._world().frameskip
-        if remote.mode == protocol.LOCKSTEP:
-            await remote.seats.step(protocol.StepRequest(
-                message_id="dm_env_rpc step", sent_at=0.0, episode_id=self.episode,
-                events=tuple(events), frames=frameskip,
+        if remote.mode == LOCKSTEP:
+            await agent_port.step(remote, StepOrder(
+                events=tuple(events), frames=frameskip, episode_id=self.episode,
+                player=self.player,
             ))
         else:
             if events:
-                remote.action(protocol.ActionRequest("dm_env_rpc step", 0.0, tuple(events)))
+                remote.action(ActOrder(events=tuple(events), player=self.player))
             after = max(remote.frame, self.last_frame + frameskip - 1)
             async with asyncio.timeout(STEP_TIMEOUT):
                 await remote.wait_frame(after)
-        seen = self.seen.pop(self.episode, _Seen())
+        seen = self.seen.pop(self.episode)
         if seen.done:
-            self._begin(needs_reset=remote.mode == protocol.LOCKSTEP)
+            self._begin(needs_reset=remote.mode == LOCKSTEP)
             return await self._respond(request, pb.EnvironmentStateType.TERMINATED, seen.reward,
                                        seen.final_screen)
         return await self._respond(request, pb.EnvironmentStateType.RUNNING, seen.reward)
@@ -378,14 +364,8 @@ class Session:
         own = result.reward if result.rewards is None else result.rewards[self.player]
         if not (own or result.done):
             return
-        seen = self._seen(episode_id)
-        seen.reward += own
-        if result.done and not seen.done:
-            seen.done = True
-            if self.remote.mode == protocol.REALTIME:  # the remote draws the next episode next
-                seen.final_screen = self.remote.screen().copy()
-        while len(self.seen) > MAX_PENDING_EPISODES:
-            del self.seen[min(self.seen)]
+        realtime = self.remote.mode == REALTIME  # the remote draws the next episode next
+        self.seen.heard(episode_id, own, result.done, self.remote.screen if realtime else None)
 
     def _on_episode(self, episode_id: int, seed: int, text: str | None) -> None:
         """The remote's episode sink: a new episode's text (a MiniWoB task's instruction
@@ -393,16 +373,12 @@ class Session:
         if text is not None:
             self.text = text
 
-    def _seen(self, episode_id: int) -> _Seen:
-        return self.seen.setdefault(episode_id, _Seen())
-
     def _begin(self, needs_reset: bool) -> None:
         self.phase, self.needs_reset = Phase.FIRST, needs_reset
 
     def _start_sequence(self, episode_id: int) -> None:
         self.phase, self.episode, self.needs_reset = Phase.RUNNING, episode_id, False
-        for old in [e for e in self.seen if e < episode_id]:
-            del self.seen[old]
+        self.seen.forget_before(episode_id)
 
     def _check_page(self, specs: Specs, request: pb.StepRequest) -> None:
         """A step that requests ``page`` before the remote observes its page is refused."""

@@ -23,7 +23,7 @@ from typing import Any, Final
 import numpy as np
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb, tensor_spec_utils, tensor_utils
 
-from rewarder.protocol import ActionEvent
+from ..agent_port import Held
 
 #: Observation names, in UID order (UIDs start at 1: 0 reads as "unset" in protobuf).
 RGB: Final = "RGB"
@@ -153,37 +153,19 @@ def _check(spec: pb.TensorSpec, tensor: pb.Tensor) -> np.ndarray:
     return value
 
 
-@dataclass
-class Held:
-    """What the agent holds now (keys, pointer, buttons): actions are changes to it."""
-
-    keys: set[str] = field(default_factory=set)
-    pointer: tuple[int, int] = (0, 0)
-    buttons: int = 0
-
-    def events(self, specs: Specs, actions: Mapping[str, np.ndarray]) -> list[ActionEvent]:
-        """The input events that take the held state to what ``actions`` ask for."""
-        events: list[ActionEvent] = []
-        if KEYS in actions:
-            want = {key for key, down in zip(specs.keys, actions[KEYS].tolist(), strict=True) if down}
-            events += self._keys_to(want)
-        if ACTION in actions:
-            events += self._keys_to(set(specs.action_keys[int(actions[ACTION])]))
-        pointer = self.pointer
-        if POINTER in actions:
-            x, y = actions[POINTER].tolist()
-            pointer = (int(x), int(y))
-        buttons = int(actions[BUTTONS]) if BUTTONS in actions else self.buttons
-        if (pointer, buttons) != (self.pointer, self.buttons):
-            self.pointer, self.buttons = pointer, buttons
-            events.append(("PointerEvent", pointer[0], pointer[1], buttons))
-        return events
-
-    def _keys_to(self, want: set[str]) -> list[ActionEvent]:
-        ups: list[ActionEvent] = [("KeyEvent", key, False) for key in sorted(self.keys - want)]
-        downs: list[ActionEvent] = [("KeyEvent", key, True) for key in sorted(want - self.keys)]
-        self.keys = want
-        return ups + downs
+def action_events(held: Held, specs: Specs, actions: Mapping[str, np.ndarray]) -> list[Any]:
+    """The input events that take what ``held`` holds to what ``actions`` ask for."""
+    events: list[Any] = []
+    if KEYS in actions:
+        want = {key for key, down in zip(specs.keys, actions[KEYS].tolist(), strict=True) if down}
+        events += held.keys_to(want)
+    if ACTION in actions:
+        events += held.keys_to(set(specs.action_keys[int(actions[ACTION])]))
+    x, y = held.pointer
+    if POINTER in actions:
+        x, y = (int(v) for v in actions[POINTER].tolist())
+    buttons = int(actions[BUTTONS]) if BUTTONS in actions else held.buttons
+    return events + held.pointer_to(x, y, buttons)
 
 
 def check_requested(specs: Specs, requested: Sequence[int]) -> None:

@@ -8,17 +8,18 @@ World settings (CreateWorld, ResetWorld): ``env_id`` (switches the remote's env)
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import numpy as np
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb, tensor_utils
 
 from rewarder import protocol
-from runtimes.base import StepResult
 
+from .. import agent_port
+from ..agent_port import CALLER, RemoteLike
+from ..orders import MODES, ResetOrder
 from ..properties import Properties, Property
 
 #: The world settings and their Python types.
@@ -31,35 +32,6 @@ class WorldError(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-class RemoteLike(Protocol):
-    """What the endpoint uses of :class:`envserver.remote.Remote`."""
-
-    fps: float
-    episode_id: int
-    frame: int
-    result_sinks: list[Callable[[int, StepResult], None]]
-    episode_sinks: list[Callable[[int, int, str | None], None]]
-    property_table: Properties
-    #: The runtime (``action_strings``, ``observe``, ``aobservation``: a page's, for the
-    #: ``page`` observation).
-    runtime: Any
-
-    @property
-    def mode(self) -> str: ...
-    def describe(self) -> dict[str, Any]: ...
-    def screen(self) -> np.ndarray: ...
-    def agent(self) -> str | None: ...
-    @property
-    def seats(self) -> Any: ...  # envserver.players.Seats
-    def set_fps(self, fps: float) -> None: ...
-    async def reset(self, request: protocol.ResetRequest, reply: Callable[..., None]) -> None: ...
-    async def step(self, request: protocol.StepRequest) -> tuple[int, dict[str, Any]]: ...
-    def action(self, request: protocol.ActionRequest) -> None: ...
-    def client_left(self, observer: bool) -> None: ...
-    def player_left(self, player: int) -> None: ...
-    async def wait_frame(self, after: int | None = None) -> int: ...
 
 
 def unpack_settings(settings: Mapping[str, pb.Tensor]) -> dict[str, Any]:
@@ -107,8 +79,8 @@ def unpack_join_settings(settings: Mapping[str, pb.Tensor]) -> dict[str, Any]:
 def check_settings(settings: Mapping[str, Any]) -> None:
     """Refuse values the remote would refuse, before anything changes."""
     mode = settings.get("mode")
-    if mode is not None and mode not in protocol.MODES:
-        raise ValueError(f"mode must be one of {list(protocol.MODES)}, not {mode!r}")
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, not {mode!r}")
     frameskip = settings.get("frameskip")
     if frameskip is not None and not 1 <= frameskip <= protocol.MAX_STEP_FRAMES:
         raise ValueError(
@@ -117,13 +89,6 @@ def check_settings(settings: Mapping[str, Any]) -> None:
     seed = settings.get("seed")
     if seed is not None and not 0 <= seed <= protocol.MAX_SEED:
         raise ValueError(f"seed must be in [0, {protocol.MAX_SEED}], not {seed}")
-
-
-_message_ids = itertools.count(1)
-
-
-def _request_id() -> str:
-    return f"dm_env_rpc-{next(_message_ids)}"
 
 
 @dataclass
@@ -170,16 +135,14 @@ class World:
     async def reset(self, env_id: str | None = None, mode: str | None = None,
                     seeded: bool = True) -> int:
         """A new episode of the remote (maybe of another env or mode); its id. ``seeded``:
-        under the world's pending seed, which it uses up (the next follow from it)."""
-        episode: list[int] = []
-        request = protocol.ResetRequest(
-            message_id=_request_id(), sent_at=0.0, episode_id=None, env_id=env_id,
-            seed=self.seed if seeded else None, mode=mode,
-        )
-        await self.remote.seats.reset(request, lambda new, body=None: episode.append(new))
+        under the world's pending seed, which it uses up (the next follow from it). The
+        share of the agent served now (:data:`~envserver.agent_port.CALLER`) of a joint
+        reset; :class:`~envserver.orders.Refused` refuses."""
+        order = ResetOrder(env_id=env_id, seed=self.seed if seeded else None, mode=mode)
+        episode = await agent_port.reset(self.remote, order, CALLER.get())
         if seeded:
             self.seed = None
-        return episode[0]
+        return episode
 
     # Property writers -----------------------------------------------------------------
 

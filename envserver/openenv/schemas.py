@@ -25,14 +25,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from rewarder.protocol import MAX_ACTION_STRING_CHARS
+from rewarder.protocol import MAX_ACTION_EVENTS, MAX_ACTION_STRING_CHARS
 from vncdriver import keysyms
 from vncdriver.keysyms import UnknownKey
 
+from ..agent_port import Held
 from .frames import FORMATS
 
-#: Input events one step may carry (``events`` and ``text`` together): a paragraph typed.
-MAX_STEP_EVENTS: Final = 1024
+#: Input events one step may carry (``events`` and ``text`` together): a paragraph typed,
+#: as many as a rewarder action may (one limit for every front end).
+MAX_STEP_EVENTS: Final = MAX_ACTION_EVENTS
 #: Action fields every family may send, and what each family's runtimes may add; a field
 #: whose input the runtime lacks (keys, a pointer) is dropped from its schema.
 COMMON_FIELDS: Final = ("metadata",)
@@ -348,24 +350,3 @@ def _integer(value: object, name: str, low: int, high: int) -> int:
     if not low <= value <= high:
         raise ActionError(f"{name} = {value} is out of range: {low}..{high}")
     return value
-
-
-@dataclass
-class Held:
-    """What a session's agent holds now (keys, pointer, buttons): actions change it."""
-
-    keys: set[str] = field(default_factory=set)
-    pointer: tuple[int, int] = (0, 0)
-    buttons: int = 0
-
-    def keys_to(self, want: set[str]) -> list[Event]:
-        ups: list[Event] = [("KeyEvent", key, False) for key in sorted(self.keys - want)]
-        downs: list[Event] = [("KeyEvent", key, True) for key in sorted(want - self.keys)]
-        self.keys = set(want)
-        return ups + downs
-
-    def pointer_to(self, x: int, y: int, buttons: int) -> list[Event]:
-        if (x, y, buttons) == (*self.pointer, self.buttons):
-            return []
-        self.pointer, self.buttons = (x, y), buttons
-        return [("PointerEvent", x, y, buttons)]

@@ -45,11 +45,12 @@ from rewarder.tls import TLSPort
 from vncdriver.server import AuthGuard
 
 from .. import version
-from ..tls_site import TLSPortSite
+from ..agent_port import RemoteLike
+from ..tls_site import HEARTBEAT, SHUTDOWN_TIMEOUT, TLSPortSite
 from . import frames, protocol
 from .protocol import Code, Refusal
 from .schemas import Spec
-from .session import Port, RemoteLike, Session
+from .session import Port, Session
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +60,6 @@ DEFAULT_PORT: Final = 8000
 #: WebSocket sessions at once (one drives; the rest watch). Past it a session is told
 #: CAPACITY_REACHED and closed, as OpenEnv's servers do at MAX_CONCURRENT_ENVS.
 MAX_SESSIONS: Final = 16
-#: Seconds between the server's WebSocket pings (OpenEnv's client pings every 20 s too).
-HEARTBEAT: Final = 30.0
-#: Seconds close() gives sessions and requests to finish.
-SHUTDOWN_TIMEOUT: Final = 2.0
 #: What OpenEnv's HTTP API is at (its FastAPI apps say 1.0.0; ``openenv validate`` reads it).
 API_VERSION: Final = "1.0.0"
 #: The protocols the remote speaks, with this port's: its /metadata lists them.

@@ -23,65 +23,28 @@ step after goes on in).
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import numpy as np
 
-from rewarder import protocol as rp
-from rewarder.errors import BadRequest
-from rewarder.server import PLAYER
+from rewarder.protocol import FRAME_INFO_KEY
 from runtimes.base import StepResult
 
+from .. import agent_port
+from ..agent_port import STEP_TIMEOUT, Held, Ledger, RemoteLike
+from ..orders import LOCKSTEP, REALTIME, ActOrder, Refused, ResetOrder, StepOrder
 from ..state import State
 from . import frames
 from .protocol import Code, Refusal, ResetParams, parse_reset
-from .schemas import ACTION_STRING_FIELD, ActionError, Held, Spec
+from .schemas import ACTION_STRING_FIELD, ActionError, Spec
 
-#: Seconds a real-time step waits for its frame, and an observer's step for the next one,
-#: before it answers that the remote is stalled (lockstep: the agent has not stepped).
-STEP_TIMEOUT: Final = 10.0
+#: Seconds an observer's step waits for the next frame before it answers that the remote
+#: is stalled (lockstep: the agent has not stepped); a real-time step waits STEP_TIMEOUT.
 OBSERVE_TIMEOUT: Final = 30.0
-#: Episodes whose rewards a session keeps while it has not observed them (bounded).
-MAX_PENDING_EPISODES: Final = 4
 
 AGENT: Final = "agent"
 OBSERVER: Final = "observer"
 NO_ROLE: Final = "none"
-
-_requests = itertools.count(1)
-
-
-class RemoteLike(Protocol):
-    """What sessions use of :class:`envserver.remote.Remote`."""
-
-    fps: float
-    episode_id: int
-    frame: int
-    result_sinks: list[Callable[[int, StepResult], None]]
-    episode_sinks: list[Callable[[int, int, str | None], None]]
-
-    @property
-    def mode(self) -> str: ...
-    @property
-    def state(self) -> State: ...
-    @property
-    def env_id(self) -> str: ...
-    @property
-    def players(self) -> int: ...
-    @property
-    def seats(self) -> Any: ...  # envserver.players.Seats
-    def describe(self) -> dict[str, Any]: ...
-    def screen(self) -> np.ndarray: ...
-    def agent(self) -> str | None: ...
-    def action(self, request: rp.ActionRequest) -> None: ...
-    async def act(self, request: rp.ActionRequest, source: object = None) -> dict[str, Any]: ...
-    async def page(self, parts: frozenset[str]) -> dict[str, Any]: ...
-    def client_left(self, observer: bool) -> None: ...
-    async def wait_frame(self, after: int | None = None) -> int: ...
-
 
 class Port:
     """What every session of one remote's OpenEnv port shares: the remote, who drives it."""
@@ -122,16 +85,6 @@ class Port:
             self.remote.client_left(observer=False)
 
 
-@dataclass
-class _Seen:
-    """What the remote's frames brought one episode, as the result sink saw it."""
-
-    reward: float = 0.0
-    done: bool = False
-    final_screen: np.ndarray | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-
-
 class Session:
     """One OpenEnv session: its role, settings and episode; each method answers one message."""
 
@@ -148,7 +101,7 @@ class Session:
         self.last_frame = 0
         self.text: str | None = None
         self.held = Held()
-        self.seen: dict[int, _Seen] = {}
+        self.seen = Ledger()
         self._spec: Spec | None = None
         self._listening = False
 
@@ -168,19 +121,16 @@ class Session:
             return self._observation(None, False)
         self._drive()
         try:
-            episode: list[int] = []
-            request = rp.ResetRequest(
-                message_id=f"openenv-{next(_requests)}", sent_at=0.0, episode_id=None,
-                env_id=params.env_id, seed=params.seed, mode=params.mode,
-            )
+            order = ResetOrder(env_id=params.env_id, seed=params.seed, mode=params.mode)
             try:
-                await self.remote.seats.reset(request, lambda new, body=None: episode.append(new))
-            except BadRequest as exc:
-                raise Refusal(Code.EXECUTION_ERROR, exc.message) from None
+                episode = await agent_port.reset(self.remote, order)
+            except Refused as exc:
+                raise Refusal(Code.EXECUTION_ERROR, exc.reason) from None
             except ValueError as exc:  # a seat check of the barrier
                 raise Refusal(Code.EXECUTION_ERROR, str(exc)) from None
-            self.held, self.seen, self._spec = Held(), {}, None
-            self.episode, self.step_count, self.label = episode[0], 0, params.label
+            self.held, self._spec = Held(), None
+            self.seen.clear()
+            self.episode, self.step_count, self.label = episode, 0, params.label
             return await self._with_page(self._observation(None, False), None)
         finally:
             self._request_done()
@@ -198,7 +148,7 @@ class Session:
             except ActionError as exc:
                 raise Refusal(Code.VALIDATION_ERROR, str(exc)) from None
             web = data.get(ACTION_STRING_FIELD) if spec.family == "miniwob" else None
-            if self.remote.mode == rp.LOCKSTEP:
+            if self.remote.mode == LOCKSTEP:
                 out, error = await self._step_lockstep(events, web)
             else:
                 out, error = await self._step_realtime(events, web)
@@ -242,17 +192,15 @@ class Session:
     async def _step_lockstep(
         self, events: list[Any], web: str | None
     ) -> tuple[dict[str, Any], str | None]:
-        remote = self.remote
-        request = rp.StepRequest(
-            message_id=f"openenv-{next(_requests)}", sent_at=0.0, episode_id=self.episode,
-            events=tuple(events), frames=self.frameskip, web=web,
+        order = StepOrder(
+            events=tuple(events), frames=self.frameskip, web=web, episode_id=self.episode
         )
         try:
-            _, body = await remote.seats.step(request)
-        except BadRequest as exc:
-            raise Refusal(Code.EXECUTION_ERROR, _reworded(exc.message)) from None
-        self.seen.pop(self.episode, None)  # the reply says it all
-        info = {k: v for k, v in body["info"].items() if k != rp.FRAME_INFO_KEY}
+            _, body = await agent_port.step(self.remote, order)
+        except Refused as exc:
+            raise Refusal(Code.EXECUTION_ERROR, _reworded(exc.reason)) from None
+        self.seen.pop(self.episode)  # the reply says it all
+        info = {k: v for k, v in body["info"].items() if k != FRAME_INFO_KEY}
         error = info.get("web.last_action_error")
         return self._observation(float(body["reward"]), bool(body["done"]), info=info), error
 
@@ -262,14 +210,12 @@ class Session:
         remote = self.remote
         if events:
             try:
-                remote.action(rp.ActionRequest(f"openenv-{next(_requests)}", 0.0, tuple(events)))
-            except BadRequest as exc:
-                raise Refusal(Code.VALIDATION_ERROR, exc.message) from None
+                remote.action(ActOrder(events=tuple(events)))
+            except Refused as exc:
+                raise Refusal(Code.VALIDATION_ERROR, exc.reason) from None
         error = None
         if web is not None:  # run it, and wait until the page is still again
-            done = await remote.act(
-                rp.ActionRequest(f"openenv-{next(_requests)}", 0.0, (), web, settle=True)
-            )
+            done = await remote.act(ActOrder(web=web, settle=True))
             error = done.get("last_action_error")
         after = max(remote.frame, self.last_frame + self.frameskip - 1)
         return await self._next(after, STEP_TIMEOUT, "the remote is stalled"), error
@@ -294,7 +240,7 @@ class Session:
                     await remote.wait_frame()
         except TimeoutError:
             raise Refusal(Code.EXECUTION_ERROR, f"no frame within {timeout:g} s: {why}") from None
-        seen = self.seen.pop(self.episode, _Seen())
+        seen = self.seen.pop(self.episode)
         if seen.done:
             out = self._observation(seen.reward, True, seen.final_screen, seen.info)
             self.episode = remote.episode_id  # the remote has begun the next one
@@ -334,9 +280,8 @@ class Session:
             self.screen_format = params.screen
 
     def _drive(self) -> None:
-        """Take the seat (or be refused); whose input and reward the remote serves: player 0."""
+        """Take the seat (or be refused); an OpenEnv agent drives player 0."""
         self.port.take(self)
-        PLAYER.set(0)
         self._become(AGENT)
 
     def _request_done(self) -> None:
@@ -357,16 +302,10 @@ class Session:
             self.text = result.text
         if not (result.reward or result.done or "lives" in result.info):
             return
-        seen = self.seen.setdefault(episode_id, _Seen())
-        seen.reward += result.reward
-        if "lives" in result.info:
-            seen.info["lives"] = result.info["lives"]
-        if result.done and not seen.done:
-            seen.done = True
-            if self.remote.mode == rp.REALTIME:  # the remote draws the next episode next
-                seen.final_screen = self.remote.screen().copy()
-        while len(self.seen) > MAX_PENDING_EPISODES:
-            del self.seen[min(self.seen)]
+        lives = {"lives": result.info["lives"]} if "lives" in result.info else None
+        realtime = self.remote.mode == REALTIME  # the remote draws the next episode next
+        self.seen.heard(episode_id, result.reward, result.done,
+                        self.remote.screen if realtime else None, lives)
 
     def _on_episode(self, episode_id: int, seed: int, text: str | None) -> None:
         self.text = text

@@ -20,6 +20,7 @@ import websockets
 
 from envserver import lockstep_frames, remote as remote_module
 from envserver.cli import EXIT_RUNTIME_FAILED
+from envserver.orders import StepOrder
 from envserver.remote import MAX_RUNTIME_FAILURES, Remote
 from envserver.state import State
 from rewarder import connections, protocol
@@ -420,10 +421,7 @@ async def test_a_step_cancelled_under_way_leaves_the_remote_usable(
     async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
         await client.reset(seed=1)
         frame = remote.frame
-        long_step = protocol.StepRequest(
-            message_id="in-process", sent_at=0.0, episode_id=None, events=(),
-            frames=protocol.MAX_STEP_FRAMES,
-        )
+        long_step = StepOrder(frames=protocol.MAX_STEP_FRAMES)
         stepping = asyncio.create_task(remote.seats.step(long_step))
         async with asyncio.timeout(WAIT):
             await remote.wait_frame(frame)  # the first slice is drawn: the step is under way

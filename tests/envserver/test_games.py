@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import pytest
 
-from envserver import remote as remote_module
+from envserver import recovery
 from envserver.cli import serve_config
 from envserver.config import EXIT_RUNTIME_FAILED, ServeConfig
 from envserver.games import serve_games
@@ -93,7 +93,7 @@ async def _refused(port: int) -> bool:
 async def test_a_failing_game_is_its_own_the_others_keep_60_fps_and_the_process_serves_on(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(remote_module, "RECOVER_DELAY", 0.05)
+    monkeypatch.setattr(recovery, "RECOVER_DELAY", 0.05)
     args = _serve_args("--games", "3", "--vnc-port", "0", "--rewarder-port", "0")
     async with _served(args) as (games, _, task):
         assert len({g.vnc_port for g in games}) == 3 and len({g.rewarder.port for g in games}) == 3
@@ -129,7 +129,7 @@ async def test_a_failing_game_is_its_own_the_others_keep_60_fps_and_the_process_
 async def test_when_every_game_failed_the_process_exits_for_its_supervisor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(remote_module, "RECOVER_DELAY", 0.05)
+    monkeypatch.setattr(recovery, "RECOVER_DELAY", 0.05)
     args = _serve_args("--games", "2", "--vnc-port", "0", "--rewarder-port", "0")
     async with _served(args) as (games, _, task):
 

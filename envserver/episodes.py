@@ -1,0 +1,382 @@
+"""A remote's episodes: resets, the lockstep step, the real-time tick.
+
+Holds :class:`Episodes` (a part of :class:`envserver.remote.Remote`). Every method fires
+the state table's events (:mod:`envserver.state`) and acts on what comes out; what raises
+under way takes the error exit (:class:`envserver.recovery.Recovery`).
+
+- **Lockstep** (``serve --mode lockstep``, or a reset asking for it): the loop stands
+  still and the active agent advances the runtime with a :class:`~envserver.orders.StepOrder`:
+  exactly ``frames`` frames through :meth:`Runtime.advance`. **One way, two speeds**:
+  one synchronous core — check, push inputs, advance, deliver, fire — done at once by
+  :meth:`Episodes.step_now` when the step fits one slice (at most
+  :data:`MAX_SLICE_SECONDS` at the last measured speed per frame, no action string, a
+  runtime that advances in-process), and by :meth:`Episodes.step` around an advance in
+  slices otherwise, yielding to the loop between them so pings and viewers are never held
+  behind a long step. The reward goes to the stepper in its reply, and to observers.
+- **Real time** (Universe's semantics): the process's ticker (:mod:`envserver.ticker`)
+  calls :meth:`Episodes.tick_due` at ``fps``: one frame whether or not anyone acts, with
+  the input that arrived since the last tick, served over VNC, its reward sent at most
+  once, a new episode by itself after ``done`` (in a task of its own, so the other games
+  of the process tick on meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import numpy as np
+
+from rewarder.protocol import FRAME_INFO_KEY, MAX_SEED
+from runtimes.base import InputEvent, Runtime, StepResult
+from vncdriver.messages import FrameTag
+
+from .inputs import Inputs
+from .orders import LOCKSTEP, OBS_SHM, Refused, ResetOrder, StepOrder
+from .players import Reply, address, agent_source
+from .recovery import Progress, Recovery
+from .runtime_choice import check_reset, construct
+from .state import Event, State
+
+#: Longest stretch a lockstep step runs the runtime without letting the event loop serve
+#: others: pings, viewers and frames wait at most about this long (the target is 20 ms).
+#: A step expected to fit it runs at once, in one piece (:meth:`Episodes.step_now`).
+MAX_SLICE_SECONDS: Final = 0.005
+#: The pause between two slices of a long lockstep step. A bare yield (``sleep(0)``) gives
+#: the loop one turn, and answering a ping takes several (socket read, handler, write);
+#: a short real sleep lets every chain finish (``python -m benchmarks long_step``).
+SLICE_PAUSE_SECONDS: Final = 0.0005
+#: How long a reset waits for an automatic reset or a recovery under way to finish.
+MAX_RESET_WAIT: Final = 60.0
+
+
+class Episodes(Recovery):
+    """Resets, lockstep steps (at once or sliced) and real-time ticks of one remote."""
+
+    #: Frames per lockstep slice, aimed at MAX_SLICE_SECONDS from the last measured speed.
+    _slice_frames: int
+    #: Seconds per frame the last slice took.
+    _frame_seconds: float
+    #: The runtime's ``announced_info`` values real-time clients were last sent.
+    _announced: dict[str, Any]
+    #: The new episode after a real-time ``done`` (its runtime may reset over I/O).
+    _next_episode: asyncio.Task[None] | None
+
+    # Resets -------------------------------------------------------------------------------
+
+    async def reset(self, order: ResetOrder, reply: Callable[..., None]) -> None:
+        """A new episode (of another env, mode or fps if asked); ``reply(its id, body)``
+        before the remote goes running (``body``: its first frame's number and, for
+        ``obs="shm"`` in lockstep, the segment holding that frame). The front ends call it
+        through :attr:`seats`; :class:`Refused` says why not."""
+        await self._settle()
+        factory = check_reset(self.runtime, order)
+        progress = Progress(self._fire(Event.RESET), "reset", changed=True)
+        try:
+            if factory is not None:
+                self._fire(Event.ENV_SWITCH)
+                await self._switch_runtime(order, factory)
+            if order.mode is not None and order.mode != self.mode:
+                self.machine.switch_mode(order.mode)
+                self._clock_changed()
+            if order.fps is not None:
+                self.set_fps(order.fps)
+            self.episode_id = max(self.episode_id, order.episode_id or 0)
+            await self._begin_episode(order.seed)
+            body: dict[str, Any] = {"frame": self.frame}
+            if order.obs == OBS_SHM and self.mode == LOCKSTEP:
+                progress.what = "reset (handing its frame over)"
+                body["shm"] = self.lockstep_frames.deliver(
+                    order.obs, self.runtime.framebuffer, self.frame, self.episode_id
+                )
+            reply(self.episode_id, body)
+            self._fire(Event.RESET_DONE)
+        except BaseException as exc:
+            raise self._under_way_failed(progress, exc)  # noqa: B904 (its cause is set)
+        self.rewarder.broadcast_describe()
+
+    async def _settle(self) -> None:
+        """Wait (bounded) until no automatic reset or recovery is under way."""
+        deadline = time.monotonic() + MAX_RESET_WAIT
+        while self.state in (State.STARTING, State.RESETTING, State.RECOVERING):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Refused(
+                    f"the remote has been {self.state.value} for over {MAX_RESET_WAIT:g} s "
+                    "(MAX_RESET_WAIT); try again later, or restart it"
+                )
+            changed = asyncio.get_running_loop().create_future()
+            self._state_waiters.append(changed)
+            await asyncio.wait(
+                [changed, self.failed], timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+
+    async def _switch_runtime(self, order: ResetOrder, factory: Callable[..., Runtime]) -> None:
+        runtime = construct(factory, order.env_id or "", self.runtime_options)
+        if runtime.action_strings:  # the agent's observe property outlives the switch
+            runtime.observe = self.runtime.observe
+        await self.runtime.aclose()
+        self.runtime = runtime  # a failed start is the reset's error: recovery starts it
+        await runtime.astart()
+        self.vnc.frame_ready(runtime.framebuffer)
+        if order.fps is None:
+            self.fps = float(runtime.fps)
+            self._clock_changed()
+
+    async def _begin_episode(self, seed: int | None) -> None:
+        """Move to a new episode id, tell everyone, and reset the runtime under ``seed``."""
+        self.episode_id += 1
+        self.rewarder.broadcast_describe()
+        if seed is not None:
+            self._seeds = np.random.default_rng(seed)
+        else:
+            seed = int(self._seeds.integers(MAX_SEED))
+        self.inputs.clear()
+        self.episode_frame = 0
+        self.runtime.mode = self.mode
+        await self.runtime.areset(seed)
+        text = self.runtime.instruction()
+        for episode_sink in self.episode_sinks:
+            episode_sink(self.episode_id, seed, text)
+        if text is not None:
+            self.rewarder.broadcast_text(self.episode_id, text)
+        observation = self.runtime.take_observation()  # (a page's, when asked for)
+        if observation is not None:
+            self.rewarder.broadcast_observation(self.episode_id, {**observation, "frame": self.frame})
+        self._frame_ready()
+
+    # The lockstep step: one core, two speeds ----------------------------------------------
+
+    def step_now(self, order: StepOrder) -> Reply | None:
+        """The whole of a lockstep step at once, if it fits one slice; None having done
+        nothing if it does not (an action string, a runtime that awaits its advance, a
+        state that does not take a step now, or more frames than one slice holds): then
+        :meth:`step`. :class:`Refused` refuses it. Not for joint steps (the seats'
+        barrier gathers those: :meth:`~envserver.players.Seats.joint`)."""
+        if (
+            order.frames > self._slice_frames or order.web is not None
+            or self.runtime.async_advance or not self.machine.allows(Event.STEP)
+        ):
+            return None
+        checked = self._check_step(order, None)
+        progress = Progress(self._fire(Event.STEP), "step", changed=False)
+        try:
+            self._push(checked)
+            progress.changed = True  # from here on frames are drawn
+            result = self._advance_slice(order.frames, self.inputs.take())
+            return self._step_done(order, result, progress)
+        except BaseException as exc:
+            raise self._under_way_failed(progress, exc)  # noqa: B904 (its cause is set)
+
+    async def step(self, order: StepOrder, others: Mapping[int, StepOrder] | None = None) -> Reply:
+        """Lockstep: apply the events, advance exactly ``frames`` frames (in slices when
+        they take long), serve the frame; ``order.player``'s reply. ``others``: the other
+        seated players' orders of a joint step (player -> order), applied in the same
+        frames. The front ends call it through :attr:`seats`; :class:`Refused` refuses."""
+        checked = self._check_step(order, others)
+        progress = Progress(self._fire(Event.STEP), "step", changed=False)
+        try:
+            self._push(checked)
+            progress.changed = True
+            if order.web is not None:  # before the frames; the runtime reports it
+                source = agent_source(order.player)
+                await self.runtime.arun_action(
+                    order.web, lambda events: self.inputs.push(source, events)
+                )
+            result = await self._advance_sliced(order.frames)
+            return self._step_done(order, result, progress)
+        except BaseException as exc:
+            raise self._under_way_failed(progress, exc)  # noqa: B904 (its cause is set)
+
+    def _check_step(
+        self, order: StepOrder, others: Mapping[int, StepOrder] | None
+    ) -> dict[int, list[InputEvent]]:
+        """Each player's events checked as runtime input; :class:`Refused` for a stale
+        episode, a bad event or an action string the runtime cannot run."""
+        checked = {}
+        orders = {**others, order.player: order} if others else {order.player: order}
+        for who, asked in sorted(orders.items()):
+            if asked.episode_id is not None and asked.episode_id != self.episode_id:
+                whose = f"player {who} stepped episode" if others else "episode"
+                raise Refused(
+                    f"{whose} {asked.episode_id} is not the current one ({self.episode_id}); "
+                    "step with the episode id of the last reset"
+                )
+            checked[who] = Inputs.check_action(self.runtime, asked.events)
+        if order.web is not None and not self.runtime.action_strings:
+            raise Refused(
+                f"{self.runtime.env_id} takes input events, not action strings: those are "
+                "for browser remotes (miniwob.*)"
+            )
+        return checked
+
+    def _push(self, checked: Mapping[int, list[InputEvent]]) -> None:
+        for who, events in checked.items():
+            self.inputs.push(agent_source(who), events)
+
+    def _step_done(self, order: StepOrder, result: StepResult, progress: Progress) -> Reply:
+        """The end of every step: hand the frame over, tell observers, fire its event;
+        the reply."""
+        progress.what = "step (handing its frame over)"
+        shm = self.lockstep_frames.deliver(
+            order.obs, self.runtime.framebuffer, self.frame, self.episode_id
+        )
+        info = {**result.info, FRAME_INFO_KEY: self.frame}
+        if result.reward or result.done or (result.rewards and any(result.rewards)):
+            progress.what = "step (sending its reward to observers)"
+            self.rewarder.broadcast_reward(
+                self.episode_id, result.reward, result.done, info, observers_only=True,
+                rewards=result.rewards,
+            )
+        self._fire(Event.EPISODE_DONE if result.done else Event.STEP_DONE)
+        body = {"reward": result.reward, "done": result.done, "info": info, "frame": self.frame}
+        address(result, body, order.player)
+        if shm is not None:
+            body["shm"] = shm
+        return self.episode_id, body
+
+    def _advance_slice(self, frames: int, events: Sequence[InputEvent]) -> StepResult:
+        """Advance up to ``frames`` frames in one piece, and aim the next slice at
+        :data:`MAX_SLICE_SECONDS` from the faster of this slice's and the last one's speed
+        per frame: one slice the machine preempted must not send the next one-slice step
+        down the sliced path."""
+        started = time.perf_counter()
+        result = self._advance(frames, events)
+        per_frame = (time.perf_counter() - started) / max(result.frames, 1)
+        fastest = min(per_frame, self._frame_seconds)
+        self._frame_seconds = per_frame
+        self._slice_frames = max(1, int(MAX_SLICE_SECONDS / max(fastest, 1e-7)))
+        return result
+
+    async def _advance_sliced(self, frames: int) -> StepResult:
+        """Lockstep: advance ``frames`` frames in slices of about :data:`MAX_SLICE_SECONDS`,
+        yielding to the event loop between them (one piece would hold pings for the whole
+        step: ``python -m benchmarks long_step``)."""
+        events = self.inputs.take()
+        if self.runtime.async_advance:  # it awaits its I/O: the loop is free meanwhile
+            return self._advanced(await self.runtime.aadvance(events, frames))
+        total = StepResult(frames=0)
+        remaining = frames
+        while remaining > 0:
+            result = self._advance_slice(min(remaining, self._slice_frames), events)
+            events = []
+            total.add(result)
+            remaining -= result.frames
+            if result.done or result.frames == 0:  # (a runtime that cannot go on: never spin)
+                break
+            if remaining > 0:
+                await asyncio.sleep(SLICE_PAUSE_SECONDS)
+        return total
+
+    # Frames -------------------------------------------------------------------------------
+
+    def _frame_ready(self, frame: np.ndarray | None = None) -> None:
+        """Serve the frame just drawn (or ``frame``, a copy of it), tagged with its
+        number, episode and time. A copy (an agent steps through shared memory) is served
+        without the runtime's damage: nobody would read it, and a runtime whose damage is
+        not taken stops working it out."""
+        tag = FrameTag(self.frame, self.episode_id, time.time())
+        if frame is None:
+            self.vnc.frame_ready(self.runtime.framebuffer, tag=tag, damage=self.runtime.take_damage())
+        else:
+            self.vnc.frame_ready(frame, tag=tag, damage=None)
+
+    def _advance(self, frames: int, events: Sequence[Any]) -> StepResult:
+        """Advance the runtime; count its frames; send its text/observation."""
+        return self._advanced(self.runtime.advance(events, frames))
+
+    def _advanced(self, result: StepResult) -> StepResult:
+        """Count the frames the runtime advanced, tell the sinks, send its text/observation."""
+        self.frame += result.frames
+        self.episode_frame += result.frames
+        self.runtime_failures = 0
+        for sink in self.result_sinks:
+            sink(self.episode_id, result)
+        self._frame_drawn()
+        if result.text is not None:
+            self.rewarder.broadcast_text(self.episode_id, result.text)
+        if result.observation is not None:
+            observation = result.observation
+            if isinstance(observation, dict):  # which frame it describes
+                observation = {**observation, "frame": self.frame}
+            self.rewarder.broadcast_observation(self.episode_id, observation)
+        return result
+
+    async def wait_frame(self, after: int | None = None) -> int:
+        """Wait until a frame past ``after`` (default: the current one) is drawn; its number."""
+        after = self.frame if after is None else after
+        while self.frame <= after:
+            waiter = asyncio.get_running_loop().create_future()
+            self._frame_waiters.append(waiter)
+            await waiter
+        return self.frame
+
+    def _frame_drawn(self) -> None:
+        if not self._frame_waiters:
+            return
+        waiters, self._frame_waiters = self._frame_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(self.frame)
+
+    # Real time ----------------------------------------------------------------------------
+
+    async def tick(self) -> None:
+        """Real time: advance one frame, serve it, report its reward, restart after done.
+        A tick is complete when it returns (``TICK`` leaves the remote running); what
+        raises in it takes the error exit (as :meth:`tick_due` does)."""
+        if self.tick_frame():
+            await self._begin_next_episode()
+
+    def tick_due(self) -> None:
+        """The ticker's call (:mod:`envserver.ticker`): one real-time frame, if the remote
+        is running; a new episode after ``done`` in a task of its own. Never raises: what
+        the runtime raises is this game's failure alone (it recovers), and the ticker goes
+        on to the next game."""
+        if not self.machine.allows(Event.TICK):  # resetting, recovering, closing
+            return
+        try:
+            if self.tick_frame():
+                self._next_episode = asyncio.get_running_loop().create_task(
+                    self._next_episode_task()
+                )
+        except Exception as exc:  # a runtime bug must not take the servers down
+            if self.state is not State.CLOSING:
+                self._runtime_failed("step", exc)
+
+    async def _next_episode_task(self) -> None:
+        try:
+            await self._begin_next_episode()
+        except Exception as exc:
+            if self.state is not State.CLOSING:
+                self._runtime_failed("reset", exc)
+
+    async def _begin_next_episode(self) -> None:
+        """Real time, after ``done``: the next episode, at once."""
+        await self._begin_episode(seed=None)
+        self._fire(Event.RESET_DONE)
+        self.rewarder.broadcast_describe()
+
+    def tick_frame(self) -> bool:
+        """Real time: advance one frame, serve it, report its reward; whether the episode
+        ended (the remote is then resetting: :meth:`_begin_next_episode` follows)."""
+        self._fire(Event.TICK)
+        events = self.inputs.take()  # (recorded as this frame's, forwarded or not)
+        result = self._advance(1, () if self.runtime.forwards_input else events)
+        self._frame_ready()
+        announced = {k: result.info[k] for k in self.runtime.announced_info if k in result.info}
+        if (
+            result.reward or result.done or (result.rewards and any(result.rewards))
+            or announced != self._announced  # a life lost tells the agent, reward or not
+        ):
+            self._announced = announced
+            info = {**result.info, FRAME_INFO_KEY: self.frame}
+            self.rewarder.broadcast_reward(
+                self.episode_id, result.reward, result.done, info, rewards=result.rewards
+            )
+        if result.done:
+            self._fire(Event.EPISODE_DONE)
+            return True
+        return False
