@@ -144,6 +144,7 @@ class RewarderServer:
         seat_held_by: Callable[[int], str | None] = lambda player: None,
         keepalive_interval: float = KEEPALIVE_INTERVAL,
         keepalive_timeout: float = KEEPALIVE_TIMEOUT,
+        open_timeout: float = OPEN_TIMEOUT,
     ) -> None:
         """``tls``: a server context (:func:`rewarder.tls.server_tls`) serves ``wss://``
         only. ``allow_origins``: web pages (``Origin`` values, ``https://host``) whose
@@ -163,7 +164,7 @@ class RewarderServer:
         self.max_message_bytes = max_message_bytes
         self.limits = LinkLimits(
             max_frame_bytes=MAX_FRAME_BYTES, max_buffered_bytes=max_buffered_bytes,
-            open_timeout=OPEN_TIMEOUT, keepalive_interval=keepalive_interval,
+            open_timeout=open_timeout, keepalive_interval=keepalive_interval,
             keepalive_timeout=keepalive_timeout, close_timeout=CLOSE_TIMEOUT,
             too_slow_code=CLOSE_TOO_SLOW,
         )

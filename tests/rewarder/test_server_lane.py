@@ -348,3 +348,20 @@ async def test_a_client_that_answers_no_ping_is_dropped(serve: Any) -> None:
 async def _read_forever(client: RawClient) -> None:
     while await client.read_some():
         pass
+
+
+async def test_a_connection_without_a_handshake_is_cut_at_the_open_timeout(serve: Any) -> None:
+    server = await serve(Handler(fast=True), open_timeout=0.2)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the rest
+    async with asyncio.timeout(TIMEOUT):
+        with contextlib.suppress(ConnectionResetError):
+            assert await reader.read() == b""  # cut: no answer, no client
+    async with asyncio.timeout(TIMEOUT):  # its link is released
+        while server.links:
+            await asyncio.sleep(0.01)
+    assert not server.clients
+    writer.close()
+    healthy = await RawClient.open(server.port)  # the port goes on
+    await healthy.described()
+    await healthy.close()
