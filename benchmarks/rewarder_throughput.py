@@ -32,8 +32,10 @@ RUN_LIMIT = 60.0
 YIELD_EVERY = 256
 ROUNDS = quick(3, 1)
 #: Bytes buffered for the client above which the broadcasting waits for the socket to
-#: drain (well under the server's MAX_BUFFERED_BYTES, which would drop the client).
-DRAIN_ABOVE = 1024 * 1024
+#: drain (about the 512 messages the old per-client queue was let hold): far under the
+#: server's MAX_BUFFERED_BYTES, which drops a client, and shallow enough that the
+#: server's keepalive ping, queued behind them, is answered within KEEPALIVE_TIMEOUT.
+DRAIN_ABOVE = 64 * 1024
 ACTION = [["KeyEvent", "Left", True], ["PointerEvent", 10, 20, 1]]
 INFO = {"score": 3, "stats.frames": 1}
 
