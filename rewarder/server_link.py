@@ -144,6 +144,10 @@ class ServerLink(asyncio.Protocol):
                     self._frame(event)
                 elif isinstance(event, Request):
                     self._handshake(event)
+        except Exception:  # a bug of ours (messages' own are answered): this client only
+            log.exception("serving %s failed; closing its connection", self.remote_address)
+            self._end()
+            self.abort()
         finally:
             self._batching -= 1
             self.flush()
