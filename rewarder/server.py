@@ -1,12 +1,18 @@
 """The rewarder server: a thin asyncio shell around :class:`connections.ServerConnection`.
 
 Holds :class:`RewarderServer` and the :class:`EnvHandler` protocol it drives. The server
-knows the wire (auth, observers, the one active client, queues, errors); the handler
-(the remote process) knows the environment (episodes, resets, input).
+knows the wire (auth, observers, the one active client, order, errors); the handler
+(the remote process) knows the environment (episodes, resets, input). The bytes of each
+connection are :class:`~.server_link.ServerLink`'s (websockets' sans-I/O protocol in our
+own :class:`asyncio.Protocol`).
 
-Sends never block the caller: every client has a bounded outbox drained by its own
-writer task, so a client that stops reading is closed with a reason instead of
-stalling the game loop or the other clients.
+A client's messages are served in order, one at a time. What can be answered at once
+(pings, actions, a step the handler does synchronously: :meth:`EnvHandler.step_now`) is
+answered inside the read that brought it, with one write for all its replies; what must
+wait (resets, long or joint steps, property calls) runs in a task, and the client's later
+messages wait for it. Sends never block the caller: a client whose unread bytes pass
+:data:`MAX_BUFFERED_BYTES` is closed with a reason instead of stalling the game loop or
+the other clients.
 """
 
 from __future__ import annotations
@@ -17,12 +23,10 @@ import hmac
 import logging
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from http import HTTPStatus
 from typing import Any, Final, Protocol
 
-import websockets
-from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
 from . import connections, protocol
@@ -37,17 +41,21 @@ from .protocol import (
     CLOSE_TOO_SLOW,
     CLOSE_UNAUTHORIZED,
 )
+from .server_link import MAX_PENDING_MESSAGES, LinkLimits, ServerLink
 from .tls import TLSPort
 
 log = logging.getLogger(__name__)
 
-#: Messages waiting for one client before we give up on it: at 60 fps, ~17 s of rewards
-#: with text and describes; a client this far behind is not reading.
-MAX_QUEUED_MESSAGES: Final = 1024
+#: Bytes written to one client and not yet taken by its socket before we give up on it:
+#: two of the largest messages a client takes (``dial.MAX_SERVER_MESSAGE_BYTES``), or
+#: thousands of describes and minutes of 60 fps rewards; a client this far behind is not
+#: reading. (It was MAX_QUEUED_MESSAGES = 1024 messages of a per-client queue.)
+MAX_BUFFERED_BYTES: Final = 8 * 1024 * 1024
 #: WebSocket frames above this close the connection (1009) before we read them; frames
 #: between MAX_MESSAGE_BYTES and this get a v0.reply.error and the connection goes on.
 MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
-#: How long shutdown waits for each client to take its v0.connection.close.
+#: How long shutdown waits for each client to take its v0.connection.close, and any
+#: closing handshake for the client to finish it before the socket is cut.
 CLOSE_TIMEOUT: Final = 2.0
 #: Seconds a connection has for its opening handshake (and TLS its own, before it).
 OPEN_TIMEOUT: Final = 10.0
@@ -62,13 +70,14 @@ VIEWER_PATH: Final = "/viewer"
 
 #: Seconds between WebSocket pings to every client, and the wait for each pong: an
 #: active client that stops answering (hung, SIGSTOPped, its machine gone) frees the
-#: slot within their sum plus CLOSE_TIMEOUT (websockets then waits for the closing
-#: handshake), 4.5 s at most (was 20 + 20 + 2 s; measured ~41 s).
+#: slot within their sum, and its socket is cut CLOSE_TIMEOUT later (was 20 + 20 + 2 s;
+#: measured ~41 s).
 KEEPALIVE_INTERVAL: Final = 1.0
 KEEPALIVE_TIMEOUT: Final = 1.5
 
 #: The player of the agent whose request the handler is serving (0 unless a multi-player
-#: remote seated it elsewhere): set for each connection's task, read by the handler.
+#: remote seated it elsewhere): set around each call into the handler for a client's
+#: message (and in the task of a request that waits), read by the handler.
 PLAYER: contextvars.ContextVar[int] = contextvars.ContextVar("player", default=0)
 
 
@@ -113,66 +122,6 @@ class EnvHandler(Protocol):
         """A client disconnected (release what the active client held)."""
 
 
-class _Client:
-    """One connection: its protocol numbering and its bounded outbox."""
-
-    def __init__(
-        self,
-        ws: ServerConnection,
-        observer: bool,
-        *,
-        max_message_bytes: int,
-        max_queued_messages: int,
-        on_drop: Callable[[_Client], None],
-    ) -> None:
-        self.ws = ws
-        self.observer = observer
-        self.proto = connections.ServerConnection(
-            observer=observer, max_message_bytes=max_message_bytes
-        )
-        self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue(max_queued_messages)
-        self.on_drop = on_drop
-        self.dropped = False
-        self.client_id = ""
-        #: The player this agent holds (None for observers).
-        self.player: int | None = None
-        self.writer = asyncio.get_running_loop().create_task(self._write())
-
-    def send(self, data: bytes) -> None:
-        """Queue ``data``; a client whose outbox is full is closed, never waited for."""
-        if self.dropped:
-            return
-        try:
-            self.outbox.put_nowait(data)
-        except asyncio.QueueFull:
-            self.dropped = True
-            reason = f"client fell {self.outbox.maxsize} messages behind; read faster"
-            log.warning("closing %s: %s", self.ws.remote_address, reason)
-            self.writer.cancel()
-            loop = asyncio.get_running_loop()
-            loop.call_soon(self.on_drop, self)
-            loop.create_task(self.ws.close(CLOSE_TOO_SLOW, reason))
-
-    async def _write(self) -> None:
-        outbox, send = self.outbox, self.ws.send
-        try:
-            while (data := await outbox.get()) is not None:  # no wait when items are queued
-                await send(data, text=True)
-        except websockets.ConnectionClosed:
-            pass
-
-    async def finish(self, timeout: float) -> None:
-        """Let the outbox drain (bounded by ``timeout``), then stop the writer."""
-        if not self.dropped and not self.writer.done():
-            try:
-                self.outbox.put_nowait(None)
-            except asyncio.QueueFull:
-                pass
-            else:
-                await asyncio.wait([self.writer], timeout=timeout)
-        self.writer.cancel()
-
-
 class RewarderServer:
     """Serves one environment's rewarder channel to one active client and any observers.
 
@@ -186,13 +135,16 @@ class RewarderServer:
         *,
         password: str | None = None,
         max_message_bytes: int = protocol.MAX_MESSAGE_BYTES,
-        max_queued_messages: int = MAX_QUEUED_MESSAGES,
+        max_buffered_bytes: int = MAX_BUFFERED_BYTES,
         allow_origins: Sequence[str] = (),
         auth_guard: AuthGuard | None = None,
         held_by: Callable[[], str | None] = lambda: None,
         tls: ssl.SSLContext | None = None,
         players: Callable[[], int] = lambda: 1,
         seat_held_by: Callable[[int], str | None] = lambda player: None,
+        keepalive_interval: float = KEEPALIVE_INTERVAL,
+        keepalive_timeout: float = KEEPALIVE_TIMEOUT,
+        open_timeout: float = OPEN_TIMEOUT,
     ) -> None:
         """``tls``: a server context (:func:`rewarder.tls.server_tls`) serves ``wss://``
         only. ``allow_origins``: web pages (``Origin`` values, ``https://host``) whose
@@ -210,12 +162,18 @@ class RewarderServer:
         self.allow_origins = frozenset(o.rstrip("/").lower() for o in allow_origins)
         self.auth_guard = auth_guard
         self.max_message_bytes = max_message_bytes
-        self.max_queued_messages = max_queued_messages
-        self.clients: set[_Client] = set()
+        self.limits = LinkLimits(
+            max_frame_bytes=MAX_FRAME_BYTES, max_buffered_bytes=max_buffered_bytes,
+            open_timeout=open_timeout, keepalive_interval=keepalive_interval,
+            keepalive_timeout=keepalive_timeout, close_timeout=CLOSE_TIMEOUT,
+            too_slow_code=CLOSE_TOO_SLOW,
+        )
+        #: The admitted clients (agents and observers).
+        self.clients: set[ServerLink] = set()
         self.players = players
         self.seat_held_by = seat_held_by
         #: The active clients by player: one on a single-player remote, player 0's.
-        self.seated: dict[int, _Client] = {}
+        self.seated: dict[int, ServerLink] = {}
         #: The port of the remote's browser viewer, if it serves one: Universe's viewer URL
         #: (``http://host:15900/viewer/``) is then redirected there.
         self.viewer_port: int | None = None
@@ -224,11 +182,15 @@ class RewarderServer:
         #: Our bugs a client's message ran into: one line (with its traceback) per kind per
         #: interval, counted, so a client repeating the message cannot flood the log.
         self.bugs = RateLimitedLog(log)
-        self._server: Server | None = None
+        #: Every connection whose socket is open (admitted or not).
+        self.links: set[ServerLink] = set()
+        #: The tasks of requests that had to wait (resets, long steps, properties).
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
         self._closing = False
 
     @property
-    def active(self) -> _Client | None:
+    def active(self) -> ServerLink | None:
         """Player 0's client: Universe's one active client."""
         return self.seated.get(0)
 
@@ -236,37 +198,26 @@ class RewarderServer:
     def port(self) -> int:
         """The bound port (useful after ``start(port=0)``)."""
         assert self._server is not None, "call start() first"
-        return self._server.sockets[0].getsockname()[1]
+        return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self, host: str = "127.0.0.1", port: int = 15900) -> None:
         """Listen on ``host:port``; with ``tls``, every connection goes through
         :class:`~.tls.TLSPort`, which answers a plain ``ws://`` handshake with a 400
         saying the port speaks ``wss://`` (TLS) instead of closing it silently."""
-        create_connection: Any = None
+        factory: Callable[[], asyncio.Protocol] = self._new_link
         if self.tls is not None:
             self.tls_port = TLSPort(
                 self.tls, scheme="wss", where="the rewarder port",
                 hint=TLS_HINT, handshake_timeout=OPEN_TIMEOUT, shutdown_timeout=CLOSE_TIMEOUT,
             )
+            factory = self.tls_port.factory(self._new_link)
+        self._server = await asyncio.get_running_loop().create_server(factory, host, port)
 
-            def create_connection(*args: Any, **kwargs: Any) -> asyncio.Protocol:
-                assert self.tls_port is not None
-                return self.tls_port.protocol(ServerConnection(*args, **kwargs))
-
-        self._server = await serve(
-            self._serve_client,
-            host,
-            port,
-            compression=None,
-            process_request=self._process_request,
-            max_size=MAX_FRAME_BYTES,
-            open_timeout=OPEN_TIMEOUT,
-            ping_interval=KEEPALIVE_INTERVAL,
-            ping_timeout=KEEPALIVE_TIMEOUT,
-            close_timeout=CLOSE_TIMEOUT,
-            server_header="universe-remote",
-            create_connection=create_connection,  # TLS is TLSPort's, not create_server's
-        )
+    def _new_link(self) -> ServerLink:
+        link = ServerLink(self, self.limits)
+        self.links.add(link)
+        link.closed.add_done_callback(lambda _: self.links.discard(link))
+        return link
 
     async def close(self, reason: str = "the remote is shutting down") -> None:
         """Tell every client why, give them :data:`CLOSE_TIMEOUT` to hear it, and stop."""
@@ -274,15 +225,25 @@ class RewarderServer:
             return
         self._closing = True
         if self._server is not None:
-            self._server.close(close_connections=False)
+            self._server.close()
         if self.tls_port is not None:
             self.tls_port.close()
         self.bugs.close()
-        clients = list(self.clients)
-        for client in clients:
-            client.send(client.proto.close(reason))
-        await asyncio.gather(*(c.finish(CLOSE_TIMEOUT) for c in clients))
-        await asyncio.gather(*(c.ws.close(1001, "server shutting down") for c in clients))
+        links = list(self.links)
+        for link in links:
+            if link.admitted and not link.ended:
+                link.send(link.proto.close(reason))
+                link.close(1001, "server shutting down")
+            elif not link.admitted:
+                link.abort()
+        if links:  # each link cuts its socket CLOSE_TIMEOUT after its close frame
+            await asyncio.wait([link.closed for link in links], timeout=2 * CLOSE_TIMEOUT)
+        for link in links:
+            link.abort()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=CLOSE_TIMEOUT)
+            for task in self.tasks:
+                task.cancel()
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -327,13 +288,15 @@ class RewarderServer:
         for client in self.clients:
             client.send(client.proto.observation(episode_id, observation))
 
-    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+    # One connection (what a ServerLink tells us) -----------------------------------------------
+
+    def handshake(self, link: ServerLink, request: Request) -> Response | None:
         """Plain HTTP for Universe's viewer URL; web pages refused; the rest goes on to the
         WebSocket."""
         origin = request.headers.get("Origin")
         if origin is not None and origin.rstrip("/").lower() not in self.allow_origins:
             log.info("refusing a handshake from a web page (Origin %s)", origin[:200])
-            return connection.respond(
+            return link.ws.reject(
                 HTTPStatus.FORBIDDEN,
                 f"this rewarder does not accept connections from web pages (Origin: "
                 f"{origin[:200]}): any site open in a browser here could drive the remote. "
@@ -343,89 +306,92 @@ class RewarderServer:
         if not request.path.startswith(VIEWER_PATH):
             return None
         if self.viewer_port is None:
-            return connection.respond(
+            return link.ws.reject(
                 HTTPStatus.NOT_FOUND,
                 "this remote serves no browser viewer; start it with "
                 "`universe-remote serve ENV_ID --http-port`\n",
             )
         # The address the request came in on, never its Host header (a client's words).
-        host = str(connection.local_address[0]) if connection.local_address else "127.0.0.1"
+        host = str(link.local_address[0]) if link.local_address else "127.0.0.1"
         host = f"[{host}]" if ":" in host else host
-        response = connection.respond(
+        response = link.ws.reject(
             HTTPStatus.FOUND, f"the viewer is on port {self.viewer_port}\n"
         )
         scheme = "https" if self.tls is not None else "http"  # the viewer serves TLS with us
         response.headers["Location"] = f"{scheme}://{host}:{self.viewer_port}{request.path}"
         return response
 
-    # One connection -----------------------------------------------------------------------
-
-    async def _serve_client(self, ws: ServerConnection) -> None:
-        headers = ws.request.headers if ws.request is not None else {}
-        observer = headers.get(protocol.OBSERVER_HEADER, "false").strip().lower() == "true"
-        client = _Client(
-            ws,
-            observer,
-            max_message_bytes=self.max_message_bytes,
-            max_queued_messages=self.max_queued_messages,
-            on_drop=self._forget,
+    def opened(self, link: ServerLink) -> None:
+        """Admit the client (seat an agent, send the describe) or say why not and close."""
+        assert link.request is not None, "opened before the handshake's request"
+        get = link.request.headers.get
+        observer = get(protocol.OBSERVER_HEADER, "false").strip().lower() == "true"
+        link.observer = observer
+        link.proto = connections.ServerConnection(
+            observer=observer, max_message_bytes=self.max_message_bytes
         )
-        client_id = headers.get(protocol.CLIENT_ID_HEADER, "").strip()
+        client_id = get(protocol.CLIENT_ID_HEADER, "").strip()
         if len(client_id) > protocol.MAX_CLIENT_ID_CHARS:
             client_id = ""
-        client.client_id = client_id
-        peer = ws.remote_address[0] if ws.remote_address else None
+        link.client_id = client_id
+        address = link.remote_address
+        peer = address[0] if address else None
         player = 0
-        refusal = self._refusal(headers.get("authorization"), observer, client_id, peer)
+        refusal = self._refusal(get("authorization"), observer, client_id, peer)
         if refusal is None and not observer:
-            player, refusal = self._seat_for(headers.get(protocol.PLAYER_HEADER), client_id)
+            player, refusal = self._seat_for(get(protocol.PLAYER_HEADER), client_id)
         if refusal is None and self._closing:
             refusal = 1001, "the remote is shutting down"
         if refusal is not None:
             code, reason = refusal
-            log.info("refusing %s: %s", ws.remote_address, reason)
-            client.send(client.proto.close(reason))
-            await client.finish(CLOSE_TIMEOUT)
-            await ws.close(code, reason[:120])
+            log.info("refusing %s: %s", address, reason)
+            link.send(link.proto.close(reason))
+            link.close(code, reason)
             return
         if not observer:
             old = self.seated.get(player)
             if old is not None:  # the same agent again (_refusal allowed it): it wins
                 self._replace(old)
-            self.seated[player] = client
-            client.player = player
-            PLAYER.set(player)  # this connection's task: the handler reads whose request
-        self.clients.add(client)
-        log.info("%s connected from %s", "observer" if observer else "agent", ws.remote_address)
-        client.send(client.proto.describe(self.handler.episode_id, self.handler.describe()))
-        try:
-            async for data in ws:
-                await self._handle(client, data)
-        except websockets.ConnectionClosed:
-            pass
-        finally:
-            was_active = client.player is not None and self.seated.get(client.player) is client
-            self._forget(client)  # (not if a newer one replaced it)
-            client.writer.cancel()
-            if observer or was_active:
-                self._left(client)
-            log.info("%s from %s left", "observer" if observer else "agent", ws.remote_address)
+            self.seated[player] = link
+            link.player = player
+        link.admitted = True
+        self.clients.add(link)
+        log.info("%s connected from %s", "observer" if observer else "agent", address)
+        link.send(link.proto.describe(self.handler.episode_id, self.handler.describe()))
 
-    def _replace(self, old: _Client) -> None:
+    def ended(self, link: ServerLink) -> None:
+        """The client left or was dropped: free its seat now; the handler hears of it once
+        its request under way (if any) is done, as when messages were served by a task."""
+        if not link.admitted:
+            return
+        was_active = link.player is not None and self.seated.get(link.player) is link
+        self._forget(link)  # (not if a newer one replaced it)
+        link.left_due = link.observer or was_active
+        if not link.busy:
+            self._tell_left(link)
+        log.info("%s from %s left", "observer" if link.observer else "agent", link.remote_address)
+
+    def _tell_left(self, link: ServerLink) -> None:
+        if link.left_due and not link.left_told:
+            link.left_told = True
+            self._left(link)
+
+    def _replace(self, old: ServerLink) -> None:
         """Close the active client a newer connection with its client id replaces."""
         reason = "replaced by a newer connection with the same client id"
-        log.info("%s: %s", old.ws.remote_address, reason)
+        log.info("%s: %s", old.remote_address, reason)
         self._forget(old)
-        self._left(old)
+        old.left_due = True
+        self._tell_left(old)
         old.send(old.proto.close(reason))
-        asyncio.get_running_loop().create_task(old.ws.close(CLOSE_REPLACED, reason))
+        old.close(CLOSE_REPLACED, reason)
 
-    def _forget(self, client: _Client) -> None:
+    def _forget(self, client: ServerLink) -> None:
         self.clients.discard(client)
         if client.player is not None and self.seated.get(client.player) is client:
             del self.seated[client.player]
 
-    def _left(self, client: _Client) -> None:
+    def _left(self, client: ServerLink) -> None:
         """Tell the handler a client left; a multi-player handler hears which player."""
         player_left = getattr(self.handler, "player_left", None)
         if client.player and player_left is not None:
@@ -504,45 +470,120 @@ class RewarderServer:
             )
         return None
 
-    async def _handle(self, client: _Client, data: str | bytes) -> None:
+    # Messages, in order per client -------------------------------------------------------
+
+    def received(self, link: ServerLink, data: str | bytes) -> None:
+        """Serve ``data`` now, or after the request of this client under way."""
+        if link.busy:
+            link.pending.append(data)
+            if len(link.pending) >= MAX_PENDING_MESSAGES and link.transport is not None:
+                link.transport.pause_reading()  # TCP pushes back until they are served
+            return
+        self._serve(link, data)
+
+    def _serve(self, link: ServerLink, data: str | bytes) -> None:
+        later = self._answer_now(link, data)
+        if later is None:
+            return
+        link.busy = True
+        task = asyncio.get_running_loop().create_task(later)
+        self.tasks.add(task)
+        task.add_done_callback(lambda done: self._done(link, done))
+
+    def _done(self, link: ServerLink, task: asyncio.Task[None]) -> None:
+        """A waiting request is answered: serve what came meanwhile, in one write."""
+        self.tasks.discard(task)
+        link.busy = False
+        if link.ended:
+            link.pending.clear()
+            self._tell_left(link)
+            return
+        link.batch_begin()
+        try:
+            while link.pending and not link.busy and not link.ended:
+                self._serve(link, link.pending.popleft())
+        finally:
+            link.batch_end()
+        if link.transport is not None and len(link.pending) < MAX_PENDING_MESSAGES // 2:
+            link.transport.resume_reading()  # (a no-op unless paused)
+
+    def _answer_now(
+        self, link: ServerLink, data: str | bytes
+    ) -> Coroutine[Any, Any, None] | None:
+        """Answer what needs no waiting; else the coroutine that will (run it in a task)."""
         started = time.perf_counter()
         parent: Any = None
         try:
-            request = client.proto.receive(data)
+            request = link.proto.receive(data)
             parent = request.message_id
             if isinstance(request, protocol.PingRequest):
-                client.send(client.proto.reply_ping(parent, time.perf_counter() - started))
-            elif isinstance(request, protocol.ActionRequest):
-                self.handler.action(request)
-            elif isinstance(request, protocol.PropertiesRequest):
+                link.send(link.proto.reply_ping(parent, time.perf_counter() - started))
+                return None
+            if isinstance(request, protocol.ActionRequest):
+                token = PLAYER.set(link.player or 0)
+                try:
+                    self.handler.action(request)
+                finally:
+                    PLAYER.reset(token)
+                return None
+            if isinstance(request, protocol.StepRequest):
+                step_now = getattr(self.handler, "step_now", None)
+                if step_now is not None:
+                    token = PLAYER.set(link.player or 0)
+                    try:
+                        done = step_now(request)
+                    finally:
+                        PLAYER.reset(token)
+                    if done is not None:
+                        episode_id, body = done
+                        runtime = time.perf_counter() - started
+                        link.send(link.proto.reply_step(parent, episode_id, body, runtime))
+                        return None
+            return self._answer_later(link, request, started)
+        except Exception as exc:
+            self._failed(link, parent, exc, started)
+            return None
+
+    async def _answer_later(
+        self, link: ServerLink, request: protocol.Request, started: float
+    ) -> None:
+        """A request that waits (a reset, a step the handler cannot do at once, properties)."""
+        PLAYER.set(link.player or 0)  # (this task's own context)
+        parent = request.message_id
+        try:
+            if isinstance(request, protocol.PropertiesRequest):
                 body = await self.handler.properties(request)
                 runtime = time.perf_counter() - started
-                client.send(client.proto.reply_properties(parent, body, runtime))
+                link.send(link.proto.reply_properties(parent, body, runtime))
             elif isinstance(request, protocol.StepRequest):
                 episode_id, body = await self.handler.step(request)
                 runtime = time.perf_counter() - started
-                client.send(client.proto.reply_step(parent, episode_id, body, runtime))
+                link.send(link.proto.reply_step(parent, episode_id, body, runtime))
             elif isinstance(request, protocol.ResetRequest):
 
                 def reply(episode_id: int, body: dict[str, Any] | None = None) -> None:
                     runtime = time.perf_counter() - started
-                    client.send(client.proto.reply_reset(parent, episode_id, runtime, body))
+                    link.send(link.proto.reply_reset(parent, episode_id, runtime, body))
 
                 await self.handler.reset(request, reply)
-        except BadRequest as exc:
+        except Exception as exc:
+            self._failed(link, parent, exc, started)
+
+    def _failed(self, link: ServerLink, parent: Any, exc: Exception, started: float) -> None:
+        """Answer a refused request (:class:`BadRequest`), or one that ran into a bug of
+        ours: answer, log, and keep serving everyone."""
+        if isinstance(exc, BadRequest):
             if exc.parent_message_id is not None:
                 parent = exc.parent_message_id
-            log.debug("bad request from %s: %s", client.ws.remote_address, exc.message)
-            client.send(
-                client.proto.reply_error(parent, exc.message, time.perf_counter() - started)
-            )
-        except Exception as exc:  # a bug of ours: answer, log, and keep serving everyone
-            self.bugs.log(  # with its traceback, but once per kind per interval
-                f"bug: {type(exc).__name__}", logging.ERROR,
-                "handling a message from %s failed", client.ws.remote_address, exc_info=True,
-            )
-            message = (
-                f"the remote failed to handle this message ({type(exc).__name__}: {exc}); "
-                "this is a bug in the remote, please report it"
-            )
-            client.send(client.proto.reply_error(parent, message, time.perf_counter() - started))
+            log.debug("bad request from %s: %s", link.remote_address, exc.message)
+            link.send(link.proto.reply_error(parent, exc.message, time.perf_counter() - started))
+            return
+        self.bugs.log(  # with its traceback, but once per kind per interval
+            f"bug: {type(exc).__name__}", logging.ERROR,
+            "handling a message from %s failed", link.remote_address, exc_info=exc,
+        )
+        message = (
+            f"the remote failed to handle this message ({type(exc).__name__}: {exc}); "
+            "this is a bug in the remote, please report it"
+        )
+        link.send(link.proto.reply_error(parent, message, time.perf_counter() - started))

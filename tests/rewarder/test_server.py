@@ -238,7 +238,7 @@ class _Handler:
 
 
 async def test_a_client_that_stops_reading_is_dropped_not_waited_for() -> None:
-    server = RewarderServer(_Handler(), max_queued_messages=8)
+    server = RewarderServer(_Handler(), max_buffered_bytes=256 * 1024)
     await server.start("127.0.0.1", 0)
     # A raw socket with a tiny receive buffer that completes the handshake, then never reads.
     stalled = socket.socket()
@@ -256,7 +256,7 @@ async def test_a_client_that_stops_reading_is_dropped_not_waited_for() -> None:
             await asyncio.sleep(0.01)
     text = "x" * 65536
     received = 0
-    for i in range(400):  # ~26 MB: far past the socket buffers, so the outbox must fill
+    for i in range(400):  # ~26 MB: far past the socket buffers and the write-buffer limit
         server.broadcast_text(1, f"{i}:{text}")  # never blocks: it only queues
         while received <= i - 4:  # the healthy client keeps up
             message = await healthy.recv()

@@ -52,7 +52,9 @@ async def test_wss_with_a_verifying_client(make_server: MakeServer, certs: Certs
         assert client.url == f"wss://127.0.0.1:{server.port}/"
         assert client.describe.env_id == "test.Fake-v0"
         assert await client.ping() >= 0
-        assert server.clients and all(c.ws.transport.get_extra_info("ssl_object") for c in server.clients)
+        assert server.clients and all(
+            c.transport is not None and c.transport.get_extra_info("ssl_object") for c in server.clients
+        )
 
 
 async def test_the_ca_may_come_from_the_environment(

@@ -1,0 +1,339 @@
+"""One rewarder connection: websockets' sans-I/O ``ServerProtocol`` owned by our own
+:class:`asyncio.Protocol`.
+
+Holds :class:`ServerLink` (the bytes of one client: opening handshake, frames to
+messages, keepalive pings, the write-buffer limit, the closing handshake), the
+:class:`LinkOwner` protocol it calls (:class:`~.server.RewarderServer`), and
+:class:`LinkLimits`.
+
+Why not websockets' asyncio server: a lockstep step there wakes a reader task, goes
+through a queue to a writer task and takes two loop iterations. Here the loop calls
+:meth:`ServerLink.data_received`, the owner answers what it can at once (pings, actions,
+one-slice steps), and every reply of that call leaves in one ``transport.write``
+(``python -m benchmarks step_channel`` and ``rewarder_throughput`` measure it). No task
+per client: keepalive and deadlines are loop timers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from websockets.frames import CloseCode, Frame, Opcode
+from websockets.http11 import Request, Response
+from websockets.protocol import State
+from websockets.server import ServerProtocol
+
+from . import connections
+
+log = logging.getLogger(__name__)
+
+#: What the ``Server`` header of every HTTP answer says.
+SERVER_HEADER: Final = "universe-remote"
+#: Messages of one client kept in arrival order while one of its requests is under way
+#: (a reset, a long step): past this the link stops reading the socket until they are
+#: served, so TCP pushes back on a client that sends without waiting for replies.
+MAX_PENDING_MESSAGES: Final = 64
+#: Bytes of a keepalive ping's payload (random: a stale pong cannot answer a new ping).
+PING_PAYLOAD_BYTES: Final = 4
+
+
+@dataclass(frozen=True, slots=True)
+class LinkLimits:
+    """The limits of one connection (the server's named constants, see there)."""
+
+    max_frame_bytes: int
+    max_buffered_bytes: int
+    open_timeout: float
+    keepalive_interval: float
+    keepalive_timeout: float
+    close_timeout: float
+    too_slow_code: int
+
+
+class LinkOwner(Protocol):
+    """What a :class:`ServerLink` tells its server."""
+
+    def handshake(self, link: ServerLink, request: Request) -> Response | None:
+        """A plain HTTP answer to the opening request, or None to accept the WebSocket."""
+
+    def opened(self, link: ServerLink) -> None:
+        """The WebSocket is open: admit the client or refuse it (:meth:`ServerLink.close`)."""
+
+    def received(self, link: ServerLink, data: str | bytes) -> None:
+        """One whole message (text as str, binary as bytes) of an open link."""
+
+    def ended(self, link: ServerLink) -> None:
+        """The client is gone or given up on (called once, before the socket may close)."""
+
+
+class ServerLink(asyncio.Protocol):
+    """The server's end of one rewarder connection; the owner's per-client state too.
+
+    Sends (:meth:`send`) never block: bytes go to the transport, and a client whose unread
+    bytes pass ``max_buffered_bytes`` is closed with ``too_slow_code`` and a reason
+    (asyncio's own write-buffer watermark calls :meth:`pause_writing`). Inside
+    :meth:`data_received`, and inside :meth:`batch`-ed calls, sends are gathered and
+    written once at the end.
+    """
+
+    def __init__(self, owner: LinkOwner, limits: LinkLimits) -> None:
+        self.owner, self.limits = owner, limits
+        self.loop = asyncio.get_running_loop()
+        self.ws = ServerProtocol(max_size=limits.max_frame_bytes)  # no extensions: no deflate
+        self.transport: asyncio.Transport | None = None
+        #: The opening handshake's request, once read.
+        self.request: Request | None = None
+        #: Set when the socket is closed.
+        self.closed: asyncio.Future[None] = self.loop.create_future()
+        #: Set once the owner was told (:meth:`LinkOwner.ended`): sends are dropped.
+        self.ended = False
+        # The owner's state of this client (set when it admits one).
+        self.proto = connections.ServerConnection()
+        self.admitted = False
+        self.observer = False
+        self.client_id = ""
+        #: The player this agent holds (None for observers and refused connections).
+        self.player: int | None = None
+        #: Whether one of this client's requests is under way in a task.
+        self.busy = False
+        #: Messages that came while busy, served in order when it is done.
+        self.pending: deque[str | bytes] = deque()
+        #: Whether the owner owes the handler a ``client_left`` once nothing is under way.
+        self.left_due = False
+        self.left_told = False
+        self._batching = 0
+        self._fragments: list[bytes] = []
+        self._fragment_opcode: Opcode | None = None
+        self._ping_payload = b""
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    def __repr__(self) -> str:
+        return f"<ServerLink {self.remote_address} {self.ws.state.name}>"
+
+    @property
+    def remote_address(self) -> Any:
+        return self.transport.get_extra_info("peername") if self.transport is not None else None
+
+    @property
+    def local_address(self) -> Any:
+        return self.transport.get_extra_info("sockname") if self.transport is not None else None
+
+    def buffered(self) -> int:
+        """Bytes written to this client that its socket has not taken yet."""
+        return self.transport.get_write_buffer_size() if self.transport is not None else 0
+
+    # asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=self.limits.max_buffered_bytes)
+        self._later("open", self.limits.open_timeout, self._open_expired)
+
+    def data_received(self, data: bytes) -> None:
+        self.ws.receive_data(data)
+        self._batching += 1
+        try:
+            for event in self.ws.events_received():
+                if isinstance(event, Frame):
+                    self._frame(event)
+                elif isinstance(event, Request):
+                    self._handshake(event)
+        except Exception:  # a bug of ours (messages' own are answered): this client only
+            log.exception("serving %s failed; closing its connection", self.remote_address)
+            self._end()
+            self.abort()
+        finally:
+            self._batching -= 1
+            self.flush()
+
+    def eof_received(self) -> bool:
+        self.ws.receive_eof()
+        self.flush()
+        return False  # the WebSocket has its own closing handshake: nothing to write after EOF
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ws.receive_eof()
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self.pending.clear()
+        self._end()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        """The transport holds over ``max_buffered_bytes``: this client is not reading."""
+        if not self.ended:
+            self.loop.call_soon(self._too_slow)
+
+    def resume_writing(self) -> None:
+        pass
+
+    # Sending ------------------------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        """One message as a text frame; dropped once the link ended."""
+        if self.ended or self.ws.state is not State.OPEN:
+            return
+        self.ws.send_text(data)
+        if not self._batching:
+            self.flush()
+
+    def batch_begin(self) -> None:
+        """Hold sends until the matching :meth:`batch_end` (they nest)."""
+        self._batching += 1
+
+    def batch_end(self) -> None:
+        self._batching -= 1
+        if not self._batching:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what the WebSocket has to send in one write; half-close after the end."""
+        transport = self.transport
+        chunks = self.ws.data_to_send()
+        if transport is None or not chunks:
+            return
+        eof = chunks[-1] == b""
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if data and not transport.is_closing():
+            transport.write(data)
+        if eof:
+            if transport.can_write_eof():
+                try:
+                    transport.write_eof()
+                except OSError:
+                    transport.abort()
+            else:  # TLS: no half-close
+                transport.close()
+        if (eof or self.ws.close_expected()) and "close" not in self._timers:
+            self._later("close", self.limits.close_timeout, self._close_expired)
+
+    def close(self, code: int, reason: str) -> None:
+        """Start the closing handshake (``reason`` cut to what a close frame holds); the
+        socket is cut after ``close_timeout`` if the client does not finish it."""
+        if self.ws.state is State.OPEN:
+            self.ws.send_close(code, reason[:120])
+        self.flush()
+        if "close" not in self._timers:
+            self._later("close", self.limits.close_timeout, self._close_expired)
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    # Receiving ----------------------------------------------------------------------------
+
+    def _handshake(self, request: Request) -> None:
+        self.request = request
+        response = self.owner.handshake(self, request)
+        if response is None:
+            response = self.ws.accept(request)
+        response.headers["Server"] = SERVER_HEADER
+        self.ws.send_response(response)
+        if response.status_code != 101:
+            return  # (send_response ended the stream: flush half-closes)
+        self._cancel("open")
+        self._later("ping", self.limits.keepalive_interval, self._ping)
+        self.owner.opened(self)
+
+    def _frame(self, frame: Frame) -> None:
+        opcode = frame.opcode
+        if opcode is Opcode.PONG:
+            if frame.data == self._ping_payload and self._cancel("pong"):
+                self._later("ping", self.limits.keepalive_interval, self._ping)
+            return
+        if opcode not in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
+            return  # PING is answered and CLOSE echoed by the WebSocket itself
+        if not frame.fin:
+            if opcode is not Opcode.CONT:
+                self._fragment_opcode = opcode
+            self._fragments.append(bytes(frame.data))
+            return
+        data: bytes | bytearray | memoryview
+        if opcode is Opcode.CONT:
+            self._fragments.append(bytes(frame.data))
+            data = b"".join(self._fragments)
+            opcode, self._fragment_opcode, self._fragments = (
+                self._fragment_opcode or Opcode.BINARY, None, []
+            )
+        else:
+            data = frame.data
+        if self.ended or self.ws.state is not State.OPEN:
+            return
+        if opcode is Opcode.BINARY:
+            self.owner.received(self, bytes(data))
+            return
+        try:
+            text = str(data, "utf-8")
+        except UnicodeDecodeError as exc:
+            self.ws.fail(CloseCode.INVALID_DATA, f"{exc.reason} at position {exc.start}")
+            self._end()
+            return
+        self.owner.received(self, text)
+
+    # Timers -------------------------------------------------------------------------------
+
+    def _later(self, name: str, delay: float, callback: Any) -> None:
+        self._cancel(name)
+        self._timers[name] = self.loop.call_later(delay, self._fire, name, callback)
+
+    def _fire(self, name: str, callback: Any) -> None:
+        self._timers.pop(name, None)
+        callback()
+
+    def _cancel(self, name: str) -> bool:
+        timer = self._timers.pop(name, None)
+        if timer is None:
+            return False
+        timer.cancel()
+        return True
+
+    def _open_expired(self) -> None:
+        if self.ws.state is State.CONNECTING:
+            log.info("%s: no WebSocket handshake within %g s: closed", self.remote_address,
+                     self.limits.open_timeout)
+            self.abort()
+
+    def _ping(self) -> None:
+        if self.ws.state is not State.OPEN:
+            return
+        self._ping_payload = os.urandom(PING_PAYLOAD_BYTES)
+        self.ws.send_ping(self._ping_payload)
+        self.flush()
+        self._later("pong", self.limits.keepalive_timeout, self._no_pong)
+
+    def _no_pong(self) -> None:
+        """A client that leaves a ping unanswered is hung or gone: free its slot now."""
+        if self.ws.state is not State.OPEN:
+            return
+        log.info("%s answered no keepalive ping within %g s: dropped", self.remote_address,
+                 self.limits.keepalive_timeout)
+        self.ws.fail(CloseCode.INTERNAL_ERROR, "keepalive ping timeout")
+        self.flush()
+        self._end()
+
+    def _close_expired(self) -> None:
+        self.abort()
+
+    def _too_slow(self) -> None:
+        if self.ended:
+            return
+        reason = (
+            f"client fell {self.buffered()} bytes behind (over {self.limits.max_buffered_bytes}); "
+            "read faster"
+        )
+        log.warning("closing %s: %s", self.remote_address, reason)
+        self._end()  # first: nothing more is queued behind the close frame
+        self.close(self.limits.too_slow_code, reason)
+
+    def _end(self) -> None:
+        if not self.ended:
+            self.ended = True
+            self.owner.ended(self)
