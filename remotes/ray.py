@@ -56,7 +56,8 @@ log = logging.getLogger(__name__)
 #: Remotes one call may start (the address grammar's limit too).
 MAX_RAY_REMOTES: Final = 1024
 #: What each remote reserves unless ``resources=`` says: a builtin or Atari remote uses
-#: ~0.06 of a core at 60 fps (measured here); a browser remote wants ``{"CPU": 1}``.
+#: a small part of a core at 60 fps (``python -m benchmarks ray_remotes``); a browser
+#: remote wants ``{"CPU": 1}``.
 DEFAULT_RESOURCES: Final[Mapping[str, float]] = {"CPU": 0.25}
 #: Times Ray restarts an actor whose remote died, over the group's life.
 DEFAULT_MAX_RESTARTS: Final = 10
@@ -75,8 +76,9 @@ LOG_TAIL: Final = 2000
 #: Seconds to wait for the cluster's address to accept a TCP connection before ``ray.init``
 #: dials it: a cluster that is gone refuses at once (Ray itself retries it for minutes).
 PROBE_TIMEOUT: Final = 5.0
-#: Seconds ``ray.init`` may take to join a cluster that did accept the probe (measured:
-#: ~4 s in a namespace; a port that accepts and never speaks Ray's protocol hangs it).
+#: Seconds ``ray.init`` may take to join a cluster that did accept the probe, or to start a
+#: new local one (seconds, in a namespace; a port that accepts and never speaks Ray's
+#: protocol hangs it).
 INIT_TIMEOUT: Final = 60.0
 #: Ray's switch (ray._private.ray_constants) that, off, makes a new node take 127.0.0.1.
 LOOPBACK_SWITCH: Final = "ENABLE_RAY_CLUSTER"
