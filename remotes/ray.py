@@ -223,6 +223,20 @@ def init_ray(ray: Any, address: str | None, timeout: float = INIT_TIMEOUT) -> No
 
 #: Never set: the thread that called ``ray.init`` waits on it for the process's life.
 _HEAD_KEEPER: Final = threading.Event()
+#: The logger of Ray's ``ray.init`` and the note it logs when called off the main thread.
+RAY_WORKER_LOGGER: Final = "ray._private.worker"
+OFF_MAIN_THREAD_NOTE: Final = "current thread is not the main thread"
+
+
+class _OffMainThreadOnPurpose(logging.Filter):
+    """Drops Ray's warning that ``ray.init`` ran off the main thread: :func:`init_ray` does
+    so on purpose (its timeout), and the warning reads like a fault to a user."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return OFF_MAIN_THREAD_NOTE not in record.getMessage()
+
+
+logging.getLogger(RAY_WORKER_LOGGER).addFilter(_OffMainThreadOnPurpose())
 
 
 def _init_local(ray: Any) -> None:

@@ -135,3 +135,4 @@ def test_play_ray_local_starts_a_new_local_cluster_and_plays(ray_env: dict[str, 
     (remotes,) = [line for line in done.stdout.splitlines() if line.startswith("remotes: ")]
     assert ROUTED_ADDRESS not in remotes and "127.0.0.1:" in remotes, remotes
     assert "listens on every interface" not in done.stderr, done.stderr[-4000:]
+    assert "not the main thread" not in done.stderr, done.stderr[-4000:]  # init_ray's on purpose
