@@ -2,10 +2,19 @@
 
 Holds :class:`AuthThrottle` (sans-I/O: a clock in, decisions out). After
 :data:`MAX_FAILURES` wrong passwords from one address, that address is refused for
-:data:`BLOCK_SECONDS`, doubling on each further block up to :data:`MAX_BLOCK_SECONDS`;
-a right password clears the count. One throttle serves the VNC, rewarder, viewer and
+:data:`BLOCK_SECONDS`, doubling on each further block up to :data:`MAX_BLOCK_SECONDS`.
+One throttle serves the VNC, rewarder, viewer and
 dm_env_rpc ports, so a guesser gains nothing by spreading attempts over them. Each block
 is logged once per address, not once per attempt.
+
+**A right password clears nothing**: whoever shares an address (a NAT, a container
+bridge, 127.0.0.1) shares its record, so a frequent user's logins must not hand a guesser
+there fresh tries (clearing the count gave it ``MAX_FAILURES - 1`` guesses per login, and
+clearing the escalation kept it at 10 s blocks). Time forgives instead: wrong passwords
+are forgotten :data:`FAILURE_MEMORY` seconds after the last one, the escalation
+:data:`ESCALATION_MEMORY` seconds after the last block ended. A user who mistypes now and
+then is never blocked; one who is blocked after a burst of typos starts at 10 s again an
+hour later.
 
 **The decision is taken when a password is compared**, not when a connection opens: every
 port asks just before it compares (:meth:`AuthThrottle.admit`; the rewarder asks
@@ -18,8 +27,9 @@ many handshakes were opened before it began. (Measured before: 48 VNC handshakes
 address, then answered, had 47 wrong passwords compared and the right 48th let in while
 the address was blocked; a block was checked only as each connection opened.)
 
-Measured before that: 1,324 wrong VNC passwords/s and 822/s on the rewarder, and the right
-one still worked 1 ms later.
+Before that a guesser tried passwords at the ports' full speed and the right one still
+worked at once (tests/envserver/test_security.py, test_password_race.py; the hand-measured
+rates are in benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -39,6 +49,12 @@ MAX_FAILURES: Final = 5
 BLOCK_SECONDS: Final = 10.0
 #: ... up to this.
 MAX_BLOCK_SECONDS: Final = 600.0
+#: Seconds after an address's last wrong password that its count is forgotten. As long as
+#: the longest block, so staying under MAX_FAILURES guesses no faster than being blocked.
+FAILURE_MEMORY: Final = MAX_BLOCK_SECONDS
+#: Seconds after an address's last block ended that its escalation is forgotten (the next
+#: block is BLOCK_SECONDS again): longer than the climb to MAX_BLOCK_SECONDS.
+ESCALATION_MEMORY: Final = 3600.0
 #: Addresses remembered at most; the oldest records go first past it (a flood of
 #: addresses must not grow memory without bound).
 MAX_TRACKED: Final = 4096
@@ -49,6 +65,7 @@ class _Record:
     failures: int = 0
     blocks: int = 0
     until: float = 0.0
+    #: When the last wrong password came.
     seen: float = 0.0
     #: Comparisons :meth:`AuthThrottle.admit` let in whose outcome is not known yet.
     in_flight: int = 0
@@ -67,10 +84,13 @@ class AuthThrottle:
         max_failures: int = MAX_FAILURES,
         block_seconds: float = BLOCK_SECONDS,
         max_block_seconds: float = MAX_BLOCK_SECONDS,
+        failure_memory: float = FAILURE_MEMORY,
+        escalation_memory: float = ESCALATION_MEMORY,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_failures = max_failures
         self.block_seconds, self.max_block_seconds = block_seconds, max_block_seconds
+        self.failure_memory, self.escalation_memory = failure_memory, escalation_memory
         self._clock = clock
         self._records: dict[str, _Record] = {}
         #: Passwords compared so far (``failed`` and ``succeeded`` calls), every address and
@@ -93,6 +113,8 @@ class AuthThrottle:
         if refused is not None:
             return refused
         record = self._records.get(address or "")
+        if record is not None:
+            self._forget(record)
         if record is not None and record.failures + record.in_flight >= self.max_failures:
             return (
                 f"{record.in_flight} password checks from {address} are under way; "
@@ -110,6 +132,7 @@ class AuthThrottle:
         record = self._remember(key)
         record.in_flight = max(0, record.in_flight - 1)
         self.comparisons += 1
+        self._forget(record)
         record.seen = now
         record.failures += 1
         if record.failures >= self.max_failures:
@@ -123,17 +146,26 @@ class AuthThrottle:
             )
 
     def succeeded(self, address: str | None) -> None:
-        """A right password: the address starts afresh (a block already running stays)."""
+        """A right password. It clears nothing (module docstring: an address may be shared
+        with a guesser); a record left with nothing to remember is dropped."""
         key = address or ""
         self.comparisons += 1
         record = self._records.get(key)
         if record is None:
             return
         record.in_flight = max(0, record.in_flight - 1)
-        if record.until <= self._clock() and not record.in_flight:
+        self._forget(record)
+        if not (record.failures or record.blocks or record.in_flight):
             del self._records[key]
-        elif record.until <= self._clock():
+
+    def _forget(self, record: _Record) -> None:
+        """Drop what time has forgiven: wrong passwords ``failure_memory`` seconds old, the
+        escalation ``escalation_memory`` seconds after the last block ended."""
+        now = self._clock()
+        if record.failures and now - record.seen >= self.failure_memory:
             record.failures = 0
+        if record.blocks and now - record.until >= self.escalation_memory:
+            record.blocks = 0
 
     def abandoned(self, address: str | None) -> None:
         """A comparison :meth:`admit` let in that never happened (the client left)."""

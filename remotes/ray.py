@@ -56,7 +56,8 @@ log = logging.getLogger(__name__)
 #: Remotes one call may start (the address grammar's limit too).
 MAX_RAY_REMOTES: Final = 1024
 #: What each remote reserves unless ``resources=`` says: a builtin or Atari remote uses
-#: ~0.06 of a core at 60 fps (measured here); a browser remote wants ``{"CPU": 1}``.
+#: a small part of a core at 60 fps (``python -m benchmarks ray_remotes``); a browser
+#: remote wants ``{"CPU": 1}``.
 DEFAULT_RESOURCES: Final[Mapping[str, float]] = {"CPU": 0.25}
 #: Times Ray restarts an actor whose remote died, over the group's life.
 DEFAULT_MAX_RESTARTS: Final = 10
@@ -75,9 +76,12 @@ LOG_TAIL: Final = 2000
 #: Seconds to wait for the cluster's address to accept a TCP connection before ``ray.init``
 #: dials it: a cluster that is gone refuses at once (Ray itself retries it for minutes).
 PROBE_TIMEOUT: Final = 5.0
-#: Seconds ``ray.init`` may take to join a cluster that did accept the probe (measured:
-#: ~4 s in a namespace; a port that accepts and never speaks Ray's protocol hangs it).
+#: Seconds ``ray.init`` may take to join a cluster that did accept the probe, or to start a
+#: new local one (seconds, in a namespace; a port that accepts and never speaks Ray's
+#: protocol hangs it).
 INIT_TIMEOUT: Final = 60.0
+#: Ray's switch (ray._private.ray_constants) that, off, makes a new node take 127.0.0.1.
+LOOPBACK_SWITCH: Final = "ENABLE_RAY_CLUSTER"
 #: Where Ray keeps the address of the cluster ``ray start`` last started, under its temp
 #: directory; ``ray.init()`` without an address joins it (Ray's own lookup).
 CURRENT_CLUSTER_FILE: Final = "ray_current_cluster"
@@ -87,6 +91,10 @@ _OPTION_NAMES: Final = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"
 
 class RayUnavailable(RuntimeError):
     """Ray is missing, or the cluster cannot hold the remotes; the message says what to do."""
+
+
+class RayListensWidely(UserWarning):
+    """A local Ray cluster started here listens beyond loopback; the message says where."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,21 +176,39 @@ def check_cluster(address: str | None, timeout: float = PROBE_TIMEOUT) -> None:
 
 def init_ray(ray: Any, address: str | None, timeout: float = INIT_TIMEOUT) -> None:
     """``ray.init(address)``, after :func:`check_cluster`, within ``timeout`` seconds:
-    :class:`RayUnavailable` instead of Ray's minutes of retries."""
+    :class:`RayUnavailable` instead of Ray's minutes of retries.
+
+    ``ray.init`` runs in a thread of its own (the timeout) that lives as long as this
+    process: Ray starts a new local cluster's head processes with ``PR_SET_PDEATHSIG``,
+    which Linux fires when the *thread* that forked them exits. A new local cluster
+    (``address`` None or ``"local"`` with no cluster to join) listens on loopback only
+    (:func:`_init_local`)."""
     check_cluster(address)
+    target, source = cluster_address(address)
+    local = target is None and address in (None, "local")
+    started = threading.Event()
     failure: list[BaseException] = []
 
     def init() -> None:
         try:
-            ray.init(address=address, logging_level=logging.WARNING)
+            if local:
+                _init_local(ray)
+            else:
+                ray.init(address=address, logging_level=logging.WARNING)
         except BaseException as exc:  # re-raised in the caller's thread
             failure.append(exc)
+        finally:
+            started.set()
+        _HEAD_KEEPER.wait()  # never set: a local head's processes die with this thread
 
-    joining = threading.Thread(target=init, name="universe-remote-ray-init", daemon=True)
-    joining.start()
-    joining.join(timeout)
-    if joining.is_alive():
-        target, source = cluster_address(address)
+    threading.Thread(target=init, name="universe-remote-ray-init", daemon=True).start()
+    if not started.wait(timeout):
+        if local:
+            raise RayUnavailable(
+                f"Ray did not start a new local cluster within {timeout:g} s: the machine may "
+                "be overloaded (pass a larger init_timeout=), or see Ray's logs under "
+                f"{os.path.dirname(_current_cluster_file())}/session_latest/logs"
+            )
         raise RayUnavailable(
             f"Ray did not join the cluster at {target or 'a new local cluster'} ({source}) "
             f"within {timeout:g} s: something answers there that is not a Ray cluster's "
@@ -191,6 +217,64 @@ def init_ray(ray: Any, address: str | None, timeout: float = INIT_TIMEOUT) -> No
         )
     if failure:
         raise failure[0]
+    if local:
+        _check_local_listens(ray)
+
+
+#: Never set: the thread that called ``ray.init`` waits on it for the process's life.
+_HEAD_KEEPER: Final = threading.Event()
+#: The logger of Ray's ``ray.init`` and the note it logs when called off the main thread.
+RAY_WORKER_LOGGER: Final = "ray._private.worker"
+OFF_MAIN_THREAD_NOTE: Final = "current thread is not the main thread"
+
+
+class _OffMainThreadOnPurpose(logging.Filter):
+    """Drops Ray's warning that ``ray.init`` ran off the main thread: :func:`init_ray` does
+    so on purpose (its timeout), and the warning reads like a fault to a user."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return OFF_MAIN_THREAD_NOTE not in record.getMessage()
+
+
+logging.getLogger(RAY_WORKER_LOGGER).addFilter(_OffMainThreadOnPurpose())
+
+
+def _init_local(ray: Any) -> None:
+    """Start a new local cluster whose processes listen on 127.0.0.1 only.
+
+    Ray binds every interface once it picks the machine's address as the node's (and
+    turns ``_node_ip_address="127.0.0.1"`` into that address); it takes loopback when
+    its ``ENABLE_RAY_CLUSTER`` switch is off (what $RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+    sets at import), so the switch is off for this call. Its workers learn the node's
+    address from the raylet. :func:`_check_local_listens` catches a Ray where this moved."""
+    ray_constants: Any = None
+    try:
+        from ray._private import ray_constants
+    except ImportError:  # a Ray without the switch: _check_local_listens says so
+        pass
+    saved = getattr(ray_constants, LOOPBACK_SWITCH, None)
+    if saved is not None:
+        setattr(ray_constants, LOOPBACK_SWITCH, False)
+    try:
+        ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
+    finally:
+        if saved is not None:
+            setattr(ray_constants, LOOPBACK_SWITCH, saved)
+
+
+def _check_local_listens(ray: Any) -> None:
+    """Warn (:class:`RayListensWidely`) when the local cluster just started advertises an
+    address off loopback: its processes then listen on every interface."""
+    host = ray.util.get_node_ip_address()
+    if is_loopback(host):
+        return
+    warnings.warn(RayListensWidely(
+        f"the new local Ray cluster listens on every interface of this machine (its node is "
+        f"{host}, its head {ray.get_runtime_context().gcs_address}): anyone who reaches these "
+        "ports can run code in it. Keep it local with a firewall or a network namespace "
+        "(unshare --net); Ray takes 127.0.0.1 when RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is set "
+        "before it is imported"
+    ), stacklevel=3)
 
 
 def serve_args(host: str, tls: tuple[str, str] | None, extra_args: Sequence[str]) -> list[str]:

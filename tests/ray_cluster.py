@@ -12,6 +12,7 @@ the real interfaces.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import shutil
@@ -63,6 +64,42 @@ def check_netns() -> None:
 def in_netns(argv: list[str]) -> list[str]:
     """``argv`` run in a new network namespace whose only interface, lo, is up."""
     return ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv]
+
+
+#: The address :func:`in_netns_routed` gives its second interface: off loopback, routed,
+#: so Ray takes it for the node's as on a real machine, yet nothing leaves the namespace.
+ROUTED_ADDRESS: Final = "10.200.0.1"
+
+
+def in_netns_routed(argv: list[str]) -> list[str]:
+    """``argv`` in a new network namespace with lo and a veth pair (:data:`ROUTED_ADDRESS`,
+    the default route): what Ray sees on a machine with a network, its peer in the same
+    namespace."""
+    setup = (
+        "ip link set lo up && ip link add ur0 type veth peer name ur1 && "
+        f"ip addr add {ROUTED_ADDRESS}/24 dev ur0 && ip link set ur0 up && ip link set ur1 up && "
+        "ip route add default dev ur0"
+    )
+    return ["unshare", "--net", "sh", "-c", f'{setup} && exec "$@"', "sh", *argv]
+
+
+def listening_addresses() -> set[str]:
+    """The local addresses of every TCP socket listening in this process's namespace
+    (/proc/net/tcp and tcp6, which are per namespace), e.g. {"127.0.0.1", "::"}."""
+    found = set()
+    for name, width in (("tcp", 4), ("tcp6", 16)):
+        for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A":  # TCP_LISTEN
+                continue
+            packed = bytes.fromhex(fields[1].split(":")[0])
+            # the kernel prints each 32-bit word in host (little-endian) order
+            raw = b"".join(packed[i:i + 4][::-1] for i in range(0, width, 4))
+            address = ipaddress.ip_address(raw)
+            if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+                address = address.ipv4_mapped
+            found.add(str(address))
+    return found
 
 
 def interfaces() -> list[str]:

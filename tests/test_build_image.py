@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Final
 
+import pytest
+
 from tests.docker import podman as pm
 
 ROOT: Final = Path(__file__).resolve().parents[1]
@@ -25,6 +27,8 @@ IMAGE: Final = "localhost/universe-remote:build-image-test"
 #: Seconds the build may take: a base not yet made (mmdebstrap, 26-154 s), a wheelhouse,
 #: the build.
 BUILD_TIMEOUT: Final = 900
+#: Seconds an online build may take to fail with no registry (podman retries its pull).
+NO_REGISTRY_TIMEOUT: Final = 300
 
 
 def build_image(*args: str, timeout: float = BUILD_TIMEOUT) -> subprocess.CompletedProcess[str]:
@@ -59,3 +63,20 @@ def test_make_image_runs_the_script() -> None:
                           capture_output=True, text=True, timeout=60, check=True,
                           env={**os.environ, "MAKEFLAGS": ""}).stdout
     assert "scripts/build-image --offline --browser" in plan, plan
+
+
+@pytest.mark.timeout(NO_REGISTRY_TIMEOUT + 30)
+def test_an_online_build_with_no_registry_says_to_build_offline() -> None:
+    """``make image`` on a machine with no registry (here: a namespace with only loopback)
+    ended "podman build failed (125)" with no word of the offline build."""
+    if pm.MISSING:
+        pytest.skip(f"{', '.join(pm.MISSING)} not installed (scripts/install-system-packages)")
+    done = subprocess.run(
+        ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", sys.executable,
+         str(SCRIPT), "--engine", "podman", "--tag", IMAGE],
+        capture_output=True, text=True, env=pm.ENV, timeout=NO_REGISTRY_TIMEOUT, cwd=ROOT, check=False,
+    )
+    assert done.returncode == 1, (done.stdout[-2000:], done.stderr[-2000:])
+    said = done.stderr.strip().splitlines()
+    assert said[-1].startswith("an online build pulls") and "IMAGE_ARGS=--offline" in said[-1], said
+    assert "runc" in said[-1] and "docs/docker.md" in said[-1]

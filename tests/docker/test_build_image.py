@@ -8,8 +8,22 @@ from __future__ import annotations
 
 import json
 import textwrap
+from typing import Final
+
+import pytest
 
 from tests.docker import podman as pm
+
+#: Seconds the test's own body may take (its namespace script: 180 s); the image's build,
+#: which it usually sets up first, adds its budget (conftest's SLOW_FIXTURES).
+BODY_TIMEOUT: Final = 240
+pytestmark = [
+    pytest.mark.skipif(
+        bool(pm.MISSING),
+        reason=f"{', '.join(pm.MISSING)} not installed (scripts/install-system-packages)",
+    ),
+    pytest.mark.timeout(BODY_TIMEOUT),
+]
 
 
 def test_an_offline_podman_build_keeps_its_healthcheck_and_its_banner_says_where_to_connect(

@@ -12,21 +12,23 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Final
 
 import pytest
 
 from tests.docker import podman as pm
 from tests.docker.conftest import FIGURES
 
-# The image comes from the `image` fixture (tests/docker/conftest.py); the first test
-# waits for its build (with a base not yet made: mmdebstrap, import, build, beyond the
-# suite's 120 s on a loaded machine).
+#: Seconds a test's own body may take (the longest waits 300 s for its namespace script).
+#: The image comes from the `image` fixture: the first test that asks for it also gets
+#: the build's budget (tests/docker/conftest.py, SLOW_FIXTURES).
+BODY_TIMEOUT: Final = 420
 pytestmark = [
     pytest.mark.skipif(
         bool(pm.MISSING),
         reason=f"{', '.join(pm.MISSING)} not installed (scripts/install-system-packages)",
     ),
-    pytest.mark.timeout(900),
+    pytest.mark.timeout(BODY_TIMEOUT),
 ]
 
 
