@@ -277,7 +277,7 @@ def add_commands(sub: Any) -> None:
         "--http-port",
         type=int,
         nargs="?",
-        const=-1,  # envserver.ports.AUTO: the first free port from 8900 (DEFAULT_HTTP_PORT)
+        const=-1,  # envserver.ports.AUTO: the first free port from 8900 (ports.HTTP_BASE)
         default=None,
         metavar="PORT",
         help="also serve the screen to browsers at http://HOST:PORT/viewer/ (noVNC, view "
