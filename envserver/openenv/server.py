@@ -184,10 +184,19 @@ class OpenEnvServer:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         """Web pages and missing or wrong passwords are refused (a WebSocket is told in
-        OpenEnv's error shape, then closed)."""
+        OpenEnv's error shape, then closed); a request that fails is answered in OpenEnv's
+        error shape and logged with the port's rate limit, not aiohttp's 500 and traceback."""
         refusal = self._refusal(request)
         if refusal is None:
-            return await handler(request)
+            if request.path == "/ws":  # (a session answers each message itself)
+                return await handler(request)
+            try:
+                return await handler(request)
+            except web.HTTPException:
+                raise
+            except Exception as exc:  # a bug of ours: answered, logged one per kind per interval
+                status, body = protocol.http_error(self._bug(exc, str(request.remote)))
+                return web.Response(status=status, body=body, content_type=_JSON)
         self.bad_input.log(f"refused: {refusal.code.value}", logging.INFO,
                            "OpenEnv port: refused %s %s from %s: %s", request.method, request.path,
                            request.remote, refusal.message)

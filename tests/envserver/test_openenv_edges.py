@@ -177,3 +177,24 @@ async def test_idle_sessions_are_closed_saying_why_so_an_agent_gets_in(port: Ope
 def test_the_idle_limit_is_seconds() -> None:
     with pytest.raises(ValueError, match="idle_timeout is seconds > 0"):
         OpenEnvServer(object(), idle_timeout=0)  # type: ignore[arg-type]
+
+
+async def test_a_request_that_fails_is_answered_and_logged_once(
+    port: OpenEnvServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Our bug in an HTTP endpoint (here an injected one): OpenEnv's error shape, one
+    logged traceback per kind per interval, not aiohttp's 500 and a traceback each."""
+    caplog.set_level(logging.INFO)
+
+    def broken() -> Any:
+        raise RuntimeError("injected: no screen")
+
+    monkeypatch.setattr(port.remote, "screen", broken)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT)) as http:
+        for _ in range(20):
+            async with http.get(_url(port, "/frame")) as answer:
+                body = await answer.json()
+                assert answer.status == 409 and body["code"] == "EXECUTION_ERROR", body
+                assert "RuntimeError: injected: no screen" in body["detail"]
+                assert "this is a bug in the remote" in body["detail"]
+    assert len(_tracebacks(caplog)) == 1, _tracebacks(caplog)
