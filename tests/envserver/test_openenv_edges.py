@@ -150,6 +150,9 @@ async def test_idle_sessions_are_closed_saying_why_so_an_agent_gets_in(port: Ope
         try:
             await sessions[0].send_str('{"type": "reset", "data": {"seed": 1}}')
             assert (await sessions[0].receive_json(timeout=TIMEOUT))["type"] == "observation"
+            for ws in sessions[1:]:  # each heard from just now (however long connecting took)
+                await ws.send_str('{"type": "state"}')
+                assert (await ws.receive_json(timeout=TIMEOUT))["type"] == "state"
             async with GenericEnvClient(base_url=_url(port)) as late:
                 with pytest.raises(RuntimeError, match="CAPACITY_REACHED"):
                     await late.reset(seed=2)
