@@ -190,73 +190,66 @@ def _cmd_health(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """Add ``serve``, ``health`` and ``list`` to the ``universe-remote`` subparsers."""
-    serve = sub.add_parser(
-        "serve",
-        help="run an environment and serve it on the VNC and rewarder ports",
-        description="Run ENV_ID in real time and serve it. Stop with Ctrl-C or SIGTERM. Exit "
-        f"status {EXIT_CANNOT_LISTEN}: a port could not be bound; {EXIT_REFUSED}: an option, env "
-        f"or certificate was refused before anything bound; {EXIT_RUNTIME_FAILED}: the runtime "
-        "failed past recovery (every game's, with --games), for a supervisor to restart it.",
-    )
-    serve.add_argument("env_id", metavar="ENV_ID", help="for example builtin.Catch-v0")
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument(
+    # serve's options, which replay takes too (argparse's parents)
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    shared.add_argument(
         "--rewarder-port", type=int, default=None,
         help="default: the VNC port + 10000 (15900 with 5900); 0 picks a free one",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--vnc-port", type=int, default=None,
         help="default: the rewarder port - 10000, or with neither given 5900 and 15900, or "
         "the next free pair 5900+i / 15900+i when those are taken (the banner says which); "
         "0 picks a free one",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--games", type=int, default=1, metavar="K",
         help="serve K games in this one process, one game loop for all (each its own ports: "
         "the VNC and rewarder ports + i for game i, 0 free ones; its own episodes, seats and "
         "faults); a crash of the process ends them all (default 1)",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--game-ports", type=_game_ports, default=None, metavar="V+R,...",
         help="each game's VNC+rewarder ports (5900+15900,5901+15901): as many games as pairs",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--password",
         default=None,
         help=f"password for both channels (default: ${PASSWORD_ENV}, or the file "
         f"${PASSWORD_FILE_ENV} names); required when --host is not loopback, and so is "
         "--tls-cert (or --insecure)",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--view-only-password",
         default=os.environ.get(VIEW_ONLY_PASSWORD_ENV) or None,
         help=f"VNC password for viewers whose input is ignored (default: ${VIEW_ONLY_PASSWORD_ENV})",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--player-password", type=_player_password, action="append", metavar="N=PW",
         help="multi-player envs (builtin.Duel-v0): VNC viewers giving PW drive player N "
         "(repeat for each player; --password drives player 0); docs/multiagent.md",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--fps", type=float, default=None, help="frames per second (default: the runtime's, 60)"
     )
-    serve.add_argument(
+    shared.add_argument(
         "--mode",
         choices=["realtime", "lockstep"],
         default="realtime",
         help="realtime: run at --fps whatever agents do (Universe); lockstep: advance only "
         "when the active client sends v0.env.step (default realtime; a reset may switch)",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--scale", type=int, default=1, help="integer zoom of the screen for viewers (Atari)"
     )
-    serve.add_argument(
+    shared.add_argument(
         "--option", type=_runtime_option, action="append", metavar="KEY=VALUE",
         help="a keyword argument of the runtime, kept for envs a reset switches to (repeatable; "
         "Atari: repeat_action_probability=0.25, full_action_space=true, noop_max=0, "
         "max_episode_frames=N); `describe` reports the values in force",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--max-viewers",
         type=int,
         default=DEFAULT_MAX_VIEWERS,
@@ -264,7 +257,7 @@ def add_commands(sub: Any) -> None:
         help="VNC viewers served at once (clients that ask for no frame tags); agents have "
         f"slots of their own (default {DEFAULT_MAX_VIEWERS})",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--allow-origin",
         action="append",
         default=[],
@@ -273,25 +266,25 @@ def add_commands(sub: Any) -> None:
         "https://example.org; repeatable). Browsers send an Origin and agents don't, so "
         "without it every web page is refused: a page open here could drive the remote",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--http-port",
         type=int,
         nargs="?",
-        const=-1,  # envserver.ports.AUTO: the first free port from 8900 (DEFAULT_HTTP_PORT)
+        const=-1,  # envserver.ports.AUTO: the first free port from 8900 (ports.HTTP_BASE)
         default=None,
         metavar="PORT",
         help="also serve the screen to browsers at http://HOST:PORT/viewer/ (noVNC, view "
         "only, behind --password); without PORT the first free one from 8900, 0 picks any "
         "free one; off unless given",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--control-password", default=None, metavar="PW",
         help="the browser viewer takes input from pages opened with this password "
         "(?password=PW; player 0), so a person plays, or records a demonstration with "
         "--record, from a browser tab; a multi-player remote's --player-password N=PW opens "
         "it as player N. Without it the viewer is view only. Needs --http-port",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--dm-env-rpc-port",
         type=int,
         nargs="?",
@@ -301,7 +294,7 @@ def add_commands(sub: Any) -> None:
         help="also serve dm_env_rpc (DeepMind's protocol, gRPC) on PORT (default 16000; "
         "needs pip install 'universe-remote[dmenv]'); off unless given",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--openenv-port",
         type=int,
         nargs="?",
@@ -311,7 +304,7 @@ def add_commands(sub: Any) -> None:
         help="also serve OpenEnv (HTTP /reset /step /state /schema /metadata /health and "
         "/ws sessions; GenericEnvClient) on PORT (default 8000; docs/openenv.md); off unless given",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--tls-cert",
         default=os.environ.get(CERT_ENV) or None,
         metavar="CERT",
@@ -319,18 +312,28 @@ def add_commands(sub: Any) -> None:
         "wss://, the viewer and OpenEnv as https://, VNC as VeNCrypt X509, dm_env_rpc as gRPC with TLS "
         f"(default: ${CERT_ENV}; needs --tls-key)",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--tls-key",
         default=os.environ.get(KEY_ENV) or None,
         metavar="KEY",
         help=f"the certificate's PEM private key, unencrypted (default: ${KEY_ENV})",
     )
-    serve.add_argument(
+    shared.add_argument(
         "--insecure",
         action="store_true",
         help="serve off loopback without TLS (a private network, or a container whose ports "
         "are published on 127.0.0.1); a password is still required",
     )
+    serve = sub.add_parser(
+        "serve",
+        parents=[shared],
+        help="run an environment and serve it on the VNC and rewarder ports",
+        description="Run ENV_ID in real time and serve it. Stop with Ctrl-C or SIGTERM. Exit "
+        f"status {EXIT_CANNOT_LISTEN}: a port could not be bound; {EXIT_REFUSED}: an option, env "
+        f"or certificate was refused before anything bound; {EXIT_RUNTIME_FAILED}: the runtime "
+        "failed past recovery (every game's, with --games), for a supervisor to restart it.",
+    )
+    serve.add_argument("env_id", metavar="ENV_ID", help="for example builtin.Catch-v0")
     serve.add_argument(
         "--record", default=None, metavar="DIR",
         help="record every episode to DIR as it happens: frames, input with who sent it, "
@@ -343,13 +346,11 @@ def add_commands(sub: Any) -> None:
         description="Serve the episodes recorded in DIR as a remote: VNC viewers, the browser "
         "viewer and agents watch it in real time (one recorded step per tick) or step it "
         "in lockstep. Input is ignored. Takes serve's options.",
+        parents=[shared],
     )
     replay.add_argument("recording", metavar="DIR", help="a directory serve --record wrote")
     replay.add_argument("--episode", type=int, default=None, metavar="K",
                         help="only episode K (episode-00000K); default: every episode in turn")
-    for action in serve._actions:  # serve's options, shared (argparse has no public way)
-        if action.dest not in ("help", "env_id", "record"):
-            replay._add_action(action)
     replay.set_defaults(func=_cmd_serve)
 
     health = sub.add_parser(

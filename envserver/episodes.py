@@ -77,7 +77,11 @@ class Episodes(Recovery):
         try:
             if factory is not None:
                 self._fire(Event.ENV_SWITCH)
+                # A failure now is of the env switched to, not of the one being left.
+                progress.env_id = order.env_id
+                progress.what = f"the switch to it from {self.runtime.env_id}"
                 await self._switch_runtime(order, factory)
+                progress.env_id, progress.what = None, "reset"
             if order.mode is not None and order.mode != self.mode:
                 self.machine.switch_mode(order.mode)
                 self._clock_changed()

@@ -23,7 +23,9 @@ VNC_BASE: Final = 5900
 REWARDER_BASE: Final = 15900
 #: The rewarder port of a remote is its VNC port plus this.
 REWARDER_OFFSET: Final = REWARDER_BASE - VNC_BASE
-#: Where ``--http-port`` without a number starts looking (envserver.viewer's default).
+#: The browser viewer's port (``--http-port`` without a number starts looking here, and
+#: ``Viewer.start``'s default): 8900 next to 5900 and 15900, so remote *i* can use
+#: 5900+i, 15900+i and 8900+i.
 HTTP_BASE: Final = 8900
 #: How many pairs (or viewer ports) past the first ``serve`` tries: VNC displays :0-:99.
 FLOAT_RANGE: Final = 100

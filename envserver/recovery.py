@@ -38,6 +38,8 @@ class Progress:
     state: State
     what: str
     changed: bool
+    #: The env a failure now is of, when not the runtime's (an env switch: the one it goes to).
+    env_id: str | None = None
 
 
 class Recovery(RemoteBase):
@@ -67,7 +69,8 @@ class Recovery(RemoteBase):
     def _failed(self, progress: Progress, exc: Exception) -> Refused:
         """``exc`` raised while ``progress`` was under way: take the error exit and say so."""
         said = exc.reason if isinstance(exc, Refused) else (
-            f"{self.runtime.env_id} failed in {progress.what} ({type(exc).__name__}: {exc})"
+            f"{progress.env_id or self.runtime.env_id} failed in {progress.what} "
+            f"({type(exc).__name__}: {exc})"
         )
         if not progress.changed:
             log.warning("%s (nothing had changed: back to %s)", said, self.mode)

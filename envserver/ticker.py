@@ -3,9 +3,9 @@
 Holds :class:`Ticker` and :func:`shared_ticker`. Every real-time :class:`~envserver.remote.Remote`
 of an event loop joins the loop's ticker (``serve --games K`` runs K of them): remotes of
 the same fps share one timer, whose callback ticks each of them in turn, so a process
-serving K games wakes once per frame, not K times. Measured on the 2-core VM (issue 28):
-a wake-up of a process that sleeps 16 ms costs ~0.3 ms of CPU (cold caches, the event
-loop, epoll), more than a Catch frame's own work.
+serving K games wakes once per frame, not K times: a wake-up of a process that sleeps a
+frame costs more CPU than a Catch frame's own work (cold caches, the event loop, epoll;
+``python -m benchmarks realtime_cpu``, ``density``; RESULTS.md).
 
 The callback is a plain timer handle (``loop.call_at``), not a task: no future, no task
 switch per frame and none per game. A game's tick is synchronous (advance, serve, reward);

@@ -33,10 +33,11 @@ The port: Universe served the viewer on the rewarder's port; ours speaks ``webso
 there, so the viewer has its own, off unless asked for (``--http-port``; 8900 when given
 without a number, 0 for a free one). Off by default because every local remote would
 race for one fixed port, and an extra open port showing the screen should be asked for.
-A viewer and its watchers share the remote's event loop either way, and measured (one
-noVNC-like watcher, Catch and Enduro x4) the rewarder's ping round trip, p99 and pipelined
-messages/s are the same with the bridge on its own port as on the rewarder's: what a
-watcher costs is the VNC encoding it asks for, wherever it connects.
+A viewer and its watchers share the remote's event loop either way, and
+``python -m benchmarks viewer_port`` measures (one noVNC-like watcher, Catch and Enduro
+x4) that the rewarder's ping round trip, p99 and pipelined messages/s are the same with
+the bridge on its own port as on the rewarder's: what a watcher costs is the VNC encoding
+it asks for, wherever it connects.
 
 Password (:mod:`envserver.viewer_auth`): with one configured, every URL here needs it,
 as HTTP Basic auth with the password in the username *or* the password field (Universe
@@ -90,6 +91,7 @@ from vncdriver.server import AuthGuard, VNCServer
 from vncdriver.streams import BytesFeeder, Parser, read_exact
 
 from .attached import BROWSER_LEFT, CLOSE_TIMEOUT, AttachedBridge, close_websocket
+from .ports import HTTP_BASE
 from .tls_site import HEARTBEAT, SHUTDOWN_TIMEOUT, TLSPortSite
 from .viewer_auth import CONTROL, PLAY, VIEW, ViewerAuth, credentials, cross_site, role_player
 
@@ -97,9 +99,6 @@ __all__ = ["ClientFilter", "Viewer", "credentials", "cross_site", "find_novnc"]
 
 log = logging.getLogger(__name__)
 
-#: Port of ``serve --http-port`` given without a number: 8900 next to 5900 and 15900, so
-#: remote *i* can use 5900+i, 15900+i and 8900+i.
-DEFAULT_HTTP_PORT: Final = 8900
 #: Where to look for noVNC besides $UNIVERSE_REMOTE_NOVNC: Debian's package, then npm.
 NOVNC_ENV: Final = "UNIVERSE_REMOTE_NOVNC"
 NOVNC_DIRS: Final = (
@@ -442,7 +441,7 @@ class Viewer:
         assert self._runner is not None, "call start() first"
         return int(self._runner.addresses[0][1])
 
-    async def start(self, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT) -> None:
+    async def start(self, host: str = "127.0.0.1", port: int = HTTP_BASE) -> None:
         if self.password is None and self.view_only_password is None and not is_loopback(host):
             log.warning(
                 "viewer on %s without a password: only this machine may watch; "

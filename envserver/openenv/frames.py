@@ -5,13 +5,14 @@ the form a session asked for.
 model's chat message takes as it is, and small for screens of few colours; ``raw``: the
 bytes themselves in base64 (``np.frombuffer(base64.b64decode(s), np.uint8).reshape(shape)``);
 ``list``: a flat list of integers, as OpenEnv's own Atari environment sends its ``screen``
-(for clients that insist: 100,800 numbers and ~350 KB of JSON a Pong frame); ``none``: no
-pixels (text-only agents; the observation still says the frame's number).
+(for clients that insist: a number per byte of the screen, far more JSON than raw's
+base64; docs/openenv.md has the bytes); ``none``: no pixels (text-only agents; the
+observation still says the frame's number).
 
 The PNG is written here with ``zlib`` (no imaging library at run time): one IDAT of
-unfiltered rows (PNG's filter 0; *Up* made a Pong frame larger, 1,326 bytes against
-1,125, and slower). ``benchmarks/openenv_port.py`` measures each form's bytes, writing
-and reading (docs/openenv.md has the figures).
+unfiltered rows (PNG's filter 0; *Up* made a Pong frame larger and slower: RESULTS.md).
+``benchmarks/openenv_port.py`` measures each form's bytes, writing and reading
+(docs/openenv.md has the figures).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ NONE: Final = "none"
 #: The forms a session may ask for (reset's ``screen``), the default first.
 FORMATS: Final = (PNG, RAW, LIST, NONE)
 DEFAULT_FORMAT: Final = PNG
-#: zlib's level for PNG: on a Pong frame 1 took half the time of zlib's default 6 (0.31
-#: against 0.56 ms, with the machine busy) for 1,125 bytes against 605.
+#: zlib's level for PNG: level 1 costs about half of zlib's default 6 for a frame twice the
+#: size, still far under raw (``python -m benchmarks openenv_port``; RESULTS.md).
 PNG_LEVEL: Final = 1
 #: What a PNG observation begins with (a data URI, as browsers and chat APIs take images).
 PNG_PREFIX: Final = "data:image/png;base64,"

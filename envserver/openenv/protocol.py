@@ -5,7 +5,7 @@ WebSocket ``/ws``: ``{"type": "reset"|"step"|"state"|"close", "data": {...}}`` i
 ``{"type": "observation"|"state"|"error", "data": {...}}`` out, one answer per message in
 order. An observation's data is ``{"observation": {...}, "reward": r, "done": d,
 "metadata": {...}}`` (OpenEnv's ``serialize_observation``); an error's is ``{"message":
-..., "code": ...}`` with OpenEnv's codes (:class:`Code`) and two of ours for passwords.
+..., "code": ...}`` with OpenEnv's codes (:class:`Code`) and three of ours (passwords, size).
 HTTP answers errors as ``{"detail": message, "code": code}`` (FastAPI's shape) with the
 status :data:`HTTP_STATUS` gives.
 """
@@ -25,6 +25,10 @@ from .frames import FORMATS
 
 #: Bytes of one message from a client: an action with MAX_STEP_EVENTS events fits.
 MAX_MESSAGE_BYTES: Final = 256 * 1024
+#: Bytes of a WebSocket message the port still reads in order to answer it (``TOO_LARGE``,
+#: the session goes on); past it the message is not read and the connection is closed
+#: with 1009 (a reader cannot skip a message it does not buffer). Bounds a session's memory.
+MAX_READ_BYTES: Final = 16 * MAX_MESSAGE_BYTES
 #: Characters of OpenEnv's ``episode_id`` label a reset may give (OpenEnv's limit).
 MAX_LABEL_CHARS: Final = 255
 #: orjson's options for every answer: numpy arrays (the ``list`` screen) as lists.
@@ -32,7 +36,8 @@ DUMP_OPTIONS: Final = orjson.OPT_SERIALIZE_NUMPY
 
 
 class Code(enum.StrEnum):
-    """``data.code`` of an error: OpenEnv's ``WSErrorCode`` values, and ours for passwords."""
+    """``data.code`` of an error: OpenEnv's ``WSErrorCode`` values, and ours for passwords
+and sizes."""
 
     INVALID_JSON = "INVALID_JSON"
     UNKNOWN_TYPE = "UNKNOWN_TYPE"
@@ -42,13 +47,14 @@ class Code(enum.StrEnum):
     SESSION_ERROR = "SESSION_ERROR"
     UNAUTHORIZED = "UNAUTHORIZED"
     TOO_MANY_ATTEMPTS = "TOO_MANY_ATTEMPTS"
+    TOO_LARGE = "TOO_LARGE"
 
 
 #: The HTTP status of each code (the WebSocket sends the code itself).
 HTTP_STATUS: Final[Mapping[Code, int]] = {
     Code.INVALID_JSON: 400, Code.UNKNOWN_TYPE: 404, Code.VALIDATION_ERROR: 422,
     Code.EXECUTION_ERROR: 409, Code.CAPACITY_REACHED: 409, Code.SESSION_ERROR: 500,
-    Code.UNAUTHORIZED: 401, Code.TOO_MANY_ATTEMPTS: 429,
+    Code.UNAUTHORIZED: 401, Code.TOO_MANY_ATTEMPTS: 429, Code.TOO_LARGE: 413,
 }
 
 #: Message types a client sends.
@@ -91,8 +97,7 @@ class Message:
 def parse_message(raw: str | bytes) -> Message:
     """One WebSocket text message as a :class:`Message`; :class:`Refusal` says what is wrong."""
     if len(raw) > MAX_MESSAGE_BYTES:
-        raise Refusal(Code.VALIDATION_ERROR, f"a message of {len(raw)} bytes; at most "
-                      f"{MAX_MESSAGE_BYTES} (MAX_MESSAGE_BYTES)")
+        raise too_large(len(raw))
     try:
         message = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -113,6 +118,18 @@ def parse_message(raw: str | bytes) -> Message:
     if not isinstance(data, dict):
         raise Refusal(Code.VALIDATION_ERROR, f"a {kind} message's data is an object, not {data!r:.60}")
     return Message(kind, data)
+
+
+def too_large(size: int | None) -> Refusal:
+    """A message or body over :data:`MAX_MESSAGE_BYTES` (``size``: its bytes, if known)."""
+    given = f"{size} bytes" if size is not None else "more"
+    return Refusal(Code.TOO_LARGE, (
+        f"a message of {given}; at most {MAX_MESSAGE_BYTES} bytes (MAX_MESSAGE_BYTES): send "
+        "fewer events a step"), max_bytes=MAX_MESSAGE_BYTES)
+
+
+#: A reset's fields that only a driver's reset uses: a watcher's reset resets nothing.
+DRIVER_FIELDS: Final = ("seed", "episode_id", "env_id", "mode")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +170,12 @@ def parse_reset(data: Mapping[str, Any]) -> ResetParams:
         raise Refusal(Code.VALIDATION_ERROR, f"screen: {RESET_FIELDS['screen']}, not {screen!r}")
     if observe is not None and not isinstance(observe, bool):
         raise Refusal(Code.VALIDATION_ERROR, f"observe: true or false, not {observe!r}")
+    driving = [k for k in DRIVER_FIELDS if data.get(k) is not None]
+    if observe and driving:
+        raise Refusal(Code.VALIDATION_ERROR, (
+            f"observe=true watches without resetting, so it takes no {', '.join(driving)}: "
+            "leave them out to watch (frameskip and screen apply), or reset without observe "
+            "to drive"))
     return ResetParams(seed, label, env_id, mode, frameskip, screen, bool(observe))
 
 

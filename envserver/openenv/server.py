@@ -23,7 +23,9 @@ at the handshake would reach it as a bare status) and closed. Wrong passwords co
 toward the remote's failed-password throttle like on every port (``TOO_MANY_ATTEMPTS``,
 HTTP 429, says for how long). **Web pages** (an ``Origin`` header) are refused unless
 ``serve --allow-origin`` names them, as on the rewarder. **TLS**: the remote's
-certificate (https://, wss://); plain http:// to it gets a 400 saying so.
+certificate (https://, wss://); plain http:// to it gets a 400 saying so. **Limits**:
+MAX_SESSIONS sessions, each closed (told why) after IDLE_TIMEOUT s without a message;
+messages and bodies over MAX_MESSAGE_BYTES are answered ``TOO_LARGE`` (413).
 """
 
 from __future__ import annotations
@@ -60,6 +62,13 @@ DEFAULT_PORT: Final = 8000
 #: WebSocket sessions at once (one drives; the rest watch). Past it a session is told
 #: CAPACITY_REACHED and closed, as OpenEnv's servers do at MAX_CONCURRENT_ENVS.
 MAX_SESSIONS: Final = 16
+#: Seconds a session may send nothing (between an answer and its next message) before it
+#: is told why and closed: sessions left open would otherwise hold the seat or fill
+#: MAX_SESSIONS for good. Long enough for a slow agent's turn (a model thinking between
+#: steps); OpenEnv's servers have the same limit as ``session_timeout``.
+IDLE_TIMEOUT: Final = 300.0
+#: Digits of a frame number ``GET /frame/{n}`` takes (a frame counter fits in far fewer).
+MAX_FRAME_DIGITS: Final = 20
 #: What OpenEnv's HTTP API is at (its FastAPI apps say 1.0.0; ``openenv validate`` reads it).
 API_VERSION: Final = "1.0.0"
 #: The protocols the remote speaks, with this port's: its /metadata lists them.
@@ -97,7 +106,11 @@ class OpenEnvServer:
         tls: ssl.SSLContext | None = None,
         allow_origins: Iterable[str] = (),
         description: str = "",
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
+        if not idle_timeout > 0:
+            raise ValueError(f"idle_timeout is seconds > 0, not {idle_timeout!r}")
+        self.idle_timeout = idle_timeout
         self.endpoint = Port(remote)
         self.remote = remote
         self.password, self.auth_guard, self.tls = password, auth_guard, tls
@@ -171,10 +184,19 @@ class OpenEnvServer:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         """Web pages and missing or wrong passwords are refused (a WebSocket is told in
-        OpenEnv's error shape, then closed)."""
+        OpenEnv's error shape, then closed); a request that fails is answered in OpenEnv's
+        error shape and logged with the port's rate limit, not aiohttp's 500 and traceback."""
         refusal = self._refusal(request)
         if refusal is None:
-            return await handler(request)
+            if request.path == "/ws":  # (a session answers each message itself)
+                return await handler(request)
+            try:
+                return await handler(request)
+            except web.HTTPException:
+                raise
+            except Exception as exc:  # a bug of ours: answered, logged one per kind per interval
+                status, body = protocol.http_error(self._bug(exc, str(request.remote)))
+                return web.Response(status=status, body=body, content_type=_JSON)
         self.bad_input.log(f"refused: {refusal.code.value}", logging.INFO,
                            "OpenEnv port: refused %s %s from %s: %s", request.method, request.path,
                            request.remote, refusal.message)
@@ -221,7 +243,9 @@ class OpenEnvServer:
     # Sessions ------------------------------------------------------------------------------
 
     async def _ws(self, request: web.Request) -> web.StreamResponse:
-        ws = web.WebSocketResponse(max_msg_size=protocol.MAX_MESSAGE_BYTES, heartbeat=HEARTBEAT,
+        # Messages up to MAX_READ_BYTES are read, so that one over MAX_MESSAGE_BYTES is
+        # answered (TOO_LARGE) and the session goes on.
+        ws = web.WebSocketResponse(max_msg_size=protocol.MAX_READ_BYTES, heartbeat=HEARTBEAT,
                                    compress=False)
         await ws.prepare(request)
         refusal = None
@@ -239,8 +263,16 @@ class OpenEnvServer:
         session = Session(self.endpoint, f"session {next(self._numbers)} from {request.remote}")
         self.sessions[ws] = session
         try:
-            async for message in ws:
+            while True:
+                try:
+                    message = await ws.receive(timeout=self.idle_timeout)
+                except TimeoutError:
+                    await self._idle(ws, session)
+                    break
                 if message.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
+                    if message.type is WSMsgType.ERROR:  # past MAX_READ_BYTES: aiohttp closed it
+                        self.bad_input.log("closed: unreadable", logging.INFO,
+                                           "OpenEnv port: closed %s: %s", session.name, message.data)
                     break
                 answer = await self._answer(session, message.data, str(request.remote))
                 if answer is None:  # "close"
@@ -253,6 +285,16 @@ class OpenEnvServer:
             session.close()
             await ws.close()
         return ws
+
+    async def _idle(self, ws: web.WebSocketResponse, session: Session) -> None:
+        """``session`` sent nothing for :attr:`idle_timeout` s: tell it why (OpenEnv's client
+        raises it at its next call) and close it, letting go of its seat."""
+        why = (f"closed: this session sent nothing for {self.idle_timeout:g} s (IDLE_TIMEOUT), "
+               "and an idle session holds a place others wait for; connect again to go on")
+        self.bad_input.log("closed: idle", logging.INFO, "OpenEnv port: %s %s", session.name, why)
+        session.close()  # the seat is free now, not once the closing handshake is done
+        await ws.send_str(protocol.error(Refusal(Code.SESSION_ERROR, why)).decode())
+        await ws.close(code=1000, message=f"idle for {self.idle_timeout:g} s (IDLE_TIMEOUT)".encode())
 
     async def _answer(self, session: Session, raw: str | bytes, peer: str) -> bytes | None:
         """The answer to one message (an error for a refused one: the session goes on);
@@ -319,7 +361,7 @@ class OpenEnvServer:
                     run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> web.Response:
         """One POST as the HTTP session, one at a time (its seat is held for the request)."""
         try:
-            raw = await request.read()
+            raw = await _body(request)
             try:
                 body = orjson.loads(raw) if raw.strip() else {}
             except orjson.JSONDecodeError as exc:
@@ -344,7 +386,17 @@ class OpenEnvServer:
         """The screen as a PNG; ``/frame/{n}``: only while frame n is the newest."""
         remote = self.remote
         number = request.match_info.get("number")
-        if number is not None and (not number.isdigit() or int(number) != remote.frame):
+        if number is not None and not (number.isascii() and number.isdigit()
+                                       and len(number) <= MAX_FRAME_DIGITS):
+            refusal = Refusal(Code.UNKNOWN_TYPE, (
+                f"no frame {number[:20]!r}: /frame/N takes a frame's number, at most "
+                f"{MAX_FRAME_DIGITS} digits 0-9 (the newest is {remote.frame}; GET /frame for it)"),
+                frame=remote.frame)
+            self.bad_input.log("refused: frame number", logging.INFO, "OpenEnv port: %s %s from %s: %s",
+                               request.method, request.path[:60], request.remote, refusal.message)
+            status, body = protocol.http_error(refusal)
+            return web.Response(status=status, body=body, content_type=_JSON)
+        if number is not None and int(number) != remote.frame:
             status, body = protocol.http_error(Refusal(Code.UNKNOWN_TYPE, (
                 f"frame {number[:20]} is not the newest: the remote keeps only its newest frame, "
                 f"{remote.frame} (GET /frame for it)"), frame=remote.frame))
@@ -373,14 +425,25 @@ class OpenEnvServer:
     async def _mcp(self, request: web.Request) -> web.Response:
         """No MCP tool surface (docs/openenv.md says why): JSON-RPC's "method not found"."""
         try:
-            asked = orjson.loads(await request.read())
+            asked = orjson.loads(await _body(request))
         except orjson.JSONDecodeError:
             asked = {}
+        except Refusal as refusal:
+            status, body = protocol.http_error(refusal)
+            return web.Response(status=status, body=body, content_type=_JSON)
         ident = asked.get("id") if isinstance(asked, dict) else None
         return _json({"jsonrpc": "2.0", "id": ident, "error": {
             "code": JSONRPC_NO_METHOD,
             "message": "this remote serves no MCP tools: drive it with reset/step over /ws "
                        "(docs/openenv.md)"}})
+
+
+async def _body(request: web.Request) -> bytes:
+    """A POST's body; :class:`Refusal` (``TOO_LARGE``, 413) past MAX_MESSAGE_BYTES."""
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise protocol.too_large(request.content_length) from None
 
 
 def _json(body: dict[str, Any]) -> web.Response:

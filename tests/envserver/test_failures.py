@@ -148,7 +148,9 @@ async def test_an_env_switch_that_raises_gets_an_error_then_runs_again(
     remote = await start_remote("builtin.Catch-v0", mode="lockstep")
     async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
         await client.reset(seed=1)
-        with pytest.raises(RemoteError, match="failed in reset.*constructor.*recovering"):
+        # The error names the env that failed, not the one being left (issue 34).
+        with pytest.raises(RemoteError, match=f": {re.escape(Broken.env_id)} failed in the switch "
+                           "to it from builtin.Catch-v0.*constructor.*recovering"):
             await client.reset(env_id=Broken.env_id)
         await running_again(client, remote)
         await client.reset(seed=1)

@@ -9,19 +9,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import pytest
 
-from envserver import recovery
+from envserver import agent_port, recovery
 from envserver.cli import serve_config
 from envserver.config import EXIT_RUNTIME_FAILED, ServeConfig
 from envserver.games import serve_games
+from envserver.orders import Refused, ResetOrder
 from envserver.remote import MAX_RUNTIME_FAILURES, Remote
 from envserver.ticker import shared_ticker
 from remotes import RemoteEnv, RemoteVectorEnv, start_local
 from rewarder.protocol import LOCKSTEP
+from runtimes import registry
 from tests.conftest import StartRemote
 from universe_remote.cli import build_parser
 
@@ -140,6 +142,35 @@ async def test_when_every_game_failed_the_process_exits_for_its_supervisor(
             monkeypatch.setattr(game.runtime, "advance", fail)
             monkeypatch.setattr(game.runtime, "reset", fail)
         assert await asyncio.wait_for(task, TIMEOUT) == EXIT_RUNTIME_FAILED
+
+
+async def test_a_failed_env_switch_names_the_env_it_went_to_and_the_game_recovers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ``--games`` game whose switch fails in making the new runtime: the refusal names
+    the env that failed (and the one left), and the game recovers on the one it had."""
+    monkeypatch.setattr(recovery, "RECOVER_DELAY", 0.05)
+    target, found = "builtin.ClickTarget-v0", registry.lookup
+
+    def lookup(env_id: str) -> Callable[..., Any]:
+        if env_id != target:
+            return found(env_id)
+
+        def broken(**_: object) -> Any:
+            raise RuntimeError("injected: the runtime cannot be made")
+        return broken
+
+    monkeypatch.setattr(registry, "lookup", lookup)
+    args = _serve_args("--games", "2", "--vnc-port", "0", "--rewarder-port", "0")
+    async with _served(args) as (games, _, _task):
+        with pytest.raises(Refused) as refused:
+            await agent_port.reset(games[1], ResetOrder(env_id=target, seed=1))
+        said = refused.value.reason
+        assert said.startswith(f"{target} failed in the switch to it from builtin.Catch-v0 "
+                               "(RuntimeError: injected: the runtime cannot be made)"), said
+        assert "the remote is recovering" in said
+        assert await agent_port.reset(games[1], ResetOrder(seed=1)) > 0  # recovered
+        assert games[1].env_id == games[0].env_id == "builtin.Catch-v0"
 
 
 def test_each_game_of_a_serve_process_answers_on_its_own_ports_with_its_own_episodes() -> None:
