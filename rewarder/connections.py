@@ -17,14 +17,13 @@ from typing import Any
 
 from .errors import BadRequest, MessageTooBig, ProtocolError, UnknownMethod
 from .protocol import (
-    _EVENT_READERS,
-    _REQUEST_PARSERS,
     ACTION,
     CONNECTION_CLOSE,
     ENV_DESCRIBE,
     ENV_OBSERVATION,
     ENV_REWARD,
     ENV_TEXT,
+    EVENT_READERS as _EVENT_READERS,
     MAX_MESSAGE_BYTES,
     OBS_VNC,
     OBSERVER_METHODS,
@@ -34,13 +33,14 @@ from .protocol import (
     REPLY_PROPERTIES,
     REPLY_RESET,
     REPLY_STEP,
+    REQUEST_PARSERS as _REQUEST_PARSERS,
     RESET,
     STEP,
     Message,
     Request,
     ServerEvent,
-    _dumps,
-    _is_number,
+    dumps as _dumps,
+    is_number as _is_number,
 )
 
 

@@ -128,7 +128,9 @@ OBS_VNC: Final = "vnc"
 OBS_SHM: Final = "shm"
 OBS_TRANSPORTS: Final = (OBS_VNC, OBS_SHM)
 
-_dumps = orjson.dumps
+#: Compact UTF-8 JSON bytes of a value: shared so that every rewarder envelope, built here
+#: or by :mod:`rewarder.connections`, is serialized one way.
+dumps = orjson.dumps
 _loads = orjson.loads
 
 
@@ -145,7 +147,7 @@ class Message:
 
     def serialize(self) -> bytes:
         """The UTF-8 JSON text of this message (send it as a WebSocket *text* frame)."""
-        return _dumps({"method": self.method, "headers": self.headers, "body": self.body})
+        return dumps({"method": self.method, "headers": self.headers, "body": self.body})
 
     @classmethod
     def parse(cls, data: str | bytes) -> Message:
@@ -183,7 +185,9 @@ def parse_episode_id(value: object) -> int:
     raise ValueError(f"episode_id must be a string holding an integer, not {value!r}")
 
 
-def _is_number(value: object) -> TypeGuard[int | float]:
+def is_number(value: object) -> TypeGuard[int | float]:
+    """An int or float but not a bool: shared so that both connection sides and the body
+    readers here check numeric fields (``sent_at``, ``fps``, ``reward``) alike."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -307,7 +311,7 @@ def _parse_reset(message_id: Any, sent_at: float, msg: Message) -> ResetRequest:
         isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED
     ):
         raise ValueError(f"seed must be an integer in 0..{MAX_SEED} (MAX_SEED) or null, not {seed!r}")
-    if fps is not None and (not _is_number(fps) or not MIN_FPS <= fps <= MAX_FPS):
+    if fps is not None and (not is_number(fps) or not MIN_FPS <= fps <= MAX_FPS):
         raise ValueError(
             f"fps must be a number in [{MIN_FPS:g}, {MAX_FPS:g}] (MIN_FPS..MAX_FPS) or null, "
             f"not {fps!r}"
@@ -395,7 +399,9 @@ def _parse_properties(message_id: Any, sent_at: float, msg: Message) -> Properti
     return PropertiesRequest(message_id, sent_at, op, key, msg.body.get("value"))
 
 
-_REQUEST_PARSERS: dict[str, Callable[[Any, float, Message], Request]] = {
+#: Request method -> the reader of its body: shared with :mod:`rewarder.connections`,
+#: whose server side looks up each received request here.
+REQUEST_PARSERS: dict[str, Callable[[Any, float, Message], Request]] = {
     RESET: _parse_reset,
     PING: _parse_ping,
     ACTION: _parse_action,
@@ -540,13 +546,13 @@ def _parent(msg: Message) -> Any:
 
 def _runtime(msg: Message) -> float:
     value = msg.headers.get("parent_runtime", 0.0)
-    return float(value) if _is_number(value) else 0.0
+    return float(value) if is_number(value) else 0.0
 
 
 def _read_describe(msg: Message, sent_at: float) -> Describe:
     b = msg.body
     env_id, state, fps = b.get("env_id"), b.get("env_state"), b.get("fps", 60)
-    if not isinstance(env_id, str) or state not in (RESETTING, RUNNING) or not _is_number(fps):
+    if not isinstance(env_id, str) or state not in (RESETTING, RUNNING) or not is_number(fps):
         raise ValueError(f"describe body needs env_id, env_state and fps, got {b!r}")
     return Describe(_header_episode(msg), env_id, state, float(fps), b, sent_at)
 
@@ -554,7 +560,7 @@ def _read_describe(msg: Message, sent_at: float) -> Describe:
 def _read_reward(msg: Message, sent_at: float) -> Reward:
     b = msg.body
     reward, done, info = b.get("reward"), b.get("done", False), b.get("info", {})
-    if not _is_number(reward) or not isinstance(done, bool) or not isinstance(info, dict):
+    if not is_number(reward) or not isinstance(done, bool) or not isinstance(info, dict):
         raise ValueError(f"reward body needs a numeric reward, boolean done, info object: {b!r}")
     return Reward(_header_episode(msg), float(reward), done, info, sent_at)
 
@@ -599,7 +605,7 @@ def _read_ping_reply(msg: Message, sent_at: float) -> PingReply:
 def _read_step_reply(msg: Message, sent_at: float) -> StepReply:
     b = msg.body
     reward, done, info, frame = b.get("reward"), b.get("done"), b.get("info", {}), b.get("frame")
-    if not _is_number(reward) or not isinstance(done, bool) or not isinstance(info, dict):
+    if not is_number(reward) or not isinstance(done, bool) or not isinstance(info, dict):
         raise ValueError(f"step reply needs a numeric reward, boolean done, info object: {b!r}")
     if isinstance(frame, bool) or not isinstance(frame, int):
         raise ValueError(f"step reply needs an integer frame, got {frame!r}")
@@ -622,7 +628,9 @@ def _read_close(msg: Message, sent_at: float) -> Close:
     return Close(str(msg.body.get("message", "")), sent_at)
 
 
-_EVENT_READERS: dict[str, Callable[[Message, float], ServerEvent]] = {
+#: Server message method -> the reader of its body: shared with
+#: :mod:`rewarder.connections`, whose client side looks up each received message here.
+EVENT_READERS: dict[str, Callable[[Message, float], ServerEvent]] = {
     ENV_DESCRIBE: _read_describe,
     ENV_REWARD: _read_reward,
     ENV_TEXT: _read_text,

@@ -1,9 +1,13 @@
 """The VNC server: a thin asyncio shell that serves a numpy framebuffer to many clients.
 
-Holds :class:`VNCServer`. The owner (the remote process) calls :meth:`VNCServer.frame_ready`
-after drawing each frame; the server diffs that frame against the previous one once, in
-64x64 tiles, marks the changed tiles dirty on every client and answers each client's
-outstanding update request from the frame *now*. A client whose socket is backed up is
+Holds :class:`VNCServer` and its limits. Each client is a
+:class:`~.server_connection.ServerConnection`; :mod:`.server_attached` holds the clients
+attached in-process; :mod:`.tiles` the differ.
+
+The owner (the remote process) calls :meth:`VNCServer.frame_ready` after drawing each
+frame; the server diffs that frame against the previous one once, in 64x64 tiles, marks
+the changed tiles dirty on every client and answers each client's outstanding update
+request from the frame *now*. A client whose socket is backed up is
 skipped: its dirty tiles accumulate and it gets the latest frame when it drains, never
 a backlog, and never slows the game or the other clients.
 
@@ -25,27 +29,32 @@ never need it.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
-import logging
 import ssl
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Final
 
 import numpy as np
 
-from .errors import LocalProtocolError, VNCError
-from .handshake import ServerHandshake, StartTLS
-from .messages import FrameTag, KeyEvent, PointerEvent, SetEncodings, SetPixelFormat
-from .server_protocol import (
-    Rect,
-    ServerProtocol,
-    SharedEncodings,
-    TileDiffer,
-    tile_mask_to_rects,
-)
+from .messages import FrameTag, KeyEvent, PointerEvent
+from .server_attached import AttachedClient, attach_client
+from .server_connection import AuthGuard, ServerConnection
+from .server_protocol import SharedEncodings
+from .tiles import Rect, TileDiffer, rects_inside, tile_mask_to_rects
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "AGENT_SLOTS",
+    "HANDSHAKE_TIMEOUT",
+    "MAX_CLIENTS",
+    "MAX_HANDSHAKING",
+    "MAX_VIEWERS",
+    "MAX_WRITE_BUFFER",
+    "WHOLE_COPY_BYTES",
+    "AttachedClient",  # from .server_attached, re-exported
+    "AuthGuard",  # from .server_connection, re-exported
+    "InputCallback",
+    "VNCServer",
+]
 
 #: Viewers (clients that do not ask for frame tags: people, noVNC, recorders) one remote
 #: serves; more are refused with a reason. 100 viewers and an agent fit.
@@ -73,442 +82,6 @@ WHOLE_COPY_BYTES: Final = 256 * 1024
 InputCallback = Callable[[int, Sequence[KeyEvent | PointerEvent]], None]
 
 
-class AuthGuard(Protocol):
-    """Failed-password throttling shared by a remote's ports (``envserver.throttle``):
-    ``refusal`` when a connection opens (a blocked address goes at once), ``admit`` right
-    before a password is compared (the decision that bounds the guesses), then ``failed``
-    or ``succeeded`` (``abandoned``: it was not compared after all)."""
-
-    def blocked(self, address: str | None) -> float: ...
-    def refusal(self, address: str | None) -> str | None: ...
-    def admit(self, address: str | None) -> str | None: ...
-    def failed(self, address: str | None, where: str) -> None: ...
-    def succeeded(self, address: str | None) -> None: ...
-    def abandoned(self, address: str | None) -> None: ...
-
-
-class _Gate:
-    """One connection's :class:`~vncdriver.handshake.PasswordGate` over the server's guard."""
-
-    __slots__ = ("guard", "peer")
-
-    def __init__(self, guard: AuthGuard, peer: str | None) -> None:
-        self.guard, self.peer = guard, peer
-
-    def admit(self) -> str | None:
-        return self.guard.admit(self.peer)
-
-    def compared(self, right: bool) -> None:
-        if right:
-            self.guard.succeeded(self.peer)
-        else:
-            self.guard.failed(self.peer, "the VNC port")
-
-
-class _Transport(Protocol):
-    """What a :class:`_Connection` writes to: an asyncio transport or :class:`_Callbacks`."""
-
-    def write(self, data: bytes) -> None: ...
-    def close(self) -> None: ...
-    def is_closing(self) -> bool: ...
-    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None: ...
-
-
-class _Connection(asyncio.Protocol):
-    """One client: handshake first, then a :class:`ServerProtocol`."""
-
-    def __init__(
-        self,
-        server: VNCServer,
-        client_id: int,
-        *,
-        trusted: bool = False,
-        view_only: bool = False,
-        lossless: bool = False,
-        refuse_reason: str | None = None,
-        player: int | None = None,
-    ) -> None:
-        self.server = server
-        self.refuse_reason = refuse_reason
-        #: The player a trusted client drives, as its owner decided (the viewer, by the
-        #: password the browser gave); None: decided by the handshake's password.
-        self.forced_player = player
-        self.client_id = client_id
-        #: Authenticated by its owner (the viewer): offered security None.
-        self.trusted, self.force_view_only, self.lossless = trusted, view_only, lossless
-        self.transport: _Transport | None = None
-        self.handshake: ServerHandshake | None = None
-        self.proto: ServerProtocol | None = None
-        self.paused = False
-        self.updates = 0
-        #: "agent" (asked for frame tags) or "viewer", from its first SetEncodings.
-        self.kind: str | None = None
-        #: Why the server closed this client, if it did.
-        self.abort_reason: str | None = None
-        #: The player whose password it gave (``VNCServer.player_passwords``), or None.
-        self.player: int | None = None
-        self._timeout: asyncio.TimerHandle | None = None
-        self._tls_task: asyncio.Task[None] | None = None
-
-    # asyncio.Protocol --------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport | _Transport) -> None:
-        # An asyncio.Transport, a look-alike that is no subclass (uvloop's), or ours.
-        own: _Transport = transport  # type: ignore[assignment]
-        self.transport = own
-        own.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
-        server = self.server
-        height, width = server.frame.shape[:2]
-        refuse = self.refuse_reason
-        guard = server.auth_guard
-        gate = None
-        if guard is not None and not self.trusted and server.guarded:
-            gate = _Gate(guard, self._peer())  # decides again when the password arrives
-            if refuse is None:
-                refuse = guard.refusal(self._peer())
-        # Clients still shaking hands count too, or a burst of them slips past the limit.
-        if refuse is not None:
-            pass
-        elif len(server.handshaking) >= server.max_handshaking:
-            refuse = (
-                f"too many connections still shaking hands ({server.max_handshaking}, "
-                "MAX_HANDSHAKING); try again in a moment"
-            )
-        elif len(server.connections) + len(server.handshaking) >= server.max_clients:
-            # (Those still shaking hands count too, or a burst slips past the limit.)
-            refuse = (
-                f"too many clients ({server.max_clients}); serve --max-viewers raises the "
-                "limit; try again later"
-            )
-        else:
-            server.handshaking.add(self)
-        self.handshake = ServerHandshake(
-            width,
-            height,
-            server.name,
-            password=None if self.trusted else server.password,
-            view_only_password=None if self.trusted else server.view_only_password,
-            player_passwords=None if self.trusted else server.player_passwords,
-            refuse_reason=refuse,
-            tls=server.tls is not None and not self.trusted,
-            gate=gate,
-        )
-        self._flush_handshake()
-        self._timeout = asyncio.get_running_loop().call_later(
-            HANDSHAKE_TIMEOUT, self._abort, "did not finish the RFB handshake in time"
-        )
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            if self.proto is None:
-                self._handshake_data(data)
-            else:
-                self._protocol_data(data)
-        except VNCError as exc:
-            self._failed(exc)
-
-    def _failed(self, exc: VNCError) -> None:
-        # (Wrong passwords were counted where they were compared: the handshake's gate.)
-        self._abort(str(exc))
-
-    def _peer(self) -> str | None:
-        peer = self.transport.get_extra_info("peername") if self.transport else None
-        return str(peer[0]) if isinstance(peer, tuple) and peer else None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._forget_handshake()
-        if self.server.connections.pop(self.client_id, None) is not None:
-            log.info("VNC client %d left", self.client_id)
-            self.server.on_disconnect(self.client_id)
-
-    def pause_writing(self) -> None:
-        self.paused = True
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        self.send_update()
-
-    # Handshake -------------------------------------------------------------------------------
-
-    def _flush_handshake(self) -> None:
-        assert self.handshake is not None and self.transport is not None
-        out = self.handshake.data_to_send()
-        if out:
-            self.transport.write(out)
-
-    def _forget_handshake(self) -> None:
-        """Free the handshake slot and its deadline (twice is fine)."""
-        if self._timeout is not None:
-            self._timeout.cancel()
-        self.server.handshaking.discard(self)
-
-    def _handshake_data(self, data: bytes) -> None:
-        handshake = self.handshake
-        assert handshake is not None
-        self._handshake_step(lambda: handshake.receive_data(data))
-
-    def _handshake_step(self, step: Callable[[], None]) -> None:
-        """Move the handshake on (bytes in, or the switch to TLS done), write what it
-        queued — a failure's reason before the error closes us — and act on its events."""
-        try:
-            step()
-        finally:
-            self._flush_handshake()
-        self._handshake_events()
-
-    async def _start_tls(self) -> None:
-        """VeNCrypt agreed: switch this connection to TLS, then go on with the handshake."""
-        assert self.server.tls is not None and self.handshake is not None
-        raw = self.transport
-        try:
-            tls = await asyncio.get_running_loop().start_tls(
-                raw,  # type: ignore[arg-type]
-                self,
-                self.server.tls,
-                server_side=True,
-                ssl_handshake_timeout=HANDSHAKE_TIMEOUT,
-            )
-        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
-            why = exc.reason if isinstance(exc, ssl.SSLError) and exc.reason else exc
-            self._abort(f"the TLS handshake failed ({why or type(exc).__name__})")
-            self._forget_handshake()  # no connection_lost comes for a failed start_tls
-            return
-        if tls is None or raw is None or raw.is_closing():
-            self._forget_handshake()
-            return
-        own: _Transport = tls  # type: ignore[assignment]
-        own.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
-        self.transport = own
-        try:
-            self._handshake_step(self.handshake.tls_started)
-        except VNCError as exc:
-            self._failed(exc)
-
-    def _handshake_events(self) -> None:
-        handshake = self.handshake
-        assert handshake is not None and self.transport is not None
-        for done in handshake.events_received():
-            if isinstance(done, StartTLS):
-                self._tls_task = asyncio.ensure_future(self._start_tls())
-                continue
-            if self._timeout is not None:
-                self._timeout.cancel()
-            if self.force_view_only:
-                done = dataclasses.replace(done, view_only=True)
-            elif self.forced_player is not None:
-                done = dataclasses.replace(done, player=self.forced_player)
-            self.player = done.player
-            self.proto = ServerProtocol(
-                done, encodings=self.server.encodings, lossless=self.lossless
-            )
-            self.server.handshaking.discard(self)
-            self.server.connections[self.client_id] = self
-            log.info(
-                "VNC client %d connected from %s (RFB %d.%d%s)",
-                self.client_id,
-                self.transport.get_extra_info("peername"),
-                *done.version,
-                ", view only" if done.view_only else f", player {done.player}"
-                if done.player is not None else "",
-            )
-            frame = self.server.frame
-            if frame.shape[:2] != (done.height, done.width):  # resized while we shook hands
-                self.proto.resize(frame.shape[1], frame.shape[0])
-            if self.server._previous is None:
-                # The first client: diff the next frame against this one, or every client
-                # would get that whole frame again although only a sprite moved.
-                self.server._previous = frame.copy()
-            trailing = handshake.trailing_data()
-            if trailing:
-                self._protocol_data(trailing)
-
-    # After the handshake -------------------------------------------------------------------
-
-    def _protocol_data(self, data: bytes) -> None:
-        proto = self.proto
-        assert proto is not None
-        proto.receive_data(data)
-        inputs: list[KeyEvent | PointerEvent] = []
-        new_format = set_encodings = False
-        for event in proto.events_received():  # one pass: an agent sends this every frame
-            kind = type(event)
-            if kind is KeyEvent or kind is PointerEvent:
-                inputs.append(event)
-            elif kind is SetPixelFormat:
-                new_format = True
-            elif kind is SetEncodings:
-                set_encodings = True
-        if new_format:
-            # The client's picture was drawn in the old format (TigerVNC's viewer goes from
-            # 8-bit to full colour with an *incremental* request): send all of it again.
-            proto.mark_all_dirty()
-        if inputs:
-            self.server.on_input(self.client_id, inputs)
-        if set_encodings and self.kind is None:
-            self._classify()
-        if self.server.tag is not None:
-            proto.set_frame_tag(self.server.tag)  # for a client that just asked for tags
-        self.send_update()
-
-    def _classify(self) -> None:
-        """A client's first SetEncodings says what it is: an agent asks for frame tags.
-        Viewers past ``max_viewers`` go; agents have slots of their own."""
-        assert self.proto is not None
-        self.kind = "agent" if self.proto.preferences.frame_tag else "viewer"
-        if self.kind == "viewer":
-            viewers = sum(c.kind == "viewer" for c in self.server.connections.values())
-            if viewers > self.server.max_viewers:
-                self._abort(
-                    f"too many viewers ({self.server.max_viewers}, serve --max-viewers); "
-                    "try again later"
-                )
-
-    def send_update(self) -> None:
-        """Answer the outstanding request from the current frame, unless backed up."""
-        proto, transport = self.proto, self.transport
-        if proto is None or transport is None or self.paused or transport.is_closing():
-            return
-        server = self.server
-        # Sharing encoded rectangles pays only when another client may want them.
-        shared = server.shared if len(server.connections) > 1 else None
-        try:
-            if proto.send_update(server.frame, shared):
-                self.updates += 1
-            out = proto.data_to_send()
-        except LocalProtocolError as exc:  # a bug of ours: drop this client, keep serving
-            log.exception("VNC client %d: cannot encode an update", self.client_id)
-            self._abort(f"internal error: {exc}")
-            return
-        if out:
-            transport.write(out)
-
-    def resize(self, width: int, height: int) -> None:
-        if self.proto is not None and not self.proto.resize(width, height):
-            self._abort("the screen size changed and the client does not accept DesktopSize")
-
-    def _abort(self, reason: str) -> None:
-        if self.abort_reason is None:
-            self.abort_reason = reason
-        log.info("closing VNC client %d: %s", self.client_id, reason)
-        if self.transport is not None:
-            self.transport.close()
-
-
-class _Callbacks:
-    """An attached client's transport: the owner's ``write`` and ``close`` callbacks.
-
-    Like an asyncio transport, closing reports the loss on the next loop iteration, so a
-    client the server ends while it iterates its clients leaves between iterations.
-    """
-
-    def __init__(self, write: Callable[[bytes], None], close: Callable[[], None],
-                 peer: str | None) -> None:
-        self._write, self._close, self.peer = write, close, peer
-        self.connection: _Connection | None = None
-        self.closing = False
-        #: The client has left the server (connection_lost ran).
-        self.ended = False
-
-    def write(self, data: bytes) -> None:
-        if data and not self.closing:
-            self._write(data)
-
-    def close(self) -> None:
-        """The server ends the client: it leaves, then the owner hears ``close()``."""
-        if not self.closing:
-            self.closing = True
-            asyncio.get_running_loop().call_soon(self._end, True)
-
-    def _end(self, tell_owner: bool) -> None:
-        if self.ended:
-            return
-        self.closing = self.ended = True
-        if self.connection is not None:
-            self.connection.connection_lost(None)
-        if tell_owner:
-            self._close()
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self.peer if name == "peername" else default
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        """The owner's buffer decides: it calls :meth:`AttachedClient.pause`/``resume``."""
-
-
-class AttachedClient:
-    """The handle of a client attached in-process (:meth:`VNCServer.attach`).
-
-    Call :meth:`feed` with what the client sent; :meth:`pause` when the bytes handed to
-    ``write`` back up and :meth:`resume` when they drain (meanwhile the server encodes
-    nothing for it, then sends the newest frame, as for a slow socket); :meth:`close`
-    when the client is gone. It is a VNC client like any other: it counts against
-    ``max_clients``, appears in ``connections`` and ``stats()`` under :attr:`client_id`.
-    """
-
-    def __init__(self, connection: _Connection, transport: _Callbacks) -> None:
-        self._connection, self._transport = connection, transport
-        self.client_id = connection.client_id
-
-    @property
-    def closed(self) -> bool:
-        """Closed by either side: feeding it does nothing, and nothing more is written."""
-        return self._transport.closing
-
-    @property
-    def close_reason(self) -> str | None:
-        """Why the server closed it (bad bytes, a refusal, shutdown), if it did."""
-        return self._connection.abort_reason
-
-    @property
-    def paused(self) -> bool:
-        return self._connection.paused
-
-    @property
-    def ready(self) -> bool:
-        """Past the RFB handshake: it gets updates."""
-        return self._connection.proto is not None
-
-    @property
-    def updates(self) -> int:
-        """Updates sent to it so far."""
-        return self._connection.updates
-
-    def feed(self, data: bytes) -> None:
-        """Bytes the client sent; the server answers through ``write`` (or closes it)."""
-        if not self.closed:
-            self._connection.data_received(data)
-
-    def pause(self) -> None:
-        """Its output is backed up: stop encoding for it, let its dirty tiles accumulate."""
-        self._connection.pause_writing()
-
-    def resume(self) -> None:
-        """Its output drained: send what changed since it paused, at once if it asked."""
-        if self._connection.paused:
-            self._connection.resume_writing()
-
-    def close(self) -> None:
-        """The client is gone: it leaves the server now (``on_disconnect``). Idempotent;
-        ``close`` (the callback) is not called for it."""
-        self._transport._end(tell_owner=False)
-
-
-def _inside(rects: Sequence[Rect], width: int, height: int) -> list[Rect]:
-    """``rects`` cut to the screen, the empty ones dropped (a runtime's report is trusted
-    for what changed, not for its bounds)."""
-    out = []
-    for x, y, w, h in rects:
-        left, top = max(x, 0), max(y, 0)
-        right, bottom = min(x + w, width), min(y + h, height)
-        if left < right and top < bottom:
-            out.append((left, top, right - left, bottom - top))
-    return out
-
-
 class VNCServer:
     """Serves ``frame`` (``uint8[H, W, 3]``) to every connected VNC client.
 
@@ -533,9 +106,13 @@ class VNCServer:
         max_handshaking: int = MAX_HANDSHAKING,
         tls: ssl.SSLContext | None = None,
         player_passwords: Mapping[int, str] | None = None,
+        handshake_timeout: float | None = None,
+        max_write_buffer: int | None = None,
     ) -> None:
         """``player_passwords`` (multi-player remotes): player -> a password whose viewers
-        drive that player; :meth:`player_of` says which a client gave."""
+        drive that player; :meth:`player_of` says which a client gave.
+        ``handshake_timeout`` and ``max_write_buffer`` default to :data:`HANDSHAKE_TIMEOUT`
+        and :data:`MAX_WRITE_BUFFER` as they are when the server is made."""
         self.frame = frame
         #: The certificate's server context: every socket client goes through VeNCrypt.
         self.tls = tls
@@ -556,11 +133,17 @@ class VNCServer:
             max_viewers, agent_slots = max_clients, 0
         self.max_viewers, self.agent_slots = max_viewers, agent_slots
         self.max_handshaking = max_handshaking
+        #: Seconds a client has to finish the handshake (TLS included).
+        self.handshake_timeout = (
+            HANDSHAKE_TIMEOUT if handshake_timeout is None else handshake_timeout
+        )
+        #: Bytes queued for one client before the server stops encoding for it.
+        self.max_write_buffer = MAX_WRITE_BUFFER if max_write_buffer is None else max_write_buffer
         #: Every client slot: viewers and agents.
         self.max_clients = max_viewers + agent_slots
-        self.connections: dict[int, _Connection] = {}
+        self.connections: dict[int, ServerConnection] = {}
         #: Connections still in the RFB handshake (capped by ``max_handshaking``).
-        self.handshaking: set[_Connection] = set()
+        self.handshaking: set[ServerConnection] = set()
         self._previous: np.ndarray | None = None
         self._differ = TileDiffer()
         self._ids = itertools.count(1)
@@ -586,7 +169,7 @@ class VNCServer:
     async def start(self, host: str = "127.0.0.1", port: int = 5900) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self, next(self._ids)), host, port
+            lambda: ServerConnection(self, next(self._ids)), host, port
         )
 
     async def close(self) -> None:
@@ -594,7 +177,7 @@ class VNCServer:
         if self._server is not None:
             self._server.close()
         for connection in [*self.connections.values(), *self.handshaking]:
-            connection._abort("the remote is shutting down")
+            connection.abort("the remote is shutting down")
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -634,7 +217,7 @@ class VNCServer:
                 if connection.proto is not None:
                     connection.proto.mark_all_dirty()
         elif damage is not None:
-            rects = _inside(damage, frame.shape[1], frame.shape[0])
+            rects = rects_inside(damage, frame.shape[1], frame.shape[0])
             if rects:
                 for x, y, w, h in rects:  # the compare's reference, for frames without damage
                     previous[y : y + h, x : x + w] = frame[y : y + h, x : x + w]
@@ -690,15 +273,12 @@ class VNCServer:
         """
         if self._closed and refuse_reason is None:
             refuse_reason = "the remote is shutting down"
-        transport = _Callbacks(write, close, peer)
-        connection = _Connection(
-            self, next(self._ids), trusted=True, view_only=view_only, lossless=lossless,
-            refuse_reason=refuse_reason, player=player,
+        return attach_client(
+            self, next(self._ids), write, close, view_only=view_only, lossless=lossless,
+            peer=peer, refuse_reason=refuse_reason, player=player,
         )
-        transport.connection = connection
-        connection.connection_made(transport)
-        return AttachedClient(connection, transport)
 
     def stats(self) -> dict[int, int]:
         """Updates sent so far to each client (by client id), for diagnostics."""
         return {cid: c.updates for cid, c in self.connections.items()}
+

@@ -1,14 +1,15 @@
 """Sans-I/O RFB server after the handshake: client messages in, updates out.
 
-Holds :class:`ServerProtocol` (one per client connection) and the tile differ
-:func:`changed_tile_mask` / :func:`tile_mask_to_rects` / :func:`changed_tiles`.
+Holds :class:`ServerProtocol` (one per client connection), the names of what clients of
+one frame share (:data:`SharedEncodings`) and :data:`MAX_EXACT_RECTS`. The tile differ
+and rectangle geometry it uses are in :mod:`.tiles` (re-exported here).
 
 The asyncio shell owns one ServerProtocol per client and, per new frame, diffs once for
 all clients::
 
-    rects = changed_tiles(previous_frame, frame)           # once per frame
+    mask = differ.mask(previous_frame, frame)              # once per frame (tiles.py)
     for proto in clients:
-        proto.mark_dirty(rects)
+        proto.mark_dirty_tiles(mask)
         if proto.update_wanted:
             proto.send_update(frame)                        # latest frame, never a backlog
             transport.write(proto.data_to_send())
@@ -22,7 +23,6 @@ information; after a request, check ``update_wanted``).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -49,19 +49,34 @@ from .messages import (
     SetPixelFormat,
 )
 from .streams import BytesFeeder, Parser, read_exact
+from .tiles import (
+    MERGE_SLACK_PIXELS,
+    TILE,
+    Rect,
+    TileDiffer,
+    changed_tile_mask,
+    changed_tiles,
+    clip_rect,
+    merge_rects,
+    rects_to_tile_mask,
+    rows_to_rects,
+    tile_mask_to_rects,
+)
 
 __all__ = [
+    "MAX_EXACT_RECTS",
+    "MERGE_SLACK_PIXELS",  # re-exported from .tiles, as are the names below it
+    "TILE",
     "Rect",
     "ServerProtocol",
+    "SharedEncodings",
     "TileDiffer",
     "changed_tile_mask",
     "changed_tiles",
+    "merge_rects",
     "rects_to_tile_mask",
     "tile_mask_to_rects",
 ]
-
-#: (x, y, width, height)
-Rect = tuple[int, int, int, int]
 
 #: Encodings whose bytes for a rectangle depend only on its pixels and the pixel format
 #: (no stream state), so clients of one frame can share them.
@@ -78,150 +93,9 @@ _REQUEST_SIZE = FramebufferUpdateRequest.FORMAT.size
 _KEY_SIZE = KeyEvent.FORMAT.size
 _POINTER_SIZE = PointerEvent.FORMAT.size
 
-#: Tile edge for change tracking: 64 like ZRLE's tiles, 192 bytes a row (a multiple of 8).
-TILE = 64
 #: Exact damage (:meth:`ServerProtocol.mark_damage`) a client's next update may hold, in
 #: rectangles: past it, or after a frame the server compared, it gets whole dirty tiles.
 MAX_EXACT_RECTS = 32
-#: Two damage rectangles are sent as their bounding box when it is no more than this
-#: many pixels larger than the two: a rectangle's header and its decoder's fixed costs
-#: (a few numpy calls on each side) are worth about this many pixels of Raw.
-MERGE_SLACK_PIXELS = 1024
-
-
-def changed_tile_mask(prev: np.ndarray, cur: np.ndarray, tile: int = TILE) -> np.ndarray:
-    """bool[tiles down, tiles across]: which tiles differ between two uint8[H, W, 3] frames.
-
-    Rows are compared as uint64 (or the widest unit the row length allows), never pixel
-    by pixel; ``tile * 3`` must be a multiple of that unit, which 64 is for every unit.
-    The plan (unit, reduce indices) is cached per shape: on a 160x210 frame the numpy
-    calls' fixed costs are most of the work.
-    """
-    if prev.shape != cur.shape:
-        raise LocalProtocolError(f"frames differ in shape: {prev.shape} and {cur.shape}")
-    h, w = cur.shape[:2]
-    channels = cur.shape[2] if cur.ndim == 3 else 1
-    dtype, cols, rows = _diff_plan(h, w, channels, tile)
-    a = np.ascontiguousarray(prev).view(np.uint8).reshape(h, -1).view(dtype)
-    b = np.ascontiguousarray(cur).view(np.uint8).reshape(h, -1).view(dtype)
-    differ = a != b
-    return np.logical_or.reduceat(np.logical_or.reduceat(differ, cols, axis=1), rows, axis=0)
-
-
-@functools.lru_cache(maxsize=32)
-def _diff_plan(
-    h: int, w: int, channels: int, tile: int
-) -> tuple[np.dtype[Any], np.ndarray, np.ndarray]:
-    """(compare unit, first unit of each tile column, first row of each tile row) for
-    frames of this shape."""
-    row_bytes, tile_bytes = w * channels, tile * channels
-    unit = next(u for u in (8, 4, 2, 1) if row_bytes % u == 0 and tile_bytes % u == 0)
-    cols = np.arange(0, row_bytes // unit, tile_bytes // unit)
-    rows = np.arange(0, h, tile)
-    cols.flags.writeable = rows.flags.writeable = False
-    return np.dtype(f"u{unit}"), cols, rows
-
-
-class TileDiffer:
-    """:func:`changed_tile_mask` for a server that diffs the same two arrays every frame.
-
-    It keeps the arrays' compare views and the intermediate and result buffers, so a
-    frame costs three numpy calls and no allocation (the fixed costs are most of the work
-    on a 160x210 frame). The mask it returns is its own and is overwritten by the next
-    call: use it before then.
-    """
-
-    def __init__(self, tile: int = TILE) -> None:
-        self.tile = tile
-        self._key: tuple[Any, ...] = ()
-        self._views: tuple[np.ndarray, np.ndarray] | None = None
-        self._differ = self._columns = self._mask = np.zeros((0, 0), bool)
-        self._cols = self._rows = np.zeros(0, np.intp)
-
-    def mask(self, prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
-        """bool[tiles down, tiles across]: which tiles differ (as :func:`changed_tile_mask`)."""
-        key = self._key  # the arrays themselves (kept alive here) and their shapes
-        if not key or prev is not key[0] or cur is not key[1] or key[2] != (prev.shape, cur.shape):
-            if prev.shape != cur.shape:
-                raise LocalProtocolError(f"frames differ in shape: {prev.shape} and {cur.shape}")
-            if not (prev.flags.c_contiguous and cur.flags.c_contiguous):
-                return changed_tile_mask(prev, cur, self.tile)
-            h, w = cur.shape[:2]
-            channels = cur.shape[2] if cur.ndim == 3 else 1
-            dtype, self._cols, self._rows = _diff_plan(h, w, channels, self.tile)
-            a = prev.view(np.uint8).reshape(h, -1).view(dtype)
-            b = cur.view(np.uint8).reshape(h, -1).view(dtype)
-            self._views = (a, b)
-            self._differ = np.empty(a.shape, bool)
-            self._columns = np.empty((h, len(self._cols)), bool)
-            self._mask = np.empty((len(self._rows), len(self._cols)), bool)
-            self._key = (prev, cur, (prev.shape, cur.shape))
-        assert self._views is not None
-        a, b = self._views
-        np.not_equal(a, b, out=self._differ)
-        np.logical_or.reduceat(self._differ, self._cols, axis=1, out=self._columns)
-        np.logical_or.reduceat(self._columns, self._rows, axis=0, out=self._mask)
-        return self._mask
-
-
-def rects_to_tile_mask(
-    rects: Sequence[Rect], width: int, height: int, tile: int = TILE
-) -> np.ndarray:
-    """bool[tiles down, tiles across]: the tiles the rectangles touch (a damage report)."""
-    mask = np.zeros((-(-height // tile), -(-width // tile)), bool)
-    for x, y, w, h in rects:
-        if w > 0 and h > 0:
-            mask[max(y, 0) // tile : (min(y + h, height) - 1) // tile + 1,
-                 max(x, 0) // tile : (min(x + w, width) - 1) // tile + 1] = True
-    return mask
-
-
-def tile_mask_to_rects(mask: np.ndarray, width: int, height: int, tile: int = TILE) -> list[Rect]:
-    """Rectangles covering the true tiles: runs in a row merged, equal runs stacked.
-
-    Plain Python over ``mask.tolist()``: masks are small (12 tiles at 160x210, 192 at
-    1024x768), where a numpy call per row cost more than the loop."""
-    return _rows_to_rects(mask.tolist(), width, height, tile)
-
-
-def _rows_to_rects(rows: list[list[bool]], width: int, height: int, tile: int) -> list[Rect]:
-    rects: list[Rect] = []
-    open_spans: dict[tuple[int, int], int] = {}  # (first col, end col) -> first row
-    for r in range(len(rows) + 1):
-        spans: set[tuple[int, int]] = set()
-        if r < len(rows):
-            row = rows[r]
-            c, n = 0, len(row)
-            while c < n:
-                if row[c]:
-                    start = c
-                    while c < n and row[c]:
-                        c += 1
-                    spans.add((start, c))
-                else:
-                    c += 1
-        if open_spans:
-            for span in list(open_spans):
-                if span not in spans:
-                    first_row = open_spans.pop(span)
-                    x, y = span[0] * tile, first_row * tile
-                    rects.append(
-                        (x, y, min(span[1] * tile, width) - x, min(r * tile, height) - y)
-                    )
-        for span in spans:
-            open_spans.setdefault(span, r)
-    rects.sort(key=_top_left)
-    return rects
-
-
-def _top_left(rect: Rect) -> tuple[int, int]:
-    return rect[1], rect[0]
-
-
-def changed_tiles(prev: np.ndarray, cur: np.ndarray, tile: int = TILE) -> list[Rect]:
-    """The changed areas between two frames as rectangles of whole tiles (clipped)."""
-    h, w = cur.shape[:2]
-    return tile_mask_to_rects(changed_tile_mask(prev, cur, tile), w, h, tile)
 
 
 class ServerProtocol:
@@ -507,9 +381,9 @@ class ServerProtocol:
             if not self._tag_pending and not any(map(any, sub)):
                 return 0  # nothing changed in the area and no new frame to name
             ox, oy = x0 // TILE * TILE, y0 // TILE * TILE
-            rects = _rows_to_rects(sub, x1 - ox, y1 - oy, TILE)
+            rects = rows_to_rects(sub, x1 - ox, y1 - oy, TILE)
             if ox or oy or x0 % TILE or y0 % TILE:
-                rects = [_clip((x + ox, y + oy, w, h), x0, y0, x1, y1) for x, y, w, h in rects]
+                rects = [clip_rect((x + ox, y + oy, w, h), x0, y0, x1, y1) for x, y, w, h in rects]
         else:
             rects = [(x0, y0, x1 - x0, y1 - y0)] if x1 > x0 and y1 > y0 else []
         if self._tag is not None and self._wants_tags:
@@ -619,34 +493,3 @@ class ServerProtocol:
             encoder.configure(self.preferences)
             self._encoders[encoding] = encoder
         return encoder
-
-
-def merge_rects(rects: Sequence[Rect]) -> list[Rect]:
-    """Rectangles that cover ``rects``: repeats dropped, and two replaced by their bounding
-    box wherever it is at most :data:`MERGE_SLACK_PIXELS` larger than both (a sprite's
-    old and new places, which overlap, become one)."""
-    out: list[Rect] = []
-    for rect in dict.fromkeys(rects):  # repeats out, order kept
-        x, y, w, h = rect
-        if w <= 0 or h <= 0:
-            continue
-        merged = True
-        while merged:
-            merged = False
-            for i, (ox, oy, ow, oh) in enumerate(out):
-                left, top = min(x, ox), min(y, oy)
-                right, bottom = max(x + w, ox + ow), max(y + h, oy + oh)
-                if (right - left) * (bottom - top) <= w * h + ow * oh + MERGE_SLACK_PIXELS:
-                    x, y, w, h = left, top, right - left, bottom - top
-                    del out[i]
-                    merged = True
-                    break
-        out.append((x, y, w, h))
-    return out
-
-
-def _clip(rect: Rect, x0: int, y0: int, x1: int, y1: int) -> Rect:
-    x, y, w, h = rect
-    cx0, cy0 = max(x, x0), max(y, y0)
-    cx1, cy1 = min(x + w, x1), min(y + h, y1)
-    return cx0, cy0, max(0, cx1 - cx0), max(0, cy1 - cy0)

@@ -16,6 +16,7 @@ from vncdriver import server as vnc_server
 from vncdriver.client import MAX_REQUEST_HOLD, VNCClient
 from vncdriver.keysyms import keysym
 from vncdriver.messages import FramebufferUpdateRequest, FrameTag, KeyEvent
+from vncdriver.server_connection import ServerConnection
 
 from .helpers import make_frame
 
@@ -69,14 +70,14 @@ def _request_alone(data: bytes) -> bool:
 @pytest.fixture
 async def recorded(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Recorded]:
     rec = Recorded()
-    original = vnc_server._Connection.data_received
+    original = ServerConnection.data_received
 
-    def spy(self: vnc_server._Connection, data: bytes) -> None:
+    def spy(self: ServerConnection, data: bytes) -> None:
         if self.proto is not None:  # past the handshake
             rec.received(data)
         original(self, data)
 
-    monkeypatch.setattr(vnc_server._Connection, "data_received", spy)
+    monkeypatch.setattr(ServerConnection, "data_received", spy)
     await rec.server.start("127.0.0.1", 0)
     yield rec
     await rec.server.close()

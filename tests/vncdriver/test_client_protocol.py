@@ -31,7 +31,7 @@ from vncdriver.messages import (
     build_encodings,
 )
 from vncdriver.pixelformat import NATIVE, pixels_to_rgb, rgb_to_pixels
-from vncdriver.server_protocol import changed_tiles
+from vncdriver.tiles import changed_tiles
 
 from .helpers import feed, make_frame, protocol_pair
 from .test_encodings import KINDS, quantised

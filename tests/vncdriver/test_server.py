@@ -470,7 +470,7 @@ async def test_bad_bytes_close_only_that_client(serve, caplog) -> None:  # type:
         (b"\x02\x00\xff\xff", "over the limit"),  # SetEncodings announcing 65535 encodings
         (b"\x00" + bytes(19), "SetPixelFormat"),  # 0 bits per pixel
     ]
-    with caplog.at_level(logging.INFO, logger="vncdriver.server"):
+    with caplog.at_level(logging.INFO, logger="vncdriver"):
         for data, reason in cases:
             bad = await Viewer.connect(server.port)
             bad.send_raw(data)
@@ -536,7 +536,7 @@ async def test_desktop_size_when_the_remote_switches_games(start_remote, caplog)
         )
 
     agent = await WireClient.open(remote.rewarder.port)
-    with caplog.at_level(logging.INFO, logger="vncdriver.server"):
+    with caplog.at_level(logging.INFO, logger="vncdriver"):
         reply = await agent.reset(env_id="builtin.ClickTarget-v0")
         assert reply["method"] == "v0.reply.env.reset", reply
         await viewer.wait(lambda: resized_update() is not None)
@@ -572,7 +572,7 @@ async def test_close_ends_every_connection_even_mid_handshake(serve) -> None:  #
 async def test_a_client_silent_in_the_handshake_is_closed(serve, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr("vncdriver.server.HANDSHAKE_TIMEOUT", 0.2)
     server = await serve(pattern(32, 48, seed=11))
-    with caplog.at_level(logging.INFO, logger="vncdriver.server"):
+    with caplog.at_level(logging.INFO, logger="vncdriver"):
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         assert await reader.readexactly(12) == b"RFB 003.008\n"
         async with asyncio.timeout(TIMEOUT):
