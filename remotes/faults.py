@@ -5,7 +5,9 @@ Holds the limits (:data:`STALL_FRAMES`, :data:`STALL_TIMEOUT`, :data:`RECONNECT_
 ...) and :class:`Faults`, the collaborator of :class:`~remotes.stepper.Stepper` that decides
 a remote is lost, ends its episode with the reason, idles its slot and reconnects it in
 the background (the module docstring of :mod:`remotes.stepper` says what an agent
-sees). Loop thread only.
+sees). Real time on the loop thread; lockstep in the stepping thread, where a lost
+remote is closed, while the loop thread only probes it until it answers
+(:meth:`Faults.reconnect_later`) and the step that finds it answering connects it.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from rewarder.blocking import BlockingRewarder
 from rewarder.protocol import HEARTBEAT_INTERVAL, LOCKSTEP
 from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED, EpisodeResult
 
@@ -60,8 +62,10 @@ class Faults:
         self.core = core
 
     async def come_back(self, slot: Slot) -> None:
-        """Wait (up to ``start_timeout``) for an away slot's reconnection, or connect it."""
+        """Real time: wait (up to ``start_timeout``) for an away slot's reconnection, or
+        connect it (lockstep: remotes.lockstep's ``come_back``)."""
         task, slot.reconnect = slot.reconnect, None
+        assert not isinstance(task, Future), "a lockstep slot comes back in the stepping thread"
         if task is not None and not task.done():
             try:
                 async with asyncio.timeout(self.core.start_timeout):
@@ -165,24 +169,36 @@ class Faults:
         slot.error = reason
         slot.away_steps = 0
         slot.target = None
-        if isinstance(session.rewarder, BlockingRewarder):
-            session.rewarder.drop_outstanding()
         slot.pending = slot.reply = None
-        if not self.core.closed:
-            slot.reconnect = self._start_reconnect(slot)
+        if session.lockstep:  # in the stepping thread: closed here, probed on the loop
+            session.close_here(self.core.loop, wait=False)
+            if not self.core.closed:
+                self.reconnect_later(slot)
+        elif not self.core.closed:
+            slot.reconnect = asyncio.get_running_loop().create_task(
+                self._reconnect(slot), name=f"reconnect {session.name}"
+            )
         return info
 
-    def _start_reconnect(self, slot: Slot) -> asyncio.Task[bool]:
-        """The task bringing ``slot`` back, on the loop thread (a lockstep step loses a
-        remote in the agent's thread: the task is made there and handed back)."""
-        name = f"reconnect {slot.session.name}"
-        if asyncio._get_running_loop() is self.core.loop.loop:
-            return self.core.loop.loop.create_task(self._reconnect(slot), name=name)
+    def reconnect_later(self, slot: Slot) -> None:
+        """Lockstep: probe the slot's remote on the loop thread until it answers (or was
+        replaced); the step that finds it answering connects it (remotes.lockstep)."""
+        slot.reconnect = self.core.loop.submit(self._probe(slot))
 
-        async def start() -> asyncio.Task[bool]:
-            return asyncio.get_running_loop().create_task(self._reconnect(slot), name=name)
+    def answering(self, slot: Slot) -> bool:
+        """Lockstep: whether the probe of an away slot's remote found it answering."""
+        return came_back(slot.reconnect)
 
-        return self.core.loop.run(start())
+    async def _probe(self, slot: Slot) -> bool:
+        """Every :data:`RECONNECT_POLL` s, whether the remote greets (where it is now);
+        False at once for a session another env replaced (its ``reset()`` takes it back)."""
+        session = slot.session
+        while not session.replaced:
+            await relocate(session)
+            if await answers(session.address):
+                return True
+            await asyncio.sleep(RECONNECT_POLL)
+        return False
 
     def away(self, slot: Slot, truncated: np.ndarray | None) -> dict[str, Any]:
         """A step of a slot that is away: idle, or back (see the module docstring)."""
@@ -228,7 +244,7 @@ class Faults:
                     try:
                         async with asyncio.timeout(RECONNECT_ATTEMPT_TIMEOUT):
                             await session.connect(start_timeout=RECONNECT_ATTEMPT_TIMEOUT)
-                            self._check_size(session)
+                            self.check_size(session)
                             await session.reset(
                                 env_id=self.core.env_id, seed=slot.next_seed(), fps=self.core.requested_fps,
                                 mode=session.mode_request(self.core.mode),
@@ -242,7 +258,8 @@ class Faults:
         finally:
             await asyncio.gather(closing, return_exceptions=True)
 
-    def _check_size(self, session: RemoteSession) -> None:
+    def check_size(self, session: RemoteSession) -> None:
+        """Refuse (ValueError) a remote that came back with another screen size."""
         frames = self.core.frames
         width, height = session.screen_size
         if frames is not None and frames.shape[1:3] != (height, width):
@@ -267,7 +284,7 @@ async def relocate(session: RemoteSession) -> None:
         session.move(address)
 
 
-def came_back(task: asyncio.Task[bool] | None) -> bool:
+def came_back(task: asyncio.Task[bool] | Future[bool] | None) -> bool:
     """Whether a slot's reconnect task brought its remote back."""
     return (
         task is not None and task.done() and not task.cancelled()

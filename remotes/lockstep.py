@@ -6,8 +6,15 @@ to back: each remote's :class:`~rewarder.blocking.BlockingRewarder` sends its st
 the replies are read as they come (one blocking read for a single remote; ``poll`` over
 all of them for a vector) and each frame goes from shared memory straight into the batch.
 No event loop is involved, so it works the same in a script, a thread of its own, a
-Jupyter kernel (whose loop runs in this thread) and a forked worker. Resets and
-reconnects run on the loop thread; the step waits for them.
+Jupyter kernel (whose loop runs in this thread) and a forked worker.
+
+**Across episodes too.** Resets, autoresets (sent with the step's requests, read after
+its replies) and ``same_step`` episode ends run here the same way, and a new episode's
+first frame comes through shared memory as a step's does (``obs="shm"`` on the reset).
+Connecting and closing a lockstep session run here too (its VNC half on the loop thread,
+where VNC lives). The loop thread is asked for only what lives there: frames over VNC
+when shared memory cannot be used, and probing a lost remote until it answers (the step
+that finds it answering connects and resets it here; remotes.faults).
 
 **Per remote, not per step.** Each remote's step request has its own deadline
 (``stall_timeout``): a remote that misses it is lost (truncated, reconnected in the
@@ -22,17 +29,21 @@ lost and the env stays usable.
 
 from __future__ import annotations
 
+import asyncio
 import select
 import time
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
 from rewarder.blocking import BlockingRewarder
-from rewarder.errors import ConnectionClosed, RemoteError
-from rewarder.protocol import StepReply
+from rewarder.errors import ConnectionClosed, RemoteError, RewarderError
+from rewarder.protocol import ResetReply, StepReply
+from vncdriver.errors import VNCError
 
-from .faults import error_text
+from .faults import RECONNECT_ATTEMPT_TIMEOUT, error_text, relocate
+from .session import RESET_TIMEOUT, RemoteUnavailable
 from .slot import Phase, Slot
 
 if TYPE_CHECKING:
@@ -51,26 +62,249 @@ _LOOP_SLACK: Final = 5.0
 #: Longest single wait for replies: each slice ends with a look at every channel, so the
 #: keepalive thread never takes a channel this step is reading.
 POLL_SLICE: Final = 0.1
+#: Seconds a lockstep step waits at least for a frame over VNC (its reply came in time,
+#: its frame follows at once unless the remote is in trouble).
+MIN_FRAME_WAIT: Final = 1.0
 
 
 class LockstepSteps:
-    """Runs a lockstep :meth:`Stepper.step` for ``core`` (its slots, frames and faults)."""
+    """Runs lockstep connects, resets and steps for ``core`` (its slots, frames and
+    faults), all in the calling thread."""
 
     def __init__(self, core: Stepper) -> None:
         self.core = core
         #: Rows of this step's batch that a frame was written into.
         self._written: set[int] = set()
 
+    # Connecting ----------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Connect every session from this thread (each one's VNC meanwhile on the loop);
+        raise :class:`RemoteUnavailable` naming those that did not answer (after closing
+        the others)."""
+        core = self.core
+        failed: list[RemoteUnavailable] = []
+        try:
+            for session in core.sessions:
+                try:
+                    session.connect_here(core.loop)
+                except RemoteUnavailable as exc:
+                    failed.append(exc)
+        except BaseException:
+            self.close()
+            raise
+        if failed:
+            self.close()
+            if len(failed) == 1 and core.num == 1:
+                raise failed[0]
+            raise RemoteUnavailable.several(failed, core.num)
+
+    def close(self) -> None:
+        """Close every session from this thread (their VNC clients together, on the loop)."""
+        core = self.core
+        closing = [s.close_here(core.loop, wait=False) for s in core.sessions]
+        waits = [f for f in closing if f is not None]
+        if waits and not core.loop.forked:
+            try:
+                core.loop.run(_all(waits))
+            except (RuntimeError, TimeoutError):
+                pass
+
+    def come_back(self, slot: Slot) -> None:
+        """An explicit reset of an away slot: stop probing and connect it now (dialling
+        for up to ``start_timeout``)."""
+        core = self.core
+        probe, slot.reconnect = slot.reconnect, None
+        if probe is not None:
+            probe.cancel()
+        session = slot.session
+        if session.locate is not None:
+            core.loop.run(relocate(session))
+        session.connect_here(core.loop)
+
+    def _back(self, slot: Slot, same_step: bool) -> bool:
+        """Whether an away slot is back in this step: its remote answers the probe, no
+        idle stretch must end first (remotes.stepper, "Faults"), and it connects."""
+        faults = self.core.faults
+        return faults.answering(slot) and slot.away_steps == 0 and not same_step and self._reconnect(slot)
+
+    def _reconnect(self, slot: Slot) -> bool:
+        """The step that finds a lost remote answering connects it here; False (probing
+        again, the slot idles) if that fails."""
+        core, session = self.core, slot.session
+        try:
+            if session.locate is not None:
+                core.loop.run(relocate(session))
+            session.connect_here(core.loop, RECONNECT_ATTEMPT_TIMEOUT)
+            core.faults.check_size(session)
+        except (RemoteUnavailable, ValueError) as exc:
+            slot.error = f"reconnecting: {error_text(exc)}"
+            core.faults.reconnect_later(slot)
+            return False
+        slot.reconnect = None
+        return True
+
+    # Resets --------------------------------------------------------------------------------
+
+    def reset(self, seeds: Sequence[int | None], env_id: str | None) -> list[dict[str, Any]]:
+        """Start a new episode on every remote (switching to ``env_id`` if given),
+        reconnecting those that are away first; each first frame into a new
+        :attr:`Stepper.frames`; the infos. Raises :class:`RemoteUnavailable`."""
+        core = self.core
+        for slot, seed in zip(core.slots, seeds, strict=True):
+            self._drop_step(slot)
+            slot.rng = None if seed is None else np.random.default_rng(seed)
+            session = slot.session
+            if slot.phase is Phase.AWAY or not session.connected or session.replaced:
+                self.come_back(slot)
+        sent = {}
+        for slot, seed in zip(core.slots, seeds, strict=True):
+            if core.web is not None:
+                core.web.before_reset_here(slot, True)
+            sent[slot] = self._send_reset(slot, seed, env_id)
+        deadline = time.monotonic() + RESET_TIMEOUT
+        replies = {slot: self._reset_reply(slot, sent[slot], seed, env_id, deadline)
+                   for slot, seed in zip(core.slots, seeds, strict=True)}
+        core.configure()  # a reset may switch the env (env_id here or the stepper's)
+        previous = core.frames
+        assert previous is not None
+        core.frames = np.empty_like(previous)
+        infos = []
+        for slot, reply in replies.items():
+            self._begin(slot, reply, deadline)
+            info: dict[str, Any] = {"episode_id": reply.episode_id}
+            if slot.returned is not None:
+                info["frame"] = slot.returned
+            info["text"] = list(_rewarder(slot).peek().text)  # the instruction a task sent with its reset
+            infos.append(info)
+        return infos
+
+    def _drop_step(self, slot: Slot) -> None:
+        """An interrupted step's reply is of no use once a reset is under way."""
+        rewarder = slot.session.rewarder
+        if isinstance(rewarder, BlockingRewarder):
+            rewarder.drop_outstanding()
+        slot.pending = slot.reply = None
+
+    def _send_reset(self, slot: Slot, seed: int | None, env_id: str | None) -> int:
+        """Send the slot's reset (its first frame into shared memory if it can)."""
+        core, session = self.core, slot.session
+        session.shared.new_episode()
+        try:
+            return _rewarder(slot).send_reset(
+                env_id=env_id or core.env_id, seed=seed, fps=core.requested_fps,
+                mode=session.mode_request(core.mode), obs=session.shared.obs,
+            )
+        except (RewarderError, OSError, AssertionError) as exc:
+            raise RemoteUnavailable(session.name, "reset failed", exc) from exc
+
+    def _reset_reply(
+        self, slot: Slot, message_id: int, seed: int | None, env_id: str | None, deadline: float,
+    ) -> ResetReply:
+        """The reply of the slot's reset, once the remote runs the new episode (a reset
+        that switched to an env whose page nobody asked for yet is done again: web)."""
+        session = slot.session
+        rewarder = _rewarder(slot)
+        try:
+            reply: ResetReply = rewarder.wait_reply(message_id, deadline)
+            rewarder.wait_for_state("running", reply.episode_id, max(deadline - time.monotonic(), 0.0))
+            web = self.core.web
+            if web is not None and web.after_reset_here(slot, reply.episode_id):
+                return self._reset_reply(slot, self._send_reset(slot, seed, env_id), seed, env_id, deadline)
+        except (RewarderError, OSError) as exc:
+            raise RemoteUnavailable(session.name, "reset failed", exc) from exc
+        except TimeoutError as exc:
+            raise RemoteUnavailable(session.name, f"reset took over {RESET_TIMEOUT:g} s", exc) from exc
+        return reply
+
+    def _begin(self, slot: Slot, reply: ResetReply, deadline: float) -> None:
+        """The slot's new episode begins: its first frame into the batch, from shared
+        memory (or, if it cannot be used, over VNC from the loop thread)."""
+        core, session = self.core, slot.session
+        frames = core.frames
+        assert frames is not None
+        slot.baseline(reply.episode_id)
+        slot.error = None
+        if session.shared.take(reply, frames[slot.index]):
+            slot.returned = slot.seen = reply.frame
+            slot.episode = reply.episode_id
+            if session.vnc is not None:
+                session.vnc.pause_updates()  # nobody looks at VNC frames meanwhile
+        elif session.vnc is not None:
+            session.shared.vnc_frames += 1
+            timeout = max(deadline - time.monotonic(), MIN_FRAME_WAIT)
+            shown = asyncio.wait_for(session.show_episode(reply.episode_id), timeout)
+            try:
+                pixels, tag = core.loop.run(_vnc_frame(session.vnc, shown), timeout + _LOOP_SLACK)
+            except (VNCError, OSError, TimeoutError) as exc:
+                raise RemoteUnavailable(session.name, "the new episode's first frame did not come "
+                                        "over VNC", exc) from exc
+            if pixels.shape == frames.shape[1:]:
+                np.copyto(frames[slot.index], pixels)
+            if tag is not None:
+                slot.returned = slot.seen = tag.frame
+                slot.episode = tag.episode_id
+        else:
+            frames[slot.index] = 0
+        slot.progress_at = time.monotonic()
+        self._written.add(slot.index)
+
+    def _autoresets(
+        self, starting: Sequence[Slot], sent: dict[Slot, tuple[int, int | None]],
+        truncated: np.ndarray | None, reconnected: set[Slot],
+    ) -> dict[int, dict[str, Any]]:
+        """The autoresets ``sent`` (slot -> message id, seed) of ``starting`` slots: each new
+        episode's first frame into the batch and its info; a slot whose reset fails is
+        lost (and ``truncated`` if given)."""
+        core = self.core
+        out: dict[int, dict[str, Any]] = {}
+        deadline = time.monotonic() + RESET_TIMEOUT
+        for slot in starting:
+            try:
+                if slot not in sent:
+                    raise RemoteUnavailable(slot.session.name, "its reset could not be sent")
+                message_id, seed = sent[slot]
+                reply = self._reset_reply(slot, message_id, seed, None, deadline)
+                self._begin(slot, reply, deadline)
+            except RemoteUnavailable as exc:
+                out[slot.index] = core.faults.lose(slot, error_text(exc), None, truncated)
+                continue
+            info: dict[str, Any] = {"episode_id": reply.episode_id, "remote.connected": True}
+            if slot in reconnected:
+                info.update({"remote.reconnected": True, "remote.name": slot.session.name})
+            if slot.returned is not None:
+                info["frame"] = slot.returned
+            out[slot.index] = info
+        return out
+
+    def _send_autoresets(self, starting: Sequence[Slot]) -> dict[Slot, tuple[int, int | None]]:
+        """Send the reset of each slot that starts an episode in this step (before any
+        reply is read, so remotes reset while others step); a slot whose send fails has
+        no entry (its autoreset reports the loss)."""
+        sent = {}
+        for slot in starting:
+            self._drop_step(slot)
+            if self.core.web is not None:
+                self.core.web.before_reset_here(slot, False)
+            seed = slot.next_seed()
+            try:
+                sent[slot] = (self._send_reset(slot, seed, None), seed)
+            except RemoteUnavailable:
+                continue
+        return sent
+
     def step(
         self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
     ) -> Batch:
         core = self.core
+        rewarders = [_rewarder_or_none(slot) for slot in core.slots]
         rewards, terminated, truncated, infos = core.outcome()
         core.same_step = same_step
         now = time.monotonic()
         sent: list[Slot] = []
         carried: list[Slot] = []
         starting: list[Slot] = []
+        reconnected: set[Slot] = set()
         # A new batch each step, handed to the agent as it is (no copy at the end): rows of
         # remotes that send no step now keep their previous frame, copied in before anyone
         # else writes; the others are written by their reply (or copied at the end).
@@ -90,7 +324,11 @@ class LockstepSteps:
             if active is not None and not active[i]:
                 continue
             if slot.phase is Phase.AWAY:
-                infos[i] = core.faults.away(slot, truncated)
+                if self._back(slot, same_step):  # this step is its autoreset step
+                    reconnected.add(slot)
+                    starting.append(slot)
+                else:
+                    infos[i] = core.faults.away(slot, truncated)
                 continue
             if slot.pending is None and slot.reply is None:
                 self._adopt(slot, now)
@@ -105,8 +343,8 @@ class LockstepSteps:
                 starting.append(slot)
                 continue
             session = slot.session
-            rewarder = session.rewarder
-            if not isinstance(rewarder, BlockingRewarder):
+            rewarder = rewarders[i]
+            if rewarder is None:
                 raise RuntimeError("a lockstep session needs a blocking rewarder channel")
             try:
                 if core.web is not None:  # an action string goes the web way (remotes.web)
@@ -120,20 +358,14 @@ class LockstepSteps:
                 continue
             slot.deadline = now + core.stall_timeout
             sent.append(slot)
-        resets = core.loop.submit(core._autoresets(starting, truncated)) if starting else None
+        resets = self._send_autoresets(starting) if starting else {}
         failed: dict[Slot, str] = {}
-        try:
-            over_vnc = self._wait(sent, carried)
-            over_vnc += [(s, s.reply) for s in carried  # an interrupted wait for VNC
-                         if s.reply is not None and s.vnc_frame is not None
-                         and all(s is not t for t, _ in over_vnc)]
-            if over_vnc:
-                limit = max(s.deadline for s, _ in over_vnc) - time.monotonic()
-                failed = core.loop.run(core.frames_over_vnc(over_vnc), max(limit, 0.0) + _LOOP_SLACK)
-                self._written.update(s.index for s, _ in over_vnc if s not in failed)
-        finally:
-            if resets is not None:
-                started = resets.result()  # also after an interrupt: their state is whole
+        over_vnc = self._wait(sent, carried)
+        over_vnc += [(s, s.reply) for s in carried  # an interrupted wait for VNC
+                     if s.reply is not None and s.vnc_frame is not None
+                     and all(s is not t for t, _ in over_vnc)]
+        if over_vnc:
+            failed = self._frames_over_vnc(over_vnc)
         for slot in (*sent, *carried):
             i = slot.index
             if slot in failed:  # the step happened, its frame did not come
@@ -153,13 +385,80 @@ class LockstepSteps:
                     "remote.connected": True, "remote.waiting": True,
                     "episode_id": slot.episode, "frame": slot.returned,
                 }
-        for slot in sent:
+        if starting:
+            infos_of = self._autoresets(starting, resets, truncated, reconnected)
+            for slot in starting:
+                infos[slot.index] = infos_of[slot.index]
+        for slot in (*sent, *starting):
             if slot.index not in self._written:  # lost, or waiting: its previous frame
                 np.copyto(batch[slot.index], previous[slot.index])
-        if resets is not None:
-            for slot in starting:
-                infos[slot.index] = started[slot.index]
-        return core.finish(rewards, terminated, truncated, infos, same_step, fresh=True)
+        if same_step and (terminated.any() or truncated.any()):
+            return self._same_step(rewards, terminated, truncated, infos)
+        return core.finish(rewards, terminated, truncated, infos)
+
+    def _same_step(
+        self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> Batch:
+        """``SAME_STEP``: each episode that ended in this step keeps its final frame and
+        info, and its next one starts now, here."""
+        core = self.core
+        frames = core.frames
+        assert frames is not None
+        core.instruct(infos)  # the ended episodes' final infos get theirs
+        ended = [s for s in core.slots if terminated[s.index] or truncated[s.index]]
+        final = {s.index: (frames[s.index].copy(), infos[s.index]) for s in ended}
+        core.same_step = False  # the autoresets below start the new episodes
+        starting = []
+        reconnected = set()
+        for slot in ended:
+            if slot.phase is not Phase.AWAY:
+                starting.append(slot)
+            elif self._back(slot, False):
+                reconnected.add(slot)
+                starting.append(slot)
+            else:
+                infos[slot.index] = core.faults.away(slot, None)
+        resets = self._autoresets(starting, self._send_autoresets(starting), None, reconnected)
+        for slot in starting:
+            infos[slot.index] = resets[slot.index]
+        return core.finish(rewards, terminated, truncated, infos, final)
+
+    def _frames_over_vnc(self, pairs: list[tuple[Slot, StepReply]]) -> dict[Slot, str]:
+        """Lockstep without shared memory: each slot's frame as its VNC shows it (waited
+        for on the loop thread, where VNC lives, until the slot's own deadline) into the
+        batch. Returns the slots whose frame did not come, with why. A session without
+        VNC (a parallel env's other players) is left alone: its frame is player 0's."""
+        core = self.core
+        frames = core.frames
+        assert frames is not None
+        failed: dict[Slot, str] = {}
+        waits = []
+        for slot, reply in pairs:
+            vnc = slot.session.vnc
+            if vnc is None:
+                slot.vnc_frame = None
+                continue
+            timeout = max(slot.deadline - time.monotonic(), MIN_FRAME_WAIT)
+            waits.append((slot, reply, _vnc_frame(vnc, vnc.wait_frame(reply.frame, timeout))))
+        if not waits:
+            return failed
+        limit = max(s.deadline for s, _, _ in waits) - time.monotonic()
+        results = core.loop.run(_all_settled([w for _, _, w in waits]), max(limit, 0.0) + _LOOP_SLACK)
+        for (slot, reply, _), result in zip(waits, results, strict=True):
+            if isinstance(result, TimeoutError):
+                failed[slot] = (f"stalled: frame {reply.frame} did not come over VNC within "
+                                f"stall_timeout={core.stall_timeout:g} s; reconnecting")
+            elif isinstance(result, BaseException):
+                failed[slot] = f"VNC connection lost while waiting for frame {reply.frame}: {result}"
+            else:
+                pixels, _ = result
+                if pixels.shape == frames.shape[1:]:
+                    np.copyto(frames[slot.index], pixels)
+                slot.vnc_frame = None
+                slot.session.shared.vnc_frames += 1
+                self._written.add(slot.index)
+        return failed
 
     def _wait(self, sent: list[Slot], carried: list[Slot]) -> list[tuple[Slot, StepReply]]:
         """Read replies until every remote sent this step answered (carried ones are taken
@@ -284,7 +583,29 @@ class LockstepSteps:
 
 
 def _rewarder(slot: Slot) -> BlockingRewarder:
-    rewarder = slot.session.rewarder
-    assert isinstance(rewarder, BlockingRewarder)
+    rewarder = _rewarder_or_none(slot)
+    if rewarder is None:
+        raise ConnectionClosed(f"{slot.session.name}: its rewarder channel is not connected")
     return rewarder
+
+
+def _rewarder_or_none(slot: Slot) -> BlockingRewarder | None:
+    rewarder = slot.session.rewarder
+    return rewarder if isinstance(rewarder, BlockingRewarder) else None
+
+
+async def _vnc_frame(vnc: Any, shown: Any) -> tuple[np.ndarray, Any]:
+    """On the loop thread: once ``shown`` (a wait for a frame) is done, a copy of what
+    the VNC client shows and its tag (the stepping thread copies it into the batch)."""
+    vnc.resume_updates()
+    await shown
+    return vnc.framebuffer.copy(), vnc.tag
+
+
+async def _all_settled(waits: list[Any]) -> list[Any]:
+    return await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def _all(futures: list[Future[Any]]) -> None:
+    await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
 

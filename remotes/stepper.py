@@ -56,7 +56,6 @@ from typing import Any, Final
 
 import numpy as np
 
-from rewarder.blocking import BlockingRewarder
 from rewarder.client import RewarderClient
 from rewarder.errors import RewarderError
 from rewarder.protocol import FRAME_INFO_KEY, LOCKSTEP
@@ -90,9 +89,6 @@ DEFAULT_FPS: Final = 60.0
 #: that remote's newest frame: one period absorbs a busy machine's jitter without
 #: letting one slow remote halve everyone's step rate.
 WAIT_SLACK_FRAMES: Final = 1
-#: Seconds a lockstep step waits at least for a frame over VNC (its reply came in time,
-#: its frame follows at once unless the remote is in trouble).
-MIN_FRAME_WAIT: Final = 1.0
 #: Seconds a real-time step waits for the frame a reward names (rewarder and VNC travel
 #: separately), in frame periods.
 PAIRING_FRAMES: Final = 2
@@ -133,7 +129,7 @@ class Stepper:
         self.stall_frames = options.stall_frames
         self.stall_timeout = options.stall_timeout
         self.slots = [Slot(i, s) for i, s in enumerate(self.sessions)]
-        self._gate = FrameGate(self.slots)
+        self._gate = FrameGate(self.slots, hooks=self.mode != LOCKSTEP)
         #: The loop thread the sockets of real-time steps, resets and reconnects live on.
         self.loop = loop or shared_loop()
         self._lockstep = LockstepSteps(self)
@@ -164,9 +160,24 @@ class Stepper:
 
     # Connecting ---------------------------------------------------------------------------
 
-    async def connect(self) -> tuple[RemoteSnapshot, ...]:
-        """Connect every remote; raise :class:`RemoteUnavailable` naming those that did not
-        answer (after closing the others)."""
+    def connect(self, timeout: float) -> tuple[RemoteSnapshot, ...]:
+        """From the agent's thread: connect every remote (lockstep: from this thread;
+        real time: on the loop thread, giving up after ``timeout``); raise
+        :class:`RemoteUnavailable` naming those that did not answer (after closing the
+        others)."""
+        if self.mode != LOCKSTEP:
+            return self.loop.run(self._connect(), timeout)
+        self._lockstep.connect()
+        try:
+            self.configure()
+        except ValueError:
+            self._lockstep.close()
+            raise
+        for slot in self.slots:
+            slot.baseline()
+        return self.states()
+
+    async def _connect(self) -> tuple[RemoteSnapshot, ...]:
         results = await asyncio.gather(
             *(s.connect() for s in self.sessions), return_exceptions=True
         )
@@ -180,7 +191,7 @@ class Stepper:
                 raise failed[0][1]
             raise RemoteUnavailable.several([e for _, e in failed], self.num)
         try:
-            self._configure()
+            self.configure()
         except ValueError:
             await asyncio.gather(*(s.close() for s in self.sessions), return_exceptions=True)
             raise
@@ -188,7 +199,9 @@ class Stepper:
             slot.baseline()
         return self.states()
 
-    def _configure(self) -> None:
+    def configure(self) -> None:
+        """The fps and the batch's shape, from the remotes' describes (after a connect or
+        a reset, which may switch the env)."""
         describe = self.sessions[0].describe_body()
         self.fps = float(self.requested_fps or describe.get("fps") or DEFAULT_FPS)
         sizes = {s.screen_size for s in self.sessions}
@@ -207,12 +220,22 @@ class Stepper:
         """:meth:`states` as a coroutine (for ``LoopThread.run``)."""
         return self.states()
 
-    async def close(self) -> None:
-        """Stop reconnecting and close every session (idempotent)."""
+    def close(self, timeout: float) -> None:
+        """From the agent's thread: stop reconnecting and close every session
+        (idempotent; lockstep sessions from this thread, real-time ones on the loop
+        thread, giving up after ``timeout``)."""
         self.closed = True
-        tasks = [s.reconnect for s in self.slots if s.reconnect is not None]
+        probes = [s.reconnect for s in self.slots if s.reconnect is not None]
         for slot in self.slots:
             slot.reconnect = None
+        if self.mode == LOCKSTEP:
+            for probe in probes:
+                probe.cancel()  # a concurrent future: cancels its task on the loop
+            self._lockstep.close()
+        else:
+            self.loop.run(self._close(probes), timeout)
+
+    async def _close(self, tasks: list[Any]) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -220,15 +243,29 @@ class Stepper:
 
     # Resetting ------------------------------------------------------------------------------
 
-    async def reset(
+    def reset(
         self, seeds: Sequence[int | None], env_id: str | None = None
     ) -> tuple[Batch, tuple[RemoteSnapshot, ...]]:
-        """Start a new episode on every remote (switching to ``env_id`` if given),
-        reconnecting those that are away first (waiting up to ``start_timeout``)."""
+        """From the agent's thread: start a new episode on every remote (switching to
+        ``env_id`` if given), reconnecting those that are away first (waiting up to
+        ``start_timeout``). Lockstep runs in this thread, real time on the loop thread."""
         self._check_open()
         self._next_at = None
         if self.web is not None:
             self.web.answers.clear()  # an interrupted step's
+        if self.mode != LOCKSTEP:
+            return self.loop.run(self._reset(seeds, env_id))
+        infos = self._lockstep.reset(seeds, env_id)
+        self.instruct(infos)
+        frames = self.frames
+        assert frames is not None
+        n = self.num
+        batch = Batch(frames, np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), tuple(infos))
+        return batch, self.states()
+
+    async def _reset(
+        self, seeds: Sequence[int | None], env_id: str | None = None
+    ) -> tuple[Batch, tuple[RemoteSnapshot, ...]]:
         pairs = zip(self.slots, seeds, strict=True)
         results = await asyncio.gather(
             *(self._reset_slot(slot, seed, env_id, True) for slot, seed in pairs),
@@ -240,7 +277,7 @@ class Stepper:
                 if not isinstance(error, Exception):
                     raise error
             raise failed[0]
-        self._configure()  # a reset may switch the env (env_id here or the stepper's)
+        self.configure()  # a reset may switch the env (env_id here or the stepper's)
         frames = self.frames
         assert frames is not None
         infos = []
@@ -253,7 +290,7 @@ class Stepper:
             if rewarder is not None:  # the instruction a task sent with its reset
                 info["text"] = list(rewarder.peek().text)
             infos.append(info)
-        self._instruct(infos)
+        self.instruct(infos)
         n = self.num
         batch = Batch(frames.copy(), np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), tuple(infos))
         return batch, self.states()
@@ -261,11 +298,8 @@ class Stepper:
     async def _reset_slot(
         self, slot: Slot, seed: int | None, env_id: str | None, explicit: bool
     ) -> int | None:
-        """Reset one remote (an explicit reset reconnects it first if it is away)."""
+        """Real time: reset one remote (an explicit reset reconnects it first if away)."""
         session = slot.session
-        if isinstance(session.rewarder, BlockingRewarder):
-            session.rewarder.drop_outstanding()  # an interrupted step's reply is of no use now
-            slot.pending = slot.reply = None
         if explicit:
             slot.rng = None if seed is None else np.random.default_rng(seed)
             if slot.phase is Phase.AWAY or not session.connected or session.replaced:
@@ -316,17 +350,14 @@ class Stepper:
 
     def finish(
         self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-        infos: list[dict[str, Any]], same_step: bool, fresh: bool = False,
+        infos: list[dict[str, Any]], final: dict[int, tuple[np.ndarray, dict[str, Any]]] | None = None,
     ) -> Batch:
-        """:meth:`_finish` from the agent's thread (its autoresets on the loop thread).
-        ``fresh``: :attr:`frames` is this step's own array, never written again (a
-        lockstep step makes a new one each step): handed over without a copy."""
-        if same_step and (terminated.any() or truncated.any()):
-            return self.loop.run(self._finish(rewards, terminated, truncated, infos, same_step))
-        self._instruct(infos)
+        """A lockstep step's batch: :attr:`frames` is this step's own array, never written
+        again (a lockstep step makes a new one each step), handed over without a copy."""
+        self.instruct(infos)
         frames = self.frames
         assert frames is not None
-        return Batch(frames if fresh else frames.copy(), rewards, terminated, truncated, tuple(infos))
+        return Batch(frames, rewards, terminated, truncated, tuple(infos), final or {})
 
     async def _finish(
         self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
@@ -336,7 +367,7 @@ class Stepper:
         frames = self.frames
         assert frames is not None
         final: dict[int, tuple[np.ndarray, dict[str, Any]]] = {}
-        self._instruct(infos)  # the ended episodes' final infos get theirs
+        self.instruct(infos)  # the ended episodes' final infos get theirs
         if same_step:
             ended = [s for s in self.slots if terminated[s.index] or truncated[s.index]]
             if ended:
@@ -346,40 +377,8 @@ class Stepper:
                 resets = await self._autoresets(ended, None)
                 for slot in ended:
                     infos[slot.index] = resets[slot.index]
-                self._instruct(infos)
+                self.instruct(infos)
         return Batch(frames.copy(), rewards, terminated, truncated, tuple(infos), final)
-
-    async def frames_over_vnc(self, pairs: list[tuple[Slot, Any]]) -> dict[Slot, str]:
-        """Lockstep without shared memory: wait until each slot's VNC shows the frame its
-        reply names (until the slot's own deadline), and copy it into the batch (on the
-        loop thread, where VNC lives). Returns the slots whose frame did not come, with
-        why. A session without VNC (a parallel env's other players) is left alone: its
-        frame is player 0's."""
-        failed: dict[Slot, str] = {}
-
-        async def one(slot: Slot, reply: Any) -> None:
-            vnc = slot.session.vnc
-            if vnc is None:
-                slot.vnc_frame = None
-                return
-            vnc.resume_updates()
-            try:
-                await vnc.wait_frame(reply.frame, max(slot.deadline - time.monotonic(), MIN_FRAME_WAIT))
-            except TimeoutError:
-                failed[slot] = (f"stalled: frame {reply.frame} did not come over VNC within "
-                                f"stall_timeout={self.stall_timeout:g} s; reconnecting")
-                return
-            except (VNCError, OSError) as exc:
-                failed[slot] = f"VNC connection lost while waiting for frame {reply.frame}: {exc}"
-                return
-            frames = self.frames
-            assert frames is not None
-            if vnc.framebuffer.shape == frames.shape[1:]:
-                np.copyto(frames[slot.index], vnc.framebuffer)
-            slot.vnc_frame = None
-
-        await asyncio.gather(*(one(s, r) for s, r in pairs))
-        return failed
 
     async def _autoresets(
         self, slots: list[Slot], truncated: np.ndarray | None
@@ -414,7 +413,7 @@ class Stepper:
 
     async def _autoreset(self, slot: Slot) -> dict[str, Any]:
         """Start the slot's next episode and return its info; the frame is copied in."""
-        if slot.phase is Phase.ENDED and self.mode != LOCKSTEP:
+        if slot.phase is Phase.ENDED:
             episode = await self._next_episode(slot)
             slot.baseline(episode)
             if self.web is not None:
@@ -611,7 +610,7 @@ class Stepper:
                 info["frame"] = slot.returned
             info.update(self._latency(slot))
 
-    def _instruct(self, infos: list[dict[str, Any]]) -> None:
+    def instruct(self, infos: list[dict[str, Any]]) -> None:
         """Each info's instruction, and its page and last action (remotes.web)."""
         instruct(self.slots, infos)
         if self.web is not None:

@@ -299,9 +299,29 @@ class BlockingRewarder(ClientState):
     ) -> int:
         """Ask for a new episode; its id once the server replied (the buffer switches)."""
         with self._lock:
-            request = self._need_proto().reset(self.buffer.newest_episode_id or 0, env_id, seed, fps, mode)
-            reply, _ = self._call(protocol.RESET, request, timeout)
+            message_id = self.send_reset(env_id, seed, fps, mode)
+            reply: ResetReply = self.wait_reply(message_id, time.monotonic() + timeout)
             return int(reply.episode_id)
+
+    def send_reset(
+        self, env_id: str | None = None, seed: int | None = None, fps: float | None = None,
+        mode: str | None = None, obs: str = protocol.OBS_VNC,
+    ) -> int:
+        """Send ``v0.env.reset`` (past the newest episode this channel saw); its message id,
+        for :meth:`wait_reply` or :meth:`take_reply`. ``obs="shm"``: the reply names the
+        shared-memory segment holding the new episode's first frame, as a step's does."""
+        with self._lock:
+            newest = self.buffer.newest_episode_id or 0
+            request = self._need_proto().reset(newest, env_id, seed, fps, mode, obs)
+            return self._send_request(protocol.RESET, request)
+
+    def write_property(self, key: str, value: Any, timeout: float = PING_TIMEOUT) -> dict[str, Any]:
+        """Write the remote's property ``key`` (our extension); the reply's body.
+        :class:`RemoteError` names an unknown key, a read-only one or a bad value."""
+        with self._lock:
+            request = self._need_proto().properties("write", key, value)
+            reply, _ = self._call(protocol.PROPERTIES_WRITE, request, timeout)
+            return dict(reply.body)
 
     def wait_for_state(self, state: str, episode_id: int | None, timeout: float) -> Describe:
         """Wait for a describe with ``env_state == state`` (episode >= ``episode_id``)."""
@@ -315,13 +335,20 @@ class BlockingRewarder(ClientState):
                     return d
                 self._read_some(deadline)
 
-    def send_step(self, events: Sequence[Sequence[Any]], frames: int, obs: str) -> int:
-        """Send ``v0.env.step``; its message id, for :meth:`take_reply`."""
+    def send_step(
+        self, action: str | Sequence[Sequence[Any]], frames: int, obs: str, settle: bool = False,
+    ) -> int:
+        """Send ``v0.env.step`` (input events, or a browser remote's action string; ``settle``:
+        the remote answers once its screen is still); its message id, for :meth:`take_reply`."""
         with self._lock:
-            message_id, data = self._need_proto().step(self.episode_id or 0, list(events), frames, obs)
-            self.outstanding[message_id] = protocol.STEP  # first: an interrupt after the send
-            self._send(data)
-            return message_id
+            request = self._need_proto().step(self.episode_id or 0, action, frames, obs, settle)
+            return self._send_request(protocol.STEP, request)
+
+    def _send_request(self, method: str, request: tuple[int, bytes]) -> int:
+        message_id, data = request
+        self.outstanding[message_id] = method  # first: an interrupt after the send
+        self._send(data)
+        return message_id
 
     def take_reply(self, message_id: Any, read: bool = True) -> StepReply | None:
         """The reply to ``message_id`` if it arrived (raising :class:`RemoteError` if the
@@ -569,7 +596,10 @@ class BlockingRewarder(ClientState):
         elif kind is Reward:
             self._rewards += 1
             self.buffer.file(event)  # type: ignore[arg-type]
-        elif kind is Text or kind is Observation:
+        elif kind is Observation:
+            self.buffer.file(event)  # type: ignore[arg-type]
+            self.heard(event)  # type: ignore[arg-type]
+        elif kind is Text:
             self.buffer.file(event)  # type: ignore[arg-type]
         elif kind is Close and self._describe is None:  # the first message: a refusal
             self._refused = event.message  # type: ignore[union-attr]

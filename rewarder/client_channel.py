@@ -104,6 +104,8 @@ class ClientChannel(ClientState):
         self._proto: ClientConnection | None = None
         self._ready = False
         self._pending: dict[Any, tuple[str, asyncio.Future[Any]]] = {}
+        #: Actions waiting for their answer (the observation naming them by ``action_id``).
+        self._answers: dict[Any, asyncio.Future[Any]] = {}
         self._changed = asyncio.Event()
         self._supervisor: asyncio.Task[None] | None = None
         self._messages = 0
@@ -304,6 +306,7 @@ class ClientChannel(ClientState):
         self._ready = False
         self._describe = None
         pending, self._pending = self._pending, {}
+        self._answers.clear()  # their futures are in pending too
         for method, future in pending.values():
             if not future.done():
                 future.set_exception(
@@ -357,6 +360,13 @@ class ClientChannel(ClientState):
 
     def _on_episode_event(self, event: Text | Observation) -> None:
         self.buffer.file(event)
+        if type(event) is Observation:
+            self.heard(event)
+            body = event.observation
+            if isinstance(body, dict):
+                answer = self._answers.pop(body.get("action_id"), None)
+                if answer is not None and not answer.done():
+                    answer.set_result(body)
 
     def _on_describe(self, event: Describe) -> None:
         self._describe = event

@@ -9,8 +9,10 @@ reads either.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .errors import RewarderError
-from .protocol import Describe
+from .protocol import Describe, Observation
 from .reward_buffer import RewardBuffer
 
 
@@ -25,6 +27,16 @@ class ClientState:
         self._closed = False
         self._rtt: float | None = None
         self._skew: tuple[float, float] | None = None
+        #: Called with every ``v0.env.observation`` as it is filed (where the client reads:
+        #: the loop thread for the asyncio client, whoever reads the blocking one); one
+        #: listener, e.g. a browser env's page tap (remotes.web).
+        self.on_observation: Callable[[Observation], None] | None = None
+
+    def heard(self, event: Observation) -> None:
+        """Hand an observation to :attr:`on_observation` (the shells call this)."""
+        listener = self.on_observation
+        if listener is not None:
+            listener(event)
 
     @property
     def closed(self) -> bool:
