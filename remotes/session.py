@@ -1,16 +1,20 @@
 """One remote's two channels, paired: what the stepping core drives.
 
 Holds :class:`RemoteSession`, :class:`RemoteSnapshot` (a frozen snapshot of a session for
-the agent's thread), :class:`RemoteUnavailable` and :func:`answers` (is a remote
-listening and alive?). A session owns a :class:`~vncdriver.client.VNCClient` and a
-:class:`~rewarder.client.RewarderClient` (either may be absent for VNC-only or
-rewarder-only addresses), connects them together, resets through the rewarder's
+the agent's thread) and :func:`answers` (is a remote listening and alive?);
+:class:`~remotes.unavailable.RemoteUnavailable` is re-exported. A session owns a
+:class:`~vncdriver.client.VNCClient` and a rewarder channel — a real-time
+:class:`~rewarder.client.RewarderClient` or a lockstep
+:class:`~rewarder.blocking.BlockingRewarder` (either client may be absent for VNC-only
+or rewarder-only addresses) — connects them together, resets through the rewarder's
 episode handshake and reads frame + reward per step.
 
-**Loop thread only.** A session's fields change on the env's event loop (a reconnect
-sets ``vnc``/``rewarder`` to None and back); read them only from coroutines run there
-(``LoopThread.run``). The agent's thread gets :class:`RemoteSnapshot` snapshots instead
-(``RemoteEnv.remote``, ``RemoteVectorEnv.remotes``); see :mod:`remotes.loop`.
+**Whose thread.** A real-time session's fields change on the env's event loop (a
+reconnect sets ``vnc``/``rewarder`` to None and back): read them only from coroutines
+run there (``LoopThread.run``). A lockstep session connects, resets and closes from the
+thread that steps it (:meth:`RemoteSession.connect_here`, :meth:`RemoteSession.close_here`),
+its VNC client alone living on the loop. The agent's thread gets :class:`RemoteSnapshot`
+snapshots (``RemoteEnv.remote``, ``RemoteVectorEnv.remotes``); see :mod:`remotes.loop`.
 """
 
 from __future__ import annotations
