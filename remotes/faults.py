@@ -2,7 +2,7 @@
 bringing it back.
 
 Holds the limits (:data:`STALL_FRAMES`, :data:`STALL_TIMEOUT`, :data:`RECONNECT_POLL`,
-...) and :class:`Faults`, the collaborator of :class:`~remotes.stepper.Stepper` that decides
+...) and :class:`Faults`, the stepping core's collaborator that decides
 a remote is lost, ends its episode with the reason, idles its slot and reconnects it in
 the background (the module docstring of :mod:`remotes.stepper` says what an agent
 sees). Real time on the loop thread; lockstep in the stepping thread, where a lost
@@ -27,7 +27,7 @@ from .session import RemoteSession, RemoteUnavailable, answers
 from .slot import Phase, Slot
 
 if TYPE_CHECKING:
-    from .stepper import Stepper
+    from .lane import Lane
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +53,12 @@ TAGLESS_STALL_SECONDS: Final = 2 * HEARTBEAT_INTERVAL + 1.0
 
 
 class Faults:
-    """Fault handling for a :class:`~remotes.stepper.Stepper` (``core``): whether a remote
-    is lost, ending its episode with the reason, idling its slot and bringing it back.
-    It reads the core's slots and settings and copies frames through it; the core asks
-    it at each step."""
+    """Fault handling for ``lane``'s slots: whether a remote is lost, ending its episode
+    with the reason, idling its slot and bringing it back. It reads the lane's settings
+    and copies frames into its batch; the steps ask it at each step."""
 
-    def __init__(self, core: Stepper) -> None:
-        self.core = core
+    def __init__(self, lane: Lane) -> None:
+        self.lane = lane
 
     async def come_back(self, slot: Slot) -> None:
         """Real time: wait (up to ``start_timeout``) for an away slot's reconnection, or
@@ -68,13 +67,13 @@ class Faults:
         assert not isinstance(task, Future), "a lockstep slot comes back in the stepping thread"
         if task is not None and not task.done():
             try:
-                async with asyncio.timeout(self.core.start_timeout):
+                async with asyncio.timeout(self.lane.start_timeout):
                     await asyncio.shield(task)
             except TimeoutError:
                 slot.reconnect = task  # it goes on trying
                 raise RemoteUnavailable(
                     slot.session.name,
-                    f"did not come back within start_timeout={self.core.start_timeout:g} s "
+                    f"did not come back within start_timeout={self.lane.start_timeout:g} s "
                     f"(last error: {slot.error})",
                 ) from None
         session = slot.session
@@ -89,7 +88,7 @@ class Faults:
 
     def _stall_after(self, slot: Slot) -> float:
         if slot.tags:
-            return self.core.stall_frames / self.core.fps
+            return self.lane.stall_frames / self.lane.fps
         return TAGLESS_STALL_SECONDS
 
     def _progress(self, slot: Slot, now: float) -> float:
@@ -117,12 +116,12 @@ class Faults:
             )
         if not session.connected:
             return session.error or "connection lost"
-        if self.core.mode == LOCKSTEP:
+        if self.lane.mode == LOCKSTEP:
             return None  # each step's reply has its own deadline (remotes.lockstep)
         silent = now - self._progress(slot, now)
-        if silent > max(self.core.stall_timeout, self._stall_after(slot)):
+        if silent > max(self.lane.stall_timeout, self._stall_after(slot)):
             return (
-                f"stalled: no new frame for {silent:.1f} s (stall_timeout={self.core.stall_timeout:g} s); "
+                f"stalled: no new frame for {silent:.1f} s (stall_timeout={self.lane.stall_timeout:g} s); "
                 "the remote is hung, stopped or starved of CPU; reconnecting"
             )
         return None
@@ -162,7 +161,7 @@ class Faults:
         elif truncated is not None:
             truncated[i] = True
         info.update({"remote.connected": False, "remote.error": reason, "remote.name": session.name})
-        if self.core.mode != LOCKSTEP:
+        if self.lane.mode != LOCKSTEP:
             info["remote.stalled"] = reason.startswith("stalled")
         log.warning("remote %s: %s", session.name, reason)
         slot.phase = Phase.AWAY
@@ -171,10 +170,10 @@ class Faults:
         slot.target = None
         slot.pending = slot.reply = None
         if session.lockstep:  # in the stepping thread: closed here, probed on the loop
-            session.close_here(self.core.loop, wait=False)
-            if not self.core.closed:
+            session.close_here(self.lane.loop, wait=False)
+            if not self.lane.closed:
                 self.reconnect_later(slot)
-        elif not self.core.closed:
+        elif not self.lane.closed:
             slot.reconnect = asyncio.get_running_loop().create_task(
                 self._reconnect(slot), name=f"reconnect {session.name}"
             )
@@ -183,7 +182,7 @@ class Faults:
     def reconnect_later(self, slot: Slot) -> None:
         """Lockstep: probe the slot's remote on the loop thread until it answers (or was
         replaced); the step that finds it answering connects it (remotes.lockstep)."""
-        slot.reconnect = self.core.loop.submit(self._probe(slot))
+        slot.reconnect = self.lane.loop.submit(self._probe(slot))
 
     def answering(self, slot: Slot) -> bool:
         """Lockstep: whether the probe of an away slot's remote found it answering."""
@@ -203,10 +202,10 @@ class Faults:
     def away(self, slot: Slot, truncated: np.ndarray | None) -> dict[str, Any]:
         """A step of a slot that is away: idle, or back (see the module docstring)."""
         back = came_back(slot.reconnect)
-        if back and slot.away_steps == 0 and not self.core.same_step:
+        if back and slot.away_steps == 0 and not self.lane.same_step:
             slot.reconnect = None
             slot.baseline()
-            self.core.copy_frame(slot)
+            self.lane.copy_frame(slot)
             info: dict[str, Any] = {
                 "episode_id": slot.session.rewarder.episode_id if slot.session.rewarder else None,
                 "remote.connected": True, "remote.reconnected": True, "remote.name": slot.session.name,
@@ -222,7 +221,7 @@ class Faults:
             return {"remote.connected": False, "remote.back": True}
         slot.away_steps += 1
         info = {"remote.connected": False, "remote.error": slot.error}
-        if self.core.mode != LOCKSTEP:
+        if self.lane.mode != LOCKSTEP:
             info["remote.stalled"] = False
         return info
 
@@ -246,8 +245,8 @@ class Faults:
                             await session.connect(start_timeout=RECONNECT_ATTEMPT_TIMEOUT)
                             self.check_size(session)
                             await session.reset(
-                                env_id=self.core.env_id, seed=slot.next_seed(), fps=self.core.requested_fps,
-                                mode=session.mode_request(self.core.mode),
+                                env_id=self.lane.env_id, seed=slot.next_seed(), fps=self.lane.requested_fps,
+                                mode=session.mode_request(self.lane.mode),
                             )
                         return True
                     except (RemoteUnavailable, TimeoutError, ValueError) as exc:
@@ -260,7 +259,7 @@ class Faults:
 
     def check_size(self, session: RemoteSession) -> None:
         """Refuse (ValueError) a remote that came back with another screen size."""
-        frames = self.core.frames
+        frames = self.lane.frames
         width, height = session.screen_size
         if frames is not None and frames.shape[1:3] != (height, width):
             raise ValueError(

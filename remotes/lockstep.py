@@ -1,6 +1,6 @@
-"""Lockstep steps in the agent's own thread: the stepping core's fast path.
+"""Lockstep steps in the agent's own thread: the stepping lane's fast path.
 
-Holds :class:`LockstepSteps`, the part of :class:`~remotes.stepper.Stepper` that runs a
+Holds :class:`LockstepSteps`, the stepping core's lane that runs a
 lockstep step, and its limits. A lockstep step is a request and a reply per remote, back
 to back: each remote's :class:`~rewarder.blocking.BlockingRewarder` sends its step, then
 the replies are read as they come (one blocking read for a single remote; ``poll`` over
@@ -42,14 +42,15 @@ from rewarder.errors import ConnectionClosed, RemoteError, RewarderError
 from rewarder.protocol import ResetReply, StepReply
 from vncdriver.errors import VNCError
 
-from .faults import RECONNECT_ATTEMPT_TIMEOUT, error_text, relocate
+from .faults import RECONNECT_ATTEMPT_TIMEOUT, Faults, error_text, relocate
 from .session import RESET_TIMEOUT, RemoteUnavailable
 from .slot import Phase, Slot
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .stepper import Batch, Stepper
+    from .lane import Batch, Lane
+    from .web import WebSteps
 
 #: Seconds a vector step waits, after the latest reply of this step came in, for the
 #: remotes whose replies are still out before it returns without them (they are
@@ -68,11 +69,11 @@ MIN_FRAME_WAIT: Final = 1.0
 
 
 class LockstepSteps:
-    """Runs lockstep connects, resets and steps for ``core`` (its slots, frames and
-    faults), all in the calling thread."""
+    """Runs lockstep connects, resets and steps of ``lane``'s slots, all in the calling
+    thread, with ``faults`` deciding losses and ``web`` the page side (if the env has one)."""
 
-    def __init__(self, core: Stepper) -> None:
-        self.core = core
+    def __init__(self, lane: Lane, faults: Faults, web: WebSteps | None) -> None:
+        self.lane, self.faults, self.web = lane, faults, web
         #: Rows of this step's batch that a frame was written into.
         self._written: set[int] = set()
 
@@ -82,12 +83,12 @@ class LockstepSteps:
         """Connect every session from this thread (each one's VNC meanwhile on the loop);
         raise :class:`RemoteUnavailable` naming those that did not answer (after closing
         the others)."""
-        core = self.core
+        lane = self.lane
         failed: list[RemoteUnavailable] = []
         try:
-            for session in core.sessions:
+            for session in lane.sessions:
                 try:
-                    session.connect_here(core.loop)
+                    session.connect_here(lane.loop)
                 except RemoteUnavailable as exc:
                     failed.append(exc)
         except BaseException:
@@ -95,51 +96,51 @@ class LockstepSteps:
             raise
         if failed:
             self.close()
-            if len(failed) == 1 and core.num == 1:
+            if len(failed) == 1 and lane.num == 1:
                 raise failed[0]
-            raise RemoteUnavailable.several(failed, core.num)
+            raise RemoteUnavailable.several(failed, lane.num)
 
     def close(self) -> None:
         """Close every session from this thread (their VNC clients together, on the loop)."""
-        core = self.core
-        closing = [s.close_here(core.loop, wait=False) for s in core.sessions]
+        lane = self.lane
+        closing = [s.close_here(lane.loop, wait=False) for s in lane.sessions]
         waits = [f for f in closing if f is not None]
-        if waits and not core.loop.forked:
+        if waits and not lane.loop.forked:
             try:
-                core.loop.run(_all(waits))
+                lane.loop.run(_all(waits))
             except (RuntimeError, TimeoutError):
                 pass
 
     def come_back(self, slot: Slot) -> None:
         """An explicit reset of an away slot: stop probing and connect it now (dialling
         for up to ``start_timeout``)."""
-        core = self.core
+        lane = self.lane
         probe, slot.reconnect = slot.reconnect, None
         if probe is not None:
             probe.cancel()
         session = slot.session
         if session.locate is not None:
-            core.loop.run(relocate(session))
-        session.connect_here(core.loop)
+            lane.loop.run(relocate(session))
+        session.connect_here(lane.loop)
 
     def _back(self, slot: Slot, same_step: bool) -> bool:
         """Whether an away slot is back in this step: its remote answers the probe, no
         idle stretch must end first (remotes.stepper, "Faults"), and it connects."""
-        faults = self.core.faults
+        faults = self.faults
         return faults.answering(slot) and slot.away_steps == 0 and not same_step and self._reconnect(slot)
 
     def _reconnect(self, slot: Slot) -> bool:
         """The step that finds a lost remote answering connects it here; False (probing
         again, the slot idles) if that fails."""
-        core, session = self.core, slot.session
+        lane, session = self.lane, slot.session
         try:
             if session.locate is not None:
-                core.loop.run(relocate(session))
-            session.connect_here(core.loop, RECONNECT_ATTEMPT_TIMEOUT)
-            core.faults.check_size(session)
+                lane.loop.run(relocate(session))
+            session.connect_here(lane.loop, RECONNECT_ATTEMPT_TIMEOUT)
+            self.faults.check_size(session)
         except (RemoteUnavailable, ValueError) as exc:
             slot.error = f"reconnecting: {error_text(exc)}"
-            core.faults.reconnect_later(slot)
+            self.faults.reconnect_later(slot)
             return False
         slot.reconnect = None
         return True
@@ -149,26 +150,26 @@ class LockstepSteps:
     def reset(self, seeds: Sequence[int | None], env_id: str | None) -> list[dict[str, Any]]:
         """Start a new episode on every remote (switching to ``env_id`` if given),
         reconnecting those that are away first; each first frame into a new
-        :attr:`Stepper.frames`; the infos. Raises :class:`RemoteUnavailable`."""
-        core = self.core
-        for slot, seed in zip(core.slots, seeds, strict=True):
+        :attr:`Lane.frames`; the infos. Raises :class:`RemoteUnavailable`."""
+        lane = self.lane
+        for slot, seed in zip(lane.slots, seeds, strict=True):
             self._drop_step(slot)
             slot.rng = None if seed is None else np.random.default_rng(seed)
             session = slot.session
             if slot.phase is Phase.AWAY or not session.connected or session.replaced:
                 self.come_back(slot)
         sent = {}
-        for slot, seed in zip(core.slots, seeds, strict=True):
-            if core.web is not None:
-                core.web.before_reset_here(slot, True)
+        for slot, seed in zip(lane.slots, seeds, strict=True):
+            if self.web is not None:
+                self.web.before_reset_here(slot, True)
             sent[slot] = self._send_reset(slot, seed, env_id)
         deadline = time.monotonic() + RESET_TIMEOUT
         replies = {slot: self._reset_reply(slot, sent[slot], seed, env_id, deadline)
-                   for slot, seed in zip(core.slots, seeds, strict=True)}
-        core.configure()  # a reset may switch the env (env_id here or the stepper's)
-        previous = core.frames
+                   for slot, seed in zip(lane.slots, seeds, strict=True)}
+        lane.configure()  # a reset may switch the env (env_id here or the stepper's)
+        previous = lane.frames
         assert previous is not None
-        core.frames = np.empty_like(previous)
+        lane.frames = np.empty_like(previous)
         infos = []
         for slot, reply in replies.items():
             self._begin(slot, reply, deadline)
@@ -188,12 +189,12 @@ class LockstepSteps:
 
     def _send_reset(self, slot: Slot, seed: int | None, env_id: str | None) -> int:
         """Send the slot's reset (its first frame into shared memory if it can)."""
-        core, session = self.core, slot.session
+        lane, session = self.lane, slot.session
         session.shared.new_episode()
         try:
             return _rewarder(slot).send_reset(
-                env_id=env_id or core.env_id, seed=seed, fps=core.requested_fps,
-                mode=session.mode_request(core.mode), obs=session.shared.obs,
+                env_id=env_id or lane.env_id, seed=seed, fps=lane.requested_fps,
+                mode=session.mode_request(lane.mode), obs=session.shared.obs,
             )
         except (RewarderError, OSError, AssertionError) as exc:
             raise RemoteUnavailable(session.name, "reset failed", exc) from exc
@@ -208,7 +209,7 @@ class LockstepSteps:
         try:
             reply: ResetReply = rewarder.wait_reply(message_id, deadline)
             rewarder.wait_for_state("running", reply.episode_id, max(deadline - time.monotonic(), 0.0))
-            web = self.core.web
+            web = self.web
             if web is not None and web.after_reset_here(slot, reply.episode_id):
                 return self._reset_reply(slot, self._send_reset(slot, seed, env_id), seed, env_id, deadline)
         except (RewarderError, OSError) as exc:
@@ -220,8 +221,8 @@ class LockstepSteps:
     def _begin(self, slot: Slot, reply: ResetReply, deadline: float) -> None:
         """The slot's new episode begins: its first frame into the batch, from shared
         memory (or, if it cannot be used, over VNC from the loop thread)."""
-        core, session = self.core, slot.session
-        frames = core.frames
+        lane, session = self.lane, slot.session
+        frames = lane.frames
         assert frames is not None
         slot.baseline(reply.episode_id)
         slot.error = None
@@ -235,7 +236,7 @@ class LockstepSteps:
             timeout = max(deadline - time.monotonic(), MIN_FRAME_WAIT)
             shown = asyncio.wait_for(session.show_episode(reply.episode_id), timeout)
             try:
-                pixels, tag = core.loop.run(_vnc_frame(session.vnc, shown), timeout + _LOOP_SLACK)
+                pixels, tag = lane.loop.run(_vnc_frame(session.vnc, shown), timeout + _LOOP_SLACK)
             except (VNCError, OSError, TimeoutError) as exc:
                 raise RemoteUnavailable(session.name, "the new episode's first frame did not come "
                                         "over VNC", exc) from exc
@@ -256,7 +257,6 @@ class LockstepSteps:
         """The autoresets ``sent`` (slot -> message id, seed) of ``starting`` slots: each new
         episode's first frame into the batch and its info; a slot whose reset fails is
         lost (and ``truncated`` if given)."""
-        core = self.core
         out: dict[int, dict[str, Any]] = {}
         deadline = time.monotonic() + RESET_TIMEOUT
         for slot in starting:
@@ -267,7 +267,7 @@ class LockstepSteps:
                 reply = self._reset_reply(slot, message_id, seed, None, deadline)
                 self._begin(slot, reply, deadline)
             except RemoteUnavailable as exc:
-                out[slot.index] = core.faults.lose(slot, error_text(exc), None, truncated)
+                out[slot.index] = self.faults.lose(slot, error_text(exc), None, truncated)
                 continue
             info: dict[str, Any] = {"episode_id": reply.episode_id, "remote.connected": True}
             if slot in reconnected:
@@ -284,8 +284,8 @@ class LockstepSteps:
         sent = {}
         for slot in starting:
             self._drop_step(slot)
-            if self.core.web is not None:
-                self.core.web.before_reset_here(slot, False)
+            if self.web is not None:
+                self.web.before_reset_here(slot, False)
             seed = slot.next_seed()
             try:
                 sent[slot] = (self._send_reset(slot, seed, None), seed)
@@ -296,10 +296,10 @@ class LockstepSteps:
     def step(
         self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
     ) -> Batch:
-        core = self.core
-        rewarders = [_rewarder_or_none(slot) for slot in core.slots]
-        rewards, terminated, truncated, infos = core.outcome()
-        core.same_step = same_step
+        lane = self.lane
+        rewarders = [_rewarder_or_none(slot) for slot in lane.slots]
+        rewards, terminated, truncated, infos = lane.outcome()
+        lane.same_step = same_step
         now = time.monotonic()
         sent: list[Slot] = []
         carried: list[Slot] = []
@@ -308,18 +308,18 @@ class LockstepSteps:
         # A new batch each step, handed to the agent as it is (no copy at the end): rows of
         # remotes that send no step now keep their previous frame, copied in before anyone
         # else writes; the others are written by their reply (or copied at the end).
-        previous = core.frames
+        previous = lane.frames
         assert previous is not None
         batch = np.empty_like(previous)
-        for slot in core.slots:
+        for slot in lane.slots:
             i = slot.index
             if slot.phase is not Phase.RUNNING or slot.pending is not None or slot.reply is not None or (
                 active is not None and not active[i]
             ):
                 np.copyto(batch[i], previous[i])
-        core.frames = batch  # (after the copies: an interrupt before leaves the old batch)
+        lane.frames = batch  # (after the copies: an interrupt before leaves the old batch)
         self._written = set()
-        for slot in core.slots:
+        for slot in lane.slots:
             i = slot.index
             if active is not None and not active[i]:
                 continue
@@ -328,16 +328,16 @@ class LockstepSteps:
                     reconnected.add(slot)
                     starting.append(slot)
                 else:
-                    infos[i] = core.faults.away(slot, truncated)
+                    infos[i] = self.faults.away(slot, truncated)
                 continue
             if slot.pending is None and slot.reply is None:
                 self._adopt(slot, now)
             if slot.pending is not None or slot.reply is not None:
                 carried.append(slot)  # a step still out (a straggler, an interrupted step)
                 continue
-            reason = core.faults.lost_reason(slot, now)
+            reason = self.faults.lost_reason(slot, now)
             if reason is not None:
-                infos[i] = core.faults.lose(slot, reason, rewards, truncated)
+                infos[i] = self.faults.lose(slot, reason, rewards, truncated)
                 continue
             if slot.phase is not Phase.RUNNING:
                 starting.append(slot)
@@ -347,16 +347,16 @@ class LockstepSteps:
             if rewarder is None:
                 raise RuntimeError("a lockstep session needs a blocking rewarder channel")
             try:
-                if core.web is not None:  # an action string goes the web way (remotes.web)
-                    slot.pending = core.web.lockstep_send(
-                        slot, rewarder, actions[i], core.frameskip, session.shared.obs
+                if self.web is not None:  # an action string goes the web way (remotes.web)
+                    slot.pending = self.web.lockstep_send(
+                        slot, rewarder, actions[i], lane.frameskip, session.shared.obs
                     )
                 else:
-                    slot.pending = rewarder.send_step(actions[i], core.frameskip, session.shared.obs)
+                    slot.pending = rewarder.send_step(actions[i], lane.frameskip, session.shared.obs)
             except (ConnectionClosed, OSError) as exc:
-                infos[i] = core.faults.lose(slot, error_text(exc), rewards, truncated)
+                infos[i] = self.faults.lose(slot, error_text(exc), rewards, truncated)
                 continue
-            slot.deadline = now + core.stall_timeout
+            slot.deadline = now + lane.stall_timeout
             sent.append(slot)
         resets = self._send_autoresets(starting) if starting else {}
         failed: dict[Slot, str] = {}
@@ -370,16 +370,16 @@ class LockstepSteps:
             i = slot.index
             if slot in failed:  # the step happened, its frame did not come
                 reply, slot.reply, slot.vnc_frame = slot.reply, None, None
-                infos[i] = core.faults.lose(slot, failed[slot], rewards, truncated)
+                infos[i] = self.faults.lose(slot, failed[slot], rewards, truncated)
                 rewards[i] += reply.reward  # what the step earned is not lost with the frame
             elif slot.reply is not None:
                 infos[i] = self._deliver(slot, rewards, terminated, truncated)
             elif not slot.session.connected:
                 reason = slot.session.error or "connection lost"
-                infos[i] = core.faults.lose(slot, reason, rewards, truncated)
+                infos[i] = self.faults.lose(slot, reason, rewards, truncated)
             elif time.monotonic() >= slot.deadline:
-                reason = f"stalled: no reply within stall_timeout={core.stall_timeout:g} s; reconnecting"
-                infos[i] = core.faults.lose(slot, reason, rewards, truncated)
+                reason = f"stalled: no reply within stall_timeout={lane.stall_timeout:g} s; reconnecting"
+                infos[i] = self.faults.lose(slot, reason, rewards, truncated)
             else:
                 infos[i] = {
                     "remote.connected": True, "remote.waiting": True,
@@ -394,7 +394,7 @@ class LockstepSteps:
                 np.copyto(batch[slot.index], previous[slot.index])
         if same_step and (terminated.any() or truncated.any()):
             return self._same_step(rewards, terminated, truncated, infos)
-        return core.finish(rewards, terminated, truncated, infos)
+        return lane.finish(rewards, terminated, truncated, infos, copy=False)
 
     def _same_step(
         self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
@@ -402,13 +402,13 @@ class LockstepSteps:
     ) -> Batch:
         """``SAME_STEP``: each episode that ended in this step keeps its final frame and
         info, and its next one starts now, here."""
-        core = self.core
-        frames = core.frames
+        lane = self.lane
+        frames = lane.frames
         assert frames is not None
-        core.instruct(infos)  # the ended episodes' final infos get theirs
-        ended = [s for s in core.slots if terminated[s.index] or truncated[s.index]]
+        lane.instruct(infos)  # the ended episodes' final infos get theirs
+        ended = [s for s in lane.slots if terminated[s.index] or truncated[s.index]]
         final = {s.index: (frames[s.index].copy(), infos[s.index]) for s in ended}
-        core.same_step = False  # the autoresets below start the new episodes
+        lane.same_step = False  # the autoresets below start the new episodes
         starting = []
         reconnected = set()
         for slot in ended:
@@ -418,19 +418,19 @@ class LockstepSteps:
                 reconnected.add(slot)
                 starting.append(slot)
             else:
-                infos[slot.index] = core.faults.away(slot, None)
+                infos[slot.index] = self.faults.away(slot, None)
         resets = self._autoresets(starting, self._send_autoresets(starting), None, reconnected)
         for slot in starting:
             infos[slot.index] = resets[slot.index]
-        return core.finish(rewards, terminated, truncated, infos, final)
+        return lane.finish(rewards, terminated, truncated, infos, final, copy=False)
 
     def _frames_over_vnc(self, pairs: list[tuple[Slot, StepReply]]) -> dict[Slot, str]:
         """Lockstep without shared memory: each slot's frame as its VNC shows it (waited
         for on the loop thread, where VNC lives, until the slot's own deadline) into the
         batch. Returns the slots whose frame did not come, with why. A session without
         VNC (a parallel env's other players) is left alone: its frame is player 0's."""
-        core = self.core
-        frames = core.frames
+        lane = self.lane
+        frames = lane.frames
         assert frames is not None
         failed: dict[Slot, str] = {}
         waits = []
@@ -444,11 +444,11 @@ class LockstepSteps:
         if not waits:
             return failed
         limit = max(s.deadline for s, _, _ in waits) - time.monotonic()
-        results = core.loop.run(_all_settled([w for _, _, w in waits]), max(limit, 0.0) + _LOOP_SLACK)
+        results = lane.loop.run(_all_settled([w for _, _, w in waits]), max(limit, 0.0) + _LOOP_SLACK)
         for (slot, reply, _), result in zip(waits, results, strict=True):
             if isinstance(result, TimeoutError):
                 failed[slot] = (f"stalled: frame {reply.frame} did not come over VNC within "
-                                f"stall_timeout={core.stall_timeout:g} s; reconnecting")
+                                f"stall_timeout={lane.stall_timeout:g} s; reconnecting")
             elif isinstance(result, BaseException):
                 failed[slot] = f"VNC connection lost while waiting for frame {reply.frame}: {result}"
             else:
@@ -520,7 +520,7 @@ class LockstepSteps:
         if isinstance(rewarder, BlockingRewarder):
             sent = rewarder.outstanding_step()
             if sent is not None:
-                slot.pending, slot.deadline = sent, now + self.core.stall_timeout
+                slot.pending, slot.deadline = sent, now + self.lane.stall_timeout
 
     def _wait_one(self, slot: Slot) -> StepReply | None:
         """The lone remote's reply (None: its deadline passed or the connection ended)."""
@@ -541,7 +541,7 @@ class LockstepSteps:
             return
         slot.pending = None
         slot.reply = reply
-        frames = self.core.frames
+        frames = self.lane.frames
         assert frames is not None
         session = slot.session
         slot.vnc_frame = None
@@ -565,7 +565,7 @@ class LockstepSteps:
         i, session = slot.index, slot.session
         rewards[i], terminated[i] = reply.reward, reply.done
         slot.steps += 1
-        limit = self.core.max_episode_steps
+        limit = self.lane.max_episode_steps
         truncated[i] = limit is not None and slot.steps >= limit and not reply.done
         slot.returned, slot.episode = reply.frame, reply.episode_id
         if slot.seen is None or reply.frame > slot.seen:

@@ -53,8 +53,8 @@ from rewarder.protocol import Observation
 from .options import PAGE, SETTLE_STEPS, WEB_ACTIONS, EnvOptions
 
 if TYPE_CHECKING:
+    from .lane import Lane
     from .slot import FrameGate, Slot
-    from .stepper import Stepper
 
 #: Characters of one action string: what the remote's parser takes (longer ones are
 #: refused before they are sent).
@@ -235,13 +235,12 @@ class Answer:
 class WebSteps:
     """The web side of :class:`~remotes.stepper.Stepper`'s resets and steps."""
 
-    def __init__(self, core: Stepper) -> None:
-        options = core.options
-        self.core = core
+    def __init__(self, lane: Lane) -> None:
+        options = lane.options
         self.page = PAGE in options.observations
         self.strings = options.actions == WEB_ACTIONS
         self.settle = options.step_mode == SETTLE_STEPS
-        self.taps = [PageTap() for _ in core.slots]
+        self.taps = [PageTap() for _ in lane.slots]
         #: This step's action of each slot that sent one the web way, by slot index.
         self.answers: dict[int, Answer] = {}
         #: The env each slot's remote served before the reset under way.
