@@ -182,8 +182,8 @@ class LockstepSteps:
 
     def _drop_step(self, slot: Slot) -> None:
         """An interrupted step's reply is of no use once a reset is under way."""
-        rewarder = slot.session.rewarder
-        if isinstance(rewarder, BlockingRewarder):
+        rewarder = slot.session.lockstep_channel
+        if rewarder is not None:
             rewarder.drop_outstanding()
         slot.pending = slot.reply = None
 
@@ -297,7 +297,7 @@ class LockstepSteps:
         self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
     ) -> Batch:
         lane = self.lane
-        rewarders = [_rewarder_or_none(slot) for slot in lane.slots]
+        rewarders = [slot.session.lockstep_channel for slot in lane.slots]
         rewards, terminated, truncated, infos = lane.outcome()
         lane.same_step = same_step
         now = time.monotonic()
@@ -516,8 +516,8 @@ class LockstepSteps:
     def _adopt(self, slot: Slot, now: float) -> None:
         """A step request sent by an interrupted step before the slot noted it (Ctrl-C
         between the send and the bookkeeping) is the slot's step still out."""
-        rewarder = slot.session.rewarder
-        if isinstance(rewarder, BlockingRewarder):
+        rewarder = slot.session.lockstep_channel
+        if rewarder is not None:
             sent = rewarder.outstanding_step()
             if sent is not None:
                 slot.pending, slot.deadline = sent, now + self.lane.stall_timeout
@@ -583,15 +583,10 @@ class LockstepSteps:
 
 
 def _rewarder(slot: Slot) -> BlockingRewarder:
-    rewarder = _rewarder_or_none(slot)
+    rewarder = slot.session.lockstep_channel
     if rewarder is None:
         raise ConnectionClosed(f"{slot.session.name}: its rewarder channel is not connected")
     return rewarder
-
-
-def _rewarder_or_none(slot: Slot) -> BlockingRewarder | None:
-    rewarder = slot.session.rewarder
-    return rewarder if isinstance(rewarder, BlockingRewarder) else None
 
 
 async def _vnc_frame(vnc: Any, shown: Any) -> tuple[np.ndarray, Any]:

@@ -26,7 +26,6 @@ from typing import Any, Final
 
 import numpy as np
 
-from rewarder.client import RewarderClient
 from rewarder.errors import RewarderError
 from rewarder.protocol import FRAME_INFO_KEY
 from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED
@@ -217,19 +216,19 @@ class RealtimeSteps:
         ``slot.ended_episode`` (by the frame tag; without tags, by the describe and the
         next VNC update). Returns its id."""
         session, ended = slot.session, slot.ended_episode
-        vnc, rewarder = session.vnc, session.rewarder
+        vnc, rewarder = session.vnc, session.realtime_channel
         try:
             async with asyncio.timeout(RESET_TIMEOUT):
                 if vnc is not None and session.frame_tags and ended is not None:
                     while (tag := vnc.tag) is None or tag.episode_id <= ended:
                         await vnc.wait_update(vnc.updates)
-                    if slot.instructs and isinstance(rewarder, RewarderClient):
+                    if slot.instructs and rewarder is not None:
                         # The text went out before the frame, over the other channel; the
                         # describe saying the episode runs follows it on the rewarder's.
                         await rewarder.wait_for_state("running", episode_id=tag.episode_id)
                     return tag.episode_id
                 episode = None
-                if isinstance(rewarder, RewarderClient):  # real time: never a blocking one
+                if rewarder is not None:
                     after = None if ended is None else ended + 1
                     describe = await rewarder.wait_for_state("running", episode_id=after)
                     episode = describe.episode_id

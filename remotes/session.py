@@ -253,7 +253,7 @@ class RemoteSession:
             )
             self._continue_episodes(self.rewarder)
         starts = {"VNC": self.vnc.start() if self.vnc is not None else None,
-                  "rewarder": self.rewarder.start() if isinstance(self.rewarder, RewarderClient) else None}
+                  "rewarder": self.realtime_channel.start() if self.realtime_channel is not None else None}
         channels = {kind: asyncio.ensure_future(start) for kind, start in starts.items() if start is not None}
         reporter = asyncio.ensure_future(
             self._report_waiting({kind: task.done for kind, task in channels.items()}, timeout)
@@ -469,6 +469,22 @@ class RemoteSession:
         rewarder = self.rewarder if self.address.rewarder is not None else _ALWAYS
         return vnc, rewarder
 
+    # Channels ------------------------------------------------------------------------------
+
+    @property
+    def lockstep_channel(self) -> BlockingRewarder | None:
+        """The rewarder channel a lockstep session's stepping thread drives (None in real
+        time, or while not connected). Read :attr:`rewarder` for what both channels tell."""
+        rewarder = self.rewarder
+        return rewarder if isinstance(rewarder, BlockingRewarder) else None
+
+    @property
+    def realtime_channel(self) -> RewarderClient | None:
+        """The asyncio rewarder channel of a real-time session, on the loop thread (None
+        in lockstep, or while not connected)."""
+        rewarder = self.rewarder
+        return rewarder if isinstance(rewarder, RewarderClient) else None
+
     # Screen --------------------------------------------------------------------------------
 
     @property
@@ -537,9 +553,9 @@ class RemoteSession:
         first update after the reset reply: the remote draws the new episode's first
         frame before it replies.
         """
-        rewarder = self.rewarder
-        if isinstance(rewarder, BlockingRewarder):
+        if self.lockstep_channel is not None:
             raise RuntimeError("a lockstep session resets from the stepping thread (remotes.lockstep)")
+        rewarder = self.realtime_channel
         self.shared.new_episode()
         try:
             async with asyncio.timeout(timeout):
@@ -592,8 +608,8 @@ class RemoteSession:
             return
         if self.vnc is not None:
             self.vnc.send_events(events)
-        elif isinstance(self.rewarder, RewarderClient):
-            task = asyncio.get_running_loop().create_task(self.rewarder.send_action(events))
+        elif (rewarder := self.realtime_channel) is not None:
+            task = asyncio.get_running_loop().create_task(rewarder.send_action(events))
             self._sends.add(task)
             task.add_done_callback(self._sent)
 

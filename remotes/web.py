@@ -251,14 +251,14 @@ class WebSteps:
     async def before_reset(self, slot: Slot, explicit: bool) -> None:
         """Real time: hear the slot's channel; subscribe to pages (at an explicit reset,
         and on a new connection), so the reset brings the new episode's page."""
-        rewarder = slot.session.rewarder
-        if isinstance(rewarder, RewarderClient) and self._subscribe(slot, rewarder, explicit):
+        rewarder = slot.session.realtime_channel
+        if rewarder is not None and self._subscribe(slot, rewarder, explicit):
             await write_observe(rewarder)
 
     def before_reset_here(self, slot: Slot, explicit: bool) -> None:
         """:meth:`before_reset` of a lockstep slot, in the caller's thread."""
-        rewarder = slot.session.rewarder
-        if isinstance(rewarder, BlockingRewarder) and self._subscribe(slot, rewarder, explicit):
+        rewarder = slot.session.lockstep_channel
+        if rewarder is not None and self._subscribe(slot, rewarder, explicit):
             rewarder.write_property("observe", OBSERVE, PROPERTY_TIMEOUT)
 
     def _subscribe(self, slot: Slot, rewarder: RewarderClient | BlockingRewarder, explicit: bool) -> bool:
@@ -272,8 +272,8 @@ class WebSteps:
         the old env's): it is asked for now. Otherwise, when the page is not in yet, wait
         for it briefly (an autoreset's travels on the rewarder while its first frame
         travels over VNC; a reset's comes before its reply)."""
-        rewarder = slot.session.rewarder
-        if not isinstance(rewarder, RewarderClient) or not self._switched(slot, episode):
+        rewarder = slot.session.realtime_channel
+        if rewarder is None or not self._switched(slot, episode):
             return False
         if slot.session.describe_body().get("env_id") != self._serving.get(slot.index):
             await write_observe(rewarder)
@@ -285,8 +285,8 @@ class WebSteps:
     def after_reset_here(self, slot: Slot, episode: int | None) -> bool:
         """:meth:`after_reset` of a lockstep slot, in the caller's thread (a lockstep
         reset's page comes before its reply: nothing to wait for)."""
-        rewarder = slot.session.rewarder
-        if not isinstance(rewarder, BlockingRewarder) or not self._switched(slot, episode):
+        rewarder = slot.session.lockstep_channel
+        if rewarder is None or not self._switched(slot, episode):
             return False
         if slot.session.describe_body().get("env_id") != self._serving.get(slot.index):
             rewarder.write_property("observe", OBSERVE, PROPERTY_TIMEOUT)
@@ -314,8 +314,8 @@ class WebSteps:
             if not self.settle:
                 return
             action = []  # a settling step still settles
-        rewarder = slot.session.rewarder
-        if not isinstance(rewarder, RewarderClient):
+        rewarder = slot.session.realtime_channel
+        if rewarder is None:
             raise ConnectionClosed(f"{slot.session.name}: its rewarder channel is not connected")
         self.taps[slot.index].attach(rewarder)
         answer.message_id, answer.future = await rewarder.send_answered_action(action, self.settle)
@@ -330,8 +330,8 @@ class WebSteps:
                 await asyncio.wait(futures, timeout=ANSWER_TIMEOUT)
         finally:  # (also when the step is interrupted: nothing stays registered)
             for slot, answer in answers:
-                rewarder = slot.session.rewarder
-                if isinstance(rewarder, RewarderClient):
+                rewarder = slot.session.realtime_channel
+                if rewarder is not None:
                     rewarder.forget_action(answer.message_id)
         for slot, answer in answers:
             future = answer.future
