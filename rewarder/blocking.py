@@ -46,7 +46,7 @@ from websockets.uri import WebSocketURI, parse_uri
 
 from . import keeper, protocol
 from .client_channel import CALIBRATION_PINGS, PING_TIMEOUT, intersect_skew
-from .client_state import ClientState
+from .client_state import Answer, ClientState, Closing
 from .connections import ClientConnection
 from .dial import (
     ATTEMPT_TIMEOUT,
@@ -62,16 +62,10 @@ from .dial import (
 from .errors import ConnectionClosed, ConnectTimeout, ProtocolError, Refused, RemoteError, Untrusted
 from .protocol import (
     CLOSE_BUSY,
-    Close,
     Describe,
     ErrorReply,
-    Observation,
-    PingReply,
-    PropertiesReply,
     ResetReply,
-    Reward,
     StepReply,
-    Text,
 )
 from .reward_buffer import EpisodeResult, RewardBuffer
 from .tls import client_context, says_tls_only, tls_failure
@@ -122,12 +116,12 @@ class BlockingRewarder(ClientState):
     ) -> None:
         self.address = address
         self.url = parse_address(address, tls=tls is not None)
-        self.name = name or address
         self.tls = tls
         self.start_timeout = start_timeout
         self.calibration_pings = calibration_pings
         self._headers = handshake_headers(False, password, client_id, player)
         ClientState.__init__(self, RewardBuffer())
+        self.name = name or address
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._sock: socket.socket | None = None
@@ -140,7 +134,6 @@ class BlockingRewarder(ClientState):
         self._replies: dict[Any, tuple[Any, float]] = {}
         #: Requests sent whose reply nobody took yet, by message id: method.
         self.outstanding: dict[Any, str] = {}
-        self._messages = self._rewards = self._remote_errors = 0
         #: Monotonic time of the last call (the keeper serves only channels left idle).
         self.used_at = time.monotonic()
 
@@ -570,39 +563,11 @@ class BlockingRewarder(ClientState):
     def _message(self, text: bytes) -> None:
         proto = self._proto
         assert proto is not None
-        self._messages += 1
-        try:
-            event = proto.receive(text.decode())
-        except ProtocolError as exc:
-            log.debug("%s: ignoring a server message: %s", self.name, exc)
-            return
-        kind = type(event)
-        if kind is StepReply or kind is PingReply or kind is PropertiesReply:
-            self._replies[event.parent_message_id] = (event, time.time())  # type: ignore[union-attr]
-        elif kind is ResetReply:
-            self.buffer.reset(event.episode_id)  # type: ignore[union-attr]
-            self._replies[event.parent_message_id] = (event, time.time())  # type: ignore[union-attr]
-        elif kind is ErrorReply:
-            self._remote_errors += 1
-            parent = event.parent_message_id  # type: ignore[union-attr]
-            if parent in self.outstanding:
-                self._replies[parent] = (event, time.time())
-            else:
-                log.warning("%s: the server refused message %s: %s", self.name, parent,
-                            event.message)  # type: ignore[union-attr]
-        elif kind is Describe:
-            self._describe = event  # type: ignore[assignment]
-            self.buffer.file(event)  # type: ignore[arg-type]
-        elif kind is Reward:
-            self._rewards += 1
-            self.buffer.file(event)  # type: ignore[arg-type]
-        elif kind is Observation:
-            self.buffer.file(event)  # type: ignore[arg-type]
-            self.heard(event)  # type: ignore[arg-type]
-        elif kind is Text:
-            self.buffer.file(event)  # type: ignore[arg-type]
-        elif kind is Close and self._describe is None:  # the first message: a refusal
-            self._refused = event.message  # type: ignore[union-attr]
+        result = self.receive(proto, text.decode(), self.outstanding.__contains__)
+        if type(result) is Answer:
+            self._replies[result.message_id] = (result.event, time.time())  # type: ignore[union-attr]
+        elif type(result) is Closing and result.refusal:  # type: ignore[union-attr]
+            self._refused = result.reason  # type: ignore[union-attr]
 
     def _lost(self, reason: str) -> None:
         """The connection is gone: close the socket, end the running episode."""
