@@ -50,16 +50,13 @@ from .client_state import Answer, ClientState, Closing
 from .connections import ClientConnection
 from .dial import (
     ATTEMPT_TIMEOUT,
-    BACKOFF_CAP,
-    BACKOFF_FACTOR,
-    BACKOFF_START,
-    BUSY_RETRY,
-    DEFAULT_PORT,
     MAX_SERVER_MESSAGE_BYTES,
+    Backoff,
+    Busy,
     handshake_headers,
     parse_address,
 )
-from .errors import ConnectionClosed, ConnectTimeout, ProtocolError, Refused, RemoteError, Untrusted
+from .errors import ConnectionClosed, ProtocolError, Refused, RemoteError, Untrusted
 from .protocol import (
     CLOSE_BUSY,
     Describe,
@@ -87,10 +84,6 @@ class Counters:
     messages: int
     rewards: int
     remote_errors: int
-
-
-class _Busy(Exception):
-    pass
 
 
 class BlockingRewarder(ClientState):
@@ -181,33 +174,19 @@ class BlockingRewarder(ClientState):
             if self._closed:
                 raise ConnectionClosed(f"rewarder client {self.name} is closed")
             deadline = time.monotonic() + self.start_timeout
-            delay, attempts = BACKOFF_START, 0
-            last_error: Exception | None = None
+            backoff = Backoff(self.url, self.name, self.start_timeout)
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    if isinstance(last_error, _Busy):
-                        raise Refused(f"{self.name}: {last_error} (retried for start_timeout="
-                                      f"{self.start_timeout:g} s)")
-                    raise ConnectTimeout(
-                        f"{self.name}: no rewarder answered at {self.url} within "
-                        f"{self.start_timeout:g} s ({attempts} attempts; last error: "
-                        f"{last_error!r}). Check that the remote is running and reachable, and "
-                        f"that this is its rewarder port ({DEFAULT_PORT} by default)"
-                    )
-                attempts += 1
+                    raise backoff.give_up()
+                backoff.attempt()
                 try:
                     self._attempt(min(remaining, ATTEMPT_TIMEOUT))
                     break
-                except _Busy as exc:
-                    last_error = exc
-                    wait = BUSY_RETRY
-                except (OSError, InvalidHandshake, ConnectionClosed) as exc:
-                    if isinstance(exc, Refused):
-                        raise
-                    last_error = exc
-                    wait = delay
-                    delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP)
+                except Refused:
+                    raise
+                except (Busy, OSError, InvalidHandshake, ConnectionClosed) as exc:
+                    wait = backoff.failed(exc)
                 time.sleep(max(0.0, min(wait, deadline - time.monotonic())))
             self._failure = None
             keeper.watch(self)
@@ -547,7 +526,7 @@ class BlockingRewarder(ClientState):
             if refused is not None:
                 code = close.code if close is not None else None
                 if code == CLOSE_BUSY:
-                    raise _Busy(f"{self.url} is busy: {refused}")
+                    raise Busy(self.url, refused)
                 if code is None or code in _REFUSAL_CODES:
                     raise Refused(f"{self.name}: {self.url} refused the connection: {refused}")
             if ws.handshake_exc is not None and ws.state is not State.OPEN:
