@@ -103,7 +103,7 @@ class LoopThread:
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result (cancelling it on timeout, or
         when the wait is interrupted)."""
-        if asyncio._get_running_loop() is self.loop:
+        if _running_loop() is self.loop:
             coro.close()
             raise RuntimeError("LoopThread.run() called from its own loop: await instead")
         future = self.submit(coro)
@@ -132,6 +132,14 @@ class LoopThread:
             self._thread.join(timeout=5)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """This thread's running loop, or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 async def _cancel_all() -> None:
