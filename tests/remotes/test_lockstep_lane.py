@@ -76,9 +76,14 @@ def test_ten_thousand_lockstep_steps_over_short_episodes_never_wake_the_loop(cat
         during = counted.iterations - before
         vnc_frames = sum(s.shared.vnc_frames for s in sessions)
         shm_frames = sum(s.shared.shm_frames for s in sessions)
+        env.close()
+        # Connecting, resetting and closing a lockstep env start no worker thread (the
+        # loop's executor names its threads after the loop).
+        workers = [t.name for t in threading.enumerate() if t.name.startswith("counted-loop-")]
     finally:
         env.close()
         counted.close()
+    assert workers == []
     # gymnasium's next-step autoreset: an episode of 10 steps, then its reset step.
     assert ends >= 4 * STEPS // (EPISODE_STEPS + 1)
     assert all(len(e) >= STEPS // (EPISODE_STEPS + 1) for e in episodes.values())
