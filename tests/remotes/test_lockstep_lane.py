@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode
 
 from remotes import RemoteEnv, RemoteVectorEnv, start_local
 from remotes.local import LocalRemotes
@@ -143,3 +144,36 @@ def test_numpy_scalars_in_lockstep_actions_work_as_in_real_time(catch: LocalRemo
             assert info["remote.connected"] and "shm.error" not in info
     finally:
         env.close()
+
+
+def test_same_step_episode_ends_start_the_next_episode_in_the_callers_thread(catch: LocalRemotes) -> None:
+    """``SAME_STEP``: the step that ends an episode returns its final frame in the info
+    and the next episode's first frame (through shared memory) as the observation; the
+    loop thread is not woken for it."""
+    counted = CountedLoop()
+    env = RemoteVectorEnv(catch.addresses[2:], mode="lockstep", max_episode_steps=EPISODE_STEPS,
+                          autoreset_mode=AutoresetMode.SAME_STEP, loop=counted.thread)
+    try:
+        env.reset(seed=5)
+        for _ in range(WARM_UP):
+            env.step([[]] * 2)
+        before, vnc_before = counted.iterations, [s.shared.vnc_frames for s in env.sessions]
+        ends = 0
+        for _ in range(5 * EPISODE_STEPS):
+            obs, rewards, terminated, truncated, info = env.step([[]] * 2)
+            ended = terminated | truncated
+            if ended.any():
+                ends += int(ended.sum())
+                for i in np.flatnonzero(ended):
+                    assert info["_final_obs"][i]
+                    final_episode = info["final_info"]["episode_id"][i]
+                    assert info["episode_id"][i] > final_episode  # the new one's, already
+                    assert not np.array_equal(info["final_obs"][i], obs[i])
+        during = counted.iterations - before
+        vnc_after = [s.shared.vnc_frames for s in env.sessions]
+    finally:
+        env.close()
+        counted.close()
+    assert ends >= 2 * 4  # a same-step end every EPISODE_STEPS steps, each remote
+    assert during == 0, f"the loop thread woke {during} times"
+    assert vnc_after == vnc_before
