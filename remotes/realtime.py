@@ -79,7 +79,12 @@ class RealtimeSteps:
             slot.baseline()
         return self.lane.states()
 
-    async def close(self, tasks: list[Any]) -> None:
+    async def close(self) -> None:
+        """Stop reconnecting and close every session."""
+        self.lane.closed = True
+        tasks = [s.reconnect for s in self.lane.slots if isinstance(s.reconnect, asyncio.Task)]
+        for slot in self.lane.slots:
+            slot.reconnect = None
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -88,6 +93,10 @@ class RealtimeSteps:
     async def reset(
         self, seeds: Sequence[int | None], env_id: str | None = None
     ) -> tuple[Batch, tuple[RemoteSnapshot, ...]]:
+        """Start a new episode on every remote (see ``Stepper.reset``)."""
+        self.next_at = None
+        if self.web is not None:
+            self.web.answers.clear()  # an interrupted step's
         pairs = zip(self.lane.slots, seeds, strict=True)
         results = await asyncio.gather(
             *(self._reset_slot(slot, seed, env_id, True) for slot, seed in pairs),

@@ -139,16 +139,15 @@ class Stepper:
     def close(self, timeout: float) -> None:
         """Stop reconnecting and close every session (idempotent; lockstep sessions from
         this thread, real-time ones on the loop thread, giving up after ``timeout``)."""
-        self.lane.closed = True
-        probes = [s.reconnect for s in self.slots if s.reconnect is not None]
+        self.lane.closed = True  # a flag: steps and resets refuse from now on
+        if self.mode != LOCKSTEP:
+            self.loop.run(self._realtime.close(), timeout)
+            return
         for slot in self.slots:
-            slot.reconnect = None
-        if self.mode == LOCKSTEP:
-            for probe in probes:
+            probe, slot.reconnect = slot.reconnect, None
+            if probe is not None:
                 probe.cancel()  # a concurrent future: cancels its task on the loop
-            self._lockstep.close()
-        else:
-            self.loop.run(self._realtime.close(probes), timeout)
+        self._lockstep.close()
 
     # Episodes and steps --------------------------------------------------------------------
 
@@ -159,11 +158,10 @@ class Stepper:
         reconnecting those that are away first (waiting up to ``start_timeout``).
         Lockstep runs in this thread, real time on the loop thread."""
         self._check_open()
-        self._realtime.next_at = None
-        if self.web is not None:
-            self.web.answers.clear()  # an interrupted step's
         if self.mode != LOCKSTEP:
             return self.loop.run(self._realtime.reset(seeds, env_id))
+        if self.web is not None:
+            self.web.answers.clear()  # an interrupted step's
         infos = self._lockstep.reset(seeds, env_id)
         n = self.num
         no = np.zeros(n, bool)
