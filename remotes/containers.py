@@ -27,7 +27,7 @@ from typing import Final
 
 from .address import RemoteAddress
 from .group import RemoteGroup
-from .local import _probe
+from .local import probe_remote
 from .loop import shared_loop
 
 #: Label on every container we start, so they can be found (and cleaned up) later.
@@ -202,7 +202,7 @@ async def _probe_until_up(address: RemoteAddress, password: str, timeout: float)
     delay = PROBE_BACKOFF
     while True:
         try:
-            await _probe(address, password, max(0.1, deadline - loop.time()))
+            await probe_remote(address, password, max(0.1, deadline - loop.time()))
             return
         except (OSError, asyncio.IncompleteReadError) as exc:
             if loop.time() + delay > deadline:

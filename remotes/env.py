@@ -60,7 +60,7 @@ __all__ = ["DEFAULT_FPS", "ENV_ID", "RemoteEnv"]
 #: real-time remotes are nondeterministic by nature.
 ENV_ID: Final = "universe-remote/Remote-v0"
 #: Seconds connecting may take on top of ``start_timeout`` before we give up waiting.
-_GRACE: Final = 5.0
+CONNECT_GRACE: Final = 5.0
 
 
 def _spec(kwargs: dict[str, Any]) -> EnvSpec:
@@ -92,7 +92,7 @@ def action_space(state: RemoteSnapshot) -> VNCActionSpace:
     )
 
 
-def _spaces_differ(new: RemoteSnapshot, old: RemoteSnapshot) -> bool:
+def spaces_differ(new: RemoteSnapshot, old: RemoteSnapshot) -> bool:
     """Whether a reset changed what the spaces are made of (an env switch does)."""
     keys = ("keys", "buttons", "fps")
     return new.screen_size != old.screen_size or any(
@@ -111,7 +111,7 @@ def close_all(loop: LoopThread, core: Stepper | None, owned: Any) -> None:
         return
     if core is not None:
         try:
-            loop.run(core.close(), CLOSE_TIMEOUT)
+            core.close(CLOSE_TIMEOUT)
         except (RuntimeError, TimeoutError, RemoteUnavailable):
             pass
     if owned is not None:
@@ -178,7 +178,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             follow(group, [session])
         self._core = Stepper([session], opts, self._loop)
         self._stepping = threading.Lock()  # one call at a time (threads queue up here)
-        (state,) = self._loop.run(self._core.connect(), opts.start_timeout + _GRACE)
+        (state,) = self._core.connect(opts.start_timeout + CONNECT_GRACE)
         self._closed = False
         try:  # a mistyped env_id= is refused here, not at the first reset()
             check_env_id(opts.env_id, [state.describe.get("env_id")])
@@ -252,8 +252,8 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         super().reset(seed=seed)
         env_id = (options or {}).get("env_id")
         with self._stepping:
-            batch, (state,) = self._loop.run(self._core.reset([seed], env_id))
-        if _spaces_differ(state, self._state):
+            batch, (state,) = self._core.reset([seed], env_id)
+        if spaces_differ(state, self._state):
             self._configure_spaces(state)
         self._state = state
         return self._observation(batch), batch.infos[0]

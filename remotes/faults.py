@@ -2,10 +2,12 @@
 bringing it back.
 
 Holds the limits (:data:`STALL_FRAMES`, :data:`STALL_TIMEOUT`, :data:`RECONNECT_POLL`,
-...) and :class:`Faults`, the collaborator of :class:`~remotes.stepper.Stepper` that decides
+...) and :class:`Faults`, the stepping core's collaborator that decides
 a remote is lost, ends its episode with the reason, idles its slot and reconnects it in
 the background (the module docstring of :mod:`remotes.stepper` says what an agent
-sees). Loop thread only.
+sees). Real time on the loop thread; lockstep in the stepping thread, where a lost
+remote is closed, while the loop thread only probes it until it answers
+(:meth:`Faults.reconnect_later`) and the step that finds it answering connects it.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from rewarder.blocking import BlockingRewarder
 from rewarder.protocol import HEARTBEAT_INTERVAL, LOCKSTEP
 from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED, EpisodeResult
 
@@ -25,7 +27,7 @@ from .session import RemoteSession, RemoteUnavailable, answers
 from .slot import Phase, Slot
 
 if TYPE_CHECKING:
-    from .stepper import Stepper
+    from .lane import Lane
 
 log = logging.getLogger(__name__)
 
@@ -51,26 +53,27 @@ TAGLESS_STALL_SECONDS: Final = 2 * HEARTBEAT_INTERVAL + 1.0
 
 
 class Faults:
-    """Fault handling for a :class:`~remotes.stepper.Stepper` (``core``): whether a remote
-    is lost, ending its episode with the reason, idling its slot and bringing it back.
-    It reads the core's slots and settings and copies frames through it; the core asks
-    it at each step."""
+    """Fault handling for ``lane``'s slots: whether a remote is lost, ending its episode
+    with the reason, idling its slot and bringing it back. It reads the lane's settings
+    and copies frames into its batch; the steps ask it at each step."""
 
-    def __init__(self, core: Stepper) -> None:
-        self.core = core
+    def __init__(self, lane: Lane) -> None:
+        self.lane = lane
 
     async def come_back(self, slot: Slot) -> None:
-        """Wait (up to ``start_timeout``) for an away slot's reconnection, or connect it."""
+        """Real time: wait (up to ``start_timeout``) for an away slot's reconnection, or
+        connect it (lockstep: remotes.lockstep's ``come_back``)."""
         task, slot.reconnect = slot.reconnect, None
+        assert not isinstance(task, Future), "a lockstep slot comes back in the stepping thread"
         if task is not None and not task.done():
             try:
-                async with asyncio.timeout(self.core.start_timeout):
+                async with asyncio.timeout(self.lane.start_timeout):
                     await asyncio.shield(task)
             except TimeoutError:
                 slot.reconnect = task  # it goes on trying
                 raise RemoteUnavailable(
                     slot.session.name,
-                    f"did not come back within start_timeout={self.core.start_timeout:g} s "
+                    f"did not come back within start_timeout={self.lane.start_timeout:g} s "
                     f"(last error: {slot.error})",
                 ) from None
         session = slot.session
@@ -85,7 +88,7 @@ class Faults:
 
     def _stall_after(self, slot: Slot) -> float:
         if slot.tags:
-            return self.core.stall_frames / self.core.fps
+            return self.lane.stall_frames / self.lane.fps
         return TAGLESS_STALL_SECONDS
 
     def _progress(self, slot: Slot, now: float) -> float:
@@ -113,12 +116,12 @@ class Faults:
             )
         if not session.connected:
             return session.error or "connection lost"
-        if self.core.mode == LOCKSTEP:
+        if self.lane.mode == LOCKSTEP:
             return None  # each step's reply has its own deadline (remotes.lockstep)
         silent = now - self._progress(slot, now)
-        if silent > max(self.core.stall_timeout, self._stall_after(slot)):
+        if silent > max(self.lane.stall_timeout, self._stall_after(slot)):
             return (
-                f"stalled: no new frame for {silent:.1f} s (stall_timeout={self.core.stall_timeout:g} s); "
+                f"stalled: no new frame for {silent:.1f} s (stall_timeout={self.lane.stall_timeout:g} s); "
                 "the remote is hung, stopped or starved of CPU; reconnecting"
             )
         return None
@@ -158,39 +161,51 @@ class Faults:
         elif truncated is not None:
             truncated[i] = True
         info.update({"remote.connected": False, "remote.error": reason, "remote.name": session.name})
-        if self.core.mode != LOCKSTEP:
+        if self.lane.mode != LOCKSTEP:
             info["remote.stalled"] = reason.startswith("stalled")
         log.warning("remote %s: %s", session.name, reason)
         slot.phase = Phase.AWAY
         slot.error = reason
         slot.away_steps = 0
         slot.target = None
-        if isinstance(session.rewarder, BlockingRewarder):
-            session.rewarder.drop_outstanding()
         slot.pending = slot.reply = None
-        if not self.core.closed:
-            slot.reconnect = self._start_reconnect(slot)
+        if session.lockstep:  # in the stepping thread: closed here, probed on the loop
+            session.close_here(self.lane.loop, wait=False)
+            if not self.lane.closed:
+                self.reconnect_later(slot)
+        elif not self.lane.closed:
+            slot.reconnect = asyncio.get_running_loop().create_task(
+                self._reconnect(slot), name=f"reconnect {session.name}"
+            )
         return info
 
-    def _start_reconnect(self, slot: Slot) -> asyncio.Task[bool]:
-        """The task bringing ``slot`` back, on the loop thread (a lockstep step loses a
-        remote in the agent's thread: the task is made there and handed back)."""
-        name = f"reconnect {slot.session.name}"
-        if asyncio._get_running_loop() is self.core.loop.loop:
-            return self.core.loop.loop.create_task(self._reconnect(slot), name=name)
+    def reconnect_later(self, slot: Slot) -> None:
+        """Lockstep: probe the slot's remote on the loop thread until it answers (or was
+        replaced); the step that finds it answering connects it (remotes.lockstep)."""
+        slot.reconnect = self.lane.loop.submit(self._probe(slot))
 
-        async def start() -> asyncio.Task[bool]:
-            return asyncio.get_running_loop().create_task(self._reconnect(slot), name=name)
+    def answering(self, slot: Slot) -> bool:
+        """Lockstep: whether the probe of an away slot's remote found it answering."""
+        return came_back(slot.reconnect)
 
-        return self.core.loop.run(start())
+    async def _probe(self, slot: Slot) -> bool:
+        """Every :data:`RECONNECT_POLL` s, whether the remote greets (where it is now);
+        False at once for a session another env replaced (its ``reset()`` takes it back)."""
+        session = slot.session
+        while not session.replaced:
+            await relocate(session)
+            if await answers(session.address):
+                return True
+            await asyncio.sleep(RECONNECT_POLL)
+        return False
 
     def away(self, slot: Slot, truncated: np.ndarray | None) -> dict[str, Any]:
         """A step of a slot that is away: idle, or back (see the module docstring)."""
         back = came_back(slot.reconnect)
-        if back and slot.away_steps == 0 and not self.core.same_step:
+        if back and slot.away_steps == 0 and not self.lane.same_step:
             slot.reconnect = None
             slot.baseline()
-            self.core.copy_frame(slot)
+            self.lane.copy_frame(slot)
             info: dict[str, Any] = {
                 "episode_id": slot.session.rewarder.episode_id if slot.session.rewarder else None,
                 "remote.connected": True, "remote.reconnected": True, "remote.name": slot.session.name,
@@ -206,7 +221,7 @@ class Faults:
             return {"remote.connected": False, "remote.back": True}
         slot.away_steps += 1
         info = {"remote.connected": False, "remote.error": slot.error}
-        if self.core.mode != LOCKSTEP:
+        if self.lane.mode != LOCKSTEP:
             info["remote.stalled"] = False
         return info
 
@@ -228,10 +243,10 @@ class Faults:
                     try:
                         async with asyncio.timeout(RECONNECT_ATTEMPT_TIMEOUT):
                             await session.connect(start_timeout=RECONNECT_ATTEMPT_TIMEOUT)
-                            self._check_size(session)
+                            self.check_size(session)
                             await session.reset(
-                                env_id=self.core.env_id, seed=slot.next_seed(), fps=self.core.requested_fps,
-                                mode=session.mode_request(self.core.mode),
+                                env_id=self.lane.env_id, seed=slot.next_seed(), fps=self.lane.requested_fps,
+                                mode=session.mode_request(self.lane.mode),
                             )
                         return True
                     except (RemoteUnavailable, TimeoutError, ValueError) as exc:
@@ -242,8 +257,9 @@ class Faults:
         finally:
             await asyncio.gather(closing, return_exceptions=True)
 
-    def _check_size(self, session: RemoteSession) -> None:
-        frames = self.core.frames
+    def check_size(self, session: RemoteSession) -> None:
+        """Refuse (ValueError) a remote that came back with another screen size."""
+        frames = self.lane.frames
         width, height = session.screen_size
         if frames is not None and frames.shape[1:3] != (height, width):
             raise ValueError(
@@ -267,7 +283,7 @@ async def relocate(session: RemoteSession) -> None:
         session.move(address)
 
 
-def came_back(task: asyncio.Task[bool] | None) -> bool:
+def came_back(task: asyncio.Task[bool] | Future[bool] | None) -> bool:
     """Whether a slot's reconnect task brought its remote back."""
     return (
         task is not None and task.done() and not task.cancelled()

@@ -234,7 +234,9 @@ class LocalRemotes(RemoteGroup):
         )
 
 
-async def _probe(address: RemoteAddress, password: str | None, timeout: float) -> None:
+async def probe_remote(address: RemoteAddress, password: str | None, timeout: float) -> None:
+    """Wait (up to ``timeout``) until the remote at ``address`` greets over VNC and its
+    rewarder describes it running, as an observer (taking no agent's seat)."""
     assert address.vnc_port is not None and address.rewarder is not None
     async with asyncio.timeout(timeout):
         reader, writer = await asyncio.open_connection(address.host, address.vnc_port)
@@ -269,7 +271,7 @@ async def _await_ready(
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(timeout):
         addresses = await loop.run_in_executor(None, _read_addresses, proc, log_path, games)
-    await asyncio.gather(*(_probe(address, password, timeout) for address in addresses))
+    await asyncio.gather(*(probe_remote(address, password, timeout) for address in addresses))
     return addresses
 
 

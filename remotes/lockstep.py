@@ -1,13 +1,20 @@
-"""Lockstep steps in the agent's own thread: the stepping core's fast path.
+"""Lockstep steps in the agent's own thread: the stepping lane's fast path.
 
-Holds :class:`LockstepSteps`, the part of :class:`~remotes.stepper.Stepper` that runs a
+Holds :class:`LockstepSteps`, the stepping core's lane that runs a
 lockstep step, and its limits. A lockstep step is a request and a reply per remote, back
 to back: each remote's :class:`~rewarder.blocking.BlockingRewarder` sends its step, then
 the replies are read as they come (one blocking read for a single remote; ``poll`` over
 all of them for a vector) and each frame goes from shared memory straight into the batch.
 No event loop is involved, so it works the same in a script, a thread of its own, a
-Jupyter kernel (whose loop runs in this thread) and a forked worker. Resets and
-reconnects run on the loop thread; the step waits for them.
+Jupyter kernel (whose loop runs in this thread) and a forked worker.
+
+**Across episodes too.** Resets, autoresets (sent with the step's requests, read after
+its replies) and ``same_step`` episode ends run here the same way, and a new episode's
+first frame comes through shared memory as a step's does (``obs="shm"`` on the reset).
+Connecting and closing a lockstep session run here too (its VNC half on the loop thread,
+where VNC lives). The loop thread is asked for only what lives there: frames over VNC
+when shared memory cannot be used, and probing a lost remote until it answers (the step
+that finds it answering connects and resets it here; remotes.faults).
 
 **Per remote, not per step.** Each remote's step request has its own deadline
 (``stall_timeout``): a remote that misses it is lost (truncated, reconnected in the
@@ -22,23 +29,28 @@ lost and the env stays usable.
 
 from __future__ import annotations
 
+import asyncio
 import select
 import time
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
 from rewarder.blocking import BlockingRewarder
-from rewarder.errors import ConnectionClosed, RemoteError
-from rewarder.protocol import StepReply
+from rewarder.errors import ConnectionClosed, RemoteError, RewarderError
+from rewarder.protocol import ResetReply, StepReply
+from vncdriver.errors import VNCError
 
-from .faults import error_text
+from .faults import RECONNECT_ATTEMPT_TIMEOUT, Faults, error_text, relocate
+from .session import RESET_TIMEOUT, RemoteUnavailable
 from .slot import Phase, Slot
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .stepper import Batch, Stepper
+    from .lane import Batch, Lane
+    from .web import WebSteps
 
 #: Seconds a vector step waits, after the latest reply of this step came in, for the
 #: remotes whose replies are still out before it returns without them (they are
@@ -51,115 +63,402 @@ _LOOP_SLACK: Final = 5.0
 #: Longest single wait for replies: each slice ends with a look at every channel, so the
 #: keepalive thread never takes a channel this step is reading.
 POLL_SLICE: Final = 0.1
+#: Seconds a lockstep step waits at least for a frame over VNC (its reply came in time,
+#: its frame follows at once unless the remote is in trouble).
+MIN_FRAME_WAIT: Final = 1.0
 
 
 class LockstepSteps:
-    """Runs a lockstep :meth:`Stepper.step` for ``core`` (its slots, frames and faults)."""
+    """Runs lockstep connects, resets and steps of ``lane``'s slots, all in the calling
+    thread, with ``faults`` deciding losses and ``web`` the page side (if the env has one)."""
 
-    def __init__(self, core: Stepper) -> None:
-        self.core = core
+    def __init__(self, lane: Lane, faults: Faults, web: WebSteps | None) -> None:
+        self.lane, self.faults, self.web = lane, faults, web
         #: Rows of this step's batch that a frame was written into.
         self._written: set[int] = set()
+
+    # Connecting ----------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Connect every session from this thread (each one's VNC meanwhile on the loop);
+        raise :class:`RemoteUnavailable` naming those that did not answer (after closing
+        the others)."""
+        lane = self.lane
+        failed: list[RemoteUnavailable] = []
+        try:
+            for session in lane.sessions:
+                try:
+                    session.connect_here(lane.loop)
+                except RemoteUnavailable as exc:
+                    failed.append(exc)
+        except BaseException:
+            self.close()
+            raise
+        if failed:
+            self.close()
+            if len(failed) == 1 and lane.num == 1:
+                raise failed[0]
+            raise RemoteUnavailable.several(failed, lane.num)
+
+    def close(self) -> None:
+        """Close every session from this thread (their VNC clients together, on the loop)."""
+        lane = self.lane
+        closing = [s.close_here(lane.loop, wait=False) for s in lane.sessions]
+        waits = [f for f in closing if f is not None]
+        if waits and not lane.loop.forked:
+            try:
+                lane.loop.run(_all(waits))
+            except (RuntimeError, TimeoutError):
+                pass
+
+    def come_back(self, slot: Slot) -> None:
+        """An explicit reset of an away slot: stop probing and connect it now (dialling
+        for up to ``start_timeout``)."""
+        lane = self.lane
+        probe, slot.reconnect = slot.reconnect, None
+        if probe is not None:
+            probe.cancel()
+        session = slot.session
+        if session.locate is not None:
+            lane.loop.run(relocate(session))
+        session.connect_here(lane.loop)
+
+    def _back(self, slot: Slot, same_step: bool) -> bool:
+        """Whether an away slot is back in this step: its remote answers the probe, no
+        idle stretch must end first (remotes.stepper, "Faults"), and it connects."""
+        faults = self.faults
+        return faults.answering(slot) and slot.away_steps == 0 and not same_step and self._reconnect(slot)
+
+    def _reconnect(self, slot: Slot) -> bool:
+        """The step that finds a lost remote answering connects it here; False (probing
+        again, the slot idles) if that fails."""
+        lane, session = self.lane, slot.session
+        try:
+            if session.locate is not None:
+                lane.loop.run(relocate(session))
+            session.connect_here(lane.loop, RECONNECT_ATTEMPT_TIMEOUT)
+            self.faults.check_size(session)
+        except (RemoteUnavailable, ValueError) as exc:
+            slot.error = f"reconnecting: {error_text(exc)}"
+            self.faults.reconnect_later(slot)
+            return False
+        slot.reconnect = None
+        return True
+
+    # Resets --------------------------------------------------------------------------------
+
+    def reset(self, seeds: Sequence[int | None], env_id: str | None) -> list[dict[str, Any]]:
+        """Start a new episode on every remote (switching to ``env_id`` if given),
+        reconnecting those that are away first; each first frame into a new
+        :attr:`Lane.frames`; the infos. Raises :class:`RemoteUnavailable`."""
+        lane = self.lane
+        for slot, seed in zip(lane.slots, seeds, strict=True):
+            self._drop_step(slot)
+            slot.rng = None if seed is None else np.random.default_rng(seed)
+            session = slot.session
+            if slot.phase is Phase.AWAY or not session.connected or session.replaced:
+                self.come_back(slot)
+        sent = {}
+        for slot, seed in zip(lane.slots, seeds, strict=True):
+            if self.web is not None:
+                self.web.before_reset_here(slot, True)
+            sent[slot] = self._send_reset(slot, seed, env_id)
+        deadline = time.monotonic() + RESET_TIMEOUT
+        replies = {slot: self._reset_reply(slot, sent[slot], seed, env_id, deadline)
+                   for slot, seed in zip(lane.slots, seeds, strict=True)}
+        lane.configure()  # a reset may switch the env (env_id here or the stepper's)
+        previous = lane.frames
+        assert previous is not None
+        lane.frames = np.empty_like(previous)
+        infos = []
+        for slot, reply in replies.items():
+            self._begin(slot, reply, deadline)
+            info: dict[str, Any] = {"episode_id": reply.episode_id}
+            if slot.returned is not None:
+                info["frame"] = slot.returned
+            info["text"] = list(_rewarder(slot).peek().text)  # the instruction a task sent with its reset
+            infos.append(info)
+        return infos
+
+    def _drop_step(self, slot: Slot) -> None:
+        """An interrupted step's reply is of no use once a reset is under way."""
+        rewarder = slot.session.lockstep_channel
+        if rewarder is not None:
+            rewarder.drop_outstanding()
+        slot.pending = slot.reply = None
+
+    def _send_reset(self, slot: Slot, seed: int | None, env_id: str | None) -> int:
+        """Send the slot's reset (its first frame into shared memory if it can)."""
+        lane, session = self.lane, slot.session
+        session.shared.new_episode()
+        try:
+            return _rewarder(slot).send_reset(
+                env_id=env_id or lane.env_id, seed=seed, fps=lane.requested_fps,
+                mode=session.mode_request(lane.mode), obs=session.shared.obs,
+            )
+        except (RewarderError, OSError, AssertionError) as exc:
+            raise RemoteUnavailable(session.name, "reset failed", exc) from exc
+
+    def _reset_reply(
+        self, slot: Slot, message_id: int, seed: int | None, env_id: str | None, deadline: float,
+    ) -> ResetReply:
+        """The reply of the slot's reset, once the remote runs the new episode (a reset
+        that switched to an env whose page nobody asked for yet is done again: web)."""
+        session = slot.session
+        rewarder = _rewarder(slot)
+        try:
+            reply: ResetReply = rewarder.wait_reply(message_id, deadline)
+            rewarder.wait_for_state("running", reply.episode_id, max(deadline - time.monotonic(), 0.0))
+            web = self.web
+            if web is not None and web.after_reset_here(slot, reply.episode_id):
+                return self._reset_reply(slot, self._send_reset(slot, seed, env_id), seed, env_id, deadline)
+        except (RewarderError, OSError) as exc:
+            raise RemoteUnavailable(session.name, "reset failed", exc) from exc
+        except TimeoutError as exc:
+            raise RemoteUnavailable(session.name, f"reset took over {RESET_TIMEOUT:g} s", exc) from exc
+        return reply
+
+    def _begin(self, slot: Slot, reply: ResetReply, deadline: float) -> None:
+        """The slot's new episode begins: its first frame into the batch, from shared
+        memory (or, if it cannot be used, over VNC from the loop thread)."""
+        lane, session = self.lane, slot.session
+        frames = lane.frames
+        assert frames is not None
+        slot.baseline(reply.episode_id)
+        slot.error = None
+        if session.shared.take(reply, frames[slot.index]):
+            slot.returned = slot.seen = reply.frame
+            slot.episode = reply.episode_id
+            if session.vnc is not None:
+                session.vnc.pause_updates()  # nobody looks at VNC frames meanwhile
+        elif session.vnc is not None:
+            session.shared.vnc_frames += 1
+            timeout = max(deadline - time.monotonic(), MIN_FRAME_WAIT)
+            shown = asyncio.wait_for(session.show_episode(reply.episode_id), timeout)
+            try:
+                pixels, tag = lane.loop.run(_vnc_frame(session.vnc, shown), timeout + _LOOP_SLACK)
+            except (VNCError, OSError, TimeoutError) as exc:
+                raise RemoteUnavailable(session.name, "the new episode's first frame did not come "
+                                        "over VNC", exc) from exc
+            if pixels.shape == frames.shape[1:]:
+                np.copyto(frames[slot.index], pixels)
+            if tag is not None:
+                slot.returned = slot.seen = tag.frame
+                slot.episode = tag.episode_id
+        else:
+            frames[slot.index] = 0
+        slot.progress_at = time.monotonic()
+        self._written.add(slot.index)
+
+    def _autoresets(
+        self, starting: Sequence[Slot], sent: dict[Slot, tuple[int, int | None]],
+        truncated: np.ndarray | None, reconnected: set[Slot],
+    ) -> dict[int, dict[str, Any]]:
+        """The autoresets ``sent`` (slot -> message id, seed) of ``starting`` slots: each new
+        episode's first frame into the batch and its info; a slot whose reset fails is
+        lost (and ``truncated`` if given)."""
+        out: dict[int, dict[str, Any]] = {}
+        deadline = time.monotonic() + RESET_TIMEOUT
+        for slot in starting:
+            try:
+                if slot not in sent:
+                    raise RemoteUnavailable(slot.session.name, "its reset could not be sent")
+                message_id, seed = sent[slot]
+                reply = self._reset_reply(slot, message_id, seed, None, deadline)
+                self._begin(slot, reply, deadline)
+            except RemoteUnavailable as exc:
+                out[slot.index] = self.faults.lose(slot, error_text(exc), None, truncated)
+                continue
+            info: dict[str, Any] = {"episode_id": reply.episode_id, "remote.connected": True}
+            if slot in reconnected:
+                info.update({"remote.reconnected": True, "remote.name": slot.session.name})
+            if slot.returned is not None:
+                info["frame"] = slot.returned
+            out[slot.index] = info
+        return out
+
+    def _send_autoresets(self, starting: Sequence[Slot]) -> dict[Slot, tuple[int, int | None]]:
+        """Send the reset of each slot that starts an episode in this step (before any
+        reply is read, so remotes reset while others step); a slot whose send fails has
+        no entry (its autoreset reports the loss)."""
+        sent = {}
+        for slot in starting:
+            self._drop_step(slot)
+            if self.web is not None:
+                self.web.before_reset_here(slot, False)
+            seed = slot.next_seed()
+            try:
+                sent[slot] = (self._send_reset(slot, seed, None), seed)
+            except RemoteUnavailable:
+                continue
+        return sent
 
     def step(
         self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
     ) -> Batch:
-        core = self.core
-        rewards, terminated, truncated, infos = core.outcome()
-        core.same_step = same_step
+        lane = self.lane
+        rewarders = [slot.session.lockstep_channel for slot in lane.slots]
+        rewards, terminated, truncated, infos = lane.outcome()
+        lane.same_step = same_step
         now = time.monotonic()
         sent: list[Slot] = []
         carried: list[Slot] = []
         starting: list[Slot] = []
+        reconnected: set[Slot] = set()
         # A new batch each step, handed to the agent as it is (no copy at the end): rows of
         # remotes that send no step now keep their previous frame, copied in before anyone
         # else writes; the others are written by their reply (or copied at the end).
-        previous = core.frames
+        previous = lane.frames
         assert previous is not None
         batch = np.empty_like(previous)
-        for slot in core.slots:
+        for slot in lane.slots:
             i = slot.index
             if slot.phase is not Phase.RUNNING or slot.pending is not None or slot.reply is not None or (
                 active is not None and not active[i]
             ):
                 np.copyto(batch[i], previous[i])
-        core.frames = batch  # (after the copies: an interrupt before leaves the old batch)
+        lane.frames = batch  # (after the copies: an interrupt before leaves the old batch)
         self._written = set()
-        for slot in core.slots:
+        for slot in lane.slots:
             i = slot.index
             if active is not None and not active[i]:
                 continue
             if slot.phase is Phase.AWAY:
-                infos[i] = core.faults.away(slot, truncated)
+                if self._back(slot, same_step):  # this step is its autoreset step
+                    reconnected.add(slot)
+                    starting.append(slot)
+                else:
+                    infos[i] = self.faults.away(slot, truncated)
                 continue
             if slot.pending is None and slot.reply is None:
                 self._adopt(slot, now)
             if slot.pending is not None or slot.reply is not None:
                 carried.append(slot)  # a step still out (a straggler, an interrupted step)
                 continue
-            reason = core.faults.lost_reason(slot, now)
+            reason = self.faults.lost_reason(slot, now)
             if reason is not None:
-                infos[i] = core.faults.lose(slot, reason, rewards, truncated)
+                infos[i] = self.faults.lose(slot, reason, rewards, truncated)
                 continue
             if slot.phase is not Phase.RUNNING:
                 starting.append(slot)
                 continue
             session = slot.session
-            rewarder = session.rewarder
-            if not isinstance(rewarder, BlockingRewarder):
+            rewarder = rewarders[i]
+            if rewarder is None:
                 raise RuntimeError("a lockstep session needs a blocking rewarder channel")
             try:
-                if core.web is not None:  # an action string goes the web way (remotes.web)
-                    slot.pending = core.web.lockstep_send(
-                        slot, rewarder, actions[i], core.frameskip, session.shared.obs
+                if self.web is not None:  # an action string goes the web way (remotes.web)
+                    slot.pending = self.web.lockstep_send(
+                        slot, rewarder, actions[i], lane.frameskip, session.shared.obs
                     )
                 else:
-                    slot.pending = rewarder.send_step(actions[i], core.frameskip, session.shared.obs)
+                    slot.pending = rewarder.send_step(actions[i], lane.frameskip, session.shared.obs)
             except (ConnectionClosed, OSError) as exc:
-                infos[i] = core.faults.lose(slot, error_text(exc), rewards, truncated)
+                infos[i] = self.faults.lose(slot, error_text(exc), rewards, truncated)
                 continue
-            slot.deadline = now + core.stall_timeout
+            slot.deadline = now + lane.stall_timeout
             sent.append(slot)
-        resets = core.loop.submit(core._autoresets(starting, truncated)) if starting else None
+        resets = self._send_autoresets(starting) if starting else {}
         failed: dict[Slot, str] = {}
-        try:
-            over_vnc = self._wait(sent, carried)
-            over_vnc += [(s, s.reply) for s in carried  # an interrupted wait for VNC
-                         if s.reply is not None and s.vnc_frame is not None
-                         and all(s is not t for t, _ in over_vnc)]
-            if over_vnc:
-                limit = max(s.deadline for s, _ in over_vnc) - time.monotonic()
-                failed = core.loop.run(core.frames_over_vnc(over_vnc), max(limit, 0.0) + _LOOP_SLACK)
-                self._written.update(s.index for s, _ in over_vnc if s not in failed)
-        finally:
-            if resets is not None:
-                started = resets.result()  # also after an interrupt: their state is whole
+        over_vnc = self._wait(sent, carried)
+        over_vnc += [(s, s.reply) for s in carried  # an interrupted wait for VNC
+                     if s.reply is not None and s.vnc_frame is not None
+                     and all(s is not t for t, _ in over_vnc)]
+        if over_vnc:
+            failed = self._frames_over_vnc(over_vnc)
         for slot in (*sent, *carried):
             i = slot.index
             if slot in failed:  # the step happened, its frame did not come
                 reply, slot.reply, slot.vnc_frame = slot.reply, None, None
-                infos[i] = core.faults.lose(slot, failed[slot], rewards, truncated)
+                infos[i] = self.faults.lose(slot, failed[slot], rewards, truncated)
                 rewards[i] += reply.reward  # what the step earned is not lost with the frame
             elif slot.reply is not None:
                 infos[i] = self._deliver(slot, rewards, terminated, truncated)
             elif not slot.session.connected:
                 reason = slot.session.error or "connection lost"
-                infos[i] = core.faults.lose(slot, reason, rewards, truncated)
+                infos[i] = self.faults.lose(slot, reason, rewards, truncated)
             elif time.monotonic() >= slot.deadline:
-                reason = f"stalled: no reply within stall_timeout={core.stall_timeout:g} s; reconnecting"
-                infos[i] = core.faults.lose(slot, reason, rewards, truncated)
+                reason = f"stalled: no reply within stall_timeout={lane.stall_timeout:g} s; reconnecting"
+                infos[i] = self.faults.lose(slot, reason, rewards, truncated)
             else:
                 infos[i] = {
                     "remote.connected": True, "remote.waiting": True,
                     "episode_id": slot.episode, "frame": slot.returned,
                 }
-        for slot in sent:
+        if starting:
+            infos_of = self._autoresets(starting, resets, truncated, reconnected)
+            for slot in starting:
+                infos[slot.index] = infos_of[slot.index]
+        for slot in (*sent, *starting):
             if slot.index not in self._written:  # lost, or waiting: its previous frame
                 np.copyto(batch[slot.index], previous[slot.index])
-        if resets is not None:
-            for slot in starting:
-                infos[slot.index] = started[slot.index]
-        return core.finish(rewards, terminated, truncated, infos, same_step, fresh=True)
+        if same_step and (terminated.any() or truncated.any()):
+            return self._same_step(rewards, terminated, truncated, infos)
+        return lane.finish(rewards, terminated, truncated, infos, copy=False)
+
+    def _same_step(
+        self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> Batch:
+        """``SAME_STEP``: each episode that ended in this step keeps its final frame and
+        info, and its next one starts now, here."""
+        lane = self.lane
+        frames = lane.frames
+        assert frames is not None
+        lane.instruct(infos)  # the ended episodes' final infos get theirs
+        ended = [s for s in lane.slots if terminated[s.index] or truncated[s.index]]
+        final = {s.index: (frames[s.index].copy(), infos[s.index]) for s in ended}
+        lane.same_step = False  # the autoresets below start the new episodes
+        starting = []
+        reconnected = set()
+        for slot in ended:
+            if slot.phase is not Phase.AWAY:
+                starting.append(slot)
+            elif self._back(slot, False):
+                reconnected.add(slot)
+                starting.append(slot)
+            else:
+                infos[slot.index] = self.faults.away(slot, None)
+        resets = self._autoresets(starting, self._send_autoresets(starting), None, reconnected)
+        for slot in starting:
+            infos[slot.index] = resets[slot.index]
+        return lane.finish(rewards, terminated, truncated, infos, final, copy=False)
+
+    def _frames_over_vnc(self, pairs: list[tuple[Slot, StepReply]]) -> dict[Slot, str]:
+        """Lockstep without shared memory: each slot's frame as its VNC shows it (waited
+        for on the loop thread, where VNC lives, until the slot's own deadline) into the
+        batch. Returns the slots whose frame did not come, with why. A session without
+        VNC (a parallel env's other players) is left alone: its frame is player 0's."""
+        lane = self.lane
+        frames = lane.frames
+        assert frames is not None
+        failed: dict[Slot, str] = {}
+        waits = []
+        for slot, reply in pairs:
+            vnc = slot.session.vnc
+            if vnc is None:
+                slot.vnc_frame = None
+                continue
+            timeout = max(slot.deadline - time.monotonic(), MIN_FRAME_WAIT)
+            waits.append((slot, reply, _vnc_frame(vnc, vnc.wait_frame(reply.frame, timeout))))
+        if not waits:
+            return failed
+        limit = max(s.deadline for s, _, _ in waits) - time.monotonic()
+        results = lane.loop.run(_all_settled([w for _, _, w in waits]), max(limit, 0.0) + _LOOP_SLACK)
+        for (slot, reply, _), result in zip(waits, results, strict=True):
+            if isinstance(result, TimeoutError):
+                failed[slot] = (f"stalled: frame {reply.frame} did not come over VNC within "
+                                f"stall_timeout={lane.stall_timeout:g} s; reconnecting")
+            elif isinstance(result, BaseException):
+                failed[slot] = f"VNC connection lost while waiting for frame {reply.frame}: {result}"
+            else:
+                pixels, _ = result
+                if pixels.shape == frames.shape[1:]:
+                    np.copyto(frames[slot.index], pixels)
+                slot.vnc_frame = None
+                slot.session.shared.vnc_frames += 1
+                self._written.add(slot.index)
+        return failed
 
     def _wait(self, sent: list[Slot], carried: list[Slot]) -> list[tuple[Slot, StepReply]]:
         """Read replies until every remote sent this step answered (carried ones are taken
@@ -217,11 +516,11 @@ class LockstepSteps:
     def _adopt(self, slot: Slot, now: float) -> None:
         """A step request sent by an interrupted step before the slot noted it (Ctrl-C
         between the send and the bookkeeping) is the slot's step still out."""
-        rewarder = slot.session.rewarder
-        if isinstance(rewarder, BlockingRewarder):
+        rewarder = slot.session.lockstep_channel
+        if rewarder is not None:
             sent = rewarder.outstanding_step()
             if sent is not None:
-                slot.pending, slot.deadline = sent, now + self.core.stall_timeout
+                slot.pending, slot.deadline = sent, now + self.lane.stall_timeout
 
     def _wait_one(self, slot: Slot) -> StepReply | None:
         """The lone remote's reply (None: its deadline passed or the connection ended)."""
@@ -242,7 +541,7 @@ class LockstepSteps:
             return
         slot.pending = None
         slot.reply = reply
-        frames = self.core.frames
+        frames = self.lane.frames
         assert frames is not None
         session = slot.session
         slot.vnc_frame = None
@@ -266,7 +565,7 @@ class LockstepSteps:
         i, session = slot.index, slot.session
         rewards[i], terminated[i] = reply.reward, reply.done
         slot.steps += 1
-        limit = self.core.max_episode_steps
+        limit = self.lane.max_episode_steps
         truncated[i] = limit is not None and slot.steps >= limit and not reply.done
         slot.returned, slot.episode = reply.frame, reply.episode_id
         if slot.seen is None or reply.frame > slot.seen:
@@ -284,7 +583,24 @@ class LockstepSteps:
 
 
 def _rewarder(slot: Slot) -> BlockingRewarder:
-    rewarder = slot.session.rewarder
-    assert isinstance(rewarder, BlockingRewarder)
+    rewarder = slot.session.lockstep_channel
+    if rewarder is None:
+        raise ConnectionClosed(f"{slot.session.name}: its rewarder channel is not connected")
     return rewarder
+
+
+async def _vnc_frame(vnc: Any, shown: Any) -> tuple[np.ndarray, Any]:
+    """On the loop thread: once ``shown`` (a wait for a frame) is done, a copy of what
+    the VNC client shows and its tag (the stepping thread copies it into the batch)."""
+    vnc.resume_updates()
+    await shown
+    return vnc.framebuffer.copy(), vnc.tag
+
+
+async def _all_settled(waits: list[Any]) -> list[Any]:
+    return await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def _all(futures: list[Future[Any]]) -> None:
+    await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
 

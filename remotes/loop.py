@@ -7,13 +7,18 @@ real-time sessions, resets and reconnects on one asyncio loop in one daemon thre
 **Which thread may step an env.** Any thread, one call at a time per env (an env's own
 lock makes a second thread wait): several threads may each step their own envs.
 
-- *Lockstep steps* run in the calling thread on blocking sockets
-  (:mod:`remotes.lockstep`, :class:`rewarder.blocking.BlockingRewarder`); the loop thread
-  is not involved. A keepalive thread (:mod:`rewarder.keeper`) answers the remote's pings
-  while the caller is busy elsewhere.
-- *Everything else* (real-time steps, resets, connecting, reconnecting, snapshots) is a
-  coroutine the caller hands to the loop thread with :meth:`LoopThread.run` and waits
-  for. The loop is never borrowed: the caller's thread never runs it.
+- *Lockstep* runs in the calling thread on blocking sockets across episodes: steps,
+  resets, autoresets, ``same_step`` episode ends, losses, connecting and closing
+  (:mod:`remotes.lockstep`, :class:`rewarder.blocking.BlockingRewarder`), each new
+  episode's first frame through shared memory like a step's. The loop thread is asked
+  only for what lives there: a lockstep session's VNC client (connected and closed there,
+  and frames over VNC when shared memory cannot be used) and the probe of a lost remote
+  (the step that finds it answering connects it). No worker thread. A keepalive thread
+  (:mod:`rewarder.keeper`) answers the remote's pings while the caller is busy elsewhere.
+- *Everything else* (real-time steps, resets, connecting and reconnecting, VNC-only
+  remotes, snapshots) is a coroutine the caller hands to the loop thread with
+  :meth:`LoopThread.run` and waits for. The loop is never borrowed: the caller's thread
+  never runs it.
 - *In a running asyncio loop* (a Jupyter kernel, an async agent, a Ray async actor) the
   sync API works unchanged: it blocks that loop for the call, as any blocking call does;
   nothing is scheduled on the caller's loop.
@@ -28,8 +33,10 @@ lock makes a second thread wait): several threads may each step their own envs.
   Other envs, and other threads' steps, are untouched.
 
 Session state on the loop thread (``RemoteSession``'s VNC client, a real-time
-rewarder client, the stepping core's slots during a reset) is read and written only by
-coroutines there; the agent's thread gets snapshots (``remotes.stepper.Batch``, the frozen
+rewarder client, a real-time stepping core's slots) is read and written only by
+coroutines there; a lockstep core's slots and shared-memory readers only by the thread
+that steps it (the loop thread hands it VNC frames and probe results through futures);
+the agent's thread gets snapshots (``remotes.stepper.Batch``, the frozen
 :class:`~remotes.session.RemoteSnapshot`). Never call :meth:`LoopThread.run` from the loop
 thread (it would wait on itself); ``await`` there instead.
 """
@@ -52,11 +59,9 @@ log = logging.getLogger(__name__)
 #: Seconds :meth:`LoopThread.close` gives the loop's tasks to finish once cancelled
 #: (closing sockets), before it stops the loop anyway.
 SHUTDOWN_TIMEOUT: Final = 5.0
-#: Worker threads for the blocking channels' calls made from the loop (a lockstep
-#: remote's connect and reset run there with ``asyncio.to_thread``): enough for every
-#: remote of a large vector at once, so the players of a joint reset never wait for each
-#: other's worker (asyncio's default, min(32, cores + 4), is 6 on two cores). Threads
-#: start only as needed.
+#: Worker threads for blocking calls made from the loop (a group's ``address_of`` when a
+#: lost remote is relocated, the /proc scan of :mod:`remotes.listening`): threads start
+#: only as needed; lockstep channels never use them.
 BLOCKING_WORKERS: Final = 256
 
 
@@ -98,7 +103,7 @@ class LoopThread:
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result (cancelling it on timeout, or
         when the wait is interrupted)."""
-        if asyncio._get_running_loop() is self.loop:
+        if _running_loop() is self.loop:
             coro.close()
             raise RuntimeError("LoopThread.run() called from its own loop: await instead")
         future = self.submit(coro)
@@ -127,6 +132,14 @@ class LoopThread:
             self._thread.join(timeout=5)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """This thread's running loop, or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 async def _cancel_all() -> None:

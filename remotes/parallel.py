@@ -186,12 +186,11 @@ class RemoteParallelEnv(ParallelEnv[AgentID, np.ndarray, int]):  # type: ignore[
         options = EnvOptions(mode=LOCKSTEP, frameskip=frameskip, env_id=env_id, max_episode_steps=max_cycles,
                              start_timeout=start_timeout, stall_timeout=stall_timeout)
         self._core = Stepper(sessions, options, self._loop)
-        self._loop.run(self._core.connect(), start_timeout + 10)
+        states = self._core.connect(start_timeout + 10)
         self._closed = False
         self.possible_agents: list[AgentID] = [a for w in self._worlds for a in w.agents]
         self.agents: list[AgentID] = []
         self._where = {a: (w, p) for w in self._worlds for p, a in enumerate(w.agents)}
-        states = self._core.loop.run(self._core.snapshot())
         self.observation_spaces = {
             a: spaces.Box(0, 255, (states[w.slots[0]].height, states[w.slots[0]].width, 3), np.uint8)
             for a, (w, _) in self._where.items()
@@ -224,7 +223,7 @@ class RemoteParallelEnv(ParallelEnv[AgentID, np.ndarray, int]):  # type: ignore[
             world.held = [set() for _ in world.slots]
             world.done = False
         with self._stepping:
-            batch, _ = self._loop.run(self._core.reset(seeds, self.env_id))
+            batch, _ = self._core.reset(seeds, self.env_id)
         self.agents = list(self.possible_agents)
         observations: dict[AgentID, np.ndarray] = {}
         infos: dict[AgentID, dict[str, Any]] = {}

@@ -1,16 +1,20 @@
 """One remote's two channels, paired: what the stepping core drives.
 
 Holds :class:`RemoteSession`, :class:`RemoteSnapshot` (a frozen snapshot of a session for
-the agent's thread), :class:`RemoteUnavailable` and :func:`answers` (is a remote
-listening and alive?). A session owns a :class:`~vncdriver.client.VNCClient` and a
-:class:`~rewarder.client.RewarderClient` (either may be absent for VNC-only or
-rewarder-only addresses), connects them together, resets through the rewarder's
+the agent's thread) and :func:`answers` (is a remote listening and alive?);
+:class:`~remotes.unavailable.RemoteUnavailable` is re-exported. A session owns a
+:class:`~vncdriver.client.VNCClient` and a rewarder channel — a real-time
+:class:`~rewarder.client.RewarderClient` or a lockstep
+:class:`~rewarder.blocking.BlockingRewarder` (either client may be absent for VNC-only
+or rewarder-only addresses) — connects them together, resets through the rewarder's
 episode handshake and reads frame + reward per step.
 
-**Loop thread only.** A session's fields change on the env's event loop (a reconnect
-sets ``vnc``/``rewarder`` to None and back); read them only from coroutines run there
-(``LoopThread.run``). The agent's thread gets :class:`RemoteSnapshot` snapshots instead
-(``RemoteEnv.remote``, ``RemoteVectorEnv.remotes``); see :mod:`remotes.loop`.
+**Whose thread.** A real-time session's fields change on the env's event loop (a
+reconnect sets ``vnc``/``rewarder`` to None and back): read them only from coroutines
+run there (``LoopThread.run``). A lockstep session connects, resets and closes from the
+thread that steps it (:meth:`RemoteSession.connect_here`, :meth:`RemoteSession.close_here`),
+its VNC client alone living on the loop. The agent's thread gets :class:`RemoteSnapshot`
+snapshots (``RemoteEnv.remote``, ``RemoteVectorEnv.remotes``); see :mod:`remotes.loop`.
 """
 
 from __future__ import annotations
@@ -18,13 +22,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import ssl
-import threading
 import time
-import uuid
-import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
@@ -34,9 +35,7 @@ import numpy as np
 from rewarder.blocking import BlockingRewarder
 from rewarder.client import RewarderClient
 from rewarder.errors import (
-    ConnectTimeout as RewarderConnectTimeout,
     Refused,
-    RemoteError,
     RewarderError,
     Untrusted,
 )
@@ -47,22 +46,23 @@ from vncdriver.addresses import is_loopback
 from vncdriver.client import VNCClient
 from vncdriver.client_protocol import FramebufferUpdated
 from vncdriver.errors import (
-    AuthenticationFailed,
-    ConnectTimeout as VNCConnectTimeout,
-    ServerRefused,
-    TLSFailed,
     VNCError,
 )
 from vncdriver.messages import FrameTag
 
 from .address import RemoteAddress, parse_remotes
+from .holders import process_client_id, take_slot
 from .listening import NothingListens, nothing_listens
+from .loop import LoopThread
 from .shared_frames import SharedFrames
+from .unavailable import FINAL_ERRORS, RemoteUnavailable
 
 log = logging.getLogger(__name__)
 
 #: Seconds a reset may take, from the request to the first frame of the new episode.
 RESET_TIMEOUT: Final = 60.0
+#: Seconds between "still waiting" lines while a remote does not answer.
+WAIT_REPORT_INTERVAL: Final = 5.0
 #: Seconds :func:`answers` waits for a VNC greeting: a live remote greets at once, a
 #: stopped (SIGSTOP) or wedged one never; short, because a reconnect polls with it.
 PROBE_TIMEOUT: Final = 0.5
@@ -73,52 +73,6 @@ PROBE_TIMEOUT: Final = 0.5
 REQUEST_HOLD: Final = 0.012
 #: The RFB greeting every VNC server sends first (``RFB 003.008\n``): 12 bytes.
 _RFB_GREETING_BYTES: Final = 12
-
-_client_ids: dict[int, str] = {}
-
-
-def process_client_id() -> str:
-    """This process's rewarder client id: a new env of this process takes over a remote
-    an earlier env of it still holds (``check_env`` builds such second envs), while an
-    agent of another process is refused as busy. New after a fork."""
-    pid = os.getpid()
-    if pid not in _client_ids:
-        _client_ids[pid] = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:12]}"
-    return _client_ids[pid]
-
-
-#: Which session of this process holds each remote's active slot (its rewarder address):
-#: a newer session on the same remote takes the slot over (same client id), and the
-#: older one learns it was replaced instead of taking the slot back by reconnecting.
-_holders: dict[str, weakref.ReferenceType[RemoteSession]] = {}
-_holders_lock = threading.Lock()
-
-
-def _after_fork() -> None:
-    """In a fork's child the parent's sessions are not ours, and the lock may have been
-    held at fork."""
-    global _holders_lock
-    _holders.clear()
-    _holders_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork)
-
-
-def _take_slot(session: RemoteSession) -> None:
-    """Record ``session`` as its remote's holder; mark the one it replaces."""
-    key = session.address.rewarder
-    if key is not None and session.player:
-        key += f" player {session.player}"
-    if key is None:
-        return
-    with _holders_lock:
-        old_ref = _holders.get(key)
-        old = old_ref() if old_ref is not None else None
-        if old is not None and old is not session:
-            old.replaced = True
-        _holders[key] = weakref.ref(session)
-
 
 def resolve_addresses(
     spec: str | RemoteAddress | Sequence[str] | Sequence[RemoteAddress],
@@ -144,62 +98,6 @@ def tls_context(
             "write vnc+tls://host:5900+15900 for a remote served with --tls-cert"
         )
     return None
-
-
-#: Seconds between "still waiting" lines while a remote does not answer.
-WAIT_REPORT_INTERVAL: Final = 5.0
-#: What to check when a remote does not answer (said once per error).
-_HINT: Final = (
-    "Is it running (universe-remote serve ...)? Check the address, the ports and the password."
-)
-
-
-#: Errors that carry the remote's own reason, or advice of their own (the connect timeouts
-#: say what to check): the generic hint would only repeat or mislead.
-_EXPLAINED: Final = (
-    Refused, RemoteError, AuthenticationFailed, ServerRefused, RewarderConnectTimeout, VNCConnectTimeout,
-    NothingListens,
-)
-#: Of those, the ones that are a final answer: the other channel need not be waited for.
-_FINAL: Final = (Refused, RemoteError, AuthenticationFailed, ServerRefused, TLSFailed)
-
-
-class RemoteUnavailable(ConnectionError):
-    """A remote could not be reached or dropped; the message says which and what to do."""
-
-    def __init__(self, name: str, what: str, cause: BaseException | None = None) -> None:
-        self.name, self.what, self.cause = name, what, cause
-        #: With :meth:`several`: each remote's own error.
-        self.errors: list[BaseException] = [self]
-        hint = f" {_HINT}" if self.unexplained else ""
-        super().__init__(f"remote {name}: {self.problem}.{hint}")
-
-    @property
-    def unexplained(self) -> bool:
-        """Whether nothing said why (no answer, a drop): then the hint helps. A remote that
-        refused (password, busy) or failed a request said why, and the hint would mislead."""
-        if isinstance(self.cause, RemoteUnavailable):
-            return self.cause.unexplained
-        return not isinstance(self.cause, _EXPLAINED)
-
-    @property
-    def problem(self) -> str:
-        """What went wrong, without the hint."""
-        if self.cause is None:
-            return self.what
-        cause = self.cause.problem if isinstance(self.cause, RemoteUnavailable) else self.cause
-        return f"{self.what}: {cause}"
-
-    @classmethod
-    def several(cls, errors: Sequence[BaseException], total: int) -> RemoteUnavailable:
-        """One error for the remotes of an env that did not answer, each with its reason."""
-        names = ", ".join(getattr(e, "name", "?") for e in errors)
-        reasons = "; ".join(
-            e.problem if isinstance(e, RemoteUnavailable) else str(e) for e in errors
-        )
-        error = cls(names, f"{len(errors)} of {total} remotes did not answer ({reasons})")
-        error.errors = list(errors)
-        return error
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,59 +234,35 @@ class RemoteSession:
     # Connection -------------------------------------------------------------------------
 
     async def connect(self, start_timeout: float | None = None) -> None:
-        """Connect both channels (concurrently), dialling for up to ``start_timeout``
-        (default: the session's); raise :class:`RemoteUnavailable`. A first connect gives
-        up at once where nothing listens on loopback and nothing here is starting a remote
-        (:mod:`remotes.listening` says when, and why only then)."""
+        """Real time: connect both channels (concurrently) on the loop thread, dialling for
+        up to ``start_timeout`` (default: the session's); raise :class:`RemoteUnavailable`.
+        A first connect gives up at once where nothing listens on loopback and nothing
+        here is starting a remote (:mod:`remotes.listening` says when, and why only then).
+        A lockstep session connects from the caller's thread: :meth:`connect_here`."""
+        if self.lockstep:
+            raise RuntimeError("a lockstep session connects from the stepping thread (connect_here)")
         await self.close()
         timeout = self.start_timeout if start_timeout is None else start_timeout
-        addr = self.address
-        if not self.reached and (why := await nothing_listens(addr)) is not None:
-            raise RemoteUnavailable(self.name, "cannot connect", NothingListens(why))
-        if addr.vnc is not None:
-            self.vnc = VNCClient(
-                addr.vnc,
-                password=self.password,
-                start_timeout=timeout,
-                name=self.name,
-                frame_tags=True,  # servers that are not ours ignore the request
-                on_update=self._vnc_update,
-                **self.vnc_options.kwargs(addr.host),
-                tls=self.tls,
-                request_hold=REQUEST_HOLD,
+        await self._check_listening()
+        self.vnc = self._new_vnc(timeout)
+        if self.address.rewarder is not None:
+            self.rewarder = RewarderClient(
+                self.address.rewarder, password=self.password, start_timeout=timeout,
+                reconnect=False, name=self.name, client_id=self._client_id(), tls=self.tls,
+                player=self.player,
             )
-        if addr.rewarder is not None:
-            client_id = process_client_id() + ("" if not self.player else f":p{self.player}")
-            if self.lockstep:
-                self.rewarder = BlockingRewarder(
-                    addr.rewarder, password=self.password, start_timeout=timeout,
-                    name=self.name, client_id=client_id, tls=self.tls, player=self.player,
-                )
-            else:
-                self.rewarder = RewarderClient(
-                    addr.rewarder,
-                    password=self.password,
-                    start_timeout=timeout,
-                    reconnect=False,
-                    name=self.name,
-                    client_id=client_id,
-                    tls=self.tls,
-                    player=self.player,
-                )
-            if self._newest_episode is not None:
-                # Drops the new connection's news of older episodes and makes the next
-                # reset's episode_id header ask past them (RewarderClient has no option).
-                self.rewarder.buffer.reset(self._newest_episode)
-        channels = {
-            kind: asyncio.ensure_future(_start(client))
-            for kind, client in (("VNC", self.vnc), ("rewarder", self.rewarder)) if client is not None
-        }
-        reporter = asyncio.ensure_future(self._report_waiting(channels, timeout))
+            self._continue_episodes(self.rewarder)
+        starts = {"VNC": self.vnc.start() if self.vnc is not None else None,
+                  "rewarder": self.realtime_channel.start() if self.realtime_channel is not None else None}
+        channels = {kind: asyncio.ensure_future(start) for kind, start in starts.items() if start is not None}
+        reporter = asyncio.ensure_future(
+            self._report_waiting({kind: task.done for kind, task in channels.items()}, timeout)
+        )
         try:
             pending = set(channels.values())
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-                if any(isinstance(t.exception(), _FINAL) for t in done):
+                if any(isinstance(t.exception(), FINAL_ERRORS) for t in done):
                     break  # the remote said why: the other channel cannot help
         except BaseException:  # cancelled (an interrupted constructor): leave nothing behind,
             for task in channels.values():
@@ -405,22 +279,109 @@ class RemoteSession:
         ]
         if errors:
             await self.close()
-            # The rewarder's refusal says most (VNC auth says only "failed").
-            first = next((e for e in errors if isinstance(e, Refused)), errors[0])
-            if not isinstance(first, Refused) and (bad := verification_error(first)) is not None:
-                first = Untrusted(untrusted(f"{addr.host}:{addr.vnc_port}", bad))
-            raise RemoteUnavailable(self.name, "cannot connect", first)
+            raise self._unavailable(errors)  # type: ignore[arg-type]
+        self._connected()
+
+    def connect_here(self, loop: LoopThread, start_timeout: float | None = None) -> None:
+        """Lockstep: :meth:`connect` from the caller's thread — the blocking rewarder
+        channel is dialled here while VNC connects on ``loop`` (where it lives); no worker
+        thread. Raise :class:`RemoteUnavailable`."""
+        self.close_here(loop)
+        timeout = self.start_timeout if start_timeout is None else start_timeout
+        loop.run(self._check_listening())
+        rewarder_done = [self.address.rewarder is None]
+        vnc = loop.submit(self._start_vnc(timeout, rewarder_done))
+        errors: list[BaseException] = []
+        try:
+            if self.address.rewarder is not None:
+                rewarder = self.rewarder = BlockingRewarder(
+                    self.address.rewarder, password=self.password, start_timeout=timeout,
+                    name=self.name, client_id=self._client_id(), tls=self.tls, player=self.player,
+                )
+                self._continue_episodes(rewarder)
+                try:
+                    rewarder.connect()
+                except (RewarderError, OSError) as exc:
+                    errors.append(exc)
+                    if isinstance(exc, FINAL_ERRORS):
+                        vnc.cancel()  # the remote said why: the other channel cannot help
+                finally:
+                    rewarder_done[0] = True
+            if not vnc.cancelled():
+                error = vnc.result()
+                if error is not None:
+                    errors.append(error)
+        except BaseException:  # interrupted: leave nothing behind (a late handshake would
+            vnc.cancel()       # take the remote's active slot)
+            self.close_here(loop)
+            raise
+        if errors:
+            self.close_here(loop)
+            raise self._unavailable(errors)
+        self._connected()
+
+    async def _check_listening(self) -> None:
+        if not self.reached and (why := await nothing_listens(self.address)) is not None:
+            raise RemoteUnavailable(self.name, "cannot connect", NothingListens(why))
+
+    async def _start_vnc(self, timeout: float, rewarder_done: list[bool]) -> BaseException | None:
+        """Lockstep's VNC half of :meth:`connect_here`, on the loop: the error, or None."""
+        self.vnc = self._new_vnc(timeout)
+        if self.vnc is None:
+            return None
+        vnc = self.vnc
+        reporter = asyncio.ensure_future(self._report_waiting(
+            {"VNC": lambda: vnc.connected or vnc.closed, "rewarder": lambda: rewarder_done[0]}, timeout
+        ))
+        try:
+            await vnc.start()
+        except (VNCError, OSError) as exc:
+            return exc
+        finally:
+            reporter.cancel()
+        return None
+
+    def _new_vnc(self, timeout: float) -> VNCClient | None:
+        addr = self.address
+        if addr.vnc is None:
+            return None
+        return VNCClient(
+            addr.vnc, password=self.password, start_timeout=timeout, name=self.name,
+            frame_tags=True,  # servers that are not ours ignore the request
+            on_update=self._vnc_update, **self.vnc_options.kwargs(addr.host), tls=self.tls,
+            request_hold=REQUEST_HOLD,
+        )
+
+    def _client_id(self) -> str:
+        return process_client_id() + ("" if not self.player else f":p{self.player}")
+
+    def _continue_episodes(self, rewarder: RewarderClient | BlockingRewarder) -> None:
+        """Drop the new connection's news of older episodes and make the next reset's
+        episode_id header ask past them (the clients have no option for it)."""
+        if self._newest_episode is not None:
+            rewarder.buffer.reset(self._newest_episode)
+
+    def _unavailable(self, errors: Sequence[BaseException]) -> RemoteUnavailable:
+        # The rewarder's refusal says most (VNC auth says only "failed").
+        first = next((e for e in errors if isinstance(e, Refused)), errors[0])
+        addr = self.address
+        if not isinstance(first, Refused) and (bad := verification_error(first)) is not None:
+            first = Untrusted(untrusted(f"{addr.host}:{addr.vnc_port}", bad))
+        return RemoteUnavailable(self.name, "cannot connect", first)
+
+    def _connected(self) -> None:
         self.replaced = False
         self.reached = True
-        _take_slot(self)
+        take_slot(self)
 
-    async def _report_waiting(self, channels: Mapping[str, asyncio.Future[Any]], timeout: float) -> None:
+    async def _report_waiting(self, channels: Mapping[str, Callable[[], bool]], timeout: float) -> None:
         """Every :data:`WAIT_REPORT_INTERVAL` s of a slow connect, say which channel is
-        still missing: silence for ``start_timeout`` seconds looks like a hang."""
+        still missing (``channels``: kind -> is it done?): silence for ``start_timeout``
+        seconds looks like a hang."""
         started = time.monotonic()
         while True:
             await asyncio.sleep(WAIT_REPORT_INTERVAL)
-            missing = [kind for kind, task in channels.items() if not task.done()]
+            missing = [kind for kind, done in channels.items() if not done()]
             if missing:
                 log.warning(
                     "waiting for remote %s: %s not answering yet (%.0f of %g s); is it "
@@ -429,18 +390,41 @@ class RemoteSession:
                 )
 
     async def close(self) -> None:
-        """Close both channels (idempotent); the session may :meth:`connect` again."""
-        clients = [c for c in (self.vnc, self.rewarder) if c is not None]
-        if self.rewarder is not None:
-            newest = self.rewarder.buffer.newest_episode_id
+        """Close both channels (idempotent); the session may :meth:`connect` again. A
+        lockstep session's blocking channel is closed here too (closing never waits on
+        its peer), but only while nobody steps it: lockstep envs call :meth:`close_here`."""
+        vnc, rewarder = self._forget_channels()
+        if isinstance(rewarder, BlockingRewarder):
+            rewarder.close()
+            rewarder = None
+        sends, self._sends = self._sends, set()
+        for task in sends:
+            task.cancel()
+        clients = [c for c in (vnc, rewarder) if c is not None]
+        await asyncio.gather(*(c.close() for c in clients), *sends, return_exceptions=True)
+
+    def close_here(self, loop: LoopThread, wait: bool = True) -> Future[None] | None:
+        """Lockstep: :meth:`close` from the caller's thread — the blocking channel here,
+        VNC on ``loop`` (waited for unless ``wait`` is False: then its future, if any)."""
+        vnc, rewarder = self._forget_channels()
+        if isinstance(rewarder, BlockingRewarder):
+            rewarder.close()
+        if vnc is None or loop.forked:
+            return None
+        if wait:
+            loop.run(vnc.close())
+            return None
+        return loop.submit(vnc.close())
+
+    def _forget_channels(self) -> tuple[VNCClient | None, RewarderClient | BlockingRewarder | None]:
+        vnc, rewarder = self.vnc, self.rewarder
+        if rewarder is not None:
+            newest = rewarder.buffer.newest_episode_id
             if newest is not None:
                 self._newest_episode = max(newest, self._newest_episode or 0)
         self.vnc = self.rewarder = None
         self.shared.forget()
-        sends, self._sends = self._sends, set()
-        for task in sends:
-            task.cancel()
-        await asyncio.gather(*(_close(c) for c in clients), *sends, return_exceptions=True)
+        return vnc, rewarder
 
     def _vnc_update(self, client: VNCClient, update: FramebufferUpdated) -> None:
         tag = update.tag
@@ -484,6 +468,22 @@ class RemoteSession:
         vnc = self.vnc if self.address.vnc is not None else _ALWAYS
         rewarder = self.rewarder if self.address.rewarder is not None else _ALWAYS
         return vnc, rewarder
+
+    # Channels ------------------------------------------------------------------------------
+
+    @property
+    def lockstep_channel(self) -> BlockingRewarder | None:
+        """The rewarder channel a lockstep session's stepping thread drives (None in real
+        time, or while not connected). Read :attr:`rewarder` for what both channels tell."""
+        rewarder = self.rewarder
+        return rewarder if isinstance(rewarder, BlockingRewarder) else None
+
+    @property
+    def realtime_channel(self) -> RewarderClient | None:
+        """The asyncio rewarder channel of a real-time session, on the loop thread (None
+        in lockstep, or while not connected)."""
+        rewarder = self.rewarder
+        return rewarder if isinstance(rewarder, RewarderClient) else None
 
     # Screen --------------------------------------------------------------------------------
 
@@ -545,36 +545,43 @@ class RemoteSession:
         mode: str | None = None,
         timeout: float = RESET_TIMEOUT,
     ) -> int | None:
-        """Start a new episode and wait until the remote runs it and a frame of it arrived.
+        """Real time: start a new episode and wait until the remote runs it and a frame of
+        it arrived (a lockstep session resets from the stepping thread: remotes.lockstep).
 
         Returns the new episode id (None without a rewarder). With frame tags, "a frame of
         it" is exact: an update tagged with the new episode. Without (Xvnc), it is the
         first update after the reset reply: the remote draws the new episode's first
         frame before it replies.
         """
-        self.shared.new_episode(self.vnc)
+        if self.lockstep_channel is not None:
+            raise RuntimeError("a lockstep session resets from the stepping thread (remotes.lockstep)")
+        rewarder = self.realtime_channel
+        self.shared.new_episode()
         try:
             async with asyncio.timeout(timeout):
                 episode = None
-                rewarder = self.rewarder
-                if isinstance(rewarder, BlockingRewarder):  # its calls block: not on the loop
-                    episode = await asyncio.to_thread(
-                        _blocking_reset, rewarder, env_id, seed, fps, mode, timeout
-                    )
-                elif rewarder is not None:
+                if rewarder is not None:
                     episode = await rewarder.reset(env_id=env_id, seed=seed, fps=fps, mode=mode)
                     await rewarder.wait_for_state("running", episode_id=episode)
-                if self.vnc is not None:
-                    if self.frame_tags and episode is not None:
-                        while (tag := self.vnc.tag) is None or tag.episode_id < episode:
-                            await self.vnc.wait_update(self.vnc.updates)
-                    else:
-                        await self.vnc.wait_update(self.vnc.updates)
+                await self.show_episode(episode)
                 return episode
         except (RewarderError, VNCError, OSError) as exc:
             raise RemoteUnavailable(self.name, "reset failed", exc) from exc
         except TimeoutError as exc:
             raise RemoteUnavailable(self.name, f"reset took over {timeout:g} s", exc) from exc
+
+    async def show_episode(self, episode: int | None) -> None:
+        """Wait until VNC shows a frame of ``episode`` (by its tag; without tags, the next
+        update), asking for updates again if a lockstep step paused them."""
+        vnc = self.vnc
+        if vnc is None:
+            return
+        vnc.resume_updates()
+        if self.frame_tags and episode is not None:
+            while (tag := vnc.tag) is None or tag.episode_id < episode:
+                await vnc.wait_update(vnc.updates)
+        else:
+            await vnc.wait_update(vnc.updates)
 
     async def show_frame_of(self, frame: int | None, timeout: float) -> None:
         """Pair a reward with its frame: wait (briefly) until VNC shows frame ``frame``."""
@@ -601,8 +608,8 @@ class RemoteSession:
             return
         if self.vnc is not None:
             self.vnc.send_events(events)
-        elif isinstance(self.rewarder, RewarderClient):
-            task = asyncio.get_running_loop().create_task(self.rewarder.send_action(events))
+        elif (rewarder := self.realtime_channel) is not None:
+            task = asyncio.get_running_loop().create_task(rewarder.send_action(events))
             self._sends.add(task)
             task.add_done_callback(self._sent)
 
@@ -630,30 +637,6 @@ class RemoteSession:
             info["vnc.pixels"] = stats.pixels
             info["vnc.updates_per_second"] = stats.updates_per_second
         return info
-
-
-async def _start(client: VNCClient | RewarderClient | BlockingRewarder) -> None:
-    """Connect a channel from the loop thread (a blocking one in a worker thread)."""
-    if isinstance(client, BlockingRewarder):
-        await asyncio.to_thread(client.connect)
-    else:
-        await client.start()
-
-
-async def _close(client: VNCClient | RewarderClient | BlockingRewarder) -> None:
-    if isinstance(client, BlockingRewarder):
-        await asyncio.to_thread(client.close)
-    else:
-        await client.close()
-
-
-def _blocking_reset(
-    rewarder: BlockingRewarder, env_id: str | None, seed: int | None, fps: float | None,
-    mode: str | None, timeout: float,
-) -> int:
-    episode = rewarder.reset(env_id=env_id, seed=seed, fps=fps, mode=mode, timeout=timeout)
-    rewarder.wait_for_state("running", episode, timeout)
-    return episode
 
 
 class _Always:

@@ -21,16 +21,16 @@ import logging
 import numpy as np
 
 from rewarder import shm
-from rewarder.protocol import OBS_SHM, OBS_VNC, StepReply
-from vncdriver.client import VNCClient
+from rewarder.protocol import OBS_SHM, OBS_VNC, ResetReply, StepReply
 
 log = logging.getLogger(__name__)
 
 
 class SharedFrames:
     """One session's shared-memory frames; ``enabled``: try them at all (the remote is on
-    this machine). take() runs in the thread that steps (remotes.lockstep); forget() and
-    new_episode() on the loop thread, while no step is under way.
+    this machine). A lockstep session's steps, resets and connections all run in the
+    thread that steps (remotes.lockstep), so that thread alone reads and writes this; a
+    real-time session's resets and reconnects run on the loop thread, which then does.
 
     Attributes: :attr:`enabled` (steps ask for ``obs="shm"`` now; False when this machine
     has no writable /dev/shm, and after an error until :meth:`forget`), :attr:`error` (why
@@ -50,21 +50,25 @@ class SharedFrames:
         #: None after a reset, a reconnect, or a step whose frame came over VNC.
         self.last: tuple[int, int] | None = None
         self._reader: shm.FrameReader | None = None
+        #: Frames read from shared memory, and lockstep frames (a step's or an episode's
+        #: first) that had to come over VNC instead, since this session was made.
+        self.shm_frames = 0
+        self.vnc_frames = 0
 
     @property
     def obs(self) -> str:
         """What a step asks for."""
         return OBS_SHM if self.enabled else OBS_VNC
 
-    def take(self, reply: StepReply, dest: np.ndarray) -> bool:
-        """Read the frame of the step ``reply`` answers from shared memory straight into
+    def take(self, reply: StepReply | ResetReply, dest: np.ndarray) -> bool:
+        """Read the frame of the step (or reset) ``reply`` answers from shared memory straight into
         ``dest`` (a C-contiguous ``uint8[height, width, 3]``, e.g. a row of a batch array)
         and return True; False when the reply names no segment (the step asked for VNC,
         or the remote ignored ``obs``), or when the segment is unusable: then
         :attr:`error` says why, shared memory is off until :meth:`forget`, and the frame
         comes over VNC. ``dest`` may be partly written when it returns False."""
         self.last = None
-        if not self.enabled or reply.shm is None:
+        if not self.enabled or reply.shm is None or reply.frame is None:
             return False
         try:
             reader = self._reader
@@ -82,6 +86,7 @@ class SharedFrames:
             self._off(exc)
             return False
         self.last = (number, episode)
+        self.shm_frames += 1
         return True
 
     def pop_error(self) -> str | None:
@@ -89,11 +94,9 @@ class SharedFrames:
         error, self.error = self.error, None
         return error
 
-    def new_episode(self, vnc: VNCClient | None) -> None:
-        """A reset: its first frame comes over VNC, so ask for updates again."""
+    def new_episode(self) -> None:
+        """A reset: no frame of the new episode was read yet."""
         self.last = None
-        if vnc is not None:
-            vnc.resume_updates()
 
     def forget(self) -> None:
         """The connection closed (a reconnect, or the end): close the segment (the next

@@ -2,7 +2,9 @@
 
 Holds :class:`Phase` (where a remote is between two steps), :class:`Slot` (its stepping
 state) and :class:`FrameGate` (waits until each remote shows the frame a step wants, by
-the frame tags our VNC server sends, and copies each in as it comes). Loop thread only.
+the frame tags our VNC server sends, and copies each in as it comes). One thread writes
+a slot: the loop thread in real time; in lockstep the thread that steps (remotes.lockstep),
+which the loop thread only hands VNC frames and probe results to, through futures.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import asyncio
 import enum
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +39,7 @@ class Phase(enum.Enum):
 
 @dataclass(slots=True, eq=False)
 class Slot:
-    """One remote's stepping state (loop thread only)."""
+    """One remote's stepping state (one thread's: see the module docstring)."""
 
     index: int
     session: RemoteSession
@@ -70,10 +73,11 @@ class Slot:
     captured_episode: int | None = None
     #: Missed its target frame at the last deadline and has not moved since.
     behind: bool = False
-    #: Why the slot is away, and the task bringing it back (True once it is back; False
-    #: when it only closed the connection of a replaced session).
+    #: Why the slot is away, and what brings it back: real time, the loop's task that
+    #: reconnects it; lockstep, the future of the loop's probe (True once the remote
+    #: answers: the step that sees it connects). False for a replaced session.
     error: str | None = None
-    reconnect: asyncio.Task[bool] | None = None
+    reconnect: asyncio.Task[bool] | Future[bool] | None = None
     #: Steps returned while away since the loss (or since the idle stretch ended).
     away_steps: int = 0
     #: Lockstep: the message id of the step request still out, its deadline (monotonic),
@@ -142,14 +146,16 @@ class FrameGate:
     woken by the sessions' ``on_frame`` hooks; copies target frames into :attr:`frames`
     as they come in."""
 
-    def __init__(self, slots: Sequence[Slot]) -> None:
+    def __init__(self, slots: Sequence[Slot], hooks: bool = True) -> None:
+        """``hooks``: hear the sessions' VNC updates (real time; a lockstep step reads
+        its frames itself, and its slots are the stepping thread's alone)."""
         self.slots = slots
         #: The batch the stepper returns copies of (``[n, H, W, 3]``).
         self.frames: np.ndarray | None = None
         self._gate: asyncio.Future[None] | None = None
         self._waiting = 0
         for slot in slots:
-            slot.session.on_frame = self._hook(slot)
+            slot.session.on_frame = self._hook(slot) if hooks else None
 
     def _hook(self, slot: Slot) -> Callable[[FrameTag], None]:
         def on_frame(tag: FrameTag) -> None:

@@ -36,7 +36,7 @@ from gymnasium.vector.utils import batch_space
 from runtimes.errors import UnknownEnvironment
 
 from .address import RemoteAddress
-from .env import _GRACE, _spaces_differ, action_space, close_all, sessions
+from .env import CONNECT_GRACE, action_space, close_all, sessions, spaces_differ
 from .group import RemoteGroup, follow
 from .loop import LoopThread, shared_loop
 from .options import EnvOptions, check_env_id
@@ -161,7 +161,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             follow(group, live)
         self._core = Stepper(live, opts, self._loop)
         self._stepping = threading.Lock()  # one call at a time (threads queue up here)
-        states = self._loop.run(self._core.connect(), opts.start_timeout + _GRACE)
+        states = self._core.connect(opts.start_timeout + CONNECT_GRACE)
         self._closed = False
         try:  # a mistyped env_id= is refused here, not at the first reset()
             check_env_id(opts.env_id, [s.describe.get("env_id") for s in states])
@@ -231,8 +231,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
                 raise ValueError(f"{len(seeds)} seeds for {self.num_envs} remotes")
         env_id = (options or {}).get("env_id")
         with self._stepping:
-            batch, states = self._loop.run(self._core.reset(seeds, env_id))
-        if any(_spaces_differ(new, old) for new, old in zip(states, self._states, strict=True)):
+            batch, states = self._core.reset(seeds, env_id)
+        if any(spaces_differ(new, old) for new, old in zip(states, self._states, strict=True)):
             self._configure_spaces(states)
         self._states = states
         self._frames = batch.obs

@@ -17,7 +17,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorActionWrapper
 
-from .wrappers import (
+from .action_maps import (
     Event,
     click_action,
     click_points,

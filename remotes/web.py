@@ -26,13 +26,10 @@ returns.
   with ``settle: true``: the remote answers once its screen has been still for its quiet
   time, with ``settle`` = ``{react_s, settled_s, deadline_hit}``.
 
-Rewarder's clients have no public call yet for what this needs (an action string or
-``settle`` in a request, a property write on the blocking channel, an answer by
-``action_id``): :func:`send_action`, :func:`send_step` and :func:`write_observe` build
-those requests with the clients' own protocol objects, and :class:`PageTap` hears
-observations by wrapping the channel's reward buffer's ``file``; :meth:`WebSteps.wait`
-takes an unanswered action off the client's pending requests. Those are the only places
-that reach into the clients.
+The rewarder's clients give what this needs as public calls: an action string with
+``settle`` (``RewarderClient.send_answered_action``, ``BlockingRewarder.send_step``), the
+answer by ``action_id``, property writes, and an observation listener
+(``on_observation``, which :class:`PageTap` is).
 """
 
 from __future__ import annotations
@@ -56,8 +53,8 @@ from rewarder.protocol import Observation
 from .options import PAGE, SETTLE_STEPS, WEB_ACTIONS, EnvOptions
 
 if TYPE_CHECKING:
+    from .lane import Lane
     from .slot import FrameGate, Slot
-    from .stepper import Stepper
 
 #: Characters of one action string: what the remote's parser takes (longer ones are
 #: refused before they are sent).
@@ -163,8 +160,8 @@ def refusal(action: str) -> str | None:
 
 
 class PageTap:
-    """Every ``v0.env.observation`` one session's rewarder channel brings: the newest
-    page of each episode, and the answers to actions, by ``action_id``. It runs where the
+    """Every ``v0.env.observation`` one session's rewarder channel brings (its
+    ``on_observation`` listener): the newest page of each episode. It runs where the
     channel files messages (the loop thread for the real-time client, whoever reads the
     blocking one)."""
 
@@ -172,34 +169,19 @@ class PageTap:
         self.client: RewarderClient | BlockingRewarder | None = None
         #: Episode -> the newest observation body that carried a ``page``.
         self.pages: dict[int, dict[str, Any]] = {}
-        self._answers: dict[Any, asyncio.Future[dict[str, Any]]] = {}
         self._episode_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     def attach(self, client: RewarderClient | BlockingRewarder) -> bool:
         """Hear ``client`` (the session's channel now); True if it is a new one."""
         if client is self.client:
             return False
-        buffer = client.buffer
-        file = buffer.file
-
-        def tapped(event: Any) -> bool:
-            if type(event) is Observation:
-                self._heard(event)
-            return file(event)
-
-        buffer.file = tapped  # type: ignore[method-assign]
+        client.on_observation = self._heard
         self.client = client
         self.pages.clear()
         return True
 
     def page_of(self, episode: Any) -> dict[str, Any] | None:
         return self.pages.get(episode) if isinstance(episode, int) else None
-
-    def expect(self, action_id: Any, future: asyncio.Future[dict[str, Any]]) -> None:
-        self._answers[action_id] = future
-
-    def forget(self, action_id: Any) -> None:
-        self._answers.pop(action_id, None)
 
     async def wait_page(self, episode: int, timeout: float) -> None:
         """Wait until a page of ``episode`` (or a later one) came, or ``timeout``."""
@@ -218,75 +200,19 @@ class PageTap:
 
     def _heard(self, event: Observation) -> None:
         body = event.observation
-        if not isinstance(body, dict):
+        if not isinstance(body, dict) or PAGE not in body:
             return
-        if PAGE in body:
-            self.pages[event.episode_id] = body
-            while len(self.pages) > MAX_PAGE_EPISODES:
-                del self.pages[min(self.pages)]
-            for episode, waiter in self._episode_waiters:
-                if event.episode_id >= episode and not waiter.done():
-                    waiter.set_result(None)
-        answer = self._answers.pop(body.get("action_id"), None)
-        if answer is not None and not answer.done():
-            answer.set_result(body)
+        self.pages[event.episode_id] = body
+        while len(self.pages) > MAX_PAGE_EPISODES:
+            del self.pages[min(self.pages)]
+        for episode, waiter in self._episode_waiters:
+            if event.episode_id >= episode and not waiter.done():
+                waiter.set_result(None)
 
 
-# The requests the clients do not make yet ---------------------------------------------------
-
-
-async def send_action(client: RewarderClient, action: str | Sequence[Sequence[Any]], settle: bool,
-                      tap: PageTap) -> tuple[int, asyncio.Future[dict[str, Any]]]:
-    """Real time: send ``v0.agent.action`` with an action string or events (and
-    ``settle``); its message id and the future of its answer (the observation with that
-    ``action_id``; a ``v0.reply.error`` for it, or the connection's end, raises there)."""
-    ws, proto = client._connection()
-    body: dict[str, Any] = {
-        "action": action if isinstance(action, str) else [list(e) for e in action]
-    }
-    if settle:
-        body["settle"] = True
-    message_id = proto.numbering.next_message_id
-    data = proto.numbering.envelope(protocol.ACTION, body, {})
-    future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-    client._pending[message_id] = (protocol.ACTION, future)  # its error reply lands here
-    tap.expect(message_id, future)
-    try:
-        await ws.send(data, text=True)
-    except Exception as exc:
-        client._pending.pop(message_id, None)
-        tap.forget(message_id)
-        raise ConnectionClosed(f"{client.name}: connection lost while sending an action: {exc}") from None
-    return message_id, future
-
-
-def send_step(rewarder: BlockingRewarder, action: str, frames: int, obs: str) -> int:
-    """Lockstep: send ``v0.env.step`` with an action string; its message id, for
-    :meth:`~rewarder.blocking.BlockingRewarder.take_reply`."""
-    with rewarder._lock:
-        proto = rewarder._need_proto()
-        body: dict[str, Any] = {"action": action, "frames": frames}
-        if obs != protocol.OBS_VNC:
-            body["obs"] = obs
-        message_id = proto.numbering.next_message_id
-        data = proto.numbering.envelope(protocol.STEP, body, {"episode_id": str(rewarder.episode_id or 0)})
-        rewarder.outstanding[message_id] = protocol.STEP  # first: an interrupt after the send
-        rewarder._send(data)
-        return message_id
-
-
-async def write_observe(rewarder: RewarderClient | BlockingRewarder, value: str = OBSERVE) -> None:
+async def write_observe(rewarder: RewarderClient, value: str = OBSERVE) -> None:
     """Write the remote's ``observe`` property (the active agent's to write)."""
-    if isinstance(rewarder, RewarderClient):
-        await rewarder.properties("write", "observe", value, timeout=PROPERTY_TIMEOUT)
-        return
-
-    def write() -> None:
-        with rewarder._lock:
-            request = rewarder._need_proto().properties("write", "observe", value)
-            rewarder._call(protocol.PROPERTIES_WRITE, request, PROPERTY_TIMEOUT)
-
-    await asyncio.to_thread(write)
+    await rewarder.properties("write", "observe", value, timeout=PROPERTY_TIMEOUT)
 
 
 # Steps -----------------------------------------------------------------------------------
@@ -309,13 +235,12 @@ class Answer:
 class WebSteps:
     """The web side of :class:`~remotes.stepper.Stepper`'s resets and steps."""
 
-    def __init__(self, core: Stepper) -> None:
-        options = core.options
-        self.core = core
+    def __init__(self, lane: Lane) -> None:
+        options = lane.options
         self.page = PAGE in options.observations
         self.strings = options.actions == WEB_ACTIONS
         self.settle = options.step_mode == SETTLE_STEPS
-        self.taps = [PageTap() for _ in core.slots]
+        self.taps = [PageTap() for _ in lane.slots]
         #: This step's action of each slot that sent one the web way, by slot index.
         self.answers: dict[int, Answer] = {}
         #: The env each slot's remote served before the reset under way.
@@ -324,32 +249,53 @@ class WebSteps:
     # Resets ------------------------------------------------------------------------------
 
     async def before_reset(self, slot: Slot, explicit: bool) -> None:
-        """Hear the slot's channel; subscribe to pages (at an explicit reset, and on a
-        new connection), so the reset brings the new episode's page."""
-        rewarder = slot.session.rewarder
-        if rewarder is None:
-            return
-        fresh = self.taps[slot.index].attach(rewarder)
-        self._serving[slot.index] = slot.session.describe_body().get("env_id")
-        if self.page and (explicit or fresh):
+        """Real time: hear the slot's channel; subscribe to pages (at an explicit reset,
+        and on a new connection), so the reset brings the new episode's page."""
+        rewarder = slot.session.realtime_channel
+        if rewarder is not None and self._subscribe(slot, rewarder, explicit):
             await write_observe(rewarder)
 
+    def before_reset_here(self, slot: Slot, explicit: bool) -> None:
+        """:meth:`before_reset` of a lockstep slot, in the caller's thread."""
+        rewarder = slot.session.lockstep_channel
+        if rewarder is not None and self._subscribe(slot, rewarder, explicit):
+            rewarder.write_property("observe", OBSERVE, PROPERTY_TIMEOUT)
+
+    def _subscribe(self, slot: Slot, rewarder: RewarderClient | BlockingRewarder, explicit: bool) -> bool:
+        fresh = self.taps[slot.index].attach(rewarder)
+        self._serving[slot.index] = slot.session.describe_body().get("env_id")
+        return self.page and (explicit or fresh)
+
     async def after_reset(self, slot: Slot, episode: int | None) -> bool:
-        """After a reset: True when it must be done again — it switched the remote to
-        another env, whose page nobody had asked for yet (the subscription was the old
-        env's): it is asked for now. Otherwise, real time, when the page is not in yet,
-        wait for it briefly (an autoreset's travels on the rewarder while its first frame
+        """Real time, after a reset: True when it must be done again — it switched the
+        remote to another env, whose page nobody had asked for yet (the subscription was
+        the old env's): it is asked for now. Otherwise, when the page is not in yet, wait
+        for it briefly (an autoreset's travels on the rewarder while its first frame
         travels over VNC; a reset's comes before its reply)."""
-        tap, session = self.taps[slot.index], slot.session
-        if not self.page or episode is None or tap.page_of(episode) is not None:
+        rewarder = slot.session.realtime_channel
+        if rewarder is None or not self._switched(slot, episode):
             return False
-        rewarder = session.rewarder
-        if rewarder is not None and session.describe_body().get("env_id") != self._serving.get(slot.index):
+        if slot.session.describe_body().get("env_id") != self._serving.get(slot.index):
             await write_observe(rewarder)
             return True
-        if isinstance(rewarder, RewarderClient):
-            await tap.wait_page(episode, RESET_PAGE_TIMEOUT)
+        assert episode is not None
+        await self.taps[slot.index].wait_page(episode, RESET_PAGE_TIMEOUT)
         return False
+
+    def after_reset_here(self, slot: Slot, episode: int | None) -> bool:
+        """:meth:`after_reset` of a lockstep slot, in the caller's thread (a lockstep
+        reset's page comes before its reply: nothing to wait for)."""
+        rewarder = slot.session.lockstep_channel
+        if rewarder is None or not self._switched(slot, episode):
+            return False
+        if slot.session.describe_body().get("env_id") != self._serving.get(slot.index):
+            rewarder.write_property("observe", OBSERVE, PROPERTY_TIMEOUT)
+            return True
+        return False
+
+    def _switched(self, slot: Slot, episode: int | None) -> bool:
+        """Whether the page of ``episode`` is wanted and not in."""
+        return self.page and episode is not None and self.taps[slot.index].page_of(episode) is None
 
     # Steps -------------------------------------------------------------------------------
 
@@ -368,13 +314,11 @@ class WebSteps:
             if not self.settle:
                 return
             action = []  # a settling step still settles
-        rewarder = slot.session.rewarder
-        if not isinstance(rewarder, RewarderClient):
+        rewarder = slot.session.realtime_channel
+        if rewarder is None:
             raise ConnectionClosed(f"{slot.session.name}: its rewarder channel is not connected")
         self.taps[slot.index].attach(rewarder)
-        answer.message_id, answer.future = await send_action(
-            rewarder, action, self.settle, self.taps[slot.index]
-        )
+        answer.message_id, answer.future = await rewarder.send_answered_action(action, self.settle)
 
     async def wait(self, slots: Sequence[Slot], gate: FrameGate) -> None:
         """Wait for the answers of ``slots``' actions (at most :data:`ANSWER_TIMEOUT`),
@@ -386,10 +330,9 @@ class WebSteps:
                 await asyncio.wait(futures, timeout=ANSWER_TIMEOUT)
         finally:  # (also when the step is interrupted: nothing stays registered)
             for slot, answer in answers:
-                rewarder = slot.session.rewarder
-                if isinstance(rewarder, RewarderClient):
-                    rewarder._pending.pop(answer.message_id, None)
-                self.taps[slot.index].forget(answer.message_id)
+                rewarder = slot.session.realtime_channel
+                if rewarder is not None:
+                    rewarder.forget_action(answer.message_id)
         for slot, answer in answers:
             future = answer.future
             if future is None:
@@ -422,7 +365,7 @@ class WebSteps:
         if action == "" or problem is not None:
             return rewarder.send_step((), frames, obs)
         self.answers[slot.index] = Answer(action)
-        return send_step(rewarder, action, frames, obs)
+        return rewarder.send_step(action, frames, obs)
 
     def annotate(self, infos: Sequence[dict[str, Any]]) -> None:
         """Each info's ``page`` (and ``page.frame``), ``last_action`` and

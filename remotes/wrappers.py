@@ -12,91 +12,34 @@ gymnasium's one hook, :meth:`action`. Given a :class:`~remotes.vector.RemoteVect
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from vncdriver import keysyms
+from . import vector_wrappers
+from .action_maps import (
+    NOOP,
+    Event,
+    click_action,
+    click_points,
+    click_space,
+    key_combos,
+    key_events,
+    pointer_box,
+    pointer_events,
+    screen_size,
+)
 
-Event = tuple[Any, ...]
-
-#: The action of a click space built with ``noop=True`` that sends no event: 0, as ALE's
-#: NOOP and MiniWoB++'s first action are, so the points keep their order from 1.
-NOOP: Final = 0
+__all__ = ["NOOP", "DiscreteClicks", "DiscreteKeys", "PointerBox"]
 
 
 def _vector_form(name: str, env: Any) -> type | None:
     """The vector wrapper class for ``env`` if it is a vector env (else None)."""
     if isinstance(env, gymnasium.vector.VectorEnv):
-        from . import vector_wrappers
-
         return getattr(vector_wrappers, name)  # type: ignore[no-any-return]
     return None
-
-
-def key_combos(combos: Sequence[Sequence[str]]) -> list[frozenset[str]]:
-    """Canonical key names of each combination (``["left"]`` -> ``{"Left"}``)."""
-    if not combos:
-        raise ValueError("DiscreteKeys needs at least one key combination, e.g. [[]]")
-    return [frozenset(keysyms.canonical(k) for k in combo) for combo in combos]
-
-
-def key_events(held: frozenset[str], wanted: frozenset[str]) -> list[Event]:
-    """Release what is held and not wanted, press what is wanted and not held."""
-    events: list[Event] = [("KeyEvent", k, False) for k in sorted(held - wanted)]
-    events += [("KeyEvent", k, True) for k in sorted(wanted - held)]
-    return events
-
-
-def click_points(points: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    if not points:
-        raise ValueError("DiscreteClicks needs at least one point")
-    return [(int(x), int(y)) for x, y in points]
-
-
-def click_events(x: int, y: int, button: int) -> list[Event]:
-    return [("PointerEvent", x, y, 0), ("PointerEvent", x, y, button), ("PointerEvent", x, y, 0)]
-
-
-def click_space(points: Sequence[tuple[int, int]], noop: bool) -> spaces.Discrete:
-    """One action per point, and one more (:data:`NOOP`, first) with ``noop``."""
-    return spaces.Discrete(len(points) + int(noop))
-
-
-def click_action(
-    points: Sequence[tuple[int, int]], button: int, noop: bool, action: Any
-) -> list[Event]:
-    """The events of one click action: none for the no-op; a ValueError names an action
-    out of range (a negative index would otherwise click a point from the end)."""
-    index = int(action)
-    if not 0 <= index < len(points) + int(noop):
-        raise ValueError(f"action {action!r} is not in {click_space(points, noop)}")
-    if noop:
-        if index == NOOP:
-            return []  # the step still advances: a frame in real time, frameskip in lockstep
-        index -= 1
-    return click_events(*points[index], button)
-
-
-def screen_size(env: Any) -> tuple[int, int]:
-    """(height, width) of one env's observations (vector envs too)."""
-    space = getattr(env, "single_observation_space", env.observation_space)
-    height, width = space.shape[:2]
-    return int(height), int(width)
-
-
-def pointer_box(height: int, width: int) -> spaces.Box:
-    return spaces.Box(
-        np.array([0, 0, 0], np.float32), np.array([width - 1, height - 1, 1], np.float32),
-        dtype=np.float32,
-    )
-
-
-def pointer_events(space: spaces.Box, action: np.ndarray) -> list[Event]:
-    x, y, button = np.clip(np.asarray(action, np.float32), space.low, space.high)
-    return [("PointerEvent", int(round(x)), int(round(y)), int(button > 0.5))]
 
 
 class DiscreteKeys(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]]):

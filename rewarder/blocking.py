@@ -46,32 +46,23 @@ from websockets.uri import WebSocketURI, parse_uri
 
 from . import keeper, protocol
 from .client_channel import CALIBRATION_PINGS, PING_TIMEOUT, intersect_skew
-from .client_state import ClientState
+from .client_state import Answer, ClientState, Closing
 from .connections import ClientConnection
 from .dial import (
     ATTEMPT_TIMEOUT,
-    BACKOFF_CAP,
-    BACKOFF_FACTOR,
-    BACKOFF_START,
-    BUSY_RETRY,
-    DEFAULT_PORT,
     MAX_SERVER_MESSAGE_BYTES,
+    Backoff,
+    Busy,
     handshake_headers,
     parse_address,
 )
-from .errors import ConnectionClosed, ConnectTimeout, ProtocolError, Refused, RemoteError, Untrusted
+from .errors import ConnectionClosed, ProtocolError, Refused, RemoteError, Untrusted
 from .protocol import (
     CLOSE_BUSY,
-    Close,
     Describe,
     ErrorReply,
-    Observation,
-    PingReply,
-    PropertiesReply,
     ResetReply,
-    Reward,
     StepReply,
-    Text,
 )
 from .reward_buffer import EpisodeResult, RewardBuffer
 from .tls import client_context, says_tls_only, tls_failure
@@ -93,10 +84,6 @@ class Counters:
     messages: int
     rewards: int
     remote_errors: int
-
-
-class _Busy(Exception):
-    pass
 
 
 class BlockingRewarder(ClientState):
@@ -122,12 +109,12 @@ class BlockingRewarder(ClientState):
     ) -> None:
         self.address = address
         self.url = parse_address(address, tls=tls is not None)
-        self.name = name or address
         self.tls = tls
         self.start_timeout = start_timeout
         self.calibration_pings = calibration_pings
         self._headers = handshake_headers(False, password, client_id, player)
         ClientState.__init__(self, RewardBuffer())
+        self.name = name or address
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._sock: socket.socket | None = None
@@ -140,7 +127,6 @@ class BlockingRewarder(ClientState):
         self._replies: dict[Any, tuple[Any, float]] = {}
         #: Requests sent whose reply nobody took yet, by message id: method.
         self.outstanding: dict[Any, str] = {}
-        self._messages = self._rewards = self._remote_errors = 0
         #: Monotonic time of the last call (the keeper serves only channels left idle).
         self.used_at = time.monotonic()
 
@@ -188,33 +174,19 @@ class BlockingRewarder(ClientState):
             if self._closed:
                 raise ConnectionClosed(f"rewarder client {self.name} is closed")
             deadline = time.monotonic() + self.start_timeout
-            delay, attempts = BACKOFF_START, 0
-            last_error: Exception | None = None
+            backoff = Backoff(self.url, self.name, self.start_timeout)
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    if isinstance(last_error, _Busy):
-                        raise Refused(f"{self.name}: {last_error} (retried for start_timeout="
-                                      f"{self.start_timeout:g} s)")
-                    raise ConnectTimeout(
-                        f"{self.name}: no rewarder answered at {self.url} within "
-                        f"{self.start_timeout:g} s ({attempts} attempts; last error: "
-                        f"{last_error!r}). Check that the remote is running and reachable, and "
-                        f"that this is its rewarder port ({DEFAULT_PORT} by default)"
-                    )
-                attempts += 1
+                    raise backoff.give_up()
+                backoff.attempt()
                 try:
                     self._attempt(min(remaining, ATTEMPT_TIMEOUT))
                     break
-                except _Busy as exc:
-                    last_error = exc
-                    wait = BUSY_RETRY
-                except (OSError, InvalidHandshake, ConnectionClosed) as exc:
-                    if isinstance(exc, Refused):
-                        raise
-                    last_error = exc
-                    wait = delay
-                    delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP)
+                except Refused:
+                    raise
+                except (Busy, OSError, InvalidHandshake, ConnectionClosed) as exc:
+                    wait = backoff.failed(exc)
                 time.sleep(max(0.0, min(wait, deadline - time.monotonic())))
             self._failure = None
             keeper.watch(self)
@@ -299,9 +271,29 @@ class BlockingRewarder(ClientState):
     ) -> int:
         """Ask for a new episode; its id once the server replied (the buffer switches)."""
         with self._lock:
-            request = self._need_proto().reset(self.buffer.newest_episode_id or 0, env_id, seed, fps, mode)
-            reply, _ = self._call(protocol.RESET, request, timeout)
+            message_id = self.send_reset(env_id, seed, fps, mode)
+            reply: ResetReply = self.wait_reply(message_id, time.monotonic() + timeout)
             return int(reply.episode_id)
+
+    def send_reset(
+        self, env_id: str | None = None, seed: int | None = None, fps: float | None = None,
+        mode: str | None = None, obs: str = protocol.OBS_VNC,
+    ) -> int:
+        """Send ``v0.env.reset`` (past the newest episode this channel saw); its message id,
+        for :meth:`wait_reply` or :meth:`take_reply`. ``obs="shm"``: the reply names the
+        shared-memory segment holding the new episode's first frame, as a step's does."""
+        with self._lock:
+            newest = self.buffer.newest_episode_id or 0
+            request = self._need_proto().reset(newest, env_id, seed, fps, mode, obs)
+            return self._send_request(protocol.RESET, request)
+
+    def write_property(self, key: str, value: Any, timeout: float = PING_TIMEOUT) -> dict[str, Any]:
+        """Write the remote's property ``key`` (our extension); the reply's body.
+        :class:`RemoteError` names an unknown key, a read-only one or a bad value."""
+        with self._lock:
+            request = self._need_proto().properties("write", key, value)
+            reply, _ = self._call(protocol.PROPERTIES_WRITE, request, timeout)
+            return dict(reply.body)
 
     def wait_for_state(self, state: str, episode_id: int | None, timeout: float) -> Describe:
         """Wait for a describe with ``env_state == state`` (episode >= ``episode_id``)."""
@@ -315,13 +307,20 @@ class BlockingRewarder(ClientState):
                     return d
                 self._read_some(deadline)
 
-    def send_step(self, events: Sequence[Sequence[Any]], frames: int, obs: str) -> int:
-        """Send ``v0.env.step``; its message id, for :meth:`take_reply`."""
+    def send_step(
+        self, action: str | Sequence[Sequence[Any]], frames: int, obs: str, settle: bool = False,
+    ) -> int:
+        """Send ``v0.env.step`` (input events, or a browser remote's action string; ``settle``:
+        the remote answers once its screen is still); its message id, for :meth:`take_reply`."""
         with self._lock:
-            message_id, data = self._need_proto().step(self.episode_id or 0, list(events), frames, obs)
-            self.outstanding[message_id] = protocol.STEP  # first: an interrupt after the send
-            self._send(data)
-            return message_id
+            request = self._need_proto().step(self.episode_id or 0, action, frames, obs, settle)
+            return self._send_request(protocol.STEP, request)
+
+    def _send_request(self, method: str, request: tuple[int, bytes]) -> int:
+        message_id, data = request
+        self.outstanding[message_id] = method  # first: an interrupt after the send
+        self._send(data)
+        return message_id
 
     def take_reply(self, message_id: Any, read: bool = True) -> StepReply | None:
         """The reply to ``message_id`` if it arrived (raising :class:`RemoteError` if the
@@ -527,7 +526,7 @@ class BlockingRewarder(ClientState):
             if refused is not None:
                 code = close.code if close is not None else None
                 if code == CLOSE_BUSY:
-                    raise _Busy(f"{self.url} is busy: {refused}")
+                    raise Busy(self.url, refused)
                 if code is None or code in _REFUSAL_CODES:
                     raise Refused(f"{self.name}: {self.url} refused the connection: {refused}")
             if ws.handshake_exc is not None and ws.state is not State.OPEN:
@@ -543,36 +542,11 @@ class BlockingRewarder(ClientState):
     def _message(self, text: bytes) -> None:
         proto = self._proto
         assert proto is not None
-        self._messages += 1
-        try:
-            event = proto.receive(text.decode())
-        except ProtocolError as exc:
-            log.debug("%s: ignoring a server message: %s", self.name, exc)
-            return
-        kind = type(event)
-        if kind is StepReply or kind is PingReply or kind is PropertiesReply:
-            self._replies[event.parent_message_id] = (event, time.time())  # type: ignore[union-attr]
-        elif kind is ResetReply:
-            self.buffer.reset(event.episode_id)  # type: ignore[union-attr]
-            self._replies[event.parent_message_id] = (event, time.time())  # type: ignore[union-attr]
-        elif kind is ErrorReply:
-            self._remote_errors += 1
-            parent = event.parent_message_id  # type: ignore[union-attr]
-            if parent in self.outstanding:
-                self._replies[parent] = (event, time.time())
-            else:
-                log.warning("%s: the server refused message %s: %s", self.name, parent,
-                            event.message)  # type: ignore[union-attr]
-        elif kind is Describe:
-            self._describe = event  # type: ignore[assignment]
-            self.buffer.file(event)  # type: ignore[arg-type]
-        elif kind is Reward:
-            self._rewards += 1
-            self.buffer.file(event)  # type: ignore[arg-type]
-        elif kind is Text or kind is Observation:
-            self.buffer.file(event)  # type: ignore[arg-type]
-        elif kind is Close and self._describe is None:  # the first message: a refusal
-            self._refused = event.message  # type: ignore[union-attr]
+        result = self.receive(proto, text.decode(), self.outstanding.__contains__)
+        if type(result) is Answer:
+            self._replies[result.message_id] = (result.event, time.time())  # type: ignore[union-attr]
+        elif type(result) is Closing and result.refusal:  # type: ignore[union-attr]
+            self._refused = result.reason  # type: ignore[union-attr]
 
     def _lost(self, reason: str) -> None:
         """The connection is gone: close the socket, end the running episode."""

@@ -347,11 +347,37 @@ class RewarderClient(ClientChannel):
         """Send ``v0.agent.action`` (``("KeyEvent", key, down)``, ``("PointerEvent", x, y,
         mask)``); nothing waits for an answer, a refusal is logged and counted."""
         ws, proto = self._connection()
-        _, data = proto.action(list(events))
+        _, data = proto.action(events)
         try:
             await ws.send(data, text=True)
         except websockets.ConnectionClosed as exc:
             raise ConnectionClosed(f"{self.name}: connection lost while sending: {exc}") from None
+
+    async def send_answered_action(
+        self, action: str | Sequence[Sequence[Any]], settle: bool = False,
+    ) -> tuple[int, asyncio.Future[dict[str, Any]]]:
+        """Send ``v0.agent.action`` with an action string or events (``settle``: answered
+        once the screen is still) to a remote that answers actions (a browser remote
+        observing, docs/rewarder.md); its message id and the future of its answer, the
+        body of the ``v0.env.observation`` whose ``action_id`` is that id. A
+        ``v0.reply.error`` for it raises :class:`RemoteError` there, the connection's end
+        :class:`ConnectionClosed`. Call :meth:`forget_action` when you stop waiting."""
+        ws, proto = self._connection()
+        message_id, data = proto.action(action, settle)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[message_id] = (protocol.ACTION, future)
+        self._answers[message_id] = future
+        try:
+            await ws.send(data, text=True)
+        except websockets.ConnectionClosed as exc:
+            self.forget_action(message_id)
+            raise ConnectionClosed(f"{self.name}: connection lost while sending an action: {exc}") from None
+        return message_id, future
+
+    def forget_action(self, message_id: Any) -> None:
+        """Stop waiting for the answer of :meth:`send_answered_action`'s ``message_id``."""
+        self._pending.pop(message_id, None)
+        self._answers.pop(message_id, None)
 
 
 async def connect(address: str, **kwargs: Any) -> RewarderClient:

@@ -18,36 +18,25 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 import websockets
 from websockets.asyncio.client import ClientConnection as WebSocket
 
 from . import protocol
-from .client_state import ClientState
+from .client_state import Answer, ClientState, Closing
 from .connections import ClientConnection
 from .dial import dial
 from .errors import (
     ConnectionClosed,
-    ProtocolError,
     Refused,
     RemoteError,
     RewarderError,
-    UnknownMethod,
 )
 from .protocol import (
-    Close,
-    Describe,
     ErrorReply,
     Observation,
-    PingReply,
-    PropertiesReply,
-    ResetReply,
-    Reward,
-    ServerEvent,
-    StepReply,
-    Text,
 )
 from .reward_buffer import RewardBuffer
 
@@ -90,7 +79,6 @@ class ClientChannel(ClientState):
         ``tls`` verifies a ``wss://`` server."""
         self.url = url
         self.tls = tls
-        self.name = name
         self.start_timeout = start_timeout
         self.reconnect = reconnect
         self.calibration_pings = calibration_pings
@@ -98,33 +86,18 @@ class ClientChannel(ClientState):
         #: Where rewards go; :meth:`~.client.RewarderClient.pop` and
         #: :meth:`~.client.RewarderClient.peek` read it.
         ClientState.__init__(self, buffer)
+        self.name = name
         self._headers = dict(headers)
 
         self._ws: WebSocket | None = None
         self._proto: ClientConnection | None = None
         self._ready = False
         self._pending: dict[Any, tuple[str, asyncio.Future[Any]]] = {}
+        #: Actions waiting for their answer (the observation naming them by ``action_id``).
+        self._answers: dict[Any, asyncio.Future[Any]] = {}
         self._changed = asyncio.Event()
         self._supervisor: asyncio.Task[None] | None = None
-        self._messages = 0
-        self._rewards = 0
         self._reconnects = 0
-        self._unknown = 0
-        self._bad = 0
-        self._remote_errors = 0
-        self._unknown_seen: set[str] = set()
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            Reward: self._on_reward,
-            Describe: self._on_describe,
-            Text: self._on_episode_event,
-            Observation: self._on_episode_event,
-            ResetReply: self._on_reset_reply,
-            PingReply: self._on_reply,
-            StepReply: self._on_reply,
-            PropertiesReply: self._on_reply,
-            ErrorReply: self._on_error,
-            Close: self._on_close,
-        }
 
     # Waiters -------------------------------------------------------------------------------
 
@@ -250,20 +223,11 @@ class ClientChannel(ClientState):
             name=self.name, stopped=lambda: self._closed, tls=self.tls,
         )
         proto = ClientConnection()
-        self._messages += 1
-        try:
-            event: ServerEvent | None = proto.receive(first)
-        except ProtocolError as exc:
-            self._on_bad_message(first, exc)
-            event = None
-        if type(event) is Close:
+        result = self._receive(proto, first)
+        if type(result) is Closing and result.refusal:  # type: ignore[union-attr]
             await ws.close()
-            raise Refused(
-                f"{self.name}: {self.url} refused the connection: {event.message}"
-            )
+            raise Refused(f"{self.name}: {self.url} refused the connection: {result.reason}")  # type: ignore[union-attr]
         self._ws, self._proto = ws, proto
-        if event is not None:
-            self._handlers[type(event)](event)
         return ws
 
     async def _serve(self, ws: WebSocket) -> str:
@@ -304,6 +268,7 @@ class ClientChannel(ClientState):
         self._ready = False
         self._describe = None
         pending, self._pending = self._pending, {}
+        self._answers.clear()  # their futures are in pending too
         for method, future in pending.values():
             if not future.done():
                 future.set_exception(
@@ -319,20 +284,14 @@ class ClientChannel(ClientState):
         """Handle every server message until the connection ends; returns why it ended."""
         proto = self._proto
         assert proto is not None
-        receive = proto.receive
-        handlers = self._handlers
         reason = f"the connection to {self.url} closed"
         server_closed = False
         try:
             try:
                 async for data in ws:
-                    self._messages += 1
-                    try:
-                        event = receive(data)
-                    except ProtocolError as exc:
-                        self._on_bad_message(data, exc)
-                        continue
-                    handlers[type(event)](event)
+                    result = self._receive(proto, data)
+                    if result is not None:
+                        self._act(result)
             except _ServerClosed as exc:
                 reason = f"the server closed the connection: {exc.message}"
                 server_closed = True
@@ -351,61 +310,39 @@ class ClientChannel(ClientState):
             await ws.close()
         return reason
 
-    def _on_reward(self, event: Reward) -> None:
-        self._rewards += 1
-        self.buffer.file(event)
+    def _waiting(self, message_id: Any) -> bool:
+        entry = self._pending.get(message_id)
+        return entry is not None and not entry[1].done()
 
-    def _on_episode_event(self, event: Text | Observation) -> None:
-        self.buffer.file(event)
-
-    def _on_describe(self, event: Describe) -> None:
-        self._describe = event
-        self.buffer.file(event)
-        self._notify()
-
-    def _on_reset_reply(self, event: ResetReply) -> None:
-        # The server started a new episode even if nobody waits for this reply any more.
-        self.buffer.reset(event.episode_id)
-        self._on_reply(event)
-
-    def _pending_for(self, parent: Any) -> tuple[str, asyncio.Future[Any]] | None:
-        entry = self._pending.get(parent)
-        if entry is None and isinstance(parent, str) and parent.isdigit():
-            entry = self._pending.get(int(parent))  # Universe servers echo ids as strings
-        if entry is None or entry[1].done():
-            return None
-        return entry
-
-    def _on_reply(self, event: ResetReply | PingReply) -> None:
-        entry = self._pending_for(event.parent_message_id)
-        if entry is not None:
-            entry[1].set_result((event, time.time()))
-
-    def _on_error(self, event: ErrorReply) -> None:
-        self._remote_errors += 1
-        entry = self._pending_for(event.parent_message_id)
-        if entry is not None:
-            entry[1].set_exception(RemoteError(event.message, entry[0]))
-        else:
-            log.warning(
-                "%s: the server refused message %s: %s",
-                self.name,
-                event.parent_message_id,
-                event.message,
-            )
-
-    def _on_close(self, event: Close) -> None:
-        raise _ServerClosed(event.message)
-
-    def _on_bad_message(self, data: str | bytes, exc: ProtocolError) -> None:
-        if isinstance(exc, UnknownMethod):
-            self._unknown += 1
-            if exc.method not in self._unknown_seen:
-                self._unknown_seen.add(exc.method)
-                log.info("%s: ignoring unknown server method %r", self.name, exc.method)
+    def _act(self, result: Answer | Closing) -> None:
+        """What the core says to do: resolve a request's future, or end the connection."""
+        if type(result) is Closing:
+            raise _ServerClosed(result.reason)  # type: ignore[union-attr]
+        answer: Answer = result  # type: ignore[assignment]
+        method, future = self._pending[answer.message_id]
+        event = answer.event
+        if type(event) is ErrorReply:
+            future.set_exception(RemoteError(event.message, method))
             return
-        self._bad += 1
-        log.warning("%s: ignoring a server message: %s", self.name, exc)
+        future.set_result((event, time.time()))
+
+    def _observed(self, event: Observation) -> None:
+        """An observation that names an action (``action_id``) answers it
+        (:meth:`~.client.RewarderClient.send_answered_action`)."""
+        body = event.observation
+        if self._answers and isinstance(body, dict):
+            answer = self._answers.pop(body.get("action_id"), None)
+            if answer is not None and not answer.done():
+                answer.set_result(body)
+        super()._observed(event)
+
+    def _receive(self, proto: ClientConnection, data: str | bytes) -> Answer | Closing | None:
+        """:meth:`receive`, waking the waiters of a new describe."""
+        describe = self._describe
+        result = self.receive(proto, data, self._waiting)
+        if self._describe is not describe:
+            self._notify()
+        return result
 
 
 def intersect_skew(

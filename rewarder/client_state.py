@@ -1,17 +1,61 @@
-"""What either rewarder client tells about itself: :class:`ClientState`.
+"""The rewarder client's protocol state, sans I/O: :class:`ClientState`, the one core
+both client shells drive.
 
 The asyncio client (:class:`~.client.RewarderClient`, real time) and the blocking one
-(:class:`~.blocking.BlockingRewarder`, lockstep) keep the same state — the episode's
-reward buffer, the last describe, why the connection ended, round trip and clock skew —
-and show it through these read-only properties, so code that reads a session's rewarder
-reads either.
+(:class:`~.blocking.BlockingRewarder`, lockstep) only move bytes: each hands every text
+message the server sends to :meth:`ClientState.receive`, which files rewards, texts,
+observations and describes into the episode's reward buffer, counts, keeps the last
+describe, and returns what the shell must act on — an :class:`Answer` to a request it
+waits for (a reply, or the server's ``v0.reply.error`` refusing it), or the server's
+:class:`Closing` (a refusal when it comes before any describe). Both show the same state
+through these read-only properties, so code that reads a session's rewarder reads either.
 """
 
 from __future__ import annotations
 
-from .errors import RewarderError
-from .protocol import Describe
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .connections import ClientConnection
+from .errors import ProtocolError, RewarderError, UnknownMethod
+from .protocol import (
+    Close,
+    Describe,
+    ErrorReply,
+    Observation,
+    PingReply,
+    PropertiesReply,
+    ResetReply,
+    Reward,
+    StepReply,
+    Text,
+)
 from .reward_buffer import RewardBuffer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The answer to request ``message_id`` (the id the shell waits under): its reply,
+    or the server's :class:`~.protocol.ErrorReply` refusing it."""
+
+    message_id: Any
+    event: ResetReply | StepReply | PingReply | PropertiesReply | ErrorReply
+
+
+@dataclass(frozen=True, slots=True)
+class Closing:
+    """``v0.connection.close``: the server ends the connection, saying why; ``refusal``:
+    it came before any describe (wrong password, the seat taken), so it is final."""
+
+    reason: str
+    refusal: bool
+
+
+_REPLIES = (StepReply, PingReply, PropertiesReply, ResetReply)
 
 
 class ClientState:
@@ -25,6 +69,82 @@ class ClientState:
         self._closed = False
         self._rtt: float | None = None
         self._skew: tuple[float, float] | None = None
+        #: Called with every ``v0.env.observation`` as it is filed (where the client reads:
+        #: the loop thread for the asyncio client, whoever reads the blocking one); one
+        #: listener, e.g. a browser env's page tap (remotes.web).
+        self.on_observation: Callable[[Observation], None] | None = None
+        #: Name for the log, set by the shell.
+        self.name = ""
+        self._messages = self._rewards = self._remote_errors = self._unknown = self._bad = 0
+        self._unknown_seen: set[str] = set()
+
+    def receive(
+        self, proto: ClientConnection, data: str | bytes, waiting: Callable[[Any], bool],
+    ) -> Answer | Closing | None:
+        """Handle one server message read on the connection ``proto`` parses: file and
+        count what it carries, and return what the shell acts on (None: nothing).
+        ``waiting(message_id)``: whether the shell waits for that request's answer (an
+        answer nobody waits for is dropped; a refusal of it is logged)."""
+        self._messages += 1
+        try:
+            event = proto.receive(data)
+        except ProtocolError as exc:
+            self._bad_message(exc)
+            return None
+        kind = type(event)
+        if kind is Reward:
+            self._rewards += 1
+            self.buffer.file(event)  # type: ignore[arg-type]
+        elif kind is Describe:
+            self._describe = event  # type: ignore[assignment]
+            self.buffer.file(event)  # type: ignore[arg-type]
+        elif kind is Text:
+            self.buffer.file(event)  # type: ignore[arg-type]
+        elif kind is Observation:
+            self.buffer.file(event)  # type: ignore[arg-type]
+            self._observed(event)  # type: ignore[arg-type]
+        elif kind in _REPLIES:
+            if kind is ResetReply:  # the server started a new episode, waited for or not
+                self.buffer.reset(event.episode_id)  # type: ignore[union-attr]
+            return self._answer(event, waiting)  # type: ignore[arg-type]
+        elif kind is ErrorReply:
+            self._remote_errors += 1
+            answer = self._answer(event, waiting)  # type: ignore[arg-type]
+            if answer is None:
+                log.warning("%s: the server refused message %s: %s", self.name,
+                            event.parent_message_id, event.message)  # type: ignore[union-attr]
+            return answer
+        elif kind is Close:
+            return Closing(event.message, self._describe is None)  # type: ignore[union-attr]
+        return None
+
+    @staticmethod
+    def _answer(
+        event: ResetReply | StepReply | PingReply | PropertiesReply | ErrorReply,
+        waiting: Callable[[Any], bool],
+    ) -> Answer | None:
+        parent = event.parent_message_id
+        if waiting(parent):
+            return Answer(parent, event)
+        if isinstance(parent, str) and parent.isdigit() and waiting(int(parent)):
+            return Answer(int(parent), event)  # Universe servers echo ids as strings
+        return None
+
+    def _bad_message(self, exc: ProtocolError) -> None:
+        if isinstance(exc, UnknownMethod):
+            self._unknown += 1
+            if exc.method not in self._unknown_seen:
+                self._unknown_seen.add(exc.method)
+                log.info("%s: ignoring unknown server method %r", self.name, exc.method)
+            return
+        self._bad += 1
+        log.warning("%s: ignoring a server message: %s", self.name, exc)
+
+    def _observed(self, event: Observation) -> None:
+        """An observation came: hand it to :attr:`on_observation` (a shell may hear more)."""
+        listener = self.on_observation
+        if listener is not None:
+            listener(event)
 
     @property
     def closed(self) -> bool:

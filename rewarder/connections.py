@@ -11,9 +11,11 @@ the bytes the other methods return.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
+
+import orjson
 
 from .errors import BadRequest, MessageTooBig, ProtocolError, UnknownMethod
 from .protocol import (
@@ -23,7 +25,7 @@ from .protocol import (
     ENV_OBSERVATION,
     ENV_REWARD,
     ENV_TEXT,
-    EVENT_READERS as _EVENT_READERS,
+    EVENT_READERS,
     MAX_MESSAGE_BYTES,
     OBS_VNC,
     OBSERVER_METHODS,
@@ -33,14 +35,14 @@ from .protocol import (
     REPLY_PROPERTIES,
     REPLY_RESET,
     REPLY_STEP,
-    REQUEST_PARSERS as _REQUEST_PARSERS,
+    REQUEST_PARSERS,
     RESET,
     STEP,
     Message,
     Request,
     ServerEvent,
-    dumps as _dumps,
-    is_number as _is_number,
+    dumps,
+    is_number,
 )
 
 
@@ -55,7 +57,7 @@ class _Numbering:
         headers["message_id"] = self.next_message_id
         headers["sent_at"] = self.clock()
         self.next_message_id += 1
-        return _dumps({"method": method, "headers": headers, "body": body})
+        return dumps({"method": method, "headers": headers, "body": body})
 
 
 @dataclass(slots=True)
@@ -89,15 +91,15 @@ class ServerConnection:
         ):
             raise BadRequest("headers.message_id is missing: number every message from 0")
         sent_at = msg.headers.get("sent_at")
-        if not _is_number(sent_at):
+        if not is_number(sent_at):
             raise BadRequest(
                 "headers.sent_at must be the UNIX time in seconds as a number", message_id
             )
-        parser = _REQUEST_PARSERS.get(msg.method)
+        parser = REQUEST_PARSERS.get(msg.method)
         if parser is None:
             raise BadRequest(
                 f"unknown method {msg.method!r}; this server takes "
-                f"{', '.join(sorted(_REQUEST_PARSERS))}",
+                f"{', '.join(sorted(REQUEST_PARSERS))}",
                 message_id,
             )
         if self.observer and msg.method not in OBSERVER_METHODS:
@@ -174,8 +176,12 @@ class ClientConnection:
     described_mode: str | None = None
 
     def _request(self, method: str, body: Mapping[str, Any], **headers: Any) -> tuple[int, bytes]:
-        message_id = self.numbering.next_message_id
-        return message_id, self.numbering.envelope(method, body, headers)
+        numbering = self.numbering
+        message_id = numbering.next_message_id
+        headers["message_id"] = message_id
+        headers["sent_at"] = numbering.clock()
+        numbering.next_message_id += 1
+        return message_id, _encode_request({"method": method, "headers": headers, "body": body})
 
     def reset(
         self,
@@ -199,19 +205,27 @@ class ClientConnection:
         return self._request(RESET, body, episode_id=str(episode_id))
 
     def step(
-        self, episode_id: int, events: list[Any] | tuple[Any, ...], frames: int = 1,
-        obs: str = OBS_VNC,
+        self, episode_id: int, action: str | Sequence[Sequence[Any]], frames: int = 1,
+        obs: str = OBS_VNC, settle: bool = False,
     ) -> tuple[int, bytes]:
-        body: dict[str, Any] = {"action": [list(e) for e in events], "frames": frames}
+        """``action``: input events, or an action string (a browser remote's, docs/rewarder.md);
+        ``settle``: the remote answers once its screen is still (our extension)."""
+        body: dict[str, Any] = {"action": _action_body(action), "frames": frames}
         if obs != OBS_VNC:  # only when asked: servers before the extension know no obs
             body["obs"] = obs
+        if settle:
+            body["settle"] = True
         return self._request(STEP, body, episode_id=str(episode_id))
 
     def ping(self) -> tuple[int, bytes]:
         return self._request(PING, {})
 
-    def action(self, events: list[Any] | tuple[Any, ...]) -> tuple[int, bytes]:
-        return self._request(ACTION, {"action": [list(e) for e in events]})
+    def action(self, action: str | Sequence[Sequence[Any]], settle: bool = False) -> tuple[int, bytes]:
+        """``v0.agent.action`` with input events or an action string (and ``settle``)."""
+        body: dict[str, Any] = {"action": _action_body(action)}
+        if settle:
+            body["settle"] = True
+        return self._request(ACTION, body)
 
     def properties(self, op: str, key: str = "", value: Any = None) -> tuple[int, bytes]:
         """``op``: list, read or write."""
@@ -227,9 +241,9 @@ class ClientConnection:
         except ValueError as exc:
             raise ProtocolError(f"unreadable server message: {exc}") from None
         sent_at = msg.headers.get("sent_at")
-        if not _is_number(sent_at):
+        if not is_number(sent_at):
             raise ProtocolError(f"{msg.method} has no numeric sent_at header")
-        reader = _EVENT_READERS.get(msg.method)
+        reader = EVENT_READERS.get(msg.method)
         if reader is None:
             raise UnknownMethod(msg.method)
         try:
@@ -240,3 +254,23 @@ class ClientConnection:
             mode = msg.body.get("mode")
             self.described_mode = mode if isinstance(mode, str) else None
         return event
+
+
+#: How a client encodes its requests: numpy scalars and arrays (an agent's ``np.int64``
+#: coordinate, ``np.bool_`` key state) go out as JSON numbers, booleans and lists.
+_REQUEST_OPTIONS: Final = orjson.OPT_SERIALIZE_NUMPY
+
+
+def _encode_request(message: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(message, option=_REQUEST_OPTIONS)
+    except TypeError as exc:
+        raise TypeError(
+            f"{message['method']}: the request holds a value JSON cannot carry ({exc}); "
+            "send numbers, strings, booleans and lists of them"
+        ) from None
+
+
+def _action_body(action: str | Sequence[Sequence[Any]]) -> str | list[list[Any]]:
+    """An action string as it is; events as lists (tuples and numpy rows alike)."""
+    return action if isinstance(action, str) else [list(e) for e in action]

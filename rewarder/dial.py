@@ -14,6 +14,7 @@ import base64
 import logging
 import ssl
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Final
 
 import orjson
@@ -122,33 +123,21 @@ async def dial(
     :class:`~.errors.Untrusted` (final) for a certificate ``tls`` does not trust.
     """
     loop = asyncio.get_running_loop()
-    delay = BACKOFF_START
-    attempts = 0
-    last_error: BaseException | None = None
+    backoff = Backoff(url, name, start_timeout)
     while True:
         remaining = deadline - loop.time()
         if remaining <= 0 or stopped():
-            port = url.rstrip("/").rpartition(":")[2]
-            if isinstance(last_error, _Busy):
-                raise Refused(
-                    f"{name}: {last_error} (retried for start_timeout={start_timeout:g} s)"
-                )
-            raise ConnectTimeout(
-                f"{name}: no rewarder answered at {url} within {start_timeout:g} s "
-                f"({attempts} attempts; last error: {last_error!r}). Check that the remote is "
-                f"running and reachable, and that port {port} is its rewarder port "
-                f"({DEFAULT_PORT} by default; VNC is usually on 5900)"
-            )
-        attempts += 1
+            raise backoff.give_up()
+        backoff.attempt()
         try:
             return await _attempt(url, headers, min(remaining, ATTEMPT_TIMEOUT), name, tls)
-        except _Busy as exc:
-            if not isinstance(last_error, _Busy):
+        except Busy as exc:
+            if not isinstance(backoff.last_error, Busy):
                 log.info("%s: %s; retrying until the start timeout", name, exc)
-            last_error = exc
+            wait = backoff.failed(exc)
         except (OSError, TimeoutError, InvalidHandshake, websockets.ConnectionClosed) as exc:
-            last_error = exc
-            log.debug("%s: attempt %d to reach %s failed: %r", name, attempts, url, exc)
+            wait = backoff.failed(exc)
+            log.debug("%s: attempt %d to reach %s failed: %r", name, backoff.attempts, url, exc)
             if isinstance(exc, InvalidMessage) and await _greets_as_vnc(url):
                 raise Refused(
                     f"{name}: {url} is a VNC server (it greets 'RFB ...'), not a rewarder: are "
@@ -160,10 +149,7 @@ async def dial(
                     and not isinstance(exc, ConnectionRefusedError | TimeoutError)
                     and await _answers_in_clear(url)):
                 raise Untrusted(f"{name}: {not_tls(_where(url), 'it answers in clear')}") from None
-        remaining = deadline - loop.time()
-        wait = BUSY_RETRY if isinstance(last_error, _Busy) else delay
-        await asyncio.sleep(max(0.0, min(wait, remaining)))
-        delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP)
+        await asyncio.sleep(max(0.0, min(wait, deadline - loop.time())))
 
 
 def _refusal(message: str | bytes) -> str | None:
@@ -223,12 +209,52 @@ async def _answers_in_clear(url: str) -> bool:
         return False
 
 
-class _Busy(Exception):
+class Busy(Exception):
     """The remote's active slot is taken: worth retrying, since an agent that died or hung
     frees it within seconds (the server drops one that stops answering its pings)."""
 
     def __init__(self, url: str, reason: str) -> None:
         super().__init__(f"{url} is busy: {reason or 'another agent holds its active slot'}")
+
+
+@dataclass(slots=True)
+class Backoff:
+    """How both client shells dial, sans I/O: after each failed attempt :meth:`failed`
+    says how long to wait (:data:`BUSY_RETRY` while the remote is busy, else from
+    :data:`BACKOFF_START` by :data:`BACKOFF_FACTOR` up to :data:`BACKOFF_CAP`); past the
+    deadline :meth:`give_up` is the error to raise."""
+
+    url: str
+    name: str
+    start_timeout: float
+    delay: float = BACKOFF_START
+    attempts: int = 0
+    last_error: BaseException | None = None
+
+    def attempt(self) -> None:
+        """An attempt starts."""
+        self.attempts += 1
+
+    def failed(self, exc: BaseException) -> float:
+        """The attempt failed with ``exc``: seconds to wait before the next."""
+        self.last_error = exc
+        if isinstance(exc, Busy):
+            return BUSY_RETRY
+        wait, self.delay = self.delay, min(self.delay * BACKOFF_FACTOR, BACKOFF_CAP)
+        return wait
+
+    def give_up(self) -> Refused | ConnectTimeout:
+        """The error once the deadline passed: the remote stayed busy, or nothing answered."""
+        if isinstance(self.last_error, Busy):
+            return Refused(f"{self.name}: {self.last_error} (retried for start_timeout="
+                           f"{self.start_timeout:g} s)")
+        port = self.url.rstrip("/").rpartition(":")[2]
+        return ConnectTimeout(
+            f"{self.name}: no rewarder answered at {self.url} within {self.start_timeout:g} s "
+            f"({self.attempts} attempts; last error: {self.last_error!r}). Check that the "
+            f"remote is running and reachable, and that port {port} is its rewarder port "
+            f"({DEFAULT_PORT} by default; VNC is usually on 5900)"
+        )
 
 
 def _serves_tls(name: str, url: str) -> str:
@@ -287,11 +313,11 @@ async def _attempt(
                     # Our server says why before its close code: busy is worth a retry.
                     await ws.wait_closed()
                     if ws.close_code == CLOSE_BUSY:
-                        raise _Busy(url, refusal)
+                        raise Busy(url, refusal)
             except websockets.ConnectionClosed as exc:
                 rcvd = exc.rcvd
                 if rcvd is not None and rcvd.code == CLOSE_BUSY:
-                    raise _Busy(url, rcvd.reason) from None
+                    raise Busy(url, rcvd.reason) from None
                 if rcvd is not None and rcvd.code in _REFUSAL_CODES:
                     raise Refused(
                         f"{name}: {url} refused the connection: "

@@ -116,9 +116,10 @@ NORMAL_SERVE: Final = (
     sys.executable, "-m", "universe_remote", "serve", "builtin.Catch-v0", "--host", "127.0.0.1",
     *LOCKSTEP_ARGS,
 )
-#: The step whose reply first names a hostile file (``truncated``: the first frame is
-#: written whole, the agent opens the segment then, and it is truncated by the second).
-HOSTILE_STEP: Final = {"truncated": 1}
+#: The step whose reply first names a hostile file: the first (a reset's first frame comes
+#: through shared memory too: for ``truncated``, the reset's frame is written whole, the
+#: agent opens the segment then, and it is truncated by the first step's).
+HOSTILE_STEP: Final = {"truncated": 0}
 #: Run in a child process (a SIGBUS there fails the test, not the test run).
 CHILD: Final = """
 import json, sys

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Final
 
-from remotes.local import STOP_TIMEOUT, LocalRemotes, _probe, start_local
+from remotes.local import STOP_TIMEOUT, LocalRemotes, probe_remote, start_local
 from remotes.loop import shared_loop
 
 #: Seconds we watch a restarted remote after its starting thread ended: a remote killed
@@ -24,7 +24,7 @@ PROBE_TIMEOUT: Final = 10.0
 
 def _answers(local: LocalRemotes, index: int) -> None:
     """Both channels of remote ``index`` answer (raises if not)."""
-    shared_loop().run(_probe(local.addresses[index], local.password, PROBE_TIMEOUT), PROBE_TIMEOUT + 5)
+    shared_loop().run(probe_remote(local.addresses[index], local.password, PROBE_TIMEOUT), PROBE_TIMEOUT + 5)
 
 
 def _dead(pid: int) -> bool:

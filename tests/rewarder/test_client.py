@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import numpy as np
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
@@ -449,6 +450,41 @@ async def test_actions_reach_the_server_and_refusals_are_counted(
     ]
     assert c.stats.remote_errors == 1
     assert c.connected
+
+
+async def test_numpy_scalars_in_actions_go_out_as_json_numbers_and_booleans(
+    make_server: ServerFactory, clients: list[RewarderClient]
+) -> None:
+    server, env = await make_server()
+    c = await open_client(clients, server)
+    await c.send_action([("KeyEvent", "Left", np.bool_(True)),
+                         ("PointerEvent", np.int64(3), np.int32(4), np.uint8(1))])
+    await c.ping()
+    assert [a.events for a in env.actions] == [(("KeyEvent", "Left", True), ("PointerEvent", 3, 4, 1))]
+    assert c.stats.remote_errors == 0
+
+
+async def test_an_answered_action_resolves_with_the_observation_naming_it(
+    make_server: ServerFactory, clients: list[RewarderClient]
+) -> None:
+    server, env = await make_server()
+    c = await open_client(clients, server)
+    episode = await c.reset()
+    heard: list[protocol.Observation] = []
+    c.on_observation = heard.append
+    message_id, answer = await c.send_answered_action("click('a12')", settle=True)
+    await c.ping()
+    assert env.actions[-1].web == "click('a12')"
+    assert env.actions[-1].settle
+    server.broadcast_observation(episode, {"action_id": message_id + 1000, "page": {}})  # another's
+    server.broadcast_observation(episode, {"action_id": message_id, "last_action_error": None})
+    body = await asyncio.wait_for(answer, TIMEOUT)
+    assert body == {"action_id": message_id, "last_action_error": None}
+    assert [o.observation["action_id"] for o in heard] == [message_id + 1000, message_id]
+    _, refused = await c.send_answered_action([("KeyEvent", "F13", True)])
+    with pytest.raises(RemoteError, match="F13"):
+        await asyncio.wait_for(refused, TIMEOUT)
+    c.forget_action(message_id)  # idempotent after the answer
 
 
 async def test_unknown_server_methods_are_ignored(

@@ -1,0 +1,151 @@
+"""What the stepping core's strategies share: :class:`Lane`, and :class:`Batch`.
+
+:class:`~remotes.stepper.Stepper` composes a lane and the strategies that work on it —
+:class:`~remotes.lockstep.LockstepSteps`, :class:`~remotes.realtime.RealtimeSteps`,
+:class:`~remotes.faults.Faults`, :class:`~remotes.web.WebSteps` — each given the lane and
+the collaborators it uses, never the stepper: dependencies run one way (stepper ->
+strategies -> lane -> slots and sessions). A lane holds the slots, the settings, the loop
+thread, the batch under construction and the step's flags, and the few helpers every
+strategy needs (a step's outcome arrays, copying a VNC frame in, the batch's shape).
+Whose thread writes it is the strategy's: real time the loop thread, lockstep the thread
+that steps (remotes.loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from rewarder.protocol import LOCKSTEP
+
+from .loop import LoopThread
+from .options import EnvOptions
+from .session import RemoteSession, RemoteSnapshot
+from .slot import FrameGate, Slot, instruct
+
+#: Steps per second when neither the caller nor the remote's describe says.
+DEFAULT_FPS: Final = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What one reset or step hands the agent's thread: fresh objects, its own.
+
+    ``infos`` has one dict per remote. With ``SAME_STEP`` autoreset, ``final`` holds, for
+    each remote whose episode ended in this step, ``(final observation, final info)``.
+    """
+
+    obs: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    infos: tuple[dict[str, Any], ...]
+    final: dict[int, tuple[np.ndarray, dict[str, Any]]] = field(default_factory=dict)
+
+
+class Lane:
+    """The slots of ``sessions`` stepped together as ``options`` say, on ``loop``."""
+
+    def __init__(self, sessions: Sequence[RemoteSession], options: EnvOptions, loop: LoopThread) -> None:
+        self.options = options
+        self.sessions = list(sessions)
+        self.mode, self.frameskip = options.mode, options.frameskip
+        self.requested_fps = options.fps
+        self.fps = float(options.fps or DEFAULT_FPS)
+        self.env_id = options.env_id
+        self.max_episode_steps = options.max_episode_steps
+        self.start_timeout = options.start_timeout
+        self.stall_frames = options.stall_frames
+        self.stall_timeout = options.stall_timeout
+        self.slots = [Slot(i, s) for i, s in enumerate(self.sessions)]
+        #: Real time: waits for each remote's target frame (lockstep reads its own frames).
+        self.gate = FrameGate(self.slots, hooks=self.mode != LOCKSTEP)
+        #: The loop thread the sockets of real-time steps, VNC clients and probes live on.
+        self.loop = loop
+        #: SAME_STEP autoreset in the step under way (a slot back from away then ends
+        #: its idle stretch and starts its episode in the same step).
+        self.same_step = False
+        self.closed = False
+        #: Adds each info's page and last action (remotes.web), if the env has them.
+        self.annotate: Callable[[Sequence[dict[str, Any]]], None] | None = None
+
+    @property
+    def num(self) -> int:
+        return len(self.slots)
+
+    @property
+    def frames(self) -> np.ndarray | None:
+        """The batch under construction (``[n, H, W, 3]``; the gate copies target frames
+        into it as they come)."""
+        return self.gate.frames
+
+    @frames.setter
+    def frames(self, frames: np.ndarray | None) -> None:
+        self.gate.frames = frames
+
+    def outcome(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """A step's rewards, terminated, truncated and infos, to fill in."""
+        n = self.num
+        return np.zeros(n, np.float64), np.zeros(n, bool), np.zeros(n, bool), [{} for _ in range(n)]
+
+    def configure(self) -> None:
+        """The fps and the batch's shape, from the remotes' describes (after a connect or
+        a reset, which may switch the env)."""
+        describe = self.sessions[0].describe_body()
+        self.fps = float(self.requested_fps or describe.get("fps") or DEFAULT_FPS)
+        sizes = {s.screen_size for s in self.sessions}
+        if len(sizes) != 1:
+            listed = ", ".join(f"{s.name}: {w}x{h}" for s in self.sessions for w, h in [s.screen_size])
+            raise ValueError(f"remotes have different screen sizes ({listed}); use one env id")
+        ((width, height),) = sizes
+        if self.frames is None or self.frames.shape[1:3] != (height, width):
+            self.frames = np.zeros((self.num, height, width, 3), np.uint8)
+
+    def states(self) -> tuple[RemoteSnapshot, ...]:
+        """Snapshots of every remote, for the agent's thread."""
+        return tuple(s.state() for s in self.sessions)
+
+    def instruct(self, infos: list[dict[str, Any]]) -> None:
+        """Each info's instruction, and its page and last action (remotes.web)."""
+        instruct(self.slots, infos)
+        if self.annotate is not None:
+            self.annotate(infos)
+
+    def finish(
+        self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+        infos: list[dict[str, Any]], final: dict[int, tuple[np.ndarray, dict[str, Any]]] | None = None,
+        copy: bool = True,
+    ) -> Batch:
+        """The step's batch, each info instructed; ``copy`` False: :attr:`frames` is this
+        step's own array, never written again (a lockstep step makes a new one each
+        step), handed over as it is."""
+        self.instruct(infos)
+        frames = self.frames
+        assert frames is not None
+        return Batch(frames.copy() if copy else frames, rewards, terminated, truncated, tuple(infos),
+                     final or {})
+
+    def copy_frame(self, slot: Slot) -> None:
+        """The slot's newest VNC frame into the batch (its tag noted as returned)."""
+        frames = self.frames
+        assert frames is not None
+        session = slot.session
+        vnc = session.vnc
+        number: int | None = None
+        if vnc is not None:
+            pixels, tag = vnc.framebuffer, vnc.tag
+            if tag is not None:
+                number, episode = tag.frame, tag.episode_id
+        else:
+            if session.rewarder is not None:
+                frames[slot.index] = 0
+            return
+        if pixels.shape == frames.shape[1:]:
+            np.copyto(frames[slot.index], pixels)
+        if number is not None:
+            slot.returned, slot.episode = number, episode
+            if slot.seen is None or number > slot.seen:
+                slot.seen = number
