@@ -25,6 +25,8 @@ import subprocess
 from collections.abc import Sequence
 from typing import Final
 
+from rewarder import protocol
+
 from .address import RemoteAddress
 from .group import RemoteGroup
 from .local import probe_remote
@@ -38,8 +40,8 @@ FIRST_VNC_PORT: Final = 5900
 #: Where a container's (first) game serves inside it (the image's EXPOSE).
 CONTAINER_VNC_PORT: Final = 5900
 CONTAINER_REWARDER_PORT: Final = 15900
-#: ``serve --games``' limit (envserver.games.MAX_GAMES; remotes never import envserver).
-MAX_GAMES_PER_CONTAINER: Final = 64
+#: ``serve --games``' limit, defined once where both sides may import it.
+MAX_GAMES_PER_CONTAINER: Final = protocol.MAX_GAMES_PER_PROCESS
 #: Port pairs scanned before giving up.
 MAX_PORT_SCAN: Final = 1000
 #: Seconds a docker CLI call may take.
@@ -196,7 +198,7 @@ async def _probe_all(addresses: list[RemoteAddress], password: str, timeout: flo
 
 async def _probe_until_up(address: RemoteAddress, password: str, timeout: float) -> None:
     """Probe until the container answers: ``docker run`` returns before the remote inside
-    listens (measured with podman: ~0.4 s later), and a published port refuses until then."""
+    listens (later, by the image's start-up), and a published port refuses until then."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     delay = PROBE_BACKOFF

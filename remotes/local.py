@@ -59,10 +59,10 @@ STOP_TIMEOUT: Final = 5.0
 MAX_GAMES_PER_PROCESS: Final = protocol.MAX_GAMES_PER_PROCESS
 #: Up to this many remotes, each gets a process of its own by default.
 SEPARATE_UNTIL: Final = 8
-#: Beyond SEPARATE_UNTIL, games per process by default (at most). Measured (issue 28,
-#: benchmarks/density.py, quiet machine): 16 cost less CPU per frame (0.13 ms against 0.165
-#: at 8, 0.70 at 1) but a process's 16 updates reach the agent in one burst, and action ->
-#: pixel latency at n = 32 was p99 20.0-21.7 ms against 18.6-19.7 at 8 (target 20).
+#: Beyond SEPARATE_UNTIL, games per process by default (at most). 16 cost a
+#: little less CPU per frame but deliver a process's updates in one burst, which costs the
+#: agent's action -> pixel latency (`python -m benchmarks density`; benchmarks/RESULTS.md,
+#: 2026-11-26).
 DEFAULT_GAMES: Final = 8
 
 T = TypeVar("T")
@@ -353,8 +353,8 @@ def start_local(
     """Start ``n`` remotes serving ``env_id`` on ``host`` (127.0.0.1) and wait until each answers.
 
     ``nice`` lowers the remotes' CPU priority: with more remotes than cores, the kernel
-    otherwise hands the agent only its per-process share and steps come late (measured:
-    32 remotes on 2 cores, 38 -> 54 steps/s per remote at nice 10).
+    otherwise hands the agent only its per-process share and steps come late (hand-measured
+    with 32 remotes on 2 cores: benchmarks/RESULTS.md).
     ``extra_args`` go to ``serve``; with ``--tls-cert``/``--tls-key`` the remotes serve TLS
     (``vnc+tls://`` addresses), checked against $UNIVERSE_REMOTE_TLS_CA or the system's CAs.
     ``host`` other than loopback: ``serve`` refuses it without a password, and without TLS

@@ -370,8 +370,8 @@ class RealtimeSteps:
         reward is returned with the frame that earned it); or the newest frame. For an
         episode that ended, a frame of that episode, never of the next: the newest if VNC
         still shows it, else the one captured in this step, else the one returned last.
-        (Keeping every episode's last frame would mean copying every update: measured,
-        32 remotes stepped 28% slower.)"""
+        (Keeping every episode's last frame would mean copying every update, which slows
+        the real-time vector step; hand-measured with 32 remotes: benchmarks/RESULTS.md.)"""
         waiting = False
         for slot in running:
             frame = infos[slot.index].get(FRAME_INFO_KEY)

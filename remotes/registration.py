@@ -82,8 +82,8 @@ def register() -> None:
     generic ``universe-remote/Remote-v0`` (any remote, by address); idempotent.
 
     The ids come from :func:`runtimes.registry.catalogue`, which imports neither ale-py
-    nor a browser family: ~10 ms, where building every runtime table took ~300 ms of
-    ``import remotes``."""
+    nor a browser family: cheap, where building every runtime table made
+    ``import remotes`` slow."""
     if ENV_ID not in gymnasium.registry:
         gymnasium.register(ENV_ID, entry_point="remotes.env:RemoteEnv", nondeterministic=True)
     for env_id in registry.catalogue():

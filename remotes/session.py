@@ -68,8 +68,8 @@ WAIT_REPORT_INTERVAL: Final = 5.0
 PROBE_TIMEOUT: Final = 0.5
 #: A real-time agent's next VNC update request waits up to this long (cut to end before
 #: the remote's next frame) for the step's input, to travel in one packet with it: one
-#: send and one wake-up of the remote fewer per step (VNCClient request_hold). Measured:
-#: 32 Catch remotes 58.9 -> 60.0 steps/s, 48 remotes 26.6 -> 50.3 (one run each).
+#: send and one wake-up of the remote fewer per step (VNCClient request_hold;
+#: `python -m benchmarks remotes_realtime` and `density` run with it).
 REQUEST_HOLD: Final = 0.012
 #: The RFB greeting every VNC server sends first (``RFB 003.008\n``): 12 bytes.
 _RFB_GREETING_BYTES: Final = 12
@@ -155,8 +155,8 @@ class VNCOptions:
     """How the VNC client asks for pixels.
 
     ``encoding=None`` picks per remote: Raw on loopback, where bandwidth is free and
-    encoding is not (measured: a lockstep Pong step costs 0.97 ms with Raw, 1.20 with
-    Tight, 1.44 with ZRLE), and Tight elsewhere (Universe's default). Lossless unless a
+    encoding is not (`python -m benchmarks atari_lockstep` times a lockstep step with
+    each encoding), and Tight elsewhere (Universe's default). Lossless unless a
     JPEG ``quality`` is given.
     """
 

@@ -54,7 +54,8 @@ def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
     """gymnasium's vector info — for each key an array over the ``n`` envs and a ``_key``
     mask of those that have it, nested dicts batched alike, ``final_obs`` an object
     array — built a key at a time (``VectorEnv._add_info`` goes an env and a key at a
-    time: ~3 us per key and env, a third of a step's info cost at 16 remotes).
+    time: a call per key and env, a large part of a step's info cost with many remotes;
+    hand-measured, benchmarks/RESULTS.md).
 
     The array's type is the type of the first env's value, as ``_add_info`` picks it.
     """

@@ -396,6 +396,6 @@ class WebSteps:
                 )
                 page = heard or {}
                 # A copy the agent may keep and change: the tap keeps the page it heard, and
-                # a later step may return it again (~0.1 ms for a task page's 20 KB).
+                # a later step may return it again (cheap against a step: orjson both ways).
                 info["page"] = orjson.loads(orjson.dumps(page.get(PAGE) or {}))
                 info["page.frame"] = page.get("frame")

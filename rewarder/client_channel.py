@@ -42,8 +42,8 @@ from .reward_buffer import RewardBuffer
 
 log = logging.getLogger(__name__)
 
-#: Pings per clock calibration: enough to narrow the skew bounds, cheap (~0.2 ms each
-#: on loopback). Universe used 10.
+#: Pings per clock calibration: enough to narrow the skew bounds, cheap (a loopback round
+#: trip each: `python -m benchmarks rewarder_throughput`). Universe used 10.
 CALIBRATION_PINGS: Final = 5
 #: Seconds between background recalibrations (clocks drift; Universe used 300 s).
 CALIBRATION_INTERVAL: Final = 60.0

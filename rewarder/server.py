@@ -70,8 +70,8 @@ VIEWER_PATH: Final = "/viewer"
 
 #: Seconds between WebSocket pings to every client, and the wait for each pong: an
 #: active client that stops answering (hung, SIGSTOPped, its machine gone) frees the
-#: slot within their sum, and its socket is cut CLOSE_TIMEOUT later (was 20 + 20 + 2 s;
-#: measured ~41 s).
+#: slot within their sum, and its socket is cut CLOSE_TIMEOUT later (websockets'
+#: defaults, 20 + 20 + 2 s, held a hung client's slot for most of a minute).
 KEEPALIVE_INTERVAL: Final = 1.0
 KEEPALIVE_TIMEOUT: Final = 1.5
 
