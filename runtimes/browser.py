@@ -337,8 +337,9 @@ class MiniWoBRuntime(DisplayRuntime):
         previous = self._clean
         for _ in range(MAX_SCREENSHOTS - 1):
             # A changed page is taken again until two shots agree: the first may catch
-            # Chromium's raster mid-way (measured: 2 pixels one grey level apart after a
-            # click, 1 run in ~8 under load), and the frame must be the page's alone.
+            # Chromium's raster mid-way, and the frame must be the page's alone. (Shots
+            # that agreed could still differ between runs by a grey level at an edge
+            # while Chromium rasterised partial tiles: CHROMIUM_FLAGS turns that off.)
             if previous is not None and np.array_equal(shot, previous):
                 break
             previous, shot = shot, await self.clock.screenshot(area)
