@@ -149,7 +149,10 @@ def test_a_program_dies_with_a_killed_remote() -> None:
     try:
         assert parent.stdout is not None
         pid = int(parent.stdout.readline())
-        assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == b"sleep"  # exec'd
+        deadline = time.monotonic() + TIMEOUT  # setpriv execs the program: the pid is sleep's
+        while Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] != b"sleep":
+            assert time.monotonic() < deadline, "setpriv did not exec the program"
+            time.sleep(0.01)  # a condition polled with a deadline
         parent.send_signal(signal.SIGKILL)
         parent.wait(TIMEOUT)
         deadline = time.monotonic() + TIMEOUT
