@@ -178,6 +178,9 @@ class MiniWoBRuntime(DisplayRuntime):
         self._observed_at = 0.0  # time.monotonic() of the last page observation
         self._last_action: dict[str, Any] | None = None  # a lockstep step's action string
         self._input_tasks: set[asyncio.Task[None]] = set()  # lockstep actions' DevTools input
+        #: Where the last action string left the pointer (screen pixels): the next one's
+        #: ``scroll`` happens there, and its witness move starts from there.
+        self._action_pointer: tuple[int, int] | None = None
         #: Seconds the last :meth:`astart` took (Xvnc, Chromium, the page).
         self.startup_seconds: float | None = None
         self._chromium: str | None = None
@@ -334,8 +337,9 @@ class MiniWoBRuntime(DisplayRuntime):
         previous = self._clean
         for _ in range(MAX_SCREENSHOTS - 1):
             # A changed page is taken again until two shots agree: the first may catch
-            # Chromium's raster mid-way (measured: 2 pixels one grey level apart after a
-            # click, 1 run in ~8 under load), and the frame must be the page's alone.
+            # Chromium's raster mid-way, and the frame must be the page's alone. (Shots
+            # that agreed could still differ between runs by a grey level at an edge
+            # while Chromium rasterised partial tiles: CHROMIUM_FLAGS turns that off.)
             if previous is not None and np.array_equal(shot, previous):
                 break
             previous, shot = shot, await self.clock.screenshot(area)
@@ -426,7 +430,7 @@ class MiniWoBRuntime(DisplayRuntime):
         return observation
 
     async def arun_action(
-        self, text: str, send: Callable[[Sequence[InputEvent]], None]
+        self, text: str, send: Callable[[Sequence[InputEvent]], object]
     ) -> dict[str, Any]:
         """Run an action string: in real time as X input ``send`` queues (recorded, seen
         by viewers); in lockstep through DevTools, before the step's frames (and then
@@ -436,7 +440,8 @@ class MiniWoBRuntime(DisplayRuntime):
         if self._paused:
             page_input = self.page_input
 
-            def send_now(events: Sequence[InputEvent]) -> None:  # (the actor waits for the page)
+            def send_now(events: Sequence[InputEvent]) -> asyncio.Task[None]:
+                """DevTools input, in a task the actor awaits (its error is the action's)."""
                 moved = [
                     e._replace(x=e.x + x0, y=e.y + y0) if isinstance(e, PointerEvent) else e
                     for e in events
@@ -444,13 +449,16 @@ class MiniWoBRuntime(DisplayRuntime):
                 task = asyncio.get_running_loop().create_task(page_input.send(moved))
                 self._input_tasks.add(task)
                 task.add_done_callback(self._input_tasks.discard)
+                return task
 
             send = send_now
         actor = WebActor(
             self.cdp, send, origin=(0, 0), frame_origin=(x0, y0),
             viewport=(x0, y0, self.width, self.height),
         )
+        actor.planner.pointer = self._action_pointer
         result = await actor.run(text)
+        self._action_pointer = actor.planner.pointer
         report: dict[str, Any] = {"last_action": result.action, "last_action_error": result.error}
         if result.messages:
             report["messages"] = result.messages

@@ -39,6 +39,9 @@ DOUBLE_CLICK_DISTANCE: Final = 5
 #: press on Xvnc (measured: 120, animated over ~100 ms of wall time; a DevTools wheel event
 #: scrolls its delta at once). tests/runtimes/test_page_clock.py checks both paths agree.
 WHEEL_PIXELS: Final = 120.0
+#: Largest pointer coordinate sent (X and VNC coordinates are 16-bit): Chromium never
+#: answered a mouse event at (-1e308, 1e308), and every later input queued behind it.
+MAX_COORDINATE: Final = 0xFFFF
 #: CDP ``modifiers`` bits.
 ALT, CTRL, META, SHIFT = 1, 2, 4, 8
 
@@ -140,7 +143,7 @@ class InputMapper:
 
     def map(self, event: InputEvent) -> list[Command]:
         """The commands for one event (none when it changes nothing). Raises ValueError
-        for a key this module cannot send."""
+        for a key this module cannot send or a point past :data:`MAX_COORDINATE`."""
         if isinstance(event, KeyEvent):
             return self._key(event)
         if isinstance(event, PointerEvent):
@@ -197,6 +200,8 @@ class InputMapper:
 
     def _pointer(self, event: PointerEvent) -> list[Command]:
         x, y, mask = int(event.x), int(event.y), int(event.buttonmask)
+        if not (0 <= x <= MAX_COORDINATE and 0 <= y <= MAX_COORDINATE):
+            raise ValueError(f"pointer ({x}, {y}) is off any screen: coordinates are 0..{MAX_COORDINATE}")
         commands: list[Command] = []
         if (x, y) != self.position:
             self.position = (x, y)

@@ -33,9 +33,15 @@ CHROMIUM_ENV: Final = "UNIVERSE_REMOTE_CHROMIUM"
 #: Chromium flags (FIELD-NOTES): runs as root in containers (no sandbox), no GPU, nothing
 #: that calls home or nags, timers at full speed though nobody "looks" at the window,
 #: pixels 1:1, kiosk (no tabs, no address bar, no info bars) so the page starts at (0, 0).
+#: No partial raster: with it Chromium re-rasters only the changed part of a tile, where
+#: the changed parts depend on when frames were drawn (wall time, load), and an edge
+#: rasterised in another pass came out one grey level apart (a button's rounded corners
+#: in lockstep MiniWoB, in some runs on a busy machine); whole tiles give the same
+#: pixels for the same page (tests/runtimes/test_browser_lockstep.py).
 CHROMIUM_FLAGS: Final = (
     "--no-sandbox",
     "--disable-gpu",
+    "--disable-partial-raster",
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",

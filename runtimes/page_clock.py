@@ -29,7 +29,9 @@ and animation frames every :data:`FRAME_MS` of page time. MiniWoB's 10 s limit i
 
 Rendering stays Chromium's own, in real time: the pixels are a function of the DOM and
 the held animations, and :meth:`PageClock.screenshot` asks Chromium for a new frame of
-them (a lossless PNG). What the clock cannot reach, and what would: the text caret blinks
+them (a lossless PNG); Chromium rasterises whole tiles (``--disable-partial-raster`` in
+``runtimes.chromium``), so the same page gives the same pixels whenever its frames were
+drawn. What the clock cannot reach, and what would: the text caret blinks
 on the browser's real clock (:func:`no_caret_blink_env` turns blinking off through GTK's
 setting, so the caret is drawn steadily), wheel scrolling is animated by the compositor
 (Chromium's ``--disable-smooth-scrolling``), and GIFs, videos, SMIL, workers and iframes

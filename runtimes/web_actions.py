@@ -57,6 +57,8 @@ MAX_SCROLL_NOTCHES: Final = 50
 MAX_WAIT_MS: Final = 10_000
 #: Options one ``select_option`` may name.
 MAX_OPTIONS: Final = 100
+#: Keys in one combination (modifiers and the key): Control+Alt+Shift+Meta+x is five.
+MAX_COMBINATION_KEYS: Final = 5
 #: Pointer moves between the ends of a drag (jQuery UI and HTML5 drags need some).
 DRAG_STEPS: Final = 5
 
@@ -71,6 +73,18 @@ KEY_NAMES: Final = {
     "ArrowLeft": "Left", "ArrowRight": "Right", "ArrowUp": "Up", "ArrowDown": "Down",
     "PageUp": "Prior", "PageDown": "Next", "Space": "space", " ": "space",
 }
+#: Key combinations Chromium takes as commands to itself, not keys for the page: zoom
+#: (it stays on for the page's origin, so every later click lands off its element) and
+#: closing, quitting or opening windows (the kiosk's one window gone). Keysyms, the
+#: modifiers as X names them; letters lowercase.
+BROWSER_SHORTCUTS: Final = frozenset(
+    [(mod, key) for mod in ("Control_L", "Control_R", "Meta_L", "Meta_R")
+     for key in ("plus", "minus", "equal", "underscore", "0", "KP_Add", "KP_Subtract",
+                 "w", "q", "t", "n", "F4")]
+    + [("Alt_L", "F4"), ("Alt_R", "F4")]
+)
+#: Keys Chromium takes alone: F11 leaves the kiosk's full screen.
+BROWSER_KEYS: Final = frozenset({"F11"})
 #: Modifiers ``click`` and ``dblclick`` take.
 MODIFIERS: Final = ("Alt", "Control", "ControlOrMeta", "Meta", "Shift")
 
@@ -255,9 +269,17 @@ def _argument(node: ast.expr, param: Param, where: str) -> Any:
     if kind in (STR, KEYS, BUTTON) and not isinstance(value, str):
         raise ActionError(f"{where}: {param.name!r} must be a string, not {value!r}")
     if kind == NUM or kind == INT:
-        if not isinstance(value, int | float) or not math.isfinite(value):
+        if not isinstance(value, int | float):
             raise ActionError(f"{where}: {param.name!r} must be a finite number, not {value!r}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int past a float's range (its digits are not quoted)
+            bits = value.bit_length() if isinstance(value, int) else 0
+            raise ActionError(f"{where}: {param.name!r} must be a finite number; an integer of "
+                              f"{bits} bits is past a float's range") from None
+        if not math.isfinite(number):
+            raise ActionError(f"{where}: {param.name!r} must be a finite number, not {value!r}")
+        return number
     if kind == STR and len(value) > MAX_TYPED_CHARS:
         raise ActionError(f"{where}: {param.name!r} is {len(value)} characters; at most "
                           f"{MAX_TYPED_CHARS} (MAX_TYPED_CHARS)")
@@ -297,12 +319,25 @@ def key_combination(comb: str, where: str = "key_comb") -> list[str]:
     """``"Control+a"`` -> ``["Control_L", "a"]``: modifiers first, the key last."""
     if not comb:
         raise ActionError(f"{where}: the key combination is empty; write e.g. 'Enter' or 'Control+a'")
-    parts = comb.split("+")
-    if comb.endswith("+"):  # "+" itself, possibly with modifiers: "Shift++"
-        parts = [*comb[:-1].split("+")[:-1], "+"] if len(comb) > 1 else ["+"]
+    # Keys joined by "+"; the "+" key itself is last: "+" alone, or after one: "Shift++".
+    if comb == "+":
+        parts = ["+"]
+    elif comb.endswith("++"):
+        parts = [*comb[:-2].split("+"), "+"]
+    else:
+        parts = comb.split("+")
     if any(part == "" for part in parts):
-        raise ActionError(f"{where}: {comb!r} is not a key combination such as 'Control+a'")
-    return [key_name(part, where) for part in parts]
+        raise ActionError(f"{where}: {comb!r} is not a key combination such as 'Control+a' "
+                          "(keys joined by '+'; the '+' key itself comes last: 'Shift++')")
+    if len(parts) > MAX_COMBINATION_KEYS:
+        raise ActionError(f"{where}: {comb!r} has {len(parts)} keys; at most "
+                          f"{MAX_COMBINATION_KEYS} (MAX_COMBINATION_KEYS)")
+    keys = [key_name(part, where) for part in parts]
+    last = keys[-1].lower() if len(keys[-1]) == 1 else keys[-1]
+    if last in BROWSER_KEYS or any((held, last) in BROWSER_SHORTCUTS for held in keys[:-1]):
+        raise ActionError(f"{where}: {comb!r} is a command to the browser (zoom, windows, full "
+                          "screen), not a key for the page; it is not sent")
+    return keys
 
 
 def _tap(name: str, shift_letters: bool) -> list[InputEvent]:
@@ -434,7 +469,9 @@ def target_error(element: Element | None, bid: str, viewport: tuple[int, int] | 
 class Planner:
     """Turns actions into plans, remembering where the pointer is (``scroll`` happens
     there). ``frame_origin`` is where the served frame starts on the screen: event
-    coordinates are screen pixels minus it. ``viewport`` (screen pixels) is where the
+    coordinates are screen pixels minus it. ``viewport`` (x, y, width, height in screen
+    pixels) is the served area: where ``mouse_*`` coordinates must fall (an agent sees
+    nothing else, and a point far off any screen wedged DevTools input), and where the
     pointer goes for a ``scroll`` before any other pointer action."""
 
     def __init__(self, *, frame_origin: tuple[int, int] = (0, 0), shift_letters: bool = True,
@@ -536,7 +573,7 @@ class Planner:
             _, end = self._target(elements, a["to_bid"])
             out[:], plan.pointer = self._drag(start, end), _round(end)
         elif name in ("mouse_move", "mouse_click", "mouse_dblclick"):
-            point = (a["x"], a["y"])
+            point = self._on_screen(name, a["x"], a["y"])
             if name == "mouse_move":
                 out[:] = [self._move(*point)]
             else:
@@ -544,7 +581,8 @@ class Planner:
                 out[:] = self._click(point, BUTTONS[a["button"]], count, [])
             plan.pointer = _round(point)
         elif name == "mouse_drag_and_drop":
-            start, end = (a["from_x"], a["from_y"]), (a["to_x"], a["to_y"])
+            start = self._on_screen(name, a["from_x"], a["from_y"])
+            end = self._on_screen(name, a["to_x"], a["to_y"])
             out[:], plan.pointer = self._drag(start, end), _round(end)
         elif name == "scroll":
             out[:], plan.pointer = self._scroll(a["delta_x"], a["delta_y"])
@@ -562,6 +600,17 @@ class Planner:
             plan.wait_ms = a["wait_ms"]
         else:  # pragma: no cover - ACTIONS and this function list the same names
             raise ActionError(f"{name} has no plan")
+
+    def _on_screen(self, name: str, x: float, y: float) -> tuple[float, float]:
+        """``(x, y)`` if it rounds to a pixel of the served area; else an ActionError
+        naming the ranges."""
+        vx, vy, vw, vh = self.viewport
+        if vx <= round(x) < vx + vw and vy <= round(y) < vy + vh:
+            return x, y
+        raise ActionError(
+            f"{name}: ({x:g}, {y:g}) is outside the screen; x must be {vx}..{vx + vw - 1} "
+            f"and y {vy}..{vy + vh - 1} (screen pixels)"
+        )
 
     def _drag(self, start: tuple[float, float], end: tuple[float, float]) -> list[Any]:
         events: list[Any] = [self._move(*start), self._move(*start, 1), _GAP]

@@ -19,6 +19,7 @@ before it. The next call of the string is planned on the page as that left it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -180,19 +181,31 @@ class WebActor:
         return None
 
     async def _send_batch(self, events: list[InputEvent], result: ActionResult) -> str | None:
-        position = self.planner.pointer or (0, 0)
+        """Send ``events`` and a witness move one pixel beside where they leave the
+        pointer. A batch without pointer events first puts the pointer where it is
+        thought to be: a witness move to where the pointer already is makes no event
+        (X and DevTools send none), and the page would never see it."""
         fx, fy = self.planner.frame_origin
-        x, y = position[0] + 1 if position[0] < 1 else position[0] - 1, position[1]
-        mask = 0
-        for event in reversed(events):
-            if isinstance(event, PointerEvent):
-                mask = event.buttonmask
-                x, y = (event.x + fx + 1 if event.x + fx < 1 else event.x + fx - 1), event.y + fy
-                break
+        last = next((e for e in reversed(events) if isinstance(e, PointerEvent)), None)
+        anchor: list[InputEvent] = []
+        if last is None:
+            px, py = self.planner.pointer or (0, 0)
+            mask = 0
+            anchor = [PointerEvent(px - fx, py - fy, mask)]
+        else:
+            px, py, mask = last.x + fx, last.y + fy, last.buttonmask
+        x, y = px + 1 if px < 1 else px - 1, py
         seq = await self.cdp.evaluate(_ARM_JS % json.dumps(WITNESS_GLOBAL))
-        self.send([*events, PointerEvent(x - fx, y - fy, mask)])
+        sent = self.send([*events, *anchor, PointerEvent(x - fx, y - fy, mask)])
         self.planner.pointer = (x, y)
-        result.events += len(events) + 1
+        result.events += len(events) + len(anchor) + 1
+        if inspect.isawaitable(sent):  # DevTools input (lockstep): done once the page handled it
+            try:
+                await asyncio.wait_for(sent, self.seen_timeout)
+            except TimeoutError:
+                return f"the page did not take the input within {self.seen_timeout} s"
+            except ValueError as exc:  # a key DevTools input cannot send
+                return f"the page cannot take this input: {exc}"
         try:
             seen = await self.cdp.evaluate(
                 _SEEN_JS % (json.dumps(WITNESS_GLOBAL), int(seq), x, y), self.seen_timeout

@@ -6,7 +6,8 @@ program and its process group), :class:`ProgramMissing`, :func:`find_program` an
 limits of starting and stopping; and the steps an X server's start is made of, for any X
 server (the tests start Xvfb and x11vnc with them): :func:`start_process`,
 :func:`start_x_server`, :func:`read_display_number`, :func:`wait_listening`,
-:func:`stop_group`, :func:`free_port`, :func:`log_tail`.
+:func:`stop_group`, :func:`free_port`, :func:`log_tail`, and
+:func:`death_signal_prefix` (how a program dies with the remote).
 
 A runtime's display listens on a Unix socket only (``unix_socket=True``: ``-rfbunixpath``
 in a private directory, mode 0600, no TCP port): the remote reads its frames and sends
@@ -30,8 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import errno
+import functools
 import ipaddress
 import logging
 import os
@@ -82,18 +83,34 @@ XVNC_FLAGS: Final = (
 )
 
 
-try:  # loaded now: a forked child must not dlopen (another thread may hold the lock)
-    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
-except OSError:  # not Linux/glibc: children just do not follow us on a crash
-    _LIBC = None
-_PR_SET_PDEATHSIG: Final = 1
+#: util-linux's ``setpriv`` (Debian's essential util-linux package brings it), the small
+#: exec wrapper that gives a program its parent-death signal (see :func:`start_process`).
+SETPRIV: Final = "setpriv"
+#: The signal a program gets when the remote dies, even by SIGKILL (Linux), so that no
+#: Xvnc or browser outlives it holding a port and 400 MB.
+DEATH_SIGNAL: Final = signal.SIGTERM
 
 
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the remote dies, even by SIGKILL (Linux), so that no
-    Xvnc or browser outlives it holding a port and 400 MB."""
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+@functools.cache
+def death_signal_prefix() -> tuple[str, ...]:
+    """``setpriv --pdeathsig=TERM --``, put before a program's argv; empty (with one
+    warning) where setpriv is not installed: programs then outlive a SIGKILLed remote.
+
+    Why a wrapper and not ``Popen(preexec_fn=prctl)``: a ``preexec_fn`` makes Popen fork
+    for real, and a real fork runs the ``pthread_atfork`` handlers of gRPC (the
+    dm_env_rpc port), which crashed programs started while gRPC was busy (SIGSEGV,
+    SIGABRT, each start logging "skipping fork() handlers"). Without one Popen uses
+    vfork, which runs no handlers; setpriv sets the signal and execs the program, so its
+    pid is the program's.
+    """
+    path = shutil.which(SETPRIV)
+    if path is None:
+        log.warning(
+            "%s is not installed (Debian package util-linux): X programs and browsers will "
+            "outlive this remote if it is killed with SIGKILL", SETPRIV,
+        )
+        return ()
+    return (path, f"--pdeathsig={DEATH_SIGNAL.name.removeprefix('SIG')}", "--")
 
 
 class ProgramMissing(RuntimeFailure, ModuleNotFoundError):
@@ -173,20 +190,20 @@ def start_process(
     pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` as the remote starts every program: in a session (so a process
-    group) of its own, SIGTERMed when the remote dies; stop it with :func:`stop_group`.
+    group) of its own, SIGTERMed when the remote dies (:func:`death_signal_prefix`);
+    stop it with :func:`stop_group`.
 
     Its own session: the remote's Ctrl-C is the remote's to handle, and a program's
     helpers (a browser's renderers) are stopped with it.
     """
     return subprocess.Popen(
-        list(argv),
+        [*death_signal_prefix(), *argv],
         stdin=subprocess.DEVNULL,
         stdout=stdout,
         stderr=stderr,
         env=env,
         pass_fds=tuple(pass_fds),
-        start_new_session=True,
-        preexec_fn=_die_with_parent,  # noqa: PLW1509 (one libc call, no locks)
+        start_new_session=True,  # no preexec_fn: Popen may vfork (death_signal_prefix)
     )
 
 

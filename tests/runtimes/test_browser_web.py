@@ -167,3 +167,55 @@ async def test_marks_draw_each_clickable_elements_box_and_bid_on_the_frame(
         left, top = round(x), round(y)
         assert magenta[top, left : left + max(1, round(w))].mean() > 0.5, (x, y, w, h)
     await agent.close()
+
+
+#: Strings the grammar accepts whose arguments are out of any screen's or number's range,
+#: browser commands, and key combinations in a row (the second's witness move once went
+#: to where the first's left the pointer: no event, a 5 s wait): each is answered at once,
+#: with an error or None, and the page takes the next click.
+EDGES = [
+    ("mouse_click(-1e308, 1e308)", "outside the screen"),
+    ("mouse_drag_and_drop(5, 5, 1e9, 5)", "outside the screen"),
+    ("mouse_move(160, 0)", "outside the screen"),
+    ("scroll(0, " + "9" * 400 + ")", "must be a finite number"),
+    ("keyboard_press('Shift+')", "not a key combination"),
+    ("keyboard_press('Control++')", "a command to the browser"),
+    ("keyboard_press('Shift++')", None),
+    ("keyboard_press('+')", None),
+    ("keyboard_press('Shift++')", None),
+]
+
+
+@pytest.mark.parametrize("mode", ["lockstep", "realtime"])
+async def test_out_of_range_action_strings_are_answered_and_the_page_still_takes_input(
+    start_browser: StartBrowser, mode: str,  # noqa: F811
+) -> None:
+    remote = await start_browser("miniwob.ClickButton-v0")
+    agent = await WireClient.open(remote.rewarder.port)
+    await observe(agent, "elements")
+    reply = await agent.reset(seed=3, mode=mode)
+    episode = reply["headers"]["episode_id"]
+    bid = target(observations(agent)[-1], await agent.episode_text(episode))
+    for text, error in EDGES:
+        if mode == "lockstep":
+            await agent.send("v0.env.step", {"action": text, "frames": 1}, episode_id=episode)
+            step = await agent.recv_until("v0.reply.env.step", timeout=4.0)  # < SEEN_TIMEOUT
+            got = step["body"]["info"]["web.last_action_error"]
+            assert not step["body"]["done"], text
+        else:
+            got = (await answer(agent, await agent.send("v0.agent.action", {"action": text})))[
+                "last_action_error"]
+        assert (got is None) if error is None else (error in (got or "")), (text, got)
+    if mode == "lockstep":
+        await agent.send("v0.env.step", {"action": f"click('{bid}')", "frames": 1}, episode_id=episode)
+        step = await agent.recv_until("v0.reply.env.step")
+        assert step["body"]["info"]["web.last_action_error"] is None
+        assert step["body"]["done"] and step["body"]["reward"] > 0
+    else:
+        done = await answer(agent, await agent.send("v0.agent.action", {"action": f"click('{bid}')"}))
+        assert done["last_action_error"] is None
+        ends = [m for m in agent.seen if m["method"] == "v0.env.reward" and m["body"]["done"]]
+        reward = ends[0] if ends else await agent.recv_until("v0.env.reward")
+        assert reward["body"]["reward"] > 0 and reward["body"]["done"]
+    assert (await agent.ping())["method"] == "v0.reply.control.ping"
+    await agent.close()

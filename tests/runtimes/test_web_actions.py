@@ -100,6 +100,15 @@ def test_every_action_prints_as_a_string_that_parses_back() -> None:
         ("click(42)", "'bid' must be a string, not 42"),
         ("noop(True)", "must be a literal (Constant is not allowed)"),
         ("scroll(1e999, 0)", "'delta_x' must be a finite number"),
+        ("scroll(0, " + "9" * 400 + ")", "'delta_y' must be a finite number; an integer of 1329 bits"),
+        ("mouse_move(-" + "9" * 400 + ", 0)", "'x' must be a finite number"),
+        ("keyboard_press('Shift+')", "'Shift+' is not a key combination such as 'Control+a'"),
+        ("keyboard_press('++')", "the '+' key itself comes last: 'Shift++'"),
+        ("keyboard_press('a+b+c+d+e+f')", "at most 5 (MAX_COMBINATION_KEYS)"),
+        ("keyboard_press('Control++')", "'Control++' is a command to the browser (zoom"),
+        ("press('a1', 'ControlOrMeta+KeyW')", "is a command to the browser"),
+        ("keyboard_press('Alt+F4')", "is a command to the browser"),
+        ("keyboard_press('F11')", "is a command to the browser"),
         ("click('a1', button='thumb')", "button must be one of left, middle, right"),
         ("click('a1', modifiers=['Hyper'])", "modifiers must be a list of Alt, Control"),
         ("press('a1', 'Control+Nope')", "unknown key 'Nope'"),
@@ -139,6 +148,7 @@ def test_key_combinations_use_x_names_and_case_follows_shift() -> None:
     assert key_combination("Shift+ArrowLeft") == ["Shift_L", "Left"]
     assert key_combination("ControlOrMeta+KeyV") == ["Control_L", "v"]
     assert key_combination("+") == ["plus"] and key_combination("Shift++") == ["Shift_L", "plus"]
+    assert key_combination("Control+c") == ["Control_L", "c"]  # editing shortcuts are the page's
     assert combination_events(["Control_L", "A"]) == [
         KeyEvent("Control_L", True), KeyEvent("a", True), KeyEvent("a", False), KeyEvent("Control_L", False)]
     assert combination_events(["Shift_L", "a"])[1:3] == [KeyEvent("A", True), KeyEvent("A", False)]
@@ -183,6 +193,18 @@ def test_plans_are_x_events_at_the_elements_point_in_frame_pixels() -> None:
     assert left.events[1:] == [PointerEvent(95, 40, 32), PointerEvent(95, 40, 0)]
     dbl = planner.plan(parse("dblclick('a1')")[0], page)
     assert [e.buttonmask for e in dbl.events] == [0, 1, 0, 1, 0]  # type: ignore[union-attr]
+
+
+def test_coordinates_outside_the_served_area_are_errors_not_events() -> None:
+    planner = Planner(frame_origin=(5, 10), viewport=(5, 10, 160, 210))
+    for text in ["mouse_click(-1e308, 1e308)", "mouse_move(4, 50)", "mouse_dblclick(50, 220)",
+                 "mouse_drag_and_drop(10, 20, 1e9, 20)", "mouse_click(164.6, 20)"]:
+        plan = planner.plan(parse(text)[0], {})
+        assert plan.events == [] and plan.error is not None, text
+        assert "is outside the screen; x must be 5..164 and y 10..219 (screen pixels)" in plan.error
+    assert planner.pointer is None  # nothing moved it
+    corner = planner.plan(parse("mouse_click(164.4, 219)")[0], {})
+    assert corner.error is None and corner.events[0] == PointerEvent(159, 209, 0)
 
 
 def test_plans_of_elements_that_cannot_take_input_are_errors_not_exceptions() -> None:
