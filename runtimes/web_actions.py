@@ -5,7 +5,7 @@ Holds :func:`parse` (``"click('a12')"`` -> :class:`Action`, with Python's ``ast`
 :data:`ACTIONS` (the functions and their parameters), :func:`plan` (an action and the
 page's elements -> a :class:`Plan`: our :class:`~runtimes.base.KeyEvent` and
 :class:`~runtimes.base.PointerEvent` in the served frame's pixels, or an error for
-``last_action_error``), :func:`key_combination`, :func:`type_events` and the limits.
+``last_action_error``) and the limits; keys and typing are :mod:`runtimes.web_keys`'s.
 
 **Grammar.** One call per line (at most :data:`MAX_ACTIONS`) of a function in
 :data:`ACTIONS` by its bare name, with arguments that are literals: strings, numbers
@@ -32,17 +32,22 @@ from __future__ import annotations
 import ast
 import json
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from rewarder.protocol import MAX_ACTION_STRING_CHARS
-from vncdriver import keysyms
-from vncdriver.errors import UnknownKey
 
 from .base import InputEvent, KeyEvent, PointerEvent
 from .cdp_input import WHEEL_PIXELS
 from .page_structure import BID_ATTRIBUTE, STATE_GLOBAL, Element
+from .web_keys import (
+    KEY_NAMES,
+    ActionError,
+    combination_events,
+    key_combination,
+    tap,
+    type_events,
+)
 
 #: Characters of an action string; longer ones are refused before parsing (the wire's
 #: limit, defined once in rewarder.protocol).
@@ -57,8 +62,6 @@ MAX_SCROLL_NOTCHES: Final = 50
 MAX_WAIT_MS: Final = 10_000
 #: Options one ``select_option`` may name.
 MAX_OPTIONS: Final = 100
-#: Keys in one combination (modifiers and the key): Control+Alt+Shift+Meta+x is five.
-MAX_COMBINATION_KEYS: Final = 5
 #: Pointer moves between the ends of a drag (jQuery UI and HTML5 drags need some).
 DRAG_STEPS: Final = 5
 
@@ -66,31 +69,10 @@ DRAG_STEPS: Final = 5
 BUTTONS: Final = {"left": 1, "middle": 2, "right": 4}
 #: Wheel buttons as mask bits: up, down (X buttons 4, 5), left, right (6, 7).
 WHEEL_UP, WHEEL_DOWN, WHEEL_LEFT, WHEEL_RIGHT = 8, 16, 32, 64
-#: Key names of Playwright (BrowserGym's key combinations) that X spells otherwise.
-KEY_NAMES: Final = {
-    "ControlOrMeta": "Control_L", "Control": "Control_L", "Shift": "Shift_L", "Alt": "Alt_L",
-    "Meta": "Meta_L", "Enter": "Return", "Backspace": "BackSpace", "Escape": "Escape",
-    "ArrowLeft": "Left", "ArrowRight": "Right", "ArrowUp": "Up", "ArrowDown": "Down",
-    "PageUp": "Prior", "PageDown": "Next", "Space": "space", " ": "space",
-}
-#: Key combinations Chromium takes as commands to itself, not keys for the page: zoom
-#: (it stays on for the page's origin, so every later click lands off its element) and
-#: closing, quitting or opening windows (the kiosk's one window gone). Keysyms, the
-#: modifiers as X names them; letters lowercase.
-BROWSER_SHORTCUTS: Final = frozenset(
-    [(mod, key) for mod in ("Control_L", "Control_R", "Meta_L", "Meta_R")
-     for key in ("plus", "minus", "equal", "underscore", "0", "KP_Add", "KP_Subtract",
-                 "w", "q", "t", "n", "F4")]
-    + [("Alt_L", "F4"), ("Alt_R", "F4")]
-)
-#: Keys Chromium takes alone: F11 leaves the kiosk's full screen.
-BROWSER_KEYS: Final = frozenset({"F11"})
 #: Modifiers ``click`` and ``dblclick`` take.
 MODIFIERS: Final = ("Alt", "Control", "ControlOrMeta", "Meta", "Shift")
 
 
-class ActionError(ValueError):
-    """An action string that is not a call we run; the message says what to write."""
 
 
 # Parameters and functions --------------------------------------------------------------
@@ -297,91 +279,6 @@ def _argument(node: ast.expr, param: Param, where: str) -> Any:
     return value
 
 
-# Keys ---------------------------------------------------------------------------------
-
-
-def key_name(name: str, where: str = "key") -> str:
-    """The X keysym name of one key as BrowserGym (Playwright) or X spells it."""
-    if name in KEY_NAMES:
-        return KEY_NAMES[name]
-    if len(name) == 4 and name.startswith("Key") and name[3].isalpha():
-        return name[3].lower()
-    if len(name) == 6 and name.startswith("Digit") and name[5].isdigit():
-        return name[5]
-    try:
-        return keysyms.canonical(name)
-    except UnknownKey:
-        raise ActionError(f"{where}: unknown key {name!r} (use names such as Enter, Tab, "
-                          "ArrowLeft, Control, Shift, a, A, 1, F5)") from None
-
-
-def key_combination(comb: str, where: str = "key_comb") -> list[str]:
-    """``"Control+a"`` -> ``["Control_L", "a"]``: modifiers first, the key last."""
-    if not comb:
-        raise ActionError(f"{where}: the key combination is empty; write e.g. 'Enter' or 'Control+a'")
-    # Keys joined by "+"; the "+" key itself is last: "+" alone, or after one: "Shift++".
-    if comb == "+":
-        parts = ["+"]
-    elif comb.endswith("++"):
-        parts = [*comb[:-2].split("+"), "+"]
-    else:
-        parts = comb.split("+")
-    if any(part == "" for part in parts):
-        raise ActionError(f"{where}: {comb!r} is not a key combination such as 'Control+a' "
-                          "(keys joined by '+'; the '+' key itself comes last: 'Shift++')")
-    if len(parts) > MAX_COMBINATION_KEYS:
-        raise ActionError(f"{where}: {comb!r} has {len(parts)} keys; at most "
-                          f"{MAX_COMBINATION_KEYS} (MAX_COMBINATION_KEYS)")
-    keys = [key_name(part, where) for part in parts]
-    last = keys[-1].lower() if len(keys[-1]) == 1 else keys[-1]
-    if last in BROWSER_KEYS or any((held, last) in BROWSER_SHORTCUTS for held in keys[:-1]):
-        raise ActionError(f"{where}: {comb!r} is a command to the browser (zoom, windows, full "
-                          "screen), not a key for the page; it is not sent")
-    return keys
-
-
-def _tap(name: str, shift_letters: bool) -> list[InputEvent]:
-    """Press and release one key; an uppercase letter inside Shift (``shift_letters``).
-
-    The letter's own keysym is sent even under Shift: TigerVNC gives X exactly the
-    keysym asked for, releasing Shift on its own for a lowercase one (Shift + ``a``
-    types "a" there), and DevTools input types the keysym's character.
-    """
-    if shift_letters and len(name) == 1 and name.isascii() and name.isupper():
-        return [KeyEvent("Shift_L", True), KeyEvent(name, True), KeyEvent(name, False),
-                KeyEvent("Shift_L", False)]
-    return [KeyEvent(name, True), KeyEvent(name, False)]
-
-
-def combination_events(keys: Sequence[str], shift_letters: bool = True) -> list[InputEvent]:
-    """Hold the modifiers, tap the last key, let go in reverse order. With modifiers
-    held, a letter's case follows Shift (``Control+A`` is Control and ``a``;
-    ``Shift+a`` types "A")."""
-    *held, last = keys
-    events: list[InputEvent] = [KeyEvent(k, True) for k in held]
-    if held and len(last) == 1 and last.isascii() and last.isalpha():
-        shifted = "Shift_L" in held or "Shift_R" in held
-        events += _tap(last.upper() if shifted else last.lower(), False)
-    else:
-        events += _tap(last, shift_letters)
-    return events + [KeyEvent(k, False) for k in reversed(held)]
-
-
-_TYPED: Final = {"\n": "Return", "\t": "Tab", " ": "space"}
-
-
-def type_events(text: str, shift_letters: bool = True) -> list[InputEvent]:
-    """Key events that type ``text`` (printable characters, newlines, tabs)."""
-    events: list[InputEvent] = []
-    for char in text:
-        try:
-            name = _TYPED.get(char) or keysyms.canonical(char)
-        except UnknownKey:
-            raise ActionError(f"cannot type {char!r} (U+{ord(char):04X}): it has no X keysym") from None
-        events += _tap(name, shift_letters)
-    return events
-
-
 # Plans --------------------------------------------------------------------------------
 
 
@@ -555,9 +452,9 @@ class Planner:
             if name == "fill":
                 out += combination_events(["Control_L", "a"], shift)
                 text = a["value"]
-                out += type_events(text, shift) if text else _tap("BackSpace", shift)
+                out += type_events(text, shift) if text else tap("BackSpace", shift)
             elif name == "clear":
-                out += combination_events(["Control_L", "a"], shift) + _tap("BackSpace", shift)
+                out += combination_events(["Control_L", "a"], shift) + tap("BackSpace", shift)
         elif name == "select_option":
             element = elements.get(a["bid"])
             error = target_error(element, a["bid"]) if element is None or not element.shown else None
