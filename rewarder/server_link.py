@@ -59,6 +59,19 @@ _HEADER_16: Final = struct.Struct("!BBH")
 _HEADER_64: Final = struct.Struct("!BBQ")
 
 
+def _short_path_fits() -> bool:
+    """Whether this websockets keeps the state the short paths read and write under the
+    names they use (websockets >= 13); otherwise every frame goes through its parser."""
+    probe = ServerProtocol()
+    return all(
+        hasattr(probe, name) for name in ("current_size", "expect_continuation_frame", "writes")
+    ) and isinstance(getattr(probe.reader, "buffer", None), bytearray)
+
+
+#: Read once at import (see :func:`_short_path_fits`).
+SHORT_PATH: Final = _short_path_fits()
+
+
 @dataclass(frozen=True, slots=True)
 class LinkLimits:
     """The limits of one connection (the server's named constants, see there)."""
@@ -205,8 +218,11 @@ class ServerLink(asyncio.Protocol):
         ws = self.ws
         if self.ended or ws.state is not State.OPEN:
             return
-        if ws.expect_continuation_frame:
-            ws.send_text(data)  # (raises: we never send fragments)
+        if not SHORT_PATH or ws.expect_continuation_frame:
+            ws.send_text(data)  # (with a continuation expected it raises: we never fragment)
+            if not self._batching:
+                self.flush()
+            return
         # What ws.send_text queues, framed here: a server's frames are not masked, and
         # this one header is most of the cost of a step reply's frame there.
         size = len(data)
@@ -274,7 +290,7 @@ class ServerLink(asyncio.Protocol):
         only while that parser waits for the first byte of a frame."""
         ws = self.ws
         if (
-            len(data) < 6 or data[0] != _TEXT_FIN or ws.state is not State.OPEN
+            not SHORT_PATH or len(data) < 6 or data[0] != _TEXT_FIN or ws.state is not State.OPEN
             or ws.reader.buffer or ws.current_size is not None or self._fragments
         ):
             return None

@@ -22,7 +22,7 @@ from websockets.frames import Close, Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
-from rewarder import protocol
+from rewarder import protocol, server_link
 from rewarder.errors import BadRequest
 from rewarder.server import PLAYER, RewarderServer
 from rewarder.server_link import ServerLink
@@ -367,11 +367,15 @@ async def test_a_connection_without_a_handshake_is_cut_at_the_open_timeout(serve
     await healthy.close()
 
 
-async def test_every_shape_of_frame_reads_as_its_message(serve: Any) -> None:
+@pytest.mark.parametrize("short", [True, False], ids=["short path", "websockets only"])
+async def test_every_shape_of_frame_reads_as_its_message(
+    serve: Any, short: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A whole text frame is read on the link's short path; fragments, a frame split over
-    two TCP writes, several frames in one write, 16- and 64-bit lengths, a ping between
-    fragments and a message in the binary/continuation dance go through websockets, and
-    every one of them is answered as the same message."""
+    two TCP writes, several frames in one write, 16- and 64-bit lengths and a ping between
+    fragments go through websockets, and every one of them is answered as the same
+    message, with the short path or without it (a websockets it does not fit)."""
+    monkeypatch.setattr(server_link, "SHORT_PATH", short)
     handler = Handler(fast=True)
     server = await serve(handler)
     client = await RawClient.open(server.port)
