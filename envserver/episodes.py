@@ -199,22 +199,27 @@ class Episodes(Recovery):
     ) -> dict[int, list[InputEvent]]:
         """Each player's events checked as runtime input; :class:`Refused` for a stale
         episode, a bad event or an action string the runtime cannot run."""
-        checked = {}
-        orders = {**others, order.player: order} if others else {order.player: order}
-        for who, asked in sorted(orders.items()):
-            if asked.episode_id is not None and asked.episode_id != self.episode_id:
-                whose = f"player {who} stepped episode" if others else "episode"
-                raise Refused(
-                    f"{whose} {asked.episode_id} is not the current one ({self.episode_id}); "
-                    "step with the episode id of the last reset"
-                )
-            checked[who] = Inputs.check_action(self.runtime, asked.events)
+        if not others:  # (one player's step: no dict of orders to sort)
+            self._check_episode("episode", order.episode_id)
+            checked = {order.player: Inputs.check_action(self.runtime, order.events)}
+        else:
+            checked = {}
+            for who, asked in sorted({**others, order.player: order}.items()):
+                self._check_episode(f"player {who} stepped episode", asked.episode_id)
+                checked[who] = Inputs.check_action(self.runtime, asked.events)
         if order.web is not None and not self.runtime.action_strings:
             raise Refused(
                 f"{self.runtime.env_id} takes input events, not action strings: those are "
                 "for browser remotes (miniwob.*)"
             )
         return checked
+
+    def _check_episode(self, whose: str, episode_id: int | None) -> None:
+        if episode_id is not None and episode_id != self.episode_id:
+            raise Refused(
+                f"{whose} {episode_id} is not the current one ({self.episode_id}); "
+                "step with the episode id of the last reset"
+            )
 
     def _push(self, checked: Mapping[int, list[InputEvent]]) -> None:
         for who, events in checked.items():

@@ -37,6 +37,10 @@ class State(enum.Enum):
     RECOVERING = "recovering"  # the runtime failed; resetting it until it works again
     CLOSING = "closing"  # shutting down (signal, or the runtime failed past recovery)
 
+    # Members are singletons compared by identity; Enum's own __hash__ is a Python call
+    # (it hashes the name), paid at every table look-up of every step.
+    __hash__ = object.__hash__
+
     @property
     def wire(self) -> str:
         """Universe's ``env_state``: only ``running`` lets its client act."""
@@ -61,6 +65,8 @@ class Event(enum.Enum):
     ENV_SWITCH = "env switch"  # a reset asked for another env id
     MODE_SWITCH = "mode switch"  # a reset asked for the other mode
     SHUTDOWN = "shutdown"  # stop serving
+
+    __hash__ = object.__hash__  # (as State's)
 
 
 Table = Mapping[State, Mapping[Event, State]]

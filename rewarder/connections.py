@@ -75,7 +75,7 @@ class ServerConnection:
 
     def receive(self, data: str | bytes) -> Request:
         """Parse one client message into a request; :class:`BadRequest` says what was wrong."""
-        if isinstance(data, bytes | bytearray | memoryview):
+        if not isinstance(data, str):
             raise BadRequest("binary frames are not part of the protocol; send JSON as text")
         if len(data) > self.max_message_bytes:
             size = len(data.encode())
@@ -87,7 +87,7 @@ class ServerConnection:
             raise BadRequest(str(exc)) from None
         message_id = msg.headers.get("message_id")
         if message_id is None or isinstance(message_id, bool) or not isinstance(
-            message_id, int | str
+            message_id, (int, str)
         ):
             raise BadRequest("headers.message_id is missing: number every message from 0")
         sent_at = msg.headers.get("sent_at")

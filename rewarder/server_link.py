@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import struct
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -27,6 +28,11 @@ from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
+
+try:  # websockets' C unmasking, when it was built with its extension
+    from websockets.speedups import apply_mask
+except ImportError:  # pragma: no cover (a pure-Python websockets)
+    from websockets.utils import apply_mask
 
 from . import connections
 
@@ -40,6 +46,30 @@ SERVER_HEADER: Final = "universe-remote"
 MAX_PENDING_MESSAGES: Final = 64
 #: Bytes of a keepalive ping's payload (random: a stale pong cannot answer a new ping).
 PING_PAYLOAD_BYTES: Final = 4
+#: First byte of a whole, unextended text frame (FIN, no RSV bits, opcode TEXT): the
+#: only kind the fast paths read and write.
+_TEXT_FIN: Final = 0x81
+#: Second byte's mask bit (every client frame has it) and its length field.
+_MASKED: Final = 0x80
+_LENGTH: Final = 0x7F
+#: Length fields that say "the length follows in 2 (126) or 8 (127) bytes".
+_LENGTH_16: Final = 126
+_LENGTH_64: Final = 127
+_HEADER_16: Final = struct.Struct("!BBH")
+_HEADER_64: Final = struct.Struct("!BBQ")
+
+
+def _short_path_fits() -> bool:
+    """Whether this websockets keeps the state the short paths read and write under the
+    names they use (websockets >= 13); otherwise every frame goes through its parser."""
+    probe = ServerProtocol()
+    return all(
+        hasattr(probe, name) for name in ("current_size", "expect_continuation_frame", "writes")
+    ) and isinstance(getattr(probe.reader, "buffer", None), bytearray)
+
+
+#: Read once at import (see :func:`_short_path_fits`).
+SHORT_PATH: Final = _short_path_fits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,9 +166,15 @@ class ServerLink(asyncio.Protocol):
         self._later("open", self.limits.open_timeout, self._open_expired)
 
     def data_received(self, data: bytes) -> None:
-        self.ws.receive_data(data)
+        text = self._whole_text(data)
+        if text is None:
+            self.ws.receive_data(data)
         self._batching += 1
         try:
+            if text is not None:
+                if not self.ended:
+                    self.owner.received(self, text)
+                return
             for event in self.ws.events_received():
                 if isinstance(event, Frame):
                     self._frame(event)
@@ -179,9 +215,24 @@ class ServerLink(asyncio.Protocol):
 
     def send(self, data: bytes) -> None:
         """One message as a text frame; dropped once the link ended."""
-        if self.ended or self.ws.state is not State.OPEN:
+        ws = self.ws
+        if self.ended or ws.state is not State.OPEN:
             return
-        self.ws.send_text(data)
+        if not SHORT_PATH or ws.expect_continuation_frame:
+            ws.send_text(data)  # (with a continuation expected it raises: we never fragment)
+            if not self._batching:
+                self.flush()
+            return
+        # What ws.send_text queues, framed here: a server's frames are not masked, and
+        # this one header is most of the cost of a step reply's frame there.
+        size = len(data)
+        if size < _LENGTH_16:
+            header = bytes((_TEXT_FIN, size))
+        elif size < 1 << 16:
+            header = _HEADER_16.pack(_TEXT_FIN, _LENGTH_16, size)
+        else:
+            header = _HEADER_64.pack(_TEXT_FIN, _LENGTH_64, size)
+        ws.writes.append(header + data)
         if not self._batching:
             self.flush()
 
@@ -229,6 +280,36 @@ class ServerLink(asyncio.Protocol):
             self.transport.abort()
 
     # Receiving ----------------------------------------------------------------------------
+
+    def _whole_text(self, data: bytes) -> str | None:
+        """The text of ``data`` when it is exactly one whole, valid, masked text frame of
+        an open link with nothing else under way (a lockstep client's every request), read
+        here with websockets' own unmasking; None leaves it all to websockets' parser
+        (handshakes, control and fragmented frames, several frames or part of one, bad
+        UTF-8, anything over the limit), whose state this path never touches: it runs
+        only while that parser waits for the first byte of a frame."""
+        ws = self.ws
+        if (
+            not SHORT_PATH or len(data) < 6 or data[0] != _TEXT_FIN or ws.state is not State.OPEN
+            or ws.reader.buffer or ws.current_size is not None or self._fragments
+        ):
+            return None
+        second = data[1]
+        if not second & _MASKED:
+            return None
+        size, start = second & _LENGTH, 2
+        if size == _LENGTH_16:
+            size, start = int.from_bytes(data[2:4]), 4
+            if size < _LENGTH_16:
+                return None
+        elif size == _LENGTH_64:
+            return None
+        if len(data) != start + 4 + size or size > self.limits.max_frame_bytes:
+            return None
+        try:
+            return str(apply_mask(data[start + 4:], data[start:start + 4]), "utf-8")
+        except UnicodeDecodeError:
+            return None
 
     def _handshake(self, request: Request) -> None:
         self.request = request

@@ -22,7 +22,7 @@ from websockets.frames import Close, Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
-from rewarder import protocol
+from rewarder import protocol, server_link
 from rewarder.errors import BadRequest
 from rewarder.server import PLAYER, RewarderServer
 from rewarder.server_link import ServerLink
@@ -365,3 +365,64 @@ async def test_a_connection_without_a_handshake_is_cut_at_the_open_timeout(serve
     healthy = await RawClient.open(server.port)  # the port goes on
     await healthy.described()
     await healthy.close()
+
+
+@pytest.mark.parametrize("short", [True, False], ids=["short path", "websockets only"])
+async def test_every_shape_of_frame_reads_as_its_message(
+    serve: Any, short: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole text frame is read on the link's short path; fragments, a frame split over
+    two TCP writes, several frames in one write, 16- and 64-bit lengths and a ping between
+    fragments go through websockets, and every one of them is answered as the same
+    message, with the short path or without it (a websockets it does not fit)."""
+    monkeypatch.setattr(server_link, "SHORT_PATH", short)
+    handler = Handler(fast=True)
+    server = await serve(handler)
+    client = await RawClient.open(server.port)
+    await client.described()
+    ws = client.ws
+    # Fragments with a ping between them (control frames may interleave).
+    first = client.next_id
+    client.next_id += 1
+    text = orjson.dumps({"method": protocol.STEP, "headers": {
+        "message_id": first, "sent_at": time.time(), "episode_id": "1"},
+        "body": {"action": [], "frames": 1}})
+    ws.send_text(text[:20], fin=False)
+    ws.send_ping(b"hi")
+    ws.send_continuation(text[20:50], fin=False)
+    ws.send_continuation(text[50:], fin=True)
+    client.flush()
+    assert (await client.reply(first))["method"] == protocol.REPLY_STEP
+    # One frame split over two TCP writes (the server may still read it in one piece).
+    second = client.send(protocol.PING)
+    wire = b"".join(ws.data_to_send())
+    client.writer.write(wire[:5])
+    await client.writer.drain()
+    client.writer.write(wire[5:])
+    assert (await client.reply(second))["method"] == protocol.REPLY_PING
+    # Lengths of every size field: 7 bits, 16 bits, 64 bits (a ping with a long header).
+    for pad in (0, 300, 70_000):
+        parent = client.send(protocol.PING, pad="x" * pad)
+        client.flush()
+        assert (await client.reply(parent))["method"] == protocol.REPLY_PING
+    # Several whole frames in one write, then a step after all of them.
+    ids = [client.send(protocol.PING) for _ in range(3)]
+    ids.append(client.send(protocol.STEP, {"action": [], "frames": 1}, episode_id="1"))
+    client.flush()
+    for parent in ids:
+        await client.reply(parent)
+    assert [kind for kind, _, _ in handler.calls] == ["step_now", "step_now"]
+    await client.close()
+
+
+async def test_a_whole_text_frame_of_bad_utf8_closes_the_connection_1007(serve: Any) -> None:
+    server = await serve(Handler(fast=True))
+    client = await RawClient.open(server.port)
+    await client.described()
+    client.ws.send_text(b'{"method": "\xff"}')  # one whole masked text frame, not UTF-8
+    client.flush()
+    async with asyncio.timeout(TIMEOUT):
+        while await client.read_some():
+            pass
+    assert client.close_code == 1007  # invalid frame payload data, as before the short path
+    await client.close()
