@@ -8,6 +8,7 @@ can be short), driven over real sockets by aiohttp's client and OpenEnv's own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any, Final
@@ -104,8 +105,10 @@ async def test_an_over_size_ws_message_is_answered_and_the_session_goes_on(
         await ws.send_str('{"type": "step", "data": {"keys": ["Left"]}}')
         stepped = await ws.receive_json(timeout=TIMEOUT)
         assert stepped["type"] == "observation" and stepped["data"]["done"] is False
-        # Past MAX_READ_BYTES the message is not read: the connection closes with 1009.
-        await ws.send_str("x" * (protocol.MAX_READ_BYTES + 1))
+        # Past MAX_READ_BYTES the message is not read: the connection closes with 1009
+        # (the port may close it while the client is still writing the message).
+        with contextlib.suppress(ConnectionError):
+            await ws.send_str("x" * (protocol.MAX_READ_BYTES + 1))
         closed = await ws.receive(timeout=TIMEOUT)
         assert closed.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
         assert ws.close_code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
