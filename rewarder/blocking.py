@@ -7,6 +7,14 @@ agent side"). The protocol state is sans-I/O — websockets' ``ClientProtocol`` 
 WebSocket framing and our :class:`~.connections.ClientConnection` for the messages —
 so this module only moves bytes.
 
+**Framing.** websockets does the handshake, control frames (pings, close) and anything
+unusual; once the connection is open this module splits the byte stream into frames
+itself and reads a whole unmasked text frame (every reply and event a server sends)
+without it, and writes its own masked text frames: websockets' generic parser and
+serializer were a measurable share of an agent's CPU per lockstep step (``python -m
+benchmarks atari_lockstep``, part 1b). websockets only ever gets whole frames, so its
+state stays right for what it does see.
+
 **Threads.** Every method may be called from any thread; a lock makes each one whole.
 While nobody calls, :mod:`.keeper`'s thread reads the socket now and then, so the
 remote's keepalive pings are answered while the agent trains for minutes between two
@@ -44,6 +52,11 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import WebSocketURI, parse_uri
 
+try:
+    from websockets.speedups import apply_mask
+except ImportError:  # pragma: no cover - websockets built without its C extension
+    from websockets.utils import apply_mask
+
 from . import keeper, protocol
 from .client_channel import CALIBRATION_PINGS, PING_TIMEOUT, intersect_skew
 from .client_state import Answer, ClientState, Closing
@@ -75,6 +88,14 @@ READ_BYTES: Final = 256 * 1024
 #: WebSocket close codes that mean "refused", not "try again" (as :mod:`.dial` reads them).
 _REFUSAL_CODES: Final = frozenset({1008, *range(4000, 5000)})
 _REFUSAL_STATUSES: Final = frozenset({401, 403})
+#: First byte of an unfragmented text frame (FIN, no RSV bits, opcode 1): the frames the
+#: fast path reads itself; the second byte of such a server frame is below 0x80 (unmasked).
+_TEXT_FIN: Final = 0x81
+_FIN: Final = 0x80
+_OPCODE: Final = 0x0F
+_OP_TEXT, _OP_BINARY, _OP_CONT = 0x1, 0x2, 0x0
+#: The end of the handshake's HTTP response: frames start after it.
+_HEADERS_END: Final = b"\r\n\r\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +142,13 @@ class BlockingRewarder(ClientState):
         self._ws: ClientProtocol | None = None
         self._proto: ClientConnection | None = None
         self._fragments: list[bytes] = []
+        #: Once the handshake is done: this module splits frames (websockets gets whole ones).
+        self._split = False
+        #: Bytes of a frame not complete yet (split mode), or the handshake's last bytes.
+        self._inbox = b""
+        #: websockets is inside a fragmented message (its frames all go there until it ends).
+        self._in_fragments = False
+        self._poller: Any = None
         #: The reason of a ``v0.connection.close`` that came first (a refusal).
         self._refused: str | None = None
         #: Replies read but not yet taken, by message id: (event, local time it arrived).
@@ -246,6 +274,9 @@ class BlockingRewarder(ClientState):
         ws.send_request(request)
         self._sock, self._ws, self._proto = sock, ws, ClientConnection()
         self._fragments = []
+        self._split, self._inbox, self._in_fragments = False, b"", False
+        self._poller = select.poll()
+        self._poller.register(sock, select.POLLIN)
         self._flush()
         while ws.state is State.CONNECTING:
             self._read_some(deadline)
@@ -444,15 +475,20 @@ class BlockingRewarder(ClientState):
         ws, sock = self._ws, self._sock
         if ws is None or sock is None:
             raise ConnectionClosed(f"{self.name}: not connected to {self.url}")
-        ws.send_text(data)
-        self._flush()
+        if ws.state is not State.OPEN:
+            ws.send_text(data)  # websockets says what is wrong
+            self._flush()
+            return
+        self._flush(_client_text_frame(data))
 
-    def _flush(self) -> None:
-        """Send what the WebSocket protocol queued (a frame, pongs, a close echo)."""
+    def _flush(self, frame: bytes | None = None) -> None:
+        """Send what the WebSocket protocol queued (pongs, a close echo), then ``frame``."""
         ws, sock = self._ws, self._sock
         assert ws is not None and sock is not None
         chunks = ws.data_to_send()
-        if not chunks:
+        if frame is not None:
+            chunks.append(frame)
+        elif not chunks:
             return
         with _interrupts_after():  # never half a frame: the stream would be torn for good
             for chunk in chunks:
@@ -475,10 +511,8 @@ class BlockingRewarder(ClientState):
         if remaining <= 0:
             raise TimeoutError(f"{self.name}: no reply from {self.url} in time")
         pending = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
-        if not pending:
-            ready, _, _ = select.select([sock], [], [], remaining)
-            if not ready:
-                raise TimeoutError(f"{self.name}: no reply from {self.url} in time")
+        if not pending and not self._poller.poll(remaining * 1000.0):
+            raise TimeoutError(f"{self.name}: no reply from {self.url} in time")
         self._receive(sock)
 
     def _read_ready(self) -> None:
@@ -486,10 +520,8 @@ class BlockingRewarder(ClientState):
         sock = self._sock
         while sock is not None:
             pending = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
-            if not pending:
-                ready, _, _ = select.select([sock], [], [], 0)
-                if not ready:
-                    return
+            if not pending and not self._poller.poll(0):
+                return
             self._receive(sock)
             sock = self._sock
 
@@ -503,18 +535,17 @@ class BlockingRewarder(ClientState):
             raise ConnectionClosed(f"{self.name}: {self._failure}") from None
         ws = self._ws
         assert ws is not None
-        if not data:
+        if self._split and data:
+            if not self._frames(ws, data):
+                return  # only text frames: websockets has nothing to answer or close
+        elif not data:
+            if self._inbox:  # half a frame, then the end: websockets says what broke
+                ws.receive_data(self._inbox)
+                self._inbox = b""
             ws.receive_eof()
+            self._events(ws)
         else:
-            ws.receive_data(data)
-        for event in ws.events_received():
-            if not isinstance(event, Frame):
-                continue  # the handshake: ws.state and ws.handshake_exc say how it went
-            if event.opcode is Opcode.TEXT or event.opcode is Opcode.CONT:
-                self._fragments.append(bytes(event.data))
-                if event.fin:
-                    text, self._fragments = b"".join(self._fragments), []
-                    self._message(text)
+            self._handshake_bytes(ws, data)
         self._flush_quietly()  # pongs, close echoes
         if ws.state is State.CLOSED or not data:
             close = ws.close_rcvd
@@ -532,6 +563,81 @@ class BlockingRewarder(ClientState):
             if ws.handshake_exc is not None and ws.state is not State.OPEN:
                 raise ws.handshake_exc
             raise ConnectionClosed(f"{self.name}: {reason}")
+
+    def _handshake_bytes(self, ws: ClientProtocol, data: bytes) -> None:
+        """Bytes before split mode: websockets reads them, up to the end of the handshake
+        response if it is in them; the frames after it are split here once it opened."""
+        joined = self._inbox + data
+        end = joined.find(_HEADERS_END)
+        if end < 0 or ws.state is not State.CONNECTING:
+            self._inbox = joined[-len(_HEADERS_END):]
+            ws.receive_data(data)
+            self._events(ws)
+            return
+        cut = end + len(_HEADERS_END) - (len(joined) - len(data))
+        self._inbox = b""
+        ws.receive_data(data[:cut])
+        self._events(ws)
+        if ws.state is State.OPEN:
+            self._split = True
+            if len(data) > cut:
+                self._frames(ws, data[cut:])
+        elif len(data) > cut:
+            ws.receive_data(data[cut:])  # a refusal's body: websockets reads it all
+            self._events(ws)
+
+    def _frames(self, ws: ClientProtocol, data: bytes) -> bool:
+        """Split mode: each whole unfragmented text frame read here, any other whole frame
+        handed to websockets (in order), a partial one kept; whether websockets got any."""
+        buf = self._inbox + data if self._inbox else data
+        size, pos, fed = len(buf), 0, False
+        while size - pos >= 2:
+            first, second = buf[pos], buf[pos + 1]
+            length, head = second & 0x7F, 2
+            if length == 126:
+                if size - pos < 4:
+                    break
+                length, head = int.from_bytes(buf[pos + 2:pos + 4], "big"), 4
+            elif length == 127:
+                if size - pos < 10:
+                    break
+                length, head = int.from_bytes(buf[pos + 2:pos + 10], "big"), 10
+            if second & 0x80:
+                head += 4  # masked: websockets fails the connection on it
+            end = pos + head + length
+            if length > MAX_SERVER_MESSAGE_BYTES:  # websockets refuses it, whole or not
+                ws.receive_data(buf[pos:])
+                self._split, pos, fed = False, size, True
+                self._events(ws)
+                break
+            if end > size:
+                break
+            if first == _TEXT_FIN and second < 0x80 and not self._in_fragments and ws.state is State.OPEN:
+                self._message(buf[pos + head:end])
+            else:
+                opcode = first & _OPCODE
+                if opcode in (_OP_TEXT, _OP_BINARY) and not first & _FIN:
+                    self._in_fragments = True
+                elif opcode == _OP_CONT and first & _FIN:
+                    self._in_fragments = False
+                ws.receive_data(buf[pos:end])
+                fed = True
+                self._events(ws)
+            pos = end
+        self._inbox = buf[pos:] if pos < size else b""
+        return fed
+
+    def _events(self, ws: ClientProtocol) -> None:
+        """What websockets parsed: text messages handled (the handshake's response is
+        read through ``ws.state`` and ``ws.handshake_exc``)."""
+        for event in ws.events_received():
+            if not isinstance(event, Frame):
+                continue  # the handshake: ws.state and ws.handshake_exc say how it went
+            if event.opcode is Opcode.TEXT or event.opcode is Opcode.CONT:
+                self._fragments.append(bytes(event.data))
+                if event.fin:
+                    text, self._fragments = b"".join(self._fragments), []
+                    self._message(text)
 
     def _flush_quietly(self) -> None:
         try:
@@ -552,7 +658,8 @@ class BlockingRewarder(ClientState):
         """The connection is gone: close the socket, end the running episode."""
         sock, self._sock = self._sock, None
         had = self._proto is not None and self._describe is not None
-        self._ws = self._proto = None
+        self._ws = self._proto = self._poller = None
+        self._split, self._inbox = False, b""
         self._failure = ConnectionClosed(reason)
         self._describe = None
         if sock is not None:
@@ -566,11 +673,25 @@ class BlockingRewarder(ClientState):
 
     def _abort(self) -> None:
         sock, self._sock, self._ws, self._proto = self._sock, None, None, None
+        self._poller, self._split, self._inbox = None, False, b""
         if sock is not None:
             try:
                 sock.close()
             except OSError:
                 pass
+
+
+def _client_text_frame(data: bytes) -> bytes:
+    """One unfragmented text frame from the client: masked, with a fresh random key."""
+    size = len(data)
+    if size < 126:
+        head = bytes((_TEXT_FIN, 0x80 | size))
+    elif size < 1 << 16:
+        head = bytes((_TEXT_FIN, 0x80 | 126)) + size.to_bytes(2, "big")
+    else:
+        head = bytes((_TEXT_FIN, 0x80 | 127)) + size.to_bytes(8, "big")
+    mask = os.urandom(4)
+    return head + mask + apply_mask(data, mask)
 
 
 @contextlib.contextmanager
