@@ -33,7 +33,6 @@ Fork: a child never touches its parent's connections (they are the parent's sock
 from __future__ import annotations
 
 import _signal
-import contextlib
 import logging
 import os
 import select
@@ -42,7 +41,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -490,17 +489,19 @@ class BlockingRewarder(ClientState):
             chunks.append(frame)
         elif not chunks:
             return
-        with _interrupts_after():  # never half a frame: the stream would be torn for good
-            for chunk in chunks:
-                if not chunk:
-                    continue  # EOF marker: nothing to send on a client
-                try:
-                    sock.sendall(chunk)
-                except BaseException as exc:
-                    self._lost(f"the connection to {self.url} broke while sending ({exc!r})")
-                    if isinstance(exc, OSError):
-                        raise ConnectionClosed(f"{self.name}: {self._failure}") from None
-                    raise
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)  # (b"": the EOF marker)
+        if not data:
+            return
+        caught = _hold_interrupts()  # never half a frame: the stream would be torn for good
+        try:
+            sock.sendall(data)
+        except BaseException as exc:
+            _release_interrupts(caught, raise_held=False)
+            self._lost(f"the connection to {self.url} broke while sending ({exc!r})")
+            if isinstance(exc, OSError):
+                raise ConnectionClosed(f"{self.name}: {self._failure}") from None
+            raise
+        _release_interrupts(caught)
 
     def _read_some(self, deadline: float) -> None:
         """Wait (until ``deadline``) for bytes, then handle them."""
@@ -694,29 +695,34 @@ def _client_text_frame(data: bytes) -> bytes:
     return head + mask + apply_mask(data, mask)
 
 
-@contextlib.contextmanager
-def _interrupts_after() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) back until the block is done, then raise it.
+def _hold_interrupts() -> list[int] | None:
+    """Hold Ctrl-C (SIGINT) back while a frame is written; :func:`_release_interrupts`
+    then raises it. Returns the list a held signal goes to (None: nothing held).
 
     ``socket.sendall`` runs the signal handlers after each ``send()``, so a
     KeyboardInterrupt can leave it with the frame fully sent, partly sent or not sent,
     and no way to tell. Writes are a few hundred bytes: holding the interrupt for them
     costs the user nothing. Only the main thread runs Python's signal handlers, and only
     the default handler is swapped (a program with its own keeps it). ``_signal`` is the
-    C module under :mod:`signal`, without its enum conversions (3 us a call)."""
-    if threading.current_thread() is not _MAIN or _signal.getsignal(_SIGINT) is not _DEFAULT:
-        yield
-        return
+    C module under :mod:`signal`, without its enum conversions; a plain pair of calls,
+    not a context manager, since this runs on every lockstep step."""
+    if threading.get_ident() != _MAIN_IDENT or _signal.getsignal(_SIGINT) is not _DEFAULT:
+        return None
     caught: list[int] = []
     _signal.signal(_SIGINT, lambda number, frame: caught.append(number))
-    try:
-        yield
-    finally:
-        _signal.signal(_SIGINT, _DEFAULT)
-    if caught:
+    return caught
+
+
+def _release_interrupts(caught: list[int] | None, raise_held: bool = True) -> None:
+    """Put the default SIGINT handler back; raise the Ctrl-C held meanwhile, if any
+    (``raise_held`` False: another exception is on its way already)."""
+    if caught is None:
+        return
+    _signal.signal(_SIGINT, _DEFAULT)
+    if caught and raise_held:
         raise KeyboardInterrupt
 
 
-_MAIN: Final = threading.main_thread()
+_MAIN_IDENT: Final = threading.main_thread().ident
 _SIGINT: Final = int(signal.SIGINT)
 _DEFAULT: Final = signal.default_int_handler
