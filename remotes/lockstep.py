@@ -573,7 +573,11 @@ class LockstepSteps:
         slot.progress_at = time.monotonic()  # a reply is progress, whatever VNC shows
         info = {**reply.info, "episode_id": reply.episode_id, "frame": reply.frame,
                 "remote.connected": True, "text": slot.take_texts()}
-        info.update(session.info(vnc=session.shared.last is None))
+        rewarder = session.rewarder
+        if session.shared.last is None or rewarder is None:
+            info.update(session.info())  # its frame came over VNC: the VNC stats too
+        else:  # session.info(vnc=False), without building a dict to merge
+            info["rewarder.rtt"], info["rewarder.clock_skew"] = rewarder.rtt, rewarder.clock_skew
         error = session.shared.pop_error()
         if error is not None:
             info["shm.error"] = error
