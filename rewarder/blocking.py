@@ -352,14 +352,15 @@ class BlockingRewarder(ClientState):
         self._send(data)
         return message_id
 
-    def take_reply(self, message_id: Any, read: bool = True) -> StepReply | None:
+    def take_reply(self, message_id: Any, read: bool = True, ready: bool = False) -> StepReply | None:
         """The reply to ``message_id`` if it arrived (raising :class:`RemoteError` if the
         server refused the request), else None. ``read``: first read what the socket
-        holds (never waiting); else only look at the replies already read."""
+        holds (never waiting); else only look at the replies already read. ``ready``: a
+        poll just said the socket has bytes (read them without asking again)."""
         with self._lock:
             self.used_at = time.monotonic()
             if read and message_id not in self._replies:
-                self._read_ready()
+                self._read_ready(ready)
             return self._pop_reply(message_id)
 
     def wait_reply(self, message_id: Any, deadline: float) -> Any:
@@ -516,29 +517,35 @@ class BlockingRewarder(ClientState):
             raise TimeoutError(f"{self.name}: no reply from {self.url} in time")
         self._receive(sock)
 
-    def _read_ready(self) -> None:
-        """Handle whatever the socket holds now, without waiting."""
+    def _read_ready(self, ready: bool = False) -> None:
+        """Handle whatever the socket holds now, without waiting (``ready``: a poll just
+        said it holds something)."""
         sock = self._sock
         while sock is not None:
-            pending = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
-            if not pending and not self._poller.poll(0):
-                return
-            self._receive(sock)
-            sock = self._sock
+            if not ready:
+                pending = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
+                if not pending and not self._poller.poll(0):
+                    return
+            if not self._receive(sock):
+                return  # a short read took all there was: no second look needed
+            sock, ready = self._sock, False
 
-    def _receive(self, sock: socket.socket) -> None:
+    def _receive(self, sock: socket.socket) -> bool:
+        """Read once and handle what came; whether more may be waiting already (a full
+        read, or TLS, whose records may hold more than one read took)."""
         try:
             data = sock.recv(READ_BYTES)
         except ssl.SSLWantReadError:
-            return
+            return False
         except OSError as exc:
             self._lost(f"the connection to {self.url} dropped ({exc})")
             raise ConnectionClosed(f"{self.name}: {self._failure}") from None
+        more = len(data) >= READ_BYTES or isinstance(sock, ssl.SSLSocket)
         ws = self._ws
         assert ws is not None
         if self._split and data:
             if not self._frames(ws, data):
-                return  # only text frames: websockets has nothing to answer or close
+                return more  # only text frames: websockets has nothing to answer or close
         elif not data:
             if self._inbox:  # half a frame, then the end: websockets says what broke
                 ws.receive_data(self._inbox)
@@ -564,6 +571,7 @@ class BlockingRewarder(ClientState):
             if ws.handshake_exc is not None and ws.state is not State.OPEN:
                 raise ws.handshake_exc
             raise ConnectionClosed(f"{self.name}: {reason}")
+        return more
 
     def _handshake_bytes(self, ws: ClientProtocol, data: bytes) -> None:
         """Bytes before split mode: websockets reads them, up to the end of the handshake
