@@ -87,6 +87,8 @@ READ_BYTES: Final = 256 * 1024
 #: WebSocket close codes that mean "refused", not "try again" (as :mod:`.dial` reads them).
 _REFUSAL_CODES: Final = frozenset({1008, *range(4000, 5000)})
 _REFUSAL_STATUSES: Final = frozenset({401, 403})
+#: Bytes of WebSocket mask keys drawn from the OS at a time (four a frame).
+MASK_POOL: Final = 4096
 #: First byte of an unfragmented text frame (FIN, no RSV bits, opcode 1): the frames the
 #: fast path reads itself; the second byte of such a server frame is below 0x80 (unmasked).
 _TEXT_FIN: Final = 0x81
@@ -148,6 +150,7 @@ class BlockingRewarder(ClientState):
         #: websockets is inside a fragmented message (its frames all go there until it ends).
         self._in_fragments = False
         self._poller: Any = None
+        self._masks, self._mask_at = b"", 0
         #: The reason of a ``v0.connection.close`` that came first (a refusal).
         self._refused: str | None = None
         #: Replies read but not yet taken, by message id: (event, local time it arrived).
@@ -391,6 +394,8 @@ class BlockingRewarder(ClientState):
 
     def outstanding_step(self) -> Any:
         """The id of the newest step request whose reply nobody took, or None."""
+        if not self.outstanding:  # (every lockstep step asks; most have nothing out)
+            return None
         with self._lock:
             steps = [i for i, method in self.outstanding.items() if method == protocol.STEP]
             return steps[-1] if steps else None
@@ -479,7 +484,17 @@ class BlockingRewarder(ClientState):
             ws.send_text(data)  # websockets says what is wrong
             self._flush()
             return
-        self._flush(_client_text_frame(data))
+        self._flush(_client_text_frame(data, self._mask()))
+
+    def _mask(self) -> bytes:
+        """A fresh mask key (RFC 6455: unpredictable, one per frame), from a pool drawn
+        from the OS :data:`MASK_POOL` bytes at a time (one ``getrandom`` call serves many
+        frames; the pool is this connection's, used under its lock)."""
+        if self._mask_at >= len(self._masks):
+            self._masks, self._mask_at = os.urandom(MASK_POOL), 0
+        at = self._mask_at
+        self._mask_at = at + 4
+        return self._masks[at:at + 4]
 
     def _flush(self, frame: bytes | None = None) -> None:
         """Send what the WebSocket protocol queued (pongs, a close echo), then ``frame``."""
@@ -690,8 +705,8 @@ class BlockingRewarder(ClientState):
                 pass
 
 
-def _client_text_frame(data: bytes) -> bytes:
-    """One unfragmented text frame from the client: masked, with a fresh random key."""
+def _client_text_frame(data: bytes, mask: bytes) -> bytes:
+    """One unfragmented text frame from the client, masked with the 4-byte ``mask``."""
     size = len(data)
     if size < 126:
         head = bytes((_TEXT_FIN, 0x80 | size))
@@ -699,7 +714,6 @@ def _client_text_frame(data: bytes) -> bytes:
         head = bytes((_TEXT_FIN, 0x80 | 126)) + size.to_bytes(2, "big")
     else:
         head = bytes((_TEXT_FIN, 0x80 | 127)) + size.to_bytes(8, "big")
-    mask = os.urandom(4)
     return head + mask + apply_mask(data, mask)
 
 
