@@ -300,11 +300,11 @@ def _at(function: Callable[..., Any], attribute: str) -> str:
 
 def _blocking_rules() -> list[Rule]:
     """The stepping thread's: where BlockingRewarder's calls into C sit."""
-    select_wait = _at(BlockingRewarder._read_some, "select")
+    poll_wait = _at(BlockingRewarder._read_some, "poll")
     send = _at(BlockingRewarder._flush, "sendall")
     recv = _at(BlockingRewarder._receive, "recv")
     return [
-        ("blocked: waiting for the reply (select)", _leaf(select_wait)),
+        ("blocked: waiting for the reply (poll)", _leaf(poll_wait)),
         ("rewarder: socket write (sendall)", _leaf(send)),
         ("rewarder: socket read (recv)", _leaf(recv)),
         ("frame read (shared memory, preadv)", _any("(rewarder/shm.py", "(remotes/shared_frames.py")),
@@ -435,7 +435,7 @@ def print_spy(result: dict[str, Any] | str) -> None:
                              _ms(share * per_step)])
                 first = False
     _table(["process / thread", "where", "share", "ms/step"], rows)
-    idle = ("EpollSelector.select", _at(BlockingRewarder._read_some, "select"))
+    idle = ("EpollSelector.select", _at(BlockingRewarder._read_some, "poll"))
     for process, thread in (("remote", "MainThread"), ("agent", "MainThread")):
         stacks = result["samples"][process].get(thread) or Counter()
         total = sum(stacks.values())

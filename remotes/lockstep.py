@@ -76,6 +76,9 @@ class LockstepSteps:
         self.lane, self.faults, self.web = lane, faults, web
         #: Rows of this step's batch that a frame was written into.
         self._written: set[int] = set()
+        #: The poll object of the last vector step's wait, and the descriptors it watches.
+        self._poller: Any = None
+        self._polled_fds: tuple[int, ...] = ()
 
     # Connecting ----------------------------------------------------------------------------
 
@@ -472,22 +475,21 @@ class LockstepSteps:
             self._taken(slot, self._wait_one(slot), over_vnc)
             return over_vnc
         hold = set(sent) if sent else set(out)
-        poller = select.poll()
         by_fd: dict[int, Slot] = {}
         for slot in out:
             fd = _rewarder(slot).fileno()
             if fd >= 0:
                 by_fd[fd] = slot
-                poller.register(fd, select.POLLIN)
+        poller = self._poller_of(tuple(by_fd))
         last_reply: float | None = None
         ready: list[Slot] = out  # first look: replies already read (the keeper's, a carried one)
-        read = False
+        read = polled = False
         while True:
             for slot in ready:
                 if slot.pending is None:
                     continue
                 try:
-                    reply = _rewarder(slot).take_reply(slot.pending, read)
+                    reply = _rewarder(slot).take_reply(slot.pending, read, polled)
                 except ConnectionClosed:
                     slot.pending = None
                     continue
@@ -508,10 +510,20 @@ class LockstepSteps:
                 break
             events = poller.poll(min(limit - now, POLL_SLICE) * 1000)
             if events:
-                ready, read = [by_fd[fd] for fd, _ in events], True
+                ready, read, polled = [by_fd[fd] for fd, _ in events], True, True
             else:  # a quiet slice: look at every channel (so the keeper leaves them alone)
-                ready, read = out, True
+                ready, read, polled = out, True, False
         return over_vnc
+
+    def _poller_of(self, fds: tuple[int, ...]) -> Any:
+        """A poll object watching ``fds`` for input: the last step's when it watched the
+        same descriptors (a vector's steady steps), else a new one."""
+        if fds != self._polled_fds:
+            self._poller = select.poll()
+            for fd in fds:
+                self._poller.register(fd, select.POLLIN)
+            self._polled_fds = fds
+        return self._poller
 
     def _adopt(self, slot: Slot, now: float) -> None:
         """A step request sent by an interrupted step before the slot noted it (Ctrl-C
@@ -573,7 +585,11 @@ class LockstepSteps:
         slot.progress_at = time.monotonic()  # a reply is progress, whatever VNC shows
         info = {**reply.info, "episode_id": reply.episode_id, "frame": reply.frame,
                 "remote.connected": True, "text": slot.take_texts()}
-        info.update(session.info(vnc=session.shared.last is None))
+        rewarder = session.rewarder
+        if session.shared.last is None or rewarder is None:
+            info.update(session.info())  # its frame came over VNC: the VNC stats too
+        else:  # session.info(vnc=False), without building a dict to merge
+            info["rewarder.rtt"], info["rewarder.clock_skew"] = rewarder.rtt, rewarder.clock_skew
         error = session.shared.pop_error()
         if error is not None:
             info["shm.error"] = error

@@ -452,7 +452,8 @@ class RemoteSession:
 
     @property
     def connected(self) -> bool:
-        return all(c is not None and c.connected for c in self._wanted())
+        vnc, rewarder = self._wanted()  # (no generator: every lockstep step asks, twice)
+        return bool(vnc is not None and vnc.connected and rewarder is not None and rewarder.connected)
 
     @property
     def error(self) -> str | None:

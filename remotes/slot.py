@@ -129,6 +129,8 @@ class Slot:
         rewarder = self.session.rewarder
         if rewarder is None or not rewarder.connected:
             return []  # a dropped channel's last episode is the loss's to report
+        if rewarder.buffer.quiet():  # nothing came (most steps): no result to build
+            return []
         texts = list(rewarder.pop().text)
         self.heard(texts)
         return texts

@@ -19,7 +19,17 @@ from vncdriver.errors import UnknownKey
 #: Events in one sampled action: a few, as a person might do in a frame.
 MAX_SAMPLED_EVENTS: Final = 3
 
+#: Uniform numbers one sampled event uses (kind, key, down, x, y, button bits), and one
+#: sample in all (the event count first).
+_EVENT_DRAWS: Final = 6
+_SAMPLE_DRAWS: Final = 1 + _EVENT_DRAWS * MAX_SAMPLED_EVENTS
+
 Event = tuple[Any, ...]
+
+
+def _pick(u: float, n: int) -> int:
+    """A uniform integer in [0, n) from a uniform float ``u`` in [0, 1)."""
+    return min(int(u * n), n - 1)
 
 
 class VNCActionSpace(spaces.Space[list[Event]]):
@@ -47,19 +57,23 @@ class VNCActionSpace(spaces.Space[list[Event]]):
         return False
 
     def sample(self, mask: Any = None, probability: Any = None) -> list[Event]:
-        """A few random events: key presses/releases among ``keys``, pointer moves/clicks."""
-        rng = self.np_random
-        kinds = (["KeyEvent"] if self.keys else []) + (["PointerEvent"] if self.buttons else [])
-        if not kinds:
+        """A few random events: key presses/releases among ``keys``, pointer moves/clicks.
+
+        Every number comes from one ``random`` call (benchmarks and agents draw an action
+        per step, so drawing one number at a time would cost more than the step's own
+        bookkeeping: ``python -m benchmarks atari_lockstep``, part 1b)."""
+        keys, buttons = self.keys, self.buttons
+        if not keys and not buttons:
             return []
+        u = self.np_random.random(_SAMPLE_DRAWS).tolist()
         events: list[Event] = []
-        for _ in range(int(rng.integers(0, MAX_SAMPLED_EVENTS + 1))):
-            if kinds[int(rng.integers(len(kinds)))] == "KeyEvent":
-                key = self.keys[int(rng.integers(len(self.keys)))]
-                events.append(("KeyEvent", key, bool(rng.integers(2))))
+        for e in range(_pick(u[0], MAX_SAMPLED_EVENTS + 1)):
+            kind, which, down, x, y, bits = u[1 + e * _EVENT_DRAWS:1 + (e + 1) * _EVENT_DRAWS]
+            if keys and (not buttons or kind < 0.5):
+                events.append(("KeyEvent", keys[_pick(which, len(keys))], down < 0.5))
             else:
-                x, y = int(rng.integers(self.width)), int(rng.integers(self.height))
-                events.append(("PointerEvent", x, y, int(rng.integers(256)) & self.buttons))
+                events.append(("PointerEvent", _pick(x, self.width), _pick(y, self.height),
+                               _pick(bits, 256) & buttons))
         return events
 
     def contains(self, x: Any) -> bool:

@@ -7,6 +7,14 @@ step_channel` measures it against the alternatives). The protocol state is sans-
 websockets' ``ClientProtocol`` for the WebSocket framing and our
 :class:`~.connections.ClientConnection` for the messages — so this module only moves bytes.
 
+**Framing.** websockets does the handshake, control frames (pings, close) and anything
+unusual; once the connection is open this module splits the byte stream into frames
+itself and reads a whole unmasked text frame (every reply and event a server sends)
+without it, and writes its own masked text frames: websockets' generic parser and
+serializer were a measurable share of an agent's CPU per lockstep step (``python -m
+benchmarks atari_lockstep``, part 1b). websockets only ever gets whole frames, so its
+state stays right for what it does see.
+
 **Threads.** Every method may be called from any thread; a lock makes each one whole.
 While nobody calls, :mod:`.keeper`'s thread reads the socket now and then, so the
 remote's keepalive pings are answered while the agent trains for minutes between two
@@ -25,7 +33,6 @@ Fork: a child never touches its parent's connections (they are the parent's sock
 from __future__ import annotations
 
 import _signal
-import contextlib
 import logging
 import os
 import select
@@ -34,7 +41,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -43,6 +50,11 @@ from websockets.exceptions import InvalidHandshake, InvalidMessage, InvalidStatu
 from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import WebSocketURI, parse_uri
+
+try:
+    from websockets.speedups import apply_mask
+except ImportError:  # pragma: no cover - websockets built without its C extension
+    from websockets.utils import apply_mask
 
 from . import keeper, protocol
 from .client_channel import CALIBRATION_PINGS, PING_TIMEOUT, intersect_skew
@@ -75,6 +87,16 @@ READ_BYTES: Final = 256 * 1024
 #: WebSocket close codes that mean "refused", not "try again" (as :mod:`.dial` reads them).
 _REFUSAL_CODES: Final = frozenset({1008, *range(4000, 5000)})
 _REFUSAL_STATUSES: Final = frozenset({401, 403})
+#: Bytes of WebSocket mask keys drawn from the OS at a time (four a frame).
+MASK_POOL: Final = 4096
+#: First byte of an unfragmented text frame (FIN, no RSV bits, opcode 1): the frames the
+#: fast path reads itself; the second byte of such a server frame is below 0x80 (unmasked).
+_TEXT_FIN: Final = 0x81
+_FIN: Final = 0x80
+_OPCODE: Final = 0x0F
+_OP_TEXT, _OP_BINARY, _OP_CONT = 0x1, 0x2, 0x0
+#: The end of the handshake's HTTP response: frames start after it.
+_HEADERS_END: Final = b"\r\n\r\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +143,14 @@ class BlockingRewarder(ClientState):
         self._ws: ClientProtocol | None = None
         self._proto: ClientConnection | None = None
         self._fragments: list[bytes] = []
+        #: Once the handshake is done: this module splits frames (websockets gets whole ones).
+        self._split = False
+        #: Bytes of a frame not complete yet (split mode), or the handshake's last bytes.
+        self._inbox = b""
+        #: websockets is inside a fragmented message (its frames all go there until it ends).
+        self._in_fragments = False
+        self._poller: Any = None
+        self._masks, self._mask_at = b"", 0
         #: The reason of a ``v0.connection.close`` that came first (a refusal).
         self._refused: str | None = None
         #: Replies read but not yet taken, by message id: (event, local time it arrived).
@@ -246,6 +276,9 @@ class BlockingRewarder(ClientState):
         ws.send_request(request)
         self._sock, self._ws, self._proto = sock, ws, ClientConnection()
         self._fragments = []
+        self._split, self._inbox, self._in_fragments = False, b"", False
+        self._poller = select.poll()
+        self._poller.register(sock, select.POLLIN)
         self._flush()
         while ws.state is State.CONNECTING:
             self._read_some(deadline)
@@ -322,14 +355,15 @@ class BlockingRewarder(ClientState):
         self._send(data)
         return message_id
 
-    def take_reply(self, message_id: Any, read: bool = True) -> StepReply | None:
+    def take_reply(self, message_id: Any, read: bool = True, ready: bool = False) -> StepReply | None:
         """The reply to ``message_id`` if it arrived (raising :class:`RemoteError` if the
         server refused the request), else None. ``read``: first read what the socket
-        holds (never waiting); else only look at the replies already read."""
+        holds (never waiting); else only look at the replies already read. ``ready``: a
+        poll just said the socket has bytes (read them without asking again)."""
         with self._lock:
             self.used_at = time.monotonic()
             if read and message_id not in self._replies:
-                self._read_ready()
+                self._read_ready(ready)
             return self._pop_reply(message_id)
 
     def wait_reply(self, message_id: Any, deadline: float) -> Any:
@@ -360,6 +394,8 @@ class BlockingRewarder(ClientState):
 
     def outstanding_step(self) -> Any:
         """The id of the newest step request whose reply nobody took, or None."""
+        if not self.outstanding:  # (every lockstep step asks; most have nothing out)
+            return None
         with self._lock:
             steps = [i for i, method in self.outstanding.items() if method == protocol.STEP]
             return steps[-1] if steps else None
@@ -444,27 +480,44 @@ class BlockingRewarder(ClientState):
         ws, sock = self._ws, self._sock
         if ws is None or sock is None:
             raise ConnectionClosed(f"{self.name}: not connected to {self.url}")
-        ws.send_text(data)
-        self._flush()
+        if ws.state is not State.OPEN:
+            ws.send_text(data)  # websockets says what is wrong
+            self._flush()
+            return
+        self._flush(_client_text_frame(data, self._mask()))
 
-    def _flush(self) -> None:
-        """Send what the WebSocket protocol queued (a frame, pongs, a close echo)."""
+    def _mask(self) -> bytes:
+        """A fresh mask key (RFC 6455: unpredictable, one per frame), from a pool drawn
+        from the OS :data:`MASK_POOL` bytes at a time (one ``getrandom`` call serves many
+        frames; the pool is this connection's, used under its lock)."""
+        if self._mask_at >= len(self._masks):
+            self._masks, self._mask_at = os.urandom(MASK_POOL), 0
+        at = self._mask_at
+        self._mask_at = at + 4
+        return self._masks[at:at + 4]
+
+    def _flush(self, frame: bytes | None = None) -> None:
+        """Send what the WebSocket protocol queued (pongs, a close echo), then ``frame``."""
         ws, sock = self._ws, self._sock
         assert ws is not None and sock is not None
         chunks = ws.data_to_send()
-        if not chunks:
+        if frame is not None:
+            chunks.append(frame)
+        elif not chunks:
             return
-        with _interrupts_after():  # never half a frame: the stream would be torn for good
-            for chunk in chunks:
-                if not chunk:
-                    continue  # EOF marker: nothing to send on a client
-                try:
-                    sock.sendall(chunk)
-                except BaseException as exc:
-                    self._lost(f"the connection to {self.url} broke while sending ({exc!r})")
-                    if isinstance(exc, OSError):
-                        raise ConnectionClosed(f"{self.name}: {self._failure}") from None
-                    raise
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)  # (b"": the EOF marker)
+        if not data:
+            return
+        caught = _hold_interrupts()  # never half a frame: the stream would be torn for good
+        try:
+            sock.sendall(data)
+        except BaseException as exc:
+            _release_interrupts(caught, raise_held=False)
+            self._lost(f"the connection to {self.url} broke while sending ({exc!r})")
+            if isinstance(exc, OSError):
+                raise ConnectionClosed(f"{self.name}: {self._failure}") from None
+            raise
+        _release_interrupts(caught)
 
     def _read_some(self, deadline: float) -> None:
         """Wait (until ``deadline``) for bytes, then handle them."""
@@ -475,46 +528,47 @@ class BlockingRewarder(ClientState):
         if remaining <= 0:
             raise TimeoutError(f"{self.name}: no reply from {self.url} in time")
         pending = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
-        if not pending:
-            ready, _, _ = select.select([sock], [], [], remaining)
-            if not ready:
-                raise TimeoutError(f"{self.name}: no reply from {self.url} in time")
+        if not pending and not self._poller.poll(remaining * 1000.0):
+            raise TimeoutError(f"{self.name}: no reply from {self.url} in time")
         self._receive(sock)
 
-    def _read_ready(self) -> None:
-        """Handle whatever the socket holds now, without waiting."""
+    def _read_ready(self, ready: bool = False) -> None:
+        """Handle whatever the socket holds now, without waiting (``ready``: a poll just
+        said it holds something)."""
         sock = self._sock
         while sock is not None:
-            pending = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
-            if not pending:
-                ready, _, _ = select.select([sock], [], [], 0)
-                if not ready:
+            if not ready:
+                pending = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
+                if not pending and not self._poller.poll(0):
                     return
-            self._receive(sock)
-            sock = self._sock
+            if not self._receive(sock):
+                return  # a short read took all there was: no second look needed
+            sock, ready = self._sock, False
 
-    def _receive(self, sock: socket.socket) -> None:
+    def _receive(self, sock: socket.socket) -> bool:
+        """Read once and handle what came; whether more may be waiting already (a full
+        read, or TLS, whose records may hold more than one read took)."""
         try:
             data = sock.recv(READ_BYTES)
         except ssl.SSLWantReadError:
-            return
+            return False
         except OSError as exc:
             self._lost(f"the connection to {self.url} dropped ({exc})")
             raise ConnectionClosed(f"{self.name}: {self._failure}") from None
+        more = len(data) >= READ_BYTES or isinstance(sock, ssl.SSLSocket)
         ws = self._ws
         assert ws is not None
-        if not data:
+        if self._split and data:
+            if not self._frames(ws, data):
+                return more  # only text frames: websockets has nothing to answer or close
+        elif not data:
+            if self._inbox:  # half a frame, then the end: websockets says what broke
+                ws.receive_data(self._inbox)
+                self._inbox = b""
             ws.receive_eof()
+            self._events(ws)
         else:
-            ws.receive_data(data)
-        for event in ws.events_received():
-            if not isinstance(event, Frame):
-                continue  # the handshake: ws.state and ws.handshake_exc say how it went
-            if event.opcode is Opcode.TEXT or event.opcode is Opcode.CONT:
-                self._fragments.append(bytes(event.data))
-                if event.fin:
-                    text, self._fragments = b"".join(self._fragments), []
-                    self._message(text)
+            self._handshake_bytes(ws, data)
         self._flush_quietly()  # pongs, close echoes
         if ws.state is State.CLOSED or not data:
             close = ws.close_rcvd
@@ -532,6 +586,82 @@ class BlockingRewarder(ClientState):
             if ws.handshake_exc is not None and ws.state is not State.OPEN:
                 raise ws.handshake_exc
             raise ConnectionClosed(f"{self.name}: {reason}")
+        return more
+
+    def _handshake_bytes(self, ws: ClientProtocol, data: bytes) -> None:
+        """Bytes before split mode: websockets reads them, up to the end of the handshake
+        response if it is in them; the frames after it are split here once it opened."""
+        joined = self._inbox + data
+        end = joined.find(_HEADERS_END)
+        if end < 0 or ws.state is not State.CONNECTING:
+            self._inbox = joined[-len(_HEADERS_END):]
+            ws.receive_data(data)
+            self._events(ws)
+            return
+        cut = end + len(_HEADERS_END) - (len(joined) - len(data))
+        self._inbox = b""
+        ws.receive_data(data[:cut])
+        self._events(ws)
+        if ws.state is State.OPEN:
+            self._split = True
+            if len(data) > cut:
+                self._frames(ws, data[cut:])
+        elif len(data) > cut:
+            ws.receive_data(data[cut:])  # a refusal's body: websockets reads it all
+            self._events(ws)
+
+    def _frames(self, ws: ClientProtocol, data: bytes) -> bool:
+        """Split mode: each whole unfragmented text frame read here, any other whole frame
+        handed to websockets (in order), a partial one kept; whether websockets got any."""
+        buf = self._inbox + data if self._inbox else data
+        size, pos, fed = len(buf), 0, False
+        while size - pos >= 2:
+            first, second = buf[pos], buf[pos + 1]
+            length, head = second & 0x7F, 2
+            if length == 126:
+                if size - pos < 4:
+                    break
+                length, head = int.from_bytes(buf[pos + 2:pos + 4], "big"), 4
+            elif length == 127:
+                if size - pos < 10:
+                    break
+                length, head = int.from_bytes(buf[pos + 2:pos + 10], "big"), 10
+            if second & 0x80:
+                head += 4  # masked: websockets fails the connection on it
+            end = pos + head + length
+            if length > MAX_SERVER_MESSAGE_BYTES:  # websockets refuses it, whole or not
+                ws.receive_data(buf[pos:])
+                self._split, pos, fed = False, size, True
+                self._events(ws)
+                break
+            if end > size:
+                break
+            if first == _TEXT_FIN and second < 0x80 and not self._in_fragments and ws.state is State.OPEN:
+                self._message(buf[pos + head:end])
+            else:
+                opcode = first & _OPCODE
+                if opcode in (_OP_TEXT, _OP_BINARY) and not first & _FIN:
+                    self._in_fragments = True
+                elif opcode == _OP_CONT and first & _FIN:
+                    self._in_fragments = False
+                ws.receive_data(buf[pos:end])
+                fed = True
+                self._events(ws)
+            pos = end
+        self._inbox = buf[pos:] if pos < size else b""
+        return fed
+
+    def _events(self, ws: ClientProtocol) -> None:
+        """What websockets parsed: text messages handled (the handshake's response is
+        read through ``ws.state`` and ``ws.handshake_exc``)."""
+        for event in ws.events_received():
+            if not isinstance(event, Frame):
+                continue  # the handshake: ws.state and ws.handshake_exc say how it went
+            if event.opcode is Opcode.TEXT or event.opcode is Opcode.CONT:
+                self._fragments.append(bytes(event.data))
+                if event.fin:
+                    text, self._fragments = b"".join(self._fragments), []
+                    self._message(text)
 
     def _flush_quietly(self) -> None:
         try:
@@ -552,7 +682,8 @@ class BlockingRewarder(ClientState):
         """The connection is gone: close the socket, end the running episode."""
         sock, self._sock = self._sock, None
         had = self._proto is not None and self._describe is not None
-        self._ws = self._proto = None
+        self._ws = self._proto = self._poller = None
+        self._split, self._inbox = False, b""
         self._failure = ConnectionClosed(reason)
         self._describe = None
         if sock is not None:
@@ -566,6 +697,7 @@ class BlockingRewarder(ClientState):
 
     def _abort(self) -> None:
         sock, self._sock, self._ws, self._proto = self._sock, None, None, None
+        self._poller, self._split, self._inbox = None, False, b""
         if sock is not None:
             try:
                 sock.close()
@@ -573,29 +705,47 @@ class BlockingRewarder(ClientState):
                 pass
 
 
-@contextlib.contextmanager
-def _interrupts_after() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) back until the block is done, then raise it.
+def _client_text_frame(data: bytes, mask: bytes) -> bytes:
+    """One unfragmented text frame from the client, masked with the 4-byte ``mask``."""
+    size = len(data)
+    if size < 126:
+        head = bytes((_TEXT_FIN, 0x80 | size))
+    elif size < 1 << 16:
+        head = bytes((_TEXT_FIN, 0x80 | 126)) + size.to_bytes(2, "big")
+    else:
+        head = bytes((_TEXT_FIN, 0x80 | 127)) + size.to_bytes(8, "big")
+    return head + mask + apply_mask(data, mask)
+
+
+def _hold_interrupts() -> list[int] | None:
+    """Hold Ctrl-C (SIGINT) back while a frame is written; :func:`_release_interrupts`
+    then raises it. Returns the list a held signal goes to (None: nothing held).
 
     ``socket.sendall`` runs the signal handlers after each ``send()``, so a
     KeyboardInterrupt can leave it with the frame fully sent, partly sent or not sent,
     and no way to tell. Writes are a few hundred bytes: holding the interrupt for them
     costs the user nothing. Only the main thread runs Python's signal handlers, and only
     the default handler is swapped (a program with its own keeps it). ``_signal`` is the
-    C module under :mod:`signal`, without its enum conversions (they cost more than the write they guard)."""
-    if threading.current_thread() is not _MAIN or _signal.getsignal(_SIGINT) is not _DEFAULT:
-        yield
-        return
+    C module under :mod:`signal`, without its enum conversions (they cost more than the write they guard);
+    a plain pair of calls,
+    not a context manager, since this runs on every lockstep step."""
+    if threading.get_ident() != _MAIN_IDENT or _signal.getsignal(_SIGINT) is not _DEFAULT:
+        return None
     caught: list[int] = []
     _signal.signal(_SIGINT, lambda number, frame: caught.append(number))
-    try:
-        yield
-    finally:
-        _signal.signal(_SIGINT, _DEFAULT)
-    if caught:
+    return caught
+
+
+def _release_interrupts(caught: list[int] | None, raise_held: bool = True) -> None:
+    """Put the default SIGINT handler back; raise the Ctrl-C held meanwhile, if any
+    (``raise_held`` False: another exception is on its way already)."""
+    if caught is None:
+        return
+    _signal.signal(_SIGINT, _DEFAULT)
+    if caught and raise_held:
         raise KeyboardInterrupt
 
 
-_MAIN: Final = threading.main_thread()
+_MAIN_IDENT: Final = threading.main_thread().ident
 _SIGINT: Final = int(signal.SIGINT)
 _DEFAULT: Final = signal.default_int_handler

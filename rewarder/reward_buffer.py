@@ -366,6 +366,16 @@ class RewardBuffer:
                 state.text = []
         return result
 
+    def quiet(self) -> bool:
+        """Whether :meth:`pop` would report nothing new and change nothing: no rewards,
+        texts or info since the last pop, no episode ended. A cheap look for a caller
+        that pops every step (a lockstep step, whose rewards come in its reply) and so
+        need not build a result when nothing came."""
+        if self._final is not None:
+            return False
+        state = self._state
+        return state is None or not (state.count or state.text or state.info or state.done)
+
     def peek(self) -> EpisodeResult:
         """What :meth:`pop` would return now, consuming nothing."""
         if self._final is not None:

@@ -363,3 +363,27 @@ def test_an_episode_reset_to_gets_every_reward_sent_for_it(
             got += buffer.pop().reward
     got += buffer.pop().reward
     assert got == pytest.approx(expected)
+
+
+# quiet(): a cheap look before popping every step --------------------------------------------
+
+
+def test_quiet_says_whether_a_pop_would_report_or_change_anything() -> None:
+    buffer = reset_buffer(1)
+    assert buffer.quiet()
+    buffer.file(describe(1))  # a describe changes no aggregate
+    assert buffer.quiet()
+    for event in (reward(1, 0.0), text(1, "go left"), reward(1, 1.0, info={"k": 1})):
+        buffer.file(event)
+        assert not buffer.quiet()
+        popped = buffer.pop()
+        assert popped.count or popped.text
+        assert buffer.quiet()
+    buffer.file(reward(1, 1.0, done=True))
+    assert not buffer.quiet()
+    buffer.pop()
+    buffer.reset(2)
+    assert buffer.quiet()
+    buffer.disconnected()  # the running episode ends, artificially: a pop reports it
+    assert not buffer.quiet()
+    assert buffer.pop().done
