@@ -22,7 +22,6 @@ child exits, not the process, so a remote started from a short-lived worker thre
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import queue
@@ -72,18 +71,18 @@ _ADDRESS_LINE = re.compile(
 )
 
 
-def _child_setup(nice: int) -> Callable[[], None]:
-    def setup() -> None:
-        """In the child: lower its priority, and get SIGTERM when the parent dies (Linux)."""
-        if nice:
-            os.nice(nice)
-        try:
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: no remote outlives its agent
-        except OSError:
-            pass
+def _child_prefix(nice: int) -> list[str]:
+    """What goes before a remote's command: get SIGTERM when the parent dies (util-linux's
+    ``setpriv``: no remote outlives its agent) and lower its priority (``nice``).
 
-    return setup
+    Why commands and not ``Popen(preexec_fn=...)``: a ``preexec_fn`` makes Popen fork for
+    real, and an agent that uses gRPC (dm_env_rpc, Ray) then runs gRPC's fork handlers in
+    the child, which crash under load; without one Popen may vfork (runtimes/xdisplay.py
+    starts X programs the same way)."""
+    prefix = ["setpriv", "--pdeathsig=TERM", "--"] if shutil.which("setpriv") else []
+    if nice:
+        prefix += ["nice", "-n", str(nice)]
+    return prefix
 
 
 class _Spawner:
@@ -257,8 +256,8 @@ def _spawn(
     """Start one remote; call it on the spawner thread (see the module docstring)."""
     with open(log_path, "ab") as log_file:
         return subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
-            env=env, preexec_fn=_child_setup(nice),
+            [*_child_prefix(nice), *command], stdout=subprocess.PIPE, stderr=log_file,
+            stdin=subprocess.DEVNULL, env=env,
         )
 
 
