@@ -7,12 +7,15 @@ per remote across both front ends, real time, and determinism against the reward
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import os
 import re
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Final
 
 import grpc
@@ -38,12 +41,19 @@ _AGENT: Final = re.compile(r"agent address\s+(vnc://\S+)")
 class Served:
     """A ``universe-remote serve`` subprocess with its dm_env_rpc port."""
 
-    def __init__(self, env_id: str = "builtin.Catch-v0", *extra: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "universe_remote", "serve", env_id, "--dm-env-rpc-port", "0",
-             "--rewarder-port", "0", "--vnc-port", "0", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )
+    def __init__(
+        self, env_id: str = "builtin.Catch-v0", *extra: str, log: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``log``: where its stderr goes (else nowhere); ``env``: added to its environment."""
+        self.log = log
+        with open(log, "wb") if log is not None else contextlib.nullcontext() as err:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "universe_remote", "serve", env_id, "--dm-env-rpc-port",
+                 "0", "--rewarder-port", "0", "--vnc-port", "0", *extra],
+                stdout=subprocess.PIPE, stderr=err if err is not None else subprocess.DEVNULL,
+                text=True, env={**os.environ, **(env or {})},
+            )
         self.port = 0
         self.address = ""
         ready = threading.Event()
@@ -79,6 +89,7 @@ class Served:
             self.process.wait(TIMEOUT)
         except subprocess.TimeoutExpired:
             self.process.kill()
+            self.process.wait()
 
 
 def pack(value: Any) -> dm_env_rpc_pb2.Tensor:

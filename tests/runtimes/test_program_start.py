@@ -9,7 +9,6 @@ Python process SIGKILLed under the program it started.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
@@ -20,13 +19,16 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import pytest
 
 from rewarder.client import RewarderClient
 from runtimes import xdisplay
 from tests.runtimes.display import alive
+
+if TYPE_CHECKING:
+    from tests.envserver.test_dm_env_rpc import Served
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -39,8 +41,6 @@ STARTS: Final = 10
 HAMMERS: Final = 4
 #: gRPC's line when a real fork happens while its threads are busy.
 FORK_LINE: Final = "skipping fork() handlers"
-_DM_PORT: Final = re.compile(r"dm_env_rpc\s+127\.0\.0\.1:(\d+)")
-_AGENT: Final = re.compile(r"agent address\s+(vnc://\S+)")
 
 
 @pytest.fixture(autouse=True)
@@ -50,47 +50,13 @@ def _programs_installed() -> None:
             pytest.skip(f"{program} is not installed")
 
 
-class Served:
-    """``universe-remote serve ENV --dm-env-rpc-port 0``, its stderr in ``log``."""
-
-    def __init__(self, env_id: str, log: Path) -> None:
-        self.log = log
-        with open(log, "wb") as err:  # gRPC's C core logs its fork line at INFO
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "universe_remote", "serve", env_id,
-                 "--dm-env-rpc-port", "0", "--rewarder-port", "0", "--vnc-port", "0"],
-                stdout=subprocess.PIPE, stderr=err, text=True,
-                env={**os.environ, "GRPC_VERBOSITY": "INFO"},
-            )
-        self.dm_port, self.rewarder = 0, ""
-        ready = threading.Event()
-        threading.Thread(target=self._read, args=(ready,), daemon=True).start()
-        if not ready.wait(TIMEOUT) or not (self.dm_port and self.rewarder):
-            self.close()
-            pytest.fail(f"serve {env_id} printed no addresses{xdisplay.log_tail(log)}")
-
-    def _read(self, ready: threading.Event) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if found := _DM_PORT.search(line):
-                self.dm_port = int(found.group(1))
-            if found := _AGENT.search(line):
-                self.rewarder = "127.0.0.1:" + found.group(1).split("?")[0].rpartition("+")[2]
-                ready.set()
-        ready.set()
-
-    def close(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
 @pytest.fixture
 def xeyes(tmp_path: Path) -> Iterator[Served]:
-    served = Served("x11.XEyes-v0", tmp_path / "serve.err")
+    pytest.importorskip("dm_env_rpc")  # the dmenv extra
+    from tests.envserver.test_dm_env_rpc import Served  # noqa: F811 (imported for real here)
+
+    # gRPC's C core logs its fork line at INFO
+    served = Served("x11.XEyes-v0", log=tmp_path / "serve.err", env={"GRPC_VERBOSITY": "INFO"})
     yield served
     served.close()
 
@@ -114,7 +80,7 @@ def hammer(port: int, stop: threading.Event, calls: list[int]) -> None:
 async def test_x_programs_start_cleanly_while_grpc_is_busy(xeyes: Served) -> None:
     pytest.importorskip("dm_env_rpc")
     stop, calls = threading.Event(), []
-    threads = [threading.Thread(target=hammer, args=(xeyes.dm_port, stop, calls), daemon=True)
+    threads = [threading.Thread(target=hammer, args=(xeyes.port, stop, calls), daemon=True)
                for _ in range(HAMMERS)]
     for thread in threads:
         thread.start()
@@ -128,6 +94,7 @@ async def test_x_programs_start_cleanly_while_grpc_is_busy(xeyes: Served) -> Non
             thread.join(TIMEOUT)
     assert len(calls) > STARTS  # gRPC was busy throughout
     xeyes.close()
+    assert xeyes.log is not None
     log = xeyes.log.read_text(errors="replace")
     assert FORK_LINE not in log, "a program start forked for real (gRPC's fork handlers ran)"
     assert not re.search(r"xeyes exited with", log), xdisplay.log_tail(xeyes.log)
