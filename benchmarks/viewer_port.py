@@ -15,12 +15,9 @@ this process and at most one watcher in its own process:
 * **TCP bridge, own port**: the same viewer without ``vnc_server``, as it was before the
   in-process path and as it still is for runtimes that serve VNC themselves (Xvnc): its
   bridge dials the VNC port over loopback TCP and frames the browser's messages again.
-* **PROTOTYPE, rewarder port**: a bridge on the rewarder's own port, as Universe had it.
-  It exists only in this benchmark (:class:`_PrototypeRewarder`): the rewarder's
-  ``websockets`` server hands ``/viewer/websockify`` to a raw WebSocket<->VNC pipe over
-  TCP, so the watcher shakes hands with the VNC server itself (the TCP bridge does the
-  handshake and filters the browser's input; per update both just copy the server's
-  bytes); compare it with the TCP bridge.
+* (A bridge on the rewarder's own port, as Universe had it, was measured here as a
+  prototype in an earlier wave and refused: benchmarks/RESULTS.md. It hooked into the
+  websockets asyncio server the rewarder no longer uses, so it is gone.)
 
 A last section repeats VNC direct and the two bridges on Enduro x4 with a **Raw
 watcher** (:data:`RAW_ENV`; a recorder or a lossless client on loopback asks for Raw):
@@ -78,8 +75,6 @@ from typing import Any, Final
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from websockets.asyncio.client import connect as ws_connect  # noqa: E402
-from websockets.asyncio.server import ServerConnection  # noqa: E402
-from websockets.http11 import Request, Response  # noqa: E402
 
 from benchmarks.common import (
     machine_ticks as _machine_ticks,
@@ -91,7 +86,6 @@ from benchmarks.common import (
 from rewarder import connections, protocol  # noqa: E402
 from rewarder.auth import PASSWORD_ENV, PASSWORD_FILE_ENV, VIEW_ONLY_PASSWORD_ENV  # noqa: E402
 from rewarder.protocol import OBSERVER_HEADER  # noqa: E402
-from rewarder.server import RewarderServer  # noqa: E402
 
 #: (env id, --scale): Catch draws little; Enduro at 4x (640x840) makes the watcher's
 #: encoding and the bridge's copying heavy (40-50 KB/s of Tight JPEG).
@@ -111,9 +105,9 @@ PING_PAUSE: Final = 0.001
 #: Pipelined pings, and how many may be in flight (the server queues 1024 per client).
 PIPELINED: Final = quick(15_000, 3_000)
 WINDOW: Final = 256
-#: The viewer's bridge path (the shipped viewer's, and the prototype's on the rewarder port).
+#: The viewer's bridge path.
 BRIDGE_PATH: Final = "/viewer/websockify"
-#: Bytes per read in the prototype's pipe and the watcher (the shipped bridge's chunk).
+#: Bytes per read in the watcher (the shipped bridge's chunk).
 CHUNK: Final = 256 * 1024
 #: Seconds a remote may take to print its address, a watcher its first update, and a
 #: stopping process to exit after SIGTERM (then it is killed).
@@ -133,10 +127,9 @@ class Scenario:
     key: str
     label: str
     #: Which remote: "serve" (the real CLI), "in-process" / "tcp" (:func:`_serve_viewer`:
-    #: a viewer with / without ``vnc_server``) or "prototype" (this module's bridge on
-    #: the rewarder port).
+    #: a viewer with / without ``vnc_server``).
     remote: str
-    #: Where the watcher connects: None (no watcher), "vnc", "viewer" or "rewarder".
+    #: Where the watcher connects: None (no watcher), "vnc" or "viewer".
     watch: str | None
 
 
@@ -144,10 +137,7 @@ NONE = Scenario("none", "no watcher", "serve", None)
 DIRECT = Scenario("vnc", "watcher on VNC directly", "serve", "vnc")
 BRIDGE = Scenario("bridge", "watcher via in-process bridge, own port", "in-process", "viewer")
 TCP_BRIDGE = Scenario("tcp", "watcher via TCP bridge, own port (before)", "tcp", "viewer")
-SHARED = Scenario(
-    "shared", "PROTOTYPE: watcher via TCP pipe on rewarder port", "prototype", "rewarder"
-)
-SCENARIOS: Final = (NONE, DIRECT, BRIDGE, TCP_BRIDGE, SHARED)
+SCENARIOS: Final = (NONE, DIRECT, BRIDGE, TCP_BRIDGE)
 #: The Raw section: its env (a big screen whose road moves every frame) and scenarios.
 RAW_ENV: Final = ("atari.Enduro-v0", 4)
 RAW_SCENARIOS: Final = (DIRECT, BRIDGE, TCP_BRIDGE)
@@ -219,7 +209,7 @@ def _read_until(
 
 
 def _remote_command(scenario: Scenario, env_id: str, scale: int) -> list[str]:
-    if scenario.remote in ("prototype", "in-process", "tcp"):
+    if scenario.remote in ("in-process", "tcp"):
         return [sys.executable, "-m", "benchmarks.viewer_port", "--remote", scenario.remote,
                 env_id, str(scale)]
     command = [sys.executable, "-m", "universe_remote", "serve", env_id, "--host", "127.0.0.1",
@@ -232,8 +222,7 @@ def _remote_command(scenario: Scenario, env_id: str, scale: int) -> list[str]:
 def _watch_target(scenario: Scenario, ports: dict[str, int]) -> str:
     if scenario.watch == "vnc":
         return f"tcp:{ports['vnc']}"
-    port = ports["http"] if scenario.watch == "viewer" else ports["rewarder"]
-    return f"ws://127.0.0.1:{port}{BRIDGE_PATH}"
+    return f"ws://127.0.0.1:{ports['http']}{BRIDGE_PATH}"
 
 
 # The agent's side: pings and the frame counter ------------------------------------------
@@ -424,53 +413,6 @@ async def _watch(target: str, raw: bool = False) -> None:
         print(json.dumps(result), flush=True)
 
 
-# The prototype (a subprocess: ``python -m benchmarks.viewer_port --prototype ENV SCALE``) ---
-
-
-class _PrototypeRewarder(RewarderServer):
-    """PROTOTYPE, only in this benchmark: the rewarder's websockets server also serves
-    :data:`BRIDGE_PATH` as a raw WebSocket<->VNC pipe, the viewer on the rewarder's port."""
-
-    def __init__(self, handler: Any, vnc_port: Callable[[], int | None]) -> None:
-        super().__init__(handler)
-        self.vnc_port = vnc_port
-
-    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        if request.path.startswith(BRIDGE_PATH):
-            return None  # on to the WebSocket handshake (the rewarder answers /viewer/ itself)
-        return super()._process_request(connection, request)
-
-    async def _serve_client(self, ws: ServerConnection) -> None:
-        if ws.request is not None and ws.request.path.startswith(BRIDGE_PATH):
-            await _pipe(ws, self.vnc_port())
-        else:
-            await super()._serve_client(ws)
-
-
-async def _pipe(ws: ServerConnection, vnc_port: int | None) -> None:
-    """Bytes from the VNC server as binary messages to ``ws``, its messages back."""
-    assert vnc_port is not None
-    reader, writer = await asyncio.open_connection("127.0.0.1", vnc_port, limit=CHUNK)
-
-    async def down() -> None:
-        while data := await reader.read(CHUNK):
-            await ws.send(data)
-
-    async def up() -> None:
-        async for message in ws:
-            writer.write(message if isinstance(message, bytes) else message.encode())
-            await writer.drain()
-
-    pumps = [asyncio.create_task(down()), asyncio.create_task(up())]
-    try:
-        await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in pumps:
-            task.cancel()
-        await asyncio.gather(*pumps, return_exceptions=True)
-        writer.close()
-
-
 async def _serve_viewer(kind: str, env_id: str, scale: int) -> None:
     """A remote and its viewer on its own port, the viewer given the remote's VNC server
     (``kind`` "in-process") or not ("tcp": the loopback TCP bridge); prints like ``serve``."""
@@ -489,22 +431,6 @@ async def _serve_viewer(kind: str, env_id: str, scale: int) -> None:
           f"  agent address  vnc://127.0.0.1:{remote.vnc_port}+{remote.rewarder.port}", flush=True)
     await stop.wait()
     await viewer.close()
-    await remote.close()
-
-
-async def _serve_prototype(env_id: str, scale: int) -> None:
-    """A remote whose bridge is on the rewarder's port; prints the address like ``serve``."""
-    from envserver.remote import Remote
-
-    remote = Remote(env_id, runtime_options={"scale": scale} if scale != 1 else None)
-    remote.rewarder = _PrototypeRewarder(remote, lambda: remote.vnc_port)
-    await remote.start("127.0.0.1", 0, 0)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    port = remote.rewarder.port
-    print(f"  viewer    http://127.0.0.1:{port}/viewer/ (prototype)\n"
-          f"  agent address  vnc://127.0.0.1:{remote.vnc_port}+{port}", flush=True)
-    await stop.wait()
     await remote.close()
 
 
@@ -568,12 +494,11 @@ def print_env(env_id: str, scale: int, results: dict[str, _Runs]) -> None:
 
 def print_questions(everything: dict[str, dict[str, _Runs]]) -> None:
     print("\n  The questions, as ratios of medians: what the shipped (in-process) bridge adds over"
-          " a watcher on VNC directly,\n  what it saves over the TCP bridge it replaced, and what"
-          " moving a TCP bridge onto the rewarder's port\n  (prototype) would change. RTT and"
+          " a watcher on VNC directly,\n  and what it saves over the TCP bridge it replaced.\n  RTT and"
           " CPU: below 1x is better; pings/s, updates/s: above")
     rows = []
     for env, results in everything.items():
-        for a, b in ((BRIDGE, DIRECT), (BRIDGE, TCP_BRIDGE), (SHARED, TCP_BRIDGE)):
+        for a, b in ((BRIDGE, DIRECT), (BRIDGE, TCP_BRIDGE)):
             ra, rb = results[a.key], results[b.key]
             rows.append([
                 f"{env}: {a.key} / {b.key}",
@@ -584,10 +509,7 @@ def print_questions(everything: dict[str, dict[str, _Runs]]) -> None:
     _table(["env: scenario / peer", "RTT p50", "RTT mean", "RTT p99", "pipelined/s",
             "remote CPU", "watcher upd/s", "watcher KB/s"], rows)
     print("  bridge = watcher via the shipped viewer's in-process bridge on its own port; tcp ="
-          " the viewer's TCP bridge\n  (before; Xvnc runtimes); vnc = watcher on VNC directly;"
-          " shared = PROTOTYPE TCP pipe on the rewarder port\n  (a raw pipe on the rewarder's"
-          " websockets server, only in this benchmark; the watcher does the VNC handshake"
-          " through it)")
+          " the viewer's TCP bridge\n  (before; Xvnc runtimes); vnc = watcher on VNC directly")
 
 
 def print_raw(results: dict[str, _Runs]) -> None:
@@ -672,8 +594,6 @@ def main() -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--watch"]:
         asyncio.run(_watch(sys.argv[2], raw=sys.argv[3:4] == ["raw"]))
-    elif sys.argv[1:3] == ["--remote", "prototype"]:
-        asyncio.run(_serve_prototype(sys.argv[3], int(sys.argv[4])))
     elif sys.argv[1:2] == ["--remote"]:
         asyncio.run(_serve_viewer(sys.argv[2], sys.argv[3], int(sys.argv[4])))
     else:
