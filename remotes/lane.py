@@ -13,7 +13,7 @@ that steps (remotes.loop).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -91,14 +91,18 @@ class Lane:
         n = self.num
         return np.zeros(n, np.float64), np.zeros(n, bool), np.zeros(n, bool), [{} for _ in range(n)]
 
-    def configure(self) -> None:
+    def configure(self, sizes_now: Mapping[RemoteSession, tuple[int, int]] | None = None) -> None:
         """The fps and the batch's shape, from the remotes' describes (after a connect or
-        a reset, which may switch the env)."""
+        a reset, which may switch the env). ``sizes_now``: (width, height) a session's
+        reset reply named for its first frame, which a VNC client that has not yet heard
+        of an env switch's new screen size cannot know yet."""
         describe = self.sessions[0].describe_body()
         self.fps = float(self.requested_fps or describe.get("fps") or DEFAULT_FPS)
-        sizes = {s.screen_size for s in self.sessions}
+        known = sizes_now or {}
+        sizes = {known.get(s) or s.screen_size for s in self.sessions}
         if len(sizes) != 1:
-            listed = ", ".join(f"{s.name}: {w}x{h}" for s in self.sessions for w, h in [s.screen_size])
+            listed = ", ".join(f"{s.name}: {w}x{h}" for s in self.sessions
+                               for w, h in [known.get(s) or s.screen_size])
             raise ValueError(f"remotes have different screen sizes ({listed}); use one env id")
         ((width, height),) = sizes
         if self.frames is None or self.frames.shape[1:3] != (height, width):

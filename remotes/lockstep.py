@@ -169,7 +169,10 @@ class LockstepSteps:
         deadline = time.monotonic() + RESET_TIMEOUT
         replies = {slot: self._reset_reply(slot, sent[slot], seed, env_id, deadline)
                    for slot, seed in zip(lane.slots, seeds, strict=True)}
-        lane.configure()  # a reset may switch the env (env_id here or the stepper's)
+        # A reset may switch the env (env_id here or the stepper's): the replies' segments
+        # say the new screen's size before VNC may have heard of it.
+        lane.configure({slot.session: (reply.shm[2], reply.shm[1])
+                        for slot, reply in replies.items() if reply.shm is not None})
         previous = lane.frames
         assert previous is not None
         lane.frames = np.empty_like(previous)
