@@ -10,8 +10,10 @@ processes stop on :meth:`LocalRemotes.close`, on ``with`` exit, at interpreter e
 Many remotes share processes (``serve --games K``, :mod:`envserver.games`): one wake-up
 per frame serves all the games of a process, where a process per remote paid its own
 wake-up 60 times a second (issue 28). :func:`default_games_per_process` says how many by default:
-one each up to :data:`SEPARATE_UNTIL` remotes (a crash takes one remote, and there is
-CPU to spare), then :data:`DEFAULT_GAMES` or fewer per process, as evenly as they go.
+in real time one each up to :data:`SEPARATE_UNTIL` remotes (a crash takes one remote, and
+there is CPU to spare), then :data:`DEFAULT_GAMES` or fewer per process, as evenly as they
+go; in lockstep (``--mode lockstep`` in ``extra_args``) one process per core, the games
+split evenly over them (at most :data:`DEFAULT_GAMES` each).
 
 Every remote is started from one spawner thread that lives as long as this process
 (:func:`spawner`): Linux's ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the
@@ -136,12 +138,28 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def default_games_per_process(n: int) -> int:
-    """Games each process serves when ``start_local`` is not told (module docstring)."""
+def default_games_per_process(n: int, lockstep: bool = False, cores: int | None = None) -> int:
+    """Games each process serves when ``start_local`` is not told (module docstring).
+
+    Lockstep: the remotes' CPU is the floor of a vector step, and as many processes as
+    ``cores`` (default: this machine's) beat one per remote (fewer processes to wake and
+    switch between) and beat one for all (whose games share one core):
+    ``python -m benchmarks lockstep_density``, benchmarks/RESULTS.md."""
+    if lockstep:
+        processes = min(n, cores or os.cpu_count() or 1)
+        return min(-(-n // processes), DEFAULT_GAMES)
     if n <= SEPARATE_UNTIL:
         return 1
     processes = -(-n // DEFAULT_GAMES)
     return -(-n // processes)
+
+
+def _lockstep(extra_args: Sequence[str]) -> bool:
+    """Whether ``serve``'s arguments start its games in lockstep."""
+    args = list(extra_args)
+    return "--mode=lockstep" in args or any(
+        a == "--mode" and b == "lockstep" for a, b in zip(args, args[1:], strict=False)
+    )
 
 
 def _split(n: int, games: int) -> list[int]:
@@ -360,12 +378,16 @@ def start_local(
     or ``--insecure`` in ``extra_args`` (docs/security.md); :func:`remotes.ray.start_ray`'s
     actors bind their node's address this way.
     ``games_per_process``: remotes one ``serve`` process runs (``serve --games``; one
-    wake-up per frame for all of them); None picks :func:`default_games_per_process`'s.
+    wake-up per frame for all of them); None picks :func:`default_games_per_process`'s
+    (in lockstep: one process per core); 1 gives each remote a process of its own.
     :meth:`LocalRemotes.kill` of one remote kills its process and its siblings.
     """
     if not 1 <= n <= MAX_LOCAL_REMOTES:
         raise ValueError(f"n must be 1..{MAX_LOCAL_REMOTES}, not {n}")
-    games = games_per_process if games_per_process is not None else default_games_per_process(n)
+    games = (
+        games_per_process if games_per_process is not None
+        else default_games_per_process(n, lockstep=_lockstep(extra_args))
+    )
     if not 1 <= games <= MAX_GAMES_PER_PROCESS:
         raise ValueError(f"games_per_process must be 1..{MAX_GAMES_PER_PROCESS}, not {games}")
     known = registry.catalogue()

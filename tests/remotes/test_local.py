@@ -12,7 +12,15 @@ import time
 from pathlib import Path
 from typing import Final
 
-from remotes.local import STOP_TIMEOUT, LocalRemotes, probe_remote, start_local
+from remotes import RemoteVectorEnv
+from remotes.local import (
+    DEFAULT_GAMES,
+    STOP_TIMEOUT,
+    LocalRemotes,
+    default_games_per_process,
+    probe_remote,
+    start_local,
+)
 from remotes.loop import shared_loop
 
 #: Seconds we watch a restarted remote after its starting thread ended: a remote killed
@@ -102,3 +110,24 @@ def test_remotes_restarted_from_a_thread_still_die_with_this_process(tmp_path: P
     finally:
         agent.kill()
         agent.wait()
+
+
+def test_lockstep_remotes_share_one_process_per_core_by_default() -> None:
+    """Lockstep's default (``python -m benchmarks lockstep_density``): as many processes
+    as cores, the games split evenly; real time keeps a process per remote up to
+    SEPARATE_UNTIL; games_per_process=1 still gives each its own."""
+    assert default_games_per_process(8, lockstep=True, cores=2) == 4
+    assert default_games_per_process(3, lockstep=True, cores=2) == 2
+    assert default_games_per_process(2, lockstep=True, cores=4) == 1
+    assert default_games_per_process(64, lockstep=True, cores=2) == DEFAULT_GAMES
+    assert default_games_per_process(8) == 1
+    with start_local("builtin.Catch-v0", 3, extra_args=["--mode", "lockstep"]) as local:
+        cores = os.cpu_count() or 1
+        assert len(local.processes) == min(3, cores) and sum(local.games) == 3
+        env = RemoteVectorEnv(local, mode="lockstep")
+        try:
+            env.reset(seed=0)
+            _, _, _, truncated, _ = env.step([[], [], []])
+            assert not truncated.any()
+        finally:
+            env.close()

@@ -290,7 +290,8 @@ def frames_of(info: dict[str, Any], indices: Sequence[int]) -> dict[int, int | N
 def test_a_stopped_remote_does_not_hold_the_other_three() -> None:
     stopped = 1
     others = [0, 2, 3]
-    with start_local("builtin.Catch-v0", 4, extra_args=LOCKSTEP) as local:
+    # A process of its own for each (lockstep's default shares a process per core).
+    with start_local("builtin.Catch-v0", 4, extra_args=LOCKSTEP, games_per_process=1) as local:
         env = RemoteVectorEnv(local, mode="lockstep", frameskip=2, stall_timeout=STOP_STALL_TIMEOUT)
         pid = local.processes[stopped].pid
         try:
