@@ -29,7 +29,7 @@ from benchmarks.common import QUICK_ENV  # noqa: E402
 ORDER: Final = (
     "rewarder_throughput", "remotes_realtime", "realtime_cpu", "vnc_server", "vnc_client",
     "display_capture", "browser_remotes", "atari_lockstep", "lockstep_peers", "lockstep_density",
-    "step_channel", "viewer_port", "long_step", "dm_env_rpc_port", "recording",
+    "autoreset_lane", "step_channel", "viewer_port", "long_step", "dm_env_rpc_port", "recording",
     "openenv_port", "page_structure", "browser_oracle", "ray_remotes", "multiagent",
 )
 #: Modules here that are parts of benchmarks, not benchmarks.
@@ -51,6 +51,8 @@ EXPECTED: Final[dict[str, tuple[float, float]]] = {
     "lockstep_peers": (50, 10),
     # measured 2026-11-29 01:07-01:09 beside three other helpers' work (load average 5-11)
     "lockstep_density": (126, 5),
+    # measured 2026-11-29 02:45-02:55, quiet but for the coordinator's short test runs
+    "autoreset_lane": (18, 3),
     "step_channel": (36, 6),
     "viewer_port": (151, 17),
     "long_step": (2, 1),
