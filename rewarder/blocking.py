@@ -7,13 +7,10 @@ step_channel` measures it against the alternatives). The protocol state is sans-
 websockets' ``ClientProtocol`` for the WebSocket framing and our
 :class:`~.connections.ClientConnection` for the messages — so this module only moves bytes.
 
-**Framing.** websockets does the handshake, control frames (pings, close) and anything
-unusual; once the connection is open this module splits the byte stream into frames
-itself and reads a whole unmasked text frame (every reply and event a server sends)
-without it, and writes its own masked text frames: websockets' generic parser and
-serializer were a measurable share of an agent's CPU per lockstep step (``python -m
-benchmarks atari_lockstep``, part 1b). websockets only ever gets whole frames, so its
-state stays right for what it does see.
+**Framing.** websockets does the handshake, control frames and anything unusual; once
+the connection is open :class:`~.client_frames.ClientFrames` splits the stream into frames
+and reads whole text frames itself (websockets' generic parser was a measurable share of
+a lockstep step's agent CPU).
 
 **Threads.** Every method may be called from any thread; a lock makes each one whole.
 While nobody calls, :mod:`.keeper`'s thread reads the socket now and then, so the
@@ -47,17 +44,12 @@ from typing import Any, Final
 
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidHandshake, InvalidMessage, InvalidStatus
-from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import WebSocketURI, parse_uri
 
-try:
-    from websockets.speedups import apply_mask
-except ImportError:  # pragma: no cover - websockets built without its C extension
-    from websockets.utils import apply_mask
-
 from . import keeper, protocol
 from .client_channel import CALIBRATION_PINGS, PING_TIMEOUT, intersect_skew
+from .client_frames import ClientFrames
 from .client_state import Answer, ClientState, Closing
 from .connections import ClientConnection
 from .dial import (
@@ -87,16 +79,6 @@ READ_BYTES: Final = 256 * 1024
 #: WebSocket close codes that mean "refused", not "try again" (as :mod:`.dial` reads them).
 _REFUSAL_CODES: Final = frozenset({1008, *range(4000, 5000)})
 _REFUSAL_STATUSES: Final = frozenset({401, 403})
-#: Bytes of WebSocket mask keys drawn from the OS at a time (four a frame).
-MASK_POOL: Final = 4096
-#: First byte of an unfragmented text frame (FIN, no RSV bits, opcode 1): the frames the
-#: fast path reads itself; the second byte of such a server frame is below 0x80 (unmasked).
-_TEXT_FIN: Final = 0x81
-_FIN: Final = 0x80
-_OPCODE: Final = 0x0F
-_OP_TEXT, _OP_BINARY, _OP_CONT = 0x1, 0x2, 0x0
-#: The end of the handshake's HTTP response: frames start after it.
-_HEADERS_END: Final = b"\r\n\r\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,15 +124,9 @@ class BlockingRewarder(ClientState):
         self._sock: socket.socket | None = None
         self._ws: ClientProtocol | None = None
         self._proto: ClientConnection | None = None
-        self._fragments: list[bytes] = []
-        #: Once the handshake is done: this module splits frames (websockets gets whole ones).
-        self._split = False
-        #: Bytes of a frame not complete yet (split mode), or the handshake's last bytes.
-        self._inbox = b""
-        #: websockets is inside a fragmented message (its frames all go there until it ends).
-        self._in_fragments = False
+        #: The connection's framing (:mod:`.client_frames`), once its handshake began.
+        self._frames: ClientFrames | None = None
         self._poller: Any = None
-        self._masks, self._mask_at = b"", 0
         #: The reason of a ``v0.connection.close`` that came first (a refusal).
         self._refused: str | None = None
         #: Replies read but not yet taken, by message id: (event, local time it arrived).
@@ -275,8 +251,7 @@ class BlockingRewarder(ClientState):
             request.headers[key] = value
         ws.send_request(request)
         self._sock, self._ws, self._proto = sock, ws, ClientConnection()
-        self._fragments = []
-        self._split, self._inbox, self._in_fragments = False, b"", False
+        self._frames = ClientFrames(ws, self._message, MAX_SERVER_MESSAGE_BYTES)
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN)
         self._flush()
@@ -484,17 +459,9 @@ class BlockingRewarder(ClientState):
             ws.send_text(data)  # websockets says what is wrong
             self._flush()
             return
-        self._flush(_client_text_frame(data, self._mask()))
-
-    def _mask(self) -> bytes:
-        """A fresh mask key (RFC 6455: unpredictable, one per frame), from a pool drawn
-        from the OS :data:`MASK_POOL` bytes at a time (one ``getrandom`` call serves many
-        frames; the pool is this connection's, used under its lock)."""
-        if self._mask_at >= len(self._masks):
-            self._masks, self._mask_at = os.urandom(MASK_POOL), 0
-        at = self._mask_at
-        self._mask_at = at + 4
-        return self._masks[at:at + 4]
+        frames = self._frames
+        assert frames is not None
+        self._flush(frames.text_frame(data))
 
     def _flush(self, frame: bytes | None = None) -> None:
         """Send what the WebSocket protocol queued (pongs, a close echo), then ``frame``."""
@@ -556,19 +523,12 @@ class BlockingRewarder(ClientState):
             self._lost(f"the connection to {self.url} dropped ({exc})")
             raise ConnectionClosed(f"{self.name}: {self._failure}") from None
         more = len(data) >= READ_BYTES or isinstance(sock, ssl.SSLSocket)
-        ws = self._ws
-        assert ws is not None
-        if self._split and data:
-            if not self._frames(ws, data):
-                return more  # only text frames: websockets has nothing to answer or close
-        elif not data:
-            if self._inbox:  # half a frame, then the end: websockets says what broke
-                ws.receive_data(self._inbox)
-                self._inbox = b""
-            ws.receive_eof()
-            self._events(ws)
-        else:
-            self._handshake_bytes(ws, data)
+        ws, frames = self._ws, self._frames
+        assert ws is not None and frames is not None
+        if not data:
+            frames.receive_eof()  # half a frame, then the end: websockets says what broke
+        elif not frames.receive(data):
+            return more  # only text frames: websockets has nothing to answer or close
         self._flush_quietly()  # pongs, close echoes
         if ws.state is State.CLOSED or not data:
             close = ws.close_rcvd
@@ -587,81 +547,6 @@ class BlockingRewarder(ClientState):
                 raise ws.handshake_exc
             raise ConnectionClosed(f"{self.name}: {reason}")
         return more
-
-    def _handshake_bytes(self, ws: ClientProtocol, data: bytes) -> None:
-        """Bytes before split mode: websockets reads them, up to the end of the handshake
-        response if it is in them; the frames after it are split here once it opened."""
-        joined = self._inbox + data
-        end = joined.find(_HEADERS_END)
-        if end < 0 or ws.state is not State.CONNECTING:
-            self._inbox = joined[-len(_HEADERS_END):]
-            ws.receive_data(data)
-            self._events(ws)
-            return
-        cut = end + len(_HEADERS_END) - (len(joined) - len(data))
-        self._inbox = b""
-        ws.receive_data(data[:cut])
-        self._events(ws)
-        if ws.state is State.OPEN:
-            self._split = True
-            if len(data) > cut:
-                self._frames(ws, data[cut:])
-        elif len(data) > cut:
-            ws.receive_data(data[cut:])  # a refusal's body: websockets reads it all
-            self._events(ws)
-
-    def _frames(self, ws: ClientProtocol, data: bytes) -> bool:
-        """Split mode: each whole unfragmented text frame read here, any other whole frame
-        handed to websockets (in order), a partial one kept; whether websockets got any."""
-        buf = self._inbox + data if self._inbox else data
-        size, pos, fed = len(buf), 0, False
-        while size - pos >= 2:
-            first, second = buf[pos], buf[pos + 1]
-            length, head = second & 0x7F, 2
-            if length == 126:
-                if size - pos < 4:
-                    break
-                length, head = int.from_bytes(buf[pos + 2:pos + 4], "big"), 4
-            elif length == 127:
-                if size - pos < 10:
-                    break
-                length, head = int.from_bytes(buf[pos + 2:pos + 10], "big"), 10
-            if second & 0x80:
-                head += 4  # masked: websockets fails the connection on it
-            end = pos + head + length
-            if length > MAX_SERVER_MESSAGE_BYTES:  # websockets refuses it, whole or not
-                ws.receive_data(buf[pos:])
-                self._split, pos, fed = False, size, True
-                self._events(ws)
-                break
-            if end > size:
-                break
-            if first == _TEXT_FIN and second < 0x80 and not self._in_fragments and ws.state is State.OPEN:
-                self._message(buf[pos + head:end])
-            else:
-                opcode = first & _OPCODE
-                if opcode in (_OP_TEXT, _OP_BINARY) and not first & _FIN:
-                    self._in_fragments = True
-                elif opcode == _OP_CONT and first & _FIN:
-                    self._in_fragments = False
-                ws.receive_data(buf[pos:end])
-                fed = True
-                self._events(ws)
-            pos = end
-        self._inbox = buf[pos:] if pos < size else b""
-        return fed
-
-    def _events(self, ws: ClientProtocol) -> None:
-        """What websockets parsed: text messages handled (the handshake's response is
-        read through ``ws.state`` and ``ws.handshake_exc``)."""
-        for event in ws.events_received():
-            if not isinstance(event, Frame):
-                continue  # the handshake: ws.state and ws.handshake_exc say how it went
-            if event.opcode is Opcode.TEXT or event.opcode is Opcode.CONT:
-                self._fragments.append(bytes(event.data))
-                if event.fin:
-                    text, self._fragments = b"".join(self._fragments), []
-                    self._message(text)
 
     def _flush_quietly(self) -> None:
         try:
@@ -682,8 +567,7 @@ class BlockingRewarder(ClientState):
         """The connection is gone: close the socket, end the running episode."""
         sock, self._sock = self._sock, None
         had = self._proto is not None and self._describe is not None
-        self._ws = self._proto = self._poller = None
-        self._split, self._inbox = False, b""
+        self._ws = self._proto = self._poller = self._frames = None
         self._failure = ConnectionClosed(reason)
         self._describe = None
         if sock is not None:
@@ -697,24 +581,12 @@ class BlockingRewarder(ClientState):
 
     def _abort(self) -> None:
         sock, self._sock, self._ws, self._proto = self._sock, None, None, None
-        self._poller, self._split, self._inbox = None, False, b""
+        self._poller = self._frames = None
         if sock is not None:
             try:
                 sock.close()
             except OSError:
                 pass
-
-
-def _client_text_frame(data: bytes, mask: bytes) -> bytes:
-    """One unfragmented text frame from the client, masked with the 4-byte ``mask``."""
-    size = len(data)
-    if size < 126:
-        head = bytes((_TEXT_FIN, 0x80 | size))
-    elif size < 1 << 16:
-        head = bytes((_TEXT_FIN, 0x80 | 126)) + size.to_bytes(2, "big")
-    else:
-        head = bytes((_TEXT_FIN, 0x80 | 127)) + size.to_bytes(8, "big")
-    return head + mask + apply_mask(data, mask)
 
 
 def _hold_interrupts() -> list[int] | None:

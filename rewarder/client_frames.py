@@ -1,0 +1,170 @@
+"""The blocking client's WebSocket framing once the connection is open: sans-I/O.
+
+Holds :class:`ClientFrames`. websockets' ``ClientProtocol`` does the handshake, control
+frames (pings, close) and anything unusual; once the connection is open this class
+splits the server's byte stream into frames itself, reads a whole unmasked text frame
+(every reply and event a server sends) without it, and builds the client's own masked
+text frames: websockets' generic parser and serializer were a measurable share of an
+agent's CPU per lockstep step (``python -m benchmarks atari_lockstep``, part 1b).
+websockets only ever gets whole frames, so its state stays right for what it does see.
+Feed it bytes (:meth:`ClientFrames.receive`, :meth:`ClientFrames.receive_eof`); it calls
+``on_message`` with each text message's bytes; the shell then sends what
+``ws.data_to_send()`` holds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Final
+
+from websockets.client import ClientProtocol
+from websockets.frames import Frame, Opcode
+from websockets.protocol import State
+
+try:
+    from websockets.speedups import apply_mask
+except ImportError:  # pragma: no cover - websockets built without its C extension
+    from websockets.utils import apply_mask
+
+#: Bytes of WebSocket mask keys drawn from the OS at a time (four a frame).
+MASK_POOL: Final = 4096
+#: First byte of an unfragmented text frame (FIN, no RSV bits, opcode 1): the frames the
+#: fast path reads itself; the second byte of such a server frame is below 0x80 (unmasked).
+_TEXT_FIN: Final = 0x81
+_FIN: Final = 0x80
+_OPCODE: Final = 0x0F
+_OP_TEXT, _OP_BINARY, _OP_CONT = 0x1, 0x2, 0x0
+#: The end of the handshake's HTTP response: frames start after it.
+_HEADERS_END: Final = b"\r\n\r\n"
+
+
+class ClientFrames:
+    """One connection's framing: ``ws`` (a new ``ClientProtocol``, its request sent)
+    and where each text message goes (``on_message``). ``max_size``: a server frame
+    longer than this is handed to websockets, which refuses it."""
+
+    def __init__(self, ws: ClientProtocol, on_message: Callable[[bytes], None], max_size: int) -> None:
+        self.ws = ws
+        self.on_message = on_message
+        self.max_size = max_size
+        #: Once the handshake is done: this class splits frames (websockets gets whole ones).
+        self.split = False
+        #: Bytes of a frame not complete yet (split mode), or the handshake's last bytes.
+        self._inbox = b""
+        #: websockets is inside a fragmented message (its frames all go there until it ends).
+        self._in_fragments = False
+        self._fragments: list[bytes] = []
+        self._masks, self._mask_at = b"", 0
+
+    def receive(self, data: bytes) -> bool:
+        """Bytes from the server (not empty); whether websockets got any (it may then have
+        something to send: pongs, a close echo)."""
+        if self.split:
+            return self._frames(data)
+        self._handshake_bytes(data)
+        return True
+
+    def receive_eof(self) -> None:
+        """The server closed its end: half a frame kept is websockets' to judge."""
+        ws = self.ws
+        if self._inbox:
+            ws.receive_data(self._inbox)
+            self._inbox = b""
+        ws.receive_eof()
+        self._events()
+
+    def text_frame(self, data: bytes) -> bytes:
+        """One unfragmented text frame of ``data`` from the client, masked with a fresh key
+        (RFC 6455: unpredictable, one per frame) from a pool drawn from the OS
+        :data:`MASK_POOL` bytes at a time (one ``getrandom`` serves many frames)."""
+        if self._mask_at >= len(self._masks):
+            self._masks, self._mask_at = os.urandom(MASK_POOL), 0
+        at = self._mask_at
+        self._mask_at = at + 4
+        mask = self._masks[at:at + 4]
+        size = len(data)
+        if size < 126:
+            head = bytes((_TEXT_FIN, 0x80 | size))
+        elif size < 1 << 16:
+            head = bytes((_TEXT_FIN, 0x80 | 126)) + size.to_bytes(2, "big")
+        else:
+            head = bytes((_TEXT_FIN, 0x80 | 127)) + size.to_bytes(8, "big")
+        return head + mask + apply_mask(data, mask)
+
+    def _handshake_bytes(self, data: bytes) -> None:
+        """Bytes before split mode: websockets reads them, up to the end of the handshake
+        response if it is in them; the frames after it are split here once it opened."""
+        ws = self.ws
+        joined = self._inbox + data
+        end = joined.find(_HEADERS_END)
+        if end < 0 or ws.state is not State.CONNECTING:
+            self._inbox = joined[-len(_HEADERS_END):]
+            ws.receive_data(data)
+            self._events()
+            return
+        cut = end + len(_HEADERS_END) - (len(joined) - len(data))
+        self._inbox = b""
+        ws.receive_data(data[:cut])
+        self._events()
+        if ws.state is State.OPEN:
+            self.split = True
+            if len(data) > cut:
+                self._frames(data[cut:])
+        elif len(data) > cut:
+            ws.receive_data(data[cut:])  # a refusal's body: websockets reads it all
+            self._events()
+
+    def _frames(self, data: bytes) -> bool:
+        """Split mode: each whole unfragmented text frame read here, any other whole frame
+        handed to websockets (in order), a partial one kept; whether websockets got any."""
+        ws = self.ws
+        buf = self._inbox + data if self._inbox else data
+        size, pos, fed = len(buf), 0, False
+        while size - pos >= 2:
+            first, second = buf[pos], buf[pos + 1]
+            length, head = second & 0x7F, 2
+            if length == 126:
+                if size - pos < 4:
+                    break
+                length, head = int.from_bytes(buf[pos + 2:pos + 4], "big"), 4
+            elif length == 127:
+                if size - pos < 10:
+                    break
+                length, head = int.from_bytes(buf[pos + 2:pos + 10], "big"), 10
+            if second & 0x80:
+                head += 4  # masked: websockets fails the connection on it
+            end = pos + head + length
+            if length > self.max_size:  # websockets refuses it, whole or not
+                ws.receive_data(buf[pos:])
+                self.split, pos, fed = False, size, True
+                self._events()
+                break
+            if end > size:
+                break
+            if first == _TEXT_FIN and second < 0x80 and not self._in_fragments and ws.state is State.OPEN:
+                self.on_message(buf[pos + head:end])
+            else:
+                opcode = first & _OPCODE
+                if opcode in (_OP_TEXT, _OP_BINARY) and not first & _FIN:
+                    self._in_fragments = True
+                elif opcode == _OP_CONT and first & _FIN:
+                    self._in_fragments = False
+                ws.receive_data(buf[pos:end])
+                fed = True
+                self._events()
+            pos = end
+        self._inbox = buf[pos:] if pos < size else b""
+        return fed
+
+    def _events(self) -> None:
+        """What websockets parsed: text messages handled (the handshake's response is
+        read through ``ws.state`` and ``ws.handshake_exc``)."""
+        for event in self.ws.events_received():
+            if not isinstance(event, Frame):
+                continue  # the handshake: ws.state and ws.handshake_exc say how it went
+            if event.opcode is Opcode.TEXT or event.opcode is Opcode.CONT:
+                self._fragments.append(bytes(event.data))
+                if event.fin:
+                    text, self._fragments = b"".join(self._fragments), []
+                    self.on_message(text)
