@@ -22,16 +22,10 @@ from websockets.client import ClientProtocol
 from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 
-try:
-    from websockets.speedups import apply_mask
-except ImportError:  # pragma: no cover - websockets built without its C extension
-    from websockets.utils import apply_mask
+from .ws_frames import LENGTH_16, LENGTH_64, MASK_BIT, TEXT_FIN, apply_mask, text_header
 
 #: Bytes of WebSocket mask keys drawn from the OS at a time (four a frame).
 MASK_POOL: Final = 4096
-#: First byte of an unfragmented text frame (FIN, no RSV bits, opcode 1): the frames the
-#: fast path reads itself; the second byte of such a server frame is below 0x80 (unmasked).
-_TEXT_FIN: Final = 0x81
 _FIN: Final = 0x80
 _OPCODE: Final = 0x0F
 _OP_TEXT, _OP_BINARY, _OP_CONT = 0x1, 0x2, 0x0
@@ -83,14 +77,7 @@ class ClientFrames:
         at = self._mask_at
         self._mask_at = at + 4
         mask = self._masks[at:at + 4]
-        size = len(data)
-        if size < 126:
-            head = bytes((_TEXT_FIN, 0x80 | size))
-        elif size < 1 << 16:
-            head = bytes((_TEXT_FIN, 0x80 | 126)) + size.to_bytes(2, "big")
-        else:
-            head = bytes((_TEXT_FIN, 0x80 | 127)) + size.to_bytes(8, "big")
-        return head + mask + apply_mask(data, mask)
+        return text_header(len(data), masked=True) + mask + apply_mask(data, mask)
 
     def _handshake_bytes(self, data: bytes) -> None:
         """Bytes before split mode: websockets reads them, up to the end of the handshake
@@ -124,15 +111,15 @@ class ClientFrames:
         while size - pos >= 2:
             first, second = buf[pos], buf[pos + 1]
             length, head = second & 0x7F, 2
-            if length == 126:
+            if length == LENGTH_16:
                 if size - pos < 4:
                     break
                 length, head = int.from_bytes(buf[pos + 2:pos + 4], "big"), 4
-            elif length == 127:
+            elif length == LENGTH_64:
                 if size - pos < 10:
                     break
                 length, head = int.from_bytes(buf[pos + 2:pos + 10], "big"), 10
-            if second & 0x80:
+            if second & MASK_BIT:
                 head += 4  # masked: websockets fails the connection on it
             end = pos + head + length
             if length > self.max_size:  # websockets refuses it, whole or not
@@ -142,7 +129,8 @@ class ClientFrames:
                 break
             if end > size:
                 break
-            if first == _TEXT_FIN and second < 0x80 and not self._in_fragments and ws.state is State.OPEN:
+            whole_text = first == TEXT_FIN and not second & MASK_BIT
+            if whole_text and not self._in_fragments and ws.state is State.OPEN:
                 self.on_message(buf[pos + head:end])
             else:
                 opcode = first & _OPCODE

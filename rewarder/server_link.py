@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import struct
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -29,12 +28,8 @@ from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
-try:  # websockets' C unmasking, when it was built with its extension
-    from websockets.speedups import apply_mask
-except ImportError:  # pragma: no cover (a pure-Python websockets)
-    from websockets.utils import apply_mask
-
 from . import connections
+from .ws_frames import LENGTH_16, LENGTH_64, MASK_BIT, TEXT_FIN, apply_mask, text_header
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +41,8 @@ SERVER_HEADER: Final = "universe-remote"
 MAX_PENDING_MESSAGES: Final = 64
 #: Bytes of a keepalive ping's payload (random: a stale pong cannot answer a new ping).
 PING_PAYLOAD_BYTES: Final = 4
-#: First byte of a whole, unextended text frame (FIN, no RSV bits, opcode TEXT): the
-#: only kind the fast paths read and write.
-_TEXT_FIN: Final = 0x81
-#: Second byte's mask bit (every client frame has it) and its length field.
-_MASKED: Final = 0x80
+#: The second byte's length field.
 _LENGTH: Final = 0x7F
-#: Length fields that say "the length follows in 2 (126) or 8 (127) bytes".
-_LENGTH_16: Final = 126
-_LENGTH_64: Final = 127
-_HEADER_16: Final = struct.Struct("!BBH")
-_HEADER_64: Final = struct.Struct("!BBQ")
 
 
 def _short_path_fits() -> bool:
@@ -225,14 +211,7 @@ class ServerLink(asyncio.Protocol):
             return
         # What ws.send_text queues, framed here: a server's frames are not masked, and
         # this one header is most of the cost of a step reply's frame there.
-        size = len(data)
-        if size < _LENGTH_16:
-            header = bytes((_TEXT_FIN, size))
-        elif size < 1 << 16:
-            header = _HEADER_16.pack(_TEXT_FIN, _LENGTH_16, size)
-        else:
-            header = _HEADER_64.pack(_TEXT_FIN, _LENGTH_64, size)
-        ws.writes.append(header + data)
+        ws.writes.append(text_header(len(data), masked=False) + data)
         if not self._batching:
             self.flush()
 
@@ -290,19 +269,19 @@ class ServerLink(asyncio.Protocol):
         only while that parser waits for the first byte of a frame."""
         ws = self.ws
         if (
-            not SHORT_PATH or len(data) < 6 or data[0] != _TEXT_FIN or ws.state is not State.OPEN
+            not SHORT_PATH or len(data) < 6 or data[0] != TEXT_FIN or ws.state is not State.OPEN
             or ws.reader.buffer or ws.current_size is not None or self._fragments
         ):
             return None
         second = data[1]
-        if not second & _MASKED:
+        if not second & MASK_BIT:
             return None
         size, start = second & _LENGTH, 2
-        if size == _LENGTH_16:
+        if size == LENGTH_16:
             size, start = int.from_bytes(data[2:4]), 4
-            if size < _LENGTH_16:
+            if size < LENGTH_16:
                 return None
-        elif size == _LENGTH_64:
+        elif size == LENGTH_64:
             return None
         if len(data) != start + 4 + size or size > self.limits.max_frame_bytes:
             return None
