@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
@@ -47,6 +48,11 @@ FLOAT_RANGE: Final = 100
 REWARDER_OFFSET: Final = REWARDER_BASE - VNC_BASE
 #: Sub-commands of ``universe-remote`` that start a remote.
 SERVING_COMMANDS: Final = frozenset({"serve", "replay"})
+#: A process caught in the middle of ``execve`` (its parent's ``Popen`` has returned, its
+#: arguments are not yet in place) shows an empty command line for a moment, longer on a
+#: loaded machine: it is read again this often, for at most this long.
+EXEC_SETTLE_INTERVAL: Final = 0.01
+EXEC_SETTLE_TIMEOUT: Final = 1.0
 
 
 class NothingListens(ConnectionRefusedError):
@@ -104,6 +110,21 @@ def _floating() -> set[int]:
     return {base + i for base in (VNC_BASE, REWARDER_BASE) for i in range(FLOAT_RANGE)}
 
 
+def _argv(entry: Path) -> list[str]:
+    """A process's command line, waiting out ``execve``'s empty moment (a process with an
+    executable and no arguments yet; kernel threads and zombies have no executable)."""
+    deadline = time.monotonic() + EXEC_SETTLE_TIMEOUT
+    while True:
+        raw = (entry / "cmdline").read_bytes()
+        if raw or time.monotonic() > deadline:
+            return raw.decode(errors="replace").split("\0")[:-1]
+        try:
+            os.readlink(entry / "exe")
+        except OSError:  # a kernel thread, a zombie, or not ours to see: no command line
+            return []
+        time.sleep(EXEC_SETTLE_INTERVAL)
+
+
 def starting_here(ports: Iterable[int], proc: Path = Path("/proc")) -> list[str]:
     """Processes in this network namespace that could be serving, or starting to serve,
     one of ``ports`` (``pid: command``)."""
@@ -117,9 +138,9 @@ def starting_here(ports: Iterable[int], proc: Path = Path("/proc")) -> list[str]
         if not entry.name.isdigit():
             continue
         try:
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
             if own_net is not None and os.readlink(entry / "ns" / "net") != own_net:
                 continue  # another namespace's loopback is not ours
+            argv = _argv(entry)
         except OSError:  # gone meanwhile, or not ours to read
             continue
         served = serving_ports(argv)

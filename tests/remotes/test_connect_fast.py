@@ -4,6 +4,7 @@ as before (remotes/listening.py says when an env may give up at once)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from typing import Final
 
 import pytest
 
-from remotes import RemoteEnv, RemoteVectorEnv, start_local
+from remotes import RemoteEnv, RemoteVectorEnv, listening, start_local
 from remotes.listening import serving_ports, starting_here
 from remotes.local import LocalRemotes
 from remotes.options import check_env_id
@@ -107,3 +108,28 @@ def test_an_env_id_the_remote_serves_passes_though_this_install_lacks_it() -> No
     check_env_id("atari.Pong-v0", [])  # known here, whether or not ale-py is installed
     with pytest.raises(UnknownEnvironment):
         check_env_id("private.Game-v1", ["private.Game-v0"])
+
+
+def test_a_serve_caught_inside_execve_is_still_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Popen returns once the child's exec has begun; its arguments come a moment later
+    (CI saw an empty command line on a loaded machine). A kernel thread (no executable)
+    is not waited for."""
+    own_net = os.readlink("/proc/self/ns/net")
+    (tmp_path / "self" / "ns").mkdir(parents=True)
+    (tmp_path / "self" / "ns" / "net").symlink_to(own_net)
+    for pid, exe in (("41", sys.executable), ("2", None)):
+        (tmp_path / pid / "ns").mkdir(parents=True)
+        (tmp_path / pid / "ns" / "net").symlink_to(own_net)
+        (tmp_path / pid / "cmdline").write_bytes(b"")
+        if exe:
+            (tmp_path / pid / "exe").symlink_to(exe)
+    argv = ["python", "-m", "universe_remote", "serve", "x", "--vnc-port", "5907"]
+    waits: list[float] = []
+
+    def exec_completes(seconds: float) -> None:
+        waits.append(seconds)
+        (tmp_path / "41" / "cmdline").write_bytes("\0".join(argv).encode() + b"\0")
+
+    monkeypatch.setattr(listening.time, "sleep", exec_completes)
+    assert starting_here([5907], proc=tmp_path) == [f"41: {' '.join(argv)}"]
+    assert len(waits) == 1
