@@ -97,6 +97,10 @@ SCREEN_HEIGHT: Final = 480
 TASK_AREA: Final = (0, 0, 160, 210)
 #: ``serve --option screen=...``: the task area (the default) or the whole screen.
 SCREENS: Final = ("task", "full")
+#: ``serve --option reward=...``: what a won or lost episode pays (docs/browser.md):
+#: MiniWoB's reward, discounted by the time taken (the default); MiniWoB's raw reward
+#: (1 won, -1 lost, partial credit on a few tasks); or BrowserGym's 1.0 won, 0.0 not.
+REWARDS: Final = ("discounted", "raw", "success")
 #: Seconds a real-time reset waits for the display to show the new page; past it, the
 #: reset's frame is the page's screenshot and the next frame takes the whole display.
 SETTLE_TIMEOUT: Final = 2.0
@@ -111,6 +115,13 @@ MAX_SCREENSHOTS: Final = 4
 #: ``observe`` property), made when the served screen changed (an observation costs
 #: several ms of the page's time: ``python -m benchmarks page_structure``).
 OBSERVE_INTERVAL: Final = 0.1
+#: The instruction: ``core.getUtterance()``'s sentence. Some tasks (email-inbox-nl-turk,
+#: email-inbox-forward-nl*, flight.*) return ``{utterance, fields}``, the fields being
+#: the parsed answer; only the sentence is an agent's to read.
+UTTERANCE_JS: Final = (
+    "(u => typeof u === 'string' ? u : u != null && typeof u.utterance === 'string' "
+    "? u.utterance : String(u))(core.getUtterance())"
+)
 #: Seconds between polls of the page's reward globals (20 Hz: a reward reaches the
 #: rewarder within ~50 ms plus a frame).
 POLL_INTERVAL: Final = 0.05
@@ -143,13 +154,15 @@ class MiniWoBRuntime(DisplayRuntime):
     lockstep: ClassVar[bool] = True  # the page's clock (runtimes.page_clock)
     async_advance: ClassVar[bool] = True
     action_strings: ClassVar[bool] = True  # runtimes.web_actor, docs/browser.md
-    options: ClassVar[tuple[str, ...]] = ("screen", "marks")
+    options: ClassVar[tuple[str, ...]] = ("screen", "marks", "reward")
     #: The task page's file name (``click-test.html``); set per subclass.
     page: ClassVar[str]
     #: Which screen this class serves (one of :data:`SCREENS`).
     screen_kind: ClassVar[str] = "task"
 
-    def __new__(cls, screen: str = "task", marks: bool = False) -> MiniWoBRuntime:
+    def __new__(
+        cls, screen: str = "task", marks: bool = False, reward: str = "discounted"
+    ) -> MiniWoBRuntime:
         """``screen="full"`` makes the whole-screen form of the task's class (every
         class attribute, the size included, stays true of the instance)."""
         if screen not in SCREENS:
@@ -158,13 +171,16 @@ class MiniWoBRuntime(DisplayRuntime):
             cls = _screen_form(cls, screen)
         return super().__new__(cls)
 
-    def __init__(self, screen: str = "task", marks: bool = False) -> None:
+    def __init__(self, screen: str = "task", marks: bool = False, reward: str = "discounted") -> None:
         """``marks``: draw set-of-marks (a box and its bid on each clickable element) on
-        every frame, for agents that read bids off pixels and for people watching."""
+        every frame, for agents that read bids off pixels and for people watching.
+        ``reward``: which reward an episode pays (one of :data:`REWARDS`)."""
         super().__init__()
         if not isinstance(marks, bool | int):
             raise ValueError(f"marks must be true or false, not {marks!r}")
-        self.marks = bool(marks)
+        if reward not in REWARDS:
+            raise ValueError(f"reward must be one of {', '.join(REWARDS)}, not {reward!r}")
+        self.marks, self.reward = bool(marks), reward
         self._marked: list[Element] | None = None  # the elements the marks show
         self._marks_stale = False  # new elements since the marks were drawn
         self._clean: np.ndarray | None = None  # lockstep's last screenshot, unmarked
@@ -187,7 +203,13 @@ class MiniWoBRuntime(DisplayRuntime):
         self._profile: Path | None = None
         self._poller: asyncio.Task[None] | None = None
         self._generation = 0  # bumped by every reset: the poller drops older readings
-        self._wob_episode = 0  # WOB_EPISODE_ID when our episode started
+        #: WOB_EPISODE_ID when our episode started; None while a reset starts one (the
+        #: page may still hold the last episode's end, which is not this episode's).
+        self._wob_episode: int | None = 0
+        #: Real time, for one act (arun_action, asettle, aobservation): when the action
+        #: string's input began, and when the screen first changed after that.
+        self._acted_at: float | None = None
+        self._first_change: float | None = None
         self._text: str | None = None  # the instruction, sent at the episode's first frame
         self._outcome: tuple[float, dict[str, Any]] | None = None  # set by the poller
         self._reported = False
@@ -214,6 +236,15 @@ class MiniWoBRuntime(DisplayRuntime):
 
     async def _on_display(self) -> None:
         await self._start_browser(self._chromium)
+
+    async def _start_display(self) -> None:
+        """The display, the X pointer moved by our connection to the screen's corner:
+        TigerVNC draws the pointer into the frames of a client whose last pointer event
+        was elsewhere (the Cursor encoding notwithstanding), and the whole screen's
+        first frame kept it at the centre, where nothing draws again."""
+        await super()._start_display()
+        x0, y0 = self.origin
+        self.inject([PointerEvent(SCREEN_WIDTH - 1 - x0, SCREEN_HEIGHT - 1 - y0, 0)])
 
     async def _start_browser(self, chromium: str | None = None) -> None:
         """Start Chromium on the display with the task page; return once it is ready."""
@@ -280,6 +311,7 @@ class MiniWoBRuntime(DisplayRuntime):
     async def areset(self, seed: int | None = None) -> None:
         """Seed the page and start a new episode, and take its first frame; bring the
         browser (and the display) back if it is lost."""
+        self._wob_episode = None  # before the bump: no poll may take the last end for ours
         self._generation += 1
         self._outcome, self._reported, self._failure = None, False, None
         await self._revive_display()
@@ -311,7 +343,7 @@ class MiniWoBRuntime(DisplayRuntime):
         seed_call = f"Math.seedrandom({int(seed)})" if seed is not None else "Math.seedrandom()"
         utterance, episode = await self.cdp.evaluate(
             f"(() => {{ {seed_call}; core.startEpisodeReal(); "
-            "return [core.getUtterance(), WOB_EPISODE_ID]; })()"
+            f"return [{UTTERANCE_JS}, WOB_EPISODE_ID]; }})()"
         )
         self._wob_episode = int(episode)
         self._text = str(utterance)
@@ -369,12 +401,10 @@ class MiniWoBRuntime(DisplayRuntime):
         done, reward, raw, episode, reason = await self.cdp.evaluate(STATE_EXPRESSION)
         result = StepResult(frames=frames, text=self._text)
         self._text = None
-        if done and int(episode) > self._wob_episode:
+        if done and self._wob_episode is not None and int(episode) > self._wob_episode:
             self._reported = True
-            result.reward, result.done = float(reward), True
-            result.info = {
-                "wob.raw_reward": float(raw), "wob.reason": reason, "wob.episodes": int(episode),
-            }
+            result.reward, result.info = self._payment(reward, raw, reason, episode)
+            result.done = True
         observation = await self._observe() if self.observe else {}
         if self._last_action is not None:  # the step's action string: its outcome
             observation.update(self._last_action)
@@ -421,7 +451,26 @@ class MiniWoBRuntime(DisplayRuntime):
         self.framebuffer[...] = draw_marks(clean, self._marked, frame_origin=(x0, y0))
         self._damage, self._marks_stale = None, False  # marks move: the server compares
 
+    def _damaged(self, screen: Any, update: Any) -> None:
+        """Note the display's change, and the first one since an action string began."""
+        before = self.changed_at
+        super()._damaged(screen, update)
+        if self._acted_at is not None and self._first_change is None and self.changed_at != before:
+            self._first_change = self.changed_at
+
+    async def asettle(self) -> dict[str, Any]:
+        """After an action string, counted from when its input began: a change it made
+        while the actor waited for the page to take it is the screen reacting."""
+        acted, started = self._acted_at, time.monotonic()
+        settled = await super().asettle()
+        if acted is not None:
+            first, self._acted_at = self._first_change, None
+            settled["react_s"] = None if first is None else first - acted
+            settled["settled_s"] += started - acted
+        return settled
+
     async def aobservation(self, parts: frozenset[str] | None = None) -> dict[str, Any]:
+        self._acted_at = None  # the act is over (acting: action, settle, observation)
         wanted = self.observe if parts is None else parts
         return await self._observe(parts=wanted) if wanted and self.cdp is not None else {}
 
@@ -434,11 +483,18 @@ class MiniWoBRuntime(DisplayRuntime):
     ) -> dict[str, Any]:
         """Run an action string: in real time as X input ``send`` queues (recorded, seen
         by viewers); in lockstep through DevTools, before the step's frames (and then
-        the step reports it)."""
-        assert self.cdp is not None and self.page_input is not None
+        the step reports it, and ``noop`` moves page time instead of waiting)."""
+        assert self.cdp is not None and self.page_input is not None and self.clock is not None
         x0, y0 = self.origin
-        if self._paused:
-            page_input = self.page_input
+        wait = None
+        if not self._paused:
+            self._acted_at, self._first_change = time.monotonic(), None  # (asettle)
+        else:
+            page_input, clock = self.page_input, self.clock
+
+            async def wait(seconds: float) -> None:
+                """``noop`` in lockstep: page time, at once (the wall clock is not it)."""
+                await clock.advance(seconds * 1000)
 
             def send_now(events: Sequence[InputEvent]) -> asyncio.Task[None]:
                 """DevTools input, in a task the actor awaits (its error is the action's)."""
@@ -454,7 +510,7 @@ class MiniWoBRuntime(DisplayRuntime):
             send = send_now
         actor = WebActor(
             self.cdp, send, origin=(0, 0), frame_origin=(x0, y0),
-            viewport=(x0, y0, self.width, self.height),
+            viewport=(x0, y0, self.width, self.height), wait=wait,
         )
         actor.planner.pointer = self._action_pointer
         result = await actor.run(text)
@@ -473,18 +529,21 @@ class MiniWoBRuntime(DisplayRuntime):
         the new episode, not the old one.
 
         The page's screenshot says what the new page looks like; the display's updates
-        are taken until the served area equals it. (Waiting for "the next update" was
+        are taken until the task area equals it (the whole screen's reward panel has a
+        timer that may tick meanwhile). (Waiting for "the next update" was
         measured wrong both ways: an update of the reward panel alone came first, and
         the page's own update had often arrived before the wait began.)
         """
         assert self.clock is not None and self.screen is not None
         x0, y0 = self.origin
         page = await self.clock.screenshot((x0, y0, self.width, self.height))
+        tx, ty, tw, th = TASK_AREA
+        task = (slice(ty - y0, ty - y0 + th), slice(tx - x0, tx - x0 + tw))
         deadline = time.monotonic() + SETTLE_TIMEOUT
         while True:
             seen = self.screen.updates
             self.capture()
-            if np.array_equal(self.framebuffer, page):
+            if np.array_equal(self.framebuffer[task], page[task]):
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -543,13 +602,17 @@ class MiniWoBRuntime(DisplayRuntime):
                         observation = await self._observe()
                         if generation == self._generation and not self._paused:
                             self._observation = observation
-            if done and int(episode) > self._wob_episode:
-                info = {
-                    "wob.raw_reward": float(raw),
-                    "wob.reason": reason,
-                    "wob.episodes": int(episode),
-                }
-                self._outcome = (float(reward), info)
+            if done and self._wob_episode is not None and int(episode) > self._wob_episode:
+                self._outcome = self._payment(reward, raw, reason, episode)
+
+    def _payment(
+        self, reward: float, raw: float, reason: Any, episode: int
+    ) -> tuple[float, dict[str, Any]]:
+        """The reward an ended episode pays (:attr:`reward`'s kind) and its info."""
+        paid = {"discounted": float(reward), "raw": float(raw), "success": float(raw > 0)}
+        info = {"wob.reward": float(reward), "wob.raw_reward": float(raw),
+                "wob.reason": reason, "wob.episodes": int(episode)}
+        return paid[self.reward], info
 
 
 def _runtime_class(page: str) -> type[MiniWoBRuntime]:

@@ -28,6 +28,7 @@ from .page_structure import (
     BID_PREFIX,
     MAX_ELEMENTS,
     MAX_TEXT_CHARS,
+    MAX_VALUE_CHARS,
     OBSERVE_TIMEOUT,
     STATE_GLOBAL,
     Element,
@@ -84,6 +85,11 @@ _BIDS_JS: Final = r"""
 def _squash(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= MAX_TEXT_CHARS else text[: MAX_TEXT_CHARS - 1] + "\u2026"
+
+
+def _value(text: str) -> str:
+    """A form control's value as the page holds it, only its length bounded."""
+    return text[:MAX_VALUE_CHARS]
 
 
 def _rare(data: dict[str, Any] | None) -> set[int]:
@@ -210,7 +216,8 @@ def _build(
             bid=bid, tag=tag, role=str(_ax_value(node, "role") or "generic"),
             name=_squash(str(_ax_value(node, "name") or "")),
             text=_squash(own_text.get(index, "")),
-            value=_squash(values[index]) if index in values and not is_toggle else None,
+            value=_value(values[index]) if index in values and not is_toggle else None,
+            value_cut=index in values and not is_toggle and len(values[index]) > MAX_VALUE_CHARS,
             bbox=(round(origin[0] + x * dpr, 1), round(origin[1] + y * dpr, 1),
                   round(w * dpr, 1), round(h * dpr, 1)),
             visibility=round(float(vis), 3), point=None if point is None else (point[0], point[1]),
@@ -267,7 +274,7 @@ def _ax_lines(
         if not skip:
             value = _ax_value(node, "value")
             yield TreeLine(
-                depth, role, name, bid, None if value is None else _squash(str(value)), states,
+                depth, role, name, bid, None if value is None else _value(str(value)), states,
                 element.clickable if element is not None else False,
                 element.visible if element is not None else True,
             )

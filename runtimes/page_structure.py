@@ -54,8 +54,11 @@ HOOK_GLOBAL: Final = "__universeClickable"
 #: Elements one observation describes (the first in document order); the rest are
 #: counted in ``omitted``. Bids are given to all of them.
 MAX_ELEMENTS: Final = 3000
-#: Characters kept of a name, a text or a value (longer ones end with "…").
+#: Characters kept of a name or a text, whitespace collapsed (longer ones end with "…").
 MAX_TEXT_CHARS: Final = 200
+#: Characters kept of a form control's value, exactly as the page holds it (whitespace
+#: and newlines kept); a longer value is cut there and its element says ``value_cut``.
+MAX_VALUE_CHARS: Final = 10_000
 #: Bytes of an observation's JSON (``v0.env.observation`` body), tree text included:
 #: well under the rewarder's 4 MiB limit of a server message.
 MAX_OBSERVATION_BYTES: Final = 512 * 1024
@@ -102,6 +105,7 @@ _WALK_JS: Final = r"""
     s = (s || '').replace(/\s+/g, ' ').trim();
     return s.length > MAXTEXT ? s.slice(0, MAXTEXT - 1) + '\u2026' : s;
   };
+  const MAXVALUE = opts.maxValue;
   const role = (el, tag) => {
     const explicit = el.getAttribute('role');
     if (explicit) return explicit.trim().split(/\s+/)[0];
@@ -210,7 +214,9 @@ _WALK_JS: Final = r"""
     if (segments !== null) segments = segments.map(([at, text]) => [at, squash(text)]);
     const type = tag === 'INPUT' ? (el.type || 'text') : null;
     const hasValue = tag === 'INPUT' || tag === 'TEXTAREA' || tag === 'SELECT';
-    const value = hasValue && type !== 'checkbox' && type !== 'radio' ? squash(el.value) : null;
+    // A value is what the page holds, exactly: only its length is bounded.
+    const full = hasValue && type !== 'checkbox' && type !== 'radio' ? String(el.value) : null;
+    const value = full !== null && full.length > MAXVALUE ? full.slice(0, MAXVALUE) : full;
     const ariaChecked = el.getAttribute('aria-checked');
     const checked = (type === 'checkbox' || type === 'radio') ? el.checked :
       ariaChecked === null ? null : ariaChecked === 'mixed' ? 'mixed' : ariaChecked === 'true';
@@ -224,7 +230,7 @@ _WALK_JS: Final = r"""
       clickable, el === active && tag !== 'BODY', checked, tag === 'OPTION' ? el.selected : null,
       expanded === null ? null : expanded === 'true', el.disabled === true ||
       el.getAttribute('aria-disabled') === 'true', el.required === true, shown, type,
-      el.id || null, segments,
+      el.id || null, segments, value !== full,
     ]);
     if (SKIP.has(tag) || opts.only) continue;
     for (let c = el.lastElementChild; c; c = c.previousElementSibling) {
@@ -302,6 +308,8 @@ class Element:
     #: The element's own text runs, each after how many of its child elements (for
     #: the text tree, which shows text where it is among the children).
     segments: list[tuple[int, str]] | None = None
+    #: ``value`` is the first :data:`MAX_VALUE_CHARS` characters of a longer one.
+    value_cut: bool = False
 
     @property
     def visible(self) -> bool:
@@ -321,6 +329,8 @@ class Element:
             if value is None or (value is False and key != "checked"):
                 continue
             out.append(key if value is True and key in ("focused", "required") else f"{key}={value!r}")
+        if self.value_cut:
+            out.append("value_cut")
         return out
 
     def as_json(self) -> dict[str, Any]:
@@ -336,6 +346,8 @@ class Element:
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
+        if self.value_cut:
+            out["value_cut"] = True
         if self.disabled:
             out["disabled"] = True
         return out
@@ -541,7 +553,7 @@ def _element_lines(elements: Iterable[Element], title: str) -> Iterator[TreeLine
 def _element(row: list[Any], parents: list[str]) -> Element:
     (bid, parent, depth, tag, role, name, text, value, x, y, w, h, visibility, point,
      clickable, focused, checked, selected, expanded, disabled, required, shown, type_,
-     id_, segments) = row
+     id_, segments, value_cut) = row
     return Element(
         bid=bid, tag=tag, role=role, name=name, text=text, value=value,
         bbox=(x, y, w, h), visibility=visibility,
@@ -550,6 +562,7 @@ def _element(row: list[Any], parents: list[str]) -> Element:
         expanded=expanded, disabled=disabled, required=required, shown=shown, type=type_,
         id=id_, parent=parents[parent] if parent >= 0 else None, depth=depth,
         segments=None if segments is None else [(int(at), str(text)) for at, text in segments],
+        value_cut=bool(value_cut),
     )
 
 
@@ -564,7 +577,8 @@ def walk_expression(
     other clients); ``only`` describes just the elements of these bids."""
     opts = {
         "attr": BID_ATTRIBUTE, "prefix": BID_PREFIX, "state": STATE_GLOBAL, "hook": HOOK_GLOBAL,
-        "maxText": MAX_TEXT_CHARS, "max": max_elements, "origin": list(origin), "reset": reset,
+        "maxText": MAX_TEXT_CHARS, "maxValue": MAX_VALUE_CHARS, "max": max_elements,
+        "origin": list(origin), "reset": reset,
         "only": list(only) if only is not None else None,
     }
     return f"({_WALK_JS.strip()})({json.dumps(opts)})"

@@ -22,7 +22,7 @@ import asyncio
 import inspect
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -87,8 +87,8 @@ class WebActor:
     """Runs action strings on the page behind ``cdp``, sending X input through ``send``
     (``DisplayRuntime.inject``). ``origin``: where the page's (0, 0) is on the screen;
     ``frame_origin``: where the served frame starts (events are in its pixels);
-    ``viewport``: the screen area a ``scroll`` starts at before any pointer action.
-    Calls must not overlap."""
+    ``viewport``: the screen area a ``scroll`` starts at before any pointer action;
+    ``wait``: how ``noop`` waits (default: the wall clock). Calls must not overlap."""
 
     def __init__(
         self,
@@ -101,8 +101,13 @@ class WebActor:
         shift_letters: bool = True,
         scroll_into_view: bool = True,
         seen_timeout: float = SEEN_TIMEOUT,
+        wait: Callable[[float], Awaitable[object]] | None = None,
     ) -> None:
         self.cdp, self.send, self.origin = cdp, send, origin
+        #: How ``noop(wait_ms)`` waits its seconds: the wall clock (real time), or the
+        #: runtime's page clock advanced that far (lockstep, where the wall clock is not
+        #: the page's time).
+        self.wait: Callable[[float], Awaitable[object]] = wait if wait is not None else asyncio.sleep
         self.planner = Planner(frame_origin=frame_origin, shift_letters=shift_letters, viewport=viewport)
         self.scroll_into_view, self.seen_timeout = scroll_into_view, seen_timeout
 
@@ -147,7 +152,7 @@ class WebActor:
             if error is not None:
                 return f"{action}: {error}"
         if plan.wait_ms:
-            await asyncio.sleep(plan.wait_ms / 1000)
+            await self.wait(plan.wait_ms / 1000)
         if plan.message is not None:
             result.messages.append(plan.message)
         return None

@@ -17,12 +17,14 @@ from runtimes.page_snapshot import observe_snapshot
 from runtimes.page_structure import (
     BID_ATTRIBUTE,
     MAX_OBSERVATION_BYTES,
+    MAX_VALUE_CHARS,
     Element,
     PageStructure,
     install_click_hook,
     locate,
     observe,
 )
+from runtimes.web_actor import WebActor
 from tests.runtimes.webpage import TIMEOUT, Kiosk, kiosk
 
 try:
@@ -184,6 +186,45 @@ async def test_hidden_covered_and_offscreen_elements_are_not_visible(tmp_path: P
         now = await locate(page.cdp, [by_id["half"].bid, "a99999"])
         half = by_id["half"]
         assert list(now) == [half.bid] and now[half.bid].visibility == half.visibility
+
+
+async def test_a_fields_value_is_exactly_what_the_page_holds(tmp_path: Path) -> None:
+    """Values keep their whitespace and newlines (names and texts are squashed; a value
+    is data an agent reads back or copies), are cut only past MAX_VALUE_CHARS and then
+    say so; and MiniWoB's copy-paste, whose text ends in a space, is won by copying the
+    observed value verbatim."""
+    html = tmp_path / "fields.html"
+    html.write_text(
+        "<!DOCTYPE html><html><head><title>Fields</title></head><body>"
+        "<input id='spaced' value='a  b '><textarea id='lines'>\nline one\n  two  \n</textarea>"
+        "<input id='long'><script>document.getElementById('long').value = "
+        f"'x'.repeat({MAX_VALUE_CHARS + 5});</script></body></html>"
+    )
+    async with kiosk() as page:
+        await page.load_html(html)
+        for structure in (await observe(page.cdp), await observe_snapshot(page.cdp)):
+            by_id = {e.id: e for e in structure if e.id}
+            assert by_id["spaced"].value == "a  b " and not by_id["spaced"].value_cut
+            if structure.method == "dom":  # (DOMSnapshot has no value for an unedited textarea)
+                assert by_id["lines"].value == "line one\n  two  \n"
+            assert by_id["long"].value == "x" * MAX_VALUE_CHARS and by_id["long"].value_cut
+            body = {e["id"]: e for e in structure.observation()["elements"] if "id" in e}
+            assert body["spaced"]["value"] == "a  b " and "value_cut" not in body["spaced"]
+            assert body["long"]["value_cut"] is True
+        tree = (await observe(page.cdp)).text()
+        assert "value='a  b '" in tree and "value='line one\\n  two  \\n'" in tree  # quoted
+        assert "value_cut" in next(line for line in tree.splitlines() if "xxxx" in line)
+
+        await page.load_task("copy-paste", seed=4)
+        structure = await observe(page.cdp)
+        source = one(structure, id="to-copy")
+        assert source.value is not None and source.value != " ".join(source.value.split())
+        answer, submit = one(structure, id="answer-input"), one(structure, role="button", name="Submit")
+        actor = WebActor(page.cdp, page.inject)
+        result = await actor.run(f"fill('{answer.bid}', {source.value!r})\nclick('{submit.bid}')")
+        assert result.error is None
+        await page.cdp.wait_for("WOB_DONE_GLOBAL === true", TIMEOUT)
+        assert await page.value("WOB_RAW_REWARD_GLOBAL") == 1
 
 
 async def test_the_observation_body_is_json_within_its_limit_and_says_when_cut(tmp_path: Path) -> None:
