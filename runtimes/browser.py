@@ -14,20 +14,22 @@ the remote reads over a Unix socket (``runtimes.xruntime``), so the page fills t
 from (0, 0) with no browser chrome. The remote serves the task (:data:`TASK_AREA`: the
 instruction bar and the 160x160 task, 160x210 at the top left) — what an agent needs,
 with none of the grey around it; ``serve --option screen=full`` serves the whole 640x480
-screen (MiniWoB's reward panel and timer to the right of the task).
+screen (MiniWoB's reward panel and timer to the right of the task); ``--option
+reward=`` one of :data:`REWARDS`, what an ended episode pays.
 
 **Episodes.** The page is loaded once, at start. A reset seeds the page's random number
 generator (``Math.seedrandom(seed)``), calls ``core.startEpisodeReal()`` and returns once
 the new page is drawn on the display and taken (:meth:`MiniWoBRuntime.areset`): the
 reset's frame is the new episode's, and input from the first step applies to it. The
 instruction (``core.getUtterance()``) goes out as ``v0.env.text`` before the reset's
-reply. A background task polls the page's
+reply (the sentence only: :data:`UTTERANCE_JS`). A background task polls the page's
 ``WOB_DONE_GLOBAL``/``WOB_REWARD_GLOBAL``/``WOB_EPISODE_ID`` every
 :data:`POLL_INTERVAL`; when the task ends its episode (a right or wrong answer, or its
 own 10 s time limit with reward -1), the next frame reports the reward once with
-``done`` and the remote resets. If Chromium dies or leaves the task page, the episode
-ends with ``info["browser.error"]`` and the reset brings the browser back (and the
-display, if Xvnc died).
+``done`` and the remote resets (each end once: a reset forgets the page's count first,
+so a poll before the new episode cannot take the old end for its). If Chromium dies or
+leaves the task page, the episode ends with ``info["browser.error"]`` and the reset
+brings the browser back (and the display, if Xvnc died).
 
 **Lockstep.** In lockstep (the remote's ``mode``, read at each reset) the page's time is
 a clock in the page (:mod:`runtimes.page_clock`), paused at :data:`~runtimes.page_clock.EPOCH_MS`
@@ -529,8 +531,8 @@ class MiniWoBRuntime(DisplayRuntime):
         the new episode, not the old one.
 
         The page's screenshot says what the new page looks like; the display's updates
-        are taken until the task area equals it (the whole screen's reward panel has a
-        timer that may tick meanwhile). (Waiting for "the next update" was
+        are taken until the display's task area equals it (unmarked; the whole screen's
+        reward panel has a timer that may tick meanwhile). (Waiting for "the next update" was
         measured wrong both ways: an update of the reward panel alone came first, and
         the page's own update had often arrived before the wait began.)
         """
@@ -538,12 +540,12 @@ class MiniWoBRuntime(DisplayRuntime):
         x0, y0 = self.origin
         page = await self.clock.screenshot((x0, y0, self.width, self.height))
         tx, ty, tw, th = TASK_AREA
-        task = (slice(ty - y0, ty - y0 + th), slice(tx - x0, tx - x0 + tw))
+        task = page[ty - y0 : ty - y0 + th, tx - x0 : tx - x0 + tw]
         deadline = time.monotonic() + SETTLE_TIMEOUT
         while True:
             seen = self.screen.updates
             self.capture()
-            if np.array_equal(self.framebuffer[task], page[task]):
+            if np.array_equal(self.screen.framebuffer[ty : ty + th, tx : tx + tw], task):
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -134,16 +134,17 @@ async def test_each_episode_end_is_reported_once_and_fills_react(
     assert all(0 <= s["react_s"] <= s["settled_s"] for s in reacts), reacts
 
 
-async def test_full_screen_resets_show_the_page_without_waiting(
+async def test_full_screen_and_marked_resets_show_the_page_without_waiting(
     start_browser: StartBrowser,  # noqa: F811
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """``screen=full`` in real time: each reset returns as soon as the display shows the
-    new page (the old one always waited SETTLE_TIMEOUT: the X pointer, drawn into the
-    display's first frame at the screen's centre, never matched the page's screenshot),
-    and the frames show no pointer there."""
+    """``screen=full`` and ``marks=true`` in real time: each reset returns as soon as the
+    display shows the new page, and the frames show no pointer at the screen's centre.
+    The old remote waited SETTLE_TIMEOUT at every reset: the X pointer, drawn into the
+    display's first frame there, never matched the page's screenshot; and with marks,
+    from the second reset on, it compared the marked frame with the unmarked page."""
     caplog.set_level(logging.WARNING, "runtimes.browser")
-    remote = await start_browser("miniwob.ClickTest-v0", runtime_options={"screen": "full"})
+    remote = await start_browser("miniwob.ClickTest-v0", runtime_options={"screen": "full", "marks": True})
     rt = runtime(remote)
     assert (rt.width, rt.height) == (640, 480)
     agent = await WireClient.open(remote.rewarder.port)
