@@ -99,9 +99,8 @@ SCREEN_HEIGHT: Final = 480
 TASK_AREA: Final = (0, 0, 160, 210)
 #: ``serve --option screen=...``: the task area (the default) or the whole screen.
 SCREENS: Final = ("task", "full")
-#: ``serve --option reward=...``: what a won or lost episode pays (docs/browser.md):
-#: MiniWoB's reward, discounted by the time taken (the default); MiniWoB's raw reward
-#: (1 won, -1 lost, partial credit on a few tasks); or BrowserGym's 1.0 won, 0.0 not.
+#: ``serve --option reward=...``: what an ended episode pays (docs/browser.md): MiniWoB's
+#: reward discounted by the time taken (default), its raw one, or BrowserGym's 1.0 or 0.0.
 REWARDS: Final = ("discounted", "raw", "success")
 #: Seconds a real-time reset waits for the display to show the new page; past it, the
 #: reset's frame is the page's screenshot and the next frame takes the whole display.
@@ -117,9 +116,8 @@ MAX_SCREENSHOTS: Final = 4
 #: ``observe`` property), made when the served screen changed (an observation costs
 #: several ms of the page's time: ``python -m benchmarks page_structure``).
 OBSERVE_INTERVAL: Final = 0.1
-#: The instruction: ``core.getUtterance()``'s sentence. Some tasks (email-inbox-nl-turk,
-#: email-inbox-forward-nl*, flight.*) return ``{utterance, fields}``, the fields being
-#: the parsed answer; only the sentence is an agent's to read.
+#: The instruction, ``core.getUtterance()``'s sentence: some tasks (email-inbox-*nl*,
+#: flight.*) return ``{utterance, fields}``, the fields being the parsed answer.
 UTTERANCE_JS: Final = (
     "(u => typeof u === 'string' ? u : u != null && typeof u.utterance === 'string' "
     "? u.utterance : String(u))(core.getUtterance())"
@@ -162,9 +160,7 @@ class MiniWoBRuntime(DisplayRuntime):
     #: Which screen this class serves (one of :data:`SCREENS`).
     screen_kind: ClassVar[str] = "task"
 
-    def __new__(
-        cls, screen: str = "task", marks: bool = False, reward: str = "discounted"
-    ) -> MiniWoBRuntime:
+    def __new__(cls, screen: str = "task", marks: bool = False, reward: str = "discounted") -> MiniWoBRuntime:
         """``screen="full"`` makes the whole-screen form of the task's class (every
         class attribute, the size included, stays true of the instance)."""
         if screen not in SCREENS:
@@ -205,8 +201,7 @@ class MiniWoBRuntime(DisplayRuntime):
         self._profile: Path | None = None
         self._poller: asyncio.Task[None] | None = None
         self._generation = 0  # bumped by every reset: the poller drops older readings
-        #: WOB_EPISODE_ID when our episode started; None while a reset starts one (the
-        #: page may still hold the last episode's end, which is not this episode's).
+        #: WOB_EPISODE_ID when our episode started; None while a reset starts one.
         self._wob_episode: int | None = 0
         #: Real time, for one act (arun_action, asettle, aobservation): when the action
         #: string's input began, and when the screen first changed after that.
@@ -607,9 +602,7 @@ class MiniWoBRuntime(DisplayRuntime):
             if done and self._wob_episode is not None and int(episode) > self._wob_episode:
                 self._outcome = self._payment(reward, raw, reason, episode)
 
-    def _payment(
-        self, reward: float, raw: float, reason: Any, episode: int
-    ) -> tuple[float, dict[str, Any]]:
+    def _payment(self, reward: float, raw: float, reason: Any, episode: int) -> tuple[float, dict[str, Any]]:
         """The reward an ended episode pays (:attr:`reward`'s kind) and its info."""
         paid = {"discounted": float(reward), "raw": float(raw), "success": float(raw > 0)}
         info = {"wob.reward": float(reward), "wob.raw_reward": float(raw),
