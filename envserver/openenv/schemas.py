@@ -67,6 +67,23 @@ def family_of(env_id: str) -> str:
 ACTION_STRING_FIELD: Final = "action_str"
 
 
+#: One element of a MiniWoB observation's ``elements`` (runtimes.page_structure's keys;
+#: the optional ones are there when they apply).
+ELEMENT_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object", "required": ["bid", "tag", "role", "name", "bbox", "visibility", "clickable"],
+    "properties": {
+        "bid": {"type": "string", "pattern": "^a[0-9]+$"},
+        "tag": {"type": "string"}, "role": {"type": "string"}, "name": {"type": "string"},
+        "text": {"type": "string"}, "value": {"type": "string"},
+        "bbox": {"type": "array", "items": {"type": "number"}, "minItems": 4, "maxItems": 4},
+        "point": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2},
+        "visibility": {"type": "number", "minimum": 0, "maximum": 1},
+        "clickable": {"type": "boolean"}, "focused": {"type": "boolean"},
+        "parent": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    },
+}
+
+
 def family_extras(spec: Spec) -> dict[str, Any]:
     """A family's own action fields: their JSON Schema properties by name. MiniWoB's is
     :data:`ACTION_STRING_FIELD`, run by the remote's runtime (``runtimes.web_actor``)
@@ -219,6 +236,19 @@ class Spec:
             text = {"anyOf": [{"type": "string"}, {"type": "null"}]}
             properties["axtree"] = {**text, "description": "the page's accessibility tree as "
                                     "text, BrowserGym's flattened style, a [bid] on each element"}
+            properties["elements"] = {
+                "anyOf": [{"type": "array", "items": ELEMENT_SCHEMA}, {"type": "null"}],
+                "description": "the page's elements in document order, one object each (bid, "
+                "tag, role, name, text, value, bbox [x, y, w, h] in screen pixels, point, "
+                "visibility, clickable, states, parent: docs/browser.md); bids start afresh "
+                "from a0 at every reset",
+            }
+            properties["url"] = {**text, "description": "the page's address"}
+            properties["focused"] = {**text, "description": "the bid of the focused element"}
+            properties["truncated"] = {
+                "anyOf": [{"type": "boolean"}, {"type": "null"}],
+                "description": "elements or tree lines were left out (the page's size limits)",
+            }
             properties["last_action_error"] = {**text, "description": "what the last "
                                                "action_str could not do (null: it ran)"}
         return {"title": f"{self.env_id} observation", "type": "object", "properties": properties,

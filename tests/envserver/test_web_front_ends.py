@@ -1,0 +1,118 @@
+"""No front end is second-class for web agents: a browser remote's bids, element list and
+action strings through OpenEnv's own client and dm_env_rpc's own client, the same as
+through gymnasium's ``RemoteEnv``.
+
+One real MiniWoB remote for the module (``remotes.start_local``: Chromium on Xvnc, in
+lockstep) serving its rewarder, OpenEnv and dm_env_rpc ports; the tests take turns as its
+one agent. The order matters once: the first test runs before any agent asks the remote
+to observe its page (the ``observe`` property outlives the agent that wrote it), which is
+when OpenEnv used to read the page without the reset's renumbering.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+#: A task whose elements are made anew at every episode (click-test's are not).
+ENV_ID: Final = "miniwob.ClickButton-v0"
+SEED: Final = 5
+#: Seconds the remote may take to start on a loaded machine.
+START_TIMEOUT: Final = 120.0
+
+
+@dataclass
+class Served:
+    """The module's remote: its rewarder address, OpenEnv URL and dm_env_rpc target."""
+
+    group: Any
+    openenv: str
+    dm_target: str
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[Served]:
+    pytest.importorskip("miniwob")
+    for program in ("Xvnc", "chromium"):
+        if shutil.which(program) is None:
+            pytest.fail(f"{program} is not installed (the browser extra's system packages)")
+    from remotes import start_local
+    from runtimes.xdisplay import free_port
+
+    openenv, dm = free_port("127.0.0.1"), free_port("127.0.0.1")
+    group = start_local(ENV_ID, 1, start_timeout=START_TIMEOUT, extra_args=[
+        "--mode", "lockstep", "--openenv-port", str(openenv), "--dm-env-rpc-port", str(dm),
+    ])
+    try:
+        yield Served(group, f"http://127.0.0.1:{openenv}", f"127.0.0.1:{dm}")
+    finally:
+        group.close()
+
+
+def bid_number(bid: str) -> int:
+    found = re.fullmatch(r"a(\d+)", bid)
+    assert found, bid
+    return int(found.group(1))
+
+
+def openenv_page(url: str, seed: int, resets: int = 2) -> list[dict[str, Any]]:
+    """``resets`` resets with ``seed`` through OpenEnv's client: each reset's observation."""
+    from openenv.core.generic_client import GenericEnvClient
+
+    out = []
+    with GenericEnvClient(base_url=url).sync() as env:
+        for _ in range(resets):
+            out.append(env.reset(seed=seed, screen="none").observation)
+    return out
+
+
+def bids_of(elements: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    return [(e["bid"], e["role"], e["name"]) for e in elements]
+
+
+def test_openenv_bids_start_afresh_at_every_reset_as_over_gymnasium(served: Served) -> None:
+    first, second = openenv_page(served.openenv, SEED)
+    # The element list is there: bids, roles, names, values, boxes in screen pixels.
+    elements = first["elements"]
+    assert isinstance(elements, list) and elements
+    button = next(e for e in elements if e["role"] == "button")
+    assert button["name"] and len(button["bbox"]) == 4 and button["clickable"]
+    assert f"[{button['bid']}] button" in first["axtree"]
+    assert min(bid_number(e["bid"]) for e in elements) == 0  # numbered afresh from a0
+    # The same seed, the same bids: the second episode is numbered afresh too.
+    assert bids_of(second["elements"]) == bids_of(elements)
+    assert second["axtree"] == first["axtree"]
+
+    from remotes import RemoteEnv
+
+    env = RemoteEnv(served.group, mode="lockstep", observations=("screen", "page"), actions="web")
+    try:
+        obs, info = env.reset(seed=SEED)
+        assert bids_of(info["page"]["elements"]) == bids_of(elements)
+        assert obs["tree"] == first["axtree"]
+        env.reset(seed=SEED + 1)  # another episode between: OpenEnv still starts at a0
+    finally:
+        env.close()
+    (again,) = openenv_page(served.openenv, SEED, resets=1)
+    assert bids_of(again["elements"]) == bids_of(elements)
+
+
+def test_openenv_schema_describes_the_element_list(served: Served) -> None:
+    import jsonschema
+    import requests
+
+    schema = requests.get(served.openenv + "/schema", timeout=START_TIMEOUT).json()
+    observation = schema["observation"]
+    assert "elements" in observation["properties"]
+    (sent,) = openenv_page(served.openenv, SEED, resets=1)
+    jsonschema.validate(sent, observation)
+    sent["elements"] = "not a list"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(sent, observation)
