@@ -11,6 +11,7 @@ when OpenEnv used to read the page without the reset's renumbering.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Iterator
@@ -116,3 +117,46 @@ def test_openenv_schema_describes_the_element_list(served: Served) -> None:
     sent["elements"] = "not a list"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(sent, observation)
+
+
+def test_dm_env_rpc_takes_action_strings_and_gives_the_same_page(served: Served) -> None:
+    """dm_env_rpc's own client: the ``web_action`` string spec beside the pointer's, the
+    page (the same bids as OpenEnv's for the seed), a string that names nothing answered
+    in ``last_action_error`` with the stream going on, and a click by bid that wins."""
+    import grpc
+    from dm_env_rpc.v1 import connection as dm_connection, dm_env_rpc_pb2 as pb, error, tensor_utils
+
+    (over_openenv,) = openenv_page(served.openenv, SEED, resets=1)
+    channel = grpc.insecure_channel(served.dm_target)
+    grpc.channel_ready_future(channel).result(START_TIMEOUT)
+    with dm_connection.Connection(channel) as conn:
+        world = conn.send(pb.CreateWorldRequest(settings={
+            "seed": tensor_utils.pack_tensor(SEED), "mode": tensor_utils.pack_tensor("lockstep"),
+        })).world_name
+        specs = conn.send(pb.JoinWorldRequest(world_name=world)).specs
+        actions = {s.name: (u, s) for u, s in specs.actions.items()}
+        assert actions["web_action"][1].dtype == pb.DataType.STRING and "pointer" in actions
+        uid = {s.name: u for u, s in specs.observations.items()}
+        wanted = [uid["page"], uid["last_action_error"], uid["reward"], uid["text"]]
+
+        def step(web: str | None = None) -> tuple[int, dict[str, Any], str, float, str]:
+            sent = {} if web is None else {actions["web_action"][0]: tensor_utils.pack_tensor(web)}
+            response = conn.send(pb.StepRequest(actions=sent, requested_observations=wanted))
+            got = {name: tensor_utils.unpack_tensor(response.observations[uid[name]])
+                   for name in ("page", "last_action_error", "reward", "text")}
+            return (response.state, json.loads(got["page"])["page"], str(got["last_action_error"]),
+                    float(got["reward"]), str(got["text"]))
+
+        state, page, problem, _, text = step()  # the sequence's first step: the page
+        assert state == pb.EnvironmentStateType.RUNNING and problem == ""
+        assert bids_of(page["elements"]) == bids_of(over_openenv["elements"])
+        state, _, problem, _, _ = step("click('a999')")
+        assert state == pb.EnvironmentStateType.RUNNING and "a999" in problem
+        with pytest.raises(error.DmEnvRpcError, match="web_action"):
+            step("x" * 10_000)  # over the limit: refused, and the stream goes on
+        name = re.findall(r'"([^"]*)"', text)[0]
+        button = next(e for e in page["elements"] if e["role"] == "button" and e["name"] == name)
+        state, _, problem, reward, _ = step(f"click('{button['bid']}')")
+        assert problem == "" and state == pb.EnvironmentStateType.TERMINATED and reward > 0
+        conn.send(pb.LeaveWorldRequest())
+        conn.send(pb.DestroyWorldRequest(world_name=world))
