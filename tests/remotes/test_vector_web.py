@@ -20,8 +20,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-import remotes  # noqa: F401 (registers the ids)
-from remotes import RemoteVectorEnv
+from remotes import RemoteVectorEnv, start_local  # (importing remotes registers the ids)
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -46,13 +45,11 @@ def group() -> Iterator[Any]:
     for program in ("Xvnc", "chromium"):
         if shutil.which(program) is None:
             pytest.fail(f"{program} is not installed (the browser extra's system packages)")
-    from remotes import start_local
-
-    remotes = start_local(ENV_ID, N, start_timeout=START_TIMEOUT)
+    local = start_local(ENV_ID, N, start_timeout=START_TIMEOUT)
     try:
-        yield remotes
+        yield local
     finally:
-        remotes.close()
+        local.close()
 
 
 def button_click(infos: dict[str, Any], i: int) -> str:
