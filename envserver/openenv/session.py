@@ -123,7 +123,7 @@ class Session:
             self.port.release(self)
             self._become(OBSERVER)
             self.episode, self.step_count = self.remote.episode_id, 0
-            return self._observation(None, False)
+            return await self._with_page(self._observation(None, False), None)
         self._drive()
         try:
             order = ResetOrder(env_id=params.env_id, seed=params.seed, mode=params.mode)
@@ -235,8 +235,9 @@ class Session:
                 "this session watches (it reset with observe=true): its steps send nothing "
                 "({} waits for the next frame); reset without observe to drive"))
         self.step_count += 1
-        return await self._next(self.last_frame, OBSERVE_TIMEOUT, "no frame came (in lockstep "
-                                "the remote waits for its agent's step)")
+        out = await self._next(self.last_frame, OBSERVE_TIMEOUT, "no frame came (in lockstep "
+                               "the remote waits for its agent's step)")
+        return await self._with_page(out, None)
 
     async def _next(self, after: int, timeout: float, why: str) -> dict[str, Any]:
         """The first frame past ``after``, with what the frames since the last observation

@@ -117,6 +117,13 @@ def test_openenv_schema_describes_the_element_list(served: Served) -> None:
     sent["elements"] = "not a list"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(sent, observation)
+    # A session that watches sees the page too.
+    from openenv.core.generic_client import GenericEnvClient
+
+    with GenericEnvClient(base_url=served.openenv).sync() as env:
+        watched = env.reset(observe=True, screen="none").observation
+    jsonschema.validate(watched, observation)
+    assert bids_of(watched["elements"]) == bids_of(openenv_page(served.openenv, SEED, 1)[0]["elements"])
 
 
 def test_dm_env_rpc_takes_action_strings_and_gives_the_same_page(served: Served) -> None:
