@@ -11,8 +11,10 @@ runtime can use (a field the runtime cannot take is not in its schema and is ref
   take the mouse, ``pointer`` (move there with a button mask held) and ``click``;
 - **x11 and MiniWoB**: the same, plus ``events`` (key presses and releases, pointer moves,
   in order) and ``text`` (typed a character at a time). MiniWoB's element actions
-  (``click('a42')`` on the page's accessibility tree, issue 4/7) plug in through
-  :func:`family_extras` (their schema) and :func:`family_action` (their input events).
+  (``action_str``: ``click('a42')`` on the page's bids) plug in through
+  :func:`family_extras` (their schema) and :func:`family_action` (their input events);
+  its observations add the page: ``axtree``, ``elements`` (:data:`ELEMENT_SCHEMA`),
+  ``url``, ``focused``, ``truncated`` and ``last_action_error``.
 
 What is not sent stays as it was, as held keys do over VNC: a step with ``{}`` holds
 what the last one held. ``metadata`` (OpenEnv's ``Action`` base class has it) is taken
@@ -94,7 +96,7 @@ def family_extras(spec: Spec) -> dict[str, Any]:
         "type": "string", "maxLength": MAX_ACTION_STRING_CHARS,
         "description": "an action on the page's elements, BrowserGym style: click('a42'), "
         "fill('a12', 'text'), select_option('a7', 'Red'), press('a12', 'Enter'), scroll(0, 100), "
-        "keyboard_type('hi'), ... (bids from the observation's axtree); run after the other "
+        "keyboard_type('hi'), ... (bids from the observation's axtree or elements); run after the other "
         "fields, as real input; what failed is the observation's last_action_error",
     }}
 
