@@ -25,6 +25,8 @@ pytestmark = pytest.mark.timeout(300)
 #: A task whose elements are made anew at every episode (click-test's are not).
 ENV_ID: Final = "miniwob.ClickButton-v0"
 SEED: Final = 5
+#: Real-time steps a test waits at most for a reward to come in after its click.
+MAX_WAIT_STEPS: Final = 120
 #: Seconds the remote may take to start on a loaded machine.
 START_TIMEOUT: Final = 120.0
 
@@ -165,5 +167,48 @@ def test_dm_env_rpc_takes_action_strings_and_gives_the_same_page(served: Served)
         button = next(e for e in page["elements"] if e["role"] == "button" and e["name"] == name)
         state, _, problem, reward, _ = step(f"click('{button['bid']}')")
         assert problem == "" and state == pb.EnvironmentStateType.TERMINATED and reward > 0
+        conn.send(pb.LeaveWorldRequest())
+        conn.send(pb.DestroyWorldRequest(world_name=world))
+
+
+def test_dm_env_rpc_action_strings_in_real_time(served: Served) -> None:
+    """In real time a ``web_action`` runs at once and the step waits until the page is
+    still again; the reward comes in that step or one of the next few (last in the
+    module: it leaves the remote in real time)."""
+    import grpc
+    from dm_env_rpc.v1 import connection as dm_connection, dm_env_rpc_pb2 as pb, tensor_utils
+
+    channel = grpc.insecure_channel(served.dm_target)
+    grpc.channel_ready_future(channel).result(START_TIMEOUT)
+    with dm_connection.Connection(channel) as conn:
+        world = conn.send(pb.CreateWorldRequest(settings={
+            "seed": tensor_utils.pack_tensor(SEED), "mode": tensor_utils.pack_tensor("realtime"),
+        })).world_name
+        specs = conn.send(pb.JoinWorldRequest(world_name=world)).specs
+        act = {s.name: u for u, s in specs.actions.items()}["web_action"]
+        uid = {s.name: u for u, s in specs.observations.items()}
+        wanted = [uid["page"], uid["last_action_error"], uid["reward"], uid["text"]]
+
+        def step(web: str = "") -> tuple[int, dict[str, Any], str, float, str]:
+            response = conn.send(pb.StepRequest(actions={act: tensor_utils.pack_tensor(web)},
+                                                requested_observations=wanted))
+            got = {name: tensor_utils.unpack_tensor(response.observations[uid[name]])
+                   for name in ("page", "last_action_error", "reward", "text")}
+            # (an episode's last step in real time may have no page: the remote shows
+            # the next episode already)
+            return (response.state, json.loads(got["page"]).get("page", {}),
+                    str(got["last_action_error"]), float(got["reward"]), str(got["text"]))
+
+        state, page, _, _, text = step()
+        name = re.findall(r'"([^"]*)"', text)[0]
+        button = next(e for e in page["elements"] if e["role"] == "button" and e["name"] == name)
+        state, _, problem, total, _ = step(f"click('{button['bid']}')")
+        assert problem == ""
+        for _ in range(MAX_WAIT_STEPS):
+            if state != pb.EnvironmentStateType.RUNNING:
+                break
+            state, _, _, reward, _ = step()
+            total += reward
+        assert state == pb.EnvironmentStateType.TERMINATED and total > 0
         conn.send(pb.LeaveWorldRequest())
         conn.send(pb.DestroyWorldRequest(world_name=world))
