@@ -2,7 +2,7 @@
 ``actions="web"``, ``step_mode="settle"``): each remote's page structure in a batched
 ``Dict`` observation and its elements in ``info["page"]``, an action string per remote
 computed from its own page, autoreset (``NEXT_STEP`` and ``SAME_STEP``) going on with the
-next episode's page, in lockstep and in real time.
+next episode's page, in lockstep and in real time (settling, and at the frame clock).
 
 Two real MiniWoB remotes for the module (``remotes.start_local``: Chromium on Xvnc),
 driven by one vector env per way of stepping in turn.
@@ -36,6 +36,7 @@ START_TIMEOUT: Final = 120.0
 WAYS: Final[dict[str, dict[str, Any]]] = {
     "lockstep": {"mode": "lockstep", "autoreset_mode": AutoresetMode.NEXT_STEP},
     "settle": {"mode": "realtime", "step_mode": "settle", "autoreset_mode": AutoresetMode.SAME_STEP},
+    "frame": {"mode": "realtime", "autoreset_mode": AutoresetMode.NEXT_STEP},
 }
 
 
@@ -91,7 +92,7 @@ def test_a_vector_of_browser_remotes_solves_click_test_with_action_strings(
                     wins[i] += 1
                     if way == "settle":  # SAME_STEP: the final page, the next one's start
                         assert "Click Me!" in infos["final_obs"][i]["tree"]
-                if infos["episode_id"][i] != episodes[i] and not (way == "lockstep" and terminated[i]):
+                if infos["episode_id"][i] != episodes[i] and not (way != "settle" and terminated[i]):
                     # (NEXT_STEP: the step after the end gives the new episode's page)
                     episodes[i] = infos["episode_id"][i]
                     assert obs["tree"][i].startswith("RootWebArea")
