@@ -120,6 +120,17 @@ def test_action_strings_need_actions_web_and_one_per_remote(group: Any) -> None:
         assert "a999" in infos["last_action_error"][0] and infos["last_action_error"][1] is None
     finally:
         envs.close()
+    # The pointer wrapper reads the screen's size from a Dict observation too.
+    from remotes.vector_wrappers import VectorPointerBox
+
+    pointed = VectorPointerBox(RemoteVectorEnv(group, mode="lockstep", observations=("screen", "page")))
+    try:
+        assert pointed.action_space.shape == (N, 3)
+        pointed.reset(seed=1)
+        obs, *_ = pointed.step(np.array([[80, 100, 0]] * N, np.float32))
+        assert obs["screen"].shape == (N, 210, 160, 3)
+    finally:
+        pointed.close()
     # make_vec keeps the strings (no discrete wrapper over them).
     made = gymnasium.make_vec(f"universe-remote/{ENV_ID}", num_envs=N, mode="lockstep",
                               remotes=[str(a) for a in group.addresses], actions="web")
