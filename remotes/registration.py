@@ -280,7 +280,8 @@ def make_vector_env(
     except BaseException:
         envs.close()
         raise
-    wrap = action_wrapper(env_id, dict(envs.remotes[0].describe)) if discrete else None
+    strings = envs.options.actions == WEB_ACTIONS  # action strings: no discrete space
+    wrap = action_wrapper(env_id, dict(envs.remotes[0].describe)) if discrete and not strings else None
     wrapped = wrap(envs) if wrap is not None else envs
     if render_mode == "human":
         envs.render()

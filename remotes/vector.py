@@ -6,6 +6,15 @@ waits until each shows its next frame (by the remote's own frame tags) and gathe
 newest frame and reward. The agent's thread gets fresh arrays; session state stays on
 the loop thread (:mod:`remotes.loop`).
 
+Browser remotes take the web settings here as in :class:`~remotes.env.RemoteEnv`
+(:mod:`remotes.web`): with ``observations=("screen", "page")`` the observation is
+gymnasium's batch of the single env's ``Dict`` (``obs["screen"]`` stacked frames,
+``obs["instruction"]``, ``obs["tree"]`` and ``obs["url"]`` tuples of one string per
+remote, as ``batch_space`` makes a ``Text`` space a ``Tuple``) and ``info["page"]`` each
+remote's elements; with ``actions="web"`` an action per remote is an action string
+(``""``: none) or, as always, a list of VNC events; ``step_mode="settle"`` settles each
+remote's step. Each remote's string runs on its own page, concurrently.
+
 Autoreset: gymnasium's ``NEXT_STEP`` by default — the step after ``terminated`` or
 ``truncated`` for env *i* does not send env *i*'s action: it returns the first frame of
 its new episode (checked to belong to it) with reward 0. ``autoreset_mode=SAME_STEP``
@@ -39,9 +48,10 @@ from .address import RemoteAddress
 from .env import CONNECT_GRACE, action_space, close_all, sessions, spaces_differ
 from .group import RemoteGroup, follow
 from .loop import LoopThread, shared_loop
-from .options import EnvOptions, check_env_id
+from .options import PAGE, WEB_ACTIONS, EnvOptions, check_env_id
 from .session import RemoteSession, RemoteSnapshot, resolve_addresses
 from .stepper import DEFAULT_FPS, Batch, Stepper
+from .web import MAX_ACTION_CHARS, AnyText, check_served, dict_observation, observation_space
 
 __all__ = ["DEFAULT_FPS", "RemoteVectorEnv"]
 
@@ -117,12 +127,6 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         **settings: Any,
     ) -> None:
         opts = EnvOptions.of(options, settings, password=password, fps=fps)
-        if opts.web:
-            raise ValueError(
-                "page observations, action strings and settling steps (observations=, "
-                "actions='web', step_mode='settle') are for one remote: gymnasium.make or "
-                "RemoteEnv, not a vector env yet"
-            )
         self.options = opts
         autoreset = AutoresetMode(autoreset_mode)
         if autoreset not in _MODES:
@@ -166,11 +170,13 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         self._closed = False
         try:  # a mistyped env_id= is refused here, not at the first reset()
             check_env_id(opts.env_id, [s.describe.get("env_id") for s in states])
-        except UnknownEnvironment:
+            for state in states:
+                check_served(opts.env_id or state.describe.get("env_id"), opts)
+        except (UnknownEnvironment, ValueError):
             self.close()
             raise
         self._configure_spaces(states)
-        shape = self.single_observation_space.shape
+        shape = self.screen_space.shape
         assert shape is not None
         self._frames = np.zeros((self.num_envs, *shape), np.uint8)
 
@@ -179,11 +185,26 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         self._states = states
         first = states[0]
         self.fps = self._core.fps
-        self.single_observation_space = spaces.Box(0, 255, (first.height, first.width, 3), np.uint8)
+        #: One remote's screen (the observation, or its ``"screen"``), and its VNC events.
+        self.screen_space = spaces.Box(0, 255, (first.height, first.width, 3), np.uint8)
+        self.vnc_space = action_space(first)
+        page = PAGE in self.options.observations
+        self.single_observation_space = observation_space(self.screen_space) if page else self.screen_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.single_action_space = action_space(first)
+        strings = self.options.actions == WEB_ACTIONS
+        self.single_action_space = AnyText(MAX_ACTION_CHARS) if strings else self.vnc_space
         self.action_space = spaces.Tuple([self.single_action_space] * self.num_envs)
         self.metadata = {**self.metadata, "render_fps": self.fps}
+
+    def _observations(self, batch: Batch) -> Any:
+        """The step's observations: the stacked frames, or the batched ``Dict`` (its
+        strings a tuple per key, one per remote, as gymnasium's ``concatenate`` gives)."""
+        self._frames = batch.obs
+        if PAGE not in self.options.observations:
+            return batch.obs
+        each = [dict_observation(batch.obs[i], info) for i, info in enumerate(batch.infos)]
+        return {key: batch.obs if key == "screen" else tuple(o[key] for o in each)
+                for key in self.single_observation_space}  # type: ignore[attr-defined]
 
     @property
     def sessions(self) -> list[RemoteSession]:
@@ -236,31 +257,48 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         if any(spaces_differ(new, old) for new, old in zip(states, self._states, strict=True)):
             self._configure_spaces(states)
         self._states = states
-        self._frames = batch.obs
-        return batch.obs, batch_infos(batch.infos, self.num_envs)
+        return self._observations(batch), batch_infos(batch.infos, self.num_envs)
 
     def step(
-        self, actions: Sequence[Sequence[tuple[Any, ...]]]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        self, actions: Sequence[Sequence[tuple[Any, ...]] | str]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """One step of every remote. With ``actions="web"`` each remote's action is an
+        action string (``""``: none) or a list of VNC events; a string a remote cannot
+        run comes back in its ``info["last_action_error"]``, not as an exception."""
         if self._closed:
             raise RuntimeError("step() on a closed RemoteVectorEnv")
-        if len(actions) != self.num_envs:
-            raise ValueError(f"{len(actions)} actions for {self.num_envs} remotes")
-        space = self.single_action_space
-        check = space.check  # type: ignore[attr-defined]
-        for i, action in enumerate(actions):
-            problem = check(action)
-            if problem is not None:
-                raise ValueError(f"invalid action for remote {i} ({self._states[i].name}): {problem}")
+        if isinstance(actions, str) or len(actions) != self.num_envs:
+            raise ValueError(
+                f"{1 if isinstance(actions, str) else len(actions)} actions for "
+                f"{self.num_envs} remotes: give one per remote (a tuple or list)"
+            )
+        sent = [self._checked(i, action) for i, action in enumerate(actions)]
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         with self._stepping:
-            batch: Batch = self._core.step([list(a) for a in actions], same_step)
-        self._frames = batch.obs
+            batch: Batch = self._core.step(sent, same_step)
+        page = PAGE in self.options.observations
         per_remote = list(batch.infos)
         for i, (final_obs, final_info) in batch.final.items():  # as SyncVectorEnv puts them
-            per_remote[i] = {"final_obs": final_obs, "final_info": final_info, **per_remote[i]}
+            final = dict_observation(final_obs, final_info) if page else final_obs
+            per_remote[i] = {"final_obs": final, "final_info": final_info, **per_remote[i]}
         infos = batch_infos(per_remote, self.num_envs)
-        return batch.obs, batch.rewards, batch.terminated, batch.truncated, infos
+        return self._observations(batch), batch.rewards, batch.terminated, batch.truncated, infos
+
+    def _checked(self, i: int, action: Any) -> Any:
+        """Remote ``i``'s action as the stepper takes it (a string, or a list of events),
+        or a ValueError naming the remote and what is wrong."""
+        if isinstance(action, str):
+            if self.options.actions != WEB_ACTIONS:
+                raise ValueError(
+                    f"remote {i}: action strings such as {action[:40]!r} need actions='web' "
+                    "(browser remotes); here an action is a list of events such as "
+                    "[('KeyEvent', 'Left', True)]"
+                )
+            return action
+        problem = self.vnc_space.check(action)
+        if problem is not None:
+            raise ValueError(f"invalid action for remote {i} ({self._states[i].name}): {problem}")
+        return list(action)
 
     def render(self) -> np.ndarray | None:  # type: ignore[override]
         """``"rgb_array"``: a copy of the last observations. ``"human"``: a window on each

@@ -99,7 +99,9 @@ class VectorPointerBox(VectorActionWrapper):  # type: ignore[type-arg]
 
     def __init__(self, env: gymnasium.vector.VectorEnv) -> None:
         super().__init__(env)
-        self.single_action_space = box = pointer_box(*screen_size(env))
+        screen = getattr(env.unwrapped, "screen_space", None)  # (a Dict observation's screen)
+        height, width = screen.shape[:2] if screen is not None else screen_size(env)
+        self.single_action_space = box = pointer_box(height, width)
         n = self.num_envs
         self.action_space = spaces.Box(np.tile(box.low, (n, 1)), np.tile(box.high, (n, 1)), dtype=np.float32)
 

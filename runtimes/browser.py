@@ -190,6 +190,7 @@ class MiniWoBRuntime(DisplayRuntime):
         self._paused = False  # the clock is in lockstep
         self._observation: dict[str, Any] | None = None  # made, not yet taken
         self._observed_at = 0.0  # time.monotonic() of the last page observation
+        self._renumber = False  # the next walk numbers the page afresh (a new episode)
         self._last_action: dict[str, Any] | None = None  # a lockstep step's action string
         self._input_tasks: set[asyncio.Task[None]] = set()  # lockstep actions' DevTools input
         #: Where the last action string left the pointer (screen pixels): the next one's
@@ -349,10 +350,12 @@ class MiniWoBRuntime(DisplayRuntime):
             await self._take_screenshot()
         else:
             await self._take_drawn_page()
-        # Numbered afresh from a0 at every episode (the same seed, the same bids).
-        self._observation = await self._observe(reset=True) if self.observe else None
+        # Numbered afresh from a0 at every episode (the same seed, the same bids) by the
+        # episode's first walk, whoever asks for it: this reset's, or a front end's page().
+        self._renumber = True
+        self._observation = await self._observe() if self.observe else None
         if self.marks and not self.observe:
-            await self._structure(reset=True)
+            await self._structure()
         if self.marks and not lockstep:
             self._draw_marks()
 
@@ -415,6 +418,7 @@ class MiniWoBRuntime(DisplayRuntime):
     async def _structure(self, reset: bool = False) -> PageStructure:
         """The page's structure now; what the marks show."""
         assert self.cdp is not None
+        reset, self._renumber = reset or self._renumber, False
         structure = await observe(self.cdp, (0, 0), reset=reset)
         self._observed_at = time.monotonic()
         if self.marks:

@@ -11,9 +11,12 @@ write) says INTERRUPTED; either way the next step starts the next sequence, its 
 ignored, as dm_env_rpc specifies.
 
 A browser remote's ``page`` observation (the JSON of a ``v0.env.observation`` body) is
-made only when a step requests it, and only once the remote's ``observe`` property asks
-for a page: the page an advance made for the frame returned (a lockstep step's), else
-the runtime's page now.
+made only when a step requests it: the page an advance made for the frame returned (a
+lockstep step's, once the remote's ``observe`` property asks for one), else the page
+now (the parts ``observe`` names, or all of them). Its ``web_action`` (a BrowserGym
+action string) runs after the step's events, as the rewarder's action strings do: in
+lockstep inside the step, in real time before the step waits for its frame, once the
+page is still again; ``last_action_error`` says what it could not do.
 """
 
 from __future__ import annotations
@@ -42,10 +45,12 @@ from . import properties
 from .specs import (
     EPISODE_ID,
     FRAME,
+    LAST_ACTION_ERROR,
     PAGE,
     REWARD,
     RGB,
     TEXT,
+    WEB_ACTION,
     SpecError,
     Specs,
     action_events,
@@ -55,6 +60,8 @@ from .specs import (
 from .world import World, WorldError, unpack_join_settings, unpack_settings
 
 _worlds = itertools.count(1)
+#: What a requested ``page`` holds while the remote's ``observe`` property names nothing.
+PAGE_PARTS: Final = frozenset({"elements", "tree"})
 
 
 class Phase(enum.Enum):
@@ -133,6 +140,8 @@ class Session:
     player: int = 0
     #: The newest page an advance made: (episode, frame, observation body).
     heard_page: tuple[int, int, dict[str, Any]] | None = None
+    #: What the last step's ``web_action`` could not do ("" when it ran, or none came).
+    action_error: str = ""
 
     @property
     def remote(self) -> RemoteLike:
@@ -324,8 +333,8 @@ class Session:
     async def _step(self, request: pb.StepRequest) -> pb.StepResponse:
         specs = self._specs()
         check_requested(specs, request.requested_observations)
-        self._check_page(specs, request)
         remote = self.remote
+        self.action_error = ""
         if self.phase is Phase.FIRST:  # the actions are ignored, as the protocol says
             if self.needs_reset:
                 await self._world().reset()
@@ -334,16 +343,22 @@ class Session:
         if remote.episode_id != self.episode and not self.seen.get(self.episode).done:
             self._begin(needs_reset=False)  # someone else began a new one
             return await self._respond(request, pb.EnvironmentStateType.INTERRUPTED, 0.0)
-        events = action_events(self.held, specs, specs.unpack_actions(request.actions))
+        actions = specs.unpack_actions(request.actions)
+        web = str(actions.pop(WEB_ACTION)) if WEB_ACTION in actions else None
+        events = action_events(self.held, specs, actions)
         frameskip = self._world().frameskip
         if remote.mode == LOCKSTEP:
-            await agent_port.step(remote, StepOrder(
+            _, body = await agent_port.step(remote, StepOrder(
                 events=tuple(events), frames=frameskip, episode_id=self.episode,
-                player=self.player,
+                player=self.player, web=web or None,
             ))
+            self.action_error = str(body["info"].get("web.last_action_error") or "")
         else:
             if events:
                 remote.action(ActOrder(events=tuple(events), player=self.player))
+            if web:  # run it, and wait until the page is still again (as OpenEnv's port)
+                done = await remote.act(ActOrder(web=web, settle=True, player=self.player))
+                self.action_error = str(done.get("last_action_error") or "")
             after = max(remote.frame, self.last_frame + frameskip - 1)
             async with asyncio.timeout(STEP_TIMEOUT):
                 await remote.wait_frame(after)
@@ -380,18 +395,6 @@ class Session:
         self.phase, self.episode, self.needs_reset = Phase.RUNNING, episode_id, False
         self.seen.forget_before(episode_id)
 
-    def _check_page(self, specs: Specs, request: pb.StepRequest) -> None:
-        """A step that requests ``page`` before the remote observes its page is refused."""
-        if not specs.page or self.remote.runtime.observe:
-            return
-        if any(specs.observations_by_uid[uid].name == PAGE for uid in request.requested_observations):
-            raise WorldError(
-                code_pb2.FAILED_PRECONDITION,
-                "the page observation needs the remote to observe its page: write the "
-                "property observe = 'elements,tree' (or 'elements', 'tree') with the "
-                "Properties extension, then request 'page'",
-            )
-
     async def _respond(self, request: pb.StepRequest, state: int, reward: float,
                        screen: np.ndarray | None = None) -> pb.StepResponse:
         """:meth:`_response`, with the page made first when the step requests it."""
@@ -413,7 +416,7 @@ class Session:
         elif final:
             body = {}  # the next episode shows already: its page is not this one's
         else:
-            body = await remote.runtime.aobservation()
+            body = await remote.page(remote.runtime.observe or PAGE_PARTS)
             frame = remote.frame  # (real time moved on meanwhile: the frame returned)
         return orjson.dumps({**body, "frame": frame}).decode()
 
@@ -427,7 +430,7 @@ class Session:
         values = {
             RGB: remote.screen() if screen is None else screen,
             REWARD: reward, TEXT: self.text, EPISODE_ID: self.episode, FRAME: remote.frame,
-            PAGE: page or "",
+            PAGE: page or "", LAST_ACTION_ERROR: self.action_error,
         }
         return pb.StepResponse(state=state, observations=pack_observations(self._specs(), requested, values))
 

@@ -5,13 +5,14 @@ Observations: ``RGB`` (the screen), ``reward`` (since the last step), ``text`` (
 runtime's latest instruction or status line), ``episode_id`` and ``frame`` (the remote's
 frame number); a browser remote's also ``page``: its page structure as the JSON text of a
 ``v0.env.observation`` body (``frame``, ``page``: docs/browser.md), made when requested,
-once the remote's ``observe`` property asks for elements and/or the tree.
+and ``last_action_error`` (what the step's ``web_action`` could not do; "" when it ran).
 Actions, each optional in a step (what is not sent stays as it was, as
 held keys do over VNC): ``keys`` (one 0/1 per key the runtime reacts to: held or not),
 ``action`` (an index into the runtime's discrete action set, where it has one: Atari's
 minimal set, held until the next ``action`` or ``keys``), ``pointer`` (x, y on the screen)
-and ``buttons`` (the pointer's button mask). Out-of-spec actions raise
-:class:`SpecError` naming the action and its bounds.
+and ``buttons`` (the pointer's button mask); a browser remote's also ``web_action``, a
+BrowserGym action string (``"click('a12')"``, docs/browser.md) run after the events.
+Out-of-spec actions raise :class:`SpecError` naming the action and its bounds.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any, Final
 import numpy as np
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb, tensor_spec_utils, tensor_utils
 
+from rewarder.protocol import MAX_ACTION_STRING_CHARS
+
 from ..agent_port import Held
 
 #: Observation names, in UID order (UIDs start at 1: 0 reads as "unset" in protobuf).
@@ -32,12 +35,16 @@ TEXT: Final = "text"
 EPISODE_ID: Final = "episode_id"
 FRAME: Final = "frame"
 PAGE: Final = "page"
-OBSERVATIONS: Final = (RGB, REWARD, TEXT, EPISODE_ID, FRAME)  # and PAGE, for browsers
+LAST_ACTION_ERROR: Final = "last_action_error"
+OBSERVATIONS: Final = (RGB, REWARD, TEXT, EPISODE_ID, FRAME)  # and PAGE..., for browsers
 #: Action names (those a runtime has, in this order).
 KEYS: Final = "keys"
 ACTION: Final = "action"
 POINTER: Final = "pointer"
 BUTTONS: Final = "buttons"
+WEB_ACTION: Final = "web_action"
+#: Characters of one ``web_action``: what the remote's parser takes.
+MAX_WEB_ACTION_CHARS: Final = MAX_ACTION_STRING_CHARS
 
 
 class SpecError(ValueError):
@@ -86,7 +93,8 @@ class Specs:
             _spec(TEXT, pb.DataType.STRING),
             _spec(EPISODE_ID, pb.DataType.INT64),
             _spec(FRAME, pb.DataType.INT64),
-            *([_spec(PAGE, pb.DataType.STRING)] if self.page else []),
+            *([_spec(PAGE, pb.DataType.STRING), _spec(LAST_ACTION_ERROR, pb.DataType.STRING)]
+              if self.page else []),
         ]
         actions: list[pb.TensorSpec] = []
         if self.keys:
@@ -97,6 +105,8 @@ class Specs:
             actions.append(_spec(POINTER, pb.DataType.INT32, (2,),
                                  ([0, 0], [self.width - 1, self.height - 1])))
             actions.append(_spec(BUTTONS, pb.DataType.UINT8, (), (0, self.buttons)))
+        if self.page:
+            actions.append(_spec(WEB_ACTION, pb.DataType.STRING))
         proto = pb.ActionObservationSpecs(
             observations={uid: spec for uid, spec in enumerate(observations, 1)},
             actions={uid: spec for uid, spec in enumerate(actions, 1)},
@@ -133,6 +143,8 @@ def _check(spec: pb.TensorSpec, tensor: pb.Tensor) -> np.ndarray:
     got = tensor_utils.get_tensor_type(tensor)
     if got != want:
         raise SpecError(f"action {spec.name!r} must be {np.dtype(want).name}, not {np.dtype(got).name}")
+    if spec.dtype == pb.DataType.STRING:
+        return _string(spec, tensor)
     shape = list(tensor.shape)
     if len(shape) != len(spec.shape) or sum(1 for d in shape if d < 0) > 1:
         raise SpecError(
@@ -151,6 +163,19 @@ def _check(spec: pb.TensorSpec, tensor: pb.Tensor) -> np.ndarray:
             f"min {np.asarray(bounds.min).tolist()}, max {np.asarray(bounds.max).tolist()}"
         )
     return value
+
+
+def _string(spec: pb.TensorSpec, tensor: pb.Tensor) -> np.ndarray:
+    """A string action's value (one string, at most :data:`MAX_WEB_ACTION_CHARS`)."""
+    strings = list(tensor.strings.array)
+    if len(strings) != 1 or any(d != 1 for d in tensor.shape):
+        raise SpecError(f"action {spec.name!r} is one string, not {len(strings)}")
+    if len(strings[0]) > MAX_WEB_ACTION_CHARS:
+        raise SpecError(
+            f"action {spec.name!r} is {len(strings[0])} characters; at most "
+            f"{MAX_WEB_ACTION_CHARS} (MAX_WEB_ACTION_CHARS): send one short call, e.g. click('a12')"
+        )
+    return np.asarray(strings[0], dtype=object)
 
 
 def action_events(held: Held, specs: Specs, actions: Mapping[str, np.ndarray]) -> list[Any]:

@@ -11,8 +11,10 @@ runtime can use (a field the runtime cannot take is not in its schema and is ref
   take the mouse, ``pointer`` (move there with a button mask held) and ``click``;
 - **x11 and MiniWoB**: the same, plus ``events`` (key presses and releases, pointer moves,
   in order) and ``text`` (typed a character at a time). MiniWoB's element actions
-  (``click('a42')`` on the page's accessibility tree, issue 4/7) plug in through
-  :func:`family_extras` (their schema) and :func:`family_action` (their input events).
+  (``action_str``: ``click('a42')`` on the page's bids) plug in through
+  :func:`family_extras` (their schema) and :func:`family_action` (their input events);
+  its observations add the page: ``axtree``, ``elements`` (:data:`ELEMENT_SCHEMA`),
+  ``url``, ``focused``, ``truncated`` and ``last_action_error``.
 
 What is not sent stays as it was, as held keys do over VNC: a step with ``{}`` holds
 what the last one held. ``metadata`` (OpenEnv's ``Action`` base class has it) is taken
@@ -67,6 +69,23 @@ def family_of(env_id: str) -> str:
 ACTION_STRING_FIELD: Final = "action_str"
 
 
+#: One element of a MiniWoB observation's ``elements`` (runtimes.page_structure's keys;
+#: the optional ones are there when they apply).
+ELEMENT_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object", "required": ["bid", "tag", "role", "name", "bbox", "visibility", "clickable"],
+    "properties": {
+        "bid": {"type": "string", "pattern": "^a[0-9]+$"},
+        "tag": {"type": "string"}, "role": {"type": "string"}, "name": {"type": "string"},
+        "text": {"type": "string"}, "value": {"type": "string"},
+        "bbox": {"type": "array", "items": {"type": "number"}, "minItems": 4, "maxItems": 4},
+        "point": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2},
+        "visibility": {"type": "number", "minimum": 0, "maximum": 1},
+        "clickable": {"type": "boolean"}, "focused": {"type": "boolean"},
+        "parent": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    },
+}
+
+
 def family_extras(spec: Spec) -> dict[str, Any]:
     """A family's own action fields: their JSON Schema properties by name. MiniWoB's is
     :data:`ACTION_STRING_FIELD`, run by the remote's runtime (``runtimes.web_actor``)
@@ -77,7 +96,7 @@ def family_extras(spec: Spec) -> dict[str, Any]:
         "type": "string", "maxLength": MAX_ACTION_STRING_CHARS,
         "description": "an action on the page's elements, BrowserGym style: click('a42'), "
         "fill('a12', 'text'), select_option('a7', 'Red'), press('a12', 'Enter'), scroll(0, 100), "
-        "keyboard_type('hi'), ... (bids from the observation's axtree); run after the other "
+        "keyboard_type('hi'), ... (bids from the observation's axtree or elements); run after the other "
         "fields, as real input; what failed is the observation's last_action_error",
     }}
 
@@ -219,6 +238,19 @@ class Spec:
             text = {"anyOf": [{"type": "string"}, {"type": "null"}]}
             properties["axtree"] = {**text, "description": "the page's accessibility tree as "
                                     "text, BrowserGym's flattened style, a [bid] on each element"}
+            properties["elements"] = {
+                "anyOf": [{"type": "array", "items": ELEMENT_SCHEMA}, {"type": "null"}],
+                "description": "the page's elements in document order, one object each (bid, "
+                "tag, role, name, text, value, bbox [x, y, w, h] in screen pixels, point, "
+                "visibility, clickable, states, parent: docs/browser.md); bids start afresh "
+                "from a0 at every reset",
+            }
+            properties["url"] = {**text, "description": "the page's address"}
+            properties["focused"] = {**text, "description": "the bid of the focused element"}
+            properties["truncated"] = {
+                "anyOf": [{"type": "boolean"}, {"type": "null"}],
+                "description": "elements or tree lines were left out (the page's size limits)",
+            }
             properties["last_action_error"] = {**text, "description": "what the last "
                                                "action_str could not do (null: it ran)"}
         return {"title": f"{self.env_id} observation", "type": "object", "properties": properties,

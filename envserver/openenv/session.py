@@ -42,6 +42,11 @@ from .schemas import ACTION_STRING_FIELD, ActionError, Spec
 #: is stalled (lockstep: the agent has not stepped); a real-time step waits STEP_TIMEOUT.
 OBSERVE_TIMEOUT: Final = 30.0
 
+#: What a MiniWoB observation reads of the page (runtimes.page_structure), and the keys
+#: of its body the observation carries.
+PAGE_PARTS: Final = frozenset({"tree", "elements"})
+PAGE_KEYS: Final = ("axtree", "elements", "url", "focused", "truncated")
+
 AGENT: Final = "agent"
 OBSERVER: Final = "observer"
 NO_ROLE: Final = "none"
@@ -118,7 +123,7 @@ class Session:
             self.port.release(self)
             self._become(OBSERVER)
             self.episode, self.step_count = self.remote.episode_id, 0
-            return self._observation(None, False)
+            return await self._with_page(self._observation(None, False), None)
         self._drive()
         try:
             order = ResetOrder(env_id=params.env_id, seed=params.seed, mode=params.mode)
@@ -181,12 +186,16 @@ class Session:
     # Steps -------------------------------------------------------------------------------
 
     async def _with_page(self, out: dict[str, Any], error: str | None) -> dict[str, Any]:
-        """A MiniWoB observation gets the page's tree (an LLM agent's view) and what the
-        last action string could not do."""
+        """A MiniWoB observation gets the page: its tree (an LLM agent's view), its
+        elements (bids, roles, names, values, boxes: a scripted or set-of-marks agent's),
+        its URL, and what the last action string could not do. Read after the reset or
+        step: the runtime numbers bids afresh at every episode, as every port sees them."""
         if self._current_spec().family == "miniwob":
-            page = (await self.remote.page(frozenset({"tree"}))).get("page", {})
-            out["observation"]["axtree"] = page.get("axtree")
-            out["observation"]["last_action_error"] = error
+            page = (await self.remote.page(PAGE_PARTS)).get("page", {})
+            observation = out["observation"]
+            for key in PAGE_KEYS:
+                observation[key] = page.get(key)
+            observation["last_action_error"] = error
         return out
 
     async def _step_lockstep(
@@ -226,8 +235,9 @@ class Session:
                 "this session watches (it reset with observe=true): its steps send nothing "
                 "({} waits for the next frame); reset without observe to drive"))
         self.step_count += 1
-        return await self._next(self.last_frame, OBSERVE_TIMEOUT, "no frame came (in lockstep "
-                                "the remote waits for its agent's step)")
+        out = await self._next(self.last_frame, OBSERVE_TIMEOUT, "no frame came (in lockstep "
+                               "the remote waits for its agent's step)")
+        return await self._with_page(out, None)
 
     async def _next(self, after: int, timeout: float, why: str) -> dict[str, Any]:
         """The first frame past ``after``, with what the frames since the last observation

@@ -1,7 +1,7 @@
 """A browser remote's page structure on the dm_env_rpc port: the ``page`` observation (the
-JSON of a ``v0.env.observation`` body), refused until the ``observe`` property asks for a
-page, then paired with the frame of each step, in lockstep and in real time; a click at
-the box the page gives ends the task with its reward.
+JSON of a ``v0.env.observation`` body), read on request (the page now) and, once the
+``observe`` property asks for a page, paired with the frame of each step, in lockstep and
+in real time; a click at the box the page gives ends the task with its reward.
 
 A real MiniWoB remote (Chromium on Xvnc, in-process) and dm_env_rpc's own client.
 """
@@ -28,11 +28,11 @@ pytestmark = [pytest.mark.usefixtures("_browser_family_installed"), pytest.mark.
 
 
 @pytest.mark.parametrize("mode", ["lockstep", "realtime"])
-async def test_the_page_observation_is_opt_in_and_describes_the_frame(
+async def test_the_page_observation_is_there_on_request_and_describes_the_frame(
     start_miniwob: StartMiniWoB, mode: str  # noqa: F811 (the fixture imported above)
 ) -> None:
     grpc = pytest.importorskip("grpc", reason="dm_env_rpc needs the dmenv extra")
-    from dm_env_rpc.v1 import connection as dm_connection, dm_env_rpc_pb2 as pb, error, tensor_utils
+    from dm_env_rpc.v1 import connection as dm_connection, dm_env_rpc_pb2 as pb, tensor_utils
     from dm_env_rpc.v1.extensions import properties
 
     remote = await start_miniwob("miniwob.ClickButton-v0", dm_env_rpc_port=0)
@@ -67,8 +67,10 @@ async def test_the_page_observation_is_opt_in_and_describes_the_frame(
             return (response.state, json.loads(values["page"]), int(values["frame"]),
                     str(values["text"]), float(values["reward"]))
 
-        with pytest.raises(error.DmEnvRpcError, match="write the property observe"):
-            await step()  # nothing observed yet: refused, and the stream goes on
+        state, body, frame, _, _ = await step()  # nothing observed yet: the page now
+        assert state == pb.EnvironmentStateType.RUNNING
+        assert body["page"]["axtree"].startswith("RootWebArea") and body["page"]["elements"]
+        await send(pb.ResetRequest())
         await asyncio.to_thread(properties.PropertiesExtension(connection).__setitem__,
                                 "observe", "elements,tree")
         state, body, frame, text, _ = await step()  # the sequence's first step

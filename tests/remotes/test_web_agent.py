@@ -221,10 +221,10 @@ def test_web_settings_are_refused_where_they_cannot_work() -> None:
         remotes.EnvOptions(observations=("page",))
     with pytest.raises(ValueError, match="actions must be one of vnc, web"):
         remotes.EnvOptions(actions="strings")
-    with pytest.raises(ValueError, match="not a vector env yet"):
-        remotes.RemoteVectorEnv("vnc://127.0.0.1:1+2", actions="web")
     with pytest.raises(ValueError, match="builtin.Catch-v0 has no page"):
         gymnasium.make("universe-remote/builtin.Catch-v0", actions="web")
+    with pytest.raises(ValueError, match="builtin.Catch-v0 has no page"):
+        gymnasium.make_vec("universe-remote/builtin.Catch-v0", num_envs=1, observations=("screen", "page"))
     with pytest.raises(ValueError, match="cannot tell when its screen settles"):
         gymnasium.make("universe-remote/builtin.Catch-v0", step_mode="settle")
     env = gymnasium.make("universe-remote/builtin.Catch-v0", discrete=False)
