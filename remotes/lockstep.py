@@ -197,6 +197,9 @@ class LockstepSteps:
             slot.session.shared.new_episode()
             sent[slot] = _rewarder(slot).send_restore(*states[slot.index], obs=slot.session.shared.obs)
         deadline = time.monotonic() + RESET_TIMEOUT
+        previous = self.lane.frames
+        assert previous is not None
+        self.lane.frames = previous.copy()  # the last step's observations stay as returned
         infos = {}
         for slot in slots:
             rewarder = _rewarder(slot)
