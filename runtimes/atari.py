@@ -241,6 +241,8 @@ class AtariRuntime(Runtime):
         unit = np.uint64 if screen_width % 8 == 0 else np.uint8
         self._rows_now, self._rows_shown = self._indices.view(unit), self._shown.view(unit)
         self._damage: list[tuple[int, int, int, int]] | None = None
+        #: The last state restored, read: restoring it again skips the reading.
+        self._last_read: tuple[bytes, tuple[dict[str, Any], ALEState, np.ndarray, np.ndarray]] | None = None
 
         action_set = self.ale.getLegalActionSet() if full_action_space else self.ale.getMinimalActionSet()
         #: ALE's names of the agent's actions, in ale-py's order (its get_action_meanings()).
@@ -352,8 +354,13 @@ class AtariRuntime(Runtime):
         PR #739: after a restore into another emulator Q*bert plays on differently) and
         the input ports (Pong's first frame after a restore read the input of the frame
         before it), both set by that one frame. Then the saved screen is shown."""
-        fields, ale_state, indices, rgb = self._read_snapshot(state)
-        restored = ALEState(ale_state)
+        cached = self._last_read
+        if cached is not None and cached[0] == state:  # a search returning to one state
+            fields, restored, indices, rgb = cached[1]
+        else:
+            fields, ale_state, indices, rgb = self._read_snapshot(state)
+            restored = ALEState(ale_state)
+            self._last_read = (bytes(state), (fields, restored, indices, rgb))
         self.ale.restoreState(restored)
         self.ale.act(Action(fields["last"]))  # the console's input ports as they were
         self.ale.restoreState(restored)
