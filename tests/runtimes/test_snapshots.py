@@ -35,7 +35,9 @@ def pointer_script(seed: int, n: int) -> list[list[InputEvent]]:
             for _ in range(n)]
 
 
-def play(runtime: Runtime, script: Sequence[Sequence[InputEvent]], frames: int = 1) -> list[tuple[float, bool, bytes]]:
+def play(
+    runtime: Runtime, script: Sequence[Sequence[InputEvent]], frames: int = 1
+) -> list[tuple[float, bool, bytes]]:
     trace = []
     for events in script:
         result = runtime.advance(events, frames)
