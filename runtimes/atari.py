@@ -43,6 +43,7 @@ resets, as ale-py does.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import zlib
 from collections.abc import Iterable, Sequence
@@ -94,6 +95,10 @@ ATARI_LAYOUT: Final = StateLayout(b"URa0", 1, (
     ("rom", "32s"), ("frame", "I"), ("held", "B"), ("done", "?"), ("noops", "B"), ("last", "B"),
     ("ale_bytes", "I"), ("indices_bytes", "I"), ("rgb_bytes", "I"),
 ))
+#: With sticky actions, the chance that a restore leaves ALE's last action stale: ALE's
+#: state holds no last action (the one a sticky frame repeats), so a restore plays the
+#: last action until ALE took it at least once: k frames leave it stale with chance p**k.
+STICKY_STALE_CHANCE: Final = 1e-12
 #: Largest ALE state a snapshot may carry (ale-py 0.12.1's are about 14 kB with the generator).
 MAX_ALE_STATE_BYTES: Final = 1 << 18
 #: Largest compressed screen a snapshot may carry (a screen is at most 250 x 160 x 3 bytes).
@@ -212,6 +217,10 @@ class AtariRuntime(Runtime):
             raise ValueError(f"ale-py cannot run the ROM {self.rom!r}")
         self._rom_path: Path = path
         self.ale.setFloat("repeat_action_probability", self.repeat_action_probability)
+        #: Frames a restore plays before restoring again (:meth:`restore`).
+        self._prime_frames = 1 if not self.repeat_action_probability else max(1, math.ceil(
+            math.log(STICKY_STALE_CHANCE) / math.log(self.repeat_action_probability)
+        ))
         self.ale.setInt("frame_skip", 1)
         self.ale.setInt("random_seed", 0)
         self.ale.loadROM(str(path))
@@ -351,9 +360,10 @@ class AtariRuntime(Runtime):
     def restore(self, state: bytes) -> None:
         """Every field checked before ALE sees a byte; then ALE's state restored, primed
         with the last action and restored again: ALE's state misses hidden TIA state (ALE
-        PR #739: after a restore into another emulator Q*bert plays on differently) and
-        the input ports (Pong's first frame after a restore read the input of the frame
-        before it), both set by that one frame. Then the saved screen is shown."""
+        PR #739: after a restore into another emulator Q*bert plays on differently) and,
+        with sticky actions, the last action a sticky frame repeats (Pong's first frame
+        after a restore repeated the action before the restore): one frame sets the
+        first, a few the second (:data:`STICKY_STALE_CHANCE`). Then the saved screen."""
         cached = self._last_read
         if cached is not None and cached[0] == state:  # a search returning to one state
             fields, restored, indices, rgb = cached[1]
@@ -362,7 +372,9 @@ class AtariRuntime(Runtime):
             restored = ALEState(ale_state)
             self._last_read = (bytes(state), (fields, restored, indices, rgb))
         self.ale.restoreState(restored)
-        self.ale.act(Action(fields["last"]))  # the console's input ports as they were
+        last = Action(fields["last"])
+        for _ in range(self._prime_frames):  # TIA, input ports, sticky last action
+            self.ale.act(last)
         self.ale.restoreState(restored)
         self.frame, self.held, self.done, self.noops = (
             fields["frame"], fields["held"], fields["done"], fields["noops"]

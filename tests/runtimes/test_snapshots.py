@@ -155,3 +155,16 @@ def test_runtimes_that_cannot_say_so_in_describe() -> None:
     runtime = cls.__new__(cls)  # type: ignore[call-overload]
     with pytest.raises(SnapshotUnsupported, match="cannot"):
         runtime.snapshot()
+
+
+def test_sticky_actions_repeat_the_restored_last_action() -> None:
+    """ALE's state holds no last action (what a sticky frame repeats): a restore that did
+    not set it played, on this script, the action from before the restore instead."""
+    runtime = registry.make("atari.Pong-v0", repeat_action_probability=0.25)
+    runtime.reset(seed=3)
+    actions = key_script(0, 300)
+    play(runtime, actions[:100], 4)
+    state = runtime.snapshot()
+    first = play(runtime, actions[100:], 1)
+    runtime.restore(state)
+    assert play(runtime, actions[100:], 1) == first
