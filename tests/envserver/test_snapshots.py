@@ -13,7 +13,8 @@ import pytest
 
 from envserver.recorder import Recorder
 from envserver.remote import Remote
-from envserver.snapshots import SnapshotStore, export, seal_key
+from envserver.snapshots import Snapshot, SnapshotStore, export, open_export, seal_key
+from envserver.version import server_version
 from recordings.reader import Recording
 from rewarder.client import RewarderClient, connect
 from rewarder.errors import RemoteError
@@ -121,8 +122,6 @@ async def test_a_restore_is_recorded_as_a_branch_that_replays(tmp_path: Path) ->
     # The recorded state is the branch's start: restored on a fresh runtime, it draws the
     # branch's first recorded frame and plays on to the recorded rewards.
     runtime = registry.make("builtin.Catch-v0")
-    from envserver.snapshots import open_export
-    from envserver.version import server_version
     state = open_export(base64.b64decode(restored["state"]), runtime.env_id, server_version(),
                         seal_key("test key"))
     runtime.restore(state.state)
@@ -156,7 +155,7 @@ async def test_bad_restores_are_refused_and_the_remote_serves_on(
         good = await client.snapshot(export=True)
         assert good.state is not None
         forged = export(  # sealed with the right key, but not a Catch state inside
-            _snapshot_of(remote, b"URc0" + bytes(40)), remote._version, seal_key("test key"),
+            _snapshot_of(remote, b"URc0" + bytes(40)), server_version(), seal_key("test key"),
         )
         tampered = bytearray(good.state)
         tampered[len(tampered) // 2] ^= 1
@@ -178,9 +177,7 @@ async def test_bad_restores_are_refused_and_the_remote_serves_on(
         await client.restore(token=good.token)  # and still restores
 
 
-def _snapshot_of(remote: Remote, state: bytes) -> object:
-    from envserver.snapshots import Snapshot
-
+def _snapshot_of(remote: Remote, state: bytes) -> Snapshot:
     return Snapshot(remote.runtime.env_id, state, b"", 0, 0, 0)
 
 
