@@ -50,6 +50,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
+import ale_py
 import numpy as np
 from ale_py import Action, ALEInterface, ALEState, LoggerMode, roms
 
@@ -92,13 +93,16 @@ ALEInterface.setLoggerMode(LoggerMode.Error)  # no banner on stderr for every em
 #: the three blobs that follow (ALE's state with its generator, the screen as ALE's
 #: palette indices and as RGB, both zlib-compressed: ALE's state holds no screen).
 ATARI_LAYOUT: Final = StateLayout(b"URa0", 1, (
-    ("rom", "32s"), ("frame", "I"), ("held", "B"), ("done", "?"), ("noops", "B"), ("last", "B"),
+    ("ale", "16s"), ("rom", "32s"),
+    ("frame", "I"), ("held", "B"), ("done", "?"), ("noops", "B"), ("last", "B"),
     ("ale_bytes", "I"), ("indices_bytes", "I"), ("rgb_bytes", "I"),
 ))
 #: With sticky actions, the chance that a restore leaves ALE's last action stale: ALE's
 #: state holds no last action (the one a sticky frame repeats), so a restore plays the
 #: last action until ALE took it at least once: k frames leave it stale with chance p**k.
 STICKY_STALE_CHANCE: Final = 1e-12
+#: The ale-py whose states these are: another's may lay them out otherwise.
+_ALE_VERSION: Final = ale_py.__version__.encode()[:16]
 #: Largest ALE state a snapshot may carry (ale-py 0.12.1's are about 14 kB with the generator).
 MAX_ALE_STATE_BYTES: Final = 1 << 18
 #: Largest compressed screen a snapshot may carry (a screen is at most 250 x 160 x 3 bytes).
@@ -351,7 +355,8 @@ class AtariRuntime(Runtime):
         indices = zlib.compress(self._shown.tobytes(), 1)  # (the screen last drawn)
         rgb = zlib.compress(self._screen.tobytes(), 1)
         header = ATARI_LAYOUT.pack({
-            "rom": self.rom.encode(), "frame": self.frame, "held": self.held, "done": self.done,
+            "ale": _ALE_VERSION, "rom": self.rom.encode(),
+            "frame": self.frame, "held": self.held, "done": self.done,
             "noops": self.noops, "last": self._last_action.value, "ale_bytes": len(ale_state),
             "indices_bytes": len(indices), "rgb_bytes": len(rgb),
         })
@@ -387,6 +392,9 @@ class AtariRuntime(Runtime):
     def _read_snapshot(self, state: bytes) -> tuple[dict[str, Any], bytes, np.ndarray, np.ndarray]:
         size = ATARI_LAYOUT.size
         fields = ATARI_LAYOUT.unpack(bytes(state[:size]) if len(state) >= size else state, self.env_id)
+        if fields["ale"].rstrip(b"\0") != _ALE_VERSION:  # another emulator's state layout
+            made = fields["ale"].rstrip(b"\0").decode("ascii", "replace")
+            raise BadSnapshot(f"a state of ale-py {made}; this runtime runs ale-py {ale_py.__version__}")
         rom = fields["rom"].rstrip(b"\0").decode("ascii", "replace")
         if rom != self.rom:
             raise BadSnapshot(f"a state of the ROM {rom!r}; this runtime runs {self.rom!r}")
