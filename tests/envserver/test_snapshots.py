@@ -13,7 +13,7 @@ import pytest
 
 from envserver.recorder import Recorder
 from envserver.remote import Remote
-from envserver.snapshots import Snapshot, SnapshotStore, export, open_export, seal_key
+from envserver.snapshots import Snapshot, SnapshotError, SnapshotStore, export, open_export, seal_key
 from envserver.version import server_version
 from recordings.reader import Recording
 from rewarder.client import RewarderClient, connect
@@ -204,3 +204,31 @@ async def test_real_time_restores_too(start_remote: StartRemote) -> None:
         assert branch == remote.episode_id
         assert remote.describe()["snapshots"] is None
         await remote.wait_frame()  # and it ticks on from there
+
+
+def test_exported_bytes_are_read_field_by_field() -> None:
+    """Every prefix and every one-byte change of exported bytes is refused with a
+    SnapshotError (never another exception), and the store keeps to its byte bound."""
+    key = seal_key("k")
+    snap = Snapshot("builtin.Catch-v0", b"state" * 20, b"d" * 16, 3, 40, 12)
+    data = export(snap, "1.0", key)
+    assert open_export(data, "builtin.Catch-v0", "1.0", key).state == snap.state
+    for end in range(len(data)):
+        with pytest.raises(SnapshotError):
+            open_export(data[:end], "builtin.Catch-v0", "1.0", key)
+    for at in range(len(data)):
+        changed = bytearray(data)
+        changed[at] ^= 0x40
+        with pytest.raises(SnapshotError):
+            open_export(bytes(changed), "builtin.Catch-v0", "1.0", key)
+    with pytest.raises(SnapshotError, match="another key"):
+        open_export(data, "builtin.Catch-v0", "1.0", seal_key("other"))
+    with pytest.raises(SnapshotError, match="universe-remote 1.0"):
+        open_export(data, "builtin.Catch-v0", "2.0", key)
+
+    store = SnapshotStore(max_snapshots=100, max_bytes=250)
+    tokens = [store.add(snap) for _ in range(4)]  # 100 bytes each: two fit
+    assert len(store) == 2 and store.bytes == 200
+    with pytest.raises(SnapshotError, match="was dropped"):
+        store.get(tokens[0])
+    assert store.get(tokens[3]) is snap
