@@ -28,6 +28,7 @@ from .config import (
     EXIT_RUNTIME_FAILED,
     ServeConfig,
 )
+from .restores import VERIFY_ENV
 
 #: Seconds ``universe-remote health`` waits for the rewarder's describe.
 HEALTH_TIMEOUT: Final = 5.0
@@ -96,6 +97,8 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
     """The :class:`~envserver.config.ServeConfig` of a parsed ``serve`` or ``replay``
     command line: the one place the parser's names meet the server's."""
     replay = args.command == "replay"
+    if getattr(args, "verify_restores", False):  # read by every Remote this process makes
+        os.environ[VERIFY_ENV] = "1"
     return ServeConfig(
         env_id=None if replay else args.env_id,
         recording=args.recording if replay else None,
@@ -338,6 +341,11 @@ def add_commands(sub: Any) -> None:
         "--record", default=None, metavar="DIR",
         help="record every episode to DIR as it happens: frames, input with who sent it, "
         "rewards (docs/recording.md); the property 'recording' (1/0) switches it on and off",
+    )
+    serve.add_argument(
+        "--verify-restores", action="store_true",
+        help="check every v0.env.restore against the snapshot's digest of the runtime's state "
+        "(docs/snapshots.md); a restore that did not come back is the runtime's failure",
     )
     serve.set_defaults(func=_cmd_serve)
 

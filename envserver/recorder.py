@@ -16,6 +16,7 @@ the new episode's first files (else the write is refused, saying why). The forma
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
 import time
@@ -61,6 +62,8 @@ class Recorder:
         self._seed: int | None = None
         self._text: str | None = None
         self._takes_seen = 0
+        #: The branch a restore begins (while its episode begins), else None.
+        self._branch: dict[str, Any] | None = None
         #: Browser viewers' VNC client ids, remembered while they were connected.
         self._viewers: set[int] = set()
 
@@ -74,6 +77,7 @@ class Recorder:
         self.remote = remote
         remote.episode_sinks.append(self._episode_began)
         remote.result_sinks.append(self._advanced)
+        remote.restore_sinks.append(self._restored)
         remote.inputs.name_source = self._name_source
         rows = [*remote.property_table.rows.values(), Property(
             RECORDING_PROPERTY, int,
@@ -153,6 +157,19 @@ class Recorder:
         if self.enabled:
             self._begin(from_reset=True)
 
+    def _restored(self, episode_id: int, branch: dict[str, Any]) -> None:
+        """A restore began a branch (docs/snapshots.md): a new recorded episode whose
+        meta holds the branch and the exported state it starts from (base64), so the
+        recording says where its first frame came from, and a replay can restore it."""
+        self._check()
+        self._end(RESET)
+        self._seed, self._text = None, None
+        state = branch.get("state")
+        self._branch = {**branch, "state": base64.b64encode(state).decode() if state else None}
+        if self.enabled:
+            self._begin(from_reset=False)
+        self._branch = None
+
     def _begin(self, from_reset: bool) -> None:
         remote = self.remote
         assert remote is not None
@@ -168,6 +185,8 @@ class Recorder:
             "episode_frame": remote.episode_frame, "started": time.time(),
             "software": {"universe-remote": server_version()}, "codec": "zstd-xor",
         }
+        if self._branch is not None:  # a restore's branch: where it starts from
+            meta["restored"] = self._branch
         step: dict[str, Any] = {"i": 0, "frame": remote.frame, "frames": 0, "t": meta["started"]}
         if from_reset and self._text is not None:
             step["text"] = self._text

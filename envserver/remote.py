@@ -32,7 +32,7 @@ from runtimes.base import Runtime, StepResult
 from vncdriver.server import MAX_VIEWERS, VNCServer
 
 from .acting import OBSERVATIONS, Acting
-from .episodes import MAX_RESET_WAIT, MAX_SLICE_SECONDS, SLICE_PAUSE_SECONDS, Episodes
+from .episodes import MAX_RESET_WAIT, MAX_SLICE_SECONDS, SLICE_PAUSE_SECONDS
 from .front_ends import start_dm_env_rpc, start_viewer
 from .inputs import Inputs
 from .lockstep_frames import LockstepFrames
@@ -41,6 +41,7 @@ from .players import Seats, check_passwords
 from .properties import Properties, remote_properties
 from .recovery import MAX_RECOVER_DELAY, MAX_RUNTIME_FAILURES, RECOVER_DELAY
 from .remote_base import log
+from .restores import Restores
 from .rewarder_front import RewarderFront
 from .runtime_choice import construct
 from .state import Event, RemoteState, State
@@ -64,7 +65,7 @@ __all__ = [
 ]
 
 
-class Remote(Episodes, Acting):
+class Remote(Restores, Acting):
     """Serves one runtime over VNC and the rewarder (and, if asked, a browser viewer).
 
     ``await remote.start(...)`` binds the ports and starts the game loop;
@@ -86,6 +87,7 @@ class Remote(Episodes, Acting):
         tls: ServerTLS | None = None,
         player_passwords: Mapping[int, str] | None = None,
         ticker: Ticker | None = None,
+        verify_restores: bool | None = None,
     ) -> None:
         """Serve ``env``: an env id from the registry, or a runtime instance of your own.
 
@@ -99,7 +101,9 @@ class Remote(Episodes, Acting):
         ``wss://``, ``https://``, VeNCrypt, gRPC with TLS. ``player_passwords`` (a
         multi-player env): player -> the VNC password whose viewers drive that player.
         ``ticker``: the real-time clock (default: the event loop's, which every remote of
-        the process shares: one wake-up per frame for all of them).
+        the process shares: one wake-up per frame for all of them). ``verify_restores``:
+        check every restore against the snapshot's digest (None: as the environment's
+        ``UNIVERSE_REMOTE_VERIFY_RESTORES`` says; docs/snapshots.md).
         """
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -183,6 +187,7 @@ class Remote(Episodes, Acting):
         self.held_by: Callable[[], str | None] = lambda: None
         #: What ``v0.env.properties.*`` (and the dm_env_rpc extension) read and write.
         self.property_table = Properties(remote_properties(self))
+        self._init_snapshots(verify_restores)
 
     def agent(self) -> str | None:
         """Who drives the remote now: an agent on the rewarder, or one another front end

@@ -19,6 +19,7 @@ from rewarder import protocol
 from rewarder.errors import BadRequest
 from rewarder.lograte import RateLimitedLog
 from rewarder.server import PLAYER
+from rewarder.snapshot_messages import RestoreRequest, SnapshotRequest, snapshot_body
 
 from .orders import LOCKSTEP, REALTIME, ActOrder, Refused, ResetOrder, StepOrder
 from .properties import PropertyError
@@ -122,6 +123,21 @@ class RewarderFront:
             return await self.remote.properties(request.op, request.key, request.value)
         except PropertyError as exc:
             raise BadRequest(str(exc), request.message_id) from None
+
+    async def snapshot(self, request: SnapshotRequest) -> dict[str, Any]:
+        """``v0.env.snapshot``: the reply's body (token, episode, frame, bytes if asked)."""
+        try:
+            token, episode_id, frame, data = await self.remote.snapshot(request.export)
+        except Refused as exc:
+            raise BadRequest(exc.reason, request.message_id) from None
+        return snapshot_body(token, episode_id, frame, data)
+
+    async def restore(self, request: RestoreRequest, reply: Callable[..., None]) -> None:
+        """``v0.env.restore``: replied to as a reset is (``v0.reply.env.reset``)."""
+        try:
+            await self.remote.restore(request.token, request.state, request.obs, reply)
+        except Refused as exc:
+            raise BadRequest(exc.reason, request.message_id) from None
 
     def client_left(self, observer: bool) -> None:
         self.remote.client_left(observer)

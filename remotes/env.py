@@ -51,6 +51,7 @@ from .session import (
     tls_context,
 )
 from .spaces import VNCActionSpace
+from .states import EnvState, make_state, restore_args
 from .stepper import DEFAULT_FPS, Batch, Stepper
 from .web import MAX_ACTION_CHARS, AnyText, check_served, dict_observation, observation_space
 
@@ -285,6 +286,29 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             self._observation(batch), float(batch.rewards[0]), bool(batch.terminated[0]),
             bool(batch.truncated[0]), batch.infos[0],
         )
+
+    # Snapshots (docs/snapshots.md) -------------------------------------------------------
+
+    def clone_state(self, include_rng: bool = True, export: bool = False) -> EnvState:
+        """The remote's whole state now, as ale-py's ``clone_state`` (lockstep). The
+        generator is always included (``include_rng`` is accepted for ale-py's callers);
+        ``export``: with the state's bytes, so it restores on other remotes too."""
+        with self._stepping:
+            reply = self._core.save_state(0, export)
+        return make_state(self._state.name, self._state.describe.get("env_id", ""), reply)
+
+    def restore_state(self, state: EnvState) -> None:
+        """Go back to ``state`` (a new episode, the branch: ``info["episode_id"]`` of the
+        next step says so); :meth:`render` shows the restored frame, the next
+        :meth:`step` plays on from it."""
+        if self._closed:
+            raise RuntimeError("restore_state() on a closed RemoteEnv")
+        args = restore_args(state, self._state.name)
+        with self._stepping:
+            self._core.restore_states({0: args})
+            frames = self._core.frames
+            if frames is not None:
+                self._frame = frames[0].copy()
 
     def render(self) -> np.ndarray | None:  # type: ignore[override]
         """``"rgb_array"``: the last frame. ``"human"``: a window on the remote (or where to

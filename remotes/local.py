@@ -42,6 +42,7 @@ from typing import Final, TypeVar
 
 from rewarder import protocol
 from rewarder.client import RewarderClient
+from rewarder.snapshot_messages import SNAPSHOT_KEY_ENV, shared_key
 from rewarder.tls import client_context
 from runtimes import registry
 from runtimes.errors import UnknownEnvironment
@@ -299,7 +300,9 @@ async def _start(
     command = [sys.executable, "-m", "universe_remote", "serve", env_id, "--host", host, *extra_args]
     if fps is not None:
         command += ["--fps", str(fps)]
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    # One snapshot key for every remote this process starts: their exported states
+    # restore on each other (docs/snapshots.md).
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", SNAPSHOT_KEY_ENV: shared_key()}
     if password is not None:
         env["UNIVERSE_REMOTE_PASSWORD"] = password
     log_dir = Path(tempfile.mkdtemp(prefix="universe-remote-"))

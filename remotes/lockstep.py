@@ -186,6 +186,29 @@ class LockstepSteps:
             infos.append(info)
         return infos
 
+    def restore(self, states: dict[int, tuple[str | None, bytes | None]]) -> dict[int, dict[str, Any]]:
+        """Restore remotes by index, each to a snapshot's token or bytes (docs/snapshots.md):
+        a new episode each, its restored frame into :attr:`Lane.frames`; their infos.
+        :class:`~rewarder.errors.RemoteError` says why a remote refused."""
+        slots = [self.lane.slots[i] for i in states]
+        sent = {}
+        for slot in slots:  # all sent first: the remotes restore at the same time
+            self._drop_step(slot)
+            slot.session.shared.new_episode()
+            sent[slot] = _rewarder(slot).send_restore(*states[slot.index], obs=slot.session.shared.obs)
+        deadline = time.monotonic() + RESET_TIMEOUT
+        previous = self.lane.frames
+        assert previous is not None
+        self.lane.frames = previous.copy()  # the last step's observations stay as returned
+        infos = {}
+        for slot in slots:
+            rewarder = _rewarder(slot)
+            reply: ResetReply = rewarder.wait_reply(sent[slot], deadline)
+            rewarder.wait_for_state("running", reply.episode_id, max(deadline - time.monotonic(), 0.0))
+            self._begin(slot, reply, deadline)
+            infos[slot.index] = {"episode_id": reply.episode_id, "frame": slot.returned}
+        return infos
+
     def _drop_step(self, slot: Slot) -> None:
         """An interrupted step's reply is of no use once a reset is under way."""
         rewarder = slot.session.lockstep_channel

@@ -186,6 +186,28 @@ class Stepper:
             raise ValueError("active= is for lockstep steps")
         return self.loop.run(self._realtime.step(actions, same_step))
 
+    def save_state(self, index: int, export: bool = False) -> Any:
+        """Lockstep: remote ``index``'s :class:`~rewarder.snapshot_messages.SnapshotReply`."""
+        self._check_lockstep("snapshots")
+        channel = self.sessions[index].lockstep_channel
+        if channel is None:
+            raise RuntimeError(f"{self.sessions[index].name} is not connected")
+        return channel.snapshot(export)
+
+    def restore_states(self, states: dict[int, tuple[str | None, bytes | None]]) -> dict[int, dict[str, Any]]:
+        """Lockstep: restore remotes by index (token or bytes); their infos, frames in
+        :attr:`frames` (remotes.lockstep)."""
+        self._check_lockstep("restores")
+        return self._lockstep.restore(states)
+
+    def _check_lockstep(self, what: str) -> None:
+        self._check_open()
+        if self.mode != LOCKSTEP:
+            raise ValueError(
+                f"{what} from a gymnasium env need lockstep (mode='lockstep'): in real time "
+                "the remote moves on meanwhile; use RewarderClient.snapshot/restore there"
+            )
+
     def _check_open(self) -> None:
         if self.closed:
             raise RuntimeError("the env is closed")

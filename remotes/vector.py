@@ -50,6 +50,7 @@ from .group import RemoteGroup, follow
 from .loop import LoopThread, shared_loop
 from .options import PAGE, WEB_ACTIONS, EnvOptions, check_env_id
 from .session import RemoteSession, RemoteSnapshot, resolve_addresses
+from .states import EnvState, make_state, restore_args
 from .stepper import DEFAULT_FPS, Batch, Stepper
 from .web import MAX_ACTION_CHARS, AnyText, check_served, dict_observation, observation_space
 
@@ -299,6 +300,41 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         if problem is not None:
             raise ValueError(f"invalid action for remote {i} ({self._states[i].name}): {problem}")
         return list(action)
+
+    # Snapshots (docs/snapshots.md) -------------------------------------------------------
+
+    def clone_state(self, index: int, export: bool = False) -> EnvState:
+        """Remote ``index``'s state now (lockstep); ``export``: with its bytes, so it
+        restores on the other remotes too."""
+        with self._stepping:
+            reply = self._core.save_state(index, export)
+        return make_state(self._states[index].name, self._states[index].describe.get("env_id", ""), reply)
+
+    def restore_state(self, index: int, state: EnvState) -> None:
+        """Set remote ``index`` to ``state`` (a new episode there, the branch)."""
+        self.set_states({index: state})
+
+    def set_states(self, states: dict[int, EnvState]) -> None:
+        """Set each remote named to its state, all at once; :meth:`render` and the next
+        step's observations show the restored frames."""
+        if self._closed:
+            raise RuntimeError("set_states() on a closed RemoteVectorEnv")
+        sent = {i: restore_args(state, self._states[i].name) for i, state in states.items()}
+        with self._stepping:
+            self._core.restore_states(sent)
+            frames = self._core.frames
+            if frames is not None:
+                for i in sent:
+                    self._frames[i] = frames[i]
+
+    def fork(self, index: int, to: Sequence[int] | None = None) -> EnvState:
+        """Put remote ``index``'s state on the remotes ``to`` (default: all the others),
+        at once: k attempts from one state (GRPO's groups, Go-Explore's returns). The
+        state moves as exported bytes; remote ``index`` goes on as it was. The state."""
+        targets = [i for i in range(self.num_envs) if i != index] if to is None else list(to)
+        state = self.clone_state(index, export=True)
+        self.set_states(dict.fromkeys(targets, state))
+        return state
 
     def render(self) -> np.ndarray | None:  # type: ignore[override]
         """``"rgb_array"``: a copy of the last observations. ``"human"``: a window on each

@@ -69,6 +69,7 @@ from .protocol import (
     StepReply,
 )
 from .reward_buffer import EpisodeResult, RewardBuffer
+from .snapshot_messages import RESTORE, SNAPSHOT, SnapshotReply
 from .tls import client_context, says_tls_only, tls_failure
 
 log = logging.getLogger(__name__)
@@ -302,6 +303,27 @@ class BlockingRewarder(ClientState):
             request = self._need_proto().properties("write", key, value)
             reply, _ = self._call(protocol.PROPERTIES_WRITE, request, timeout)
             return dict(reply.body)
+
+    def snapshot(self, export: bool = False, timeout: float = PING_TIMEOUT) -> SnapshotReply:
+        """Save the remote's state (``v0.env.snapshot``, docs/snapshots.md): its token, and
+        its bytes when ``export``. :class:`RemoteError` says why a remote cannot."""
+        with self._lock:
+            reply, _ = self._call(SNAPSHOT, self._need_proto().snapshot(export), timeout)
+            return reply  # type: ignore[no-any-return]
+
+    def send_restore(self, token: str | None, state: bytes | None, obs: str = protocol.OBS_VNC) -> int:
+        """Send ``v0.env.restore`` of a token or exported bytes; its message id: the reply
+        is a :class:`ResetReply` (a new episode id, the branch) for :meth:`wait_reply`."""
+        with self._lock:
+            return self._send_request(RESTORE, self._need_proto().restore(token, state, obs))
+
+    def restore(self, token: str | None = None, state: bytes | None = None,
+                timeout: float = 60.0) -> ResetReply:
+        """Go back to a snapshot's state; the reply (a new episode id, the restored frame)."""
+        with self._lock:
+            message_id = self.send_restore(token, state)
+            reply: ResetReply = self.wait_reply(message_id, time.monotonic() + timeout)
+            return reply
 
     def wait_for_state(self, state: str, episode_id: int | None, timeout: float) -> Describe:
         """Wait for a describe with ``env_state == state`` (episode >= ``episode_id``)."""

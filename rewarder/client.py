@@ -63,6 +63,7 @@ from .dial import (
 from .errors import ConnectionClosed
 from .protocol import Describe, StepReply
 from .reward_buffer import EpisodeResult, RewardBuffer
+from .snapshot_messages import RESTORE, SNAPSHOT, SnapshotReply
 
 __all__ = [
     "ATTEMPT_TIMEOUT", "BACKOFF_CAP", "BACKOFF_FACTOR", "BACKOFF_START", "CLOSE_TIMEOUT",
@@ -335,6 +336,27 @@ class RewarderClient(ClientChannel):
         message_id, data = proto.properties(op, key, value)
         reply, _ = await self._request(ws, f"v0.env.properties.{op}", message_id, data, timeout)
         return dict(reply.body)
+
+    async def snapshot(self, export: bool = False, timeout: float | None = RESET_TIMEOUT) -> SnapshotReply:
+        """Save the remote's state (``v0.env.snapshot``, docs/snapshots.md): a token the
+        remote keeps, and the bytes when ``export`` (restorable on any remote of the same
+        env id, version and key). :class:`RemoteError` says why a remote cannot."""
+        ws, proto = self._connection()
+        message_id, data = proto.snapshot(export)
+        reply, _ = await self._request(ws, SNAPSHOT, message_id, data, timeout)
+        return reply  # type: ignore[no-any-return]
+
+    async def restore(
+        self, token: str | None = None, state: bytes | None = None,
+        timeout: float | None = RESET_TIMEOUT,
+    ) -> int:
+        """Go back to a snapshot's state (its token, or exported bytes): a new episode,
+        the branch; its id once the remote replied. :class:`RemoteError` for a dropped
+        token, bytes of another env, anything not a snapshot."""
+        ws, proto = self._connection()
+        message_id, data = proto.restore(token, state)
+        reply, _ = await self._request(ws, RESTORE, message_id, data, timeout)
+        return int(reply.episode_id)
 
     async def ping(self, timeout: float | None = PING_TIMEOUT) -> float:
         """Round trip to the server in seconds; also narrows :attr:`clock_skew`."""

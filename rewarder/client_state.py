@@ -33,6 +33,7 @@ from .protocol import (
     Text,
 )
 from .reward_buffer import RewardBuffer
+from .snapshot_messages import SnapshotReply
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class Answer:
     or the server's :class:`~.protocol.ErrorReply` refusing it."""
 
     message_id: Any
-    event: ResetReply | StepReply | PingReply | PropertiesReply | ErrorReply
+    event: ResetReply | StepReply | PingReply | PropertiesReply | ErrorReply | SnapshotReply
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,7 @@ class Closing:
     refusal: bool
 
 
-_REPLIES = (StepReply, PingReply, PropertiesReply, ResetReply)
+_REPLIES = (StepReply, PingReply, PropertiesReply, ResetReply, SnapshotReply)
 
 
 class ClientState:
@@ -120,7 +121,7 @@ class ClientState:
 
     @staticmethod
     def _answer(
-        event: ResetReply | StepReply | PingReply | PropertiesReply | ErrorReply,
+        event: ResetReply | StepReply | PingReply | PropertiesReply | ErrorReply | SnapshotReply,
         waiting: Callable[[Any], bool],
     ) -> Answer | None:
         parent = event.parent_message_id

@@ -44,6 +44,7 @@ from .protocol import (
     dumps,
     is_number,
 )
+from .snapshot_messages import RESTORE, SNAPSHOT, restore_body
 
 
 @dataclass(slots=True)
@@ -231,6 +232,14 @@ class ClientConnection:
         """``op``: list, read or write."""
         body: dict[str, Any] = {"key": key} if op != "write" else {"key": key, "value": value}
         return self._request(f"v0.env.properties.{op}", body)
+
+    def snapshot(self, export: bool = False) -> tuple[int, bytes]:
+        """``v0.env.snapshot`` (rewarder/snapshot_messages.py); ``export``: with its bytes."""
+        return self._request(SNAPSHOT, {"export": export} if export else {})
+
+    def restore(self, token: str | None, state: bytes | None, obs: str = OBS_VNC) -> tuple[int, bytes]:
+        """``v0.env.restore`` of a token or of exported bytes (answered as a reset is)."""
+        return self._request(RESTORE, restore_body(token, state, obs))
 
     def receive(self, data: str | bytes) -> ServerEvent:
         """Parse one server message into an event."""

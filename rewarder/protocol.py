@@ -22,6 +22,18 @@ from typing import Any, Final, TypeGuard
 
 import orjson
 
+from rewarder.snapshot_messages import (
+    REPLY_SNAPSHOT,
+    RESTORE,
+    SNAPSHOT,
+    RestoreRequest,
+    SnapshotReply,
+    SnapshotRequest,
+    parse_restore,
+    parse_snapshot,
+    read_snapshot_reply,
+)
+
 # Limits ------------------------------------------------------------------------------
 
 #: A client message larger than this is answered with an error, not parsed: an action
@@ -263,7 +275,10 @@ class PropertiesRequest:
     value: Any = None
 
 
-Request = ResetRequest | PingRequest | ActionRequest | StepRequest | PropertiesRequest
+Request = (
+    ResetRequest | PingRequest | ActionRequest | StepRequest | PropertiesRequest
+    | SnapshotRequest | RestoreRequest  # rewarder/snapshot_messages.py
+)
 
 
 def _parse_event(index: int, event: object) -> ActionEvent:
@@ -422,6 +437,8 @@ REQUEST_PARSERS: dict[str, Callable[[Any, float, Message], Request]] = {
     PROPERTIES_LIST: _parse_properties,
     PROPERTIES_READ: _parse_properties,
     PROPERTIES_WRITE: _parse_properties,
+    SNAPSHOT: lambda message_id, sent_at, msg: parse_snapshot(message_id, sent_at, msg.body),
+    RESTORE: lambda message_id, sent_at, msg: parse_restore(message_id, sent_at, msg.body),
 }
 #: What an observer (``openai-observer: true``) may send.
 OBSERVER_METHODS: Final = frozenset({PING, PROPERTIES_LIST, PROPERTIES_READ})
@@ -541,7 +558,7 @@ class PropertiesReply:
 
 ServerEvent = (
     Describe | Reward | Text | Observation | ResetReply | PingReply | StepReply | ErrorReply | Close
-    | PropertiesReply
+    | PropertiesReply | SnapshotReply
 )
 
 
@@ -654,4 +671,5 @@ EVENT_READERS: dict[str, Callable[[Message, float], ServerEvent]] = {
     REPLY_PROPERTIES: _read_properties_reply,
     REPLY_ERROR: _read_error,
     CONNECTION_CLOSE: _read_close,
+    REPLY_SNAPSHOT: lambda msg, sent_at: read_snapshot_reply(_parent(msg), msg.body, sent_at),
 }

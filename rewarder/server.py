@@ -42,6 +42,7 @@ from .protocol import (
     CLOSE_UNAUTHORIZED,
 )
 from .server_link import MAX_PENDING_MESSAGES, LinkLimits, ServerLink
+from .snapshot_messages import REPLY_SNAPSHOT, RestoreRequest, SnapshotRequest
 from .tls import TLSPort
 
 log = logging.getLogger(__name__)
@@ -566,8 +567,32 @@ class RewarderServer:
                     link.send(link.proto.reply_reset(parent, episode_id, runtime, body))
 
                 await self.handler.reset(request, reply)
+            else:  # v0.env.snapshot / v0.env.restore (rewarder/snapshot_messages.py)
+                await self._snapshots(link, request, started)
         except Exception as exc:
             self._failed(link, parent, exc, started)
+
+    async def _snapshots(
+        self, link: ServerLink, request: protocol.Request, started: float
+    ) -> None:
+        """A snapshot (answered ``v0.reply.env.snapshot``) or a restore (answered as a
+        reset is); handlers without them refuse both."""
+        parent = request.message_id
+        if isinstance(request, SnapshotRequest) and hasattr(self.handler, "snapshot"):
+            body = await self.handler.snapshot(request)
+            link.send(link.proto.send(
+                REPLY_SNAPSHOT, body, parent_message_id=parent,
+                parent_runtime=time.perf_counter() - started,
+            ))
+        elif isinstance(request, RestoreRequest) and hasattr(self.handler, "restore"):
+
+            def reply(episode_id: int, body: dict[str, Any] | None = None) -> None:
+                runtime = time.perf_counter() - started
+                link.send(link.proto.reply_reset(parent, episode_id, runtime, body))
+
+            await self.handler.restore(request, reply)
+        else:
+            raise BadRequest("this remote keeps no snapshots", parent)
 
     def _failed(self, link: ServerLink, parent: Any, exc: Exception, started: float) -> None:
         """Answer a refused request (:class:`BadRequest`), or one that ran into a bug of

@@ -42,15 +42,22 @@ resets, as ale-py does.
 
 from __future__ import annotations
 
+import hashlib
+import math
+import re
+import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
+import ale_py
 import numpy as np
-from ale_py import Action, ALEInterface, LoggerMode, roms
+from ale_py import Action, ALEInterface, ALEState, LoggerMode, roms
 
 from .base import InputEvent, KeyEvent, Runtime, StepResult, check_frames
 from .damage import MAX_DAMAGE_RECTS
+from .errors import BadSnapshot
+from .state_codec import StateLayout, check_range
 
 # Screen and timing -----------------------------------------------------------------------
 
@@ -79,6 +86,27 @@ _KEY_BITS: Final = dict(zip(KEYS, (_UP, _DOWN, _LEFT, _RIGHT, _FIRE), strict=Tru
 ROTATED_ROMS: Final = frozenset({"pong"})
 
 ALEInterface.setLoggerMode(LoggerMode.Error)  # no banner on stderr for every emulator
+
+# Snapshots -------------------------------------------------------------------------------
+
+#: What a snapshot holds beside ALE's own state: the runtime's variables and the sizes of
+#: the three blobs that follow (ALE's state with its generator, the screen as ALE's
+#: palette indices and as RGB, both zlib-compressed: ALE's state holds no screen).
+ATARI_LAYOUT: Final = StateLayout(b"URa0", 1, (
+    ("ale", "16s"), ("rom", "32s"),
+    ("frame", "I"), ("held", "B"), ("done", "?"), ("noops", "B"), ("last", "B"),
+    ("ale_bytes", "I"), ("indices_bytes", "I"), ("rgb_bytes", "I"),
+))
+#: With sticky actions, the chance that a restore leaves ALE's last action stale: ALE's
+#: state holds no last action (the one a sticky frame repeats), so a restore plays the
+#: last action until ALE took it at least once: k frames leave it stale with chance p**k.
+STICKY_STALE_CHANCE: Final = 1e-12
+#: The ale-py whose states these are: another's may lay them out otherwise.
+_ALE_VERSION: Final = ale_py.__version__.encode()[:16]
+#: Largest ALE state a snapshot may carry (ale-py 0.12.1's are about 14 kB with the generator).
+MAX_ALE_STATE_BYTES: Final = 1 << 18
+#: Largest compressed screen a snapshot may carry (a screen is at most 250 x 160 x 3 bytes).
+MAX_SCREEN_BYTES: Final = 250 * 160 * 3 + 1024
 
 
 def env_id_for(rom: str) -> str:
@@ -155,6 +183,8 @@ class AtariRuntime(Runtime):
     keys = KEYS
     buttons = 0
     announced_info = ("lives",)
+    #: ALE's whole system state, its generator included (sticky actions replay exactly).
+    snapshot_refusal = None
     options = (
         "scale", "repeat_action_probability", "full_action_space", "noop_max", "max_episode_frames",
     )
@@ -191,10 +221,17 @@ class AtariRuntime(Runtime):
             raise ValueError(f"ale-py cannot run the ROM {self.rom!r}")
         self._rom_path: Path = path
         self.ale.setFloat("repeat_action_probability", self.repeat_action_probability)
+        #: Frames a restore plays before restoring again (:meth:`restore`).
+        self._prime_frames = 1 if not self.repeat_action_probability else max(1, math.ceil(
+            math.log(STICKY_STALE_CHANCE) / math.log(self.repeat_action_probability)
+        ))
         self.ale.setInt("frame_skip", 1)
         self.ale.setInt("random_seed", 0)
         self.ale.loadROM(str(path))
         self._start_state = self.ale.cloneState()
+        found = re.search(rb"[0-9a-f]{32}", bytes(self._start_state.serialize())[:128])
+        #: The cartridge's MD5 as ALE's states name it (a restore checks it).
+        self._rom_md5 = found.group() if found else b"?"
 
         screen_height, screen_width = self.ale.getScreenDims()
         # The class attributes give the unscaled size; an instance holds its own.
@@ -217,6 +254,8 @@ class AtariRuntime(Runtime):
         unit = np.uint64 if screen_width % 8 == 0 else np.uint8
         self._rows_now, self._rows_shown = self._indices.view(unit), self._shown.view(unit)
         self._damage: list[tuple[int, int, int, int]] | None = None
+        #: The last state restored, read: restoring it again skips the reading.
+        self._last_read: tuple[bytes, tuple[dict[str, Any], ALEState, np.ndarray, np.ndarray]] | None = None
 
         action_set = self.ale.getLegalActionSet() if full_action_space else self.ale.getMinimalActionSet()
         #: ALE's names of the agent's actions, in ale-py's order (its get_action_meanings()).
@@ -268,6 +307,7 @@ class AtariRuntime(Runtime):
         for _ in range(self.noops):
             self.ale.act(Action.NOOP)
         self.held = 0  # bit mask of held keys; cleared so a seed replays exactly
+        self._last_action = Action.NOOP  # the joystick in the last frame played
         self.frame = 0
         self.done = False
         self._draw()
@@ -304,8 +344,94 @@ class AtariRuntime(Runtime):
             if ale.game_over() or (limit is not None and self.frame >= limit):
                 self.done = True
                 break
+        self._last_action = first if ran == 1 else held
         self._draw()
         return StepResult(float(reward), self.done, self._info(), frames=ran)
+
+    # Snapshots (docs/snapshots.md) ------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        ale_state: bytes = self.ale.cloneState(include_rng=True).serialize()
+        indices = zlib.compress(self._shown.tobytes(), 1)  # (the screen last drawn)
+        rgb = zlib.compress(self._screen.tobytes(), 1)
+        header = ATARI_LAYOUT.pack({
+            "ale": _ALE_VERSION, "rom": self.rom.encode(),
+            "frame": self.frame, "held": self.held, "done": self.done,
+            "noops": self.noops, "last": self._last_action.value, "ale_bytes": len(ale_state),
+            "indices_bytes": len(indices), "rgb_bytes": len(rgb),
+        })
+        return b"".join((header, ale_state, indices, rgb))
+
+    def restore(self, state: bytes) -> None:
+        """Every field checked before ALE sees a byte; then ALE's state restored, primed
+        with the last action and restored again: ALE's state misses hidden TIA state (ALE
+        PR #739: after a restore into another emulator Q*bert plays on differently) and,
+        with sticky actions, the last action a sticky frame repeats (Pong's first frame
+        after a restore repeated the action before the restore): one frame sets the
+        first, a few the second (:data:`STICKY_STALE_CHANCE`). Then the saved screen."""
+        cached = self._last_read
+        if cached is not None and cached[0] == state:  # a search returning to one state
+            fields, restored, indices, rgb = cached[1]
+        else:
+            fields, ale_state, indices, rgb = self._read_snapshot(state)
+            restored = ALEState(ale_state)
+            self._last_read = (bytes(state), (fields, restored, indices, rgb))
+        self.ale.restoreState(restored)
+        last = Action(fields["last"])
+        for _ in range(self._prime_frames):  # TIA, input ports, sticky last action
+            self.ale.act(last)
+        self.ale.restoreState(restored)
+        self.frame, self.held, self.done, self.noops = (
+            fields["frame"], fields["held"], fields["done"], fields["noops"]
+        )
+        np.copyto(self._shown, indices)
+        np.copyto(self._screen, rgb)
+        self._show()
+        self._damage = None  # the whole screen changed: the server compares it
+
+    def _read_snapshot(self, state: bytes) -> tuple[dict[str, Any], bytes, np.ndarray, np.ndarray]:
+        size = ATARI_LAYOUT.size
+        fields = ATARI_LAYOUT.unpack(bytes(state[:size]) if len(state) >= size else state, self.env_id)
+        if fields["ale"].rstrip(b"\0") != _ALE_VERSION:  # another emulator's state layout
+            made = fields["ale"].rstrip(b"\0").decode("ascii", "replace")
+            raise BadSnapshot(f"a state of ale-py {made}; this runtime runs ale-py {ale_py.__version__}")
+        rom = fields["rom"].rstrip(b"\0").decode("ascii", "replace")
+        if rom != self.rom:
+            raise BadSnapshot(f"a state of the ROM {rom!r}; this runtime runs {self.rom!r}")
+        check_range("ale_bytes", fields["ale_bytes"], 1, MAX_ALE_STATE_BYTES)
+        check_range("indices_bytes", fields["indices_bytes"], 1, MAX_SCREEN_BYTES)
+        check_range("rgb_bytes", fields["rgb_bytes"], 1, MAX_SCREEN_BYTES)
+        check_range("noops", fields["noops"], 0, self.noop_max)
+        check_range("held", fields["held"], 0, (1 << len(KEYS)) - 1)
+        check_range("last", fields["last"], 0, len(Action.__members__) - 1)
+        limit = self.max_episode_frames if self.max_episode_frames is not None else 2**32 - 1
+        check_range("frame", fields["frame"], 0, limit)
+        ends = np.cumsum([size, fields["ale_bytes"], fields["indices_bytes"], fields["rgb_bytes"]])
+        if len(state) != ends[-1]:
+            raise BadSnapshot(f"an {self.env_id} state of these sizes is {ends[-1]} bytes, not {len(state)}")
+        ale_state = bytes(state[ends[0]:ends[1]])
+        # ALE's state names its ROM's MD5 near its start: a state of another cartridge
+        # is refused before the emulator reads it.
+        if self._rom_md5 not in ale_state[:128]:
+            raise BadSnapshot(f"ALE's state in these bytes is not of the cartridge {self.rom!r}")
+        screens = []
+        for blob, array in ((state[ends[1]:ends[2]], self._shown), (state[ends[2]:ends[3]], self._screen)):
+            try:
+                raw = zlib.decompressobj().decompress(bytes(blob), array.nbytes + 1)
+            except zlib.error as exc:
+                raise BadSnapshot(f"a saved screen is not zlib data ({exc})") from None
+            if len(raw) != array.nbytes:
+                raise BadSnapshot(f"a saved screen is {array.nbytes} bytes, not {len(raw)}")
+            screens.append(np.frombuffer(raw, np.uint8).reshape(array.shape))
+        return fields, ale_state, screens[0], screens[1]
+
+    def state_digest(self) -> bytes:
+        """RAM, the frame counters and the screen shown: what a restore must bring back."""
+        digest = hashlib.blake2b(self.ale.getRAM().tobytes(), digest_size=16)
+        digest.update(bytes((self.held, self.done)))
+        digest.update(self.frame.to_bytes(8, "big"))
+        digest.update(self._shown.data)
+        return digest.digest()
 
     def close(self) -> None:
         """Drop the emulator; the runtime cannot be reset or stepped after this."""
@@ -319,13 +445,17 @@ class AtariRuntime(Runtime):
         damage, self._damage = self._damage, []
         return damage
 
-    def _draw(self) -> None:
-        self.ale.getScreenRGB(self._screen)
+    def _show(self) -> None:
+        """Enlarge :attr:`_screen` into the framebuffer (at scale 1 they are one array)."""
         if self.scale > 1:
             for column in range(self.scale):
                 self._wide_pixels[:, :, column] = self._screen_pixels
             for row in range(self.scale):
                 self._rows[:, row] = self._wide
+
+    def _draw(self) -> None:
+        self.ale.getScreenRGB(self._screen)
+        self._show()
         self.ale.getScreen(self._indices)
         damage = self._damage
         if damage is not None and len(damage) >= MAX_DAMAGE_RECTS:  # nobody takes it

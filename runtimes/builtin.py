@@ -14,11 +14,13 @@ with numpy slices, and keep answering ``done`` after the episode ends until the 
 from __future__ import annotations
 
 import abc
+import hashlib
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final, NamedTuple
 
 import numpy as np
 
+from . import builtin_state
 from .base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult, check_frames
 from .damage import Damage, Rect, clip, restore
 from .duel import Duel
@@ -227,6 +229,8 @@ class _Game(Runtime):
     max_episode_frames: ClassVar[int]
     #: ... or after this many misses.
     max_misses: ClassVar[int]
+    #: Snapshots hold every variable of the rules and the generator (runtimes/builtin_state.py).
+    snapshot_refusal = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -277,6 +281,24 @@ class _Game(Runtime):
     @abc.abstractmethod
     def _info(self) -> dict[str, Any]:
         """The exact numbers the pips show, for ``StepResult.info``."""
+
+    def snapshot(self) -> bytes:
+        return self._save(self)
+
+    def restore(self, state: bytes) -> None:
+        """Every field checked before any is set; then the whole frame drawn again."""
+        self._load(self, state)
+        self._drawn = None
+        self._draw()
+
+    def state_digest(self) -> bytes:
+        digest = hashlib.blake2b(self.snapshot(), digest_size=16)
+        digest.update(self.framebuffer.data)
+        return digest.digest()
+
+    # The game's codec (runtimes/builtin_state.py), as plain functions of the game.
+    _save: ClassVar[Any]
+    _load: ClassVar[Any]
 
     def _start(self, seed: int | None) -> None:
         self._drawn = None  # the next draw draws everything
@@ -341,6 +363,8 @@ class Catch(_Game):
     description = "Catch falling balls with a paddle (Left/Right); +1 caught, -1 missed"
     max_episode_frames = CATCH_MAX_FRAMES
     max_misses = CATCH_MAX_MISSES
+    _save = staticmethod(builtin_state.catch_state)
+    _load = staticmethod(builtin_state.load_catch)
 
     def reset(self, seed: int | None = None) -> None:
         self._start(seed)
@@ -486,6 +510,8 @@ class ClickTarget(_Game):
     description = "Click the target before it moves (left button); +1 hit, -1 when it escapes"
     max_episode_frames = CLICK_MAX_FRAMES
     max_misses = CLICK_MAX_MISSES
+    _save = staticmethod(builtin_state.click_state)
+    _load = staticmethod(builtin_state.load_click)
 
     def reset(self, seed: int | None = None) -> None:
         self._start(seed)
