@@ -45,8 +45,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         if env_id in served:
             description = getattr(registry.lookup(env_id), "description", "")
         else:
-            why = "its family, below" if registry.missing_hint(env_id) else "its program"
-            description = f"(not served on this machine: {why} is not installed)"
+            what = "its family, below" if registry.missing_hint(env_id) else "its program"
+            description = f"(not served on this machine: {what} is not installed)"
         print(f"{env_id:32} {description}".rstrip())
     for family in sorted(registry.FAMILIES):
         if why := registry.missing_hint(f"{family}."):
