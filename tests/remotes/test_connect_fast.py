@@ -200,3 +200,31 @@ def test_a_floating_serve_keeps_the_pairs_it_took() -> None:
     assert settled_ports([*serve, "--games", "2"], [5900]) == {5900, 5901, 15900, 15901}
     assert settled_ports(serve, [8900, 16000]) is None  # viewer, dm_env_rpc: not a pair
     assert settled_ports(["make", "run"], []) is None
+
+
+def test_a_floating_serve_is_waited_for_on_any_pair_until_it_listens(tmp_path: Path) -> None:
+    """/proc as the kernel shows it: a portless serve with no listening socket may still
+    take any floating pair; once one of its fds is a socket listening on 5903 (in
+    /proc/net/tcp), it serves 5903/15903 and no other pair."""
+    own_net = os.readlink("/proc/self/ns/net")
+    (tmp_path / "self" / "ns").mkdir(parents=True)
+    (tmp_path / "self" / "ns" / "net").symlink_to(own_net)
+    (tmp_path / "net").mkdir()
+    header = "  sl  local_address rem_address st tx_queue rx_queue tr tm->when retrnsmt uid timeout inode\n"
+    listen = "   0: 0100007F:170F 00000000:0000 0A 00000000:00000000 00:00000000 00000000  0  0 4242 1\n"
+    (tmp_path / "net" / "tcp").write_text(header)
+    (tmp_path / "net" / "tcp6").write_text(header)
+    pid = tmp_path / "41"
+    for folder in ("ns", "fd", "task/41"):
+        (pid / folder).mkdir(parents=True)
+    (pid / "ns" / "net").symlink_to(own_net)
+    (pid / "exe").symlink_to(sys.executable)
+    (pid / "task" / "41" / "children").write_text("")
+    argv = ["python", "-m", "universe_remote", "serve", "builtin.Catch-v0"]
+    (pid / "cmdline").write_bytes("\0".join(argv).encode() + b"\0")
+    assert starting_here([5903], proc=tmp_path) and starting_here([5950], proc=tmp_path)
+    (pid / "fd" / "3").symlink_to("socket:[4242]")
+    assert starting_here([5950], proc=tmp_path)  # the socket is not listening yet
+    (tmp_path / "net" / "tcp").write_text(header + listen)  # 0x170F = 5903
+    assert starting_here([5903], proc=tmp_path) and starting_here([15903], proc=tmp_path)
+    assert not starting_here([5950, 15950], proc=tmp_path)
