@@ -45,7 +45,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         if env_id in served:
             description = getattr(registry.lookup(env_id), "description", "")
         else:
-            what = "its family, below" if registry.missing_hint(env_id) else "its program"
+            family = env_id.split(".", 1)[0] + "."
+            what = "its family, below," if registry.missing_hint(family) else "its program"
             description = f"(not served on this machine: {what} is not installed)"
         print(f"{env_id:32} {description}".rstrip())
     for family in sorted(registry.FAMILIES):

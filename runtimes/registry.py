@@ -63,6 +63,8 @@ def missing_hint(env_id: str) -> str | None:
     family = env_id.split(".", 1)[0]
     if family in missing:
         return missing[family]
+    if family in FAMILIES and env_id in catalogue() and env_id not in _family(family):
+        return _install_hint(family, f"{env_id} is listed, but its program is not on this machine")
     package = PACKAGES.get(family)
     if package is not None and _package_dir(package) is None:
         return _install_hint(family, f"No module named {package!r}")

@@ -141,3 +141,18 @@ def test_a_family_not_installed_is_named_with_its_install_line_everywhere(
         assert install in str(caught.value)
     assert not any(env_id.startswith("atari.") for env_id in registry.catalogue())
     assert registry.missing_hint("builtin.Catch-v0") is None
+
+
+def test_an_id_listed_but_not_served_here_says_why_not_did_you_mean_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """x11.XTerm-v0 where xterm is not installed: listed (the count stays list's), refused
+    by serve with the reason, never "did you mean x11.XTerm-v0?"."""
+    served = dict(registry._family("x11"))
+    served.pop("x11.XTerm-v0", None)
+    monkeypatch.setitem(registry._loaded, "x11", served)
+    with pytest.raises(UnknownEnvironment) as caught:
+        registry.lookup("x11.XTerm-v0")
+    message = str(caught.value)
+    assert "its program is not on this machine" in message and "did you mean x11.XTerm-v0" not in message
+    assert f"prints all {len(registry.catalogue())})" in message
