@@ -228,3 +228,15 @@ def test_a_floating_serve_is_waited_for_on_any_pair_until_it_listens(tmp_path: P
     (tmp_path / "net" / "tcp").write_text(header + listen)  # 0x170F = 5903
     assert starting_here([5903], proc=tmp_path) and starting_here([15903], proc=tmp_path)
     assert not starting_here([5950, 15950], proc=tmp_path)
+    # `make run`, whose child is that serve: settled by its child's socket too.
+    make = tmp_path / "40"
+    for folder in ("ns", "fd", "task/40"):
+        (make / folder).mkdir(parents=True)
+    (make / "ns" / "net").symlink_to(own_net)
+    (make / "exe").symlink_to(sys.executable)
+    (make / "cmdline").write_bytes(b"make\0run\0")
+    (make / "task" / "40" / "children").write_text("41")
+    assert sorted(line.split(":")[0] for line in starting_here([5903], proc=tmp_path)) == ["40", "41"]
+    assert not starting_here([5950, 15950], proc=tmp_path)
+    (make / "task" / "40" / "children").write_text("")  # still installing: any pair
+    assert [line.split(":")[0] for line in starting_here([5950], proc=tmp_path)] == ["40"]
