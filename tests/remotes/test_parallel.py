@@ -5,9 +5,7 @@ own reward, and several remotes as independent games."""
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Iterator
-from typing import Final
 
 import numpy as np
 import pytest
@@ -135,16 +133,10 @@ def test_a_single_player_remote_has_one_agent() -> None:
             env.close()
 
 
-#: Seconds the agent may take to hear that a killed remote's connection closed. The step
-#: that hears it reports it; the one right after the kill may not: on a busy machine the
-#: loop thread may not have run since (the flake of 3 in ~24 runs, issue 34).
-DROP_HEARD_WITHIN: Final = 10.0
-
-
 def test_a_dropped_remote_ends_its_game_and_comes_back_at_reset() -> None:
     """Like RemoteEnv and RemoteVectorEnv (the same stepping core): a remote killed
-    mid-game truncates its agents with the reason (at the step that hears of it), the
-    other game plays on, and once it is back, reset() reconnects it and both games play."""
+    mid-game truncates its agents with the reason, the other game plays on, and once it
+    is back, reset() reconnects it and both games play."""
     with start_local("builtin.Duel-v0", n=2) as local:
         env = RemoteParallelEnv(local.address, frameskip=4, stall_timeout=5.0)
         try:
@@ -152,13 +144,7 @@ def test_a_dropped_remote_ends_its_game_and_comes_back_at_reset() -> None:
             hold = {agent: 0 for agent in env.agents}
             env.step(hold)
             local.kill(0)
-            heard_by = time.monotonic() + DROP_HEARD_WITHIN
-            while True:
-                _, _, terminations, truncations, infos = env.step(hold)
-                if truncations["remote_0_player_0"] or time.monotonic() > heard_by:
-                    break
-                # Not heard of yet: an ordinary step of both games.
-                assert not any(truncations.values()) and len(env.agents) == 4, infos
+            _, _, terminations, truncations, infos = env.step(hold)
             for agent in ("remote_0_player_0", "remote_0_player_1"):
                 assert truncations[agent] and not terminations[agent]
                 assert "remote.error" in infos[agent], infos[agent]
