@@ -27,6 +27,9 @@ WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::", "[::]"})
 _ROUTE_PROBE: Final = ("192.0.2.1", 9)
 #: Files a container engine leaves in its containers (Docker, podman).
 CONTAINER_MARKERS: Final = ("/.dockerenv", "/run/.containerenv")
+#: Screens no side of which is longer than this are small enough that the banner names
+#: ``universe-remote watch`` (which zooms) first: TigerVNC's viewer shows them at 1x.
+ZOOM_BELOW: Final = 320
 #: Episodes a replay banner lists one by one.
 LISTED_EPISODES: Final = 4
 
@@ -111,6 +114,8 @@ def banner(config: ServeConfig, remote: Any, openenv: Any = None, note: str | No
     if tls:  # TigerVNC's names for VeNCrypt with X.509 certificates
         kind = "X509Vnc" if config.password else "X509None"
         watch = f"vncviewer -SecurityTypes {kind} -X509CA CA.pem {target}"
+    elif max(remote.runtime.width, remote.runtime.height) <= ZOOM_BELOW:
+        watch = f"universe-remote watch {host}::{vnc_port}   (zoomed; vncviewer {target} shows 1x)"
     else:
         watch = f"vncviewer {target}"
     lines = [

@@ -39,12 +39,20 @@ log = logging.getLogger("universe-remote")
 def _cmd_list(args: argparse.Namespace) -> int:
     from runtimes import registry
 
-    for env_id in registry.env_ids():
-        runtime = registry.lookup(env_id)
-        description = getattr(runtime, "description", "")
+    # The catalogue, the ids every "prints all N" counts; one this machine cannot serve
+    # (its X program absent) is listed, saying so.
+    served = set(registry.env_ids())
+    for env_id in sorted(set(registry.catalogue()) | served):
+        if env_id in served:
+            description = getattr(registry.lookup(env_id), "description", "")
+        else:
+            family = env_id.split(".", 1)[0] + "."
+            what = "its family, below," if registry.missing_hint(family) else "its program"
+            description = f"(not served on this machine: {what} is not installed)"
         print(f"{env_id:32} {description}".rstrip())
-    for family, why in sorted(registry.missing.items()):
-        print(f"({family}.* not available: {why})", file=sys.stderr)
+    for family in sorted(registry.FAMILIES):
+        if why := registry.missing_hint(f"{family}."):
+            print(f"({family}.* not available: {why})", file=sys.stderr)
     return 0
 
 

@@ -94,4 +94,28 @@ def add_commands(sub: Any) -> None:
         "http://127.0.0.1:PORT/; PORT defaults to 8800, 0 picks a free one",
     )
     player.set_defaults(func=_cmd_play)
+    watcher = sub.add_parser(
+        "watch",
+        help="watch a remote's screen in a window, zoomed (view only)",
+        description="Open a window on a remote's screen, each pixel drawn N x N (TigerVNC's "
+        "vncviewer shows a 160x210 game at 1x). Needs $DISPLAY and Tk (python3-tk).",
+    )
+    from .zoom_window import add_arguments
 
+    add_arguments(watcher)
+    watcher.add_argument("--password", default=None, help=f"the remote's password (default: ${PASSWORD_ENV})")
+    watcher.set_defaults(func=_cmd_watch)
+
+
+def _cmd_watch(args: argparse.Namespace) -> int:
+    from .zoom_window import vnc_address, watch
+
+    if args.zoom is not None and args.zoom < 1:
+        print(f"universe-remote watch: --zoom must be 1 or more, not {args.zoom}", file=sys.stderr)
+        return 2
+    try:
+        address, password = vnc_address(args.address)
+    except ValueError as exc:
+        print(f"universe-remote watch: {exc}", file=sys.stderr)
+        return 2
+    return watch(address, password or args.password, args.zoom, args.title)

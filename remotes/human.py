@@ -5,9 +5,11 @@ step. The first ``render()`` of an env (``gymnasium.make`` calls it once for
 ``render_mode="human"``) opens a view of each of its remotes with :func:`show`; later
 calls do nothing:
 
-- a TigerVNC ``vncviewer`` window (:data:`VIEWER`), view only and shared with the agent,
-  when one is installed and ``$DISPLAY`` names an X display (a remote served over TLS
-  gets the line below instead);
+- a window of our own (:mod:`remotes.zoom_window`: Tk, the screen zoomed to an integer
+  size near 640 px, so a 160x210 game opens 3x), view only and shared with the agent,
+  when ``$DISPLAY`` names an X display and this Python has Tk; else a TigerVNC
+  ``vncviewer`` window (:data:`VIEWER`, 1x: it cannot zoom; its "Press F8" notice off),
+  when one is installed (a remote served over TLS gets the line below instead);
 - otherwise one line on stdout (and in the log) saying where to watch: the remote's
   browser viewer, asked of its rewarder port (whose Universe URL ``/viewer/`` redirects
   to ``serve --http-port``'s viewer; ``gymnasium.make`` starts its local remotes with
@@ -28,6 +30,7 @@ import os
 import shutil
 import ssl
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,17 +39,22 @@ from typing import Any, Final
 
 from Cryptodome.Cipher import DES
 
+from rewarder.auth import PASSWORD_ENV
+
 from .address import RemoteAddress
 from .loop import LoopThread
 from .session import RemoteSession
+from .zoom_window import can_zoom
 
 log = logging.getLogger(__name__)
 
 #: TigerVNC's viewer (Debian's tigervnc-viewer).
 VIEWER: Final = "vncviewer"
-#: Its options: no input reaches the game, the agent keeps its connection, and a remote
-#: that stops ends the window instead of leaving a dialog asking to reconnect.
-VIEWER_OPTIONS: Final = ("-ViewOnly", "-Shared", "-AlertOnFatalError=0", "-ReconnectOnError=0")
+#: Its options: no input reaches the game, the agent keeps its connection, a remote that
+#: stops ends the window instead of leaving a dialog asking to reconnect, and no menu key
+#: (its "Press F8 to open the context menu" notice covered a third of a game for 5 s).
+VIEWER_OPTIONS: Final = ("-ViewOnly", "-Shared", "-AlertOnFatalError=0", "-ReconnectOnError=0",
+                         "-MenuKey=")
 #: The key VNC password files are DES-encrypted with (TigerVNC's ``vncpasswd -f``), with
 #: each byte's bits already reversed as VNC's DES wants.
 PASSWORD_FILE_KEY: Final = bytes(int(f"{b:08b}"[::-1], 2) for b in (23, 82, 107, 6, 35, 78, 88, 7))
@@ -79,8 +87,16 @@ def password_file(password: str) -> bytes:
 
 
 def can_open_window() -> bool:
-    """Whether a viewer window can open here: ``vncviewer`` installed, ``$DISPLAY`` set."""
-    return bool(os.environ.get("DISPLAY")) and shutil.which(VIEWER) is not None
+    """Whether a viewer window can open here: ``$DISPLAY`` set, and Tk (the zooming
+    window) or ``vncviewer`` there to draw it."""
+    return bool(os.environ.get("DISPLAY")) and (can_zoom() or shutil.which(VIEWER) is not None)
+
+
+def zoom_command(address: RemoteAddress) -> list[str]:
+    """The command line of the zooming window on ``address`` (its password goes in the
+    environment, never on the command line)."""
+    return [sys.executable, "-m", "remotes.zoom_window", f"{address.host}::{address.vnc_port}",
+            "--title", str(address)]
 
 
 def viewer_command(address: RemoteAddress, password_path: str | None = None) -> list[str]:
@@ -153,6 +169,14 @@ class Views:
     def open(self, target: Target) -> None:
         """A window on ``target`` if one can open, else the line saying where to watch."""
         address = target.address
+        if can_open_window() and address.vnc_port is not None and not address.tls and can_zoom():
+            env = {**os.environ, PASSWORD_ENV: target.password or ""}
+            self.processes.append(subprocess.Popen(
+                zoom_command(address), env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ))
+            log.info("watching %s in a zoomed window (pid %d)", address, self.processes[-1].pid)
+            return
         if can_open_window() and address.vnc_port is not None and not address.tls:
             path = None
             if target.password:

@@ -18,7 +18,10 @@ of these hold:
 - **no process of this machine's network namespace could be starting it**: a
   ``universe-remote serve`` or ``replay`` whose ports are these (its command line's, or
   any of the free-floating defaults' 5900+i / 15900+i when it names none), or a
-  ``make run`` (which installs, then serves on the defaults).
+  ``make run`` (which installs, then serves on the defaults). One that names no ports
+  floats only until it listens: it picks its pair once, so a process (or ``make run``'s
+  child) already listening on 5900+i or 15900+i serves pair i (and the next ``--games``
+  pairs) and no other; a mistyped 5901 beside ``make run``'s 5900 fails at once.
 
 Anything else keeps the old behaviour: retry with backoff until ``start_timeout``.
 """
@@ -46,6 +49,8 @@ REWARDER_BASE: Final = 15900
 FLOAT_RANGE: Final = 100
 #: The rewarder port is the VNC port plus this when only one of them is given.
 REWARDER_OFFSET: Final = REWARDER_BASE - VNC_BASE
+#: The TCP state /proc/net/tcp{,6} shows for a listening socket.
+TCP_LISTEN: Final = "0A"
 #: Sub-commands of ``universe-remote`` that start a remote.
 SERVING_COMMANDS: Final = frozenset({"serve", "replay"})
 #: A process caught in the middle of ``execve`` (its parent's ``Popen`` has returned, its
@@ -110,6 +115,70 @@ def _floating() -> set[int]:
     return {base + i for base in (VNC_BASE, REWARDER_BASE) for i in range(FLOAT_RANGE)}
 
 
+def _listening(proc: Path) -> dict[int, int]:
+    """This namespace's listening TCP sockets: inode -> port (from /proc/net/tcp{,6})."""
+    found = {}
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = (proc / "net" / name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == TCP_LISTEN:
+                found[int(fields[9])] = int(fields[1].rpartition(":")[2], 16)
+    return found
+
+
+def _family(entry: Path, proc: Path) -> list[Path]:
+    """A process and its descendants (``make run``'s serve is its child)."""
+    family, queue = [], [entry]
+    while queue:
+        member = queue.pop()
+        family.append(member)
+        try:
+            tasks = list((member / "task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                queue += [proc / pid for pid in (task / "children").read_text().split()]
+            except OSError:
+                continue
+    return family
+
+
+def _listens_on(entry: Path, proc: Path, listening: dict[int, int]) -> set[int]:
+    """The ports a process and its descendants listen on (what their own fds can show)."""
+    ports = set()
+    for member in _family(entry, proc):
+        try:
+            fds = list((member / "fd").iterdir())
+        except OSError:  # gone, or not ours to read: it shows nothing
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(fd)
+            except OSError:
+                continue
+            if link.startswith("socket:[") and (port := listening.get(int(link[8:-1]))):
+                ports.add(port)
+    return ports
+
+
+def settled_ports(argv: Sequence[str], listens_on: Iterable[int]) -> set[int] | None:
+    """The ports a floating serve (or ``make run``) listening on ``listens_on`` can still
+    serve on: the pairs it took (``--games K``: K pairs from there), or None while it
+    listens on none of the floating ports (it may still take any)."""
+    taken = {port - base for port in listens_on for base in (VNC_BASE, REWARDER_BASE)
+             if 0 <= port - base < FLOAT_RANGE}
+    if not taken:
+        return None
+    games = _option(argv, "--games") or 1
+    return {base + i + game for base in (VNC_BASE, REWARDER_BASE) for i in taken
+            for game in range(games)}
+
+
 def _argv(entry: Path) -> list[str]:
     """A process's command line, waiting out ``execve``'s empty moment (a process with an
     executable and no arguments yet; kernel threads and zombies have no executable)."""
@@ -128,7 +197,8 @@ def _argv(entry: Path) -> list[str]:
 def starting_here(ports: Iterable[int], proc: Path = Path("/proc")) -> list[str]:
     """Processes in this network namespace that could be serving, or starting to serve,
     one of ``ports`` (``pid: command``)."""
-    wanted = set(ports)
+    wanted, floating = set(ports), _floating()
+    listening: dict[int, int] | None = None
     try:
         own_net = os.readlink(proc / "self" / "ns" / "net")
     except OSError:
@@ -144,6 +214,10 @@ def starting_here(ports: Iterable[int], proc: Path = Path("/proc")) -> list[str]
         except OSError:  # gone meanwhile, or not ours to read
             continue
         served = serving_ports(argv)
+        if served == floating and served & wanted:  # unless it has taken its pair
+            if listening is None:
+                listening = _listening(proc)
+            served = settled_ports(argv, _listens_on(entry, proc, listening)) or served
         if served is not None and served & wanted:
             found.append(f"{entry.name}: {' '.join(argv)[:200]}")
     return found

@@ -45,7 +45,6 @@ from rewarder.client import RewarderClient
 from rewarder.snapshot_messages import SNAPSHOT_KEY_ENV, shared_key
 from rewarder.tls import client_context
 from runtimes import registry
-from runtimes.errors import UnknownEnvironment
 
 from .address import RemoteAddress
 from .group import RemoteGroup
@@ -393,9 +392,7 @@ def start_local(
     )
     if not 1 <= games <= MAX_GAMES_PER_PROCESS:
         raise ValueError(f"games_per_process must be 1..{MAX_GAMES_PER_PROCESS}, not {games}")
-    known = registry.catalogue()
-    if env_id not in known:  # before any process starts: the closest ids, not a remote's log
-        raise UnknownEnvironment(env_id, known)
+    registry.check(env_id)  # before any process starts: the closest ids, not a remote's log
     return shared_loop().run(
         _start(env_id, n, password, fps, start_timeout, extra_args, nice, host, games),
         start_timeout + 10

@@ -16,7 +16,6 @@ from typing import Any, Final
 
 from rewarder.protocol import MODES, REALTIME
 from runtimes import registry
-from runtimes.errors import UnknownEnvironment
 
 from .faults import STALL_FRAMES, STALL_TIMEOUT
 
@@ -162,7 +161,4 @@ def check_env_id(env_id: str | None, served: Iterable[Any]) -> None:
     its first ``reset()``."""
     if env_id is None:
         return
-    known = registry.catalogue()
-    if env_id in known or env_id in set(served):
-        return
-    raise UnknownEnvironment(env_id, known)
+    registry.check(env_id, served)

@@ -108,30 +108,34 @@ def play(
         finished: list[float] = []
         started = last = time.monotonic()
         done_steps = last_steps = 0
-        while (steps is None or done_steps < steps) and (
-            seconds is None or time.monotonic() - started < seconds
-        ):
-            observations, rewards, terminated, truncated, info = env.step(act(observations))
-            if board is not None:
-                board.record(observations, rewards, terminated, truncated, info)
-            returns += rewards
-            for i in np.flatnonzero(terminated | truncated):
-                finished.append(float(returns[i]))
-                returns[i] = 0.0
-            done_steps += 1
-            now = time.monotonic()
-            if now - last >= PROGRESS_INTERVAL:
-                rate = (done_steps - last_steps) / (now - last)
-                recent = finished[-20:]
-                mean = f"{np.mean(recent):+.2f}" if recent else "n/a"
-                print(
-                    f"step {done_steps:6d}  {rate:5.1f} steps/s per remote ({env.fps:g} target)"
-                    f"  episodes {len(finished):4d}  mean return (last 20) {mean}"
-                    f"  current {np.round(returns, 1).tolist()}",
-                    file=out,
-                    flush=True,
-                )
-                last, last_steps = now, done_steps
+        interrupted = False
+        try:
+            while (steps is None or done_steps < steps) and (
+                seconds is None or time.monotonic() - started < seconds
+            ):
+                observations, rewards, terminated, truncated, info = env.step(act(observations))
+                if board is not None:
+                    board.record(observations, rewards, terminated, truncated, info)
+                returns += rewards
+                for i in np.flatnonzero(terminated | truncated):
+                    finished.append(float(returns[i]))
+                    returns[i] = 0.0
+                done_steps += 1
+                now = time.monotonic()
+                if now - last >= PROGRESS_INTERVAL:
+                    rate = (done_steps - last_steps) / (now - last)
+                    recent = finished[-20:]
+                    mean = f"{np.mean(recent):+.2f}" if recent else "n/a"
+                    print(
+                        f"step {done_steps:6d}  {rate:5.1f} steps/s per remote ({env.fps:g} target)"
+                        f"  episodes {len(finished):4d}  mean return (last 20) {mean}"
+                        f"  current {np.round(returns, 1).tolist()}",
+                        file=out,
+                        flush=True,
+                    )
+                    last, last_steps = now, done_steps
+        except KeyboardInterrupt:  # Ctrl-C: the summary of what was played, then stop
+            interrupted = True
         elapsed = time.monotonic() - started
         summary = {
             "steps": done_steps,
@@ -141,11 +145,14 @@ def play(
             "returns": finished,
         }
         print(
-            f"done: {done_steps} steps x {env.num_envs} remote(s) in {elapsed:.1f} s "
+            f"{'stopped (Ctrl-C)' if interrupted else 'done'}: {done_steps} steps x "
+            f"{env.num_envs} remote(s) in {elapsed:.1f} s "
             f"({summary['steps_per_second']:.1f} steps/s per remote), {len(finished)} episodes",
             file=out,
             flush=True,
         )
+        if interrupted:
+            raise KeyboardInterrupt  # the remotes close below; the command exits 130
         return summary
     finally:
         if board is not None:

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from runtimes import registry
-from runtimes.errors import UnknownEnvironment
 from vncdriver.addresses import is_loopback
 
 from .address import RemoteAddress
@@ -472,9 +471,7 @@ def start_ray(
     """
     if not 1 <= n <= MAX_RAY_REMOTES:
         raise ValueError(f"n must be 1..{MAX_RAY_REMOTES}, not {n}")
-    known = registry.catalogue()
-    if env_id not in known:  # before any actor starts
-        raise UnknownEnvironment(env_id, known)
+    registry.check(env_id)  # before any actor starts
     if max_restarts < -1:
         raise ValueError(f"max_restarts must be -1 (forever) or more, not {max_restarts}")
     bundle = dict(DEFAULT_RESOURCES if resources is None else resources)

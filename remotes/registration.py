@@ -36,7 +36,6 @@ from typing import Any, Final
 import gymnasium
 
 from runtimes import registry
-from runtimes.errors import UnknownEnvironment
 
 from . import ale
 from .address import RemoteAddress
@@ -145,9 +144,7 @@ def _addresses(
     """The ``wanted`` remotes ``remotes=`` names (started here, with ``serve`` arguments
     ``extra``, if it is a number or ``ray:N``), their password, and the group started
     here, to stop on close."""
-    known = registry.catalogue()
-    if env_id not in known:  # before any process starts: the closest ids, not all of them
-        raise UnknownEnvironment(env_id, known)
+    registry.check(env_id)  # before any process starts: the closest ids, not all of them
     if isinstance(remotes, bool) or not isinstance(remotes, int | str | list | tuple):
         raise TypeError(
             f"remotes must be a number of local remotes to start, 'ray:N' (N remotes on Ray), an address "

@@ -113,9 +113,17 @@ class SharedFrames:
         self.enabled = self.requested and shm.available()
 
     def _off(self, exc: OSError | ValueError) -> None:
-        """Shared memory off until :meth:`forget`, saying why (in the log and :attr:`error`)."""
-        self.error = f"{exc} (until the next reconnect)"
-        log.warning("%s: shared-memory frames unusable: %s", self.name, self.error)
+        """Shared memory off until :meth:`forget`, saying why (in the log and :attr:`error`).
+        A segment that is not there at all is the expected case of a remote with its own
+        /dev/shm (a container on 127.0.0.1, a forwarded port): said plainly, at INFO."""
+        if isinstance(exc, FileNotFoundError):
+            self.error = ("the remote's frame segment is not on this machine (a remote in "
+                          f"a container, or behind a forwarded port, has its own {shm.SHM_DIR}): "
+                          "frames come over VNC, as from another machine")
+            log.info("%s: %s", self.name, self.error)
+        else:
+            self.error = f"{exc} (until the next reconnect)"
+            log.warning("%s: shared-memory frames unusable: %s", self.name, self.error)
         self.enabled = False
         self._close_reader()
 

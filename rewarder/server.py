@@ -21,6 +21,7 @@ import asyncio
 import contextvars
 import hmac
 import logging
+import os
 import ssl
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -75,6 +76,9 @@ VIEWER_PATH: Final = "/viewer"
 #: defaults, 20 + 20 + 2 s, held a hung client's slot for most of a minute).
 KEEPALIVE_INTERVAL: Final = 1.0
 KEEPALIVE_TIMEOUT: Final = 1.5
+#: Test-only: seconds between pings instead of KEEPALIVE_INTERVAL, from this variable of
+#: the remote's environment, so a test covers a minute's keepalive rounds in seconds.
+TEST_KEEPALIVE_INTERVAL_ENV: Final = "UNIVERSE_REMOTE_TEST_KEEPALIVE_INTERVAL"
 
 #: The player of the agent whose request the handler is serving (0 unless a multi-player
 #: remote seated it elsewhere): set around each call into the handler for a client's
@@ -143,7 +147,7 @@ class RewarderServer:
         tls: ssl.SSLContext | None = None,
         players: Callable[[], int] = lambda: 1,
         seat_held_by: Callable[[int], str | None] = lambda player: None,
-        keepalive_interval: float = KEEPALIVE_INTERVAL,
+        keepalive_interval: float | None = None,
         keepalive_timeout: float = KEEPALIVE_TIMEOUT,
         open_timeout: float = OPEN_TIMEOUT,
     ) -> None:
@@ -163,6 +167,8 @@ class RewarderServer:
         self.allow_origins = frozenset(o.rstrip("/").lower() for o in allow_origins)
         self.auth_guard = auth_guard
         self.max_message_bytes = max_message_bytes
+        if keepalive_interval is None:  # the default, unless a test asks for quicker rounds
+            keepalive_interval = float(os.environ.get(TEST_KEEPALIVE_INTERVAL_ENV) or KEEPALIVE_INTERVAL)
         self.limits = LinkLimits(
             max_frame_bytes=MAX_FRAME_BYTES, max_buffered_bytes=max_buffered_bytes,
             open_timeout=open_timeout, keepalive_interval=keepalive_interval,

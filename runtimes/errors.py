@@ -50,7 +50,8 @@ def closest_ids(env_id: str, candidates: Iterable[str], n: int = MAX_SUGGESTIONS
 def unknown_id_message(env_id: str, available: Sequence[str], hint: str | None = None) -> str:
     """What to tell someone who asked for ``env_id``: the closest ids and where the rest are."""
     why = f" (its family is not installed: {hint})" if hint else ""
-    suggestions = closest_ids(env_id, available)
+    # Not itself: an id listed but not served here (its X program absent) is refused too.
+    suggestions = closest_ids(env_id, [a for a in available if a != env_id])
     if len(suggestions) > 1:
         did_you_mean = f"; did you mean {', '.join(suggestions[:-1])} or {suggestions[-1]}?"
     else:

@@ -2,9 +2,12 @@
 
 Holds :func:`env_ids`, :func:`lookup` and :func:`make` (what a remote serves: each
 family's runtime module, imported on first use, so a built-in remote never imports
-ale-py or looks for a browser) and :func:`catalogue` (the ids, found without importing
+ale-py or looks for a browser), :func:`catalogue` (the ids, found without importing
 any family's runtime module: what the agent side registers with gymnasium at
-``import remotes``).
+``import remotes``, and what ``universe-remote list`` prints) and :func:`unknown`, the
+one error for an id nobody knows: every place that refuses an id (``serve``,
+``start_local``, ``start_ray``, ``gymnasium.make``'s ``env_id=``, an env's ``env_id=``)
+counts the catalogue, as ``list`` prints it, and names the package a family lacks.
 
 The catalogue reads what the optional packages ship as files: ale-py's ROMs and the
 ``miniwob`` wheel's task pages, neither package imported, and no program (Xvnc,
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
@@ -41,9 +44,44 @@ EXTRAS: dict[str, str] = {
     "(and x11-apps or xterm for the programs)",
 }
 
+#: family -> the Python package it needs, for families that need one.
+PACKAGES: Final = {"atari": "ale_py", "miniwob": "miniwob"}
+
 _loaded: dict[str, dict[str, Callable[..., Runtime]]] = {}
 #: family -> why it could not be loaded (its optional dependency is missing).
 missing: dict[str, str] = {}
+
+
+def _install_hint(family: str, why: str) -> str:
+    """What a family lacks and how to install it (one wording for every message)."""
+    return f"{why}; install it with: {EXTRAS.get(family, 'pip install ' + PACKAGES.get(family, family))}"
+
+
+def missing_hint(env_id: str) -> str | None:
+    """Why ``env_id``'s family serves nothing here, if it is a family whose package is
+    not installed (found without importing it), else None."""
+    family = env_id.split(".", 1)[0]
+    if family in missing:
+        return missing[family]
+    if family in FAMILIES and env_id in catalogue() and env_id not in _family(family):
+        return _install_hint(family, f"{env_id} is listed, but its program is not on this machine")
+    package = PACKAGES.get(family)
+    if package is not None and _package_dir(package) is None:
+        return _install_hint(family, f"No module named {package!r}")
+    return None
+
+
+def unknown(env_id: str, served: Iterable[str] = ()) -> UnknownEnvironment:
+    """The error for an id neither this install's :func:`catalogue` nor ``served`` (ids
+    remotes serve now) has: the closest ids, the count ``universe-remote list`` prints,
+    and the install hint when its family is missing here."""
+    return UnknownEnvironment(env_id, sorted(set(catalogue()) | set(served)), missing_hint(env_id))
+
+
+def check(env_id: str, served: Iterable[str] = ()) -> None:
+    """Raise :func:`unknown`'s error unless the catalogue or ``served`` has ``env_id``."""
+    if env_id not in catalogue() and env_id not in set(served):
+        raise unknown(env_id, served)
 
 
 def _family(name: str) -> dict[str, Callable[..., Runtime]]:
@@ -54,7 +92,7 @@ def _family(name: str) -> dict[str, Callable[..., Runtime]]:
             if exc.name is not None and exc.name.startswith(FAMILIES[name]):
                 raise  # our own module is missing: a packaging bug, not an absent extra
             _loaded[name] = {}
-            missing[name] = f"{exc}; install it with: {EXTRAS.get(name, 'pip install ' + str(exc.name))}"
+            missing[name] = _install_hint(name, str(exc))
         else:
             _loaded[name] = dict(module.RUNTIMES)
     return _loaded[name]
@@ -70,7 +108,7 @@ def lookup(env_id: str) -> Callable[..., Runtime]:
     family = env_id.split(".", 1)[0]
     factory = _family(family).get(env_id) if family in FAMILIES else None
     if factory is None:
-        raise UnknownEnvironment(env_id, env_ids(), missing.get(family))
+        raise unknown(env_id)
     return factory
 
 

@@ -1,5 +1,5 @@
-"""Make the README's pictures from real runs: TigerVNC's viewer, the browser viewer and
-the dashboard, each on a virtual X screen, captured with xwd.
+"""Make the README's pictures from real runs: TigerVNC's viewer and the browser viewer,
+each on a virtual X screen, captured with xwd (the dashboard's: scripts/dashboard_picture.py).
 
     .venv/bin/python scripts/screenshots.py [OUT_DIR]      # default docs/img
 
@@ -26,8 +26,6 @@ SCREEN: Final = (1280, 800)
 TIMEOUT: Final = 30.0
 #: Seconds a page or viewer gets to draw its first frames before the capture.
 SETTLE: Final = 3.0
-#: Seconds of play before the dashboard's capture: Catch's first episodes end at ~13 s.
-DASHBOARD_SECONDS: Final = 25.0
 
 
 def _free_display() -> int:
@@ -108,14 +106,6 @@ def main(out: Path) -> int:
             window = _window(display, "universe-remote")
             time.sleep(SETTLE)
             _capture(display, window, out / "browser-viewer.png")
-        with _process([sys.executable, "-m", "universe_remote", "play", "builtin.Catch-v0", "-n", "4",
-                       "--dashboard", "0", "--seconds", "60"], stdout=subprocess.PIPE) as play:
-            dashboard = _read_until(play, r"(http://127\.0\.0\.1:\d+/)").group(1)
-            with _process(_chromium(display, dashboard, f"{tmp}/dashboard"), env=env,
-                          stderr=subprocess.DEVNULL):
-                window = _window(display, "universe-remote")
-                time.sleep(DASHBOARD_SECONDS)  # the first episodes' returns on the plot
-                _capture(display, window, out / "dashboard.png")
     return 0
 
 

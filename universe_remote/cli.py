@@ -23,6 +23,15 @@ COMMAND_LOGGER = "universe-remote"
 AGENT_COMMANDS = frozenset({"play"})
 
 
+class _Version(argparse.Action):
+    """``--version``: the line as it is (argparse's own action wraps it to the terminal,
+    mid-phrase)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(version_line())
+        parser.exit()
+
+
 def build_parser(agent: bool = True) -> argparse.ArgumentParser:
     """The parser; ``agent=False`` leaves out the agent side's commands (and imports)."""
     parser = argparse.ArgumentParser(
@@ -31,7 +40,7 @@ def build_parser(agent: bool = True) -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     parser.add_argument(
-        "--version", action="version", version=version_line(),
+        "--version", action=_Version, nargs=0,
         help="print the version and the protocol versions, then exit",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -11,6 +11,7 @@ const $ = (id) => document.getElementById(id);
 const zoomParam = Number(new URLSearchParams(location.search).get("zoom")) || 0;
 const MAX_ZOOM = 2;
 const MIN_SCREEN = 64; // px: a screen narrower than this is not worth showing
+const MAX_TEXT = 260; // px: a card grows to fit its text up to this; past it, an ellipsis
 const GAP = 10; // px between cards (the CSS gap)
 const dashboard = (window.dashboard = { state: null, frames: {}, polls: 0 });
 const cards = [];
@@ -57,44 +58,67 @@ function refreshFrame(i) {
   entry.img.src = `frame/${i}?n=${state.frame}`;
 }
 
+// The width a card's text needs on one line (the widest card's; at most MAX_TEXT): the
+// title with its badge, the address, the steps.
+function textWidth() {
+  let need = 0;
+  for (const c of cards) {
+    if (!c) continue;
+    const label = c.name.querySelector(".label"), pill = c.name.querySelector(".pill");
+    const title = (label ? label.scrollWidth : 0) + (pill ? pill.offsetWidth + 6 : 0);
+    need = Math.max(need, title, ...[...c.meta.children].map((line) => line.scrollWidth));
+  }
+  return Math.min(Math.ceil(need) + 1, MAX_TEXT);
+}
+
 // The screen width that fits every card in the window below the chart: the widest over
-// every column count, each card's text taking what it measures.
-function fitWidth(count, natural, aspect, extra) {
+// every column count whose cards are ``need`` wide or more (their text uncut), each
+// card's text taking the height it measures; 0 when none leaves MIN_SCREEN.
+function fitWidth(count, natural, aspect, extra, need) {
   const box = $("remotes");
   const width = box.clientWidth;
   const height = window.innerHeight - box.getBoundingClientRect().top - window.scrollY - GAP;
-  let best = MIN_SCREEN;
+  let best = 0;
   for (let cols = 1; cols <= count; cols++) {
     const rows = Math.ceil(count / cols);
     const byWidth = (width - (cols - 1) * GAP) / cols - extra.x;
+    if (byWidth < need) break; // more columns would cut the text
     const byHeight = ((height - (rows - 1) * GAP) / rows - extra.y) / aspect;
     best = Math.max(best, Math.min(byWidth, byHeight));
   }
-  return Math.floor(Math.min(best, natural * MAX_ZOOM));
+  return best < MIN_SCREEN ? 0 : Math.floor(Math.min(best, natural * MAX_ZOOM));
 }
 
 function layout() {
   const shown = cards.find((c) => c && c.img.naturalWidth);
   if (!shown) return;
   const w = shown.img.naturalWidth, h = shown.img.naturalHeight;
+  // Cards as wide as their text, unless then they cannot all fit (16 at 1280x800): then
+  // as narrow as the screens, the text cut with an ellipsis (its tooltip has it all).
+  let need = textWidth();
   const apply = (width) => {
     for (const c of cards) {
       if (!c) continue;
       c.img.style.width = `${width}px`;
       c.img.style.height = `${Math.round((width * h) / w)}px`;
-      c.card.style.width = `${width}px`;
+      c.card.style.width = `${Math.max(width, need)}px`; // never narrower than its text
     }
     dashboard.screenWidth = width;
   };
   if (zoomParam) { apply(w * zoomParam); return; }
-  // A card's text wraps differently at each width: measure, fit, and again until it holds.
+  // A card's text takes its height at each width: measure, fit, and again until it holds.
   let width = dashboard.screenWidth || w;
   for (let round = 0; round < 4; round++) {
     apply(width);
     const card = shown.card;
-    const extra = { x: card.offsetWidth - shown.img.offsetWidth + 2,
+    const extra = { x: card.offsetWidth - card.clientWidth + 2 + (card.clientWidth - Math.max(width, need)),
       y: card.offsetHeight - shown.img.offsetHeight + 2 };
-    const fitted = fitWidth(cards.length, w, h / w, extra);
+    let fitted = fitWidth(cards.length, w, h / w, extra, need);
+    if (!fitted && need) {
+      need = 0;
+      fitted = fitWidth(cards.length, w, h / w, extra, 0);
+    }
+    fitted = fitted || MIN_SCREEN;
     if (fitted === width) break;
     width = fitted;
   }
@@ -110,17 +134,21 @@ function render(state) {
   state.remotes.forEach((r, i) => {
     if (!cards[i]) { cards[i] = makeCard(i); refreshFrame(i); }
     const c = cards[i];
-    c.name.replaceChildren(`${i}: ${r.env_id || "?"} `, el("span", { class: `pill ${r.state}` }, r.state));
-    const episode = el("div", { class: "episode" }, `episode ${r.episode} · return ${fmt(r.episode_return)}`);
+    const label = `${i}: ${r.env_id || "?"}`;
+    c.name.replaceChildren(el("span", { class: "label", title: label }, label),
+      el("span", { class: `pill ${r.state}` }, r.state));
+    const line = (text, attrs = {}) => el("div", { title: text, ...attrs }, text);
+    const episode = line(`episode ${r.episode} · return ${fmt(r.episode_return)}`, { class: "episode" });
     episode.title = `the remote's own episode id: ${r.episode_id ?? "?"}`;
     c.meta.replaceChildren(
-      el("div", { class: "address" }, r.name),
-      el("div", {}, `${fmt(r.fps, 1)} steps/s · ${r.steps} steps`),
+      line(r.name, { class: "address" }),
+      line(`${fmt(r.fps, 1)} steps/s · ${r.steps} steps`, { class: "steps" }),
       episode,
-      el("div", {}, `mean of last 20 ${fmt(r.mean_return)}`),
+      line(`mean of last 20 ${fmt(r.mean_return)}`),
     );
-    if (r.error) c.meta.append(el("div", {}, r.error));
+    if (r.error) c.meta.append(line(r.error, { class: "error" }));
   });
+  layout(); // the text may need other widths now (a longer state, more digits)
   drawChart(state);
 }
 

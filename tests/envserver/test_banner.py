@@ -151,3 +151,12 @@ def test_the_duel_banner_names_the_seats_and_how_player_1_joins() -> None:
     assert "player 0: VNC viewers with --password, agents without openai-player" in text
     assert "player 1: VNC viewers with the password of --player-password 1=..., agents with " \
            "openai-player: 1" in text
+
+
+def test_a_small_screen_s_banner_names_the_zooming_window_first() -> None:
+    """A 160x210 game at 1x in TigerVNC is a stamp: the banner's watch line names
+    `universe-remote watch` (which zooms), then vncviewer."""
+    lines, _ = banner_of(["serve", "builtin.Catch-v0", *FREE_PORTS])
+    vnc = next(line for line in lines if line.lstrip().startswith("VNC"))
+    port = re.search(r"127\.0\.0\.1:(\d+)", vnc)[1]  # type: ignore[index]
+    assert f"watch:  universe-remote watch 127.0.0.1::{port}   (zoomed; vncviewer 127.0.0.1::{port}" in vnc

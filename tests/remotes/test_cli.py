@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import subprocess
@@ -64,3 +65,33 @@ async def test_serve_then_sigterm_closes_clients_cleanly() -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+def test_version_is_one_line_however_narrow_the_terminal() -> None:
+    """argparse's version action wrapped the line to the terminal, mid-phrase."""
+    result = subprocess.run([*CLI, "--version"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "COLUMNS": "40"})
+    assert result.returncode == 0
+    assert len(result.stdout.splitlines()) == 1 and "openenv http 1.0.0 + ws)" in result.stdout
+
+
+def test_play_stopped_with_ctrl_c_prints_its_summary() -> None:
+    """SIGINT once play has stepped (its first progress line): the summary of what was
+    played still comes, and the command exits 130."""
+    player = subprocess.Popen([*CLI, "play", "builtin.Catch-v0", "--agent", "noop"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert player.stdout is not None
+        for line in player.stdout:
+            if line.startswith("step "):
+                break
+        else:
+            raise AssertionError(f"play printed no progress: {player.stderr.read()}")  # type: ignore[union-attr]
+        player.send_signal(signal.SIGINT)
+        rest, errors = player.communicate(timeout=60)
+    finally:
+        if player.poll() is None:
+            player.kill()
+            player.wait()
+    assert player.returncode == 130, errors
+    assert re.search(r"^stopped \(Ctrl-C\): \d+ steps x 1 remote\(s\) in [\d.]+ s", rest, re.M), rest

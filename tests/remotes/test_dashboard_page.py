@@ -83,6 +83,41 @@ async def test_every_card_fits_the_window_below_the_chart(
         board.close()
 
 
+#: JavaScript: for each card, the text elements cut short (their text wider than their
+#: box) or reaching past the card's right edge: the title, the state badge, the address,
+#: the steps line.
+CUT_TEXT: Final = """[...document.querySelectorAll('.card')].flatMap(card => {
+  const right = card.getBoundingClientRect().right + 0.5;
+  return [...card.querySelectorAll('.label, .pill, .meta div')].filter(
+    t => t.scrollWidth > t.clientWidth + 0.5 || t.getBoundingClientRect().right > right
+  ).map(t => `${card.id}: ${t.className || 'meta'} ${JSON.stringify(t.textContent)}`);
+})"""
+
+
+async def test_the_card_titles_badges_addresses_and_steps_fit_their_cards_at_8_remotes(
+    loop: LoopThread, browser: Callable[[str], Awaitable[Chromium]],  # noqa: F811
+) -> None:
+    """8 remotes in a 1280x800 window (issue 34): no card cuts its title, its state badge,
+    its address or its steps (they were cut short by the card's width)."""
+    count = 8
+    board = Dashboard([f"127.0.0.1:{5900 + i}+{15900 + i}" for i in range(count)],
+                      ["builtin.Catch-v0"] * count, target_fps=60, loop=loop)
+    feed(board, count, episodes=400)  # four-digit step counts, as a minute of play gives
+    url = board.start(0)
+    try:
+        page = await browser(url)
+        await wait_until(lambda: page.evaluate(f"Object.keys(window.dashboard.frames).length === {count}"),
+                         f"the page to show all {count} screens")
+        await wait_until(lambda: page.evaluate("window.dashboard.screenWidth > 0"), "the cards' layout")
+        assert await page.evaluate("document.querySelectorAll('.card .pill').length") == count
+        assert await page.evaluate(CUT_TEXT) == []
+        # What an ellipsis would cut is in the element's tooltip.
+        titles = await page.evaluate("[...document.querySelectorAll('.card .address')].map(a => a.title)")
+        assert titles[7] == "127.0.0.1:5907+15907", titles
+    finally:
+        board.close()
+
+
 async def test_episodes_are_numbered_one_way_and_the_chart_has_one_titled_y_axis(
     loop: LoopThread, browser: Callable[[str], Awaitable[Chromium]],  # noqa: F811
 ) -> None:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 import threading
 import urllib.request
 from collections.abc import Callable, Coroutine, Iterator
-from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import gymnasium
@@ -21,7 +21,9 @@ import pytest
 import remotes
 from envserver.remote import Remote
 from remotes import RemoteEnv
-from remotes.human import VIEWER, Views, password_file
+from remotes.address import RemoteAddress
+from remotes.human import VIEWER, Views, password_file, viewer_command
+from remotes.zoom_window import MAX_ZOOM, zoom_for
 
 T = TypeVar("T")
 
@@ -85,8 +87,8 @@ def serve() -> Iterator[Callable[..., ThreadedRemote]]:
 @pytest.fixture
 def display(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """An Xvfb display, as $DISPLAY: Xvfb writes its number to a pipe once it is ready."""
-    if shutil.which("Xvfb") is None or shutil.which(VIEWER) is None:
-        pytest.skip("needs Xvfb and TigerVNC's vncviewer (scripts/install-system-packages)")
+    if shutil.which("Xvfb") is None or shutil.which(VIEWER) is None or shutil.which("xdotool") is None:
+        pytest.skip("needs Xvfb, xdotool and TigerVNC's vncviewer (scripts/install-system-packages)")
     read, write = os.pipe()
     xvfb = subprocess.Popen(
         ["Xvfb", "-displayfd", str(write), "-screen", "0", "800x600x24", "-nolisten", "tcp"],
@@ -118,15 +120,46 @@ def test_a_window_opens_once_connects_as_a_viewer_and_closes_with_the_env(
         env.render()
         assert env.owned is views and len(views.processes) == 1  # opened once
         process = views.processes[0]
-        assert "-ViewOnly" in process.args and process.args[-1] == f"127.0.0.1::{remote.remote.vnc_port}"
-        password_path = Path(process.args[process.args.index("-PasswordFile") + 1])
-        assert password_path.stat().st_mode & 0o077 == 0
+        assert "remotes.zoom_window" in process.args
+        assert f"127.0.0.1::{remote.remote.vnc_port}" in process.args
+        assert not any("hunter22" in arg for arg in process.args)  # in its environment only
+        # The 160x210 game opens zoomed (2x on this 800x600 screen; 3x on a laptop's),
+        # where TigerVNC showed it at 1x.
+        zoom = zoom_for(160, 210, (800, 600))
+        assert zoom == 2
+        assert window_size(display, f"127.0.0.1:{remote.remote.vnc_port}") == (160 * zoom, 210 * zoom)
         obs, *_ = env.step([])
         assert obs.shape == (210, 160, 3)  # the agent goes on beside the viewer
     finally:
         env.close()
-    assert process.poll() is not None and not password_path.exists()
+    assert process.poll() is not None
     assert remote.wait_viewers(lambda n: n == 0) == 0
+
+
+def window_size(display: str, name: str) -> tuple[int, int]:
+    """The size of the first visible window whose title has ``name`` (waits for it)."""
+    env = {**os.environ, "DISPLAY": display}
+    found = subprocess.run(["xdotool", "search", "--sync", "--onlyvisible", "--name", name], env=env,
+                           capture_output=True, text=True, timeout=VIEWER_TIMEOUT, check=True)
+    geometry = subprocess.run(["xdotool", "getwindowgeometry", found.stdout.split()[0]], env=env,
+                              capture_output=True, text=True, timeout=VIEWER_TIMEOUT, check=True)
+    width, height = re.search(r"Geometry: (\d+)x(\d+)", geometry.stdout).groups()  # type: ignore[union-attr]
+    return int(width), int(height)
+
+
+def test_small_screens_are_zoomed_to_an_integer_size_that_fits() -> None:
+    assert zoom_for(160, 210) == 3  # a game: about 640 px, as on a laptop
+    assert zoom_for(160, 210, (800, 600)) == 2  # no taller than 90% of the display
+    assert zoom_for(1280, 800) == 1 and zoom_for(1280, 800, (800, 600)) == 1  # never below 1x
+    assert zoom_for(40, 30) == MAX_ZOOM
+    assert zoom_for(0, 0) == 1
+
+
+def test_tigervnc_s_window_has_no_f8_notice_over_the_game() -> None:
+    """Without Tk the window is TigerVNC's: its menu key is off, so its "Press F8 to open
+    the context menu" notice (a third of a 160x210 game for 5 s) is not drawn."""
+    command = viewer_command(RemoteAddress("127.0.0.1", 5900, 15900))
+    assert "-MenuKey=" in command and "-ViewOnly" in command and command[-1] == "127.0.0.1::5900"
 
 
 def test_without_a_display_the_browser_viewer_s_address_is_printed_once(
@@ -173,7 +206,7 @@ def test_make_opens_the_window_and_close_stops_it_before_the_remote(display: str
         local = views.then
         assert isinstance(local, remotes.LocalRemotes)
         vnc_port = env.unwrapped.remote.name.split(":")[1].split("+")[0]
-        assert views.processes[0].args[-1] == f"127.0.0.1::{vnc_port}"
+        assert f"127.0.0.1::{vnc_port}" in views.processes[0].args
         env.reset(seed=0)
         env.step(1)
     finally:

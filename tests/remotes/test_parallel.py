@@ -157,5 +157,11 @@ def test_a_dropped_remote_ends_its_game_and_comes_back_at_reset() -> None:
             _, _, _, truncations, infos = env.step({a: 0 for a in env.agents})
             assert not any(truncations.values()), infos
             assert all(info["remote.connected"] for info in infos.values())
+        except BaseException:
+            # A known flake (3 in ~24 full runs, not reproduced in 38 runs under load,
+            # issue 34): the remotes' own logs, for the next one to say why.
+            for path in local.logs:
+                print(f"--- {path}:\n{path.read_text(errors='replace')[-4000:]}")
+            raise
         finally:
             env.close()

@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 
 from remotes import RemoteEnv, RemoteVectorEnv, start_local
+from rewarder.server import TEST_KEEPALIVE_INTERVAL_ENV
 from tests.remotes.where_users_run_scripts import NOTEBOOK_KINDS, NOTEBOOK_STEPS, SOURCES, VECTOR_STEPS
 
 #: The repository root: the scripts run as ``python -m tests.remotes....`` from here.
@@ -227,17 +228,23 @@ def test_ctrl_c_mid_step_leaves_every_env_usable(tmp_path: Path) -> None:
 # 5. A slow learner's lockstep Pong episode ----------------------------------------------------
 
 #: Seconds the slow learner plays.
-SLOW_SECONDS: Final = 60.0
+SLOW_SECONDS: Final = 10.0
+#: Seconds between the remote's keepalive pings here (the product's: 1 s): as many
+#: ping-pong rounds in SLOW_SECONDS as a minute at the default (the pong's deadline and
+#: the agent's keeper stay the product's).
+QUICK_KEEPALIVE: Final = 0.1
 #: Seconds the learner thinks between steps.
 THINK: Final = 0.05
 
 
 @pytest.mark.timeout(SLOW_SECONDS + 90)
-def test_a_slow_learner_keeps_its_lockstep_pong_episode() -> None:
+def test_a_slow_learner_keeps_its_lockstep_pong_episode(monkeypatch: pytest.MonkeyPatch) -> None:
     """A lockstep Pong episode (frames through shared memory: a local remote) stepped
-    by a learner that thinks 50 ms before each step, for a minute, frameskip 1 so the
-    episode lasts: never truncated, never an error, one episode throughout."""
+    by a learner that thinks 50 ms before each step, through a minute's worth of
+    keepalive rounds, frameskip 1 so the episode lasts: never truncated, never an error,
+    one episode throughout."""
     pytest.importorskip("ale_py")
+    monkeypatch.setenv(TEST_KEEPALIVE_INTERVAL_ENV, str(QUICK_KEEPALIVE))
     with start_local("atari.Pong-v0", 1, extra_args=LOCKSTEP) as local:
         env = RemoteEnv(local, mode="lockstep", frameskip=1)
         try:
@@ -258,6 +265,16 @@ def test_a_slow_learner_keeps_its_lockstep_pong_episode() -> None:
         finally:
             env.close()
     assert steps >= SLOW_SECONDS / THINK / 2, steps  # it did step all along
+
+
+def test_the_quick_keepalive_is_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slow learner's remote pings every QUICK_KEEPALIVE s; without the variable a
+    remote keeps the product's interval."""
+    from rewarder.server import KEEPALIVE_INTERVAL, RewarderServer
+
+    assert RewarderServer(None).limits.keepalive_interval == KEEPALIVE_INTERVAL  # type: ignore[arg-type]
+    monkeypatch.setenv(TEST_KEEPALIVE_INTERVAL_ENV, str(QUICK_KEEPALIVE))
+    assert RewarderServer(None).limits.keepalive_interval == QUICK_KEEPALIVE  # type: ignore[arg-type]
 
 
 # 6. One of 4 lockstep remotes SIGSTOPped --------------------------------------------------------

@@ -130,7 +130,7 @@ def test_a_segment_holding_another_frame_is_not_read_and_vnc_takes_over(
     gone = SharedFrames("test", enabled=True)
     assert not gone.take(reply(segment, 3), dest)  # removed: another machine looks like this
     assert gone.obs == OBS_VNC
-    assert "cannot be opened (No such file or directory)" in (gone.pop_error() or "")
+    assert "is not on this machine" in (gone.pop_error() or "")
     nothing = SharedFrames("test", enabled=True)
     assert not nothing.take(reply(None, 3), dest)  # no shm in the reply: nothing wrong
     assert nothing.obs == OBS_SHM and nothing.pop_error() is None
@@ -168,7 +168,7 @@ def test_an_error_not_yet_reported_survives_the_reconnect(free_name: Path) -> No
     frames = SharedFrames("test", enabled=True)
     assert not frames.take(named(free_name.name, 1), np.empty((8, 8, 3), np.uint8))
     frames.forget()
-    assert frames.obs == OBS_SHM and "cannot be opened" in (frames.pop_error() or "")
+    assert frames.obs == OBS_SHM and "is not on this machine" in (frames.pop_error() or "")
 
 
 def test_bad_names_and_sizes_are_refused_before_any_file_is_opened() -> None:
@@ -397,3 +397,25 @@ def test_a_segment_on_a_full_tmpfs_is_an_oserror_at_creation_never_sigbus(tmp_pa
                                cwd=root, capture_output=True, text=True, timeout=60)
     assert child.returncode == 0, f"exit {child.returncode}: {child.stderr}"
     assert child.stdout.strip() == "ENOSPC []"
+
+
+def test_a_segment_not_here_is_said_plainly_and_a_hostile_one_is_warned_of(
+    free_name: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A remote with its own /dev/shm (a container on 127.0.0.1) names a segment this
+    machine has not: expected, so said at INFO, not as 'unusable'; a FIFO in the
+    segment's place is a surprise and stays a warning."""
+    caplog.set_level("INFO", logger="remotes.shared_frames")
+    frames = SharedFrames("test", enabled=True)
+    assert not frames.take(named(free_name.name, 1), np.empty((8, 8, 3), np.uint8))
+    [record] = caplog.records
+    assert record.levelname == "INFO" and "unusable" not in record.getMessage()
+    assert "a container" in record.getMessage() and "over VNC" in record.getMessage()
+    assert "a container" in (frames.pop_error() or "")
+    caplog.clear()
+    frames.forget()
+    os.mkfifo(free_name, 0o600)
+    assert not frames.take(named(free_name.name, 1), np.empty((8, 8, 3), np.uint8))
+    [record] = caplog.records
+    assert record.levelname == "WARNING" and "unusable" in record.getMessage()
+    assert "a FIFO" in record.getMessage()

@@ -92,3 +92,67 @@ def test_serve_answers_a_mistyped_id_in_a_few_lines() -> None:
     assert LIST_COMMAND in result.stderr
     assert "atari.Pong-v0" not in result.stderr  # not the whole list
     assert len(result.stderr) < 500, result.stderr
+
+
+# One count, one message (issue 34) -------------------------------------------------------
+
+
+def _printed_by_list() -> int:
+    listed = subprocess.run([sys.executable, "-m", "universe_remote", "list"], capture_output=True,
+                            text=True, timeout=120, check=True)
+    return len(listed.stdout.splitlines())
+
+
+def test_every_refusal_counts_what_list_prints() -> None:
+    """serve, start_local, start_ray, gymnasium.make's env_id= and an env's env_id= each
+    say "`universe-remote list` prints all N": N is the number of lines it prints."""
+    from remotes import registration, start_local
+    from remotes.options import check_env_id
+    from remotes.ray import start_ray
+
+    count = f"prints all {_printed_by_list()})"
+    refusals = []
+    for refuse in (lambda: registry.lookup("nosuch.Game-v0"), lambda: start_local("nosuch.Game-v0"),
+                   lambda: start_ray("nosuch.Game-v0"), lambda: check_env_id("nosuch.Game-v0", []),
+                   lambda: registration.make_env("nosuch.Game-v0")):
+        with pytest.raises(UnknownEnvironment) as caught:
+            refuse()
+        refusals.append(str(caught.value))
+    served = subprocess.run([sys.executable, "-m", "universe_remote", "serve", "nosuch.Game-v0"],
+                            capture_output=True, text=True, timeout=120)
+    refusals.append(served.stderr)
+    assert all(count in refusal for refusal in refusals), (count, refusals)
+
+
+def test_a_family_not_installed_is_named_with_its_install_line_everywhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without ale-py (its package not found), start_local of an Atari id says how to
+    install it, as serve does, in the same words; and list's count includes no Atari id."""
+    from remotes import start_local
+    from remotes.options import check_env_id
+
+    real = registry._package_dir
+    monkeypatch.setattr(registry, "_package_dir", lambda name: None if name == "ale_py" else real(name))
+    install = "No module named 'ale_py'; install it with: pip install 'universe-remote[atari]'"
+    for refuse in (lambda: start_local("atari.Pong-v0"), lambda: check_env_id("atari.Pong-v0", [])):
+        with pytest.raises(UnknownEnvironment, match="prints all") as caught:
+            refuse()
+        assert install in str(caught.value)
+    assert not any(env_id.startswith("atari.") for env_id in registry.catalogue())
+    assert registry.missing_hint("builtin.Catch-v0") is None
+
+
+def test_an_id_listed_but_not_served_here_says_why_not_did_you_mean_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """x11.XTerm-v0 where xterm is not installed: listed (the count stays list's), refused
+    by serve with the reason, never "did you mean x11.XTerm-v0?"."""
+    served = dict(registry._family("x11"))
+    served.pop("x11.XTerm-v0", None)
+    monkeypatch.setitem(registry._loaded, "x11", served)
+    with pytest.raises(UnknownEnvironment) as caught:
+        registry.lookup("x11.XTerm-v0")
+    message = str(caught.value)
+    assert "its program is not on this machine" in message and "did you mean x11.XTerm-v0" not in message
+    assert f"prints all {len(registry.catalogue())})" in message
