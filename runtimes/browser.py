@@ -61,7 +61,9 @@ import numpy as np
 from rewarder.protocol import LOCKSTEP
 from vncdriver import keysyms
 
+from . import browser_snapshots
 from .base import InputEvent, PointerEvent, StepResult
+from .browser_snapshots import EpisodeLog, begin_log, fresh_seed, park_pointer
 from .cdp import CDPClient, CDPError
 from .cdp_input import CDPInput
 from .chromium import (
@@ -76,6 +78,7 @@ from .chromium import (
     html_dir,
     spawn_chromium,
 )
+from .errors import SnapshotUnsupported
 from .marks import draw_marks
 from .page_clock import EPOCH_MS, FRAME_MS, PageClock, no_caret_blink_env
 from .page_structure import Element, PageStructure, install_click_hook, observe
@@ -192,6 +195,8 @@ class MiniWoBRuntime(DisplayRuntime):
         self._outcome: tuple[float, dict[str, Any]] | None = None  # set by the poller
         self._reported = False
         self._failure: str | None = None  # set by the poller when the browser is lost
+        #: The lockstep episode's seed and inputs: its snapshot (runtimes.browser_snapshots).
+        self.episode_log: EpisodeLog | None = None
 
     @classmethod
     def url(cls) -> str:
@@ -277,9 +282,10 @@ class MiniWoBRuntime(DisplayRuntime):
 
     # Episodes ------------------------------------------------------------------------------
 
-    async def areset(self, seed: int | None = None) -> None:
-        """Seed the page and start a new episode, and take its first frame; bring the
-        browser (and the display) back if it is lost."""
+    async def areset(self, seed: int | None = None, *, draw: bool = True) -> None:
+        """Seed the page and start a new episode, and take its first frame (not with
+        ``draw`` false: a restore's replay draws only its last); bring the browser (and
+        the display) back if it is lost."""
         self._generation += 1
         self._outcome, self._reported, self._failure = None, False, None
         await self._revive_display()
@@ -301,9 +307,13 @@ class MiniWoBRuntime(DisplayRuntime):
             await self.cdp.wait_for(READY_EXPRESSION, PAGE_TIMEOUT)
             self._paused = False  # a new document: its clock starts in real time
         lockstep = self.mode == LOCKSTEP
+        self.episode_log = None
         if lockstep:  # the same page time, date and input state at every episode's start
-            await self.clock.pause(at_ms=EPOCH_MS)
+            await self.clock.pause(at_ms=EPOCH_MS, restart=True)
             await self.page_input.release()
+            await park_pointer(self.page_input)  # (and no click to double)
+            self._action_pointer = None
+            seed = fresh_seed() if seed is None else seed  # every lockstep episode can be saved
         elif self._paused:
             await self.clock.resume()
             self._pending = None  # the display went on meanwhile: take all of it again
@@ -317,7 +327,10 @@ class MiniWoBRuntime(DisplayRuntime):
         self._text = str(utterance)
         self._last_action = None
         if lockstep:
-            await self._take_screenshot()
+            assert seed is not None
+            self.episode_log = await begin_log(self.cdp, seed)
+            if draw:
+                await self._take_screenshot()
         else:
             await self._take_drawn_page()
         # Numbered afresh from a0 at every episode (the same seed, the same bids).
@@ -359,6 +372,8 @@ class MiniWoBRuntime(DisplayRuntime):
         assert self.cdp is not None and self.clock is not None and self.page_input is not None
         if self._reported:  # the episode already ended: it stays done until reset
             return StepResult(frames=0)
+        if self.episode_log is not None:
+            self.episode_log.step(events, frames)
         x0, y0 = self.origin
         await self.page_input.send([
             e._replace(x=e.x + x0, y=e.y + y0) if isinstance(e, PointerEvent) else e
@@ -383,11 +398,35 @@ class MiniWoBRuntime(DisplayRuntime):
         result.observation = observation or None
         return result
 
+    # Snapshots: lockstep only (runtimes.browser_snapshots, docs/snapshots-browser.md) ----
+
+    @property
+    def snapshot_refusal(self) -> str | None:  # type: ignore[override]
+        """Per instance: it depends on the mode (lockstep can, real time cannot)."""
+        return None if self.mode == LOCKSTEP else browser_snapshots.REALTIME_REFUSAL
+
+    def snapshot(self) -> bytes:
+        return browser_snapshots.snapshot(self)
+
+    async def arestore(self, state: bytes) -> None:
+        await browser_snapshots.restore(self, state)
+
+    async def astate_digest(self) -> bytes:
+        return await browser_snapshots.digest(self)
+
+    def restore(self, state: bytes) -> None:
+        raise SnapshotUnsupported(f"{self.env_id} restores through its page: await arestore()")
+
+    def state_digest(self) -> bytes:
+        raise SnapshotUnsupported(f"{self.env_id} reads its digest from its page: await astate_digest()")
+
     # Web agents (docs/browser.md) ----------------------------------------------------------
 
     async def _structure(self, reset: bool = False) -> PageStructure:
         """The page's structure now; what the marks show."""
         assert self.cdp is not None
+        if self._paused and self.episode_log is not None:  # it numbers elements: a snapshot's
+            self.episode_log.walk(reset)
         structure = await observe(self.cdp, (0, 0), reset=reset)
         self._observed_at = time.monotonic()
         if self.marks:
@@ -438,6 +477,8 @@ class MiniWoBRuntime(DisplayRuntime):
         assert self.cdp is not None and self.page_input is not None
         x0, y0 = self.origin
         if self._paused:
+            if self.episode_log is not None:
+                self.episode_log.action(text)
             page_input = self.page_input
 
             def send_now(events: Sequence[InputEvent]) -> asyncio.Task[None]:

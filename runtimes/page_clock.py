@@ -184,14 +184,22 @@ _CLOCK_JS: Final = r"""
   let advancing = false;
 
   const api = {
-    pause(at) {
-      if (s.lockstep) { if (at !== null) s.epoch = at - s.now; return api.state(); }
-      s.now = mono(); s.epoch = (at === null ? nDateNow() : at) - s.now;
-      s.nextFrame = s.now + FRAME;
-      for (const t of s.timers.values()) nClearTimeout(t.native);
-      for (const f of s.frames.values()) nCaf(f.native);
-      s.lockstep = true;
-      for (const a of animations()) if (a.playState === 'running') { a.pause(); s.held.add(a); }
+    pause(at, restart) {
+      if (s.lockstep) { if (at !== null) s.epoch = at - s.now; }
+      else {
+        s.now = mono(); s.epoch = (at === null ? nDateNow() : at) - s.now;
+        s.nextFrame = s.now + FRAME;
+        for (const t of s.timers.values()) nClearTimeout(t.native);
+        for (const f of s.frames.values()) nCaf(f.native);
+        s.lockstep = true;
+        for (const a of animations()) if (a.playState === 'running') { a.pause(); s.held.add(a); }
+      }
+      if (restart) {  // page time 0 again, pending timers as far ahead as they were
+        if (advancing) throw new Error('pause(restart) during advance()');
+        s.epoch = at === null ? s.epoch + s.now : at;
+        for (const t of s.timers.values()) t.due -= s.now;
+        s.now = 0; s.nextFrame = FRAME;
+      }
       return api.state();
     },
     resume() {
@@ -310,11 +318,14 @@ class PageClock:
         if current:
             await self.cdp.evaluate(f"{source}; 0")
 
-    async def pause(self, at_ms: float | None = EPOCH_MS) -> ClockState:
+    async def pause(self, at_ms: float | None = EPOCH_MS, *, restart: bool = False) -> ClockState:
         """Lockstep from now: page time stops; timers, frames and animations wait for
-        :meth:`advance`. ``Date.now()`` becomes ``at_ms`` (None: keep the real date)."""
+        :meth:`advance`. ``Date.now()`` becomes ``at_ms`` (None: keep the real date).
+        ``restart``: page time starts again from 0 (timers keep their distance to it), so
+        that an episode's timing is the same sums of frames whatever came before it (a
+        browser snapshot's replay repeats them exactly: ``runtimes.browser_snapshots``)."""
         at = "null" if at_ms is None else repr(float(at_ms))
-        return await self._call(f"pause({at})")
+        return await self._call(f"pause({at}, {'true' if restart else 'false'})")
 
     async def advance(self, ms: float, timeout: float = ADVANCE_TIMEOUT) -> ClockState:
         """Move page time on by ``ms`` milliseconds, running what falls due in order, and
