@@ -63,7 +63,7 @@ from vncdriver import keysyms
 
 from . import browser_snapshots
 from .base import InputEvent, PointerEvent, StepResult
-from .browser_snapshots import EpisodeLog, begin_log, fresh_seed, park_pointer
+from .browser_snapshots import EpisodeLog, begin_log, fresh_seed, start_alike
 from .cdp import CDPClient, CDPError
 from .cdp_input import CDPInput
 from .chromium import (
@@ -311,7 +311,7 @@ class MiniWoBRuntime(DisplayRuntime):
         if lockstep:  # the same page time, date and input state at every episode's start
             await self.clock.pause(at_ms=EPOCH_MS, restart=True)
             await self.page_input.release()
-            await park_pointer(self.page_input)  # (and no click to double)
+            await start_alike(self.cdp, self.page_input)  # pointer parked, nothing focused
             self._action_pointer = None
             seed = fresh_seed() if seed is None else seed  # every lockstep episode can be saved
         elif self._paused:

@@ -3,7 +3,7 @@
 Holds :class:`BrowserState` (a snapshot: its bytes, our own versioned JSON document,
 parsed and checked field by field), :class:`EpisodeLog` (what a lockstep episode
 records as it goes), the entries it records (:class:`Step`, :class:`Walk`,
-:class:`Action`), and what the runtime calls: :func:`park_pointer` and
+:class:`Action`), and what the runtime calls: :func:`start_alike` and
 :func:`begin_log` at every lockstep reset, :func:`snapshot`, :func:`restore` and
 :func:`digest`.
 
@@ -20,8 +20,9 @@ give the same page.
 **Every lockstep episode starts alike.** What would make a replayed episode differ from
 the one it replays is what came before its reset; so a lockstep reset restarts page
 time at 0 (``PageClock.pause(restart=True)``), parks the pointer at :data:`PARK` with no
-click to double, numbers elements afresh and seeds the page (with a fresh seed when the
-agent gave none, so that every lockstep episode can be saved).
+click to double, takes the focus back to the page's body, numbers elements afresh and
+seeds the page (with a fresh seed when the agent gave none, so that every lockstep
+episode can be saved).
 
 **Limits.** :data:`MAX_LOG_ENTRIES` entries, :data:`MAX_LOG_EVENTS` events and
 :data:`MAX_SNAPSHOT_BYTES` bytes: past them an episode cannot be saved (it says so),
@@ -85,6 +86,11 @@ REALTIME_REFUSAL: Final = (
     "clock; serve it in lockstep (mode lockstep) to snapshot it"
 )
 
+#: Nothing focused: the page's body is the active element again.
+_BLUR_JS: Final = (
+    "(() => { const a = document.activeElement; if (a && a !== document.body && a.blur) a.blur(); "
+    "return true; })()"
+)
 #: Read at every lockstep reset, after the episode began: elements are numbered afresh
 #: (the walk after it starts from a0) and the page's history that outlives an episode.
 _BEGIN_JS: Final = f"""(() => {{
@@ -109,13 +115,31 @@ _HISTORY_JS: Final = """((episodes, latest, scores) => {
 })"""
 
 #: What a digest reads of the page: its clock, MiniWoB's globals, the instruction,
-#: focus, scrolling and how many elements are numbered.
+#: focus, scrolling, how many elements are numbered, and a hash (FNV-1a) of the document
+#: with its fields' values, attributes sorted (their order is the order they were first
+#: set in, history) and without MiniWoB's ``data-tampered`` marks (they name the episode
+#: an element was last clicked in, and nothing we serve reads them).
 _DIGEST_JS: Final = f"""(() => {{
   const c = window[{orjson.dumps(CLOCK_GLOBAL).decode()}], b = window[{orjson.dumps(STATE_GLOBAL).decode()}];
   const a = document.activeElement;
+  const parts = [];
+  const walk = (n) => {{
+    if (n.nodeType === 3) {{ parts.push('#' + n.data); return; }}
+    if (n.nodeType !== 1) return;
+    const attrs = [...n.attributes].filter((x) => x.name !== 'data-tampered')
+      .map((x) => x.name + '=' + x.value).sort();
+    parts.push('<' + n.tagName + ' ' + attrs.join(' ') + (typeof n.value === 'string' ? '|' + n.value : '')
+               + (n.checked ? '|checked' : ''));
+    for (const c of n.childNodes) walk(c);
+    parts.push('>');
+  }};
+  walk(document.documentElement);
+  const text = parts.join('\u0000');
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {{ h ^= text.charCodeAt(i); h = Math.imul(h, 0x01000193); }}
   return [c ? c.state() : null, WOB_DONE_GLOBAL, WOB_REWARD_GLOBAL, WOB_RAW_REWARD_GLOBAL,
           WOB_EPISODE_ID, core.getUtterance(), a ? a.tagName + '#' + a.id : null,
-          window.scrollX, window.scrollY, b ? b.next : null];
+          window.scrollX, window.scrollY, b ? b.next : null, h >>> 0];
 }})()"""
 
 
@@ -296,11 +320,14 @@ def fresh_seed() -> int:
     return secrets.randbelow(FRESH_SEED_BOUND)
 
 
-async def park_pointer(page_input: CDPInput) -> None:
-    """Every lockstep episode's input starts alike: the pointer at :data:`PARK`, nothing
-    held and no press a next click could double (call after ``page_input.release()``)."""
+async def start_alike(cdp: CDPClient, page_input: CDPInput) -> None:
+    """Before a lockstep episode begins, undo what the last one left that the task's own
+    start keeps: the pointer parked at :data:`PARK` with no press a next click could
+    double (call after ``page_input.release()``: nothing held), and no element focused
+    (a static button or field clicked last episode kept the focus)."""
     page_input.mapper = InputMapper(page_input.mapper.now)
     await page_input.send([PointerEvent(*PARK, 0)])
+    await cdp.evaluate(_BLUR_JS)
 
 
 async def begin_log(cdp: CDPClient, seed: int) -> EpisodeLog:
