@@ -18,8 +18,6 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from .errors import SnapshotUnsupported
-
 
 class KeyEvent(NamedTuple):
     """A key going down or up, by X keysym name (``"Left"``, ``"space"``, ``"a"``)."""
@@ -275,27 +273,3 @@ class Runtime(abc.ABC):
             "action_strings": cls.action_strings,
             "settles": cls.settles,
         }
-
-    #: Why this runtime cannot snapshot (None: it can). Shown in describe as "snapshots".
-    snapshot_refusal: ClassVar[str | None] = "this environment cannot save its state"
-
-    def snapshot(self) -> bytes:
-        """The runtime's whole state, in our own format (never pickle)."""
-        raise SnapshotUnsupported(self.snapshot_refusal)
-
-    def restore(self, state: bytes) -> None:
-        """Validates field by field; raises BadSnapshot with a clear message."""
-        raise SnapshotUnsupported(self.snapshot_refusal)
-
-    def state_digest(self) -> bytes:
-        """Cheap digest of the state that matters (frame + game state), for verification."""
-        raise SnapshotUnsupported(self.snapshot_refusal)
-
-    async def asnapshot(self) -> bytes:
-        return self.snapshot()
-
-    async def arestore(self, state: bytes) -> None:
-        self.restore(state)
-
-    async def astate_digest(self) -> bytes:
-        return self.state_digest()

@@ -74,11 +74,3 @@ class UnknownEnvironment(RuntimeFailure, LookupError):
 
 class BadInput(RuntimeFailure, ValueError):
     """An input event this runtime cannot take; the message says what it accepts."""
-
-
-class SnapshotUnsupported(Exception):
-    """A runtime that cannot save its state was asked to."""
-
-
-class BadSnapshot(ValueError):
-    """Snapshot bytes that are not a valid state for this runtime (what is wrong is in the message)."""
