@@ -18,6 +18,8 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from runtimes.errors import SnapshotUnsupported
+
 
 class KeyEvent(NamedTuple):
     """A key going down or up, by X keysym name (``"Left"``, ``"space"``, ``"a"``)."""
@@ -159,6 +161,9 @@ class Runtime(abc.ABC):
     #: which the remote awaits once per step instead of slicing :meth:`advance`.
     async_advance: ClassVar[bool] = False
 
+    #: Why this runtime cannot snapshot (None: it can). Shown in describe as "snapshots".
+    snapshot_refusal: ClassVar[str | None] = "this environment cannot save its state"
+
     framebuffer: np.ndarray
     #: The remote's mode (``"realtime"`` or ``"lockstep"``), set before every reset:
     #: runtimes whose time is not their own (a browser's page) read it in :meth:`areset`.
@@ -259,6 +264,37 @@ class Runtime(abc.ABC):
         """Stop what :meth:`astart` started."""
         self.close()
 
+    # Snapshots (docs/snapshots.md): a runtime that can save its whole state sets
+    # snapshot_refusal to None and overrides the three synchronous methods (or the
+    # asynchronous ones when its state lives behind I/O, a browser's page).
+
+    def snapshot(self) -> bytes:
+        """The runtime's whole state (frame, game, RNG) in its own format, never pickle:
+        :meth:`restore` of these bytes continues exactly where this left off."""
+        raise SnapshotUnsupported(self.snapshot_refusal)
+
+    def restore(self, state: bytes) -> None:
+        """Return to a state :meth:`snapshot` made, redrawing :attr:`framebuffer`; bytes
+        that are not one are refused field by field with :class:`BadSnapshot`."""
+        raise SnapshotUnsupported(self.snapshot_refusal)
+
+    def state_digest(self) -> bytes:
+        """A cheap digest of the state that matters (frame and game state): equal after a
+        restore to the snapshot's, which is how restores are verified."""
+        raise SnapshotUnsupported(self.snapshot_refusal)
+
+    async def asnapshot(self) -> bytes:
+        """:meth:`snapshot` for the remote's event loop; runtimes behind I/O override it."""
+        return self.snapshot()
+
+    async def arestore(self, state: bytes) -> None:
+        """:meth:`restore` for the remote's event loop; runtimes behind I/O override it."""
+        self.restore(state)
+
+    async def astate_digest(self) -> bytes:
+        """:meth:`state_digest` for the remote's event loop."""
+        return self.state_digest()
+
     @classmethod
     def describe(cls) -> dict[str, Any]:
         """Additive ``v0.env.describe`` keys: what a client needs to act on this runtime."""
@@ -272,4 +308,6 @@ class Runtime(abc.ABC):
             # observations; settling actions.
             "action_strings": cls.action_strings,
             "settles": cls.settles,
+            # None: v0.env.snapshot works; else why it cannot (docs/snapshots.md).
+            "snapshots": cls.snapshot_refusal,
         }

@@ -2,7 +2,9 @@
 
     RuntimeFailure
     ├── UnknownEnvironment   no runtime has that env id
-    └── BadInput             an input event the runtime cannot take (unknown key, off screen)
+    ├── BadInput             an input event the runtime cannot take (unknown key, off screen)
+    ├── SnapshotUnsupported  this runtime cannot save or restore its state (docs/snapshots.md)
+    └── BadSnapshot          snapshot bytes that are not this runtime's state (the message says which field)
 
 Holds :func:`closest_ids`, the difflib matching :class:`UnknownEnvironment` (and the agent
 side's ``gymnasium.make``) answers a mistyped id with.
@@ -74,3 +76,12 @@ class UnknownEnvironment(RuntimeFailure, LookupError):
 
 class BadInput(RuntimeFailure, ValueError):
     """An input event this runtime cannot take; the message says what it accepts."""
+
+
+class SnapshotUnsupported(RuntimeFailure, NotImplementedError):
+    """This runtime cannot save or restore its state; the message says why."""
+
+
+class BadSnapshot(RuntimeFailure, ValueError):
+    """Snapshot bytes that are not a state of this runtime: the message names the field
+    that was wrong and what it should have been."""
