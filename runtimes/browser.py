@@ -197,6 +197,8 @@ class MiniWoBRuntime(DisplayRuntime):
         self._failure: str | None = None  # set by the poller when the browser is lost
         #: The lockstep episode's seed and inputs: its snapshot (runtimes.browser_snapshots).
         self.episode_log: EpisodeLog | None = None
+        # describe on an instance says whether it can snapshot in its mode, now
+        self.describe = self._describe_now  # type: ignore[method-assign]
 
     @classmethod
     def url(cls) -> str:
@@ -205,7 +207,13 @@ class MiniWoBRuntime(DisplayRuntime):
 
     @classmethod
     def describe(cls) -> dict[str, Any]:
-        return {**super().describe(), "task_area": list(TASK_AREA), "screen": cls.screen_kind}
+        return {**super().describe(), "task_area": list(TASK_AREA), "screen": cls.screen_kind,
+                "snapshots": browser_snapshots.REALTIME_REFUSAL}
+
+    def _describe_now(self) -> dict[str, Any]:
+        """:meth:`describe` of this instance (the remote asks the runtime it serves):
+        whether it can snapshot depends on its mode."""
+        return {**type(self).describe(), "snapshots": self.snapshot_refusal}
 
     # Lifecycle -----------------------------------------------------------------------------
 

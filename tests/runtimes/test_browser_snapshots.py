@@ -236,12 +236,15 @@ async def test_bad_bytes_are_refused_clearly_and_the_episode_goes_on(button: obj
 async def test_real_time_says_it_cannot_and_refuses(button: object) -> None:
     runtime = button
     assert runtime.snapshot_refusal is None  # type: ignore[attr-defined]  (lockstep)
+    assert runtime.describe()["snapshots"] is None  # type: ignore[attr-defined]
+    assert "lockstep" in type(runtime).describe()["snapshots"]  # (the class: it depends)
     await runtime.areset(1)  # type: ignore[attr-defined]
     good = await runtime.asnapshot()  # type: ignore[attr-defined]
     runtime.mode = "realtime"  # type: ignore[attr-defined]
     try:
         await runtime.areset(1)  # type: ignore[attr-defined]
         assert "real time" in runtime.snapshot_refusal  # type: ignore[attr-defined]
+        assert runtime.describe()["snapshots"] == runtime.snapshot_refusal  # type: ignore[attr-defined]
         with pytest.raises(SnapshotUnsupported, match="lockstep"):
             await runtime.asnapshot()  # type: ignore[attr-defined]
         with pytest.raises(SnapshotUnsupported, match="lockstep"):
