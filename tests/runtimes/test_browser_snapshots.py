@@ -1,13 +1,15 @@
 """Snapshots of MiniWoB tasks in lockstep, on the runtime itself (real Chromium, Xvnc).
 
-Covers: on three tasks, a snapshot at step t, the rest of the episode, another episode
+Covers: every lockstep episode starts alike (page time, pointer, focus) whatever came
+before; on three tasks, a snapshot at step t, the rest of the episode, another episode
 that moves the pointer, clicks and types elsewhere, a restore, and the same steps again
 give the same frames, rewards and ends, and the digest equals the snapshot's; action
 strings and page observations replay too (bids included); garbage bytes, a crafted
 pickle, another task's snapshot, too many inputs, unknown fields, keys and pointers off
 the screen are refused with a clear BadSnapshot and the episode goes on unchanged;
-real time refuses, in ``snapshot_refusal`` before anyone asks. The format's checks
-and the log's limit without a browser; the remote's snapshot store is h37a's.
+real time refuses, in ``snapshot_refusal`` and describe before anyone asks. The
+format's checks and the log's limit without a browser; the remote's snapshot store is
+tested with it (tests/envserver/test_snapshots.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import hashlib
 import pickle
 import re
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import orjson
 import pytest
@@ -26,6 +29,7 @@ from runtimes.browser_snapshots import (
     FORMAT,
     MAX_LOG_ENTRIES,
     MAX_SNAPSHOT_BYTES,
+    PARK,
     BrowserState,
     EpisodeLog,
     History,
@@ -33,6 +37,7 @@ from runtimes.browser_snapshots import (
     miniwob_version,
 )
 from runtimes.errors import BadSnapshot, SnapshotUnsupported
+from runtimes.page_clock import EPOCH_MS
 from tests.runtimes.test_browser import MISSING
 
 pytestmark = pytest.mark.timeout(300)
@@ -264,6 +269,23 @@ async def test_a_reset_without_a_seed_can_be_saved_too(button: object) -> None:
     await runtime.areset(None)  # type: ignore[attr-defined]
     await runtime.arestore(state)  # type: ignore[attr-defined]
     assert await runtime.astate_digest() == digest  # type: ignore[attr-defined]
+
+
+@on_module_loop
+async def test_every_lockstep_episode_starts_alike(button: object) -> None:
+    """Page time from 0, the pointer parked, nothing focused, whatever came before."""
+    runtime: Any = button
+    starts = []
+    for before in ([], [(click(80, 120), 30), (typed("q"), 7)]):
+        await runtime.areset(2)
+        await play(runtime, before)
+        await runtime.areset(9)
+        page = await runtime.cdp.evaluate(
+            "[performance.now(), Date.now(), document.activeElement.tagName]"
+        )
+        starts.append((page, runtime.page_input.mapper.position, await runtime.astate_digest()))
+    assert starts[0] == starts[1]
+    assert starts[0][0] == [0, EPOCH_MS, "BODY"] and starts[0][1] == PARK
 
 
 # Without a browser -------------------------------------------------------------------------
