@@ -391,7 +391,8 @@ async def restore(runtime: MiniWoBRuntime, data: bytes) -> None:
             runtime._text = runtime._last_action = None  # (a step reports them)
             if i == last_step:  # (no step is taken once the episode ended)
                 done, _, _, episode, _ = await cdp.evaluate(STATE_EXPRESSION)
-                runtime._reported = bool(done) and int(episode) > runtime._wob_episode
+                began = runtime._wob_episode
+                runtime._reported = bool(done) and began is not None and int(episode) > began
         elif isinstance(entry, Walk):
             log.walk(entry.reset)
             await observe(cdp, (0, 0), reset=entry.reset)
