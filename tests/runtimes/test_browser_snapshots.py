@@ -167,7 +167,7 @@ async def test_action_strings_and_observations_replay_with_their_bids(button: ob
         page = runtime.take_observation()["page"]  # type: ignore[attr-defined]
         buttons = [e["bid"] for e in page["elements"] if e["role"] == "button"]
         assert len(buttons) > 1
-        await runtime.arun_action(f"hover('{buttons[0]}')", lambda events: None)  # type: ignore[attr-defined]
+        await runtime.arun_action(f"hover('{buttons[0]}')\nnoop(100)", lambda events: None)  # type: ignore[attr-defined]
         await runtime.aadvance([], 2)  # type: ignore[attr-defined]
         state = await runtime.asnapshot()  # type: ignore[attr-defined]
         digest = await runtime.astate_digest()  # type: ignore[attr-defined]
