@@ -221,16 +221,20 @@ _CLOCK_JS: Final = r"""
         let calls = 0;
         for (;;) {
           const t = earliest(Math.min(end, s.nextFrame));
+          let ran = true;  // page code ran: its promise callbacks go before what comes next
           if (t !== null) { s.now = Math.max(s.now, t.due); fire(t); }
           else if (s.nextFrame <= end + SLACK) {  // (k frames' sum may round past k * FRAME)
             s.now = s.nextFrame; s.nextFrame += FRAME;
             const batch = [...s.frames.values()];
             for (const f of batch) runFrame(f, s.now);
+            ran = batch.length > 0 || s.held.size > 0;
             stepAnimations(FRAME);
           } else break;
           if (++calls > MAX_CALLS)
             throw new Error(`the page ran ${MAX_CALLS} timers or frames in one advance of ${ms} ms`);
-          await task();
+          // A frame where nothing ran needs no task of its own: after input Chromium
+          // holds other tasks until its next frame is drawn (~a display refresh).
+          if (ran) await task();
         }
         s.now = end;
         stepAnimations(0);  // hold what started since the last frame, at its start
