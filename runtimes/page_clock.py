@@ -24,8 +24,9 @@ Animations (CSS transitions and animations, ``element.animate``) and steps their
 ids either way, so a timer set in one mode is cleared in the other). In lockstep nothing
 the page schedules runs until :meth:`PageClock.advance`, which runs the due timers in
 order of due time, each in a task of its own (its promise callbacks run before the next),
-and animation frames every :data:`FRAME_MS` of page time. MiniWoB's 10 s limit is a
-``setTimeout``: a slow agent never loses an episode to it.
+and animation frames every :data:`FRAME_MS` of page time (a task each that ran page
+code). MiniWoB's 10 s limit is a ``setTimeout``: a slow agent never loses an episode to
+it.
 
 Rendering stays Chromium's own, in real time: the pixels are a function of the DOM and
 the held animations, and :meth:`PageClock.screenshot` asks Chromium for a new frame of
