@@ -307,6 +307,11 @@ class EpisodeLog:
     def state(self, env_id: str, text_pending: bool) -> BrowserState:
         if self.overflow is not None:
             raise SnapshotUnsupported(self.overflow)
+        if not -MAX_SEED <= self.seed < MAX_SEED:
+            raise SnapshotUnsupported(
+                f"this episode's seed {self.seed} is outside -2**63..2**63-1, what a snapshot holds; "
+                "reset with a smaller seed to snapshot"
+            )
         return BrowserState(
             env_id, miniwob_version(), self.seed, self.history, text_pending, tuple(self.entries)
         )

@@ -298,6 +298,8 @@ def test_a_log_past_its_limit_says_so_instead_of_growing() -> None:
     with pytest.raises(SnapshotUnsupported, match="MAX_LOG_ENTRIES"):
         log.state("miniwob.ClickButton-v0", False)
     assert log.entries == []
+    with pytest.raises(SnapshotUnsupported, match="outside"):
+        EpisodeLog(seed=2**70, history=History(0, None, ())).state("miniwob.ClickButton-v0", False)
 
 
 def test_the_document_round_trips_field_by_field() -> None:
