@@ -283,7 +283,8 @@ class EpisodeLog:
     recording: bool = True
 
     def step(self, events: Sequence[InputEvent], frames: int) -> None:
-        self.events += len(events)
+        if self.recording:
+            self.events += len(events)
         self._add(Step(tuple(events), frames))
 
     def walk(self, reset: bool) -> None:
