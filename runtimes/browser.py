@@ -63,7 +63,9 @@ import numpy as np
 from rewarder.protocol import LOCKSTEP
 from vncdriver import keysyms
 
+from . import browser_snapshots
 from .base import InputEvent, PointerEvent, StepResult
+from .browser_snapshots import EpisodeLog, begin_log, fresh_seed, start_alike
 from .cdp import CDPClient, CDPError
 from .cdp_input import CDPInput
 from .chromium import (
@@ -78,6 +80,7 @@ from .chromium import (
     html_dir,
     spawn_chromium,
 )
+from .errors import SnapshotUnsupported
 from .marks import draw_marks
 from .page_clock import EPOCH_MS, FRAME_MS, PageClock, no_caret_blink_env
 from .page_structure import Element, PageStructure, install_click_hook, observe
@@ -212,6 +215,10 @@ class MiniWoBRuntime(DisplayRuntime):
         self._outcome: tuple[float, dict[str, Any]] | None = None  # set by the poller
         self._reported = False
         self._failure: str | None = None  # set by the poller when the browser is lost
+        #: The lockstep episode's seed and inputs: its snapshot (runtimes.browser_snapshots).
+        self.episode_log: EpisodeLog | None = None
+        # describe on an instance says whether it can snapshot in its mode, now
+        self.describe = self._describe_now  # type: ignore[method-assign]
 
     @classmethod
     def url(cls) -> str:
@@ -220,7 +227,13 @@ class MiniWoBRuntime(DisplayRuntime):
 
     @classmethod
     def describe(cls) -> dict[str, Any]:
-        return {**super().describe(), "task_area": list(TASK_AREA), "screen": cls.screen_kind}
+        return {**super().describe(), "task_area": list(TASK_AREA), "screen": cls.screen_kind,
+                "snapshots": browser_snapshots.REALTIME_REFUSAL}
+
+    def _describe_now(self) -> dict[str, Any]:
+        """:meth:`describe` of this instance (the remote asks the runtime it serves):
+        whether it can snapshot depends on its mode."""
+        return {**type(self).describe(), "snapshots": self.snapshot_refusal}
 
     # Lifecycle -----------------------------------------------------------------------------
 
@@ -306,9 +319,10 @@ class MiniWoBRuntime(DisplayRuntime):
 
     # Episodes ------------------------------------------------------------------------------
 
-    async def areset(self, seed: int | None = None) -> None:
-        """Seed the page and start a new episode, and take its first frame; bring the
-        browser (and the display) back if it is lost."""
+    async def areset(self, seed: int | None = None, *, draw: bool = True) -> None:
+        """Seed the page and start a new episode, and take its first frame (not with
+        ``draw`` false: a restore's replay draws only its last); bring the browser (and
+        the display) back if it is lost."""
         self._wob_episode = None  # before the bump: no poll may take the last end for ours
         self._generation += 1
         self._outcome, self._reported, self._failure = None, False, None
@@ -331,9 +345,13 @@ class MiniWoBRuntime(DisplayRuntime):
             await self.cdp.wait_for(READY_EXPRESSION, PAGE_TIMEOUT)
             self._paused = False  # a new document: its clock starts in real time
         lockstep = self.mode == LOCKSTEP
+        self.episode_log = None
         if lockstep:  # the same page time, date and input state at every episode's start
-            await self.clock.pause(at_ms=EPOCH_MS)
+            await self.clock.pause(at_ms=EPOCH_MS, restart=True)
             await self.page_input.release()
+            await start_alike(self.cdp, self.page_input)  # pointer parked, nothing focused
+            self._action_pointer = None
+            seed = fresh_seed() if seed is None else seed  # every lockstep episode can be saved
         elif self._paused:
             await self.clock.resume()
             self._pending = None  # the display went on meanwhile: take all of it again
@@ -347,7 +365,10 @@ class MiniWoBRuntime(DisplayRuntime):
         self._text = str(utterance)
         self._last_action = None
         if lockstep:
-            await self._take_screenshot()
+            assert seed is not None
+            self.episode_log = await begin_log(self.cdp, seed)
+            if draw:
+                await self._take_screenshot()
         else:
             await self._take_drawn_page()
         # Numbered afresh from a0 at every episode (the same seed, the same bids) by the
@@ -391,6 +412,8 @@ class MiniWoBRuntime(DisplayRuntime):
         assert self.cdp is not None and self.clock is not None and self.page_input is not None
         if self._reported:  # the episode already ended: it stays done until reset
             return StepResult(frames=0)
+        if self.episode_log is not None:
+            self.episode_log.step(events, frames)
         x0, y0 = self.origin
         await self.page_input.send([
             e._replace(x=e.x + x0, y=e.y + y0) if isinstance(e, PointerEvent) else e
@@ -413,12 +436,36 @@ class MiniWoBRuntime(DisplayRuntime):
         result.observation = observation or None
         return result
 
+    # Snapshots: lockstep only (runtimes.browser_snapshots, docs/snapshots-browser.md) ----
+
+    @property
+    def snapshot_refusal(self) -> str | None:  # type: ignore[override]
+        """Per instance: it depends on the mode (lockstep can, real time cannot)."""
+        return None if self.mode == LOCKSTEP else browser_snapshots.REALTIME_REFUSAL
+
+    def snapshot(self) -> bytes:
+        return browser_snapshots.snapshot(self)
+
+    async def arestore(self, state: bytes) -> None:
+        await browser_snapshots.restore(self, state)
+
+    async def astate_digest(self) -> bytes:
+        return await browser_snapshots.digest(self)
+
+    def restore(self, state: bytes) -> None:
+        raise SnapshotUnsupported(f"{self.env_id} restores through its page: await arestore()")
+
+    def state_digest(self) -> bytes:
+        raise SnapshotUnsupported(f"{self.env_id} reads its digest from its page: await astate_digest()")
+
     # Web agents (docs/browser.md) ----------------------------------------------------------
 
     async def _structure(self, reset: bool = False) -> PageStructure:
         """The page's structure now; what the marks show."""
         assert self.cdp is not None
         reset, self._renumber = reset or self._renumber, False
+        if self._paused and self.episode_log is not None:  # it numbers elements: a snapshot's
+            self.episode_log.walk(reset)
         structure = await observe(self.cdp, (0, 0), reset=reset)
         self._observed_at = time.monotonic()
         if self.marks:
@@ -491,6 +538,8 @@ class MiniWoBRuntime(DisplayRuntime):
         if not self._paused:
             self._acted_at, self._first_change = time.monotonic(), None  # (asettle)
         else:
+            if self.episode_log is not None:
+                self.episode_log.action(text)
             page_input, clock = self.page_input, self.clock
 
             async def wait(seconds: float) -> None:

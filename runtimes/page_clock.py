@@ -24,8 +24,9 @@ Animations (CSS transitions and animations, ``element.animate``) and steps their
 ids either way, so a timer set in one mode is cleared in the other). In lockstep nothing
 the page schedules runs until :meth:`PageClock.advance`, which runs the due timers in
 order of due time, each in a task of its own (its promise callbacks run before the next),
-and animation frames every :data:`FRAME_MS` of page time. MiniWoB's 10 s limit is a
-``setTimeout``: a slow agent never loses an episode to it.
+and animation frames every :data:`FRAME_MS` of page time (a task each that ran page
+code). MiniWoB's 10 s limit is a ``setTimeout``: a slow agent never loses an episode to
+it.
 
 Rendering stays Chromium's own, in real time: the pixels are a function of the DOM and
 the held animations, and :meth:`PageClock.screenshot` asks Chromium for a new frame of
@@ -184,14 +185,22 @@ _CLOCK_JS: Final = r"""
   let advancing = false;
 
   const api = {
-    pause(at) {
-      if (s.lockstep) { if (at !== null) s.epoch = at - s.now; return api.state(); }
-      s.now = mono(); s.epoch = (at === null ? nDateNow() : at) - s.now;
-      s.nextFrame = s.now + FRAME;
-      for (const t of s.timers.values()) nClearTimeout(t.native);
-      for (const f of s.frames.values()) nCaf(f.native);
-      s.lockstep = true;
-      for (const a of animations()) if (a.playState === 'running') { a.pause(); s.held.add(a); }
+    pause(at, restart) {
+      if (s.lockstep) { if (at !== null) s.epoch = at - s.now; }
+      else {
+        s.now = mono(); s.epoch = (at === null ? nDateNow() : at) - s.now;
+        s.nextFrame = s.now + FRAME;
+        for (const t of s.timers.values()) nClearTimeout(t.native);
+        for (const f of s.frames.values()) nCaf(f.native);
+        s.lockstep = true;
+        for (const a of animations()) if (a.playState === 'running') { a.pause(); s.held.add(a); }
+      }
+      if (restart) {  // page time 0 again, pending timers as far ahead as they were
+        if (advancing) throw new Error('pause(restart) during advance()');
+        s.epoch = at === null ? s.epoch + s.now : at;
+        for (const t of s.timers.values()) t.due -= s.now;
+        s.now = 0; s.nextFrame = FRAME;
+      }
       return api.state();
     },
     resume() {
@@ -213,16 +222,20 @@ _CLOCK_JS: Final = r"""
         let calls = 0;
         for (;;) {
           const t = earliest(Math.min(end, s.nextFrame));
+          let ran = true;  // page code ran: its promise callbacks go before what comes next
           if (t !== null) { s.now = Math.max(s.now, t.due); fire(t); }
           else if (s.nextFrame <= end + SLACK) {  // (k frames' sum may round past k * FRAME)
             s.now = s.nextFrame; s.nextFrame += FRAME;
             const batch = [...s.frames.values()];
             for (const f of batch) runFrame(f, s.now);
+            ran = batch.length > 0 || s.held.size > 0;
             stepAnimations(FRAME);
           } else break;
           if (++calls > MAX_CALLS)
             throw new Error(`the page ran ${MAX_CALLS} timers or frames in one advance of ${ms} ms`);
-          await task();
+          // A frame where nothing ran needs no task of its own: after input Chromium
+          // holds other tasks until its next frame is drawn (~a display refresh).
+          if (ran) await task();
         }
         s.now = end;
         stepAnimations(0);  // hold what started since the last frame, at its start
@@ -310,11 +323,14 @@ class PageClock:
         if current:
             await self.cdp.evaluate(f"{source}; 0")
 
-    async def pause(self, at_ms: float | None = EPOCH_MS) -> ClockState:
+    async def pause(self, at_ms: float | None = EPOCH_MS, *, restart: bool = False) -> ClockState:
         """Lockstep from now: page time stops; timers, frames and animations wait for
-        :meth:`advance`. ``Date.now()`` becomes ``at_ms`` (None: keep the real date)."""
+        :meth:`advance`. ``Date.now()`` becomes ``at_ms`` (None: keep the real date).
+        ``restart``: page time starts again from 0 (timers keep their distance to it), so
+        that an episode's timing is the same sums of frames whatever came before it (a
+        browser snapshot's replay repeats them exactly: ``runtimes.browser_snapshots``)."""
         at = "null" if at_ms is None else repr(float(at_ms))
-        return await self._call(f"pause({at})")
+        return await self._call(f"pause({at}, {'true' if restart else 'false'})")
 
     async def advance(self, ms: float, timeout: float = ADVANCE_TIMEOUT) -> ClockState:
         """Move page time on by ``ms`` milliseconds, running what falls due in order, and
