@@ -32,11 +32,12 @@ display, if Xvnc died).
 **Lockstep.** In lockstep (the remote's ``mode``, read at each reset) the page's time is
 a clock in the page (:mod:`runtimes.page_clock`), paused at :data:`~runtimes.page_clock.EPOCH_MS`
 at every reset: a step sends its input through DevTools (:mod:`runtimes.cdp_input`: each
-event handled before the next), advances the page by its frames, and takes Chromium's
-lossless screenshot of the served area as the frame (the X display's timing plays no
-part), then reads the page's reward globals. The same seed and actions give the same
-frames and rewards; MiniWoB's 10 s limit counts page time. A real-time reset gives the
-page its own clock back.
+event handled before the next), advances the page by its frames, and takes the served
+area of the first frame the display shows after that (:mod:`runtimes.frame_witness`;
+Chromium's screenshots when the whole screen is served) as the frame, then reads the
+page's reward globals. The same seed and actions give the same frames and rewards;
+MiniWoB's 10 s limit counts page time. A real-time reset gives the page its own clock
+back.
 
 **Input.** In real time every input — a viewer's over VNC, an agent's over VNC or the
 rewarder — reaches the page as real X input, through the remote's connection to the
@@ -76,6 +77,7 @@ from .chromium import (
     html_dir,
     spawn_chromium,
 )
+from .frame_witness import WITNESS_TIMEOUT, FrameWitness, capture_way
 from .marks import draw_marks
 from .page_clock import EPOCH_MS, FRAME_MS, PageClock, no_caret_blink_env
 from .page_structure import Element, PageStructure, install_click_hook, observe
@@ -148,6 +150,8 @@ class MiniWoBRuntime(DisplayRuntime):
     page: ClassVar[str]
     #: Which screen this class serves (one of :data:`SCREENS`).
     screen_kind: ClassVar[str] = "task"
+    #: Lockstep's frames from the display (made at the first lockstep frame).
+    _witness: FrameWitness | None = None
 
     def __new__(cls, screen: str = "task", marks: bool = False) -> MiniWoBRuntime:
         """``screen="full"`` makes the whole-screen form of the task's class (every
@@ -328,11 +332,42 @@ class MiniWoBRuntime(DisplayRuntime):
             self._draw_marks()
 
     async def _take_screenshot(self) -> None:
-        """Lockstep's frame: the page as Chromium draws it for a screenshot, lossless, a
-        function of the page alone (the X display's timing plays no part)."""
+        """Lockstep's frame, a function of the page alone: the first frame the display
+        shows after the step (:mod:`runtimes.frame_witness`), else screenshots."""
         assert self.clock is not None
         x0, y0 = self.origin
         area = (x0, y0, self.width, self.height)
+        shot = await self._display_frame(area)
+        if shot is None:
+            shot = await self._screenshots(area)
+        self._clean = shot
+        self.framebuffer[...] = shot
+        self._damage = None  # all of it may have changed: the VNC server compares
+        if self.marks:
+            await self._structure()
+            self._draw_marks()
+
+    async def _display_frame(self, area: tuple[int, int, int, int]) -> np.ndarray | None:
+        """The step's frame from the display, once it shows the page as it is now
+        (:mod:`runtimes.frame_witness`); None when it cannot (the whole screen served,
+        the old way asked for, the display stalled)."""
+        assert self.cdp is not None
+        witness, screen = self._witness, self.screen
+        if screen is None or capture_way() != "display":
+            return None
+        if witness is None or witness.cdp is not self.cdp or witness.screen is not screen:
+            witness = self._witness = FrameWitness(self.cdp, screen, self.display_size)
+        if not witness.usable_for(area):
+            return None
+        shot = await witness.capture(area)
+        if shot is None:
+            log.warning("%s: the display did not show the step's frame within %g s; taking "
+                        "screenshots", self.env_id, WITNESS_TIMEOUT)
+        return shot
+
+    async def _screenshots(self, area: tuple[int, int, int, int]) -> np.ndarray:
+        """The step's frame as Chromium draws it for screenshots, taken until two agree."""
+        assert self.clock is not None
         shot = await self.clock.screenshot(area)
         previous = self._clean
         for _ in range(MAX_SCREENSHOTS - 1):
@@ -343,12 +378,7 @@ class MiniWoBRuntime(DisplayRuntime):
             if previous is not None and np.array_equal(shot, previous):
                 break
             previous, shot = shot, await self.clock.screenshot(area)
-        self._clean = shot
-        self.framebuffer[...] = shot
-        self._damage = None  # all of it may have changed: the VNC server compares
-        if self.marks:
-            await self._structure()
-            self._draw_marks()
+        return shot
 
     async def aadvance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
         """A lockstep step: the input through DevTools (each event handled before the
@@ -478,6 +508,8 @@ class MiniWoBRuntime(DisplayRuntime):
         the page's own update had often arrived before the wait began.)
         """
         assert self.clock is not None and self.screen is not None
+        if self._witness is not None:  # lockstep's witness is no part of real time
+            await self._witness.hide()
         x0, y0 = self.origin
         page = await self.clock.screenshot((x0, y0, self.width, self.height))
         deadline = time.monotonic() + SETTLE_TIMEOUT
