@@ -62,7 +62,7 @@ import numpy as np
 from rewarder.protocol import LOCKSTEP
 from vncdriver import keysyms
 
-from .base import InputEvent, PointerEvent, StepResult
+from .base import InputEvent, PointerEvent, Runtime, StepResult
 from .cdp import CDPClient, CDPError
 from .cdp_input import CDPInput
 from .chromium import (
@@ -104,6 +104,10 @@ SCREENS: Final = ("task", "full")
 SETTLE_TIMEOUT: Final = 2.0
 #: Frames per second of the remote's loop: it only forwards input and picks up results.
 FPS: Final = 60.0
+
+#: What Chromium shows before the task page loads: the page clock and the click hook are
+#: installed first, so they run before the task's own scripts (as after an env switch).
+BLANK_PAGE: Final = "about:blank"
 
 # Episodes ----------------------------------------------------------------------------------
 
@@ -220,21 +224,15 @@ class MiniWoBRuntime(DisplayRuntime):
         await self._start_browser(self._chromium)
 
     async def _start_browser(self, chromium: str | None = None) -> None:
-        """Start Chromium on the display with the task page; return once it is ready."""
+        """Start Chromium on the display, then load the task page (:meth:`_load_task`)."""
         assert self.display is not None
         chromium = chromium or find_chromium()
         self._profile = Path(tempfile.mkdtemp(prefix="universe-chromium-"))
         env = no_caret_blink_env(self._profile / "config")
-        self.browser = spawn_chromium(self.display, self._profile, self.url(), SCREEN_WIDTH,
+        self.browser = spawn_chromium(self.display, self._profile, BLANK_PAGE, SCREEN_WIDTH,
                                       SCREEN_HEIGHT, env=env, chromium=chromium)
         port = await devtools_port(self._profile, self.browser)
         self.cdp = await CDPClient.connect(port)
-        try:
-            await self.cdp.wait_for(READY_EXPRESSION, PAGE_TIMEOUT)
-        except CDPError as exc:
-            raise CDPError(
-                f"{self.page} did not get ready: {exc}{log_tail(self.browser.log)}"
-            ) from None
         clock = self.clock = PageClock(self.cdp)
         await clock.install()
         self.page_input = CDPInput(
@@ -247,7 +245,57 @@ class MiniWoBRuntime(DisplayRuntime):
         # and goes with the window's mapping; a text field's caret (and focus/blur
         # handlers) then depended on when, and two lockstep runs drew different frames.
         await self.cdp.call("Emulation.setFocusEmulationEnabled", {"enabled": True})
-        self._paused = False
+        await self._load_task()
+
+    async def _load_task(self) -> None:
+        """Load the task page in the browser, the page clock and the click hook running
+        before its own scripts; return once it is ready."""
+        assert self.cdp is not None and self.browser is not None
+        try:
+            await self.cdp.navigate(self.url(), PAGE_TIMEOUT)
+            await self.cdp.wait_for(READY_EXPRESSION, PAGE_TIMEOUT)
+        except CDPError as exc:
+            raise CDPError(
+                f"{self.page} did not get ready: {exc}{log_tail(self.browser.log)}"
+            ) from None
+        self._paused = False  # a new document: its clock starts in real time
+
+    async def atake_over(self, old: Runtime) -> bool:
+        """An env switch from another task: keep ``old``'s display and browser and load
+        this task's page in it (a page load, where starting Xvnc and Chromium again
+        took seconds: ``python -m benchmarks browser_switch``)."""
+        if not (
+            isinstance(old, MiniWoBRuntime) and old.display_size == self.display_size
+            and old.display is not None and old.screen is not None and old.screen.connected
+            and old.browser is not None and old.browser.running
+            and old.cdp is not None and old.cdp.connected
+            and old.clock is not None and old.page_input is not None
+        ):
+            return False
+        started = time.monotonic()
+        if old._poller is not None:
+            old._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await old._poller
+            old._poller = None
+        # All of it at once (no await between): from here this runtime holds it all, and
+        # a failure below is this runtime's to recover (its reset loads the page again).
+        self.display, self.screen, self.browser, self.cdp = old.display, old.screen, old.browser, old.cdp
+        self.clock, self.page_input, self._witness = old.clock, old.page_input, old._witness
+        self._profile, self._chromium = old._profile, old._chromium
+        old.display = old.screen = old.browser = old.cdp = None
+        old.clock, old.page_input, old._witness, old._profile = None, None, None, None
+        self.screen.on_update = self._damaged
+        self._pending = self._damage = None  # a new page: take all of it
+        if self._witness is not None:
+            await self._witness.hide()
+        await self.page_input.release()  # keys and buttons the old task held
+        await self._load_task()
+        self.capture()
+        self.startup_seconds = time.monotonic() - started
+        log.info("%s took over %s's browser in %.2f s", self.env_id, old.env_id,
+                 self.startup_seconds)
+        return True
 
     async def _stop_browser(self) -> None:
         if self.cdp is not None:

@@ -151,7 +151,10 @@ class InputMapper:
         raise TypeError(f"not an input event: {event!r}")
 
     def release(self) -> list[Command]:
-        """Commands that let go of every key and button held (a reset, a mode switch)."""
+        """Commands that let go of every key and button held (a reset, a mode switch),
+        and the click history forgotten: an episode's first click is never the second
+        of a double click begun in the one before (or on the page an env switch left)."""
+        self._last_press, self._click_count = None, 0
         commands: list[Command] = []
         if self.position is not None and self.mask:
             x, y = self.position

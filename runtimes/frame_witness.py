@@ -25,6 +25,7 @@ serving the whole screen keeps screenshots.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from typing import Final
@@ -47,6 +48,11 @@ WITNESS_TIMEOUT: Final = 2.0
 
 Rect = tuple[int, int, int, int]
 
+#: Colours are counted across every witness of the process: a page that takes over
+#: another's display (an env switch), or a browser started again, never finds its
+#: first colour already there.
+_counter = itertools.count(1)
+
 
 class FrameWitness:
     """The witness of one page (``cdp``) on one display (``screen``, our RFB connection
@@ -60,7 +66,6 @@ class FrameWitness:
         y = height - WITNESS_INSET - WITNESS_SIZE
         #: Where the witness is drawn on the screen (x, y, width, height).
         self.rect: Rect = (x, y, WITNESS_SIZE, WITNESS_SIZE)
-        self._count = 0
         self._enabled = False
         self.shown = False
 
@@ -77,8 +82,8 @@ class FrameWitness:
             await self.cdp.call("DOM.enable")
             await self.cdp.call("Overlay.enable")
             self._enabled = True
-        self._count = (self._count + 1) % COLOURS
-        colour = ((self._count >> 16) & 255, (self._count >> 8) & 255, self._count & 255)
+        count = next(_counter) % COLOURS
+        colour = ((count >> 16) & 255, (count >> 8) & 255, count & 255)
         x, y, w, h = self.rect
         await self.cdp.call("Overlay.highlightRect", {
             "x": x, "y": y, "width": w, "height": h,
