@@ -50,6 +50,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -70,6 +71,7 @@ from .chromium import (
     PAGE_TIMEOUT,
     READY_EXPRESSION,
     STATE_EXPRESSION,
+    SWITCH_ENV,
     devtools_port,
     env_id_for,
     find_chromium,
@@ -265,7 +267,8 @@ class MiniWoBRuntime(DisplayRuntime):
         this task's page in it (a page load, where starting Xvnc and Chromium again
         took seconds: ``python -m benchmarks browser_switch``)."""
         if not (
-            isinstance(old, MiniWoBRuntime) and old.display_size == self.display_size
+            os.environ.get(SWITCH_ENV) != "restart"
+            and isinstance(old, MiniWoBRuntime) and old.display_size == self.display_size
             and old.display is not None and old.screen is not None and old.screen.connected
             and old.browser is not None and old.browser.running
             and old.cdp is not None and old.cdp.connected

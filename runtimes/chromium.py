@@ -65,6 +65,9 @@ CHROMIUM_FLAGS: Final = (
     "--remote-debugging-address=127.0.0.1",
     "--remote-debugging-port=0",  # Chromium picks a free port and writes it to a file
 )
+#: Environment variable: ``restart`` makes an env switch between MiniWoB tasks start
+#: Xvnc and Chromium again (the old way, for benchmarks) instead of keeping them.
+SWITCH_ENV: Final = "UNIVERSE_REMOTE_BROWSER_SWITCH"
 #: Seconds Chromium may take to write its DevTools port (cold starts take a few).
 BROWSER_START_TIMEOUT: Final = 30.0
 #: Seconds the task page may take to load and run its ``window.onload``.
