@@ -2,9 +2,11 @@
 
 A lockstep MiniWoB step sends its input through DevTools, advances the page clock, takes
 the frame and reads the reward globals. The frame was Chromium's screenshot, taken
-again until two agreed (the old way, ``UNIVERSE_REMOTE_LOCKSTEP_CAPTURE=screenshot``);
-now it is the first frame the X display shows after the step
-(:mod:`runtimes.frame_witness`). Both ways run in one process, rounds alternated:
+again until two agreed, and each input command waited for its reply before the next
+(the old way: ``UNIVERSE_REMOTE_LOCKSTEP_CAPTURE=screenshot``,
+``UNIVERSE_REMOTE_CDP_INPUT=sequential``); now the frame is the first the X display
+shows after the step (:mod:`runtimes.frame_witness`) and input goes in runs
+(:class:`runtimes.cdp_input.CDPInput`). Both ways run in one process, rounds alternated:
 
 - **Parts of a step** (the runtime in this process, no remote): medians of input,
   advance, frame and state read, and steps/s, on :data:`TASKS` with clicks sweeping the
@@ -33,6 +35,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from benchmarks.common import quick, ratio, table  # noqa: E402
+from runtimes.cdp_input import INPUT_ENV  # noqa: E402
 from runtimes.frame_witness import CAPTURE_ENV, CAPTURES  # noqa: E402
 
 #: Tasks stepped: a still page, a page whose clicks end episodes, typing, ticks.
@@ -50,17 +53,20 @@ ENV_STEPS: Final = quick(150, 40)
 
 @contextmanager
 def capture(way: str) -> Iterator[None]:
-    """Lockstep frames taken ``way`` (``display`` or ``screenshot``) inside the block,
-    in this process and in remotes it starts."""
-    before = os.environ.get(CAPTURE_ENV)
-    os.environ[CAPTURE_ENV] = way
+    """Lockstep steps taken ``way`` inside the block, in this process and in remotes it
+    starts: ``display`` (now) or ``screenshot`` (the old way: screenshots until two agree,
+    and a DevTools round trip per input command)."""
+    settings = {CAPTURE_ENV: way, INPUT_ENV: "sequential" if way == "screenshot" else "runs"}
+    before = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(CAPTURE_ENV, None)
-        else:
-            os.environ[CAPTURE_ENV] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _click(i: int) -> tuple[int, int]:

@@ -16,8 +16,9 @@ on :data:`SLEEP_TASKS`, real time, an action followed by ``time.sleep(0.5)`` and
 step to read the page then, against one settling step; seconds from sending an action
 until the next observation is in hand, and episodes won.
 
-Lockstep runs twice: frames from the display (now) and Chromium's screenshots until two
-agree (the old way, the peer row), and the ratio of their steps/s.
+Lockstep runs twice: frames from the display and input in runs (now), and Chromium's
+screenshots until two agree with a round trip per input command (the old way, the peer
+row), and the ratio of their steps/s.
 
 Ends with ``browser_oracle: T tasks, R % success in real time, L % in lockstep (...),
 lockstep Nx the old way's steps/s``.
@@ -41,6 +42,7 @@ import gymnasium  # noqa: E402
 import remotes  # noqa: E402, F401 (registers the ids)
 from benchmarks.common import quick, ratio, table  # noqa: E402
 from benchmarks.web_oracle import MAX_STEPS, SOLVERS, act  # noqa: E402
+from runtimes.cdp_input import INPUT_ENV  # noqa: E402
 from runtimes.frame_witness import CAPTURE_ENV  # noqa: E402
 from runtimes.registry import miniwob_env_id  # noqa: E402
 
@@ -65,7 +67,8 @@ MODES: Final[dict[str, dict[str, Any]]] = {
     "lockstep": {"mode": "lockstep"},
 }
 #: The peer of lockstep: the old way of taking its frames (Chromium's screenshots until
-#: two agree, ``runtimes.frame_witness.CAPTURE_ENV``), in the same run.
+#: two agree, ``runtimes.frame_witness.CAPTURE_ENV``) and sending input (a DevTools round
+#: trip per command, ``runtimes.cdp_input.INPUT_ENV``), in the same run.
 OLD_LOCKSTEP: Final = "lockstep, screenshots (old)"
 OLD_CAPTURE: Final = "screenshot"
 
@@ -126,16 +129,17 @@ def run(settings: dict[str, Any], tasks: Sequence[str], seeds: int,
     (``capture``: how its lockstep frames are taken, ``runtimes.frame_witness``)."""
     settings = dict(settings)
     capture = settings.pop("capture", None)
-    before = os.environ.get(CAPTURE_ENV)
-    if capture is not None:
-        os.environ[CAPTURE_ENV] = capture  # read by the remote process it starts
+    old_way = {CAPTURE_ENV: capture, INPUT_ENV: "sequential"} if capture is not None else {}
+    before = {name: os.environ.get(name) for name in old_way}
+    os.environ.update(old_way)  # read by the remote process it starts
     try:
         env = gymnasium.make(f"universe-remote/{miniwob_env_id(f'{tasks[0]}.html')}", **WEB, **settings)
     finally:
-        if before is None:
-            os.environ.pop(CAPTURE_ENV, None)
-        else:
-            os.environ[CAPTURE_ENV] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     tallies: dict[str, Tally] = {}
     try:
         for task in tasks:

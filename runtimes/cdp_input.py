@@ -21,6 +21,7 @@ over several steps does not repeat (X's auto-repeat is a wall-clock thing).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, NamedTuple
@@ -116,6 +117,11 @@ _BUTTONS: Final = ((0, "left", 1), (1, "middle", 4), (2, "right", 2))
 _WHEEL: Final = ((3, -1.0), (4, 1.0))  # bit 3 wheel up, bit 4 wheel down
 
 Command = tuple[str, dict[str, Any]]
+
+
+#: Environment variable: ``sequential`` sends every command and waits for its reply
+#: before the next (the old way, for benchmarks that compare) instead of in runs.
+INPUT_ENV: Final = "UNIVERSE_REMOTE_CDP_INPUT"
 
 
 class InputMapper:
@@ -260,7 +266,7 @@ class InputMapper:
 
 class CDPInput:
     """Sends our events to the page behind ``cdp``, in order, each handled by the page
-    before the next is sent (and before :meth:`send` returns)."""
+    before the next, all before :meth:`send` returns."""
 
     def __init__(
         self,
@@ -275,11 +281,37 @@ class CDPInput:
         self.after_wheel = after_wheel
 
     async def send(self, events: Sequence[InputEvent]) -> None:
+        """Send ``events``' commands in runs, each run in one write and one round trip
+        instead of one per command: Chromium hands a page its input in the order it came,
+        so each event is still handled before the next. A run holds keys only or mouse
+        events only, and at most one pointer move (Blink merges moves that wait together,
+        and whether two waited together would depend on timing); a wheel notch goes alone
+        and waits for the frame that scrolls (:attr:`after_wheel`)."""
+        if os.environ.get(INPUT_ENV) == "sequential":  # the old way, for benchmarks
+            for event in events:
+                for method, params in self.mapper.map(event):
+                    await self.cdp.call(method, params)
+                    if params["type"] == "mouseWheel" and self.after_wheel is not None:
+                        await self.after_wheel()
+            return
+        run: list[Command] = []
+        kind, moved = "", False
         for event in events:
             for method, params in self.mapper.map(event):
-                await self.cdp.call(method, params)
-                if params["type"] == "mouseWheel" and self.after_wheel is not None:
-                    await self.after_wheel()
+                wheel = params["type"] == "mouseWheel"
+                move = params["type"] == "mouseMoved"
+                if run and (method != kind or wheel or (move and moved)):
+                    await self.cdp.call_many(run)
+                    run, moved = [], False
+                if wheel:
+                    await self.cdp.call(method, params)
+                    if self.after_wheel is not None:
+                        await self.after_wheel()
+                    continue
+                run.append((method, params))
+                kind, moved = method, moved or move
+        if run:
+            await self.cdp.call_many(run)
 
     async def unbuffered(self) -> None:
         """Have Chromium dispatch pointer moves at once instead of at its next frame.
