@@ -216,7 +216,12 @@ def main() -> None:
     rows, best = [], None
     results = []
     for n in COUNTS:
-        result = _vector(n)
+        try:
+            result = _vector(n)
+        except (TimeoutError, OSError, RuntimeError) as exc:  # the machine could not start n
+            rows.append([str(n), "-", f"did not start: {exc}"[:60], "-", "-", "-", "-", "-"])
+            print(f"    n={n}: did not start ({exc})", flush=True)
+            break
         results.append(result)
         share = result["won"] / result["ended"] if result["ended"] else 0.0
         if share >= MIN_SUCCESS:
@@ -227,6 +232,9 @@ def main() -> None:
         print(f"    n={n}: {rows[-1][2]} won, {rows[-1][4]} steps/s", flush=True)
     table(["n", "make s", "won", "%", "steps/s per env", "PSS MB per remote", "CPU % per remote",
            "processes"], rows)
+    if not results:
+        print("browser_density: no vector started")
+        return
     per = results[-1]
     print(f"browser_density: {per['pss']:.0f} MB and {100 * per['cpu']:.0f} % of a core per remote "
           f"(n={per['n']}); {best['n'] if best else 0} remotes at >= {100 * MIN_SUCCESS:.0f} % success")

@@ -160,7 +160,7 @@ class CDPClient:
                     f"no DevTools page on {host}:{port} within {timeout} s ({problem}); is "
                     "the browser running with --remote-debugging-port?"
                 )
-            await asyncio.sleep(POLL_INTERVAL * 5)
+            await asyncio.sleep(POLL_INTERVAL)  # (a start-up waits on it: poll often)
 
     @property
     def connected(self) -> bool:
