@@ -79,7 +79,7 @@ from .chromium import (
     html_dir,
     spawn_chromium,
 )
-from .frame_witness import WITNESS_TIMEOUT, FrameWitness, capture_way
+from .frame_witness import WITNESS_TIMEOUT, FrameWitness, agreed_screenshot, capture_way
 from .marks import draw_marks
 from .page_clock import EPOCH_MS, FRAME_MS, PageClock, no_caret_blink_env
 from .page_structure import Element, PageStructure, install_click_hook, observe
@@ -113,8 +113,6 @@ BLANK_PAGE: Final = "about:blank"
 
 # Episodes ----------------------------------------------------------------------------------
 
-#: Lockstep: screenshots a step may take of a changed page until two agree.
-MAX_SCREENSHOTS: Final = 4
 #: Real time: seconds at least between two page observations an agent asked for (the
 #: ``observe`` property), made when the served screen changed (an observation costs
 #: several ms of the page's time: ``python -m benchmarks page_structure``).
@@ -390,7 +388,7 @@ class MiniWoBRuntime(DisplayRuntime):
         area = (x0, y0, self.width, self.height)
         shot = await self._display_frame(area)
         if shot is None:
-            shot = await self._screenshots(area)
+            shot = await agreed_screenshot(self.clock, area, self._clean)
         self._clean = shot
         self.framebuffer[...] = shot
         self._damage = None  # all of it may have changed: the VNC server compares
@@ -414,21 +412,6 @@ class MiniWoBRuntime(DisplayRuntime):
         if shot is None:
             log.warning("%s: the display did not show the step's frame within %g s; taking "
                         "screenshots", self.env_id, WITNESS_TIMEOUT)
-        return shot
-
-    async def _screenshots(self, area: tuple[int, int, int, int]) -> np.ndarray:
-        """The step's frame as Chromium draws it for screenshots, taken until two agree."""
-        assert self.clock is not None
-        shot = await self.clock.screenshot(area)
-        previous = self._clean
-        for _ in range(MAX_SCREENSHOTS - 1):
-            # A changed page is taken again until two shots agree: the first may catch
-            # Chromium's raster mid-way, and the frame must be the page's alone. (Shots
-            # that agreed could still differ between runs by a grey level at an edge
-            # while Chromium rasterised partial tiles: CHROMIUM_FLAGS turns that off.)
-            if previous is not None and np.array_equal(shot, previous):
-                break
-            previous, shot = shot, await self.clock.screenshot(area)
         return shot
 
     async def aadvance(self, events: Sequence[InputEvent], frames: int) -> StepResult:

@@ -1,6 +1,7 @@
 """Lockstep frames from the X display, once the display shows the page as it is now.
 
-Holds :class:`FrameWitness` and its limits. Chromium's ``Page.captureScreenshot`` asks
+Holds :class:`FrameWitness` and its limits, :func:`agreed_screenshot` (the old way, kept
+where the witness cannot serve) and :func:`capture_way`. Chromium's ``Page.captureScreenshot`` asks
 the compositor for a new frame and waits several frame periods for it; a lockstep step
 took one screenshot, and a second (or more) whenever the page had changed, until two
 agreed. The remote already receives every frame Chromium presents on its Xvnc display
@@ -35,6 +36,7 @@ import numpy as np
 from vncdriver.client import VNCClient
 
 from .cdp import CDPClient
+from .page_clock import PageClock
 
 #: The witness's size in pixels, and its distance from the screen's bottom-right corner
 #: (Chromium's kiosk window leaves the screen's last row and column black).
@@ -42,6 +44,8 @@ WITNESS_SIZE: Final = 4
 WITNESS_INSET: Final = 8
 #: Colours the counter runs through before it wraps (24-bit RGB).
 COLOURS: Final = 1 << 24
+#: Screenshots a step may take of a changed page until two agree (the old way).
+MAX_SCREENSHOTS: Final = 4
 #: Seconds to wait for the display to show the witness: past it (the display stalled, a
 #: window covers the page) the caller takes a screenshot instead.
 WITNESS_TIMEOUT: Final = 2.0
@@ -126,3 +130,19 @@ def capture_way() -> str:
     if way not in CAPTURES:
         raise ValueError(f"{CAPTURE_ENV} must be one of {', '.join(CAPTURES)}, not {way!r}")
     return way
+
+
+async def agreed_screenshot(
+    clock: PageClock, area: Rect, previous: np.ndarray | None
+) -> np.ndarray:
+    """The page's ``area`` as Chromium draws it for screenshots, taken until two agree
+    (or one agrees with ``previous``, the last frame): the first may catch Chromium's
+    raster mid-way, and the frame must be the page's alone. (Shots that agreed could
+    still differ between runs by a grey level at an edge while Chromium rasterised
+    partial tiles: ``runtimes.chromium.CHROMIUM_FLAGS`` turns that off.)"""
+    shot = await clock.screenshot(area)
+    for _ in range(MAX_SCREENSHOTS - 1):
+        if previous is not None and np.array_equal(shot, previous):
+            break
+        previous, shot = shot, await clock.screenshot(area)
+    return shot
