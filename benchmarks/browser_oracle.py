@@ -16,7 +16,12 @@ on :data:`SLEEP_TASKS`, real time, an action followed by ``time.sleep(0.5)`` and
 step to read the page then, against one settling step; seconds from sending an action
 until the next observation is in hand, and episodes won.
 
-Ends with ``browser_oracle: T tasks, R % success in real time, L % in lockstep``.
+Lockstep runs twice: frames from the display and input in runs (now), and Chromium's
+screenshots until two agree with a round trip per input command (the old way, the peer
+row), and the ratio of their steps/s.
+
+Ends with ``browser_oracle: T tasks, R % success in real time, L % in lockstep (...),
+lockstep Nx the old way's steps/s``.
 ``python -m benchmarks browser_oracle``; fewer seeds with ``--quick`` or
 ``BROWSER_ORACLE_SEEDS=n``, fewer tasks with ``BROWSER_ORACLE_TASKS=click-test,enter-text``.
 """
@@ -35,8 +40,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import gymnasium  # noqa: E402
 
 import remotes  # noqa: E402, F401 (registers the ids)
-from benchmarks.common import quick, table  # noqa: E402
+from benchmarks.common import quick, ratio, table  # noqa: E402
 from benchmarks.web_oracle import MAX_STEPS, SOLVERS, act  # noqa: E402
+from runtimes.cdp_input import INPUT_ENV  # noqa: E402
+from runtimes.frame_witness import CAPTURE_ENV  # noqa: E402
 from runtimes.registry import miniwob_env_id  # noqa: E402
 
 #: Environment variables that narrow a run: seeds per task, and a comma list of tasks.
@@ -59,6 +66,11 @@ MODES: Final[dict[str, dict[str, Any]]] = {
     "real time": {"mode": "realtime", "step_mode": "settle"},
     "lockstep": {"mode": "lockstep"},
 }
+#: The peer of lockstep: the old way of taking its frames (Chromium's screenshots until
+#: two agree, ``runtimes.frame_witness.CAPTURE_ENV``) and sending input (a DevTools round
+#: trip per command, ``runtimes.cdp_input.INPUT_ENV``), in the same run.
+OLD_LOCKSTEP: Final = "lockstep, screenshots (old)"
+OLD_CAPTURE: Final = "screenshot"
 
 
 @dataclass
@@ -113,8 +125,21 @@ def play(env: gymnasium.Env[Any, Any], task: str, seed: int, tally: Tally,
 
 def run(settings: dict[str, Any], tasks: Sequence[str], seeds: int,
         sleep: float | None = None, report: Callable[[str, Tally], None] | None = None) -> dict[str, Tally]:
-    """Every task's ``seeds`` episodes on one local remote made with ``settings``."""
-    env = gymnasium.make(f"universe-remote/{miniwob_env_id(f'{tasks[0]}.html')}", **WEB, **settings)
+    """Every task's ``seeds`` episodes on one local remote made with ``settings``
+    (``capture``: how its lockstep frames are taken, ``runtimes.frame_witness``)."""
+    settings = dict(settings)
+    capture = settings.pop("capture", None)
+    old_way = {CAPTURE_ENV: capture, INPUT_ENV: "sequential"} if capture is not None else {}
+    before = {name: os.environ.get(name) for name in old_way}
+    os.environ.update(old_way)  # read by the remote process it starts
+    try:
+        env = gymnasium.make(f"universe-remote/{miniwob_env_id(f'{tasks[0]}.html')}", **WEB, **settings)
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     tallies: dict[str, Tally] = {}
     try:
         for task in tasks:
@@ -128,6 +153,12 @@ def run(settings: dict[str, Any], tasks: Sequence[str], seeds: int,
     return tallies
 
 
+def _rate(tallies: dict[str, Tally]) -> float:
+    """Steps per second over all of ``tallies``' steps."""
+    seconds = sum(t.seconds for t in tallies.values())
+    return sum(t.steps for t in tallies.values()) / seconds if seconds else 0.0
+
+
 def _percent(tallies: dict[str, Tally]) -> float:
     episodes = sum(t.episodes for t in tallies.values())
     return 100.0 * sum(t.won for t in tallies.values()) / episodes if episodes else 0.0
@@ -137,20 +168,27 @@ def main() -> None:
     print(f"  {len(TASKS)} tasks x {SEEDS} seeds, each way on one local remote "
           f"(observations=('screen', 'page'), actions='web')", flush=True)
     results: dict[str, dict[str, Tally]] = {}
-    for name, settings in MODES.items():
+    ways = {**MODES, OLD_LOCKSTEP: {**MODES["lockstep"], "capture": OLD_CAPTURE}}
+    for name, settings in ways.items():
         def report(task: str, tally: Tally, name: str = name) -> None:
             print(f"    {name:9} {task:26} {tally.won:2}/{tally.episodes}  "
                   f"{tally.steps_per_second:6.1f} steps/s", flush=True)
 
         results[name] = run(settings, TASKS, SEEDS, report=report)
-    realtime, lockstep = results["real time"], results["lockstep"]
+    realtime, lockstep, old = results["real time"], results["lockstep"], results[OLD_LOCKSTEP]
     rows = [
         [task, f"{realtime[task].won}/{realtime[task].episodes}", f"{realtime[task].steps_per_second:.1f}",
-         f"{lockstep[task].won}/{lockstep[task].episodes}", f"{lockstep[task].steps_per_second:.1f}"]
+         f"{lockstep[task].won}/{lockstep[task].episodes}", f"{lockstep[task].steps_per_second:.1f}",
+         f"{old[task].won}/{old[task].episodes}", f"{old[task].steps_per_second:.1f}",
+         ratio(lockstep[task].steps_per_second, old[task].steps_per_second)]
         for task in TASKS
     ]
     print()
-    table(["task", "real time", "steps/s", "lockstep", "steps/s"], rows)
+    table(["task", "real time", "steps/s", "lockstep", "steps/s", "old lockstep", "steps/s",
+           "new/old"], rows)
+    new_rate, old_rate = _rate(lockstep), _rate(old)
+    print(f"  lockstep steps/s over all tasks: {new_rate:.1f} (frames from the display) against "
+          f"{old_rate:.1f} (screenshots until two agree): {ratio(new_rate, old_rate)}")
     for name, tallies in results.items():
         errors = [e for t in tallies.values() for e in t.errors]
         if errors:
@@ -172,7 +210,8 @@ def main() -> None:
                  f"{statistics.median(every_b):.2f}", f"{_percent(slept):.0f} %"])
     table(["task", "settle s", "won", f"sleep {FIXED_SLEEP:g} s", "won"], rows)
     print(f"browser_oracle: {len(TASKS)} tasks, {_percent(realtime):.0f} % success in real time, "
-          f"{_percent(lockstep):.0f} % in lockstep")
+          f"{_percent(lockstep):.0f} % in lockstep ({_percent(old):.0f} % the old way), lockstep "
+          f"{ratio(new_rate, old_rate)} the old way's steps/s")
 
 
 if __name__ == "__main__":

@@ -121,9 +121,11 @@ class Episodes(Recovery):
         runtime = construct(factory, order.env_id or "", self.runtime_options)
         if runtime.action_strings:  # the agent's observe property outlives the switch
             runtime.observe = self.runtime.observe
-        await self.runtime.aclose()
-        self.runtime = runtime  # a failed start is the reset's error: recovery starts it
-        await runtime.astart()
+        # A failed start is the reset's error: recovery starts the new runtime.
+        old, self.runtime = self.runtime, runtime
+        if not await runtime.atake_over(old):  # (a browser keeps the old one's browser)
+            await old.aclose()
+            await runtime.astart()
         self.vnc.frame_ready(runtime.framebuffer)
         if order.fps is None:
             self.fps = float(runtime.fps)

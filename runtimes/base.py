@@ -226,6 +226,12 @@ class Runtime(abc.ABC):
         """Start what the runtime needs (an X display, a browser) before its first reset;
         the remote's own servers serve it."""
 
+    async def atake_over(self, old: Runtime) -> bool:
+        """Start by taking over what ``old`` runs (an env switch: a browser loads the new
+        task in the old one's browser); False, as here, when it cannot: the caller then
+        closes ``old`` and calls :meth:`astart`. On True, ``old`` holds nothing more."""
+        return False
+
     async def areset(self, seed: int | None = None) -> None:
         """Start a new episode; runtimes whose reset must wait on I/O override this."""
         self.reset(seed)

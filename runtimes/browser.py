@@ -34,11 +34,12 @@ brings the browser back (and the display, if Xvnc died).
 **Lockstep.** In lockstep (the remote's ``mode``, read at each reset) the page's time is
 a clock in the page (:mod:`runtimes.page_clock`), paused at :data:`~runtimes.page_clock.EPOCH_MS`
 at every reset: a step sends its input through DevTools (:mod:`runtimes.cdp_input`: each
-event handled before the next), advances the page by its frames, and takes Chromium's
-lossless screenshot of the served area as the frame (the X display's timing plays no
-part), then reads the page's reward globals. The same seed and actions give the same
-frames and rewards; MiniWoB's 10 s limit counts page time. A real-time reset gives the
-page its own clock back.
+event handled before the next), advances the page by its frames, and takes the served
+area of the first frame the display shows after that (:mod:`runtimes.frame_witness`;
+Chromium's screenshots when the whole screen is served) as the frame, then reads the
+page's reward globals. The same seed and actions give the same frames and rewards;
+MiniWoB's 10 s limit counts page time. A real-time reset gives the page its own clock
+back.
 
 **Input.** In real time every input — a viewer's over VNC, an agent's over VNC or the
 rewarder — reaches the page as real X input, through the remote's connection to the
@@ -51,6 +52,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -64,7 +66,7 @@ from rewarder.protocol import LOCKSTEP
 from vncdriver import keysyms
 
 from . import browser_snapshots
-from .base import InputEvent, PointerEvent, StepResult
+from .base import InputEvent, PointerEvent, Runtime, StepResult
 from .browser_snapshots import EpisodeLog, begin_log, fresh_seed, start_alike
 from .cdp import CDPClient, CDPError
 from .cdp_input import CDPInput
@@ -73,6 +75,7 @@ from .chromium import (
     PAGE_TIMEOUT,
     READY_EXPRESSION,
     STATE_EXPRESSION,
+    SWITCH_ENV,
     devtools_port,
     env_id_for,
     find_chromium,
@@ -81,6 +84,7 @@ from .chromium import (
     spawn_chromium,
 )
 from .errors import SnapshotUnsupported
+from .frame_witness import WITNESS_TIMEOUT, FrameWitness, agreed_screenshot, capture_way
 from .marks import draw_marks
 from .page_clock import EPOCH_MS, FRAME_MS, PageClock, no_caret_blink_env
 from .page_structure import Element, PageStructure, install_click_hook, observe
@@ -111,10 +115,12 @@ SETTLE_TIMEOUT: Final = 2.0
 #: Frames per second of the remote's loop: it only forwards input and picks up results.
 FPS: Final = 60.0
 
+#: What Chromium shows before the task page loads: the page clock and the click hook are
+#: installed first, so they run before the task's own scripts (as after an env switch).
+BLANK_PAGE: Final = "about:blank"
+
 # Episodes ----------------------------------------------------------------------------------
 
-#: Lockstep: screenshots a step may take of a changed page until two agree.
-MAX_SCREENSHOTS: Final = 4
 #: Real time: seconds at least between two page observations an agent asked for (the
 #: ``observe`` property), made when the served screen changed (an observation costs
 #: several ms of the page's time: ``python -m benchmarks page_structure``).
@@ -162,6 +168,8 @@ class MiniWoBRuntime(DisplayRuntime):
     page: ClassVar[str]
     #: Which screen this class serves (one of :data:`SCREENS`).
     screen_kind: ClassVar[str] = "task"
+    #: Lockstep's frames from the display (made at the first lockstep frame).
+    _witness: FrameWitness | None = None
 
     def __new__(cls, screen: str = "task", marks: bool = False, reward: str = "discounted") -> MiniWoBRuntime:
         """``screen="full"`` makes the whole-screen form of the task's class (every
@@ -258,21 +266,15 @@ class MiniWoBRuntime(DisplayRuntime):
         self.inject([PointerEvent(SCREEN_WIDTH - 1 - x0, SCREEN_HEIGHT - 1 - y0, 0)])
 
     async def _start_browser(self, chromium: str | None = None) -> None:
-        """Start Chromium on the display with the task page; return once it is ready."""
+        """Start Chromium on the display, then load the task page (:meth:`_load_task`)."""
         assert self.display is not None
         chromium = chromium or find_chromium()
         self._profile = Path(tempfile.mkdtemp(prefix="universe-chromium-"))
         env = no_caret_blink_env(self._profile / "config")
-        self.browser = spawn_chromium(self.display, self._profile, self.url(), SCREEN_WIDTH,
+        self.browser = spawn_chromium(self.display, self._profile, BLANK_PAGE, SCREEN_WIDTH,
                                       SCREEN_HEIGHT, env=env, chromium=chromium)
         port = await devtools_port(self._profile, self.browser)
         self.cdp = await CDPClient.connect(port)
-        try:
-            await self.cdp.wait_for(READY_EXPRESSION, PAGE_TIMEOUT)
-        except CDPError as exc:
-            raise CDPError(
-                f"{self.page} did not get ready: {exc}{log_tail(self.browser.log)}"
-            ) from None
         clock = self.clock = PageClock(self.cdp)
         await clock.install()
         self.page_input = CDPInput(
@@ -285,7 +287,58 @@ class MiniWoBRuntime(DisplayRuntime):
         # and goes with the window's mapping; a text field's caret (and focus/blur
         # handlers) then depended on when, and two lockstep runs drew different frames.
         await self.cdp.call("Emulation.setFocusEmulationEnabled", {"enabled": True})
-        self._paused = False
+        await self._load_task()
+
+    async def _load_task(self) -> None:
+        """Load the task page in the browser, the page clock and the click hook running
+        before its own scripts; return once it is ready."""
+        assert self.cdp is not None and self.browser is not None
+        try:
+            await self.cdp.navigate(self.url(), PAGE_TIMEOUT)
+            await self.cdp.wait_for(READY_EXPRESSION, PAGE_TIMEOUT)
+        except CDPError as exc:
+            raise CDPError(
+                f"{self.page} did not get ready: {exc}{log_tail(self.browser.log)}"
+            ) from None
+        self._paused = False  # a new document: its clock starts in real time
+
+    async def atake_over(self, old: Runtime) -> bool:
+        """An env switch from another task: keep ``old``'s display and browser and load
+        this task's page in it (a page load, where starting Xvnc and Chromium again
+        took seconds: ``python -m benchmarks browser_switch``)."""
+        if not (
+            os.environ.get(SWITCH_ENV) != "restart"
+            and isinstance(old, MiniWoBRuntime) and old.display_size == self.display_size
+            and old.display is not None and old.screen is not None and old.screen.connected
+            and old.browser is not None and old.browser.running
+            and old.cdp is not None and old.cdp.connected
+            and old.clock is not None and old.page_input is not None
+        ):
+            return False
+        started = time.monotonic()
+        if old._poller is not None:
+            old._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await old._poller
+            old._poller = None
+        # All of it at once (no await between): from here this runtime holds it all, and
+        # a failure below is this runtime's to recover (its reset loads the page again).
+        self.display, self.screen, self.browser, self.cdp = old.display, old.screen, old.browser, old.cdp
+        self.clock, self.page_input, self._witness = old.clock, old.page_input, old._witness
+        self._profile, self._chromium = old._profile, old._chromium
+        old.display = old.screen = old.browser = old.cdp = None
+        old.clock, old.page_input, old._witness, old._profile = None, None, None, None
+        self.screen.on_update = self._damaged
+        self._pending = self._damage = None  # a new page: take all of it
+        if self._witness is not None:
+            await self._witness.hide()
+        await self.page_input.release()  # keys and buttons the old task held
+        await self._load_task()
+        self.capture()
+        self.startup_seconds = time.monotonic() - started
+        log.info("%s took over %s's browser in %.2f s", self.env_id, old.env_id,
+                 self.startup_seconds)
+        return True
 
     async def _stop_browser(self) -> None:
         if self.cdp is not None:
@@ -381,27 +434,38 @@ class MiniWoBRuntime(DisplayRuntime):
             self._draw_marks()
 
     async def _take_screenshot(self) -> None:
-        """Lockstep's frame: the page as Chromium draws it for a screenshot, lossless, a
-        function of the page alone (the X display's timing plays no part)."""
+        """Lockstep's frame, a function of the page alone: the first frame the display
+        shows after the step (:mod:`runtimes.frame_witness`), else screenshots."""
         assert self.clock is not None
         x0, y0 = self.origin
         area = (x0, y0, self.width, self.height)
-        shot = await self.clock.screenshot(area)
-        previous = self._clean
-        for _ in range(MAX_SCREENSHOTS - 1):
-            # A changed page is taken again until two shots agree: the first may catch
-            # Chromium's raster mid-way, and the frame must be the page's alone. (Shots
-            # that agreed could still differ between runs by a grey level at an edge
-            # while Chromium rasterised partial tiles: CHROMIUM_FLAGS turns that off.)
-            if previous is not None and np.array_equal(shot, previous):
-                break
-            previous, shot = shot, await self.clock.screenshot(area)
+        shot = await self._display_frame(area)
+        if shot is None:
+            shot = await agreed_screenshot(self.clock, area, self._clean)
         self._clean = shot
         self.framebuffer[...] = shot
         self._damage = None  # all of it may have changed: the VNC server compares
         if self.marks:
             await self._structure()
             self._draw_marks()
+
+    async def _display_frame(self, area: tuple[int, int, int, int]) -> np.ndarray | None:
+        """The step's frame from the display, once it shows the page as it is now
+        (:mod:`runtimes.frame_witness`); None when it cannot (the whole screen served,
+        the old way asked for, the display stalled)."""
+        assert self.cdp is not None
+        witness, screen = self._witness, self.screen
+        if screen is None or capture_way() != "display":
+            return None
+        if witness is None or witness.cdp is not self.cdp or witness.screen is not screen:
+            witness = self._witness = FrameWitness(self.cdp, screen, self.display_size)
+        if not witness.usable_for(area):
+            return None
+        shot = await witness.capture(area)
+        if shot is None:
+            log.warning("%s: the display did not show the step's frame within %g s; taking "
+                        "screenshots", self.env_id, WITNESS_TIMEOUT)
+        return shot
 
     async def aadvance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
         """A lockstep step: the input through DevTools (each event handled before the
@@ -585,6 +649,8 @@ class MiniWoBRuntime(DisplayRuntime):
         the page's own update had often arrived before the wait began.)
         """
         assert self.clock is not None and self.screen is not None
+        if self._witness is not None:  # lockstep's witness is no part of real time
+            await self._witness.hide()
         x0, y0 = self.origin
         page = await self.clock.screenshot((x0, y0, self.width, self.height))
         tx, ty, tw, th = TASK_AREA

@@ -33,7 +33,7 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -160,7 +160,7 @@ class CDPClient:
                     f"no DevTools page on {host}:{port} within {timeout} s ({problem}); is "
                     "the browser running with --remote-debugging-port?"
                 )
-            await asyncio.sleep(POLL_INTERVAL * 5)
+            await asyncio.sleep(POLL_INTERVAL)  # (a start-up waits on it: poll often)
 
     @property
     def connected(self) -> bool:
@@ -193,6 +193,41 @@ class CDPClient:
                 raise CDPError(f"{method}: no reply from the browser within {timeout} s") from None
         finally:
             self._pending.pop(command_id, None)
+
+    async def call_many(
+        self, commands: Sequence[tuple[str, dict[str, Any]]], timeout: float = CALL_TIMEOUT
+    ) -> list[dict[str, Any]]:
+        """Send ``commands`` (method, params) in order without waiting for each reply, then
+        wait for all their results (a round trip for the lot instead of one each); raise
+        :class:`CDPError` as :meth:`call` does, for the first that failed."""
+        if self._closed_reason is not None:
+            raise CDPError(f"{commands[0][0] if commands else 'call_many'}: {self._closed_reason}")
+        loop = asyncio.get_running_loop()
+        sent: list[tuple[int, asyncio.Future[Any]]] = []
+        try:
+            for method, params in commands:
+                command_id = next(self._ids)
+                future: asyncio.Future[Any] = loop.create_future()
+                self._pending[command_id] = (method, future)
+                sent.append((command_id, future))
+                try:
+                    await self.ws.send(json.dumps({"id": command_id, "method": method, "params": params}))
+                except ConnectionClosed as exc:
+                    raise CDPError(
+                        f"{method}: the browser closed the DevTools connection ({exc})"
+                    ) from None
+            try:
+                async with asyncio.timeout(timeout):
+                    return [await future for _, future in sent]
+            except TimeoutError:
+                raise CDPError(
+                    f"{len(sent)} commands: no reply from the browser within {timeout} s"
+                ) from None
+        finally:
+            for command_id, future in sent:
+                self._pending.pop(command_id, None)
+                if future.done() and not future.cancelled():
+                    future.exception()  # (seen: the first error was raised)
 
     async def evaluate(self, expression: str, timeout: float = CALL_TIMEOUT) -> Any:
         """The value of JavaScript ``expression`` in the page (JSON-able values; promises

@@ -1,6 +1,7 @@
 """Chromium and MiniWoB++'s task pages: where they are and how Chromium starts.
 
-Holds :func:`find_chromium` (and :func:`find_xvnc`), :data:`CHROMIUM_FLAGS`,
+Holds :func:`find_chromium` (and :func:`find_xvnc`), :data:`CHROMIUM_FLAGS` (with
+:data:`LEAN_FLAGS`, and :func:`before_lean` for comparisons),
 :func:`spawn_chromium` and :func:`devtools_port` (start it on a display, learn its
 DevTools port),
 :func:`html_dir` (where the installed ``miniwob`` wheel keeps its task pages),
@@ -30,6 +31,27 @@ CHROMIUM_PACKAGE: Final = "chromium"
 CHROMIUM_NAMES: Final = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 #: Environment variable naming the browser binary to use instead.
 CHROMIUM_ENV: Final = "UNIVERSE_REMOTE_CHROMIUM"
+#: Features turned off: ones that call home or nag.
+DISABLED_FEATURES: Final = ("Translate", "MediaRouter", "OptimizationHints")
+#: Features turned off to run lean: the browser's own pages it preloads for the address
+#: bar's popups (a second renderer process, though a kiosk window has no address bar),
+#: and the spare renderer kept for the next site.
+LEAN_DISABLED_FEATURES: Final = (
+    "PreloadTopChromeWebUI", "WebUIOmniboxPopup", "WebUIOmniboxAimPopup", "AimPopup",
+    "SpareRendererForSitePerProcess",
+)
+#: One task page needs one renderer, and no process of its own for the compositor (GPU
+#: process: software compositing here), the network service (file:// pages) or the zygote
+#: (no sandbox to fork into): Xvnc, the browser, its storage service and one renderer
+#: where there were ten (``python -m benchmarks browser_density`` starts Chromium with
+#: and without these).
+LEAN_FLAGS: Final = (
+    "--renderer-process-limit=1",
+    "--in-process-gpu",
+    "--no-zygote",
+    "--enable-features=NetworkServiceInProcess2",
+    "--disable-features=" + ",".join(DISABLED_FEATURES + LEAN_DISABLED_FEATURES),
+)
 #: Chromium flags (FIELD-NOTES): runs as root in containers (no sandbox), no GPU, nothing
 #: that calls home or nags, timers at full speed though nobody "looks" at the window,
 #: pixels 1:1, kiosk (no tabs, no address bar, no info bars) so the page starts at (0, 0).
@@ -54,7 +76,6 @@ CHROMIUM_FLAGS: Final = (
     "--disable-background-timer-throttling",
     "--disable-renderer-backgrounding",
     "--disable-backgrounding-occluded-windows",
-    "--disable-features=Translate,MediaRouter,OptimizationHints",
     "--disable-session-crashed-bubble",
     "--overscroll-history-navigation=0",
     "--password-store=basic",
@@ -62,9 +83,22 @@ CHROMIUM_FLAGS: Final = (
     "--force-device-scale-factor=1",
     "--kiosk",
     "--window-position=0,0",
+    *LEAN_FLAGS,
     "--remote-debugging-address=127.0.0.1",
     "--remote-debugging-port=0",  # Chromium picks a free port and writes it to a file
 )
+
+
+def before_lean(flags: tuple[str, ...]) -> tuple[str, ...]:
+    """``flags`` without :data:`LEAN_FLAGS` (with :data:`DISABLED_FEATURES` still off): how
+    Chromium ran before, for benchmarks that compare."""
+    kept = tuple(flag for flag in flags if flag not in LEAN_FLAGS)
+    return (*kept, "--disable-features=" + ",".join(DISABLED_FEATURES))
+
+
+#: Environment variable: ``restart`` makes an env switch between MiniWoB tasks start
+#: Xvnc and Chromium again (the old way, for benchmarks) instead of keeping them.
+SWITCH_ENV: Final = "UNIVERSE_REMOTE_BROWSER_SWITCH"
 #: Seconds Chromium may take to write its DevTools port (cold starts take a few).
 BROWSER_START_TIMEOUT: Final = 30.0
 #: Seconds the task page may take to load and run its ``window.onload``.
