@@ -105,16 +105,19 @@ def test_anthropic_clicks_move_then_press_and_release() -> None:
 
 
 def test_anthropic_drag_mouse_down_up_and_scroll() -> None:
-    assert _plan({"action": "left_click_drag", "start_coordinate": [1, 2], "coordinate": [30, 40]}).events == [
+    drag = _plan({"action": "left_click_drag", "start_coordinate": [1, 2], "coordinate": [30, 40]})
+    assert drag.events == [
         ("PointerEvent", 1, 2, 0), ("PointerEvent", 1, 2, 1), ("PointerEvent", 30, 40, 1),
         ("PointerEvent", 30, 40, 0)]
     held = Held()
     _plan({"action": "left_mouse_down", "coordinate": [3, 3]}, held=held)
     assert held.buttons == 1
-    assert _plan({"action": "mouse_move", "coordinate": [9, 9]}, held=held).events == [("PointerEvent", 9, 9, 1)]
+    moved = _plan({"action": "mouse_move", "coordinate": [9, 9]}, held=held)
+    assert moved.events == [("PointerEvent", 9, 9, 1)]
     assert _plan({"action": "left_mouse_up"}, held=held).events == [("PointerEvent", 9, 9, 0)]
     scroll = _plan({"action": "scroll", "coordinate": [5, 6], "scroll_direction": "down", "scroll_amount": 2})
-    assert scroll.events == [("PointerEvent", 5, 6, 0)] + [("PointerEvent", 5, 6, 16), ("PointerEvent", 5, 6, 0)] * 2
+    turn = [("PointerEvent", 5, 6, 16), ("PointerEvent", 5, 6, 0)]
+    assert scroll.events == [("PointerEvent", 5, 6, 0), *turn, *turn]
 
 
 def test_anthropic_keys_typing_holding_waiting_and_looking() -> None:
@@ -139,7 +142,8 @@ def test_openai_action_objects_map_to_the_same_input() -> None:
     screen = Screen.of(1024, 768)
     assert _plan({"type": "click", "x": 10, "y": 20, "button": "left"}).events == \
         _plan({"action": "left_click", "coordinate": [10, 20]}).events
-    assert _plan({"type": "click", "x": 10, "y": 20, "button": "right"}).events[1] == ("PointerEvent", 10, 20, 4)
+    right = _plan({"type": "click", "x": 10, "y": 20, "button": "right"})
+    assert right.events[1] == ("PointerEvent", 10, 20, 4)
     assert _plan({"type": "double_click", "x": 3, "y": 4}).events == \
         _plan({"action": "double_click", "coordinate": [3, 4]}).events
     assert _plan({"type": "drag", "path": [{"x": 1, "y": 2}, {"x": 5, "y": 6}, {"x": 9, "y": 9}]}).events == [

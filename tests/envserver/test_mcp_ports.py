@@ -1,0 +1,125 @@
+"""The MCP port's rules, as on every port: a password as ``Authorization: Bearer`` through the
+remote's failed-password throttle; TLS (https://, and plain http:// told so); web pages
+refused; the stdio relay with a password and a CA; lockstep steps; input recorded as the
+agent's, and a recording of an MCP session that replays. Real remotes of
+``builtin.Catch-v0`` (cheap to start) and the official MCP SDK's client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+import pytest
+
+from benchmarks.mcp_agent import Served, info_of, session
+from recordings import open_recording
+from recordings.format import frame_hash
+from runtimes import registry
+from runtimes.base import KeyEvent
+from tests.envserver.test_mcp import stdio_session
+from tests.tls import Certs, certs_fixture  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.timeout(180)
+
+PASSWORD: Final = "mcp-pw"
+#: Wrong passwords before the remote's throttle blocks an address (envserver.throttle).
+MAX_FAILURES: Final = 5
+TIMEOUT: Final = 30.0
+
+
+@pytest.fixture(scope="module")
+def guarded(certs: Certs) -> Iterator[Served]:
+    served = Served("builtin.Catch-v0", "--mode", "lockstep", "--password", PASSWORD,
+                    "--tls-cert", str(certs.cert), "--tls-key", str(certs.key))
+    yield served
+    served.close()
+
+
+@contextlib.asynccontextmanager
+async def tls_session(url: str, ca: Path, password: str | None) -> AsyncIterator[Any]:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {password}"} if password else {}
+    async with httpx.AsyncClient(headers=headers, verify=ssl.create_default_context(cafile=str(ca)),
+                                 timeout=TIMEOUT) as http, \
+            streamable_http_client(url, http_client=http) as (read, write, _), \
+            ClientSession(read, write) as client:
+        await client.initialize()
+        yield client
+
+
+def _post(url: str, ca: Path, headers: dict[str, str] | None = None) -> httpx.Response:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+    return httpx.post(url, json=body, verify=ssl.create_default_context(cafile=str(ca)), timeout=TIMEOUT,
+                      headers={"Accept": "application/json, text/event-stream", **(headers or {})})
+
+
+async def test_tls_password_and_lockstep_steps(guarded: Served, certs: Certs) -> None:
+    assert guarded.url.startswith("https://")
+    async with tls_session(guarded.url, certs.ca, PASSWORD) as client:
+        before = info_of(await client.call_tool("reset", {"seed": 1, "screenshot": False}))
+        frame = info_of(await client.call_tool("state", {}))["frame"]
+        stepped = info_of(await client.call_tool("computer", {"action": "key", "text": "Left"}))
+        assert stepped["settle"]["how"].startswith("lockstep")
+        assert info_of(await client.call_tool("state", {}))["frame"] == frame + 1  # one step of a frame
+        waited = await client.call_tool("computer", {"action": "wait", "duration": 0.5, "screenshot": False})
+        assert info_of(await client.call_tool("state", {}))["frame"] == frame + 1 + 30  # Catch's 60 fps
+        assert not waited.isError and before["episode_id"] >= 1
+    plain = httpx.post(guarded.url.replace("https://", "http://"), json={}, timeout=TIMEOUT)
+    assert plain.status_code == 400 and "https://" in plain.text
+
+
+async def test_the_stdio_relay_takes_the_password_and_the_ca(guarded: Served, certs: Certs) -> None:
+    async with stdio_session(guarded.url, "--password", PASSWORD, "--ca", str(certs.ca)) as client:
+        assert "computer" in {t.name for t in (await client.list_tools()).tools}
+        assert info_of(await client.call_tool("state", {}))["env_id"] == "builtin.Catch-v0"
+
+
+def test_web_pages_are_refused(guarded: Served, certs: Certs) -> None:
+    page = _post(guarded.url, certs.ca, {"Origin": "https://example.org",
+                                         "Authorization": f"Bearer {PASSWORD}"})
+    assert page.status_code == 403 and "--allow-origin https://example.org" in page.text
+
+
+def test_wrong_passwords_are_refused_and_throttled(guarded: Served, certs: Certs) -> None:
+    # (Last in the module: it blocks 127.0.0.1 on this remote.)
+    missing = _post(guarded.url, certs.ca)
+    assert missing.status_code == 401 and "Authorization: Bearer" in missing.text
+    assert _post(guarded.url, certs.ca, {"Authorization": "Bearer nope"}).json()["error"]["message"] == \
+        "wrong password for this remote"
+    assert _post(guarded.url, certs.ca, {"Authorization": f"Bearer {PASSWORD}"}).status_code == 200
+    for _ in range(MAX_FAILURES):
+        _post(guarded.url, certs.ca, {"Authorization": "Bearer nope"})
+    blocked = _post(guarded.url, certs.ca, {"Authorization": f"Bearer {PASSWORD}"})
+    assert blocked.status_code == 429 and "blocked for" in blocked.text
+
+
+async def test_an_mcp_session_is_recorded_as_the_agent_and_replays(tmp_path: Path) -> None:
+    served = Served("builtin.Catch-v0", "--mode", "lockstep", "--record", str(tmp_path))
+    try:
+        async with session(served.url) as client:
+            info_of(await client.call_tool("reset", {"seed": 7, "screenshot": False}))
+            for key in ("Left", "Left", "Right", "Left"):
+                args = {"action": "key", "text": key, "screenshot": False}
+                info_of(await client.call_tool("computer", args))
+            await client.call_tool("computer", {"action": "wait", "duration": 0.2, "screenshot": False})
+            info_of(await client.call_tool("reset", {"seed": 8, "screenshot": False}))  # the episode ends
+    finally:
+        served.close()
+    episode = next(e for e in open_recording(tmp_path).episodes if e.seed == 7)
+    events = [e for step in episode.steps for e in step.events]
+    assert [(e.source, e.args) for e in events[:2]] == [("agent", ("Left", True)), ("agent", ("Left", False))]
+    # Replays: the same seed and the recorded events give the recorded frames.
+    runtime = registry.make("builtin.Catch-v0")
+    runtime.reset(episode.seed)
+    for step in episode.steps[1:]:
+        runtime.advance([KeyEvent(*e.args) for e in step.events], step.frames)
+        assert frame_hash(runtime.framebuffer) == step.hash, step.index
+    assert len(episode.steps) >= 6
