@@ -123,3 +123,47 @@ async def test_an_mcp_session_is_recorded_as_the_agent_and_replays(tmp_path: Pat
         runtime.advance([KeyEvent(*e.args) for e in step.events], step.frames)
         assert frame_hash(runtime.framebuffer) == step.hash, step.index
     assert len(episode.steps) >= 6
+
+
+async def test_openenv_mcp_messages_reach_the_same_tools() -> None:
+    import orjson
+    import websockets
+    from openenv.core.generic_client import GenericEnvClient
+
+    from tests.envserver.test_openenv import Served as OpenEnvServed
+
+    served = OpenEnvServed("builtin.Catch-v0", "--mode", "lockstep")
+    try:
+        async with websockets.connect(served.url.replace("http", "ws") + "/ws") as ws:
+            async def rpc(method: str, **params: Any) -> dict[str, Any]:
+                await ws.send(orjson.dumps({"type": "mcp", "data": {
+                    "jsonrpc": "2.0", "id": 1, "method": method, "params": params}}).decode())
+                answer = orjson.loads(await ws.recv())
+                assert answer["type"] == "mcp", answer
+                data: dict[str, Any] = answer["data"]
+                return data
+
+            listed = await rpc("tools/list")
+            assert {"computer", "reset", "state"} <= {t["name"] for t in listed["result"]["tools"]}
+            called = (await rpc("tools/call", name="computer", arguments={"action": "key", "text": "Left"}))
+            assert called["result"]["isError"] is False
+            assert [c["type"] for c in called["result"]["content"]] == ["image", "text"]
+            bad = await rpc("tools/call", name="computer", arguments={"action": "left_click",
+                                                                       "coordinate": [999, 1]})
+            assert bad["result"]["isError"] and "outside the" in bad["result"]["content"][0]["text"]
+            # It drives: an OpenEnv agent is refused meanwhile, as a second MCP client.
+            async with GenericEnvClient(base_url=served.url) as env:
+                with pytest.raises(RuntimeError, match="an OpenEnv MCP client .* drives this remote"):
+                    await env.reset()
+            posted = httpx.post(served.url + "/mcp", json={"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                                                           "params": {"name": "reset", "arguments": {}}},
+                                timeout=TIMEOUT).json()
+            assert posted["id"] == 7 and posted["result"]["isError"]
+            assert "drives this remote" in posted["result"]["content"][0]["text"]
+        # The session closed: its seat is free.
+        state = httpx.post(served.url + "/mcp", json={"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+                                                      "params": {"name": "reset", "arguments": {"seed": 1}}},
+                           timeout=TIMEOUT).json()
+        assert state["result"]["isError"] is False
+    finally:
+        served.close()
