@@ -84,9 +84,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any) -> None:
-    parser = sub.add_parser(
-        "mcp", help="relay a running remote's computer-use tools (its --mcp-port) over stdio, "
-        "for MCP hosts that launch tools as processes (docs/computer-use.md)")
+    what = ("relay a running remote's computer-use tools (its --mcp-port) over stdio, for MCP "
+            "hosts that launch tools as processes (docs/computer-use.md)")
+    parser = sub.add_parser("mcp", help=what, description=what[0].upper() + what[1:] + ".")
     parser.add_argument("address", metavar="ADDRESS",
                         help="the remote's MCP port: HOST:PORT or http(s)://HOST:PORT/mcp")
     parser.add_argument("--password", default=None,

@@ -236,6 +236,7 @@ class Desk:
         """Tool ``name`` called by ``client``: its content; :class:`ToolError` refuses."""
         if not isinstance(args, dict):
             raise ToolError("a tool's arguments are a JSON object")
+        _check_answer(args)  # before anything is sent
         async with client.lock:
             try:
                 if name == "computer":
@@ -311,8 +312,6 @@ class Desk:
     ) -> list[dict[str, Any]]:
         """The screenshot (once settled, if asked) and what the client was not told yet."""
         max_ms = args.get("max_ms", DEFAULT_SETTLE_MS)
-        if not isinstance(max_ms, int) or isinstance(max_ms, bool) or not 0 <= max_ms <= MAX_SETTLE_MS:
-            raise ToolError(f"'max_ms' is milliseconds from 0 to {MAX_SETTLE_MS}, not {str(max_ms)[:20]}")
         info: dict[str, Any] = {"action": action}
         if settle:
             client.settle = info["settle"] = await self._settle(max_ms)
@@ -405,8 +404,6 @@ class Desk:
     @staticmethod
     def _image(image: Any, args: dict[str, Any]) -> dict[str, Any]:
         form = args.get("format", "png")
-        if form not in FORMATS:
-            raise ToolError(f"'format' is png or jpeg, not {str(form)[:20]!r}")
         buffer = io.BytesIO()
         if form == "png":
             image.save(buffer, "PNG", compress_level=PNG_LEVEL)
@@ -414,6 +411,15 @@ class Desk:
             image.save(buffer, "JPEG", quality=JPEG_QUALITY)
         return {"type": "image", "data": base64.b64encode(buffer.getvalue()).decode(),
                 "mimeType": f"image/{form}"}
+
+
+def _check_answer(args: dict[str, Any]) -> None:
+    """:class:`ToolError` for a bad ``max_ms`` or ``format`` (OpenEnv's messages have no schema check)."""
+    max_ms = args.get("max_ms", DEFAULT_SETTLE_MS)
+    if not isinstance(max_ms, int) or isinstance(max_ms, bool) or not 0 <= max_ms <= MAX_SETTLE_MS:
+        raise ToolError(f"'max_ms' is milliseconds from 0 to {MAX_SETTLE_MS}, not {str(max_ms)[:20]}")
+    if args.get("format", "png") not in FORMATS:
+        raise ToolError(f"'format' is png or jpeg, not {str(args.get('format'))[:20]!r}")
 
 
 def _text(body: dict[str, Any]) -> dict[str, Any]:
