@@ -128,8 +128,10 @@ class MCPServer:
         self.desk = Desk(remote)
         self.password, self.auth_guard, self.tls = password, auth_guard, tls
         self.allow_origins = frozenset(o.rstrip("/").lower() for o in allow_origins)
+        # Answers as plain JSON, not an SSE stream per call: a tool call is one request and
+        # one response (nothing streams meanwhile), at a fraction of the round trip.
         self.manager = StreamableHTTPSessionManager(
-            build_server(self.desk), session_idle_timeout=idle_timeout,
+            build_server(self.desk), session_idle_timeout=idle_timeout, json_response=True,
             max_sessions=MAX_SESSIONS, max_request_body_size=MAX_REQUEST_BYTES)
         self.bad_input = RateLimitedLog(log)
         self.tls_port: TLSPort | None = None
