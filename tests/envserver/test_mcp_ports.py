@@ -167,3 +167,18 @@ async def test_openenv_mcp_messages_reach_the_same_tools() -> None:
         assert state["result"]["isError"] is False
     finally:
         served.close()
+
+
+async def test_a_real_time_game_answers_at_its_next_frame() -> None:
+    served = Served("builtin.Catch-v0")
+    try:
+        async with session(served.url) as client:
+            info_of(await client.call_tool("reset", {"seed": 3, "screenshot": False}))
+            frame = info_of(await client.call_tool("state", {}))["frame"]
+            pressed = info_of(await client.call_tool("computer", {"action": "key", "text": "Left"}))
+            assert pressed["settle"]["how"] == "the next frame"
+            assert info_of(await client.call_tool("state", {}))["frame"] > frame
+            refused = await client.call_tool("computer", {"action": "type", "text": "hello"})
+            assert refused.isError and "does not use key 'h'" in refused.content[0].text
+    finally:
+        served.close()
