@@ -109,6 +109,19 @@ def _content(types: Any, item: dict[str, Any]) -> Any:
     return types.TextContent.model_validate(item)
 
 
+class _ClosedStreamNoise(logging.Filter):
+    """Drops the SDK's traceback for a session ended under its open GET stream (a client's
+    DELETE, the port closing: the python-sdk's issue #2150), which is no fault of anyone."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (record.getMessage() == "Error in standalone SSE writer"
+                    and type(error).__name__ == "ClosedResourceError")
+
+
+_NOISE: Final = _ClosedStreamNoise()
+
+
 class MCPServer:
     """MCP for one remote: ``await start(host, port)``, ``await close(reason)``."""
 
@@ -134,6 +147,7 @@ class MCPServer:
             build_server(self.desk), session_idle_timeout=idle_timeout, json_response=True,
             max_sessions=MAX_SESSIONS, max_request_body_size=MAX_REQUEST_BYTES)
         self.bad_input = RateLimitedLog(log)
+        logging.getLogger("mcp.server.streamable_http").addFilter(_NOISE)  # (once: one object)
         self.tls_port: TLSPort | None = None
         self._listener: asyncio.Server | None = None
         self._state: Any = None
