@@ -14,7 +14,8 @@ then the median seconds from sending an action to holding its settled screenshot
 click tasks, against the same actions answered without settling after BrowserGym's 0.5 s
 sleep (episodes won too) and, as a ratio, Anthropic's reference 2.0 s; then the MCP
 port's overhead per action against the rewarder's on one lockstep remote (a key step
-of one frame of ``builtin.Catch-v0``: a ``computer`` ``key`` call vs ``RemoteEnv.step``).
+of one frame of ``builtin.Catch-v0``: a ``computer`` ``key`` call, with its screenshot,
+through the SDK's client and as bare JSON-RPC POSTs, vs ``RemoteEnv.step``).
 
 ``python -m benchmarks mcp_agent`` (``--quick``: fewer seeds and tasks).
 """
@@ -220,8 +221,33 @@ def _won(results: dict[str, list[Played]]) -> tuple[int, int]:
     return sum(p.won for p in episodes), len(episodes)
 
 
-async def _overhead(served: Served) -> tuple[float, float]:
-    """Median seconds of a one-frame key step: through MCP, through the rewarder."""
+def _raw_calls(url: str, arguments: dict[str, Any], count: int) -> list[float]:
+    """Seconds per ``computer`` call as bare JSON-RPC POSTs (httpx, no SDK client): the
+    server's share of a call."""
+    import httpx
+
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    with httpx.Client(timeout=30) as http:
+        hello = {"protocolVersion": "2025-06-18", "capabilities": {},
+                 "clientInfo": {"name": "bench", "version": "0"}}
+        opened = http.post(url, headers=headers,
+                           json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
+        headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+        http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "computer", "arguments": arguments}}
+        seconds = []
+        for _ in range(count):
+            started = time.monotonic()
+            http.post(url, headers=headers, json=body).raise_for_status()
+            seconds.append(time.monotonic() - started)
+        http.delete(url, headers=headers)
+    return seconds
+
+
+async def _overhead(served: Served) -> tuple[float, float, float]:
+    """Median seconds of a one-frame key step: through MCP's SDK client, as bare JSON-RPC,
+    through the rewarder."""
     from remotes import RemoteEnv
 
     mcp: list[float] = []
@@ -232,6 +258,7 @@ async def _overhead(served: Served) -> tuple[float, float]:
             key = "Left" if i % 2 else "Right"
             info_of(await client.call_tool("computer", {"action": "key", "text": key}))
             mcp.append(time.monotonic() - started)
+    raw = _raw_calls(served.url, {"action": "key", "text": "Left"}, OVERHEAD_STEPS)
     env = RemoteEnv(served.address, mode="lockstep")
     rewarder: list[float] = []
     try:
@@ -245,7 +272,7 @@ async def _overhead(served: Served) -> tuple[float, float]:
                 env.reset()
     finally:
         env.close()
-    return statistics.median(mcp), statistics.median(rewarder)
+    return statistics.median(mcp), statistics.median(raw), statistics.median(rewarder)
 
 
 def main() -> None:
@@ -277,18 +304,20 @@ def main() -> None:
     ])
     catch = Served("builtin.Catch-v0", "--mode", "lockstep")
     try:
-        mcp, rewarder = asyncio.run(_overhead(catch))
+        mcp, raw, rewarder = asyncio.run(_overhead(catch))
     finally:
         catch.close()
     table(["one-frame key step (Catch, lockstep)", "median ms", "vs rewarder"], [
-        ["MCP computer key", f"{mcp * 1000:.2f}", ratio(mcp, rewarder)],
+        ["MCP computer key (the SDK's client)", f"{mcp * 1000:.2f}", ratio(mcp, rewarder)],
+        ["MCP computer key (bare JSON-RPC POSTs)", f"{raw * 1000:.2f}", ratio(raw, rewarder)],
         ["rewarder (RemoteEnv.step)", f"{rewarder * 1000:.2f}", "1.00"],
     ])
     won, played = _won(by_style["anthropic"])
     print(f"mcp_agent: {len(tasks)} tasks, {100 * won / played:.0f} % won with Anthropic's actions; "
           f"click -> settled screenshot {fast * 1000:.0f} ms median ({ratio(slow, fast)} faster than a "
           f"{BROWSERGYM_SLEEP:g} s sleep, {ratio(ANTHROPIC_SLEEP, fast)} than {ANTHROPIC_SLEEP:g} s); MCP "
-          f"{(mcp - rewarder) * 1000:+.2f} ms per step over the rewarder")
+          f"{(mcp - rewarder) * 1000:+.2f} ms per step over the rewarder ({(raw - rewarder) * 1000:+.2f} ms "
+          "without the SDK's client)")
 
 
 if __name__ == "__main__":

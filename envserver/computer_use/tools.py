@@ -236,6 +236,7 @@ class Desk:
         """Tool ``name`` called by ``client``: its content; :class:`ToolError` refuses."""
         if not isinstance(args, dict):
             raise ToolError("a tool's arguments are a JSON object")
+        _check_names(self.remote, name, args)
         _check_answer(args)  # before anything is sent
         async with client.lock:
             try:
@@ -411,6 +412,18 @@ class Desk:
             image.save(buffer, "JPEG", quality=JPEG_QUALITY)
         return {"type": "image", "data": base64.b64encode(buffer.getvalue()).decode(),
                 "mimeType": f"image/{form}"}
+
+
+def _check_names(remote: RemoteLike, name: str, args: dict[str, Any]) -> None:
+    """:class:`ToolError` for an argument the tool does not take (its schema's properties)."""
+    for tool in tool_list(remote):
+        if tool["name"] == name:
+            known = tool["inputSchema"]["properties"]
+            unknown = sorted(set(args) - set(known))
+            if unknown:
+                raise ToolError(f"{name} takes no argument {unknown[0][:40]!r}; it takes "
+                                f"{', '.join(known) or 'none'}")
+            return
 
 
 def _check_answer(args: dict[str, Any]) -> None:
