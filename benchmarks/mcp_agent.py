@@ -12,7 +12,8 @@ screenshot). Every action answers with the screenshot taken once the screen sett
 Rows: per task, episodes won over :data:`SEEDS` seeds, Anthropic's actions and OpenAI's;
 then the median seconds from sending an action to holding its settled screenshot on
 click tasks, against the same actions answered without settling after BrowserGym's 0.5 s
-sleep (episodes won too) and, as a ratio, Anthropic's reference 2.0 s; then the MCP
+sleep (episodes won too) and, as a ratio, Anthropic's reference 2.0 s; the same for
+pointer moves on an X11 desktop (``x11.XEyes-v0``, whose eyes follow them); then the MCP
 port's overhead per action against the rewarder's on one lockstep remote (a key step
 of one frame of ``builtin.Catch-v0``: a ``computer`` ``key`` call, with its screenshot,
 through the SDK's client and as bare JSON-RPC POSTs, vs ``RemoteEnv.step``).
@@ -55,6 +56,8 @@ BROWSERGYM_SLEEP: Final = 0.5
 ANTHROPIC_SLEEP: Final = 2.0
 #: Seconds a serve may take to print its banner.
 START_TIMEOUT: Final = 60.0
+#: Pointer moves on the X11 desktop (x11.XEyes-v0).
+DESKTOP_MOVES: Final = quick(30, 6)
 #: Key steps of the overhead comparison.
 OVERHEAD_STEPS: Final = quick(300, 50)
 _MCP_LINE: Final = re.compile(r"mcp\s+(https?://\S+)")
@@ -275,6 +278,20 @@ async def _overhead(served: Served) -> tuple[float, float, float]:
     return statistics.median(mcp), statistics.median(raw), statistics.median(rewarder)
 
 
+async def _desktop_moves(url: str) -> list[float]:
+    """Seconds from each pointer move to its settled screenshot on ``x11.XEyes-v0`` (the
+    eyes follow the pointer, then the screen is still)."""
+    seconds = []
+    async with session(url) as client:
+        await client.call_tool("reset", {"seed": 0, "screenshot": False})
+        for i in range(DESKTOP_MOVES):
+            started = time.monotonic()
+            info_of(await client.call_tool("computer", {"action": "mouse_move",
+                                                        "coordinate": [1000 if i % 2 else 20, 384]}))
+            seconds.append(time.monotonic() - started)
+    return seconds
+
+
 def main() -> None:
     tasks = TASKS if SEEDS > 1 else TASKS[:10]
     print(f"mcp_agent: {len(tasks)} MiniWoB tasks x {SEEDS} seeds through MCP (streamable HTTP), "
@@ -301,6 +318,16 @@ def main() -> None:
          "{}/{}".format(*_won(slept)), ratio(slow, fast)],
         [f"{ANTHROPIC_SLEEP:g} s sleep (Anthropic's reference)", f"{ANTHROPIC_SLEEP * 1000:.0f}", "-",
          ratio(ANTHROPIC_SLEEP, fast)],
+    ])
+    eyes = Served("x11.XEyes-v0")
+    try:
+        moved = statistics.median(asyncio.run(_desktop_moves(eyes.url)))
+    finally:
+        eyes.close()
+    table(["x11.XEyes-v0: pointer move -> screenshot", "median ms", "vs settled"], [
+        ["MCP, settled", f"{moved * 1000:.0f}", "1.00"],
+        [f"{BROWSERGYM_SLEEP:g} s sleep", f"{BROWSERGYM_SLEEP * 1000:.0f}", ratio(BROWSERGYM_SLEEP, moved)],
+        [f"{ANTHROPIC_SLEEP:g} s sleep", f"{ANTHROPIC_SLEEP * 1000:.0f}", ratio(ANTHROPIC_SLEEP, moved)],
     ])
     catch = Served("builtin.Catch-v0", "--mode", "lockstep")
     try:
