@@ -77,10 +77,22 @@ def run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(relay(url, args.password, args.ca))
     except Exception as exc:  # noqa: BLE001 (the host shows stderr: say what failed)
-        print(f"universe-remote mcp: {url}: {exc!r} (is the remote serving --mcp-port there?)",
-              file=sys.stderr)
+        print(f"universe-remote mcp: {url}: {_reason(exc)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _reason(exc: BaseException) -> str:
+    """What failed, in the remote's words when it answered (a wrong password: its 401)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    response = getattr(exc, "response", None)
+    if response is not None:
+        status: Any = getattr(response, "status_code", "?")
+        meaning = {401: "a missing or wrong password (--password)", 429: "too many wrong passwords: "
+                   "this address is blocked for a while", 403: "a web page's Origin"}.get(status, "")
+        return f"the remote answered HTTP {status}" + (f": {meaning}" if meaning else "")
+    return f"{exc!r} (is the remote serving --mcp-port there?)"
 
 
 def add_commands(sub: Any) -> None:

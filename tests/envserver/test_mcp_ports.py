@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import ssl
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -80,6 +82,11 @@ async def test_the_stdio_relay_takes_the_password_and_the_ca(guarded: Served, ce
     async with stdio_session(guarded.url, "--password", PASSWORD, "--ca", str(certs.ca)) as client:
         assert "computer" in {t.name for t in (await client.list_tools()).tools}
         assert info_of(await client.call_tool("state", {}))["env_id"] == "builtin.Catch-v0"
+    refused = subprocess.run(
+        [sys.executable, "-m", "universe_remote", "mcp", guarded.url, "--password", "nope",
+         "--ca", str(certs.ca)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT)
+    assert refused.returncode == 1 and "HTTP 401: a missing or wrong password" in refused.stderr
 
 
 def test_web_pages_are_refused(guarded: Served, certs: Certs) -> None:
