@@ -12,7 +12,8 @@ screenshot). Every action answers with the screenshot taken once the screen sett
 Rows: per task, episodes won over :data:`SEEDS` seeds, Anthropic's actions and OpenAI's;
 then the median seconds from sending an action to holding its settled screenshot on
 click tasks, against the same actions answered without settling after BrowserGym's 0.5 s
-sleep (episodes won too) and, as a ratio, Anthropic's reference 2.0 s; the same for
+sleep (episodes won too), the same agent on a lockstep remote (each action a step of a
+frame: no settling to wait for) and, as a ratio, Anthropic's reference 2.0 s; the same for
 pointer moves on an X11 desktop (``x11.XEyes-v0``, whose eyes follow them); then the MCP
 port's overhead per action against the rewarder's on one lockstep remote (a key step
 of one frame of ``builtin.Catch-v0``: a ``computer`` ``key`` call, with its screenshot,
@@ -310,6 +311,12 @@ def main() -> None:
         slept = asyncio.run(_tasks(served.url, "anthropic", CLICK_TASKS, SEEDS, sleep=BROWSERGYM_SLEEP))
     finally:
         served.close()
+    paused = Served("miniwob.ClickTest-v0", "--mode", "lockstep")
+    try:
+        stepped = asyncio.run(_tasks(paused.url, "anthropic", CLICK_TASKS, SEEDS))
+    finally:
+        paused.close()
+    lockstep = statistics.median(s for played in stepped.values() for p in played for s in p.seconds)
     fast = statistics.median(s for played in settled.values() for p in played for s in p.seconds)
     slow = statistics.median(s for played in slept.values() for p in played for s in p.seconds)
     table(["click -> screenshot", "median ms", "episodes won", "vs settled"], [
@@ -318,6 +325,8 @@ def main() -> None:
          "{}/{}".format(*_won(slept)), ratio(slow, fast)],
         [f"{ANTHROPIC_SLEEP:g} s sleep (Anthropic's reference)", f"{ANTHROPIC_SLEEP * 1000:.0f}", "-",
          ratio(ANTHROPIC_SLEEP, fast)],
+        ["MCP on a lockstep remote (a step of a frame)", f"{lockstep * 1000:.0f}",
+         "{}/{}".format(*_won(stepped)), ratio(lockstep, fast)],
     ])
     eyes = Served("x11.XEyes-v0")
     try:
