@@ -157,3 +157,16 @@ async def test_a_second_client_is_refused_as_driver_and_can_watch(remote: Served
             while (await third.call_tool("reset", {"seed": 1})).isError:
                 await asyncio.sleep(0.05)  # the server ends the closed session's lifespan
         assert info_of(await third.call_tool("state", {}))["you_drive"] is True
+
+
+async def test_the_agent_on_a_lockstep_remote() -> None:
+    """Each action is a lockstep step of a frame (the page's clock paused between them)."""
+    served = Served("miniwob.ClickButton-v0", "--mode", "lockstep")
+    try:
+        async with session(served.url) as client:
+            played = {task: await play(client, task, seed=2) for task in ("click-button", "enter-text")}
+            state = info_of(await client.call_tool("state", {}))
+    finally:
+        served.close()
+    assert all(p.won for p in played.values()), {t: (p.won, p.errors) for t, p in played.items()}
+    assert state["mode"] == "lockstep" and state["settle"]["how"].startswith("lockstep")
