@@ -103,7 +103,8 @@ def _players(config: ServeConfig, remote: Any) -> list[str]:
     return lines
 
 
-def banner(config: ServeConfig, remote: Any, openenv: Any = None, note: str | None = None) -> str:
+def banner(config: ServeConfig, remote: Any, openenv: Any = None, note: str | None = None,
+           mcp: Any = None) -> str:
     """The banner (module docstring); ``note``: why the ports are not the ones asked for."""
     tls = remote.tls is not None
     host, elsewhere = connect_hosts(config.host)
@@ -135,6 +136,9 @@ def banner(config: ServeConfig, remote: Any, openenv: Any = None, note: str | No
     if openenv is not None:
         lines.append(f"  openenv   {'https' if tls else 'http'}://{host}:{openenv.port}   "
                      "(OpenEnv HTTP + /ws: GenericEnvClient(base_url=...); docs/openenv.md)")
+    if mcp is not None:
+        lines.append(f"  mcp       {'https' if tls else 'http'}://{host}:{mcp.port}/mcp   "
+                     "(computer-use tools, streamable HTTP; docs/computer-use.md)")
     lines += _players(config, remote)
     record = config.record
     if record is not None:

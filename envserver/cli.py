@@ -117,6 +117,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         http_port=args.http_port,
         dm_env_rpc_port=args.dm_env_rpc_port,
         openenv_port=args.openenv_port,
+        mcp_port=args.mcp_port,
         games=args.games,
         game_ports=tuple(args.game_ports or ()),
         password=args.password,
@@ -314,6 +315,17 @@ def add_commands(sub: Any) -> None:
         metavar="PORT",
         help="also serve OpenEnv (HTTP /reset /step /state /schema /metadata /health and "
         "/ws sessions; GenericEnvClient) on PORT (default 8000; docs/openenv.md); off unless given",
+    )
+    shared.add_argument(
+        "--mcp-port",
+        type=int,
+        nargs="?",
+        const=8800,  # envserver.computer_use.server.DEFAULT_PORT (not imported: parsing stays cheap)
+        default=None,
+        metavar="PORT",
+        help="also serve MCP (streamable HTTP at /mcp: the computer tool for computer-use "
+        "agents; needs pip install 'universe-remote[mcp]') on PORT (default 8800; "
+        "docs/computer-use.md); off unless given",
     )
     shared.add_argument(
         "--tls-cert",

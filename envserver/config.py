@@ -75,6 +75,8 @@ class ServeConfig:
     http_port: int | None = None
     dm_env_rpc_port: int | None = None
     openenv_port: int | None = None
+    #: ``--mcp-port``: the MCP endpoint for computer-use agents (docs/computer-use.md).
+    mcp_port: int | None = None
     #: ``--games K``, and ``--game-ports``' (VNC, rewarder) pairs when listed.
     games: int = 1
     game_ports: tuple[tuple[int, int], ...] = ()

@@ -1,11 +1,11 @@
 """The remote's optional front ends, started on request: the browser viewer
-(``serve --http-port``), the dm_env_rpc port (``serve --dm-env-rpc-port``) and the
-OpenEnv port (``serve --openenv-port``).
+(``serve --http-port``), the dm_env_rpc port (``serve --dm-env-rpc-port``), the
+OpenEnv port (``serve --openenv-port``) and the MCP port (``serve --mcp-port``).
 
 Each is imported only here, when asked for: a remote that serves none never loads
 aiohttp's server or gRPC. Each drives the one :class:`~envserver.remote.Remote` it is
 given (never a copy of the game), with its password, throttle and certificate. The
-agent front ends (dm_env_rpc, OpenEnv) each chain their holder into
+agent front ends (dm_env_rpc, OpenEnv, MCP) each chain their holder into
 :attr:`Remote.held_by <envserver.remote.Remote.held_by>`, so the rewarder refuses agents
 while one of theirs drives, and each asks :meth:`Remote.agent` (the rewarder's agent, or
 another front end's) before it lets one of its own drive.
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .computer_use.server import MCPServer
     from .dmrpc.server import DmEnvRpcServer
     from .openenv.server import OpenEnvServer
     from .remote import Remote
@@ -80,6 +81,23 @@ async def start_openenv(remote: Remote, host: str, port: int) -> OpenEnvServer:
         tls=remote.tls.context if remote.tls else None,
         allow_origins=remote.rewarder.allow_origins,
         description=getattr(remote.runtime, "description", "") or remote.env_id,
+    )
+    await server.start(host, port)
+    remote.held_by = _either(server.held_by, remote.held_by)
+    return server
+
+
+async def start_mcp(remote: Remote, host: str, port: int) -> MCPServer:
+    """The MCP port of ``remote`` on ``port`` (https when the remote has a certificate);
+    :class:`ValueError` naming the extra to install when the MCP SDK is missing."""
+    try:
+        from .computer_use.server import MCPServer
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"the MCP port needs {exc.name}: pip install 'universe-remote[mcp]'") from None
+    server = MCPServer(
+        remote, password=remote.password, auth_guard=remote.auth_throttle,
+        tls=remote.tls.context if remote.tls else None,
+        allow_origins=remote.rewarder.allow_origins,
     )
     await server.start(host, port)
     remote.held_by = _either(server.held_by, remote.held_by)

@@ -63,6 +63,7 @@ class GamePorts:
     http: int | None
     dm_env_rpc: int | None
     openenv: int | None
+    mcp: int | None = None
 
 
 def _plus(port: int | None, i: int) -> int | None:
@@ -91,7 +92,7 @@ def game_ports(config: ServeConfig, ports: Ports) -> tuple[list[GamePorts], str 
         pairs = [(_plus(ports.vnc, i) or 0, _plus(ports.rewarder, i) or 0) for i in range(games)]
     http, dm, openenv = ports.http, config.dm_env_rpc_port, config.openenv_port
     return [
-        GamePorts(vnc, rewarder, _plus(http, i), _plus(dm, i), _plus(openenv, i))
+        GamePorts(vnc, rewarder, _plus(http, i), _plus(dm, i), _plus(openenv, i), _plus(config.mcp_port, i))
         for i, (vnc, rewarder) in enumerate(pairs)
     ], note
 
@@ -117,7 +118,7 @@ async def _start_game(
     config: ServeConfig, tls: ServerTLS | None, index: int, ports: GamePorts, throttle: AuthThrottle,
 ) -> _Game:
     """Game ``index``: its remote started on ``ports``, its OpenEnv port, its recorder."""
-    from .front_ends import start_openenv
+    from .front_ends import start_mcp, start_openenv
     from .recorder import Recorder
     from .remote import Remote
 
@@ -146,6 +147,12 @@ async def _start_game(
             await remote.close("the remote failed to start")
             game.close_recorder()
             raise
+    if ports.mcp is not None:
+        try:
+            game.mcp = await start_mcp(remote, config.host, ports.mcp)
+        except BaseException:
+            await game.close("the remote failed to start")
+            raise
     return game
 
 
@@ -154,6 +161,7 @@ class _Game:
 
     def __init__(self, index: int, remote: Remote, openenv: Any, recorder: Any) -> None:
         self.index, self.remote, self.openenv, self.recorder = index, remote, openenv, recorder
+        self.mcp: Any = None  # the MCP port (serve --mcp-port)
 
     def close_recorder(self) -> None:
         if self.recorder is not None:
@@ -161,6 +169,8 @@ class _Game:
 
     async def close(self, reason: str) -> None:
         try:
+            if self.mcp is not None:
+                await self.mcp.close(reason)
             if self.openenv is not None:
                 await self.openenv.close(reason)
             await self.remote.close(reason)
@@ -176,7 +186,7 @@ def games_banner(config: ServeConfig, games: list[_Game], note: str | None) -> s
 
     first = games[0].remote
     if not config.several:
-        return banner(config, first, games[0].openenv, note)
+        return banner(config, first, games[0].openenv, note, mcp=games[0].mcp)
     runtime = first.runtime
     host, _ = connect_hosts(config.host)
     scheme = "vnc+tls" if first.tls is not None else "vnc"
@@ -185,7 +195,7 @@ def games_banner(config: ServeConfig, games: list[_Game], note: str | None) -> s
         f"universe-remote: {len(games)} games of {runtime.env_id} in one process (one game "
         f"loop; each game its own ports and episodes; a crash of the process ends them all)",
         "game 0:",
-        banner(config, first, games[0].openenv, note).removesuffix("\n  Ctrl-C to stop."),
+        banner(config, first, games[0].openenv, note, mcp=games[0].mcp).removesuffix("\n  Ctrl-C to stop."),
     ]
     for game in games[1:]:
         remote = game.remote
@@ -196,6 +206,8 @@ def games_banner(config: ServeConfig, games: list[_Game], note: str | None) -> s
             extra.append(f"dm_env_rpc {remote.dm_env_rpc.port}")
         if game.openenv is not None:
             extra.append(f"openenv {game.openenv.port}")
+        if game.mcp is not None:
+            extra.append(f"mcp {game.mcp.port}")
         more = f"   ({', '.join(extra)})" if extra else ""
         lines.append(f"game {game.index}:  agent address  {scheme}://{host}:{remote.vnc_port}+"
                      f"{remote.rewarder.port}{secret}{more}")
@@ -302,7 +314,7 @@ def run(config: ServeConfig, tls: ServerTLS | None = None) -> int:
         print(
             f"universe-remote: cannot listen on {host}: {exc.strerror or exc}; "
             f"{busy_port_advice(host, ports)}. Other ports: --http-port, "
-            "--dm-env-rpc-port, --openenv-port.",
+            "--dm-env-rpc-port, --openenv-port, --mcp-port.",
             file=sys.stderr,
         )
         return EXIT_CANNOT_LISTEN

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from envserver import cli as server_cli
 from envserver.version import version_line
 from rewarder.auth import default_password
-from universe_remote import export
+from universe_remote import export, mcp_proxy
 
 #: The logger of the commands' own messages ("shutting down", ...), shown at INFO.
 COMMAND_LOGGER = "universe-remote"
@@ -46,6 +46,7 @@ def build_parser(agent: bool = True) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     server_cli.add_commands(sub)
     export.add_commands(sub)
+    mcp_proxy.add_commands(sub)
     if agent:
         from remotes import cli as agent_cli
 
@@ -59,9 +60,9 @@ def build_parser(agent: bool = True) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command = next((w for w in words if not w.startswith("-")), None)
-    # serve/health/list/replay/export never load the agent side; anything else (play,
+    # serve/health/list/replay/export/mcp never load the agent side; anything else (play,
     # --help) does.
-    server_only = command in {"serve", "health", "list", "replay", "export"}
+    server_only = command in {"serve", "health", "list", "replay", "export", "mcp"}
     args = build_parser(agent=not server_only).parse_args(words)
     if getattr(args, "password", "absent") is None:
         args.password = default_password()

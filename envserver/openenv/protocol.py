@@ -62,7 +62,9 @@ RESET: Final = "reset"
 STEP: Final = "step"
 STATE: Final = "state"
 CLOSE: Final = "close"
-TYPES: Final = (RESET, STEP, STATE, CLOSE)
+#: OpenEnv's MCP messages (RFC 003): a JSON-RPC request as data (envserver.computer_use.jsonrpc).
+MCP: Final = "mcp"
+TYPES: Final = (RESET, STEP, STATE, CLOSE, MCP)
 
 #: What a reset's data may hold: OpenEnv's ``seed`` and ``episode_id``, and ours.
 RESET_FIELDS: Final[Mapping[str, str]] = {
@@ -107,7 +109,7 @@ def parse_message(raw: str | bytes) -> Message:
     kind = message.get("type")
     if kind not in TYPES:
         raise Refusal(Code.UNKNOWN_TYPE, f"Unknown message type: {str(kind)[:40]} (this port "
-                      f"takes {', '.join(TYPES)}; MCP is not served: docs/openenv.md)")
+                      f"takes {', '.join(TYPES)}; docs/openenv.md)")
     extra = set(message) - {"type", "data"}
     if extra:
         raise Refusal(Code.VALIDATION_ERROR, f"a {kind} message has only type and data, not "

@@ -12,7 +12,7 @@ shapes). URLs (``universe-remote serve ENV --openenv-port``, 8000 by default)::
     GET  /state          the remote's state
     GET  /frame[/{n}]    the screen as a PNG (frame n if it is still the newest)
     GET  /openapi.json   the endpoints, for ``openenv validate``
-    POST /mcp            a JSON-RPC "method not found": no MCP tools are served
+    POST /mcp            MCP's JSON-RPC: tools/list, tools/call (docs/computer-use.md)
 
 **Password** (``serve --password``): ``Authorization: Bearer <password>`` — the header
 OpenEnv's clients send with ``headers=`` (``GenericEnvClient(base_url, headers={...})``)
@@ -48,6 +48,7 @@ from vncdriver.server import AuthGuard
 
 from .. import version
 from ..agent_port import RemoteLike
+from ..computer_use.jsonrpc import OpenEnvTools
 from ..tls_site import HEARTBEAT, SHUTDOWN_TIMEOUT, TLSPortSite
 from . import frames, protocol
 from .protocol import Code, Refusal
@@ -79,8 +80,6 @@ AUTH_HEADER: Final = "Authorization"
 OPEN_PATHS: Final = frozenset({"/health"})
 #: What the 400 to plain http:// on a TLS port says to do.
 TLS_HINT: Final = "use {url} (GenericEnvClient(base_url='{url}'); the client must trust the certificate)"
-#: JSON-RPC's "method not found", what POST /mcp answers.
-JSONRPC_NO_METHOD: Final = -32601
 _JSON: Final = "application/json"
 
 
@@ -112,6 +111,8 @@ class OpenEnvServer:
             raise ValueError(f"idle_timeout is seconds > 0, not {idle_timeout!r}")
         self.idle_timeout = idle_timeout
         self.endpoint = Port(remote)
+        #: The computer-use tools: {"type": "mcp"} messages and POST /mcp (OpenEnv's RFC 003).
+        self.tools = OpenEnvTools(remote)
         self.remote = remote
         self.password, self.auth_guard, self.tls = password, auth_guard, tls
         self.allow_origins = frozenset(o.rstrip("/").lower() for o in allow_origins)
@@ -133,7 +134,7 @@ class OpenEnvServer:
 
     def held_by(self) -> str | None:
         """Which OpenEnv session drives the remote (the other front ends ask)."""
-        return self.endpoint.held_by()
+        return self.endpoint.held_by() or self.tools.held_by()
 
     async def start(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
@@ -283,6 +284,7 @@ class OpenEnvServer:
         finally:
             del self.sessions[ws]
             session.close()
+            self.tools.forget(session)
             await ws.close()
         return ws
 
@@ -305,6 +307,8 @@ class OpenEnvServer:
                 return None
             if message.type == protocol.STATE:
                 return protocol.state(session.state())
+            if message.type == protocol.MCP:
+                return orjson.dumps({"type": "mcp", "data": await self.tools.answer(session, message.data)})
             if message.type == protocol.RESET:
                 return protocol.observation(await session.reset(message.data))
             return protocol.observation(await session.step(message.data))
@@ -417,25 +421,21 @@ class OpenEnvServer:
             "/metadata": {"get": op("The environment, the server's version, the protocols")},
             "/health": {"get": op("Health check")},
             "/frame": {"get": op("The screen as a PNG")},
-            "/mcp": {"post": op("JSON-RPC: no MCP tools are served (method not found)")},
+            "/mcp": {"post": op("MCP's JSON-RPC: tools/list, tools/call")},
         }
         return _json({"openapi": "3.1.0", "paths": paths, "info": {
             "title": f"universe-remote OpenEnv port ({self.remote.env_id})", "version": API_VERSION}})
 
     async def _mcp(self, request: web.Request) -> web.Response:
-        """No MCP tool surface (docs/openenv.md says why): JSON-RPC's "method not found"."""
+        """MCP's JSON-RPC, one request a client (its seat ends with it): the computer-use tools."""
         try:
             asked = orjson.loads(await _body(request))
         except orjson.JSONDecodeError:
-            asked = {}
+            asked = None
         except Refusal as refusal:
             status, body = protocol.http_error(refusal)
             return web.Response(status=status, body=body, content_type=_JSON)
-        ident = asked.get("id") if isinstance(asked, dict) else None
-        return _json({"jsonrpc": "2.0", "id": ident, "error": {
-            "code": JSONRPC_NO_METHOD,
-            "message": "this remote serves no MCP tools: drive it with reset/step over /ws "
-                       "(docs/openenv.md)"}})
+        return _json(await self.tools.answer_once(asked))
 
 
 async def _body(request: web.Request) -> bytes:
