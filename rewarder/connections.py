@@ -18,6 +18,7 @@ from typing import Any, Final
 import orjson
 
 from .errors import BadRequest, MessageTooBig, ProtocolError, UnknownMethod
+from .parsers import EVENT_READERS, REQUEST_PARSERS
 from .protocol import (
     ACTION,
     CONNECTION_CLOSE,
@@ -25,7 +26,6 @@ from .protocol import (
     ENV_OBSERVATION,
     ENV_REWARD,
     ENV_TEXT,
-    EVENT_READERS,
     MAX_MESSAGE_BYTES,
     OBS_VNC,
     OBSERVER_METHODS,
@@ -35,7 +35,6 @@ from .protocol import (
     REPLY_PROPERTIES,
     REPLY_RESET,
     REPLY_STEP,
-    REQUEST_PARSERS,
     RESET,
     STEP,
     Message,
