@@ -22,7 +22,10 @@ taken out of both):
   from this repository's history with ``git show`` (skipped when there is no git
   history), the same async client on it;
 - (b) the new design's: :class:`rewarder.blocking.BlockingRewarder` (websockets'
-  sans-I/O ``ClientProtocol`` over a plain blocking TCP socket) in the caller's thread.
+  sans-I/O ``ClientProtocol`` over a plain blocking TCP socket) in the caller's thread,
+  kept on TCP with ``local=False``;
+- (c) the same over the remote's Unix twin (:mod:`rewarder.local_socket`): what a local
+  agent's channel dials by default.
 
 **Against a minimal server** (a websockets asyncio server in a process of its own that
 answers each request at once with a canned reply of a real Pong reply's size), the same
@@ -105,10 +108,15 @@ def _drive(
     return {"steps": done, "steps_per_s": done / wall, "wall": wall / done, "cpu": cpu / done}
 
 
-def _blocking_run(client: BlockingRewarder, steps: int, seconds: float) -> dict[str, float]:
-    """Connect ``client``, step it (lockstep), close it."""
+def _blocking_run(
+    client: BlockingRewarder, steps: int, seconds: float, unix: bool = False,
+) -> dict[str, float]:
+    """Connect ``client``, step it (lockstep), close it. ``unix``: it must have taken the
+    remote's Unix twin (else TCP: the row would measure something else)."""
     client.connect()
     try:
+        if client.over_unix is not unix:
+            raise RuntimeError(f"{client.name}: over_unix is {client.over_unix}, expected {unix}")
         def reset() -> None:
             episode = client.reset(seed=0, mode="lockstep")
             client.wait_for_state("running", episode, 30.0)
@@ -302,7 +310,7 @@ def measure_remote(env_id: str, old_loop: types.ModuleType | None) -> dict[str, 
 
     loop = LoopThread(name="step-channel-loop")
     inline_loop = old_loop.LoopThread(name="step-channel-inline-loop") if old_loop else None
-    rows = ["a", "a0", "b"] if inline_loop is not None else ["a", "b"]
+    rows = ["a", "a0", "b", "c"] if inline_loop is not None else ["a", "b", "c"]
     results: dict[str, list[dict[str, float]]] = {row: [] for row in rows}
     try:
         with start_local(env_id) as remotes:
@@ -313,10 +321,10 @@ def measure_remote(env_id: str, old_loop: types.ModuleType | None) -> dict[str, 
                         result = _async_run(loop, address, REMOTE_STEPS, REMOTE_SECONDS)
                     elif row == "a0":
                         result = _async_run(inline_loop, address, REMOTE_STEPS, REMOTE_SECONDS)
-                    else:
+                    else:  # (b) TCP; (c) the remote's Unix twin, what a local agent dials
                         result = _blocking_run(
-                            BlockingRewarder(address, client_id=CLIENT_ID), REMOTE_STEPS,
-                            REMOTE_SECONDS,
+                            BlockingRewarder(address, client_id=CLIENT_ID, local=row == "c"),
+                            REMOTE_STEPS, REMOTE_SECONDS, unix=row == "c",
                         )
                     results[row].append(result)
     finally:
@@ -340,7 +348,8 @@ def measure_minimal() -> dict[str, list[dict[str, float]]]:
 LABELS: Final = {
     "a": "(a) old: async RewarderClient, LoopThread.run (hand-off)",
     "a0": f"(a0) old as shipped: {INLINE_COMMIT} LoopThread.run(inline=True)",
-    "b": "(b) new: BlockingRewarder, caller's thread, TCP",
+    "b": "(b) BlockingRewarder, caller's thread, TCP (local=False)",
+    "c": "(c) new: BlockingRewarder over the remote's Unix twin",
 }
 
 
@@ -359,6 +368,12 @@ def print_remote(env_id: str, results: dict[str, list[dict[str, float]]]) -> Non
           f"{REMOTE_STEPS} steps per row per round after {WARMUP}, median of {ROUNDS} rounds")
     table(["row", "steps/s", "rounds", "wall us/step", "agent CPU us/step",
            "(b) steps/s / row", "row CPU / (b)"], rows)
+    if "c" in med:
+        c = med["c"]
+        print(f"  (c) vs (b): {ratio(c['steps_per_s'], b['steps_per_s'])} steps/s; agent CPU "
+              f"{c['cpu'] * 1e6:.0f} vs {b['cpu'] * 1e6:.0f} us a step "
+              f"({(b['cpu'] - c['cpu']) * 1e6:+.0f} us saved); wall {c['wall'] * 1e6:.0f} vs "
+              f"{b['wall'] * 1e6:.0f} us a step")
     for old in ("a", "a0"):
         if old not in med:
             continue

@@ -47,7 +47,7 @@ from websockets.exceptions import InvalidHandshake, InvalidMessage, InvalidStatu
 from websockets.protocol import State
 from websockets.uri import WebSocketURI, parse_uri
 
-from . import keeper, protocol
+from . import keeper, local_socket, protocol
 from .client_channel import CALIBRATION_PINGS, PING_TIMEOUT, intersect_skew
 from .client_frames import ClientFrames
 from .client_state import Answer, ClientState, Closing
@@ -111,8 +111,11 @@ class BlockingRewarder(ClientState):
         tls: ssl.SSLContext | None = None,
         player: int | None = None,
         calibration_pings: int = CALIBRATION_PINGS,
+        local: bool = True,
     ) -> None:
         self.address = address
+        #: Dial the remote's local Unix socket first when it runs here (:mod:`.local_socket`).
+        self.local = local
         self.url = parse_address(address, tls=tls is not None)
         self.tls = tls
         self.start_timeout = start_timeout
@@ -136,6 +139,12 @@ class BlockingRewarder(ClientState):
         self.outstanding: dict[Any, str] = {}
         #: Monotonic time of the last call (the keeper serves only channels left idle).
         self.used_at = time.monotonic()
+
+    @property
+    def over_unix(self) -> bool:
+        """Whether the connection is the remote's local Unix socket (else TCP, or none)."""
+        sock = self._sock
+        return sock is not None and sock.family == socket.AF_UNIX
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "closed" if self._closed else "disconnected"
@@ -206,9 +215,11 @@ class BlockingRewarder(ClientState):
         """One attempt: TCP (and TLS), the WebSocket handshake, the server's first message."""
         uri = parse_uri(self.url)
         deadline = time.monotonic() + timeout
-        sock = socket.create_connection((uri.host, uri.port), timeout=timeout)
-        try:
+        sock = self._dial_local(uri, timeout)
+        if sock is None:
+            sock = socket.create_connection((uri.host, uri.port), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
             if uri.secure:
                 try:
                     sock = (self.tls or client_context()).wrap_socket(sock, server_hostname=uri.host)
@@ -242,6 +253,20 @@ class BlockingRewarder(ClientState):
             self._abort()
             raise
         sock.settimeout(None)
+
+    def _dial_local(self, uri: WebSocketURI, timeout: float) -> socket.socket | None:
+        """The remote's local Unix socket (:mod:`.local_socket`), if it has one and
+        :attr:`local` allows; None: dial TCP."""
+        if not (self.local and local_socket.dials(uri.host, uri.secure)):
+            return None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(local_socket.name(uri.port))
+        except OSError:  # no twin (an older remote, another host's port forwarded here)
+            sock.close()
+            return None
+        return sock
 
     def _handshake(self, sock: socket.socket, uri: WebSocketURI, deadline: float) -> None:
         """On a connected ``sock``: the WebSocket handshake, then the server's first
@@ -421,7 +446,7 @@ class BlockingRewarder(ClientState):
                     ws.send_close()
                     sock.setblocking(False)
                     self._flush()
-                except OSError:
+                except (ConnectionClosed, OSError):  # the peer went first (a Unix socket says so at once)
                     pass
             self._lost(f"rewarder client {self.name} was closed")
 

@@ -30,7 +30,7 @@ from typing import Any, Final, Protocol
 
 from websockets.http11 import Request, Response
 
-from . import connections, protocol
+from . import connections, local_socket, protocol
 from .auth import basic_auth_password
 from .errors import BadRequest
 from .lograte import RateLimitedLog
@@ -69,6 +69,9 @@ TLS_HINT: Final = (
 
 #: Universe served a browser viewer at http://host:15900/viewer/; we redirect it.
 VIEWER_PATH: Final = "/viewer"
+#: The peer address a client of the local Unix socket counts as (the throttle's key):
+#: it runs on this machine, as a loopback TCP client does.
+LOCAL_PEER: Final = "127.0.0.1"
 
 #: Seconds between WebSocket pings to every client, and the wait for each pong: an
 #: active client that stops answering (hung, SIGSTOPped, its machine gone) frees the
@@ -194,6 +197,8 @@ class RewarderServer:
         #: The tasks of requests that had to wait (resets, long steps, properties).
         self.tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
+        #: The port's local twin (:mod:`.local_socket`), if this port has one.
+        self._local: asyncio.Server | None = None
         self._closing = False
 
     @property
@@ -218,7 +223,13 @@ class RewarderServer:
                 hint=TLS_HINT, handshake_timeout=OPEN_TIMEOUT, shutdown_timeout=CLOSE_TIMEOUT,
             )
             factory = self.tls_port.factory(self._new_link)
-        self._server = await asyncio.get_running_loop().create_server(factory, host, port)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(factory, host, port)
+        if local_socket.serves(host, self.tls is not None):
+            try:
+                self._local = await loop.create_unix_server(factory, local_socket.name(self.port))
+            except OSError as exc:  # the name is taken: local agents dial TCP, as before
+                log.info("no local socket for rewarder port %d: %s", self.port, exc)
 
     def _new_link(self) -> ServerLink:
         link = ServerLink(self, self.limits)
@@ -233,6 +244,8 @@ class RewarderServer:
         self._closing = True
         if self._server is not None:
             self._server.close()
+        if self._local is not None:
+            self._local.close()
         if self.tls_port is not None:
             self.tls_port.close()
         self.bugs.close()
@@ -253,6 +266,8 @@ class RewarderServer:
                 task.cancel()
         if self._server is not None:
             await self._server.wait_closed()
+        if self._local is not None:
+            await self._local.wait_closed()
 
     # Broadcasts from the game loop -------------------------------------------------------
 
@@ -319,7 +334,8 @@ class RewarderServer:
                 "`universe-remote serve ENV_ID --http-port`\n",
             )
         # The address the request came in on, never its Host header (a client's words).
-        host = str(link.local_address[0]) if link.local_address else "127.0.0.1"
+        local = link.local_address
+        host = str(local[0]) if isinstance(local, tuple) else "127.0.0.1"  # (a Unix socket's: a name)
         host = f"[{host}]" if ":" in host else host
         response = link.ws.reject(
             HTTPStatus.FOUND, f"the viewer is on port {self.viewer_port}\n"
@@ -342,7 +358,7 @@ class RewarderServer:
             client_id = ""
         link.client_id = client_id
         address = link.remote_address
-        peer = address[0] if address else None
+        peer = address[0] if isinstance(address, tuple) else None if address is None else LOCAL_PEER
         player = 0
         refusal = self._refusal(get("authorization"), observer, client_id, peer)
         if refusal is None and not observer:

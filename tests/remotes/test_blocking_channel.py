@@ -54,6 +54,26 @@ def test_lockstep_steps_run_in_the_callers_thread(catch: LocalRemotes) -> None:
         env.close()
 
 
+def test_a_local_agent_steps_over_the_remotes_unix_socket_and_tcp_still_works(
+    catch: LocalRemotes,
+) -> None:
+    """A local remote answers on its rewarder port's Unix twin, which a blocking channel
+    dials first; ``local=False`` (or an older remote) keeps TCP, and both step alike."""
+    port = catch.addresses[1].rewarder_port
+    seen = {}
+    for local in (True, False):
+        rewarder = BlockingRewarder(f"127.0.0.1:{port}", password=catch.password, local=local)
+        try:
+            rewarder.connect()
+            assert rewarder.over_unix is local
+            rewarder.reset(mode="lockstep")
+            seen[local] = [rewarder.step(frames=2).frame for _ in range(3)]
+        finally:
+            rewarder.close()
+    for frames in seen.values():
+        assert [frames[1] - frames[0], frames[2] - frames[1]] == [2, 2]
+
+
 def test_an_agent_that_thinks_between_steps_keeps_its_seat(catch: LocalRemotes) -> None:
     env = RemoteEnv(catch.addresses[0], catch.password, mode="lockstep", frameskip=2)
     try:

@@ -1,0 +1,48 @@
+"""The rewarder port's local twin: a Unix socket beside a loopback TCP port.
+
+A remote whose rewarder port holds ``127.0.0.1`` also listens on a Linux abstract Unix
+socket named after that port; a lockstep agent dialling that port on ``127.0.0.1``
+without TLS tries it first and falls back to TCP. The WebSocket and every message are
+the same: only the kernel's path differs, and a Unix socket skips TCP's per-segment work
+on both sides of every step (`python -m benchmarks step_channel`, the (b') and (c) rows).
+
+Why the name reaches the remote the agent meant: abstract names live in the network
+namespace, like the TCP port they are named after; a remote binds the name only when it
+holds ``127.0.0.1:PORT`` (bound there, on ``localhost`` or on every IPv4 address), an
+agent dials it only for ``127.0.0.1:PORT``, and that pair has one owner. (A remote on
+``127.0.0.2`` or ``::1`` alone may share its port number with another: it gets no twin.)
+TLS remotes keep TCP (a Unix socket would skip their certificate). Sans-I/O: names and
+rules only.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Final
+
+#: The abstract socket's name for a rewarder port (the leading NUL: no file to clean up).
+NAME_FORMAT: Final = "\0universe-remote-rewarder-{port}"
+#: Hosts a client reaches the local twin under (what it dials, as typed): only 127.0.0.1
+#: itself (``localhost`` may resolve to ``::1`` first, which another remote may hold).
+LOCAL_HOSTS: Final = frozenset({"127.0.0.1"})
+#: Hosts a rewarder port gets a twin on: those that hold 127.0.0.1:PORT (None, "": every
+#: address, as asyncio's create_server reads them).
+TWIN_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "0.0.0.0", ""})
+#: Where abstract Unix sockets exist.
+SUPPORTED: Final = sys.platform.startswith("linux")
+
+
+def name(port: int) -> str:
+    """The abstract socket's name for rewarder port ``port``."""
+    return NAME_FORMAT.format(port=int(port))
+
+
+def serves(host: str | None, tls: bool) -> bool:
+    """Whether a rewarder port bound on ``host`` gets a local twin: a port that holds
+    ``127.0.0.1`` (:data:`TWIN_HOSTS`, or None), no TLS, on Linux."""
+    return SUPPORTED and not tls and (host is None or host in TWIN_HOSTS)
+
+
+def dials(host: str | None, secure: bool) -> bool:
+    """Whether a client dialling ``host`` (no TLS) tries the local twin first."""
+    return SUPPORTED and not secure and host in LOCAL_HOSTS
