@@ -22,6 +22,10 @@ row), and the ratio of their steps/s.
 
 Ends with ``browser_oracle: T tasks, R % success in real time, L % in lockstep (...),
 lockstep Nx the old way's steps/s``.
+The copy-paste tasks (``copy-paste``, ``copy-paste-2``) have their solvers here: they read
+the textarea's observed ``value`` (exact, whitespace kept: docs/browser.md) and fill the
+answer box with it — the task compares the two strings exactly.
+
 ``python -m benchmarks browser_oracle``; fewer seeds with ``--quick`` or
 ``BROWSER_ORACLE_SEEDS=n``, fewer tasks with ``BROWSER_ORACLE_TASKS=click-test,enter-text``.
 """
@@ -29,6 +33,7 @@ lockstep Nx the old way's steps/s``.
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -41,10 +46,37 @@ import gymnasium  # noqa: E402
 
 import remotes  # noqa: E402, F401 (registers the ids)
 from benchmarks.common import quick, ratio, table  # noqa: E402
-from benchmarks.web_oracle import MAX_STEPS, SOLVERS, act  # noqa: E402
+from benchmarks.web_oracle import MAX_STEPS, SOLVERS, Observation, Solver, click, elements, submit  # noqa: E402
 from runtimes.cdp_input import INPUT_ENV  # noqa: E402
 from runtimes.frame_witness import CAPTURE_ENV  # noqa: E402
 from runtimes.registry import miniwob_env_id  # noqa: E402
+
+#: "1st", "2nd", "3rd" in copy-paste-2's instruction: which textarea, in document order.
+_ORDINAL: Final = re.compile(r"(\d)(?:st|nd|rd|th)")
+
+
+def _copy_paste(instruction: str, obs: Observation) -> str | None:
+    """copy-paste ("Copy the text in the textarea below, paste it into the textbox ..."),
+    copy-paste-2 ("Copy the text from the 2nd text area below ..."): the textarea's
+    exact value, filled into the text input, then Submit."""
+    areas = elements(obs, tag="textarea")
+    boxes = [e for e in elements(obs, tag="input") if e.get("role") == "textbox"]
+    ordinal = _ORDINAL.search(instruction)
+    index = int(ordinal.group(1)) - 1 if ordinal else 0
+    button = submit(obs)
+    if index >= len(areas) or not boxes or button is None or not areas[index].get("value"):
+        return None  # the page is not drawn yet
+    return f"fill({boxes[0]['bid']!r}, {areas[index]['value']!r})\n{click(button)}"
+
+
+#: Every solver the benchmark plays: the web oracle's and the copy-paste ones.
+ORACLE_SOLVERS: Final[dict[str, Solver]] = {**SOLVERS, "copy-paste": _copy_paste, "copy-paste-2": _copy_paste}
+
+
+def act(task: str, instruction: str, observation: Observation) -> str | None:
+    """The next action string for ``task`` (None: nothing to do yet)."""
+    return ORACLE_SOLVERS[task](instruction, observation)
+
 
 #: Environment variables that narrow a run: seeds per task, and a comma list of tasks.
 SEEDS_ENV: Final = "BROWSER_ORACLE_SEEDS"
@@ -52,7 +84,7 @@ TASKS_ENV: Final = "BROWSER_ORACLE_TASKS"
 #: Episodes per task and mode (seeds 0..SEEDS-1).
 SEEDS: Final = int(os.environ.get(SEEDS_ENV) or quick(10, 2))
 #: The tasks played: every one the oracle has a solver for.
-TASKS: Final = tuple(t for t in (os.environ.get(TASKS_ENV) or ",".join(SOLVERS)).split(",") if t)
+TASKS: Final = tuple(t for t in (os.environ.get(TASKS_ENV) or ",".join(ORACLE_SOLVERS)).split(",") if t)
 #: Tasks of the settle-against-sleep comparison (ones whose pages animate or change in
 #: steps: a collapsing section, a dialog, several boxes, typing), and their seeds.
 SLEEP_TASKS: Final = ("click-collapsible", "click-dialog", "click-checkboxes", "enter-text", "login-user")
@@ -194,7 +226,7 @@ def main() -> None:
         if errors:
             print(f"  {name}: {len(errors)} last_action_error(s), e.g. {errors[0]}")
 
-    sleep_tasks = [t for t in SLEEP_TASKS if t in TASKS] or list(TASKS[:1])
+    sleep_tasks: list[str] = [t for t in SLEEP_TASKS if t in TASKS] or list(TASKS[:1])
     print(f"\n  settling vs a fixed {FIXED_SLEEP:g} s sleep (real time), {len(sleep_tasks)} tasks "
           f"x {SLEEP_SEEDS} seeds: seconds from an action to the next observation", flush=True)
     settled = run(MODES["real time"], sleep_tasks, SLEEP_SEEDS)

@@ -13,6 +13,11 @@ OpenEnv agent — and keeps the seat until its session ends; any other client is
 with a tool error naming who drives, and may still watch (screenshots, ``state``,
 ``page``). Its input is the agent's (``agent_source``), so recordings name it ``agent``.
 
+**Snapshots** (docs/snapshots.md): ``snapshot`` and ``restore`` are listed on remotes
+whose runtime can save its state, and go through the remote's own
+:meth:`~envserver.restores.Restores.snapshot` and ``restore`` (as ``v0.env.snapshot``
+does); only the driver may take or restore one, and a remote that cannot says why.
+
 **An action** sends its events at once (real time) and, unless told not to
 (``settle: false``), waits for the screen to settle (the remote's settle path,
 ``Runtime.asettle``, at most ``max_ms``) on browser and desktop remotes, or for the
@@ -34,11 +39,13 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
+from rewarder.snapshot_messages import MAX_TOKEN_CHARS, parse_restore, snapshot_body
 from runtimes.base import StepResult
 
 from .. import agent_port
 from ..agent_port import Held, RemoteLike
-from ..orders import LOCKSTEP, ActOrder, Refused, ResetOrder, StepOrder
+from ..orders import LOCKSTEP, OBS_VNC, ActOrder, Refused, ResetOrder, StepOrder
+from ..snapshots import MAX_SNAPSHOTS
 from . import actions
 from .actions import Plan, Screen
 from .errors import ToolError
@@ -56,6 +63,8 @@ JPEG_QUALITY: Final = 85
 #: Characters of the page's text tree a ``page`` call returns.
 MAX_TREE_CHARS: Final = 60_000
 FORMATS: Final = ("png", "jpeg")
+#: The tools listed only on remotes whose runtime can save its state.
+SNAPSHOT_TOOLS: Final = ("snapshot", "restore")
 
 _POINT: Final = {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
 _ANSWER: Final = {
@@ -121,6 +130,22 @@ def tool_list(remote: RemoteLike) -> list[dict[str, Any]]:
          "description": "Wait until the screen is still (at most max_ms); the screenshot.",
          "inputSchema": _schema(dict(_ANSWER))},
     ]
+    if remote.runtime.snapshot_refusal is None:
+        tools += [
+            {"name": "snapshot", "description": (
+                "Save the remote's state now: a token for restore (the remote keeps its newest "
+                "ones), and with export: true the state's bytes as base64, restorable on another "
+                "remote of the same env id."),
+             "inputSchema": _schema({"export": {
+                 "type": "boolean", "description": "also answer with the state's bytes (base64)"}})},
+            {"name": "restore", "description": (
+                "Go back to a snapshot's state (its token, or its exported bytes as state): a new "
+                "branch of the episode; answers as reset does, with the restored screenshot."),
+             "inputSchema": _schema({
+                 "token": {"type": "string", "maxLength": MAX_TOKEN_CHARS, "description": "snapshot's token"},
+                 "state": {"type": "string", "description": "snapshot's exported bytes, base64"},
+                 **_ANSWER})},
+        ]
     if remote.runtime.action_strings:
         tools += [
             {"name": "page", "inputSchema": _schema({}), "description": (
@@ -195,6 +220,8 @@ class Desk:
     def __init__(self, remote: RemoteLike, port_name: str = "MCP") -> None:
         self.remote, self.port_name = remote, port_name
         self.driver: Client | None = None
+        #: What the driver held at each snapshot this port took (the newest MAX_SNAPSHOTS).
+        self.held: dict[str, Held] = {}
         self._numbers = itertools.count(1)
 
     def client(self, peer: str = "") -> Client:
@@ -252,6 +279,8 @@ class Desk:
                     return [_text(await self._page())]
                 if name == "browser_action" and self.remote.runtime.action_strings:
                     return await self._browser_action(client, args)
+                if name in SNAPSHOT_TOOLS:
+                    return await self._snapshot_tool(client, name, args)
             except Refused as exc:
                 raise ToolError(exc.reason) from None
         names = ", ".join(t["name"] for t in tool_list(self.remote))
@@ -336,6 +365,41 @@ class Desk:
         client.held = Held()
         client.told()
         return await self._answer(client, "reset", {**args, "settle": False}, settle=False)
+
+    async def _snapshot_tool(self, client: Client, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
+        """``snapshot`` or ``restore`` through the remote's own path (``v0.env.snapshot``'s)."""
+        refusal = self.remote.runtime.snapshot_refusal
+        if refusal is not None:
+            raise ToolError(f"{self.remote.env_id} cannot snapshot or restore: {refusal}")
+        remote: Any = self.remote  # a Remote: its Restores part
+        if name == "snapshot":
+            export = args.get("export", False)
+            if not isinstance(export, bool):
+                raise ToolError(f"'export' is true or false, not {str(export)[:20]}")
+            self.take(client)
+            token, episode_id, frame, data = await remote.snapshot(export)
+            self.held[token] = copy.deepcopy(client.held)
+            while len(self.held) > MAX_SNAPSHOTS:
+                self.held.pop(next(iter(self.held)))
+            return [_text({"action": "snapshot", **snapshot_body(token, episode_id, frame, data),
+                           "episode_id": episode_id})]
+        if ("token" in args) == ("state" in args):
+            raise ToolError("restore takes exactly one of 'token' (a snapshot's) or 'state' (its "
+                            "exported bytes, base64, from snapshot with export: true)")
+        try:
+            request = parse_restore(None, 0.0, {"token": args.get("token"), "state": args.get("state")})
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+        self.take(client)
+        replied: dict[str, Any] = {}
+        await remote.restore(request.token, request.state, OBS_VNC,
+                             lambda episode_id, body=None: replied.update(body or {}))
+        # What the driver held when the snapshot was taken (the runtime holds it again).
+        client.held = copy.deepcopy(self.held.get(request.token or "", Held()))
+        client.told()
+        out = await self._answer(client, "restore", {**args, "settle": False}, settle=False)
+        out[-1] = _text({**orjson.loads(out[-1]["text"]), "restored": replied.get("restored")})
+        return out
 
     def _state(self, client: Client) -> dict[str, Any]:
         remote, screen = self.remote, self.screen
