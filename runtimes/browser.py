@@ -79,6 +79,7 @@ from .chromium import (
 from .marks import draw_marks
 from .page_clock import EPOCH_MS, FRAME_MS, PageClock, no_caret_blink_env
 from .page_structure import Element, PageStructure, install_click_hook, observe
+from .settle_page import PageIdle
 from .web_actor import WebActor
 from .xdisplay import (
     ProgramMissing,
@@ -233,6 +234,8 @@ class MiniWoBRuntime(DisplayRuntime):
             ) from None
         clock = self.clock = PageClock(self.cdp)
         await clock.install()
+        self.page_idle = PageIdle(self.cdp)  # after the clock: it wraps the clock's timers
+        self.fence.restart(await self.page_idle.install())
         self.page_input = CDPInput(
             self.cdp, now=lambda: clock.state.now if clock.state else 0.0,
             after_wheel=clock.rendered,
@@ -246,6 +249,7 @@ class MiniWoBRuntime(DisplayRuntime):
         self._paused = False
 
     async def _stop_browser(self) -> None:
+        self.page_idle = None
         if self.cdp is not None:
             await self.cdp.close()
             self.cdp = None
