@@ -97,8 +97,8 @@ class DisplayRuntime(Runtime):
         self.fence = InputFence()
         #: How the program's screen reacts and redraws (the quiet windows of X programs).
         self.timing = DamageTiming()
-        self._watch_since: float | None = None  # a settling wait's start
-        self._first_change: float | None = None  # the served area's first change since
+        self._settle_since: float | None = None  # a settling wait's start
+        self._settle_first: float | None = None  # the served area's first change since
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -186,8 +186,8 @@ class DisplayRuntime(Runtime):
                and r.y + r.height > y0 for r in update.rects):
             now = self.changed_at = time.monotonic()
             self.timing.on_change(now)
-            if self._first_change is None and self._watch_since is not None:
-                self._first_change = now
+            if self._settle_first is None and self._settle_since is not None:
+                self._settle_first = now
             self._changed.set()
         if self._pending is not None:
             self._pending.extend(
@@ -243,8 +243,8 @@ class DisplayRuntime(Runtime):
     def settle_watch(self) -> float:
         """Start watching the served screen for a settling action (before its input is
         sent: a change that comes quickly still counts); the ``started`` of :meth:`asettle`."""
-        self._watch_since, self._first_change = time.monotonic(), None
-        return self._watch_since
+        self._settle_since, self._settle_first = time.monotonic(), None
+        return self._settle_since
 
     async def asettle(self, started: float | None = None) -> dict[str, Any]:
         """Wait until the served screen has settled (``runtimes.settle``): a page that
@@ -255,9 +255,9 @@ class DisplayRuntime(Runtime):
         (None: it never did), until it settled, whether the deadline cut it short, and why
         it ended."""
         if started is None:
-            started = self._watch_since if self._watch_since is not None else self.settle_watch()
-        elif self._watch_since is None:
-            self._watch_since, self._first_change = started, None
+            started = self._settle_since if self._settle_since is not None else self.settle_watch()
+        elif self._settle_since is None:
+            self._settle_since, self._settle_first = started, None
         page, timing = self.page_idle, self.timing
         if page is None:
             watch = Settling(started, page=False, react_window=timing.react_window(),
@@ -283,10 +283,10 @@ class DisplayRuntime(Runtime):
         if watch.report is not None:
             self.fence.sync(watch.report)
         self.capture()
-        first_change = self._first_change
+        first_change = self._settle_first
         if first_change is None and self.changed_at > started:
             first_change = self.changed_at
-        self._watch_since = None
+        self._settle_since = None
         return {
             "react_s": None if first_change is None else first_change - started,
             "settled_s": time.monotonic() - started,
