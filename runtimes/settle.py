@@ -67,7 +67,7 @@ MIN_REACTIONS: Final = 4
 #: Margins on the slowest reaction / redraw gap seen, and the shortest windows.
 REACT_MARGIN: Final = 2.0
 GAP_MARGIN: Final = 2.0
-MIN_REACT: Final = 0.05
+MIN_REACT: Final = 0.1
 MIN_QUIET: Final = 0.05
 
 #: Pointer button bits that give the page a mousedown and a mouseup (left, middle,
@@ -152,9 +152,10 @@ class InputFence:
 class DamageTiming:
     """How an X program's screen moves after input, learned from its damage.
 
-    A change after input is a reaction (its delay is remembered); a change after a change
-    with no input between, sooner than :data:`QUIET_SECONDS`, continues a redraw (the gap
-    is remembered). Windows are the slowest of the last :data:`TIMING_HISTORY` times a
+    A change after input is a reaction (its delay is remembered); a change after a
+    reaction's last change with no input between, sooner than :data:`QUIET_SECONDS`,
+    continues its redraw (the gap is remembered). Changes no input began (the program
+    starting, a clock ticking) teach nothing. Windows are the slowest of the last :data:`TIMING_HISTORY` times a
     margin, between the floors and :data:`QUIET_SECONDS`, which stands until
     :data:`MIN_REACTIONS` reactions were seen.
     """
@@ -164,19 +165,26 @@ class DamageTiming:
         self._gaps: deque[float] = deque(maxlen=TIMING_HISTORY)
         self._input_at: float | None = None  # input not yet reacted to
         self._changed_at: float | None = None
+        self._burst = False  # the changes since the last reaction continue it
+        #: When input last went into X (time.monotonic(); 0: never).
+        self.input_at = 0.0
 
     def on_input(self, at: float) -> None:
+        self.input_at = at
         if self._input_at is None:
             self._input_at = at
 
     def on_change(self, at: float) -> None:
         if self._input_at is not None:
             delay = at - self._input_at
-            if delay < QUIET_SECONDS:
+            self._burst = delay < QUIET_SECONDS
+            if self._burst:
                 self._reacts.append(delay)
             self._input_at = None
-        elif self._changed_at is not None and at - self._changed_at < QUIET_SECONDS:
+        elif self._burst and self._changed_at is not None and at - self._changed_at < QUIET_SECONDS:
             self._gaps.append(at - self._changed_at)
+        else:
+            self._burst = False  # the program's own drawing (its start, a clock), not a reaction
         self._changed_at = at
 
     @property
@@ -242,17 +250,21 @@ class Settling:
         self.report, self.report_at, self._caught_up = report, at, caught_up
         self._until = at + report.until
 
-    def decide(self, now: float, changed_at: float) -> Verdict:
-        """Settled, or what to do next, given when the served screen last changed."""
+    def decide(self, now: float, changed_at: float, input_at: float = 0.0) -> Verdict:
+        """Settled, or what to do next, given when the served screen last changed (and
+        when input last went in: the program may react to input sent while it waits)."""
         elapsed = now - self.started
         if elapsed >= self.deadline:
             return Verdict(True, BY_DEADLINE)
-        changed = changed_at > self.started
         quiet = now - max(changed_at, self.started)
         if self.page and self.report is not None and not self._caught_up and elapsed >= INPUT_WAIT:
             self.page = False  # the input never showed in the page: it cannot say
         if not self.page:
-            window = self.quiet_window if changed else self.react_window
+            acted = max(input_at, self.started)
+            if changed_at > acted:  # it reacted: still for the redraw's window
+                window, quiet = self.quiet_window, now - changed_at
+            else:  # nothing yet since the input: the reaction's window
+                window, quiet = self.react_window, now - acted
             if quiet >= window:
                 return Verdict(True, BY_QUIET)
             return Verdict(False, wait=min(window - quiet, self.deadline - elapsed))

@@ -268,7 +268,7 @@ class DisplayRuntime(Runtime):
         while True:
             self._changed.clear()
             now = time.monotonic()
-            verdict = watch.decide(now, self.changed_at)
+            verdict = watch.decide(now, self.changed_at, timing.input_at)
             if verdict.settled:
                 break
             if verdict.wait > 0:
