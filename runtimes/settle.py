@@ -155,9 +155,9 @@ class DamageTiming:
     A change after input is a reaction (its delay is remembered); a change after a
     reaction's last change with no input between, sooner than :data:`QUIET_SECONDS`,
     continues its redraw (the gap is remembered). Changes no input began (the program
-    starting, a clock ticking) teach nothing. Windows are the slowest of the last :data:`TIMING_HISTORY` times a
-    margin, between the floors and :data:`QUIET_SECONDS`, which stands until
-    :data:`MIN_REACTIONS` reactions were seen.
+    starting, a clock ticking) teach nothing. Windows are the slowest of the last
+    :data:`TIMING_HISTORY` times a margin, between the floors and :data:`QUIET_SECONDS`,
+    which stands until :data:`MIN_REACTIONS` reactions were seen.
     """
 
     def __init__(self) -> None:
