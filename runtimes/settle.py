@@ -5,7 +5,8 @@ reports, it says whether the screen has settled, why, or how long to wait and wh
 to ask the page again), :class:`PageReport` (what a page says it has pending:
 ``runtimes.settle_page`` asks), :class:`InputFence` (whether the page has handled the
 input sent into X so far), :class:`DamageTiming` (how an X program's screen moves: how
-long it takes to react to input and how far apart the updates of one redraw come), the
+long it takes to react to input and how far apart the updates of one redraw come),
+:class:`DisplayLag` (how late a page's frame reaches the display), the
 reasons a wait ends (:data:`BY_PAGE`, :data:`BY_QUIET`, :data:`BY_DEADLINE`) and the
 limits. ``runtimes.xruntime`` (``DisplayRuntime.asettle``) is the asyncio shell.
 
@@ -37,8 +38,11 @@ QUIET_SECONDS: Final = 0.3
 #: Seconds a settling action waits at most for the screen to be still.
 SETTLE_DEADLINE: Final = 10.0
 #: Seconds with no damage, after a page said it is idle, for its last frame to have
-#: reached the display: about two frames at 60 Hz (the report itself waits two frames).
+#: reached the display: about two frames at 60 Hz (the report itself waits two frames);
+#: the least of the window :class:`DisplayLag` learns.
 FAST_QUIET: Final = 0.035
+#: Margin on the latest a page's frame has reached the display after an idle report.
+LAG_MARGIN: Final = 2.0
 #: Seconds ahead that a page's one-shot timers (and finite animations) are waited for;
 #: later ones are the page's business, not the action's.
 TIMER_HORIZON: Final = 1.0
@@ -205,6 +209,40 @@ class DamageTiming:
         return min(QUIET_SECONDS, max(MIN_QUIET, GAP_MARGIN * slowest))
 
 
+class DisplayLag:
+    """How late a page's last frame reaches the display after the page said it is idle.
+
+    The first change within :data:`QUIET_SECONDS` of an idle report, with no input
+    between, is that frame (or, rarely, the page's own later drawing: the window only
+    grows from it), whether it came during the wait or after it ended. The window is the latest of the last
+    :data:`TIMING_HISTORY` times :data:`LAG_MARGIN`, between :data:`FAST_QUIET` and
+    :data:`QUIET_SECONDS`: a loaded machine, whose frames come late, waits longer.
+    """
+
+    def __init__(self) -> None:
+        self._lags: deque[float] = deque(maxlen=TIMING_HISTORY)
+        self._idle_at: float | None = None
+
+    def on_idle(self, at: float) -> None:
+        """The page said it is idle (its answer arrived at ``at``)."""
+        self._idle_at = at
+
+    def on_input(self) -> None:
+        """Input went into X: the next change is its reaction, not the idle page's frame."""
+        self._idle_at = None
+
+    def on_change(self, at: float) -> None:
+        if self._idle_at is not None:
+            if at - self._idle_at < QUIET_SECONDS:
+                self._lags.append(max(0.0, at - self._idle_at))
+            self._idle_at = None
+
+    def window(self) -> float:
+        """Seconds of no damage after an idle report for the page's frame to be shown."""
+        latest = max(self._lags, default=0.0)
+        return min(QUIET_SECONDS, max(FAST_QUIET, LAG_MARGIN * latest))
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What :meth:`Settling.decide` says: settled (and ``by`` what), or wait up to ``wait``
@@ -222,7 +260,7 @@ class Settling:
     Feed it the page's reports (:meth:`on_report`; ``page=False``: there is no page, the
     windows decide) and ask :meth:`decide` with the time the served screen last changed.
     ``react_window``/``quiet_window``: the quiet rule's windows before and after the first
-    change.
+    change; ``fast_quiet``: the still screen an idle page needs (:class:`DisplayLag`).
     """
 
     def __init__(
@@ -232,9 +270,10 @@ class Settling:
         page: bool,
         react_window: float = QUIET_SECONDS,
         quiet_window: float = QUIET_SECONDS,
+        fast_quiet: float = FAST_QUIET,
         deadline: float = SETTLE_DEADLINE,
     ) -> None:
-        self.started, self.deadline = started, deadline
+        self.started, self.deadline, self.fast_quiet = started, deadline, fast_quiet
         self.react_window, self.quiet_window = react_window, quiet_window
         self.page = page  # the page can say (until it fails to)
         self.report: PageReport | None = None
@@ -273,9 +312,9 @@ class Settling:
             return Verdict(False, probe=True)
         if report.idle:
             since = now - max(self.report_at, changed_at)
-            if since >= FAST_QUIET:
+            if since >= self.fast_quiet:
                 return Verdict(True, BY_PAGE)
-            return Verdict(False, wait=FAST_QUIET - since)
+            return Verdict(False, wait=self.fast_quiet - since)
         if changed_at > self.report_at:
             return Verdict(False, probe=True)  # the screen moved since: ask again
         if report.ongoing and not report.due and quiet >= QUIET_SECONDS:

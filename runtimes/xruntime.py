@@ -33,7 +33,7 @@ from vncdriver.messages import Encoding
 
 from .base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult
 from .errors import RuntimeFailure
-from .settle import BY_DEADLINE, DamageTiming, InputFence, Settling
+from .settle import BY_DEADLINE, DamageTiming, DisplayLag, InputFence, Settling
 from .settle_page import PageIdle
 from .xdisplay import XProgram, XvncDisplay
 
@@ -97,6 +97,8 @@ class DisplayRuntime(Runtime):
         self.fence = InputFence()
         #: How the program's screen reacts and redraws (the quiet windows of X programs).
         self.timing = DamageTiming()
+        #: How late the page's frames reach the display (browsers: the idle page's window).
+        self.lag = DisplayLag()
         self._settle_since: float | None = None  # a settling wait's start
         self._settle_first: float | None = None  # the served area's first change since
 
@@ -186,6 +188,7 @@ class DisplayRuntime(Runtime):
                and r.y + r.height > y0 for r in update.rects):
             now = self.changed_at = time.monotonic()
             self.timing.on_change(now)
+            self.lag.on_change(now)
             if self._settle_first is None and self._settle_since is not None:
                 self._settle_first = now
             self._changed.set()
@@ -263,7 +266,7 @@ class DisplayRuntime(Runtime):
             watch = Settling(started, page=False, react_window=timing.react_window(),
                              quiet_window=timing.quiet_window())
         else:
-            watch = Settling(started, page=True)
+            watch = Settling(started, page=True, fast_quiet=self.lag.window())
         first = True
         while True:
             self._changed.clear()
@@ -279,7 +282,10 @@ class DisplayRuntime(Runtime):
                 report = await page.probe(first, sent)
                 first = False
                 caught_up = report is not None and self.fence.caught_up(report)
-                watch.on_report(report, time.monotonic(), caught_up)
+                at = time.monotonic()
+                watch.on_report(report, at, caught_up)
+                if caught_up and report is not None and report.idle:
+                    self.lag.on_idle(at)
         if watch.report is not None:
             self.fence.sync(watch.report)
         self.capture()
@@ -319,6 +325,7 @@ class DisplayRuntime(Runtime):
             screen.send_events(out)
             self.fence.on_sent(sent)
             self.timing.on_input(time.monotonic())
+            self.lag.on_input()
 
     def forward(self, events: Sequence[InputEvent]) -> None:
         self.inject(events)

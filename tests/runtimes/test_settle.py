@@ -18,6 +18,7 @@ from runtimes.settle import (
     QUIET_SECONDS,
     SETTLE_DEADLINE,
     DamageTiming,
+    DisplayLag,
     InputFence,
     PageReport,
     Settling,
@@ -112,3 +113,17 @@ def test_an_x_programs_windows_follow_its_reactions_and_redraws() -> None:
     assert timing.quiet_window() == pytest.approx(0.2)
     timing.on_change(last + 2.0)  # a tick a second later is the program's own time
     assert timing.quiet_window() == pytest.approx(0.2)
+
+
+def test_an_idle_pages_window_grows_with_how_late_its_frames_reach_the_display() -> None:
+    lag = DisplayLag()
+    assert lag.window() == FAST_QUIET
+    lag.on_idle(1.0)
+    lag.on_change(1.03)  # the page's frame, 30 ms after it said it was idle
+    assert lag.window() == pytest.approx(0.06)
+    lag.on_idle(2.0)
+    lag.on_input()
+    lag.on_change(2.2)  # a reaction to new input, not a late frame
+    lag.on_idle(3.0)
+    lag.on_change(4.0)  # the page's own time, long after
+    assert lag.window() == pytest.approx(0.06)
