@@ -80,7 +80,7 @@ _TRACKER_JS: Final = r"""
       let done = false;
       const over = () => { if (!done) { done = true; requests--; } };
       try {
-        const p = sFetch.apply(this, args);
+        const p = sFetch.apply(window, args);
         p.then(over, over);
         return p;
       } catch (e) { over(); throw e; }
