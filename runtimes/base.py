@@ -235,13 +235,13 @@ class Runtime(abc.ABC):
         raise NotImplementedError(f"{self.env_id} takes no action strings")
 
     def settle_watch(self) -> float:
-        """Start watching the screen for a settling action, before its input is sent;
-        the ``started`` :meth:`asettle` takes (a time.monotonic())."""
+        """Start watching the screen for a settling action, before its input is sent (the
+        next :meth:`asettle` counts from here); the time.monotonic() it started."""
         raise NotImplementedError(f"{self.env_id} cannot tell when its screen settles")
 
-    async def asettle(self, started: float | None = None) -> dict[str, Any]:
-        """Wait until the screen is still again (:attr:`settles`), watching from
-        ``started`` (:meth:`settle_watch`; None: now); how long it took."""
+    async def asettle(self) -> dict[str, Any]:
+        """Wait until the screen is still again (:attr:`settles`), watching from the last
+        :meth:`settle_watch` (none: from now); how long it took."""
         raise NotImplementedError(f"{self.env_id} cannot tell when its screen settles")
 
     async def aobservation(self, parts: frozenset[str] | None = None) -> dict[str, Any]:

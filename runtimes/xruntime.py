@@ -33,7 +33,7 @@ from vncdriver.messages import Encoding
 
 from .base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult
 from .errors import RuntimeFailure
-from .settle import BY_DEADLINE, DamageTiming, DisplayLag, InputFence, Settling
+from .settle import BY_DEADLINE, SETTLE_DEADLINE, DamageTiming, DisplayLag, InputFence, Settling
 from .settle_page import PageIdle
 from .xdisplay import XProgram, XvncDisplay
 
@@ -245,22 +245,22 @@ class DisplayRuntime(Runtime):
 
     def settle_watch(self) -> float:
         """Start watching the served screen for a settling action (before its input is
-        sent: a change that comes quickly still counts); the ``started`` of :meth:`asettle`."""
+        sent: a change that comes quickly still counts); the next :meth:`asettle` counts
+        from here. The time.monotonic() it started."""
         self._settle_since, self._settle_first = time.monotonic(), None
         return self._settle_since
 
-    async def asettle(self, started: float | None = None) -> dict[str, Any]:
+    async def asettle(self) -> dict[str, Any]:
         """Wait until the served screen has settled (``runtimes.settle``): a page that
         handled the input and has nothing pending, with the screen still for a frame or
         two (``by: "page-idle"``); else still for the quiet window (``"quiet"``: fixed
         for a page that cannot say, learned from an X program's damage); at most
-        :data:`~runtimes.settle.SETTLE_DEADLINE` (``"deadline"``). Seconds until the screen first changed
-        (None: it never did), until it settled, whether the deadline cut it short, and why
-        it ended."""
-        if started is None:
-            started = self._settle_since if self._settle_since is not None else self.settle_watch()
-        elif self._settle_since is None:
-            self._settle_since, self._settle_first = started, None
+        :data:`~runtimes.settle.SETTLE_DEADLINE` (``"deadline"``). Seconds until the
+        screen first changed (None: it never did), until it settled, whether the deadline
+        cut it short, and why it ended."""
+        started = self._settle_since
+        if started is None or time.monotonic() - started > SETTLE_DEADLINE:  # none, or stale
+            started = self.settle_watch()
         page, timing = self.page_idle, self.timing
         if page is None:
             watch = Settling(started, page=False, react_window=timing.react_window(),

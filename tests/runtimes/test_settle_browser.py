@@ -58,8 +58,8 @@ async def stage(rt: MiniWoBRuntime, handler: str) -> None:
         document.body.appendChild(el);
         return 0;
     }})()""")
-    watch = rt.settle_watch()  # (its own wait: the square is drawn and still)
-    await rt.asettle(watch)
+    rt.settle_watch()  # (its own wait: the square is drawn and still)
+    await rt.asettle()
     assert colour(rt) == RED
 
 
@@ -72,9 +72,9 @@ def colour(rt: MiniWoBRuntime) -> tuple[int, int, int]:
 async def click_and_settle(rt: MiniWoBRuntime) -> dict[str, object]:
     x, y, w, h = SQUARE
     cx, cy = x + w // 2, y + h // 2
-    watch = rt.settle_watch()
+    rt.settle_watch()
     rt.inject([PointerEvent(cx, cy, 0), PointerEvent(cx, cy, 1), PointerEvent(cx, cy, 0)])
-    return await rt.asettle(watch)
+    return await rt.asettle()
 
 
 async def test_an_idle_page_settles_by_saying_so(runtime: MiniWoBRuntime) -> None:
@@ -111,7 +111,8 @@ async def test_a_timer_set_before_the_wait_and_a_transition_are_waited_for(
         setTimeout(() => {{ el.style.backgroundColor = 'rgb{GREEN}'; }}, 400);
         return 0;
     }})()""")
-    settle = await runtime.asettle(runtime.settle_watch())
+    runtime.settle_watch()
+    settle = await runtime.asettle()
     assert colour(runtime) == GREEN, settle
     assert settle["by"] == BY_PAGE
 

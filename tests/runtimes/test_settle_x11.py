@@ -50,9 +50,9 @@ async def xcalc() -> AsyncIterator[X11Runtime]:
 
 
 async def click_and_settle(rt: X11Runtime, x: int, y: int) -> dict[str, object]:
-    watch = rt.settle_watch()
+    rt.settle_watch()
     rt.inject([PointerEvent(x, y, 0), PointerEvent(x, y, 1), PointerEvent(x, y, 0)])
-    return await rt.asettle(watch)
+    return await rt.asettle()
 
 
 async def test_an_x_programs_quiet_window_is_learned_and_its_frames_are_final(
