@@ -41,8 +41,11 @@ SETTLE_DEADLINE: Final = 10.0
 #: reached the display: about two frames at 60 Hz (the report itself waits two frames);
 #: the least of the window :class:`DisplayLag` learns.
 FAST_QUIET: Final = 0.035
-#: Margin on the latest a page's frame has reached the display after an idle report.
+#: Margin on the latest a page's frame has reached the display after an idle report,
+#: and the latest counted as that frame (a change later than it is the page drawing
+#: again, e.g. the remote's reset of a finished episode).
 LAG_MARGIN: Final = 2.0
+MAX_LAG: Final = 0.1
 #: Seconds ahead that a page's one-shot timers (and finite animations) are waited for;
 #: later ones are the page's business, not the action's.
 TIMER_HORIZON: Final = 1.0
@@ -51,12 +54,12 @@ TIMER_HORIZON: Final = 1.0
 MAX_PAGE_HOLD: Final = 1.5
 #: Seconds a page may take to show it handled the input sent into X; past it the page
 #: cannot say for this wait, and the quiet window decides.
-INPUT_WAIT: Final = 0.5
+INPUT_WAIT: Final = 1.0
 #: Seconds between two reports while the page is busy with things of no known end.
 PROBE_INTERVAL: Final = 1 / 60
 #: Seconds a page report may take (it waits two of the page's frames); past it the page
 #: cannot say (a page stuck in a script).
-PROBE_TIMEOUT: Final = 0.5
+PROBE_TIMEOUT: Final = 1.0
 
 #: Why a wait ended: the page was idle and the screen still; the screen was still for
 #: the quiet window; the deadline.
@@ -71,7 +74,7 @@ MIN_REACTIONS: Final = 4
 #: Margins on the slowest reaction / redraw gap seen, and the shortest windows.
 REACT_MARGIN: Final = 2.0
 GAP_MARGIN: Final = 2.0
-MIN_REACT: Final = 0.1
+MIN_REACT: Final = 0.15
 MIN_QUIET: Final = 0.05
 
 #: Pointer button bits that give the page a mousedown and a mouseup (left, middle,
@@ -212,7 +215,7 @@ class DamageTiming:
 class DisplayLag:
     """How late a page's last frame reaches the display after the page said it is idle.
 
-    The first change within :data:`QUIET_SECONDS` of an idle report, with no input
+    The first change within :data:`MAX_LAG` of an idle report, with no input or reset
     between, is that frame (or, rarely, the page's own later drawing: the window only
     grows from it), whether it came during the wait or after it ended. The window is the latest of the last
     :data:`TIMING_HISTORY` times :data:`LAG_MARGIN`, between :data:`FAST_QUIET` and
@@ -227,13 +230,14 @@ class DisplayLag:
         """The page said it is idle (its answer arrived at ``at``)."""
         self._idle_at = at
 
-    def on_input(self) -> None:
-        """Input went into X: the next change is its reaction, not the idle page's frame."""
+    def forget(self) -> None:
+        """Input went into X, or the runtime redraws (a reset): the next change is that,
+        not the idle page's last frame."""
         self._idle_at = None
 
     def on_change(self, at: float) -> None:
         if self._idle_at is not None:
-            if at - self._idle_at < QUIET_SECONDS:
+            if at - self._idle_at <= MAX_LAG:
                 self._lags.append(max(0.0, at - self._idle_at))
             self._idle_at = None
 

@@ -137,6 +137,7 @@ class DisplayRuntime(Runtime):
     async def _revive_display(self) -> None:
         """Start the display again if Xvnc or our connection to it is gone (a reset
         calls this first, so a lost display ends one episode, not the remote)."""
+        self.lag.forget()  # what the reset draws is not a late frame of the last page
         alive = self.display is not None and self.display.process is not None
         alive = alive and self.display.process.poll() is None  # type: ignore[union-attr]
         if alive and self.screen is not None and self.screen.connected:
@@ -325,7 +326,7 @@ class DisplayRuntime(Runtime):
             screen.send_events(out)
             self.fence.on_sent(sent)
             self.timing.on_input(time.monotonic())
-            self.lag.on_input()
+            self.lag.forget()
 
     def forward(self, events: Sequence[InputEvent]) -> None:
         self.inject(events)

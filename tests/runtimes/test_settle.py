@@ -43,9 +43,10 @@ def test_a_page_that_has_not_had_the_input_is_asked_again_then_not_believed() ->
     behind = PageReport(due=0, until=0.0, ongoing=(), inputs=0, pointer=None, sent=3)
     watch.on_report(behind, 0.03, caught_up=False)
     assert watch.decide(0.03, 0.0).probe
-    verdict = watch.decide(INPUT_WAIT, 0.4)  # it never showed: the quiet window decides
+    changed = INPUT_WAIT - 0.1
+    verdict = watch.decide(INPUT_WAIT, changed)  # it never showed: the quiet window decides
     assert not verdict.settled and not verdict.probe
-    assert watch.decide(0.41 + QUIET_SECONDS, 0.4).by == BY_QUIET
+    assert watch.decide(changed + QUIET_SECONDS + 0.01, changed).by == BY_QUIET
 
 
 def test_due_timers_hold_the_wait_past_the_quiet_window_but_not_for_ever() -> None:
@@ -122,8 +123,8 @@ def test_an_idle_pages_window_grows_with_how_late_its_frames_reach_the_display()
     lag.on_change(1.03)  # the page's frame, 30 ms after it said it was idle
     assert lag.window() == pytest.approx(0.06)
     lag.on_idle(2.0)
-    lag.on_input()
-    lag.on_change(2.2)  # a reaction to new input, not a late frame
+    lag.forget()
+    lag.on_change(2.05)  # a reaction to new input, not a late frame
     lag.on_idle(3.0)
-    lag.on_change(4.0)  # the page's own time, long after
+    lag.on_change(3.2)  # the page drawing again, later than a frame can be
     assert lag.window() == pytest.approx(0.06)
