@@ -10,7 +10,9 @@ Two parts, each with the sleeps as peer rows on the same actions:
 
 - **MiniWoB click tasks** (:data:`TASKS` x :data:`SEEDS`), played by the scripted oracle
   (``benchmarks.web_oracle``: action strings computed from the page's elements) through
-  ``gymnasium.make(..., observations=("screen", "page"), actions="web")`` in real time.
+  ``gymnasium.make(..., observations=("screen", "page"), actions="web")`` in real time,
+  its clicks sent as X clicks at the elements' points (as a computer-use agent clicks at
+  coordinates) and, in rows of their own, as its action strings.
   Settling: one step per action. A sleep: the action's step, the sleep, and a no-op step
   that reads the screen and page then (BrowserGym's way). Per row: seconds from sending an
   action until the screenshot after it is in hand (median, p90; and the median of the
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import statistics
 import time
 from collections import Counter
@@ -50,6 +53,9 @@ from runtimes.registry import miniwob_env_id  # noqa: E402
 TASKS: Final = ("click-test", "click-button", "click-link", "click-dialog", "click-checkboxes",
                 "click-collapsible", "click-tab", "click-option")
 SEEDS: Final = quick(5, 2)
+#: How the oracle's actions go: as X clicks at the elements' points (a computer-use
+#: agent's way) and as its action strings (the remote finds the element and clicks).
+KINDS: Final = {"clicks": "X clicks at the elements' points", "strings": "action strings"}
 #: The fixed sleeps compared: BrowserGym's and Anthropic's reference environment's.
 SLEEPS: Final = (0.5, 2.0)
 #: xcalc: clicks per row, and seconds until the look that says what the screen stays as.
@@ -92,8 +98,24 @@ def note_settle(row: Row, info: dict[str, Any]) -> None:
         row.settled_s.append(float(settle["settled_s"]))
 
 
-def web_row(sleep: float | None) -> Row:
-    """Every task's seeds on one local remote; ``sleep``: act, sleep, observe (else settle)."""
+def as_clicks(action: str, page: dict[str, Any]) -> list[list[tuple[Any, ...]]] | None:
+    """The oracle's ``click('aN')`` lines as X clicks at the elements' points (what a
+    computer-use agent sends: coordinates, not element ids); None if it does more."""
+    lines = [line.strip() for line in action.splitlines() if line.strip()]
+    wanted = [re.fullmatch(r"click\('(a\d+)'\)", line) for line in lines]
+    if not lines or not all(wanted):
+        return None
+    where = {e["bid"]: e.get("point") or [e["bbox"][0] + e["bbox"][2] / 2, e["bbox"][1] + e["bbox"][3] / 2]
+             for e in page["elements"]}
+    points = [where.get(m.group(1)) for m in wanted if m is not None]
+    if any(p is None for p in points):
+        return None
+    return [click(int(p[0]), int(p[1])) for p in points if p is not None]
+
+
+def web_row(sleep: float | None, kind: str) -> Row:
+    """Every task's seeds on one local remote; ``sleep``: act, sleep, observe (else
+    settle); ``kind``: the oracle's action strings, or its clicks as X clicks."""
     settings: dict[str, Any] = {"mode": "realtime"}
     if sleep is None:
         settings["step_mode"] = "settle"
@@ -106,16 +128,20 @@ def web_row(sleep: float | None) -> Row:
                 row.tries += 1
                 for _ in range(MAX_STEPS):
                     action = act(task, obs["instruction"], info["page"]) or ""
-                    started = time.perf_counter()
-                    obs, reward, terminated, truncated, info = env.step(action)
-                    if sleep is not None:
-                        time.sleep(sleep)
-                        if not (terminated or truncated):
-                            obs, reward, terminated, truncated, info = env.step("")
-                    took = time.perf_counter() - started
-                    row.per_action.append(took)
-                    note_settle(row, info)
-                    if not (terminated or truncated):
+                    clicks = as_clicks(action, info["page"]) if kind == "clicks" else None
+                    steps: list[Any] = list(clicks) if clicks else [action]
+                    for step in steps:
+                        started = time.perf_counter()
+                        obs, reward, terminated, truncated, info = env.step(step)
+                        if sleep is not None:
+                            time.sleep(sleep)
+                            if not (terminated or truncated):
+                                obs, reward, terminated, truncated, info = env.step("")
+                        took = time.perf_counter() - started
+                        row.per_action.append(took)
+                        note_settle(row, info)
+                        if terminated or truncated:
+                            break
                         row.mid_episode.append(took)
                     if terminated or truncated:
                         row.won += won(float(reward), info)
@@ -163,13 +189,17 @@ def x_row(sleep: float | None, clicks: list[tuple[int, int]]) -> Row:
 def main() -> None:
     print(f"  MiniWoB: {len(TASKS)} click tasks x {SEEDS} seeds, the oracle's actions, one "
           "local remote per row", flush=True)
-    web = {"settle": web_row(None)}
-    for sleep in SLEEPS:
-        web[f"sleep {sleep:g} s"] = web_row(sleep)
     headers = ["way", "median ms", "p90 ms", "mid-episode ms", "won", "success", "settles ended by"]
-    table(headers, [row.cells(name) for name, row in web.items()])
-    if web["settle"].settled_s:
-        print(f"  remote side (settled_s): median {1000 * statistics.median(web['settle'].settled_s):.0f} ms")
+    webs: dict[str, dict[str, Row]] = {}
+    for kind in KINDS:
+        web = webs[kind] = {"settle": web_row(None, kind)}
+        for sleep in SLEEPS:
+            web[f"sleep {sleep:g} s"] = web_row(sleep, kind)
+        print(f"  {KINDS[kind]}:")
+        table(headers, [row.cells(name) for name, row in web.items()])
+        if web["settle"].settled_s:
+            print(f"  remote side (settled_s): median "
+                  f"{1000 * statistics.median(web['settle'].settled_s):.0f} ms", flush=True)
 
     rng = random.Random(0)
     clicks = [X_CLEAR if i % 8 == 7 else rng.choice(X_DIGITS) for i in range(X_CLICKS)]
@@ -187,7 +217,8 @@ def main() -> None:
         wins = " / ".join(f"{100 * r.won / max(r.tries, 1):.0f}" for r in rows.values())
         return f"median {1000 * s.median:.0f} ms ({ratios}), success {wins} %"
 
-    print(f"settle_latency: MiniWoB {summary(web)}; xcalc {summary(xs)} "
+    print(f"settle_latency: MiniWoB X clicks {summary(webs['clicks'])}; action strings "
+          f"{summary(webs['strings'])}; xcalc {summary(xs)} "
           f"(settle / {' / '.join(f'{t:g} s' for t in SLEEPS)})")
 
 
