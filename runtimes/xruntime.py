@@ -9,7 +9,10 @@ of it (:meth:`DisplayRuntime.capture`) into :attr:`~runtimes.base.Runtime.frameb
 So the remote's own VNC server serves these screens like any game's — frame tags, TLS,
 recording, shared-memory lockstep frames, viewer slots, passwords, dm_env_rpc — and
 every input, a viewer's or an agent's, reaches the program as real X input through the
-same connection (:meth:`DisplayRuntime.inject`).
+same connection (:meth:`DisplayRuntime.inject`). A settling action
+(:meth:`DisplayRuntime.asettle`) is answered once the screen has settled, judged by
+``runtimes.settle`` from the page's reports (a browser's :attr:`DisplayRuntime.page_idle`)
+or the program's damage timing.
 
 Why RFB over the socket and not an XShm grab of the screen: ``benchmarks/display_capture``
 measures both; a grab copies and compares the whole screen every frame, where Xvnc
