@@ -72,10 +72,10 @@ BY_DEADLINE: Final = "deadline"
 TIMING_HISTORY: Final = 64
 MIN_REACTIONS: Final = 4
 #: Margins on the slowest reaction / redraw gap seen, and the shortest windows.
-REACT_MARGIN: Final = 2.0
-GAP_MARGIN: Final = 2.0
-MIN_REACT: Final = 0.15
-MIN_QUIET: Final = 0.05
+REACT_MARGIN: Final = 3.0
+GAP_MARGIN: Final = 3.0
+MIN_REACT: Final = 0.2
+MIN_QUIET: Final = 0.08
 
 #: Pointer button bits that give the page a mousedown and a mouseup (left, middle,
 #: right), and wheel bits whose press gives it one wheel event.
