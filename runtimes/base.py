@@ -245,8 +245,14 @@ class Runtime(abc.ABC):
         own failure: an unknown element is an error value)."""
         raise NotImplementedError(f"{self.env_id} takes no action strings")
 
+    def settle_watch(self) -> float:
+        """Start watching the screen for a settling action, before its input is sent (the
+        next :meth:`asettle` counts from here); the time.monotonic() it started."""
+        raise NotImplementedError(f"{self.env_id} cannot tell when its screen settles")
+
     async def asettle(self) -> dict[str, Any]:
-        """Wait until the screen is still again (:attr:`settles`); how long it took."""
+        """Wait until the screen is still again (:attr:`settles`), watching from the last
+        :meth:`settle_watch` (none: from now); how long it took."""
         raise NotImplementedError(f"{self.env_id} cannot tell when its screen settles")
 
     async def aobservation(self, parts: frozenset[str] | None = None) -> dict[str, Any]:

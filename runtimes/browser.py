@@ -88,6 +88,7 @@ from .frame_witness import WITNESS_TIMEOUT, FrameWitness, agreed_screenshot, cap
 from .marks import draw_marks
 from .page_clock import EPOCH_MS, FRAME_MS, PageClock, no_caret_blink_env
 from .page_structure import Element, PageStructure, install_click_hook, observe
+from .settle_page import PageIdle
 from .web_actor import WebActor
 from .xdisplay import (
     ProgramMissing,
@@ -277,6 +278,8 @@ class MiniWoBRuntime(DisplayRuntime):
         self.cdp = await CDPClient.connect(port)
         clock = self.clock = PageClock(self.cdp)
         await clock.install()
+        self.page_idle = PageIdle(self.cdp)  # after the clock: it wraps the clock's timers
+        self.fence.restart(await self.page_idle.install())
         self.page_input = CDPInput(
             self.cdp, now=lambda: clock.state.now if clock.state else 0.0,
             after_wheel=clock.rendered,
@@ -326,6 +329,7 @@ class MiniWoBRuntime(DisplayRuntime):
         self.display, self.screen, self.browser, self.cdp = old.display, old.screen, old.browser, old.cdp
         self.clock, self.page_input, self._witness = old.clock, old.page_input, old._witness
         self._profile, self._chromium = old._profile, old._chromium
+        self.page_idle, old.page_idle = old.page_idle, None  # installed on every new document
         old.display = old.screen = old.browser = old.cdp = None
         old.clock, old.page_input, old._witness, old._profile = None, None, None, None
         self.screen.on_update = self._damaged
@@ -334,6 +338,7 @@ class MiniWoBRuntime(DisplayRuntime):
             await self._witness.hide()
         await self.page_input.release()  # keys and buttons the old task held
         await self._load_task()
+        self.fence.restart()  # the new page counts its input from nought
         self.capture()
         self.startup_seconds = time.monotonic() - started
         log.info("%s took over %s's browser in %.2f s", self.env_id, old.env_id,
@@ -341,6 +346,7 @@ class MiniWoBRuntime(DisplayRuntime):
         return True
 
     async def _stop_browser(self) -> None:
+        self.page_idle = None
         if self.cdp is not None:
             await self.cdp.close()
             self.cdp = None

@@ -9,7 +9,10 @@ of it (:meth:`DisplayRuntime.capture`) into :attr:`~runtimes.base.Runtime.frameb
 So the remote's own VNC server serves these screens like any game's — frame tags, TLS,
 recording, shared-memory lockstep frames, viewer slots, passwords, dm_env_rpc — and
 every input, a viewer's or an agent's, reaches the program as real X input through the
-same connection (:meth:`DisplayRuntime.inject`).
+same connection (:meth:`DisplayRuntime.inject`). A settling action
+(:meth:`DisplayRuntime.asettle`) is answered once the screen has settled, judged by
+``runtimes.settle`` from the page's reports (a browser's :attr:`DisplayRuntime.page_idle`)
+or the program's damage timing.
 
 Why RFB over the socket and not an XShm grab of the screen: ``benchmarks/display_capture``
 measures both; a grab copies and compares the whole screen every frame, where Xvnc
@@ -31,8 +34,10 @@ from vncdriver.client_protocol import FramebufferUpdated
 from vncdriver.errors import UnknownKey
 from vncdriver.messages import Encoding
 
-from .base import InputEvent, KeyEvent, Runtime, StepResult
+from .base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult
 from .errors import RuntimeFailure
+from .settle import BY_DEADLINE, SETTLE_DEADLINE, DamageTiming, DisplayLag, InputFence, Settling
+from .settle_page import PageIdle
 from .xdisplay import XProgram, XvncDisplay
 
 log = logging.getLogger(__name__)
@@ -47,10 +52,6 @@ FIRST_FRAME_TIMEOUT: Final = 10.0
 #: crossed the socket, at more than twice the remote's CPU per frame
 #: (``python -m benchmarks display_capture``; benchmarks/RESULTS.md).
 CAPTURE_ARGS: Final = ("-FrameRate", "240")
-#: Seconds the served screen must stay unchanged for an action to have settled.
-QUIET_SECONDS: Final = 0.3
-#: Seconds a settling action waits at most for the screen to be still.
-SETTLE_DEADLINE: Final = 10.0
 #: Damaged rectangles past which a capture copies their bounding box in one piece
 #: (Xvnc sends a redraw as many small rectangles; one copy is cheaper than a hundred).
 MAX_DAMAGE_RECTS: Final = 16
@@ -92,6 +93,17 @@ class DisplayRuntime(Runtime):
         #: When the served area last changed on the display (time.monotonic()).
         self.changed_at = 0.0
         self._changed = asyncio.Event()  # set at each change, for asettle
+        #: The page's tracker, when the program is a page that can say it is idle (the
+        #: browser sets it); None: the screen's damage timing alone decides.
+        self.page_idle: PageIdle | None = None
+        #: The input sent into X, for the page to catch up with (runtimes.settle).
+        self.fence = InputFence()
+        #: How the program's screen reacts and redraws (the quiet windows of X programs).
+        self.timing = DamageTiming()
+        #: How late the page's frames reach the display (browsers: the idle page's window).
+        self.lag = DisplayLag()
+        self._settle_since: float | None = None  # a settling wait's start
+        self._settle_first: float | None = None  # the served area's first change since
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -128,6 +140,7 @@ class DisplayRuntime(Runtime):
     async def _revive_display(self) -> None:
         """Start the display again if Xvnc or our connection to it is gone (a reset
         calls this first, so a lost display ends one episode, not the remote)."""
+        self.lag.forget()  # what the reset draws is not a late frame of the last page
         alive = self.display is not None and self.display.process is not None
         alive = alive and self.display.process.poll() is None  # type: ignore[union-attr]
         if alive and self.screen is not None and self.screen.connected:
@@ -177,7 +190,11 @@ class DisplayRuntime(Runtime):
         x1, y1 = x0 + self.width, y0 + self.height
         if any(r.encoding >= 0 and r.x < x1 and r.x + r.width > x0 and r.y < y1
                and r.y + r.height > y0 for r in update.rects):
-            self.changed_at = time.monotonic()
+            now = self.changed_at = time.monotonic()
+            self.timing.on_change(now)
+            self.lag.on_change(now)
+            if self._settle_first is None and self._settle_since is not None:
+                self._settle_first = now
             self._changed.set()
         if self._pending is not None:
             self._pending.extend(
@@ -230,27 +247,61 @@ class DisplayRuntime(Runtime):
             await self.screen.wait_update(after, timeout)
         self.capture()
 
+    def settle_watch(self) -> float:
+        """Start watching the served screen for a settling action (before its input is
+        sent: a change that comes quickly still counts); the next :meth:`asettle` counts
+        from here. The time.monotonic() it started."""
+        self._settle_since, self._settle_first = time.monotonic(), None
+        return self._settle_since
+
     async def asettle(self) -> dict[str, Any]:
-        """Wait until the served screen has not changed for :data:`QUIET_SECONDS` (at most
-        :data:`SETTLE_DEADLINE`); seconds until it first changed (None: it never did),
-        until it was still, and whether the deadline cut the wait short."""
-        started = time.monotonic()
-        react: float | None = None
+        """Wait until the served screen has settled (``runtimes.settle``): a page that
+        handled the input and has nothing pending, with the screen still for a frame or
+        two (``by: "page-idle"``); else still for the quiet window (``"quiet"``: fixed
+        for a page that cannot say, learned from an X program's damage); at most
+        :data:`~runtimes.settle.SETTLE_DEADLINE` (``"deadline"``). Seconds until the
+        screen first changed (None: it never did), until it settled, whether the deadline
+        cut it short, and why it ended."""
+        started = self._settle_since
+        if started is None or time.monotonic() - started > SETTLE_DEADLINE:  # none, or stale
+            started = self.settle_watch()
+        page, timing = self.page_idle, self.timing
+        if page is None:
+            watch = Settling(started, page=False, react_window=timing.react_window(),
+                             quiet_window=timing.quiet_window())
+        else:
+            watch = Settling(started, page=True, fast_quiet=self.lag.window())
+        first = True
         while True:
-            now = time.monotonic()
-            if react is None and self.changed_at > started:
-                react = self.changed_at - started
-            quiet = now - max(self.changed_at, started)
-            if quiet >= QUIET_SECONDS or now - started >= SETTLE_DEADLINE:
-                break
             self._changed.clear()
-            wait = min(QUIET_SECONDS - quiet, SETTLE_DEADLINE - (now - started))
-            with contextlib.suppress(TimeoutError):  # still for the rest of the quiet time
-                await asyncio.wait_for(self._changed.wait(), wait)
+            now = time.monotonic()
+            verdict = watch.decide(now, self.changed_at, timing.input_at)
+            if verdict.settled:
+                break
+            if verdict.wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), verdict.wait)
+            if verdict.probe and page is not None:
+                sent = self.fence.sent
+                report = await page.probe(first, sent)
+                first = False
+                caught_up = report is not None and self.fence.caught_up(report)
+                at = time.monotonic()
+                watch.on_report(report, at, caught_up)
+                if caught_up and report is not None and report.idle:
+                    self.lag.on_idle(at)
+        if watch.report is not None:
+            self.fence.sync(watch.report)
         self.capture()
+        first_change = self._settle_first
+        if first_change is None and self.changed_at > started:
+            first_change = self.changed_at
+        self._settle_since = None
         return {
-            "react_s": react, "settled_s": time.monotonic() - started,
-            "deadline_hit": now - started >= SETTLE_DEADLINE,
+            "react_s": None if first_change is None else first_change - started,
+            "settled_s": time.monotonic() - started,
+            "deadline_hit": verdict.by == BY_DEADLINE,
+            "by": verdict.by,
         }
 
     def inject(self, events: Sequence[InputEvent]) -> None:
@@ -261,16 +312,24 @@ class DisplayRuntime(Runtime):
             raise DisplayLost(f"{self.env_id}: the X display is gone; the next reset restarts it")
         x0, y0 = self.origin
         out: list[tuple[object, ...]] = []
+        sent: list[InputEvent] = []
         for event in events:
             if isinstance(event, KeyEvent):
                 try:
                     out.append(("KeyEvent", key_number(event.key), event.down))
                 except UnknownKey:
                     log.debug("%s: no keysym for %r; dropped", self.env_id, event.key)
+                    continue
+                sent.append(event)
             else:
-                out.append(("PointerEvent", event.x + x0, event.y + y0, event.buttonmask))
+                moved = PointerEvent(event.x + x0, event.y + y0, event.buttonmask)
+                out.append(("PointerEvent", *moved))
+                sent.append(moved)
         if out:
             screen.send_events(out)
+            self.fence.on_sent(sent)
+            self.timing.on_input(time.monotonic())
+            self.lag.forget()
 
     def forward(self, events: Sequence[InputEvent]) -> None:
         self.inject(events)
