@@ -23,8 +23,9 @@ returns.
   A string the remote would refuse as a request (too long, not UTF-8) is not sent: the
   step is a no-op whose ``info["last_action_error"]`` says why.
 - **Settling.** ``step_mode="settle"`` sends every action (events, a string, or nothing)
-  with ``settle: true``: the remote answers once its screen has been still for its quiet
-  time, with ``settle`` = ``{react_s, settled_s, deadline_hit}``.
+  with ``settle: true``: the remote answers once its screen has settled (the page idle,
+  or still for its quiet time: docs/browser.md), with ``settle`` =
+  ``{react_s, settled_s, deadline_hit, by}``.
 
 The rewarder's clients give what this needs as public calls: an action string with
 ``settle`` (``RewarderClient.send_answered_action``, ``BlockingRewarder.send_step``), the
