@@ -7,7 +7,9 @@ Chromium starts: ``runtimes.chromium``). Importing this module raises
 ModuleNotFoundError when the ``browser`` extra (the ``miniwob`` wheel) is missing and
 :class:`~runtimes.xdisplay.ProgramMissing` (also a ModuleNotFoundError) when Xvnc or
 Chromium is, naming the Debian package; the registry then lists no ``miniwob.*`` ids and
-``serve`` says what to install.
+``serve`` says what to install. Here are the task's episodes (reset, lockstep steps, the
+poller, the outcome, rewards, snapshots); the browser's lifecycle on its display is
+:mod:`runtimes.browser_host`'s, what web agents read and do :mod:`runtimes.browser_agents`'s.
 
 **Screen.** Chromium runs in kiosk mode, no window manager, on a 640x480 Xvnc display
 the remote reads over a Unix socket (``runtimes.xruntime``), so the page fills the screen
@@ -52,12 +54,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
 import numpy as np
@@ -66,43 +64,30 @@ from rewarder.protocol import LOCKSTEP
 from vncdriver import keysyms
 
 from . import browser_snapshots
-from .base import InputEvent, PointerEvent, Runtime, StepResult
-from .browser_snapshots import EpisodeLog, begin_log, fresh_seed, start_alike
-from .cdp import CDPClient, CDPError
-from .cdp_input import CDPInput
+from .base import InputEvent, PointerEvent, StepResult
+from .browser_agents import BrowserForAgents
+from .browser_host import BLANK_PAGE, SCREEN_HEIGHT, SCREEN_WIDTH
+from .browser_snapshots import begin_log, fresh_seed, start_alike
+from .cdp import CDPError
 from .chromium import (
     CHROMIUM_ENV,
     PAGE_TIMEOUT,
     READY_EXPRESSION,
     STATE_EXPRESSION,
-    SWITCH_ENV,
-    devtools_port,
     env_id_for,
     find_chromium,
     find_xvnc,
     html_dir,
-    spawn_chromium,
 )
 from .errors import SnapshotUnsupported
 from .frame_witness import WITNESS_TIMEOUT, FrameWitness, agreed_screenshot, capture_way
-from .marks import draw_marks
-from .page_clock import EPOCH_MS, FRAME_MS, PageClock, no_caret_blink_env
-from .page_structure import Element, PageStructure, install_click_hook, observe
-from .settle_page import PageIdle
-from .web_actor import WebActor
-from .xdisplay import (
-    ProgramMissing,
-    XProgram,
-    log_tail,
-)
-from .xruntime import DisplayRuntime
+from .page_clock import EPOCH_MS, FRAME_MS
+from .xdisplay import ProgramMissing
 
 log = logging.getLogger(__name__)
 
 # Screen ------------------------------------------------------------------------------------
 
-SCREEN_WIDTH: Final = 640
-SCREEN_HEIGHT: Final = 480
 #: Where the task is on the screen: x, y, width, height (MiniWoB's ``#wrap`` is 160x210).
 TASK_AREA: Final = (0, 0, 160, 210)
 #: ``serve --option screen=...``: the task area (the default) or the whole screen.
@@ -115,10 +100,6 @@ REWARDS: Final = ("discounted", "raw", "success")
 SETTLE_TIMEOUT: Final = 2.0
 #: Frames per second of the remote's loop: it only forwards input and picks up results.
 FPS: Final = 60.0
-
-#: What Chromium shows before the task page loads: the page clock and the click hook are
-#: installed first, so they run before the task's own scripts (as after an env switch).
-BLANK_PAGE: Final = "about:blank"
 
 # Episodes ----------------------------------------------------------------------------------
 
@@ -151,7 +132,7 @@ KEYS: Final = tuple(
 BUTTONS: Final = 0b11001
 
 
-class MiniWoBRuntime(DisplayRuntime):
+class MiniWoBRuntime(BrowserForAgents):
     """One MiniWoB++ task in Chromium on an X display that the remote serves."""
 
     width: ClassVar[int] = TASK_AREA[2]
@@ -165,12 +146,8 @@ class MiniWoBRuntime(DisplayRuntime):
     async_advance: ClassVar[bool] = True
     action_strings: ClassVar[bool] = True  # runtimes.web_actor, docs/browser.md
     options: ClassVar[tuple[str, ...]] = ("screen", "marks", "reward")
-    #: The task page's file name (``click-test.html``); set per subclass.
-    page: ClassVar[str]
     #: Which screen this class serves (one of :data:`SCREENS`).
     screen_kind: ClassVar[str] = "task"
-    #: Lockstep's frames from the display (made at the first lockstep frame).
-    _witness: FrameWitness | None = None
 
     def __new__(cls, screen: str = "task", marks: bool = False, reward: str = "discounted") -> MiniWoBRuntime:
         """``screen="full"`` makes the whole-screen form of the task's class (every
@@ -191,48 +168,15 @@ class MiniWoBRuntime(DisplayRuntime):
         if reward not in REWARDS:
             raise ValueError(f"reward must be one of {', '.join(REWARDS)}, not {reward!r}")
         self.marks, self.reward = bool(marks), reward
-        self._marked: list[Element] | None = None  # the elements the marks show
-        self._marks_stale = False  # new elements since the marks were drawn
-        self._clean: np.ndarray | None = None  # lockstep's last screenshot, unmarked
-        self.browser: XProgram | None = None
-        self.cdp: CDPClient | None = None
-        #: The page's clock (lockstep) and its DevTools input (lockstep's input).
-        self.clock: PageClock | None = None
-        self.page_input: CDPInput | None = None
-        self._paused = False  # the clock is in lockstep
-        self._observation: dict[str, Any] | None = None  # made, not yet taken
-        self._observed_at = 0.0  # time.monotonic() of the last page observation
-        self._renumber = False  # the next walk numbers the page afresh (a new episode)
-        self._last_action: dict[str, Any] | None = None  # a lockstep step's action string
-        self._input_tasks: set[asyncio.Task[None]] = set()  # lockstep actions' DevTools input
-        #: Where the last action string left the pointer (screen pixels): the next one's
-        #: ``scroll`` happens there, and its witness move starts from there.
-        self._action_pointer: tuple[int, int] | None = None
-        #: Seconds the last :meth:`astart` took (Xvnc, Chromium, the page).
-        self.startup_seconds: float | None = None
-        self._chromium: str | None = None
-        self._profile: Path | None = None
-        self._poller: asyncio.Task[None] | None = None
         self._generation = 0  # bumped by every reset: the poller drops older readings
         #: WOB_EPISODE_ID when our episode started; None while a reset starts one.
         self._wob_episode: int | None = 0
-        #: Real time, for one act (arun_action, asettle, aobservation): when the action
-        #: string's input began, and when the screen first changed after that.
-        self._acted_at: float | None = None
-        self._first_change: float | None = None
         self._text: str | None = None  # the instruction, sent at the episode's first frame
         self._outcome: tuple[float, dict[str, Any]] | None = None  # set by the poller
         self._reported = False
         self._failure: str | None = None  # set by the poller when the browser is lost
-        #: The lockstep episode's seed and inputs: its snapshot (runtimes.browser_snapshots).
-        self.episode_log: EpisodeLog | None = None
         # describe on an instance says whether it can snapshot in its mode, now
         self.describe = self._describe_now  # type: ignore[method-assign]
-
-    @classmethod
-    def url(cls) -> str:
-        """``file://`` URL of the task page in the installed wheel."""
-        return (html_dir() / cls.page).as_uri()
 
     @classmethod
     def describe(cls) -> dict[str, Any]:
@@ -243,138 +187,6 @@ class MiniWoBRuntime(DisplayRuntime):
         """:meth:`describe` of this instance (the remote asks the runtime it serves):
         whether it can snapshot depends on its mode."""
         return {**type(self).describe(), "snapshots": self.snapshot_refusal}
-
-    # Lifecycle -----------------------------------------------------------------------------
-
-    async def astart(self) -> None:
-        """Start the display, Chromium on it, and load the task."""
-        started = time.monotonic()
-        self._chromium = find_chromium()  # fail before starting anything if it is missing
-        await super().astart()
-        self.startup_seconds = time.monotonic() - started
-        log.info("%s started in %.2f s on %s", self.env_id, self.startup_seconds, self.display)
-
-    async def _on_display(self) -> None:
-        await self._start_browser(self._chromium)
-
-    async def _start_display(self) -> None:
-        """The display, the X pointer moved by our connection to the screen's corner:
-        TigerVNC draws the pointer into the frames of a client whose last pointer event
-        was elsewhere (the Cursor encoding notwithstanding), and the whole screen's
-        first frame kept it at the centre, where nothing draws again."""
-        await super()._start_display()
-        x0, y0 = self.origin
-        self.inject([PointerEvent(SCREEN_WIDTH - 1 - x0, SCREEN_HEIGHT - 1 - y0, 0)])
-
-    async def _start_browser(self, chromium: str | None = None) -> None:
-        """Start Chromium on the display, then load the task page (:meth:`_load_task`)."""
-        assert self.display is not None
-        chromium = chromium or find_chromium()
-        self._profile = Path(tempfile.mkdtemp(prefix="universe-chromium-"))
-        env = no_caret_blink_env(self._profile / "config")
-        self.browser = spawn_chromium(self.display, self._profile, BLANK_PAGE, SCREEN_WIDTH,
-                                      SCREEN_HEIGHT, env=env, chromium=chromium)
-        port = await devtools_port(self._profile, self.browser)
-        self.cdp = await CDPClient.connect(port)
-        clock = self.clock = PageClock(self.cdp)
-        await clock.install()
-        self.page_idle = PageIdle(self.cdp)  # after the clock: it wraps the clock's timers
-        self.fence.restart(await self.page_idle.install())
-        self.page_input = CDPInput(
-            self.cdp, now=lambda: clock.state.now if clock.state else 0.0,
-            after_wheel=clock.rendered,
-        )
-        await self.page_input.unbuffered()
-        await install_click_hook(self.cdp)  # script-added click listeners count as clickable
-        # The page is focused whatever X says: X focus follows the pointer here and comes
-        # and goes with the window's mapping; a text field's caret (and focus/blur
-        # handlers) then depended on when, and two lockstep runs drew different frames.
-        await self.cdp.call("Emulation.setFocusEmulationEnabled", {"enabled": True})
-        await self._load_task()
-
-    async def _load_task(self) -> None:
-        """Load the task page in the browser, the page clock and the click hook running
-        before its own scripts; return once it is ready."""
-        assert self.cdp is not None and self.browser is not None
-        try:
-            await self.cdp.navigate(self.url(), PAGE_TIMEOUT)
-            await self.cdp.wait_for(READY_EXPRESSION, PAGE_TIMEOUT)
-        except CDPError as exc:
-            raise CDPError(
-                f"{self.page} did not get ready: {exc}{log_tail(self.browser.log)}"
-            ) from None
-        self._paused = False  # a new document: its clock starts in real time
-
-    async def atake_over(self, old: Runtime) -> bool:
-        """An env switch from another task: keep ``old``'s display and browser and load
-        this task's page in it (a page load, where starting Xvnc and Chromium again
-        took seconds: ``python -m benchmarks browser_switch``)."""
-        if not (
-            os.environ.get(SWITCH_ENV) != "restart"
-            and isinstance(old, MiniWoBRuntime) and old.display_size == self.display_size
-            and old.display is not None and old.screen is not None and old.screen.connected
-            and old.browser is not None and old.browser.running
-            and old.cdp is not None and old.cdp.connected
-            and old.clock is not None and old.page_input is not None
-        ):
-            return False
-        started = time.monotonic()
-        if old._poller is not None:
-            old._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await old._poller
-            old._poller = None
-        # All of it at once (no await between): from here this runtime holds it all, and
-        # a failure below is this runtime's to recover (its reset loads the page again).
-        self.display, self.screen, self.browser, self.cdp = old.display, old.screen, old.browser, old.cdp
-        self.clock, self.page_input, self._witness = old.clock, old.page_input, old._witness
-        self._profile, self._chromium = old._profile, old._chromium
-        self.page_idle, old.page_idle = old.page_idle, None  # installed on every new document
-        old.display = old.screen = old.browser = old.cdp = None
-        old.clock, old.page_input, old._witness, old._profile = None, None, None, None
-        self.screen.on_update = self._damaged
-        self._pending = self._damage = None  # a new page: take all of it
-        if self._witness is not None:
-            await self._witness.hide()
-        await self.page_input.release()  # keys and buttons the old task held
-        await self._load_task()
-        self.fence.restart()  # the new page counts its input from nought
-        self.capture()
-        self.startup_seconds = time.monotonic() - started
-        log.info("%s took over %s's browser in %.2f s", self.env_id, old.env_id,
-                 self.startup_seconds)
-        return True
-
-    async def _stop_browser(self) -> None:
-        self.page_idle = None
-        if self.cdp is not None:
-            await self.cdp.close()
-            self.cdp = None
-        if self.browser is not None:
-            browser, self.browser = self.browser, None
-            await self._stop_program(browser)
-        if self._profile is not None:
-            await asyncio.to_thread(shutil.rmtree, self._profile, True)
-            self._profile = None
-
-    async def _stop_programs(self) -> None:
-        await self._stop_browser()
-
-    async def aclose(self) -> None:
-        """Stop the poller, the browser and Xvnc; remove their files. Idempotent."""
-        if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
-            self._poller = None
-        await super().aclose()
-
-    def close(self) -> None:
-        """Synchronous last resort (no event loop): kill the browser and Xvnc."""
-        super().close()
-        if self._profile is not None:
-            shutil.rmtree(self._profile, ignore_errors=True)
-            self._profile = None
 
     # Episodes ------------------------------------------------------------------------------
 
@@ -528,121 +340,7 @@ class MiniWoBRuntime(DisplayRuntime):
     def state_digest(self) -> bytes:
         raise SnapshotUnsupported(f"{self.env_id} reads its digest from its page: await astate_digest()")
 
-    # Web agents (docs/browser.md) ----------------------------------------------------------
-
-    async def _structure(self, reset: bool = False) -> PageStructure:
-        """The page's structure now; what the marks show."""
-        assert self.cdp is not None
-        reset, self._renumber = reset or self._renumber, False
-        if self._paused and self.episode_log is not None:  # it numbers elements: a snapshot's
-            self.episode_log.walk(reset)
-        structure = await observe(self.cdp, (0, 0), reset=reset)
-        self._observed_at = time.monotonic()
-        if self.marks:
-            self._marked, self._marks_stale = structure.elements, True
-        return structure
-
-    async def _observe(
-        self, reset: bool = False, parts: frozenset[str] | None = None
-    ) -> dict[str, Any]:
-        """The page observation the agent asked for (``page``; or ``parts`` of it), now."""
-        parts = self.observe if parts is None else parts
-        structure = await self._structure(reset)
-        return {"page": structure.observation(tree="tree" in parts, elements="elements" in parts)}
-
-    def capture(self) -> bool:
-        """The display's changes, and the marks drawn anew over the served area."""
-        changed = super().capture()
-        if self.marks and (changed or self._marks_stale):
-            self._draw_marks()
-        return changed
-
-    def _draw_marks(self) -> None:
-        """Redraw the served area from the display (or lockstep's screenshot) with marks."""
-        if self._marked is None or self.screen is None:
-            return
-        x0, y0 = self.origin
-        clean = (
-            self._clean if self._paused and self._clean is not None
-            else self.screen.framebuffer[y0 : y0 + self.height, x0 : x0 + self.width]
-        )
-        self.framebuffer[...] = draw_marks(clean, self._marked, frame_origin=(x0, y0))
-        self._damage, self._marks_stale = None, False  # marks move: the server compares
-
-    def _damaged(self, screen: Any, update: Any) -> None:
-        """Note the display's change, and the first one since an action string began."""
-        before = self.changed_at
-        super()._damaged(screen, update)
-        if self._acted_at is not None and self._first_change is None and self.changed_at != before:
-            self._first_change = self.changed_at
-
-    async def asettle(self) -> dict[str, Any]:
-        """After an action string, counted from when its input began: a change it made
-        while the actor waited for the page to take it is the screen reacting."""
-        acted, started = self._acted_at, time.monotonic()
-        settled = await super().asettle()
-        if acted is not None:
-            first, self._acted_at = self._first_change, None
-            settled["react_s"] = None if first is None else first - acted
-            settled["settled_s"] += started - acted
-        return settled
-
-    async def aobservation(self, parts: frozenset[str] | None = None) -> dict[str, Any]:
-        self._acted_at = None  # the act is over (acting: action, settle, observation)
-        wanted = self.observe if parts is None else parts
-        return await self._observe(parts=wanted) if wanted and self.cdp is not None else {}
-
-    def take_observation(self) -> dict[str, Any] | None:
-        observation, self._observation = self._observation, None
-        return observation
-
-    async def arun_action(
-        self, text: str, send: Callable[[Sequence[InputEvent]], object]
-    ) -> dict[str, Any]:
-        """Run an action string: in real time as X input ``send`` queues (recorded, seen
-        by viewers); in lockstep through DevTools, before the step's frames (and then
-        the step reports it, and ``noop`` moves page time instead of waiting)."""
-        assert self.cdp is not None and self.page_input is not None and self.clock is not None
-        x0, y0 = self.origin
-        wait = None
-        if not self._paused:
-            self._acted_at, self._first_change = time.monotonic(), None  # (asettle)
-        else:
-            if self.episode_log is not None:
-                self.episode_log.action(text)
-            page_input, clock = self.page_input, self.clock
-
-            async def wait(seconds: float) -> None:
-                """``noop`` in lockstep: page time, at once (the wall clock is not it)."""
-                await clock.advance(seconds * 1000)
-
-            def send_now(events: Sequence[InputEvent]) -> asyncio.Task[None]:
-                """DevTools input, in a task the actor awaits (its error is the action's)."""
-                moved = [
-                    e._replace(x=e.x + x0, y=e.y + y0) if isinstance(e, PointerEvent) else e
-                    for e in events
-                ]
-                task = asyncio.get_running_loop().create_task(page_input.send(moved))
-                self._input_tasks.add(task)
-                task.add_done_callback(self._input_tasks.discard)
-                return task
-
-            send = send_now
-        actor = WebActor(
-            self.cdp, send, origin=(0, 0), frame_origin=(x0, y0),
-            viewport=(x0, y0, self.width, self.height), wait=wait,
-        )
-        actor.planner.pointer = self._action_pointer
-        result = await actor.run(text)
-        self._action_pointer = actor.planner.pointer
-        report: dict[str, Any] = {"last_action": result.action, "last_action_error": result.error}
-        if result.messages:
-            report["messages"] = result.messages
-        if result.devtools:
-            report["devtools"] = result.devtools  # what did not go as X input
-        if self._paused:
-            self._last_action = report
-        return report
+    # Frames, the instruction and the outcome ---------------------------------------------
 
     async def _take_drawn_page(self) -> None:
         """Take the frame once the display shows the new page: what a reset returns is
@@ -774,9 +472,12 @@ RUNTIMES: dict[str, type[MiniWoBRuntime]] = {
 }
 
 __all__ = [
+    "BLANK_PAGE",
     "CHROMIUM_ENV",
     "KEYS",
     "RUNTIMES",
+    "SCREEN_HEIGHT",
+    "SCREEN_WIDTH",
     "TASK_AREA",
     "MiniWoBRuntime",
     "ProgramMissing",
