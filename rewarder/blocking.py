@@ -367,8 +367,14 @@ class BlockingRewarder(ClientState):
         """Send ``v0.env.step`` (input events, or a browser remote's action string; ``settle``:
         the remote answers once its screen is still); its message id, for :meth:`take_reply`."""
         with self._lock:
-            request = self._need_proto().step(self.episode_id or 0, action, frames, obs, settle)
-            return self._send_request(protocol.STEP, request)
+            message_id, data = self._need_proto().step(self.episode_id or 0, action, frames, obs, settle)
+            self.outstanding[message_id] = protocol.STEP  # first: an interrupt after the send
+            ws, framing = self._ws, self._frames
+            if ws is not None and framing is not None and ws.state is State.OPEN:
+                self._flush(framing.text_frame(data))  # (_send's usual case, flat: every step)
+            else:
+                self._send(data)
+            return message_id
 
     def _send_request(self, method: str, request: tuple[int, bytes]) -> int:
         message_id, data = request
