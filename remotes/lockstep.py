@@ -337,7 +337,8 @@ class LockstepSteps:
         # A new batch each step, handed to the agent as it is (no copy at the end): rows of
         # remotes that send no step now keep their previous frame, copied in before anyone
         # else writes; the others are written by their reply (or copied at the end).
-        previous = lane.frames
+        gate = lane.gate  # (lane.frames, without the property: every step)
+        previous = gate.frames
         assert previous is not None
         batch = np.empty_like(previous)
         for slot in slots:
@@ -346,7 +347,7 @@ class LockstepSteps:
                 active is not None and not active[i]
             ):
                 np.copyto(batch[i], previous[i])
-        lane.frames = batch  # (after the copies: an interrupt before leaves the old batch)
+        gate.frames = batch  # (after the copies: an interrupt before leaves the old batch)
         written: set[int] = set()
         self._written = written
         web = self.web
@@ -498,7 +499,7 @@ class LockstepSteps:
         from shared memory into the batch as replies are taken; the (slot, reply) pairs
         whose frame must come over VNC are returned."""
         over_vnc: list[tuple[Slot, StepReply]] = []
-        out = [s for s in (*sent, *carried) if s.pending is not None]
+        out = [s for s in ((*sent, *carried) if carried else sent) if s.pending is not None]
         if len(out) == 1 and sent:  # one remote: one blocking read, nothing to choose
             slot = out[0]
             self._taken(slot, self._wait_one(slot), over_vnc)
@@ -580,7 +581,7 @@ class LockstepSteps:
             return
         slot.pending = None
         slot.reply = reply
-        frames = self.lane.frames
+        frames = self.lane.gate.frames
         assert frames is not None
         session = slot.session
         slot.vnc_frame = None
@@ -617,9 +618,8 @@ class LockstepSteps:
             info.update(session.info())  # its frame came over VNC: the VNC stats too
         else:  # session.info(vnc=False), without building a dict to merge
             info["rewarder.rtt"], info["rewarder.clock_skew"] = rewarder.rtt, rewarder.clock_skew
-        error = session.shared.pop_error()
-        if error is not None:
-            info["shm.error"] = error
+        if session.shared.error is not None:
+            info["shm.error"] = session.shared.pop_error()
         if reply.done or truncated[i]:
             slot.phase = Phase.NEEDS_RESET
         return info
