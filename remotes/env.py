@@ -203,6 +203,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         self.screen_space = spaces.Box(0, 255, (state.height, state.width, 3), np.uint8)
         self.vnc_space = action_space(state)
         page = PAGE in self.options.observations
+        self._page = page
         observations: Any = observation_space(self.screen_space) if page else self.screen_space
         self.observation_space = observations
         strings = self.options.actions == WEB_ACTIONS
@@ -236,7 +237,7 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
     def _observation(self, batch: Batch) -> Any:
         """The step's observation: the frame, or the ``Dict`` with the page's parts."""
         self._frame = batch.obs[0]
-        if PAGE in self.options.observations:
+        if self._page:
             return dict_observation(self._frame, batch.infos[0])
         return self._frame
 
@@ -282,9 +283,10 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
             sent = list(action)
         with self._stepping:
             batch: Batch = self._core.step([sent])
+        self._frame = frame = batch.obs[0]
         return (
-            self._observation(batch), float(batch.rewards[0]), bool(batch.terminated[0]),
-            bool(batch.truncated[0]), batch.infos[0],
+            dict_observation(frame, batch.infos[0]) if self._page else frame,
+            batch.rewards.item(0), batch.terminated.item(0), batch.truncated.item(0), batch.infos[0],
         )
 
     # Snapshots (docs/snapshots.md) -------------------------------------------------------

@@ -126,8 +126,10 @@ class Lane:
         """The step's batch, each info instructed; ``copy`` False: :attr:`frames` is this
         step's own array, never written again (a lockstep step makes a new one each
         step), handed over as it is."""
-        self.instruct(infos)
-        frames = self.frames
+        instruct(self.slots, infos)  # (self.instruct, flat: every step)
+        if self.annotate is not None:
+            self.annotate(infos)
+        frames = self.gate.frames
         assert frames is not None
         return Batch(frames.copy() if copy else frames, rewards, terminated, truncated, tuple(infos),
                      final or {})

@@ -326,7 +326,7 @@ class LockstepSteps:
         self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
     ) -> Batch:
         lane = self.lane
-        rewarders = [slot.session.lockstep_channel for slot in lane.slots]
+        slots = lane.slots
         rewards, terminated, truncated, infos = lane.outcome()
         lane.same_step = same_step
         now = time.monotonic()
@@ -337,18 +337,21 @@ class LockstepSteps:
         # A new batch each step, handed to the agent as it is (no copy at the end): rows of
         # remotes that send no step now keep their previous frame, copied in before anyone
         # else writes; the others are written by their reply (or copied at the end).
-        previous = lane.frames
+        gate = lane.gate  # (lane.frames, without the property: every step)
+        previous = gate.frames
         assert previous is not None
         batch = np.empty_like(previous)
-        for slot in lane.slots:
+        for slot in slots:
             i = slot.index
             if slot.phase is not Phase.RUNNING or slot.pending is not None or slot.reply is not None or (
                 active is not None and not active[i]
             ):
                 np.copyto(batch[i], previous[i])
-        lane.frames = batch  # (after the copies: an interrupt before leaves the old batch)
-        self._written = set()
-        for slot in lane.slots:
+        gate.frames = batch  # (after the copies: an interrupt before leaves the old batch)
+        written: set[int] = set()
+        self._written = written
+        web = self.web
+        for slot in slots:
             i = slot.index
             if active is not None and not active[i]:
                 continue
@@ -359,8 +362,10 @@ class LockstepSteps:
                 else:
                     infos[i] = self.faults.away(slot, truncated)
                 continue
-            if slot.pending is None and slot.reply is None:
-                self._adopt(slot, now)
+            session = slot.session
+            rewarder = session.lockstep_channel
+            if slot.pending is None and slot.reply is None and rewarder is not None and rewarder.outstanding:
+                self._adopt(slot, rewarder, now)  # (most steps have nothing out: no call)
             if slot.pending is not None or slot.reply is not None:
                 carried.append(slot)  # a step still out (a straggler, an interrupted step)
                 continue
@@ -371,13 +376,11 @@ class LockstepSteps:
             if slot.phase is not Phase.RUNNING:
                 starting.append(slot)
                 continue
-            session = slot.session
-            rewarder = rewarders[i]
             if rewarder is None:
                 raise RuntimeError("a lockstep session needs a blocking rewarder channel")
             try:
-                if self.web is not None:  # an action string goes the web way (remotes.web)
-                    slot.pending = self.web.lockstep_send(
+                if web is not None:  # an action string goes the web way (remotes.web)
+                    slot.pending = web.lockstep_send(
                         slot, rewarder, actions[i], lane.frameskip, session.shared.obs
                     )
                 else:
@@ -390,12 +393,13 @@ class LockstepSteps:
         resets = self._send_autoresets(starting) if starting else {}
         failed: dict[Slot, str] = {}
         over_vnc = self._wait(sent, carried)
-        over_vnc += [(s, s.reply) for s in carried  # an interrupted wait for VNC
-                     if s.reply is not None and s.vnc_frame is not None
-                     and all(s is not t for t, _ in over_vnc)]
+        if carried:
+            over_vnc += [(s, s.reply) for s in carried  # an interrupted wait for VNC
+                         if s.reply is not None and s.vnc_frame is not None
+                         and all(s is not t for t, _ in over_vnc)]
         if over_vnc:
             failed = self._frames_over_vnc(over_vnc)
-        for slot in (*sent, *carried):
+        for slot in (*sent, *carried) if carried else sent:
             i = slot.index
             if slot in failed:  # the step happened, its frame did not come
                 reply, slot.reply, slot.vnc_frame = slot.reply, None, None
@@ -418,8 +422,8 @@ class LockstepSteps:
             infos_of = self._autoresets(starting, resets, truncated, reconnected)
             for slot in starting:
                 infos[slot.index] = infos_of[slot.index]
-        for slot in (*sent, *starting):
-            if slot.index not in self._written:  # lost, or waiting: its previous frame
+        for slot in (*sent, *starting) if starting else sent:
+            if slot.index not in written:  # lost, or waiting: its previous frame
                 np.copyto(batch[slot.index], previous[slot.index])
         if same_step and (terminated.any() or truncated.any()):
             return self._same_step(rewards, terminated, truncated, infos)
@@ -495,7 +499,7 @@ class LockstepSteps:
         from shared memory into the batch as replies are taken; the (slot, reply) pairs
         whose frame must come over VNC are returned."""
         over_vnc: list[tuple[Slot, StepReply]] = []
-        out = [s for s in (*sent, *carried) if s.pending is not None]
+        out = [s for s in ((*sent, *carried) if carried else sent) if s.pending is not None]
         if len(out) == 1 and sent:  # one remote: one blocking read, nothing to choose
             slot = out[0]
             self._taken(slot, self._wait_one(slot), over_vnc)
@@ -551,14 +555,12 @@ class LockstepSteps:
             self._polled_fds = fds
         return self._poller
 
-    def _adopt(self, slot: Slot, now: float) -> None:
+    def _adopt(self, slot: Slot, rewarder: BlockingRewarder, now: float) -> None:
         """A step request sent by an interrupted step before the slot noted it (Ctrl-C
         between the send and the bookkeeping) is the slot's step still out."""
-        rewarder = slot.session.lockstep_channel
-        if rewarder is not None:
-            sent = rewarder.outstanding_step()
-            if sent is not None:
-                slot.pending, slot.deadline = sent, now + self.lane.stall_timeout
+        sent = rewarder.outstanding_step()
+        if sent is not None:
+            slot.pending, slot.deadline = sent, now + self.lane.stall_timeout
 
     def _wait_one(self, slot: Slot) -> StepReply | None:
         """The lone remote's reply (None: its deadline passed or the connection ended)."""
@@ -579,7 +581,7 @@ class LockstepSteps:
             return
         slot.pending = None
         slot.reply = reply
-        frames = self.lane.frames
+        frames = self.lane.gate.frames
         assert frames is not None
         session = slot.session
         slot.vnc_frame = None
@@ -616,9 +618,8 @@ class LockstepSteps:
             info.update(session.info())  # its frame came over VNC: the VNC stats too
         else:  # session.info(vnc=False), without building a dict to merge
             info["rewarder.rtt"], info["rewarder.clock_skew"] = rewarder.rtt, rewarder.clock_skew
-        error = session.shared.pop_error()
-        if error is not None:
-            info["shm.error"] = error
+        if session.shared.error is not None:
+            info["shm.error"] = session.shared.pop_error()
         if reply.done or truncated[i]:
             slot.phase = Phase.NEEDS_RESET
         return info

@@ -179,8 +179,10 @@ class Stepper:
         ``active`` (lockstep): only the remotes marked True step (the others are left as
         they are, their episodes ended or not: a PettingZoo game over waits for reset).
         """
-        self._check_open()
-        if self.mode == LOCKSTEP:
+        lane = self.lane  # (flat: this runs every step)
+        if lane.closed:
+            raise RuntimeError("the env is closed")
+        if lane.mode == LOCKSTEP:
             return self._lockstep.step(actions, same_step, active)
         if active is not None:
             raise ValueError("active= is for lockstep steps")

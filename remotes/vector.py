@@ -74,10 +74,15 @@ def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
     for info in infos:
         keys.update(dict.fromkeys(info))
     out: dict[str, Any] = {}
+    whole = np.ones(n, dtype=np.bool_)
     for key in keys:
-        present = [i for i, info in enumerate(infos) if key in info]
-        values = [infos[i][key] for i in present]
+        values = [info[key] for info in infos if key in info]
         first = values[0]
+        if len(values) == n == len(infos) and type(first) in _SCALARS and key != "final_obs":
+            # (most keys: every env has one, a Python scalar: one array made, one mask)
+            out[key], out[f"_{key}"] = np.array(values, dtype=type(first)), whole.copy()
+            continue
+        present = [i for i, info in enumerate(infos) if key in info]
         if key == "final_obs":
             array: Any = np.full(n, None, dtype=object)
             for i, value in zip(present, values, strict=True):

@@ -29,11 +29,9 @@ Fork: a child never touches its parent's connections (they are the parent's sock
 
 from __future__ import annotations
 
-import _signal
 import logging
 import os
 import select
-import signal
 import socket
 import ssl
 import threading
@@ -61,6 +59,7 @@ from .dial import (
     parse_address,
 )
 from .errors import ConnectionClosed, ProtocolError, Refused, RemoteError, Untrusted
+from .interrupts import hold_interrupts, release_interrupts
 from .protocol import (
     CLOSE_BUSY,
     Describe,
@@ -368,8 +367,14 @@ class BlockingRewarder(ClientState):
         """Send ``v0.env.step`` (input events, or a browser remote's action string; ``settle``:
         the remote answers once its screen is still); its message id, for :meth:`take_reply`."""
         with self._lock:
-            request = self._need_proto().step(self.episode_id or 0, action, frames, obs, settle)
-            return self._send_request(protocol.STEP, request)
+            message_id, data = self._need_proto().step(self.episode_id or 0, action, frames, obs, settle)
+            self.outstanding[message_id] = protocol.STEP  # first: an interrupt after the send
+            ws, framing = self._ws, self._frames
+            if ws is not None and framing is not None and ws.state is State.OPEN:
+                self._flush(framing.text_frame(data))  # (_send's usual case, flat: every step)
+            else:
+                self._send(data)
+            return message_id
 
     def _send_request(self, method: str, request: tuple[int, bytes]) -> int:
         message_id, data = request
@@ -522,16 +527,16 @@ class BlockingRewarder(ClientState):
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)  # (b"": the EOF marker)
         if not data:
             return
-        caught = _hold_interrupts()  # never half a frame: the stream would be torn for good
+        caught = hold_interrupts()  # never half a frame: the stream would be torn for good
         try:
             sock.sendall(data)
         except BaseException as exc:
-            _release_interrupts(caught, raise_held=False)
+            release_interrupts(caught, raise_held=False)
             self._lost(f"the connection to {self.url} broke while sending ({exc!r})")
             if isinstance(exc, OSError):
                 raise ConnectionClosed(f"{self.name}: {self._failure}") from None
             raise
-        _release_interrupts(caught)
+        release_interrupts(caught)
 
     def _read_some(self, deadline: float) -> None:
         """Wait (until ``deadline``) for bytes, then handle them."""
@@ -602,6 +607,10 @@ class BlockingRewarder(ClientState):
             pass
 
     def _message(self, text: bytes) -> None:
+        reply = self.receive_step(text, self.outstanding)  # most messages: one step's reply
+        if reply is not None:
+            self._replies[reply.parent_message_id] = (reply, time.time())
+            return
         proto = self._proto
         assert proto is not None
         result = self.receive(proto, text.decode(), self.outstanding.__contains__)
@@ -635,36 +644,3 @@ class BlockingRewarder(ClientState):
             except OSError:
                 pass
 
-
-def _hold_interrupts() -> list[int] | None:
-    """Hold Ctrl-C (SIGINT) back while a frame is written; :func:`_release_interrupts`
-    then raises it. Returns the list a held signal goes to (None: nothing held).
-
-    ``socket.sendall`` runs the signal handlers after each ``send()``, so a
-    KeyboardInterrupt can leave it with the frame fully sent, partly sent or not sent,
-    and no way to tell. Writes are a few hundred bytes: holding the interrupt for them
-    costs the user nothing. Only the main thread runs Python's signal handlers, and only
-    the default handler is swapped (a program with its own keeps it). ``_signal`` is the
-    C module under :mod:`signal`, without its enum conversions (they cost more than the write they guard);
-    a plain pair of calls,
-    not a context manager, since this runs on every lockstep step."""
-    if threading.get_ident() != _MAIN_IDENT or _signal.getsignal(_SIGINT) is not _DEFAULT:
-        return None
-    caught: list[int] = []
-    _signal.signal(_SIGINT, lambda number, frame: caught.append(number))
-    return caught
-
-
-def _release_interrupts(caught: list[int] | None, raise_held: bool = True) -> None:
-    """Put the default SIGINT handler back; raise the Ctrl-C held meanwhile, if any
-    (``raise_held`` False: another exception is on its way already)."""
-    if caught is None:
-        return
-    _signal.signal(_SIGINT, _DEFAULT)
-    if caught and raise_held:
-        raise KeyboardInterrupt
-
-
-_MAIN_IDENT: Final = threading.main_thread().ident
-_SIGINT: Final = int(signal.SIGINT)
-_DEFAULT: Final = signal.default_int_handler

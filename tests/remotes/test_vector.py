@@ -51,3 +51,14 @@ def test_batch_infos_matches_gymnasium() -> None:
 
 def test_no_infos_batch_to_nothing() -> None:
     assert batch_infos([{}, {}], 2) == {}
+
+
+def test_keys_every_env_has_batch_as_gymnasium_does() -> None:
+    """The usual step: every env gives every key (batched in one go), values mixed in type
+    as gymnasium's first-value rule casts them."""
+    infos = [
+        {"episode_id": 3, "score": 1, "remote.connected": True, "rtt": 0.25, "text": [], "big": 2},
+        {"episode_id": 4, "score": 2.75, "remote.connected": False, "rtt": 1, "text": ["a"], "big": True},
+        {"episode_id": 5, "score": -1, "remote.connected": True, "rtt": 0.5, "text": [], "big": 0},
+    ]
+    assert_same(batch_infos(infos, 3), gymnasium_infos(infos))
