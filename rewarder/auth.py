@@ -31,6 +31,17 @@ def basic_auth_password(header: str | None) -> str | None:
     return decoded.partition(":")[0]
 
 
+def given_password(header: str | None) -> str | None:
+    """The password in ``Authorization: Bearer <pw>`` or ``Basic base64("<pw>:")``, or None
+    (the HTTP ports': OpenEnv's and MCP's)."""
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() == "bearer":
+        return token.strip() or None
+    return basic_auth_password(header)
+
+
 def default_password() -> str | None:
     """$UNIVERSE_REMOTE_PASSWORD, else the contents of the file $UNIVERSE_REMOTE_PASSWORD_FILE names.
 

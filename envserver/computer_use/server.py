@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import orjson
 
-from rewarder.auth import basic_auth_password
+from rewarder.auth import given_password
 from rewarder.lograte import RateLimitedLog
 from rewarder.tls import TLSPort
 from vncdriver.server import AuthGuard
@@ -58,16 +58,6 @@ SHUTDOWN_TIMEOUT: Final = 2.0
 #: What the 400 to plain http:// on a TLS port says to do.
 TLS_HINT: Final = "use {url} (the MCP host must trust the remote's certificate)"
 SERVER_NAME: Final = "universe-remote"
-
-
-def given_password(header: str | None) -> str | None:
-    """The password in ``Authorization: Bearer <pw>`` or ``Basic base64("<pw>:")``, or None."""
-    if not header:
-        return None
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() == "bearer":
-        return token.strip() or None
-    return basic_auth_password(header)
 
 
 def build_server(desk: Desk, peer_of: Any = None) -> Any:

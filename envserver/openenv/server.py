@@ -41,7 +41,7 @@ from typing import Any, Final
 import orjson
 from aiohttp import WSMsgType, web
 
-from rewarder.auth import basic_auth_password
+from rewarder.auth import given_password
 from rewarder.lograte import RateLimitedLog
 from rewarder.tls import TLSPort
 from vncdriver.server import AuthGuard
@@ -81,16 +81,6 @@ OPEN_PATHS: Final = frozenset({"/health"})
 #: What the 400 to plain http:// on a TLS port says to do.
 TLS_HINT: Final = "use {url} (GenericEnvClient(base_url='{url}'); the client must trust the certificate)"
 _JSON: Final = "application/json"
-
-
-def given_password(header: str | None) -> str | None:
-    """The password in ``Authorization: Bearer <pw>`` or ``Basic base64("<pw>:")``, or None."""
-    if not header:
-        return None
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() == "bearer":
-        return token.strip() or None
-    return basic_auth_password(header)
 
 
 class OpenEnvServer:
