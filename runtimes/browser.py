@@ -318,7 +318,7 @@ class MiniWoBRuntime(BrowserForAgents):
         result.observation = observation or None
         return result
 
-    # Snapshots: lockstep only (runtimes.browser_snapshots, docs/snapshots-browser.md) ----
+    # Snapshots: lockstep only (runtimes.browser_snapshots, docs/snapshots.md, "Browser tasks") ----
 
     @property
     def snapshot_refusal(self) -> str | None:  # type: ignore[override]

@@ -1,5 +1,5 @@
 """Browser snapshots end to end: real MiniWoB remotes in lockstep, ``RemoteEnv``'s
-``clone_state``/``restore_state`` (docs/snapshots.md, docs/snapshots-browser.md).
+``clone_state``/``restore_state`` (docs/snapshots.md, "Browser tasks").
 
 Covers: a state cloned at step 5, the rest of the episode, a restore on the same remote
 and, from exported bytes, on another remote of the same task give the same frames,
