@@ -19,6 +19,7 @@ until it moves again. An agent that comes late gets the newest frames
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import Coroutine, Sequence
 from functools import partial
@@ -354,8 +355,8 @@ class RealtimeSteps:
             info["step.late"] = float(late[i])
             info["remote.connected"] = True
             info["remote.stalled"] = self.faults.stalled(slot, now)
-            if result.observation is not None:
-                info["rewarder.observation"] = result.observation
+            if result.observation is not None:  # the latest, until a newer one: the agent's copy
+                info["rewarder.observation"] = copy.deepcopy(result.observation)
             info.update(session.info())
             infos[i] = info
             if result.done:

@@ -20,6 +20,7 @@ from typing import Any, Final
 import gymnasium
 import numpy as np
 import pytest
+from gymnasium.utils.passive_env_checker import data_shares_objects
 
 import remotes  # noqa: F401 (registers the ids)
 from remotes.web import MAX_ACTION_CHARS
@@ -113,6 +114,22 @@ def test_page_observations_come_as_a_dict_with_the_frame_they_describe(
     assert [e["bid"] for e in info_again["page"]["elements"] if e["role"] == "button"] == [
         e["bid"] for e in buttons
     ]
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_steps_share_no_object_with_the_steps_before(web_env: Callable[[str], Env], way: str) -> None:
+    """Agents keep what a step returns (rollout buffers): two steps with no new page still
+    return infos and observations that share nothing mutable (gymnasium's own check)."""
+    env = web_env(way)
+    obs, info = start(env, "click-button", 3)
+    previous = (obs, info)
+    for _ in range(3):
+        obs, _, terminated, truncated, info = env.step("")
+        assert not (terminated or truncated)
+        assert not data_shares_objects(previous[0], obs)
+        assert not data_shares_objects(previous[1], info), [k for k in info if k in previous[1]
+                                                            and data_shares_objects(previous[1][k], info[k])]
+        previous = (obs, info)
 
 
 @pytest.mark.parametrize("way", list(WAYS))
