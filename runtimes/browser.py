@@ -116,6 +116,9 @@ UTTERANCE_JS: Final = (
 #: Seconds between polls of the page's reward globals (20 Hz: a reward reaches the
 #: rewarder within ~50 ms plus a frame).
 POLL_INTERVAL: Final = 0.05
+#: Seconds a settled action waits for the episode it ended to be reported (the remote's
+#: next frame takes it): its answer then says done.
+OUTCOME_WAIT: Final = 0.25
 # Input -------------------------------------------------------------------------------------
 
 #: Keys the rewarder accepts: printable ASCII (typing tasks), editing and arrow keys,
@@ -174,6 +177,7 @@ class MiniWoBRuntime(BrowserForAgents):
         self._text: str | None = None  # the instruction, sent at the episode's first frame
         self._outcome: tuple[float, dict[str, Any]] | None = None  # set by the poller
         self._reported = False
+        self._taken: asyncio.Event | None = None  # set when outcome() reports an end (asettle)
         self._failure: str | None = None  # set by the poller when the browser is lost
         # describe on an instance says whether it can snapshot in its mode, now
         self.describe = self._describe_now  # type: ignore[method-assign]
@@ -390,11 +394,34 @@ class MiniWoBRuntime(BrowserForAgents):
             self._reported = True
             result.reward, result.info = self._outcome
             result.done = True
+            if self._taken is not None:
+                self._taken.set()
         elif self._failure is not None and not self._reported:
             self._reported = True
             result.done = True
             result.info = {"browser.error": self._failure}
         return result
+
+    async def asettle(self) -> dict[str, Any]:
+        """Settled, and an episode the action ended already reported: the page is read at
+        once (the poller's next read may be :data:`POLL_INTERVAL` away) and the answer
+        waits for the remote's frame that reports the end, so it says done, not the next
+        call with the next episode's page."""
+        settled = await super().asettle()
+        if self._paused or self.cdp is None or self._failure is not None:
+            return settled
+        generation, self._taken = self._generation, asyncio.Event()
+        if self._outcome is None and self._wob_episode is not None:
+            with contextlib.suppress(CDPError, TypeError, ValueError):  # (the poller's news)
+                done, reward, raw, episode, reason = await self.cdp.evaluate(STATE_EXPRESSION)
+                if (generation == self._generation and done and self._outcome is None
+                        and self._wob_episode is not None and int(episode) > self._wob_episode):
+                    self._outcome = self._payment(reward, raw, reason, episode)
+        if self._outcome is not None and not self._reported and generation == self._generation:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(OUTCOME_WAIT):
+                    await self._taken.wait()
+        return settled
 
     async def _poll(self) -> None:
         """Read the page's reward globals every POLL_INTERVAL; note an ended episode."""

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from runtimes import browser
 from runtimes.base import StepResult
 from tests.runtimes.test_browser import (  # noqa: F401 (fixtures)
     TIMEOUT,
@@ -45,6 +46,9 @@ EPISODES = 4
 #: Polls of the page's reward globals a reset waits before it starts the next episode
 #: (as a loaded machine makes it): the window the old code reported an end twice in.
 SLOW_RESET_POLLS = 3
+#: Seconds between the reward poller's reads in the settled-answer test (a loaded
+#: machine's late poll, made certain).
+LATE_POLL = 2.0
 
 
 async def first_of(agent: WireClient, method: str, episode: str) -> dict[str, Any]:
@@ -211,3 +215,29 @@ def test_the_reward_option_names_each_kind_and_refuses_others() -> None:
     assert MiniWoBRuntime(reward="raw")._payment(-1.0, -1.0, "timed out", 5)[0] == -1.0
     with pytest.raises(ValueError, match="discounted, raw, success"):
         MiniWoBRuntime(reward="binary")
+
+
+async def test_a_settled_action_that_ends_the_episode_is_answered_after_its_end(
+    start_browser: StartBrowser,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """click-test in real time, the reward poller as late as on a loaded machine: the
+    settled answer to the winning click comes after the end is reported, so an agent
+    that reads done from the answer (MCP's computer tool does) sees it. The old answer
+    came as soon as the page was idle, before the poller's next read: the agent saw
+    done only on its next call, with the next episode's page."""
+    monkeypatch.setattr(browser, "POLL_INTERVAL", LATE_POLL)
+    remote = await start_browser("miniwob.ClickTest-v0")
+    agent = await WireClient.open(remote.rewarder.port)
+    await observe(agent, "elements")
+    for seed in range(2):
+        episode = str((await agent.reset(seed=seed))["headers"]["episode_id"])
+        page = (await first_of(agent, "v0.env.observation", episode))["body"]["observation"]["page"]
+        button = next(e["bid"] for e in page["elements"] if e["role"] == "button")
+        said = await answer(agent, await agent.send(
+            "v0.agent.action", {"action": f"click('{button}')", "settle": True}))
+        assert said["last_action_error"] is None, said
+        ends = [m for m in agent.seen if m["method"] == "v0.env.reward" and m["body"]["done"]
+                and str(m["headers"].get("episode_id")) == episode]
+        assert ends and ends[0]["body"]["reward"] > 0, "the answer came before the episode's end"
+    await agent.close()
