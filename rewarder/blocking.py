@@ -532,7 +532,7 @@ class BlockingRewarder(ClientState):
             sock.sendall(data)
         except BaseException as exc:
             release_interrupts(caught, raise_held=False)
-            self._lost(f"the connection to {self.url} broke while sending ({exc!r})")
+            self._lost(f"lost the connection to {self.url}: it broke while sending ({exc!r})")
             if isinstance(exc, OSError):
                 raise ConnectionClosed(f"{self.name}: {self._failure}") from None
             raise
@@ -572,7 +572,7 @@ class BlockingRewarder(ClientState):
         except ssl.SSLWantReadError:
             return False
         except OSError as exc:
-            self._lost(f"the connection to {self.url} dropped ({exc})")
+            self._lost(f"lost the connection to {self.url}: it dropped ({exc})")
             raise ConnectionClosed(f"{self.name}: {self._failure}") from None
         more = len(data) >= READ_BYTES or isinstance(sock, ssl.SSLSocket)
         ws, frames = self._ws, self._frames
