@@ -47,9 +47,14 @@ class Kiosk:
 
         await self.cdp.navigate((html_dir() / f"{task}.html").as_uri())
         await self.cdp.wait_for(READY_EXPRESSION, TIMEOUT)
-        return str(await self.cdp.evaluate(
+        utterance = str(await self.cdp.evaluate(
             f"Math.seedrandom({seed}); core.startEpisodeReal(); core.getUtterance()"
         ))
+        # The episode's page drawn (two frames) before a test's X input hit-tests it.
+        await self.cdp.evaluate(
+            "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(1))))"
+        )
+        return utterance
 
     async def load_html(self, path: Path) -> None:
         await self.cdp.navigate(path.as_uri())
