@@ -34,7 +34,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import quick, ratio, table  # noqa: E402
+from benchmarks.browser_remotes import env_steps_per_s  # noqa: E402
+from benchmarks.common import environ, quick, ratio, table  # noqa: E402
 from runtimes.cdp_input import INPUT_ENV  # noqa: E402
 from runtimes.frame_witness import CAPTURE_ENV, CAPTURES  # noqa: E402
 
@@ -57,16 +58,8 @@ def capture(way: str) -> Iterator[None]:
     starts: ``display`` (now) or ``screenshot`` (the old way: screenshots until two agree,
     and a DevTools round trip per input command)."""
     settings = {CAPTURE_ENV: way, INPUT_ENV: "sequential" if way == "screenshot" else "runs"}
-    before = {name: os.environ.get(name) for name in settings}
-    os.environ.update(settings)
-    try:
+    with environ(settings):
         yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _click(i: int) -> tuple[int, int]:
@@ -123,22 +116,8 @@ async def _parts(env_id: str, ways: tuple[str, ...], steps: int,
 
 def _env_rate(env_id: str, way: str, steps: int) -> float:
     """Lockstep steps/s of a gymnasium env over a local remote taking frames ``way``."""
-    import gymnasium
-
-    import remotes  # noqa: F401 (registers the ids)
-
-    with capture(way):
-        env = gymnasium.make(f"universe-remote/{env_id}", mode="lockstep", frameskip=1)
-    try:
-        env.reset(seed=1)
-        started = time.perf_counter()
-        for i in range(steps):
-            _, _, terminated, truncated, _ = env.step(1 + (i * 37) % 336)
-            if terminated or truncated:
-                env.reset()
-        return steps / (time.perf_counter() - started)
-    finally:
-        env.close()
+    with capture(way):  # read by the remote the env starts
+        return env_steps_per_s(env_id, steps)
 
 
 def _ms(values: list[float]) -> str:

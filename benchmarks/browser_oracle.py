@@ -45,7 +45,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import gymnasium  # noqa: E402
 
 import remotes  # noqa: E402, F401 (registers the ids)
-from benchmarks.common import quick, ratio, table  # noqa: E402
+from benchmarks.common import environ, quick, ratio, table  # noqa: E402
 from benchmarks.web_oracle import MAX_STEPS, SOLVERS, Observation, Solver, click, elements, submit  # noqa: E402
 from runtimes.cdp_input import INPUT_ENV  # noqa: E402
 from runtimes.frame_witness import CAPTURE_ENV  # noqa: E402
@@ -162,16 +162,8 @@ def run(settings: dict[str, Any], tasks: Sequence[str], seeds: int,
     settings = dict(settings)
     capture = settings.pop("capture", None)
     old_way = {CAPTURE_ENV: capture, INPUT_ENV: "sequential"} if capture is not None else {}
-    before = {name: os.environ.get(name) for name in old_way}
-    os.environ.update(old_way)  # read by the remote process it starts
-    try:
+    with environ(old_way):  # read by the remote process it starts
         env = gymnasium.make(f"universe-remote/{miniwob_env_id(f'{tasks[0]}.html')}", **WEB, **settings)
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     tallies: dict[str, Tally] = {}
     try:
         for task in tasks:

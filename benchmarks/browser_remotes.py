@@ -186,8 +186,9 @@ async def _latency(env_id: str, port: int) -> list[float]:
     return out
 
 
-def _env_steps_per_s(env_id: str) -> float:
-    """Lockstep steps/s of an agent's env over a local remote (clicks, then no-ops)."""
+def env_steps_per_s(env_id: str, steps: int = LOCKSTEP_STEPS) -> float:
+    """Lockstep steps/s of an agent's env over a local remote (clicks, then no-ops); also
+    benchmarks/browser_lockstep.py's gymnasium row."""
     import gymnasium
 
     import remotes  # noqa: F401 (registers the ids)
@@ -196,11 +197,11 @@ def _env_steps_per_s(env_id: str) -> float:
     try:
         env.reset(seed=1)
         started = time.perf_counter()
-        for i in range(LOCKSTEP_STEPS):
+        for i in range(steps):
             _, _, terminated, truncated, _ = env.step(1 + (i * 37) % 336)
             if terminated or truncated:
                 env.reset()
-        return LOCKSTEP_STEPS / (time.perf_counter() - started)
+        return steps / (time.perf_counter() - started)
     finally:
         env.close()
 
@@ -269,7 +270,7 @@ def main() -> None:
     print(f"  lockstep steps/s, {LOCKSTEP_STEPS} click steps of one frame each, rounds alternated")
     rows = []
     for env_id in LOCKSTEP_TASKS:
-        ours = statistics.median(_env_steps_per_s(env_id) for _ in range(2))
+        ours = statistics.median(env_steps_per_s(env_id) for _ in range(2))
         floor = statistics.median(asyncio.run(_runtime_steps_per_s(env_id)) for _ in range(2))
         rows.append([env_id, f"{ours:.1f}", f"{floor:.1f}", ratio(ours, floor)])
     table(["task", "env (remote) steps/s", "runtime alone steps/s", "env/runtime"], rows)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Final, TypeVar
 
 CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
@@ -13,6 +14,22 @@ CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 QUICK_ENV: Final = "UNIVERSE_REMOTE_BENCH_QUICK"
 
 _T = TypeVar("_T")
+
+
+@contextmanager
+def environ(settings: Mapping[str, str]) -> Iterator[None]:
+    """``settings`` in this process's environment inside the block (and so in the remotes
+    it starts), the old values back after it."""
+    before = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def is_quick() -> bool:
