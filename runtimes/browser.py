@@ -413,10 +413,7 @@ class MiniWoBRuntime(BrowserForAgents):
         generation, self._taken = self._generation, asyncio.Event()
         if self._outcome is None and self._wob_episode is not None:
             with contextlib.suppress(CDPError, TypeError, ValueError):  # (the poller's news)
-                done, reward, raw, episode, reason = await self.cdp.evaluate(STATE_EXPRESSION)
-                if (generation == self._generation and done and self._outcome is None
-                        and self._wob_episode is not None and int(episode) > self._wob_episode):
-                    self._outcome = self._payment(reward, raw, reason, episode)
+                self._note_end(generation, *await self.cdp.evaluate(STATE_EXPRESSION))
         if self._outcome is not None and not self._reported and generation == self._generation:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(OUTCOME_WAIT):
@@ -449,8 +446,15 @@ class MiniWoBRuntime(BrowserForAgents):
                         observation = await self._observe()
                         if generation == self._generation and not self._paused:
                             self._observation = observation
-            if done and self._wob_episode is not None and int(episode) > self._wob_episode:
-                self._outcome = self._payment(reward, raw, reason, episode)
+            self._note_end(generation, done, reward, raw, episode, reason)
+
+    def _note_end(self, generation: int, done: Any, reward: float, raw: float, episode: Any,
+                  reason: Any) -> None:
+        """Keep the page's ended episode as ours to report, if it is ours (a reading from
+        before a reset, or of the episode before ours, is not)."""
+        if (generation == self._generation and done and self._outcome is None
+                and self._wob_episode is not None and int(episode) > self._wob_episode):
+            self._outcome = self._payment(reward, raw, reason, episode)
 
     def _payment(self, reward: float, raw: float, reason: Any, episode: int) -> tuple[float, dict[str, Any]]:
         """The reward an ended episode pays (:attr:`reward`'s kind) and its info."""
