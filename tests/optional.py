@@ -10,6 +10,7 @@ imports after it carry ``# noqa: E402``), or mark a test with :func:`needs_extra
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 from typing import Final
 
@@ -63,3 +64,39 @@ def need_program(*commands: str) -> None:
     if any(shutil.which(c) is None for c in commands):
         pytest.skip(program_reason(*commands), allow_module_level=True)
 
+
+
+#: What an env id of a family that needs an optional part looks like (atari, miniwob, x11).
+_ENV_ID = re.compile(r"^(atari|miniwob|x11)\.[A-Za-z0-9_]+-v\d+$")
+
+
+def env_missing(env_id: str) -> str | None:
+    """Why ``env_id`` cannot be served here (its family's extra or program is missing), or
+    None: the registry's own install hint."""
+    if not _ENV_ID.match(env_id):
+        return None
+    from runtimes import registry
+
+    return registry.missing_hint(env_id)
+
+
+def need_env(*env_ids: str) -> None:
+    """Skip the calling test (or fixture) unless this machine serves every ``env_id``."""
+    for env_id in env_ids:
+        if (why := env_missing(env_id)) is not None:
+            pytest.skip(f"{env_id}: {why}")
+
+
+def needs_env(*env_ids: str) -> pytest.MarkDecorator:
+    why = next((f"{e}: {w}" for e in env_ids if (w := env_missing(e)) is not None), None)
+    return pytest.mark.skipif(why is not None, reason=why or "")
+
+
+def skip_missing_env_params(item: pytest.Item) -> None:
+    """A parametrized test whose parameters name an env id this machine cannot serve skips
+    with the install hint (tests/conftest.py calls it for every collected test)."""
+    callspec = getattr(item, "callspec", None)
+    for value in callspec.params.values() if callspec is not None else ():
+        if isinstance(value, str) and (why := env_missing(value)) is not None:
+            item.add_marker(pytest.mark.skip(reason=f"{value}: {why}"))
+            return
