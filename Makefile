@@ -37,12 +37,12 @@ lint: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) -m fuzz
 
-# Says how long each benchmark should take before it runs (all: about FULL_MIN minutes on 2
+# Says how long each benchmark should take before it runs (all: about 67 minutes on 2
 # cores; python -m benchmarks --list has each one's).
 bench: $(STAMP)
 	$(PY) -m benchmarks
 
-# A short round of the headline benchmarks, one per area (about QUICK_MIN minutes on a
+# A short round of the headline benchmarks, one per area (about 3 minutes on a
 # 2-core machine): the ratios, fast.
 bench-quick: $(STAMP)
 	$(PY) -m benchmarks --quick
