@@ -17,6 +17,7 @@ rules only.
 
 from __future__ import annotations
 
+import errno
 import sys
 from typing import Final
 
@@ -46,3 +47,14 @@ def serves(host: str | None, tls: bool) -> bool:
 def dials(host: str | None, secure: bool) -> bool:
     """Whether a client dialling ``host`` (no TLS) tries the local twin first."""
     return SUPPORTED and not secure and host in LOCAL_HOSTS
+
+
+def unavailable(port: int, exc: OSError) -> str:
+    """What a remote says when it cannot bind rewarder port ``port``'s twin (``exc``)."""
+    if exc.errno == errno.EADDRINUSE:
+        why = (f"another process holds its name {name(port)[1:]!r} (none of ours does while "
+               "this remote holds the port: a process squatting it to catch agents?)")
+    else:
+        why = f"binding {name(port)[1:]!r} failed: {exc}"
+    return (f"no local socket for rewarder port {port}: {why}; agents on this host will use "
+            "TCP (they check who holds the name before they send anything: docs/security.md)")
