@@ -6,10 +6,13 @@ without TLS tries it first and falls back to TCP. The WebSocket and every messag
 the same: only the kernel's path differs, and a Unix socket skips TCP's per-segment work
 on both sides of every step (`python -m benchmarks step_channel`, the (b') and (c) rows).
 
-Why the name reaches the remote the agent meant: abstract names live in the network
-namespace, like the TCP port they are named after; a remote binds the name only when it
-holds ``127.0.0.1:PORT`` (bound there, on ``localhost`` or on every IPv4 address), an
-agent dials it only for ``127.0.0.1:PORT``, and that pair has one owner. (A remote on
+Which remote the name reaches: abstract names live in the network namespace, like the
+TCP port they are named after, but they have no owner: a remote binds the name only
+when it holds ``127.0.0.1:PORT`` (bound there, on ``localhost`` or on every IPv4
+address), yet any process may have bound it first. So an agent dials it only for
+``127.0.0.1:PORT`` and uses it only when the process behind it holds that port
+(:mod:`.local_peer` checks, before a byte is sent); a remote that finds its name taken
+says so at WARNING (:func:`unavailable`) and serves TCP alone. (A remote on
 ``127.0.0.2`` or ``::1`` alone may share its port number with another: it gets no twin.)
 TLS remotes keep TCP (a Unix socket would skip their certificate). Sans-I/O: names and
 rules only.

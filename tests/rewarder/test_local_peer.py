@@ -33,6 +33,17 @@ def _listen_tcp(host: str, port: int = 0) -> socket.socket:
     return sock
 
 
+@pytest.fixture(params=["sock_diag", "/proc/net/tcp"])
+def lookup(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each way the port's listener is found: the kernel's socket table, and /proc where
+    that is not available (as if sock_diag failed)."""
+    if request.param == "/proc/net/tcp":
+        def unavailable(port: int) -> None:
+            raise OSError("no sock_diag here")
+        monkeypatch.setattr(local_peer, "_diag_listener", unavailable)
+    return str(request.param)
+
+
 @pytest.fixture
 def sockets() -> Iterator[list[socket.socket]]:
     made: list[socket.socket] = []
@@ -49,9 +60,12 @@ def _twin(port: int, backlog: int = 8) -> socket.socket:
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
-def test_the_process_that_holds_the_port_is_trusted(host: str, sockets: list[socket.socket]) -> None:
+def test_the_process_that_holds_the_port_is_trusted(
+    host: str, lookup: str, sockets: list[socket.socket]
+) -> None:
     sockets.append(tcp := _listen_tcp(host))
     port = tcp.getsockname()[1]
+    assert local_peer.listener(port) == (os.fstat(tcp.fileno()).st_ino, os.getuid())
     sockets.append(_twin(port))
     sock = local_peer.dial(port, DIAL_TIMEOUT)
     assert sock is not None
@@ -60,17 +74,20 @@ def test_the_process_that_holds_the_port_is_trusted(host: str, sockets: list[soc
 
 
 def test_a_name_whose_port_nobody_holds_is_not_used(
-    sockets: list[socket.socket], caplog: pytest.LogCaptureFixture
+    lookup: str, sockets: list[socket.socket], caplog: pytest.LogCaptureFixture
 ) -> None:
     sockets.append(other := _listen_tcp("127.0.0.2"))  # the same number elsewhere: not 127.0.0.1
     port = other.getsockname()[1]
+    assert local_peer.listener(port) is None
     sockets.append(_twin(port))
     with caplog.at_level("DEBUG", logger=local_peer.__name__):
         assert local_peer.dial(port, DIAL_TIMEOUT) is None
     assert f"nothing listens on 127.0.0.1:{port}; dialling TCP" in caplog.text
 
 
-def test_a_name_held_by_a_process_without_the_port_is_not_used(sockets: list[socket.socket]) -> None:
+def test_a_name_held_by_a_process_without_the_port_is_not_used(
+    lookup: str, sockets: list[socket.socket]
+) -> None:
     """The port is another process's; the name ours: the name's peer (us) holds no such
     socket (as a squatter beside a real remote)."""
     holder = subprocess.Popen(
