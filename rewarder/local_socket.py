@@ -54,10 +54,12 @@ def dials(host: str | None, secure: bool) -> bool:
 
 def unavailable(port: int, exc: OSError) -> str:
     """What a remote says when it cannot bind rewarder port ``port``'s twin (``exc``)."""
+    shown = "@" + name(port)[1:]  # as ss and /proc/net/unix show an abstract name
     if exc.errno == errno.EADDRINUSE:
-        why = (f"another process holds its name {name(port)[1:]!r} (none of ours does while "
-               "this remote holds the port: a process squatting it to catch agents?)")
+        why = (f"another process holds its name {shown} (not a remote: none other can hold "
+               "this port now; perhaps one squatting the name to catch agents; `ss -xlp` "
+               "names it)")
     else:
-        why = f"binding {name(port)[1:]!r} failed: {exc}"
+        why = f"binding {shown} failed: {exc}"
     return (f"no local socket for rewarder port {port}: {why}; agents on this host will use "
-            "TCP (they check who holds the name before they send anything: docs/security.md)")
+            "TCP (they use the name only when its process holds this port: docs/security.md)")
