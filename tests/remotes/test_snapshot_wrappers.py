@@ -177,20 +177,39 @@ def test_the_episodes_step_limit_counts_on_from_the_clone(catch: LocalRemotes) -
         env.close()
 
 
-def test_a_state_without_held_keys_is_refused_by_a_wrapped_env(catch: LocalRemotes) -> None:
-    """A state of a bare env does not say what a ``DiscreteKeys`` env held: refused before
+def test_held_keys_go_between_one_env_and_a_vector_env_and_not_without_them(
+    catch: LocalRemotes,
+) -> None:
+    """A ``make_vec`` env's state restores on a ``gymnasium.make`` env with its held keys;
+    a state of a bare env does not say what a ``DiscreteKeys`` env held: refused before
     the remote is touched, rather than replayed wrong."""
-    bare = RemoteVectorEnv(catch.addresses, catch.password, mode="lockstep")
-    wrapped = gymnasium.make(
-        "universe-remote/builtin.Catch-v0", remotes=str(catch.addresses[0]), password=catch.password,
+    addresses = [str(a) for a in catch.addresses]
+    envs = gymnasium.make_vec(
+        "universe-remote/builtin.Catch-v0", num_envs=2, remotes=addresses, password=catch.password,
         mode="lockstep",
     )
     try:
+        envs.reset(seed=[1, 2])
+        envs.step(np.array([1, 2]))
+        held_right = envs.unwrapped.clone_state(1, export=True)
+    finally:
+        envs.close()
+    assert dict(held_right.agent) == {"held_keys": ("Right",)}
+    bare = RemoteVectorEnv(catch.addresses, catch.password, mode="lockstep")
+    try:
         bare.reset(seed=1)
-        state = bare.clone_state(1, export=True)
-        wrapped.reset(seed=2)
-        with pytest.raises(ValueError, match="taken without held_keys"):
-            wrapped.unwrapped.restore_state(state)
+        no_keys = bare.clone_state(1, export=True)
     finally:
         bare.close()
+    wrapped = gymnasium.make(
+        "universe-remote/builtin.Catch-v0", remotes=addresses[0], password=catch.password, mode="lockstep",
+    )
+    try:
+        wrapped.reset(seed=2)
+        wrapped.step(1)  # holds Left
+        with pytest.raises(ValueError, match="taken without held_keys"):
+            wrapped.unwrapped.restore_state(no_keys)
+        wrapped.unwrapped.restore_state(held_right)
+        assert wrapped.unwrapped.clone_state().agent == held_right.agent
+    finally:
         wrapped.close()
