@@ -300,12 +300,14 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
 
     def clone_state(self, include_rng: bool = True, export: bool = False) -> EnvState:
         """The whole state now, as ale-py's ``clone_state`` (lockstep): the remote's, and
-        what the agent's side keeps (the episode's steps; wrappers' held keys). The
-        generator is always included (``include_rng`` is accepted for ale-py's callers);
-        ``export``: with the state's bytes, so it restores on other remotes too."""
+        what the agent's side keeps (the episode's steps; wrappers' held keys); refused
+        (ValueError) once the episode has ended: reset first. The generator is always
+        included (``include_rng`` is accepted for ale-py's callers); ``export``: with the
+        state's bytes, so it restores on other remotes too."""
         if self._closed:
             raise RuntimeError("clone_state() on a closed RemoteEnv")
         with self._stepping:
+            self._core.check_running(0, "the episode")
             agent = self.snapshot_parts.save(0)
             steps = self._core.slots[0].steps
             reply = self._core.save_state(0, export)

@@ -50,7 +50,6 @@ from .group import RemoteGroup, follow
 from .loop import LoopThread, shared_loop
 from .options import PAGE, WEB_ACTIONS, EnvOptions, check_env_id
 from .session import RemoteSession, RemoteSnapshot, resolve_addresses
-from .slot import Phase
 from .states import AgentParts, EnvState, SnapshotPart, make_state, restore_args
 from .stepper import DEFAULT_FPS, Batch, Stepper
 from .web import MAX_ACTION_CHARS, AnyText, check_served, dict_observation, observation_space
@@ -325,17 +324,12 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         if self._closed:
             raise RuntimeError("clone_state() on a closed RemoteVectorEnv")
         with self._stepping:
-            slot = self._core.slots[index]
-            if slot.phase is not Phase.RUNNING:
-                raise ValueError(
-                    f"env {index}'s episode {'ended' if slot.phase is not Phase.AWAY else 'was cut off'} "
-                    "in the last step and its next step starts a new one (autoreset): a state "
-                    "taken now would not replay that; clone before the end or after that step"
-                )
+            self._core.check_running(index, f"env {index}")
             agent = self.snapshot_parts.save(index)
+            steps = self._core.slots[index].steps
             reply = self._core.save_state(index, export)
         name = self._states[index].name
-        return make_state(name, self._states[index].describe.get("env_id", ""), reply, slot.steps, agent)
+        return make_state(name, self._states[index].describe.get("env_id", ""), reply, steps, agent)
 
     def restore_state(self, index: int, state: EnvState) -> None:
         """Set remote ``index`` to ``state`` (a new episode there, the branch)."""

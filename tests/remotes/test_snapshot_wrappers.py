@@ -173,6 +173,8 @@ def test_the_episodes_step_limit_counts_on_from_the_clone(catch: LocalRemotes) -
         assert ends == [False] * 19 + [True]
         env.restore_state(state)
         assert [env.step([])[3] for _ in range(20)] == ends
+        with pytest.raises(ValueError, match="ended in the last step"):
+            env.clone_state()  # the next step starts a new episode: reset first
     finally:
         env.close()
 
