@@ -11,6 +11,7 @@ when exported, are the remote's own sealed format (never pickle), unchanged.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -77,22 +78,32 @@ def restore_args(state: EnvState, remote: str) -> tuple[str | None, bytes | None
 
 class AgentParts:
     """The :class:`SnapshotPart` s of one env (a wrapper adds itself with ``keep``):
-    their values for env ``index`` saved into a state, and set back from one."""
+    their values for env ``index`` saved into a state, and set back from one. Parts are
+    held weakly: a wrapper dropped is no longer asked (nor kept alive by its env)."""
 
     def __init__(self) -> None:
-        self.parts: list[SnapshotPart] = []
+        self._refs: list[weakref.ReferenceType[SnapshotPart]] = []
+
+    @property
+    def parts(self) -> list[SnapshotPart]:
+        """The parts alive, in the order they were kept."""
+        alive = [part for ref in self._refs if (part := ref()) is not None]
+        if len(alive) != len(self._refs):
+            self._refs = [ref for ref in self._refs if ref() is not None]
+        return alive
 
     def keep(self, part: SnapshotPart) -> None:
-        self.parts.append(part)
+        self._refs.append(weakref.ref(part))
 
     def save(self, index: int) -> tuple[tuple[str, Any], ...]:
         """Every part's value now (ValueError, from the part, if one cannot travel)."""
         return tuple((part.snapshot_name, part.snapshot_value(index)) for part in self.parts)
 
-    def values(self, state: EnvState) -> list[Any]:
-        """Each part's value in ``state`` (the n-th part of a name takes the n-th value of
-        it); ValueError naming a part the state was taken without, before anything
-        is restored. Values of parts this env lacks are left: they are other wrappers'."""
+    def values(self, state: EnvState) -> list[tuple[SnapshotPart, Any]]:
+        """Each part with its value in ``state`` (the n-th part of a name takes the n-th
+        value of it); ValueError naming a part the state was taken without, before
+        anything is restored. Values of parts this env lacks are left: they are other
+        wrappers'."""
         given: dict[str, list[Any]] = {}
         for name, value in state.agent:
             given.setdefault(name, []).append(value)
@@ -106,10 +117,11 @@ class AgentParts:
                     f"which this env's {type(part).__name__} needs to replay it: restore states "
                     "of an env built the same way (gymnasium.make of the same id and wrappers)"
                 )
-            out.append(kept.pop(0))
+            out.append((part, kept.pop(0)))
         return out
 
-    def load(self, index: int, values: list[Any]) -> None:
-        """Set env ``index``'s parts to ``values`` (of :meth:`values`), after the restore."""
-        for part, value in zip(self.parts, values, strict=True):
+    @staticmethod
+    def load(index: int, values: list[tuple[SnapshotPart, Any]]) -> None:
+        """Set env ``index``'s parts to their ``values`` (of :meth:`values`), after the restore."""
+        for part, value in values:
             part.restore_value(index, value)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import remotes  # noqa: F401 (registers universe-remote/*)
-from remotes import RemoteEnv, RemoteVectorEnv, start_local
+from remotes import DiscreteKeys, RemoteEnv, RemoteVectorEnv, start_local
 from remotes.local import LocalRemotes
 
 GAMES: Final = ("Pong", "Breakout")
@@ -200,7 +200,9 @@ def test_held_keys_go_between_one_env_and_a_vector_env_and_not_without_them(
     bare = RemoteVectorEnv(catch.addresses, catch.password, mode="lockstep")
     try:
         bare.reset(seed=1)
+        DiscreteKeys(bare, [[], ["Left"]])  # a wrapper dropped at once: not asked for keys
         no_keys = bare.clone_state(1, export=True)
+        assert no_keys.agent == ()
     finally:
         bare.close()
     wrapped = gymnasium.make(
