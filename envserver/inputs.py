@@ -81,6 +81,12 @@ class Inputs:
         self.pending_sources.clear()
         self._held.clear()
 
+    def hold(self, source: object, keys: set[str] | frozenset[str], pointer: tuple[int, int, int]) -> None:
+        """Record ``source`` as holding ``keys`` and ``pointer`` (x, y, buttons) without
+        queueing anything: the runtime holds them already (a restore brought them back),
+        and :meth:`release` lets go of them when ``source`` leaves."""
+        self._held[source] = (set(keys), list(pointer))
+
     def push(self, source: object, events: Sequence[InputEvent]) -> None:
         """Queue checked events from ``source`` for the next frame."""
         keys, pointer = self._held.setdefault(source, (set(), [0, 0, 0]))

@@ -295,6 +295,13 @@ class Runtime(abc.ABC):
         restore to the snapshot's, which is how restores are verified."""
         raise SnapshotUnsupported(self.snapshot_refusal)
 
+    def held_input(self) -> tuple[frozenset[str], tuple[int, int, int]]:
+        """What the game holds down now, as its state has it: keys, and the pointer
+        ``(x, y, buttons)``. After a restore it is what was held at the snapshot; the
+        remote records it as its agent's, to let go of when the agent leaves. A runtime
+        whose state keeps none holds nothing."""
+        return frozenset(), (0, 0, 0)
+
     async def asnapshot(self) -> bytes:
         """:meth:`snapshot` for the remote's event loop; runtimes behind I/O override it."""
         return self.snapshot()

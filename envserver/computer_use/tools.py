@@ -394,8 +394,13 @@ class Desk:
         replied: dict[str, Any] = {}
         await remote.restore(request.token, request.state, OBS_VNC,
                              lambda episode_id, body=None: replied.update(body or {}))
-        # What the driver held when the snapshot was taken (the runtime holds it again).
-        client.held = copy.deepcopy(self.held.get(request.token or "", Held()))
+        # What the driver held when the snapshot was taken (the runtime holds it again):
+        # this port's record of its token, else (exported bytes) what the game's state has.
+        kept = self.held.get(request.token or "")
+        if kept is None:
+            keys, (x, y, buttons) = self.remote.runtime.held_input()
+            kept = Held(set(keys), (x, y), buttons)
+        client.held = copy.deepcopy(kept)
         client.told()
         out = await self._answer(client, "restore", {**args, "settle": False}, settle=False)
         out[-1] = _text({**orjson.loads(out[-1]["text"]), "restored": replied.get("restored")})
