@@ -165,7 +165,7 @@ def banner(config: ServeConfig, remote: Any, openenv: Any = None, note: str | No
     record = config.record
     if record is not None:
         where = Path(record).resolve()
-        lines.append(f"  recording every episode to {where}/ (replay: universe-remote replay {record}; "
+        lines.append(f"  recording every episode to {where}/ (replay: {command()} replay {record}; "
                      "the property 'recording' 1/0 pauses it)")
     lines.append(f"  agent address  vnc{'+tls' if tls else ''}://{host}:{vnc_port}+{rewarder_port}{secret}")
     if config.host in WILDCARD_HOSTS:
