@@ -135,7 +135,8 @@ def banner(config: ServeConfig, remote: Any, openenv: Any = None, note: str | No
         kind = "X509Vnc" if config.password else "X509None"
         watch = f"vncviewer -SecurityTypes {kind} -X509CA CA.pem {target}"
     elif max(remote.runtime.width, remote.runtime.height) <= ZOOM_BELOW:
-        watch = f"{command()} watch {host}::{vnc_port}   (zoomed; vncviewer {target} shows 1x)"
+        asks = " --password <password>" if config.password else ""  # vncviewer asks by itself
+        watch = f"{command()} watch {host}::{vnc_port}{asks}   (zoomed; vncviewer {target} shows 1x)"
     else:
         watch = f"vncviewer {target}"
     lines = [

@@ -209,7 +209,7 @@ def test_a_password_is_named_where_it_is_needed_and_commands_are_ones_a_shell_fi
     assert "the browser asks for the --password" in viewer, text
     (mcp,) = [x for x in lines if x.startswith("  mcp")]
     assert "Authorization: Bearer <the --password>" in mcp, text
-    watch = re.search(r"watch:  (.+?) watch 127\.0\.0\.1::\d+", text)
+    watch = re.search(r"watch:  (.+?) watch 127\.0\.0\.1::\d+ --password <password>   ", text)
     assert watch is not None, text
     program = watch.group(1)
     if shutil.which("universe-remote", path=path) is None:
