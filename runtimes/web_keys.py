@@ -66,7 +66,7 @@ def key_name(name: str, where: str = "key") -> str:
         if name.endswith(side) and name[:-len(side)] in ("Shift", "Control", "Alt", "Meta"):
             x_name = name[:-len(side)] + suffix
     try:
-        return keysyms.canonical(x_name)
+        return keysyms.name(keysyms.keysym(x_name))  # the keysym's own name: Page_Down is Next
     except UnknownKey:
         raise ActionError(f"{where}: unknown key {name!r} (use names such as Enter, Tab, "
                           "ArrowLeft, Control, Shift, a, A, 1, F5, Numpad0, PrintScreen, or an X "

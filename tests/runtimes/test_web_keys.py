@@ -36,6 +36,11 @@ def test_x_names_are_taken_as_they_are(name: str) -> None:
     assert keysyms.keysym(key_name(name)) == keysyms.keysym(name)
 
 
+def test_a_keysym_s_other_names_are_its_own_name() -> None:
+    """As the browser's key list has it: X's Page_Down is keysym Next."""
+    assert key_name("Page_Down") == key_name("PageDown") == "Next"
+
+
 def test_an_unknown_name_says_which_names_exist() -> None:
     with pytest.raises(ActionError, match="unknown key 'NumpadFoo'.*Numpad0, PrintScreen"):
         key_name("NumpadFoo")
