@@ -171,7 +171,7 @@ class Inputs:
                     name = keysyms.name(key) if isinstance(key, int) else keysyms.canonical(key)
                 except UnknownKey as exc:
                     raise Refused(f"action[{i}]: {exc}") from None
-                if name not in runtime.keys:
+                if name not in runtime.keys and not runtime.any_key:
                     raise Refused(
                         f"action[{i}]: {runtime.env_id} does not use key {name!r}; it takes "
                         f"{', '.join(runtime.keys) or 'no keys (use PointerEvent)'}"

@@ -89,13 +89,14 @@ def action_space(state: RemoteSnapshot) -> VNCActionSpace:
     """The VNC action space a remote's describe calls for (its keys and buttons)."""
     describe = state.describe
     return VNCActionSpace(
-        describe.get("keys", ()), state.width, state.height, int(describe.get("buttons", 1))
+        describe.get("keys", ()), state.width, state.height, int(describe.get("buttons", 1)),
+        any_key=bool(describe.get("any_key", False)),
     )
 
 
 def spaces_differ(new: RemoteSnapshot, old: RemoteSnapshot) -> bool:
     """Whether a reset changed what the spaces are made of (an env switch does)."""
-    keys = ("keys", "buttons", "fps")
+    keys = ("keys", "any_key", "buttons", "fps")
     return new.screen_size != old.screen_size or any(
         new.describe.get(k) != old.describe.get(k) for k in keys
     )

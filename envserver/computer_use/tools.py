@@ -290,6 +290,12 @@ class Desk:
         screen = self.screen
         held = copy.deepcopy(client.held)
         plan = actions.parse(args, screen, held)
+        if plan.navigates and self.remote.runtime.action_strings:
+            raise ToolError(
+                f"button {plan.navigates!r} would move the browser's history (Alt+"
+                f"{'Left' if plan.navigates == 'back' else 'Right'}) away from the task's page: a "
+                "browser remote keeps its page and refuses navigation (docs/browser.md); nothing "
+                "was sent. Click the page's own controls, or reset")
         if plan.acts:
             self.take(client)
             await self._run(plan)
