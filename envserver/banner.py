@@ -2,16 +2,20 @@
 address to give an agent, and what this remote is doing (recording, replaying, seating
 players).
 
-Holds :func:`banner`, :func:`connect_hosts` and :func:`in_container`. Every address
-printed is one a person can connect to: a wildcard bind (``--host 0.0.0.0``) is shown as
-127.0.0.1, with the machine's own addresses for other machines, or, in a container, a
-note that the ports the host publishes are the ones to use.
+Holds :func:`banner`, :func:`connect_hosts`, :func:`command` and :func:`in_container`.
+Every address printed is one a person can connect to: a wildcard bind (``--host
+0.0.0.0``) is shown as 127.0.0.1, with the machine's own addresses for other machines,
+or, in a container, a note that the ports the host publishes are the ones to use. Every
+command printed is one a new shell finds (``.venv/bin/universe-remote`` when the venv is
+not active), and a password-protected port says how to give the password.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -58,6 +62,21 @@ def connect_hosts(host: str) -> tuple[str, list[str]]:
     if name and name != "localhost":
         others.append(name)
     return "127.0.0.1", others
+
+
+def command(cwd: Path | None = None) -> str:
+    """How a shell here runs universe-remote: the bare name when it is on PATH, else the
+    script beside this Python (``.venv/bin/universe-remote``, relative to ``cwd`` when
+    under it: ``make run`` serves from a venv no shell has activated), else ``python -m``."""
+    if shutil.which("universe-remote") is not None:
+        return "universe-remote"
+    script = Path(sys.executable).parent / "universe-remote"
+    if not os.access(script, os.X_OK):
+        return f"{sys.executable} -m universe_remote"
+    try:
+        return str(script.relative_to(cwd or Path.cwd()))
+    except ValueError:
+        return str(script)
 
 
 def _first_line(remote: Any, tls: bool) -> str:
@@ -116,7 +135,8 @@ def banner(config: ServeConfig, remote: Any, openenv: Any = None, note: str | No
         kind = "X509Vnc" if config.password else "X509None"
         watch = f"vncviewer -SecurityTypes {kind} -X509CA CA.pem {target}"
     elif max(remote.runtime.width, remote.runtime.height) <= ZOOM_BELOW:
-        watch = f"universe-remote watch {host}::{vnc_port}   (zoomed; vncviewer {target} shows 1x)"
+        asks = " --password <password>" if config.password else ""  # vncviewer asks by itself
+        watch = f"{command()} watch {host}::{vnc_port}{asks}   (zoomed; vncviewer {target} shows 1x)"
     else:
         watch = f"vncviewer {target}"
     lines = [
@@ -129,6 +149,8 @@ def banner(config: ServeConfig, remote: Any, openenv: Any = None, note: str | No
     if viewer is not None:
         how = ("in a browser; view only, but ?password= of --control-password or a player's "
                "password plays" if getattr(viewer, "controllable", False) else "view only, in a browser")
+        if config.password:
+            how += "; the browser asks for the --password (any user name), or add ?password=..."
         lines.append(f"  viewer    {'https' if tls else 'http'}://{host}:{viewer.port}/viewer/   ({how})")
     if remote.dm_env_rpc is not None:
         lines.append(f"  dm_env_rpc  {host}:{remote.dm_env_rpc.port}   "
@@ -137,13 +159,14 @@ def banner(config: ServeConfig, remote: Any, openenv: Any = None, note: str | No
         lines.append(f"  openenv   {'https' if tls else 'http'}://{host}:{openenv.port}   "
                      "(OpenEnv HTTP + /ws: GenericEnvClient(base_url=...); docs/openenv.md)")
     if mcp is not None:
+        bearer = "; header Authorization: Bearer <the --password>" if config.password else ""
         lines.append(f"  mcp       {'https' if tls else 'http'}://{host}:{mcp.port}/mcp   "
-                     "(computer-use tools, streamable HTTP; docs/computer-use.md)")
+                     f"(computer-use tools, streamable HTTP{bearer}; docs/computer-use.md)")
     lines += _players(config, remote)
     record = config.record
     if record is not None:
         where = Path(record).resolve()
-        lines.append(f"  recording every episode to {where}/ (replay: universe-remote replay {record}; "
+        lines.append(f"  recording every episode to {where}/ (replay: {command()} replay {record}; "
                      "the property 'recording' 1/0 pauses it)")
     lines.append(f"  agent address  vnc{'+tls' if tls else ''}://{host}:{vnc_port}+{rewarder_port}{secret}")
     if config.host in WILDCARD_HOSTS:

@@ -320,12 +320,12 @@ def add_commands(sub: Any) -> None:
         "--mcp-port",
         type=int,
         nargs="?",
-        const=8800,  # envserver.computer_use.server.DEFAULT_PORT (not imported: parsing stays cheap)
+        const=-1,  # envserver.ports.AUTO: the first free port from 8800 (ports.MCP_BASE)
         default=None,
         metavar="PORT",
         help="also serve MCP (streamable HTTP at /mcp: the computer tool for computer-use "
-        "agents; needs pip install 'universe-remote[mcp]') on PORT (default 8800; "
-        "docs/computer-use.md); off unless given",
+        "agents; needs pip install 'universe-remote[mcp]') on PORT (without PORT the first "
+        "free one from 8800, 0 picks any free one; docs/computer-use.md); off unless given",
     )
     shared.add_argument(
         "--tls-cert",

@@ -75,7 +75,8 @@ class ServeConfig:
     http_port: int | None = None
     dm_env_rpc_port: int | None = None
     openenv_port: int | None = None
-    #: ``--mcp-port``: the MCP endpoint for computer-use agents (docs/computer-use.md).
+    #: ``--mcp-port``: the MCP endpoint for computer-use agents (docs/computer-use.md);
+    #: :data:`envserver.ports.AUTO` for the first free from 8800.
     mcp_port: int | None = None
     #: ``--games K``, and ``--game-ports``' (VNC, rewarder) pairs when listed.
     games: int = 1

@@ -92,7 +92,7 @@ def game_ports(config: ServeConfig, ports: Ports) -> tuple[list[GamePorts], str 
         pairs = [(_plus(ports.vnc, i) or 0, _plus(ports.rewarder, i) or 0) for i in range(games)]
     http, dm, openenv = ports.http, config.dm_env_rpc_port, config.openenv_port
     return [
-        GamePorts(vnc, rewarder, _plus(http, i), _plus(dm, i), _plus(openenv, i), _plus(config.mcp_port, i))
+        GamePorts(vnc, rewarder, _plus(http, i), _plus(dm, i), _plus(openenv, i), _plus(ports.mcp, i))
         for i, (vnc, rewarder) in enumerate(pairs)
     ], note
 
@@ -232,7 +232,8 @@ async def serve_games(
     from .throttle import AuthThrottle
 
     if ports is None:
-        ports = choose_ports(config.host, config.vnc_port, config.rewarder_port, config.http_port)
+        ports = choose_ports(config.host, config.vnc_port, config.rewarder_port, config.http_port,
+                             config.mcp_port)
     sweep()  # frame segments of remotes that are gone (killed before they could remove them)
     each, note = game_ports(config, ports)
     throttle = AuthThrottle()  # one per process: K games are not K times the guesses
@@ -300,7 +301,7 @@ def run(config: ServeConfig, tls: ServerTLS | None = None) -> int:
 
     host = config.host
     try:
-        ports = choose_ports(host, config.vnc_port, config.rewarder_port, config.http_port)
+        ports = choose_ports(host, config.vnc_port, config.rewarder_port, config.http_port, config.mcp_port)
     except OSError as exc:
         print(f"universe-remote: cannot listen on {host}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_CANNOT_LISTEN

@@ -81,6 +81,12 @@ class Inputs:
         self.pending_sources.clear()
         self._held.clear()
 
+    def hold(self, source: object, keys: set[str] | frozenset[str], pointer: tuple[int, int, int]) -> None:
+        """Record ``source`` as holding ``keys`` and ``pointer`` (x, y, buttons) without
+        queueing anything: the runtime holds them already (a restore brought them back),
+        and :meth:`release` lets go of them when ``source`` leaves."""
+        self._held[source] = (set(keys), list(pointer))
+
     def push(self, source: object, events: Sequence[InputEvent]) -> None:
         """Queue checked events from ``source`` for the next frame."""
         keys, pointer = self._held.setdefault(source, (set(), [0, 0, 0]))
@@ -165,7 +171,7 @@ class Inputs:
                     name = keysyms.name(key) if isinstance(key, int) else keysyms.canonical(key)
                 except UnknownKey as exc:
                     raise Refused(f"action[{i}]: {exc}") from None
-                if name not in runtime.keys:
+                if name not in runtime.keys and not runtime.any_key:
                     raise Refused(
                         f"action[{i}]: {runtime.env_id} does not use key {name!r}; it takes "
                         f"{', '.join(runtime.keys) or 'no keys (use PointerEvent)'}"

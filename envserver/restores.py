@@ -23,6 +23,7 @@ from rewarder.snapshot_messages import SNAPSHOT_KEY_ENV
 from runtimes.errors import BadSnapshot, SnapshotUnsupported
 
 from .episodes import Episodes
+from .inputs import REWARDER_SOURCE
 from .orders import LOCKSTEP, OBS_SHM, Refused
 from .recovery import Progress
 from .snapshots import Snapshot, SnapshotError, SnapshotStore, export, open_export, seal_key
@@ -118,6 +119,11 @@ class Restores(Episodes):
                 )
             self.episode_id += 1
             self.inputs.clear()
+            # The game holds what was held at the snapshot: the agent that restored holds
+            # it now, and lets go of it if it leaves (else a key would stay down).
+            keys, pointer = self.runtime.held_input()
+            if keys or pointer[2]:
+                self.inputs.hold(REWARDER_SOURCE, keys, pointer)
             self.episode_frame = snap.episode_frame
             branch = {
                 "from_episode": snap.episode_id, "from_frame": snap.frame,

@@ -29,6 +29,26 @@ def key_combos(combos: Sequence[Sequence[str]]) -> list[frozenset[str]]:
     return [frozenset(keysyms.canonical(k) for k in combo) for combo in combos]
 
 
+#: The name of the held keys' part of a snapshot (remotes.states.SnapshotPart), one
+#: env's or a vector env's: a state of either restores on the other.
+HELD_KEYS: Final = "held_keys"
+
+
+def keep_with_snapshots(env: Any, part: Any) -> None:
+    """Have ``env``'s snapshots carry ``part``'s state, if ``env`` is a remote env (any
+    other env's states are its own affair)."""
+    keep = getattr(env.unwrapped, "keep_with_snapshots", None)
+    if keep is not None:
+        keep(part)
+
+
+def held_keys(value: Any) -> frozenset[str]:
+    """The held keys a snapshot carries, checked: canonical key names."""
+    if not isinstance(value, tuple | list | set | frozenset) or not all(isinstance(k, str) for k in value):
+        raise ValueError(f"a snapshot's held keys are key names such as ('Left',), not {value!r}")
+    return frozenset(keysyms.canonical(k) for k in value)
+
+
 def key_events(held: frozenset[str], wanted: frozenset[str]) -> list[Event]:
     """Release what is held and not wanted, press what is wanted and not held."""
     events: list[Event] = [("KeyEvent", k, False) for k in sorted(held - wanted)]

@@ -36,6 +36,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 
 from .env import RemoteEnv
+from .states import EnvState
 from .vector import RemoteVectorEnv
 
 #: ale-py's keywords (beside ``frameskip``) an ``atari.*`` id takes, and ``noop_max``
@@ -195,6 +196,11 @@ class RemoteAtariEnv(RemoteEnv):
         self.last_obs, self.episode_frame, self.ended = obs, int(info.get("frame", 0)), False
         return obs, info
 
+    def restore_state(self, state: EnvState) -> None:
+        """As :meth:`RemoteEnv.restore_state`; :attr:`ale` shows the restored frame."""
+        super().restore_state(state)
+        self.last_obs, self.ended = self._frame, False
+
     def step(self, action: Any) -> tuple[np.ndarray, Any, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = super().step(action)
         self.lives = int(info.setdefault("lives", self.lives))
@@ -227,6 +233,11 @@ class RemoteAtariVectorEnv(RemoteVectorEnv):
         self._ended[:] = False
         infos["lives"], infos["_lives"] = self._lives.copy(), np.ones(self.num_envs, bool)
         return obs, infos
+
+    def set_states(self, states: dict[int, EnvState]) -> None:
+        """As :meth:`RemoteVectorEnv.set_states`: each env set runs its restored episode."""
+        super().set_states(states)
+        self._ended[list(states)] = False
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         obs, rewards, terminated, truncated, infos = super().step(actions)

@@ -87,11 +87,11 @@ def add_commands(sub: Any) -> None:
         "--dashboard",
         type=int,
         nargs="?",
-        const=8800,  # remotes.dashboard.DEFAULT_PORT (not imported: it needs aiohttp)
+        const=8700,  # remotes.dashboard.DEFAULT_PORT (not imported: it needs aiohttp)
         default=None,
         metavar="PORT",
         help="serve a live page of the remotes (screens, state, steps/s, episode returns) at "
-        "http://127.0.0.1:PORT/; PORT defaults to 8800, 0 picks a free one",
+        "http://127.0.0.1:PORT/; PORT defaults to 8700, 0 picks a free one",
     )
     player.set_defaults(func=_cmd_play)
     watcher = sub.add_parser(

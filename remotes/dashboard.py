@@ -44,8 +44,9 @@ if TYPE_CHECKING:
 
     from .vector import RemoteVectorEnv
 
-#: Port of ``play --dashboard`` given without a number.
-DEFAULT_PORT: Final = 8800
+#: Port of ``play --dashboard`` given without a number: not one of a remote's defaults
+#: (8000 OpenEnv, 8800+ MCP, 8900+ viewer), so a dashboard runs beside ``serve --mcp-port``.
+DEFAULT_PORT: Final = 8700
 #: Episodes per remote kept for the chart (older ones are dropped).
 MAX_EPISODES: Final = 1000
 #: Episodes per remote sent to the page in each poll.

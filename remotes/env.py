@@ -51,7 +51,7 @@ from .session import (
     tls_context,
 )
 from .spaces import VNCActionSpace
-from .states import EnvState, make_state, restore_args
+from .states import AgentParts, EnvState, SnapshotPart, make_state, restore_args
 from .stepper import DEFAULT_FPS, Batch, Stepper
 from .web import MAX_ACTION_CHARS, AnyText, check_served, dict_observation, observation_space
 
@@ -89,13 +89,14 @@ def action_space(state: RemoteSnapshot) -> VNCActionSpace:
     """The VNC action space a remote's describe calls for (its keys and buttons)."""
     describe = state.describe
     return VNCActionSpace(
-        describe.get("keys", ()), state.width, state.height, int(describe.get("buttons", 1))
+        describe.get("keys", ()), state.width, state.height, int(describe.get("buttons", 1)),
+        any_key=bool(describe.get("any_key", False)),
     )
 
 
 def spaces_differ(new: RemoteSnapshot, old: RemoteSnapshot) -> bool:
     """Whether a reset changed what the spaces are made of (an env switch does)."""
-    keys = ("keys", "buttons", "fps")
+    keys = ("keys", "any_key", "buttons", "fps")
     return new.screen_size != old.screen_size or any(
         new.describe.get(k) != old.describe.get(k) for k in keys
     )
@@ -170,6 +171,8 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         self.start_timeout = opts.start_timeout
         self.max_episode_steps = opts.max_episode_steps
         self._closed = True  # until connected: close() has nothing to do
+        #: What the agent's side keeps that a snapshot must carry (wrappers add theirs).
+        self.snapshot_parts = AgentParts()
         #: What this env started and stops on close (``gymnasium.make``'s local remotes).
         self.owned: Any = None
         self._loop = loop or shared_loop()
@@ -291,26 +294,41 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
 
     # Snapshots (docs/snapshots.md) -------------------------------------------------------
 
+    def keep_with_snapshots(self, part: SnapshotPart) -> None:
+        """Save ``part``'s agent-side state (a wrapper's held keys) in every state this env
+        clones, and set it back on every restore (docs/snapshots.md)."""
+        self.snapshot_parts.keep(part)
+
     def clone_state(self, include_rng: bool = True, export: bool = False) -> EnvState:
-        """The remote's whole state now, as ale-py's ``clone_state`` (lockstep). The
-        generator is always included (``include_rng`` is accepted for ale-py's callers);
-        ``export``: with the state's bytes, so it restores on other remotes too."""
+        """The whole state now, as ale-py's ``clone_state`` (lockstep): the remote's, and
+        what the agent's side keeps (the episode's steps; wrappers' held keys); refused
+        (ValueError) once the episode has ended: reset first. The generator is always
+        included (``include_rng`` is accepted for ale-py's callers); ``export``: with the
+        state's bytes, so it restores on other remotes too."""
+        if self._closed:
+            raise RuntimeError("clone_state() on a closed RemoteEnv")
         with self._stepping:
+            self._core.check_running(0, "the episode")
+            agent = self.snapshot_parts.save(0)
+            steps = self._core.slots[0].steps
             reply = self._core.save_state(0, export)
-        return make_state(self._state.name, self._state.describe.get("env_id", ""), reply)
+        return make_state(self._state.name, self._state.describe.get("env_id", ""), reply, steps, agent)
 
     def restore_state(self, state: EnvState) -> None:
         """Go back to ``state`` (a new episode, the branch: ``info["episode_id"]`` of the
-        next step says so); :meth:`render` shows the restored frame, the next
-        :meth:`step` plays on from it."""
+        next step says so), the agent's side with it; :meth:`render` shows the restored
+        frame, the next :meth:`step` plays on from it as it did after the clone."""
         if self._closed:
             raise RuntimeError("restore_state() on a closed RemoteEnv")
         args = restore_args(state, self._state.name)
+        values = self.snapshot_parts.values(state)  # (refuses before anything changes)
         with self._stepping:
             self._core.restore_states({0: args})
+            self._core.slots[0].steps = state.steps
             frames = self._core.frames
             if frames is not None:
                 self._frame = frames[0].copy()
+            self.snapshot_parts.load(0, values)
 
     def render(self) -> np.ndarray | None:  # type: ignore[override]
         """``"rgb_array"``: the last frame. ``"human"``: a window on the remote (or where to

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
+from rewarder.local_peer import listeners, socket_inodes
 from vncdriver.addresses import is_loopback
 
 from .address import RemoteAddress
@@ -49,8 +50,6 @@ REWARDER_BASE: Final = 15900
 FLOAT_RANGE: Final = 100
 #: The rewarder port is the VNC port plus this when only one of them is given.
 REWARDER_OFFSET: Final = REWARDER_BASE - VNC_BASE
-#: The TCP state /proc/net/tcp{,6} shows for a listening socket.
-TCP_LISTEN: Final = "0A"
 #: Sub-commands of ``universe-remote`` that start a remote.
 SERVING_COMMANDS: Final = frozenset({"serve", "replay"})
 #: A process caught in the middle of ``execve`` (its parent's ``Popen`` has returned, its
@@ -117,17 +116,7 @@ def _floating() -> set[int]:
 
 def _listening(proc: Path) -> dict[int, int]:
     """This namespace's listening TCP sockets: inode -> port (from /proc/net/tcp{,6})."""
-    found = {}
-    for name in ("tcp", "tcp6"):
-        try:
-            lines = (proc / "net" / name).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == TCP_LISTEN:
-                found[int(fields[9])] = int(fields[1].rpartition(":")[2], 16)
-    return found
+    return {each.inode: each.port for each in listeners(proc=proc)}
 
 
 def _family(entry: Path, proc: Path) -> list[Path]:
@@ -150,20 +139,8 @@ def _family(entry: Path, proc: Path) -> list[Path]:
 
 def _listens_on(entry: Path, proc: Path, listening: dict[int, int]) -> set[int]:
     """The ports a process and its descendants listen on (what their own fds can show)."""
-    ports = set()
-    for member in _family(entry, proc):
-        try:
-            fds = list((member / "fd").iterdir())
-        except OSError:  # gone, or not ours to read: it shows nothing
-            continue
-        for fd in fds:
-            try:
-                link = os.readlink(fd)
-            except OSError:
-                continue
-            if link.startswith("socket:[") and (port := listening.get(int(link[8:-1]))):
-                ports.add(port)
-    return ports
+    return {listening[inode] for member in _family(entry, proc)
+            for inode in socket_inodes(member / "fd") if inode in listening}
 
 
 def settled_ports(argv: Sequence[str], listens_on: Iterable[int]) -> set[int] | None:

@@ -392,7 +392,7 @@ def start_local(
     )
     if not 1 <= games <= MAX_GAMES_PER_PROCESS:
         raise ValueError(f"games_per_process must be 1..{MAX_GAMES_PER_PROCESS}, not {games}")
-    registry.check(env_id)  # before any process starts: the closest ids, not a remote's log
+    registry.check(env_id, here=True)  # before any process starts: the closest ids, not a remote's log
     return shared_loop().run(
         _start(env_id, n, password, fps, start_timeout, extra_args, nice, host, games),
         start_timeout + 10

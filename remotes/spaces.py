@@ -37,7 +37,8 @@ class VNCActionSpace(spaces.Space[list[Event]]):
 
     ``keys``: the X keysym names the remote reacts to (from ``v0.env.describe``);
     ``width``/``height``: the screen, for pointer events; ``buttons``: the button mask
-    bits the remote uses (0 means no pointer events are sampled).
+    bits the remote uses (0 means no pointer events are sampled); ``any_key``: the remote
+    takes any X key (a desktop), ``keys`` being the common ones :meth:`sample` draws.
     """
 
     def __init__(
@@ -47,8 +48,10 @@ class VNCActionSpace(spaces.Space[list[Event]]):
         height: int,
         buttons: int = 0,
         seed: int | np.random.Generator | None = None,
+        any_key: bool = False,
     ) -> None:
         self.keys = tuple(keysyms.canonical(k) for k in keys)
+        self.any_key = any_key
         self.width, self.height, self.buttons = width, height, buttons
         super().__init__(shape=None, dtype=None, seed=seed)
 
@@ -94,7 +97,7 @@ class VNCActionSpace(spaces.Space[list[Event]]):
                     name = keysyms.canonical(key) if isinstance(key, str) else keysyms.name(key)
                 except (UnknownKey, TypeError):
                     return f"event {i}: unknown key {key!r}"
-                if self.keys and name not in self.keys:
+                if self.keys and name not in self.keys and not self.any_key:
                     return f"event {i}: this remote does not use key {name!r}; it uses {', '.join(self.keys)}"
             elif event[0] == "PointerEvent" and len(event) == 4:
                 x, y, mask = event[1], event[2], event[3]
@@ -114,12 +117,12 @@ class VNCActionSpace(spaces.Space[list[Event]]):
     def __repr__(self) -> str:
         return (
             f"VNCActionSpace(keys={list(self.keys)}, screen={self.width}x{self.height}, "
-            f"buttons={self.buttons})"
+            f"buttons={self.buttons}{', any_key=True' if self.any_key else ''})"
         )
 
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, VNCActionSpace)
-            and (self.keys, self.width, self.height, self.buttons)
-            == (other.keys, other.width, other.height, other.buttons)
+            and (self.keys, self.width, self.height, self.buttons, self.any_key)
+            == (other.keys, other.width, other.height, other.buttons, other.any_key)
         )

@@ -51,7 +51,7 @@ from .loop import LoopThread, shared_loop
 from .options import EnvOptions
 from .realtime import PAIRING_FRAMES, WAIT_SLACK_FRAMES, RealtimeSteps
 from .session import RemoteSession, RemoteSnapshot
-from .slot import Slot
+from .slot import Phase, Slot
 from .web import WebSteps
 
 __all__ = [
@@ -195,6 +195,20 @@ class Stepper:
         if channel is None:
             raise RuntimeError(f"{self.sessions[index].name} is not connected")
         return channel.snapshot(export)
+
+    def check_running(self, index: int, what: str) -> None:
+        """Lockstep: ValueError unless remote ``index`` is running its episode. After its
+        end (or its loss) the next step starts a new one (autoreset) and drops its
+        action: a state of the ended episode would not replay what comes next."""
+        self._check_lockstep("snapshots")
+        phase = self.slots[index].phase
+        if phase is not Phase.RUNNING:
+            how = "was cut off (its remote is away)" if phase is Phase.AWAY else "ended"
+            raise ValueError(
+                f"{what} {how} in the last step, and the next step starts a new one "
+                "(autoreset): a state taken now would not replay that; clone before the end "
+                "or after that step"
+            )
 
     def restore_states(self, states: dict[int, tuple[str | None, bytes | None]]) -> dict[int, dict[str, Any]]:
         """Lockstep: restore remotes by index (token or bytes); their infos, frames in

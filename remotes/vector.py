@@ -50,7 +50,7 @@ from .group import RemoteGroup, follow
 from .loop import LoopThread, shared_loop
 from .options import PAGE, WEB_ACTIONS, EnvOptions, check_env_id
 from .session import RemoteSession, RemoteSnapshot, resolve_addresses
-from .states import EnvState, make_state, restore_args
+from .states import AgentParts, EnvState, SnapshotPart, make_state, restore_args
 from .stepper import DEFAULT_FPS, Batch, Stepper
 from .web import MAX_ACTION_CHARS, AnyText, check_served, dict_observation, observation_space
 
@@ -163,6 +163,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         self.autoreset_mode = autoreset
         self.metadata = {**self.metadata, "autoreset_mode": autoreset}
         self._closed = True  # until connected: close() has nothing to do
+        #: What the agent's side keeps that a snapshot must carry (wrappers add theirs).
+        self.snapshot_parts = AgentParts()
         #: What this env started and stops on close (``gymnasium.make_vec``'s local remotes).
         self.owned: Any = None
         self._loop = loop or shared_loop()
@@ -308,29 +310,48 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
 
     # Snapshots (docs/snapshots.md) -------------------------------------------------------
 
+    def keep_with_snapshots(self, part: SnapshotPart) -> None:
+        """Save ``part``'s agent-side state of an env (a wrapper's held keys) in every
+        state cloned from it, and set it back on every restore (docs/snapshots.md)."""
+        self.snapshot_parts.keep(part)
+
     def clone_state(self, index: int, export: bool = False) -> EnvState:
-        """Remote ``index``'s state now (lockstep); ``export``: with its bytes, so it
-        restores on the other remotes too."""
+        """Remote ``index``'s state now (lockstep), with what the agent's side keeps of it
+        (the episode's steps; wrappers' held keys); ``export``: with its bytes, so it
+        restores on the other remotes too. Refused (ValueError) while env ``index``'s
+        episode has ended: its next step starts a new one, which no state of the ended
+        one would replay."""
+        if self._closed:
+            raise RuntimeError("clone_state() on a closed RemoteVectorEnv")
         with self._stepping:
+            self._core.check_running(index, f"env {index}")
+            agent = self.snapshot_parts.save(index)
+            steps = self._core.slots[index].steps
             reply = self._core.save_state(index, export)
-        return make_state(self._states[index].name, self._states[index].describe.get("env_id", ""), reply)
+        name = self._states[index].name
+        return make_state(name, self._states[index].describe.get("env_id", ""), reply, steps, agent)
 
     def restore_state(self, index: int, state: EnvState) -> None:
         """Set remote ``index`` to ``state`` (a new episode there, the branch)."""
         self.set_states({index: state})
 
     def set_states(self, states: dict[int, EnvState]) -> None:
-        """Set each remote named to its state, all at once; :meth:`render` and the next
+        """Set each remote named to its state, all at once, the agent's side with it (the
+        episode's steps, wrappers' held keys; an env whose episode had ended is running
+        the restored one: its next step sends its action); :meth:`render` and the next
         step's observations show the restored frames."""
         if self._closed:
             raise RuntimeError("set_states() on a closed RemoteVectorEnv")
         sent = {i: restore_args(state, self._states[i].name) for i, state in states.items()}
+        values = {i: self.snapshot_parts.values(state) for i, state in states.items()}
         with self._stepping:
             self._core.restore_states(sent)
             frames = self._core.frames
-            if frames is not None:
-                for i in sent:
+            for i, state in states.items():
+                self._core.slots[i].steps = state.steps
+                if frames is not None:
                     self._frames[i] = frames[i]
+                self.snapshot_parts.load(i, values[i])
 
     def fork(self, index: int, to: Sequence[int] | None = None) -> EnvState:
         """Put remote ``index``'s state on the remotes ``to`` (default: all the others),

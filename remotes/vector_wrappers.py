@@ -18,10 +18,13 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorActionWrapper
 
 from .action_maps import (
+    HELD_KEYS,
     Event,
     click_action,
     click_points,
     click_space,
+    held_keys,
+    keep_with_snapshots,
     key_combos,
     key_events,
     pointer_box,
@@ -31,7 +34,11 @@ from .action_maps import (
 
 
 class VectorDiscreteKeys(VectorActionWrapper):  # type: ignore[type-arg]
-    """``MultiDiscrete([len(combos)] * num_envs)``: env *i*'s action holds ``combos[a_i]``."""
+    """``MultiDiscrete([len(combos)] * num_envs)``: env *i*'s action holds ``combos[a_i]``.
+    Each env's held keys go with its snapshots (``clone_state``, ``set_states``, ``fork``)."""
+
+    #: Its part of a snapshot (:class:`~remotes.states.SnapshotPart`).
+    snapshot_name = HELD_KEYS
 
     def __init__(self, env: gymnasium.vector.VectorEnv, combos: Sequence[Sequence[str]]) -> None:
         super().__init__(env)
@@ -44,6 +51,20 @@ class VectorDiscreteKeys(VectorActionWrapper):  # type: ignore[type-arg]
         self._next_step = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) in (
             AutoresetMode.NEXT_STEP, AutoresetMode.NEXT_STEP.value,
         )
+        keep_with_snapshots(env, self)
+
+    def snapshot_value(self, index: int) -> tuple[str, ...]:
+        if self._resetting[index]:  # (the env refuses first; a wrapper over another env)
+            raise ValueError(
+                f"env {index}'s episode ended in the last step: its next step starts a new one "
+                "and drops its action; clone before the end or after that step"
+            )
+        return tuple(sorted(self._held[index]))
+
+    def restore_value(self, index: int, value: Any) -> None:
+        """Env ``index`` runs the restored episode, holding what it held at the clone."""
+        self._held[index] = held_keys(value)
+        self._resetting[index] = False
 
     def reset(self, **kwargs: Any) -> Any:
         self._held = [frozenset[str]()] * self.num_envs

@@ -20,11 +20,14 @@ from gymnasium import spaces
 
 from . import vector_wrappers
 from .action_maps import (
+    HELD_KEYS,
     NOOP,
     Event,
     click_action,
     click_points,
     click_space,
+    held_keys,
+    keep_with_snapshots,
     key_combos,
     key_events,
     pointer_box,
@@ -47,8 +50,13 @@ class DiscreteKeys(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]]):
 
     Keys stay held across steps while the chosen combination keeps them, as a player's
     fingers would: ``DiscreteKeys(env, [[], ["left"], ["right"], ["space"]])``. Switching
-    combination releases the keys it no longer holds and presses the new ones.
+    combination releases the keys it no longer holds and presses the new ones. Which keys
+    it holds decides what the next action sends, so a remote env's snapshots carry them
+    (``clone_state`` saves them, ``restore_state`` sets them back: docs/snapshots.md).
     """
+
+    #: Its part of a snapshot (:class:`~remotes.states.SnapshotPart`).
+    snapshot_name = HELD_KEYS
 
     def __new__(cls, env: Any, *args: Any, **kwargs: Any) -> Any:
         vector = _vector_form("VectorDiscreteKeys", env)
@@ -59,6 +67,13 @@ class DiscreteKeys(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]]):
         self.combos = key_combos(combos)
         self.action_space = spaces.Discrete(len(self.combos))
         self._held: frozenset[str] = frozenset()
+        keep_with_snapshots(env, self)
+
+    def snapshot_value(self, index: int) -> tuple[str, ...]:
+        return tuple(sorted(self._held))
+
+    def restore_value(self, index: int, value: Any) -> None:
+        self._held = held_keys(value)
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         self._held = frozenset()  # the remote releases everything on reset

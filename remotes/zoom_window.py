@@ -26,7 +26,11 @@ from typing import Any, Final
 import numpy as np
 
 from rewarder.auth import PASSWORD_ENV
+from vncdriver.addresses import parse_address
 from vncdriver.client import VNCClient
+
+from .address import RemoteAddress
+from .listening import nothing_listens
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +105,10 @@ def watch(
     the remote cannot be reached (1). ``zoom``: None picks :func:`zoom_for`'s."""
     import tkinter
 
+    why = _nothing_listens(address)
+    if why is not None:  # at once, as RemoteEnv does, not after CONNECT_TIMEOUT of retries
+        print(f"universe-remote watch: cannot watch {address}: {why}", file=sys.stderr)
+        return 1
     try:
         remote = _Remote(address, password)
     except Exception as exc:  # refused, wrong password, nothing there: say so and stop
@@ -141,6 +149,16 @@ def watch(
     finally:
         remote.close()
     return 0
+
+
+def _nothing_listens(address: str) -> str | None:
+    """Why nothing can answer at ``address`` soon (:func:`remotes.listening.nothing_listens`:
+    loopback, refused, and no remote starting here), else None (then connect as usual)."""
+    try:
+        host, port = parse_address(address)
+    except ValueError:
+        return None  # the connect says what is wrong with it
+    return asyncio.run(nothing_listens(RemoteAddress(host, port, None)))
 
 
 def can_zoom() -> bool:

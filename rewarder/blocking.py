@@ -45,7 +45,7 @@ from websockets.exceptions import InvalidHandshake, InvalidMessage, InvalidStatu
 from websockets.protocol import State
 from websockets.uri import WebSocketURI, parse_uri
 
-from . import keeper, local_socket, protocol
+from . import keeper, local_peer, local_socket, protocol
 from .client_channel import CALIBRATION_PINGS, PING_TIMEOUT, intersect_skew
 from .client_frames import ClientFrames
 from .client_state import Answer, ClientState, Closing
@@ -254,18 +254,12 @@ class BlockingRewarder(ClientState):
         sock.settimeout(None)
 
     def _dial_local(self, uri: WebSocketURI, timeout: float) -> socket.socket | None:
-        """The remote's local Unix socket (:mod:`.local_socket`), if it has one and
-        :attr:`local` allows; None: dial TCP."""
+        """The remote's local Unix socket (:mod:`.local_socket`), if it has one, its peer
+        is the process that holds the port (:mod:`.local_peer`) and :attr:`local`
+        allows; None: dial TCP."""
         if not (self.local and local_socket.dials(uri.host, uri.secure)):
             return None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(timeout)
-            sock.connect(local_socket.name(uri.port))
-        except OSError:  # no twin (an older remote, another host's port forwarded here)
-            sock.close()
-            return None
-        return sock
+        return local_peer.dial(uri.port, timeout)
 
     def _handshake(self, sock: socket.socket, uri: WebSocketURI, deadline: float) -> None:
         """On a connected ``sock``: the WebSocket handshake, then the server's first

@@ -228,8 +228,8 @@ class RewarderServer:
         if local_socket.serves(host, self.tls is not None):
             try:
                 self._local = await loop.create_unix_server(factory, local_socket.name(self.port))
-            except OSError as exc:  # the name is taken: local agents dial TCP, as before
-                log.info("no local socket for rewarder port %d: %s", self.port, exc)
+            except OSError as exc:  # the name is taken: local agents dial TCP
+                log.warning("%s", local_socket.unavailable(self.port, exc))
 
     def _new_link(self) -> ServerLink:
         link = ServerLink(self, self.limits)

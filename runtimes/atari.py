@@ -441,6 +441,9 @@ class AtariRuntime(Runtime):
     def _info(self) -> dict[str, Any]:
         return {"lives": int(self.ale.lives()), "frame": self.frame}
 
+    def held_input(self) -> tuple[frozenset[str], tuple[int, int, int]]:
+        return frozenset(k for k, bit in _KEY_BITS.items() if self.held & bit), (0, 0, 0)
+
     def take_damage(self) -> list[tuple[int, int, int, int]] | None:
         damage, self._damage = self._damage, []
         return damage

@@ -136,6 +136,10 @@ class Runtime(abc.ABC):
     #: True when VNC viewers may send any key, not only :attr:`keys` (the rewarder's
     #: list): a desktop, where a person types whatever they like.
     any_vnc_key: ClassVar[bool] = False
+    #: True when agents too may send any X key (the rewarder, MCP, gymnasium), not only
+    #: :attr:`keys`, which then lists the common ones (for samplers and fixed key vectors):
+    #: a desktop, which takes every key a person has (F1, KP_0, Super_L, Print, Menu).
+    any_key: ClassVar[bool] = False
     #: Whether the runtime can run in lockstep (deterministic, as fast as it can go).
     lockstep: ClassVar[bool] = True
     #: Players in one world: above 1, :meth:`advance` takes :class:`PlayerEvent` too and
@@ -295,6 +299,13 @@ class Runtime(abc.ABC):
         restore to the snapshot's, which is how restores are verified."""
         raise SnapshotUnsupported(self.snapshot_refusal)
 
+    def held_input(self) -> tuple[frozenset[str], tuple[int, int, int]]:
+        """What the game holds down now, as its state has it: keys, and the pointer
+        ``(x, y, buttons)``. After a restore it is what was held at the snapshot; the
+        remote records it as its agent's, to let go of when the agent leaves. A runtime
+        whose state keeps none holds nothing."""
+        return frozenset(), (0, 0, 0)
+
     async def asnapshot(self) -> bytes:
         """:meth:`snapshot` for the remote's event loop; runtimes behind I/O override it."""
         return self.snapshot()
@@ -314,6 +325,7 @@ class Runtime(abc.ABC):
             "width": cls.width,
             "height": cls.height,
             "keys": list(cls.keys),
+            "any_key": cls.any_key,
             "buttons": cls.buttons,
             "players": cls.players,
             # What a web agent may use (docs/browser.md): action strings and page

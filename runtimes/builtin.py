@@ -383,6 +383,9 @@ class Catch(_Game):
         self._ball_below_paddle = False
         self._spawn_in = 0
 
+    def held_input(self) -> tuple[frozenset[str], tuple[int, int, int]]:
+        return frozenset(self.held), (0, 0, 0)
+
     def _info(self) -> dict[str, Any]:
         return {
             "score": self.catches - self.misses,
@@ -547,6 +550,9 @@ class ClickTarget(_Game):
                 break
         self.target = (x, y)
         self.target_age = 0
+
+    def held_input(self) -> tuple[frozenset[str], tuple[int, int, int]]:
+        return frozenset(), (*self.pointer, self.buttonmask)
 
     def _info(self) -> dict[str, Any]:
         return {

@@ -48,18 +48,20 @@ def closest_ids(env_id: str, candidates: Iterable[str], n: int = MAX_SUGGESTIONS
 
 
 def unknown_id_message(env_id: str, available: Sequence[str], hint: str | None = None) -> str:
-    """What to tell someone who asked for ``env_id``: the closest ids and where the rest are."""
-    why = f" (its family is not installed: {hint})" if hint else ""
+    """What to tell someone who asked for ``env_id``: for an id that exists but whose
+    family this machine lacks, what to install first (``hint``); for an unknown one, the
+    closest ids, where the rest are, and what their family lacks here."""
+    count = f"(`{LIST_COMMAND}` prints all {len(available)})"
+    if hint and env_id in available:  # a real id: other ids would fail the same way
+        return f"{env_id} cannot be served on this machine: {hint} {count}"
     # Not itself: an id listed but not served here (its X program absent) is refused too.
     suggestions = closest_ids(env_id, [a for a in available if a != env_id])
     if len(suggestions) > 1:
         did_you_mean = f"; did you mean {', '.join(suggestions[:-1])} or {suggestions[-1]}?"
     else:
         did_you_mean = f"; did you mean {suggestions[0]}?" if suggestions else ""
-    return (
-        f"no such environment: {env_id!r}{why}{did_you_mean} "
-        f"(`{LIST_COMMAND}` prints all {len(available)})"
-    )
+    family = f"; its family {env_id.split('.', 1)[0]}.* cannot be served here: {hint}" if hint else ""
+    return f"no such environment: {env_id!r}{did_you_mean} {count}{family}"
 
 
 class RuntimeFailure(Exception):

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
+from . import known_names
 from .base import Runtime
 from .errors import UnknownEnvironment
 
@@ -46,6 +47,8 @@ EXTRAS: dict[str, str] = {
 
 #: family -> the Python package it needs, for families that need one.
 PACKAGES: Final = {"atari": "ale_py", "miniwob": "miniwob"}
+#: What installs the programs every family runs, from a checkout of universe-remote.
+SYSTEM_SCRIPT: Final = "scripts/install-system-packages"
 
 _loaded: dict[str, dict[str, Callable[..., Runtime]]] = {}
 #: family -> why it could not be loaded (its optional dependency is missing).
@@ -53,21 +56,32 @@ missing: dict[str, str] = {}
 
 
 def _install_hint(family: str, why: str) -> str:
-    """What a family lacks and how to install it (one wording for every message)."""
-    return f"{why}; install it with: {EXTRAS.get(family, 'pip install ' + PACKAGES.get(family, family))}"
+    """How to install what a family lacks, then what it lacks (one wording for every
+    message: what to do comes first)."""
+    return f"install it first: {EXTRAS.get(family, 'pip install ' + PACKAGES.get(family, family))} ({why})"
+
+
+def _program_hint(program: str, package: str, detail: str) -> str:
+    """How to install a program a family runs, then why it is needed: a family whose
+    Python package is here lacks only the program (no ``pip install`` to send anyone to)."""
+    return (f"install {program} first: apt-get install {package} (or, in a checkout of "
+            f"universe-remote, {SYSTEM_SCRIPT}, which installs every program the remotes run); "
+            f"{program} is not installed ({detail})")
 
 
 def missing_hint(env_id: str) -> str | None:
-    """Why ``env_id``'s family serves nothing here, if it is a family whose package is
-    not installed (found without importing it), else None."""
+    """How to install what ``env_id``'s family lacks here, and what it lacks, if it lacks
+    something (its package, found without importing it; or, once its module was tried, a
+    program), else None."""
     family = env_id.split(".", 1)[0]
     if family in missing:
         return missing[family]
-    if family in FAMILIES and env_id in catalogue() and env_id not in _family(family):
-        return _install_hint(family, f"{env_id} is listed, but its program is not on this machine")
     package = PACKAGES.get(family)
     if package is not None and _package_dir(package) is None:
         return _install_hint(family, f"No module named {package!r}")
+    if family in FAMILIES and env_id in catalogue() and env_id not in _family(family):
+        return missing.get(family) or _install_hint(
+            family, f"{env_id} is listed, but its program is not on this machine")
     return None
 
 
@@ -78,9 +92,13 @@ def unknown(env_id: str, served: Iterable[str] = ()) -> UnknownEnvironment:
     return UnknownEnvironment(env_id, sorted(set(catalogue()) | set(served)), missing_hint(env_id))
 
 
-def check(env_id: str, served: Iterable[str] = ()) -> None:
-    """Raise :func:`unknown`'s error unless the catalogue or ``served`` has ``env_id``."""
+def check(env_id: str, served: Iterable[str] = (), here: bool = False) -> None:
+    """Raise :func:`unknown`'s error unless the catalogue or ``served`` has ``env_id``;
+    with ``here`` (a remote is about to start on this machine) also when its family's
+    package is not installed here."""
     if env_id not in catalogue() and env_id not in set(served):
+        raise unknown(env_id, served)
+    if here and missing_hint(env_id) is not None:
         raise unknown(env_id, served)
 
 
@@ -92,7 +110,11 @@ def _family(name: str) -> dict[str, Callable[..., Runtime]]:
             if exc.name is not None and exc.name.startswith(FAMILIES[name]):
                 raise  # our own module is missing: a packaging bug, not an absent extra
             _loaded[name] = {}
-            missing[name] = _install_hint(name, str(exc))
+            program, package = getattr(exc, "program", None), getattr(exc, "package", None)
+            if program and package and (name not in PACKAGES or _package_dir(PACKAGES[name])):
+                missing[name] = _program_hint(program, package, getattr(exc, "detail", "not on PATH"))
+            else:
+                missing[name] = _install_hint(name, str(exc))
         else:
             _loaded[name] = dict(module.RUNTIMES)
     return _loaded[name]
@@ -147,19 +169,19 @@ def miniwob_env_id(page: str) -> str:
 
 
 def _atari_ids() -> list[str]:
-    """One id per single-player ROM in the installed ale-py wheel (its ``roms/*.bin``)."""
+    """One id per single-player ROM in the installed ale-py wheel (its ``roms/*.bin``),
+    or, without ale-py, in the one :mod:`.known_names` lists (remotes elsewhere have it)."""
     package = _package_dir("ale_py")
-    if package is None:
-        return []
-    roms = (path.stem for path in (package / "roms").glob("*.bin"))
+    roms = known_names.ATARI_ROMS if package is None else [p.stem for p in (package / "roms").glob("*.bin")]
     return [atari_env_id(rom) for rom in roms if rom not in MULTIPLAYER_ROMS]
 
 
 def _miniwob_ids() -> list[str]:
-    """One id per task page of the installed ``miniwob`` wheel (``html/miniwob/*.html``)."""
+    """One id per task page of the installed ``miniwob`` wheel (``html/miniwob/*.html``),
+    or, without it, of the one :mod:`.known_names` lists."""
     package = _package_dir("miniwob")
     if package is None:
-        return []
+        return [miniwob_env_id(f"{page}.html") for page in known_names.MINIWOB_PAGES]
     return [miniwob_env_id(page.name) for page in (package / "html" / "miniwob").glob("*.html")]
 
 

@@ -19,13 +19,20 @@ from .base import InputEvent, KeyEvent
 
 #: Keys in one combination (modifiers and the key): Control+Alt+Shift+Meta+x is five.
 MAX_COMBINATION_KEYS: Final = 5
-#: Key names of Playwright (BrowserGym's key combinations) that X spells otherwise.
+#: Key names of Playwright (BrowserGym's key combinations) that X spells otherwise; its
+#: ``KeyA``, ``Digit1``, ``Numpad1`` and ``ShiftLeft`` forms are read by rule
+#: (:func:`key_name`), and X's own names are taken as they are.
 KEY_NAMES: Final = {
     "ControlOrMeta": "Control_L", "Control": "Control_L", "Shift": "Shift_L", "Alt": "Alt_L",
     "Meta": "Meta_L", "Enter": "Return", "Backspace": "BackSpace", "Escape": "Escape",
     "ArrowLeft": "Left", "ArrowRight": "Right", "ArrowUp": "Up", "ArrowDown": "Down",
     "PageUp": "Prior", "PageDown": "Next", "Space": "space", " ": "space",
+    "PrintScreen": "Print", "ContextMenu": "Menu", "CapsLock": "Caps_Lock", "NumLock": "Num_Lock",
+    "ScrollLock": "Scroll_Lock", "AltGraph": "ISO_Level3_Shift", "OS": "Super_L",
+    "Backquote": "grave", "Quote": "apostrophe",
 }
+#: Playwright's sided modifiers (``ShiftLeft``, ``MetaRight``): X's ``Shift_L``, ``Meta_R``.
+_SIDES: Final = {"Left": "_L", "Right": "_R"}
 #: Key combinations Chromium takes as commands to itself, not keys for the page: zoom
 #: (it stays on for the page's origin, so every later click lands off its element) and
 #: closing, quitting or opening windows (the kiosk's one window gone). Keysyms, the
@@ -52,11 +59,18 @@ def key_name(name: str, where: str = "key") -> str:
         return name[3].lower()
     if len(name) == 6 and name.startswith("Digit") and name[5].isdigit():
         return name[5]
+    x_name = name
+    if name.startswith("Numpad") and len(name) > 6:  # Numpad1, NumpadAdd: the keypad's KP_
+        x_name = "KP_" + name[6:]
+    for side, suffix in _SIDES.items():
+        if name.endswith(side) and name[:-len(side)] in ("Shift", "Control", "Alt", "Meta"):
+            x_name = name[:-len(side)] + suffix
     try:
-        return keysyms.canonical(name)
+        return keysyms.name(keysyms.keysym(x_name))  # the keysym's own name: Page_Down is Next
     except UnknownKey:
         raise ActionError(f"{where}: unknown key {name!r} (use names such as Enter, Tab, "
-                          "ArrowLeft, Control, Shift, a, A, 1, F5)") from None
+                          "ArrowLeft, Control, Shift, a, A, 1, F5, Numpad0, PrintScreen, or an X "
+                          "keysym name: KP_0, Super_L)") from None
 
 
 def key_combination(comb: str, where: str = "key_comb") -> list[str]:

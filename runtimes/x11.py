@@ -24,9 +24,10 @@ keeps exiting within :data:`QUICK_EXIT` seconds is restarted after a growing pau
 (:data:`RESTART_DELAY` doubling up to :data:`RESTART_DELAY_MAX`), not in a tight loop.
 Real time only: an X program cannot be stepped frame by frame, so there is no lockstep.
 
-**Input.** Viewers' and agents' input over VNC (any key), and the rewarder's
-(``v0.agent.action``, limited to :data:`KEYS` and the three buttons), reach the program
-as real X input through the remote's connection to the display.
+**Input.** Viewers' and agents' input over VNC, the rewarder's (``v0.agent.action``) and
+MCP's, any X key and the three buttons, reach the program as real X input through the
+remote's connection to the display. :data:`KEYS` lists the common keys, for samplers and
+front ends with a fixed key vector (dm_env_rpc, OpenEnv's key field).
 
 **Any command.** ``x11.Command-v0`` runs the command in ``$UNIVERSE_REMOTE_X11_COMMAND``,
 read when the runtime is made and split like a shell would (``shlex``) but not run by one
@@ -90,8 +91,9 @@ RESTART_DELAY_MAX: Final = 10.0
 
 # Input -------------------------------------------------------------------------------------
 
-#: Keys the rewarder accepts: printable ASCII (letters, digits, punctuation, space),
-#: editing and arrow keys, and the modifiers. Over VNC an agent may send any key.
+#: The common keys (what a sampler draws from, what fixed key vectors hold): printable
+#: ASCII, editing and arrow keys, and the modifiers. Any other X key is taken too
+#: (``any_key``): function keys, the keypad, Super, Print, Menu.
 KEYS: Final = tuple(
     dict.fromkeys(
         [keysyms.canonical(chr(c)) for c in range(0x20, 0x7F)]
@@ -115,6 +117,7 @@ class X11Runtime(DisplayRuntime):
     height: ClassVar[int] = SCREEN_HEIGHT
     fps: ClassVar[float] = FPS
     keys: ClassVar[tuple[str, ...]] = KEYS
+    any_key: ClassVar[bool] = True  # a desktop: every key a person has
     buttons: ClassVar[int] = BUTTONS
     #: The program and its arguments; set per subclass (or per instance, for a command).
     argv: tuple[str, ...] = ()

@@ -122,7 +122,7 @@ class ProgramMissing(RuntimeFailure, ModuleNotFoundError):
     """
 
     def __init__(self, program: str, package: str, detail: str = "not on PATH") -> None:
-        self.program, self.package = program, package
+        self.program, self.package, self.detail = program, package, detail
         super().__init__(
             f"{program} is not installed ({detail}); install the Debian package "
             f"{package}: apt-get install {package}",

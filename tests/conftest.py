@@ -43,7 +43,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 
 
 #: The ports a remote of `make run` (or the README's examples) holds: no test may need them.
-DEFAULT_PORTS: Final = (5900, 15900, 16000, 8900, 8800)
+DEFAULT_PORTS: Final = (5900, 15900, 16000, 8900, 8800, 8700)
 
 
 @pytest.fixture(scope="session", autouse=True)

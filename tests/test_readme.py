@@ -5,7 +5,7 @@ one the parser has, with help on every subcommand and option — so the two cann
 apart.
 
 ``make run`` and everything beside it run in a network namespace of their own with only
-loopback (tests/ray_cluster.py), so the README's fixed ports (5900, 15900, 8800, 8900)
+loopback (tests/ray_cluster.py), so the README's fixed ports (5900, 15900, 8700, 8800, 8900)
 are the namespace's and no other test or program on the machine is touched. The blocks
 run as written but for fewer remotes (``SMALLER``: 2 instead of 8, so CI stays fast).
 """

@@ -123,12 +123,14 @@ class Screen:
 class Plan:
     """What one action does: ``steps`` in order (a list of events to send, or seconds to
     wait), then an answer: the screenshot (``shot``), the pointer (``cursor``), a
-    zoomed box (``zoom``: native x0, y0, x1, y1)."""
+    zoomed box (``zoom``: native x0, y0, x1, y1). ``navigates`` names a browser history
+    move (OpenAI's ``back``/``forward`` buttons), which a browser remote refuses."""
 
     action: str
     steps: list[list[Event] | float] = dataclasses.field(default_factory=list)
     cursor: bool = False
     zoom: tuple[int, int, int, int] | None = None
+    navigates: str | None = None
 
     @property
     def acts(self) -> bool:
@@ -282,6 +284,7 @@ def openai(args: Mapping[str, Any], screen: Screen, held: Held) -> Plan:
         if button in ("back", "forward"):  # no such RFB buttons: the browser's keys for them
             hand.move(*_xy(args, screen))
             plan.send(keys.combo_events(["Alt_L", "Left" if button == "back" else "Right"]))
+            plan.navigates = button
             return plan
         mask = {"left": 1, "wheel": 2, "middle": 2, "right": 4}.get(button)
         if mask is None:

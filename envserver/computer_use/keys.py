@@ -26,26 +26,22 @@ from .errors import ToolError
 MAX_COMBINATIONS: Final = 16
 #: Characters one ``type`` action may type (longer text: several calls).
 MAX_TYPE_CHARS: Final = 2000
-#: OpenAI's key names that are not X keysym names or our aliases (from its computer-use
-#: sample's key table), and xdotool spellings the aliases do not fold.
-EXTRA_NAMES: Final = {
-    "/": "slash", "\\": "backslash", "arrowdown": "Down", "arrowup": "Up",
-    "arrowleft": "Left", "arrowright": "Right", "pagedown": "Next", "pageup": "Prior",
-    "page_down": "Next", "page_up": "Prior", "win": "Super_L", "option": "Alt_L",
-    "cmd": "Meta_L", "command": "Meta_L", "super": "Super_L", "meta": "Meta_L",
-    "enter": "Return", "esc": "Escape", "del": "Delete", "ins": "Insert",
-}
+#: OpenAI's key names (its computer-use sample's key table) that neither keysymdef's
+#: names, folded, nor ``vncdriver.keysyms``' aliases spell as OpenAI means them: its
+#: ``CMD`` is the Meta key its browser sample presses.
+EXTRA_NAMES: Final = {"cmd": "Meta_L", "command": "Meta_L", "ins": "Insert"}
 #: An event as the remote's orders take it.
 Event = tuple[object, ...]
 
 
 def key_name(name: str) -> str:
-    """The X keysym name of one key as xdotool or OpenAI spells it."""
-    extra = EXTRA_NAMES.get(name.lower()) if len(name) > 1 or name in "/\\" else None
+    """The X keysym name of one key as xdotool or OpenAI spells it: the keysym's own
+    name, which runtimes list (``Page_Down`` is keysym ``Next``)."""
+    extra = EXTRA_NAMES.get(name.lower())
     if extra is not None:
         return extra
     try:
-        return keysyms.canonical(name)
+        return keysyms.name(keysyms.keysym(name))
     except UnknownKey:
         raise ToolError(
             f"unknown key {name!r}: use xdotool's (X keysym) names such as Return, Tab, "

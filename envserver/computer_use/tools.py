@@ -290,6 +290,12 @@ class Desk:
         screen = self.screen
         held = copy.deepcopy(client.held)
         plan = actions.parse(args, screen, held)
+        if plan.navigates and self.remote.runtime.action_strings:
+            raise ToolError(
+                f"button {plan.navigates!r} would move the browser's history (Alt+"
+                f"{'Left' if plan.navigates == 'back' else 'Right'}) away from the task's page: a "
+                "browser remote keeps its page and refuses navigation (docs/browser.md); nothing "
+                "was sent. Click the page's own controls, or reset")
         if plan.acts:
             self.take(client)
             await self._run(plan)
@@ -394,8 +400,13 @@ class Desk:
         replied: dict[str, Any] = {}
         await remote.restore(request.token, request.state, OBS_VNC,
                              lambda episode_id, body=None: replied.update(body or {}))
-        # What the driver held when the snapshot was taken (the runtime holds it again).
-        client.held = copy.deepcopy(self.held.get(request.token or "", Held()))
+        # What the driver held when the snapshot was taken (the runtime holds it again):
+        # this port's record of its token, else (exported bytes) what the game's state has.
+        kept = self.held.get(request.token or "")
+        if kept is None:
+            keys, (x, y, buttons) = self.remote.runtime.held_input()
+            kept = Held(set(keys), (x, y), buttons)
+        client.held = copy.deepcopy(kept)
         client.told()
         out = await self._answer(client, "restore", {**args, "settle": False}, settle=False)
         out[-1] = _text({**orjson.loads(out[-1]["text"]), "restored": replied.get("restored")})

@@ -9,7 +9,9 @@ the test's own (tests/ray_cluster.py), never on the machine's interfaces.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,7 +21,7 @@ from typing import Final
 
 import pytest
 
-from envserver.banner import in_container
+from envserver.banner import command, in_container
 from remotes import RemoteEnv, start_local
 from tests.ray_cluster import NamespaceUnavailable, check_netns, in_netns
 
@@ -159,4 +161,58 @@ def test_a_small_screen_s_banner_names_the_zooming_window_first() -> None:
     lines, _ = banner_of(["serve", "builtin.Catch-v0", *FREE_PORTS])
     vnc = next(line for line in lines if line.lstrip().startswith("VNC"))
     port = re.search(r"127\.0\.0\.1:(\d+)", vnc)[1]  # type: ignore[index]
-    assert f"watch:  universe-remote watch 127.0.0.1::{port}   (zoomed; vncviewer 127.0.0.1::{port}" in vnc
+    program = command(ROOT)  # "universe-remote" where a shell finds it (the test below)
+    assert f"watch:  {program} watch 127.0.0.1::{port}   (zoomed; vncviewer 127.0.0.1::{port}" in vnc
+
+
+def test_mcp_port_alone_takes_the_next_free_port_and_a_taken_one_gets_its_own_advice() -> None:
+    """``--mcp-port`` without a number floats from 8800 as ``--http-port`` does from 8900;
+    a given MCP port that is taken is named, with MCP's advice (not --vnc-port's)."""
+    found = in_namespace("""
+    held = socket.create_server(("127.0.0.1", 8800))  # another remote's MCP port
+    out = {}
+    out["floating"], out["err"] = banner_of("serve", "builtin.Catch-v0", "--mcp-port", "--vnc-port", "0")
+    out["taken"] = subprocess.run([sys.executable, "-m", "universe_remote", "serve",
+                                   "builtin.Catch-v0", "--mcp-port", "8800", "--vnc-port", "0"],
+                                  capture_output=True, text=True, timeout=60).stderr
+    print(json.dumps(out))
+    """)
+    floating = "\n".join(found["floating"])  # type: ignore[arg-type]
+    assert "mcp       http://127.0.0.1:8801/mcp" in floating, (floating, found["err"])
+    taken = str(found["taken"])
+    assert "port MCP 8800 taken" in taken and "pass --mcp-port without a number" in taken, taken
+    assert "pass --vnc-port" not in taken
+
+
+def test_a_password_is_named_where_it_is_needed_and_commands_are_ones_a_shell_finds() -> None:
+    """With --password the viewer and MCP lines say how to give it; the watch command is
+    one this shell can run although universe-remote is not on its PATH (``make run``'s
+    venv, not activated)."""
+    path = "/usr/bin:/bin"
+    env = {**os.environ, "PATH": path, "UNIVERSE_REMOTE_PASSWORD": ""}
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "universe_remote", "serve", "builtin.Catch-v0", "--password", "pw",
+         "--http-port", "0", "--mcp-port", "0", *FREE_PORTS],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    try:
+        assert serve.stdout is not None
+        for line in serve.stdout:
+            lines.append(line.rstrip("\n"))
+            if "Ctrl-C to stop" in line:
+                break
+    finally:
+        serve.terminate()
+        serve.communicate(timeout=BANNER_TIMEOUT)
+    text = "\n".join(lines)
+    (viewer,) = [x for x in lines if x.startswith("  viewer")]
+    assert "the browser asks for the --password" in viewer, text
+    (mcp,) = [x for x in lines if x.startswith("  mcp")]
+    assert "Authorization: Bearer <the --password>" in mcp, text
+    watch = re.search(r"watch:  (.+?) watch 127\.0\.0\.1::\d+ --password <password>   ", text)
+    assert watch is not None, text
+    program = watch.group(1)
+    if shutil.which("universe-remote", path=path) is None:
+        assert program != "universe-remote", text
+    runnable = shutil.which(program.split()[0], path=path) or str(ROOT / program.split()[0])
+    assert os.access(runnable, os.X_OK), (program, text)

@@ -125,6 +125,8 @@ async def test_bad_arguments_get_a_tool_error_a_model_can_read(remote: Served) -
              "coordinate [1400, 20] is outside the 160×210 screenshot"),
             ({"action": "key", "text": "ctrl+nosuchkey"}, "unknown key 'nosuchkey'"),
             ({"action": "key", "text": "F13"}, "does not use key 'F13'"),
+            ({"type": "click", "x": 10, "y": 10, "button": "back"},
+             "button 'back' would move the browser's history (Alt+Left) away from the task's page"),
             ({"action": "fly"}, "unknown action 'fly': one of key, hold_key"),
             ({"action": "screenshot", "colour": 1}, "computer takes no argument 'colour'; it takes action,"),
         ):

@@ -116,3 +116,22 @@ async def test_a_remote_that_cannot_snapshot_says_why() -> None:
             assert state["env_id"] == "x11.Command-v0"  # serving on
     finally:
         served.close()
+
+
+async def test_a_restore_from_bytes_gives_back_the_pointer_the_game_had() -> None:
+    """Exported bytes carry the game's pointer (ClickTarget's state): after a restore
+    from them the tools' pointer is there again, as after a restore by token, so a click
+    without coordinates clicks where it did the first time."""
+    served = Served("builtin.ClickTarget-v0", "--mode", "lockstep")
+    try:
+        async with session(served.url) as client:
+            await client.call_tool("reset", {"seed": 2, "screenshot": False})
+            await client.call_tool("computer", {"action": "mouse_move", "coordinate": [40, 30]})
+            where = info_of(await client.call_tool("computer", {"action": "cursor_position"}))
+            snap = info_of(await client.call_tool("snapshot", {"export": True}))
+            await client.call_tool("computer", {"action": "mouse_move", "coordinate": [90, 70]})
+            await client.call_tool("restore", {"state": snap["state"]})
+            again = info_of(await client.call_tool("computer", {"action": "cursor_position"}))
+            assert again["coordinate"] == where["coordinate"] != [0, 0]
+    finally:
+        served.close()

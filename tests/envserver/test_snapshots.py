@@ -232,3 +232,31 @@ def test_exported_bytes_are_read_field_by_field() -> None:
     with pytest.raises(SnapshotError, match="was dropped"):
         store.get(tokens[0])
     assert store.get(tokens[3]) is snap
+
+
+async def test_keys_a_restore_brings_back_are_let_go_when_the_agent_leaves(
+    start_remote: StartRemote,
+) -> None:
+    """The game holds what was held at the snapshot again after a restore; the remote
+    counts it as the restoring agent's, so the agent leaving lets go of it (in real time a
+    key left down would move the paddle for good)."""
+    remote = await start_remote("builtin.Catch-v0", verify_restores=True)
+    runtime = remote.runtime
+    async with asyncio.timeout(TIMEOUT):
+        async with await connect(f"ws://127.0.0.1:{remote.rewarder.port}") as client:
+            await client.wait_connected(10)
+            await client.send_action([("KeyEvent", "Left", True)])
+            while "Left" not in runtime.held:  # type: ignore[attr-defined]
+                await remote.wait_frame()
+            snap = await client.snapshot()
+            await client.send_action([("KeyEvent", "Left", False)])
+            while runtime.held:  # type: ignore[attr-defined]
+                await remote.wait_frame()
+            await client.restore(token=snap.token)
+            assert runtime.held == {"Left"}  # type: ignore[attr-defined]
+            assert remote.held_keys == {"Left"}
+        for _ in range(30):  # the agent has gone: its release reaches the next frame
+            if not runtime.held:  # type: ignore[attr-defined]
+                break
+            await remote.wait_frame()
+        assert runtime.held == set()  # type: ignore[attr-defined]

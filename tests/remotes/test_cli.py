@@ -6,12 +6,18 @@ import asyncio
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import time
+from typing import Final
 
 from tests.wire import WireClient
 
 CLI = [sys.executable, "-m", "universe_remote"]
+#: Seconds ``watch`` may take to give up on a port nothing listens on (its connect retries
+#: for 30 s; the refusal is certain in well under a second, a loaded machine aside).
+WATCH_GIVES_UP: Final = 20.0
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -95,3 +101,17 @@ def test_play_stopped_with_ctrl_c_prints_its_summary() -> None:
             player.wait()
     assert player.returncode == 130, errors
     assert re.search(r"^stopped \(Ctrl-C\): \d+ steps x 1 remote\(s\) in [\d.]+ s", rest, re.M), rest
+
+
+def test_watch_where_nothing_listens_says_so_at_once() -> None:
+    """As RemoteEnv does (remotes.listening): a loopback port that refuses, with no remote
+    starting here, is an error in about a second, not after 30 s of retries."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]  # free once closed: nothing listens there
+    started = time.monotonic()
+    result = subprocess.run([*CLI, "watch", f"127.0.0.1::{port}"], capture_output=True, text=True,
+                            timeout=WATCH_GIVES_UP)
+    assert time.monotonic() - started < WATCH_GIVES_UP
+    assert result.returncode == 1
+    assert f"cannot watch 127.0.0.1::{port}: nothing listens on 127.0.0.1 port {port}" in result.stderr
+    assert "start it first (make run, or universe-remote serve ENV_ID)" in result.stderr

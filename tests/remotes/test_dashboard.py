@@ -16,7 +16,7 @@ import orjson
 import pytest
 from PIL import Image
 
-from remotes.dashboard import MAX_THUMBNAIL_WIDTH, Dashboard, encode_frame, encode_png
+from remotes.dashboard import DEFAULT_PORT, MAX_THUMBNAIL_WIDTH, Dashboard, encode_frame, encode_png
 from remotes.local import start_local
 from remotes.loop import LoopThread
 from remotes.play import play
@@ -266,3 +266,16 @@ async def test_chromium_shows_the_frame_the_remote_served(
             board.close()
             env.close()
     assert found is not None
+
+
+def test_the_dashboard_s_default_port_is_no_remote_s() -> None:
+    """``play --dashboard`` beside ``serve --mcp-port`` (or the viewer, or OpenEnv) on one
+    machine: its default port is none of the ports a remote takes by default or floats to."""
+    from envserver.ports import FLOAT_RANGE, HTTP_BASE, MCP_BASE
+    from universe_remote.cli import build_parser
+
+    remote_defaults = {8000, *range(MCP_BASE, MCP_BASE + FLOAT_RANGE),
+                       *range(HTTP_BASE, HTTP_BASE + FLOAT_RANGE)}
+    assert DEFAULT_PORT not in remote_defaults
+    played = build_parser().parse_args(["play", "builtin.Catch-v0", "--dashboard"])
+    assert played.dashboard == DEFAULT_PORT

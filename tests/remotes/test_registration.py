@@ -20,6 +20,7 @@ from remotes import start_local
 from remotes.registration import gym_id
 from runtimes import registry
 from runtimes.errors import LIST_COMMAND, UnknownEnvironment
+from tests.optional import needs_extra
 
 ROOT = Path(__file__).parents[2]
 
@@ -128,3 +129,37 @@ def test_miniwob_clicks_cover_the_task_area_only() -> None:
     assert all(0 <= x < 160 for x in xs) and all(0 <= y < 210 for y in ys)
     assert len(xs) == 16 and len(ys) == 21
     assert max(b - a for a, b in zip(xs[:-1], xs[1:], strict=True)) == MINIWOB_CELL
+
+
+#: Python that drives a remote with ale-py from a process that cannot import ale-py (the
+#: agent machine of the README), then starts one locally: ``sys.argv[1]`` is the address.
+_WITHOUT_ALE: Final = """
+import sys
+sys.modules["ale_py"] = None  # import ale_py raises ImportError; find_spec finds nothing
+import gymnasium, remotes
+gymnasium.register_envs(remotes)
+env = gymnasium.make("universe-remote/atari.Pong-v0", remotes=sys.argv[1])
+obs, _ = env.reset(seed=1)
+print("drove", obs.shape, env.action_space)
+env.close()
+try:
+    gymnasium.make("universe-remote/atari.Pong-v0")
+except Exception as exc:
+    print("local:", type(exc).__name__, exc)
+"""
+
+
+@needs_extra("atari")  # the remote it drives has ale-py
+def test_a_machine_without_ale_py_drives_a_remote_that_has_it() -> None:
+    """The README: the ids exist without ale-py, so such a machine drives Atari remotes
+    elsewhere; starting one here says what to install first."""
+    with start_local("atari.Pong-v0") as local:
+        out = subprocess.run(
+            [sys.executable, "-c", _WITHOUT_ALE, local.address], capture_output=True, text=True,
+            cwd=ROOT, timeout=120, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+        )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("drove (210, 160, 3) Discrete(6)"), out.stdout
+    assert lines[1].startswith("local: UnknownEnvironment atari.Pong-v0 cannot be served on this "
+                               "machine: install it first: pip install 'universe-remote[atari]'"), out.stdout

@@ -268,5 +268,11 @@ def test_a_desktop_remote_settles_too() -> None:
         assert not np.array_equal(after, before)  # the eyes looked up and left
         still, _, _, _, info = env.step([])
         assert info["settle"]["react_s"] is None and np.array_equal(still, after)
+        # A desktop takes every key a person has, not only the common keys it lists.
+        press = [("KeyEvent", key, down) for key in ("F5", "KP_0", "Super_L", "Print")
+                 for down in (True, False)]
+        assert env.action_space.contains(press) and "F5" not in env.action_space.keys  # type: ignore[attr-defined]
+        _, _, _, _, info = env.step(press)
+        assert info["last_action_error"] is None
     finally:
         env.close()

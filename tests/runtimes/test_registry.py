@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from runtimes import registry
+from runtimes import known_names, registry
 from runtimes.errors import LIST_COMMAND, MAX_SUGGESTIONS, UnknownEnvironment, closest_ids
 
 ROOT = Path(__file__).parents[2]
@@ -127,20 +128,52 @@ def test_every_refusal_counts_what_list_prints() -> None:
 def test_a_family_not_installed_is_named_with_its_install_line_everywhere(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Without ale-py (its package not found), start_local of an Atari id says how to
-    install it, as serve does, in the same words; and list's count includes no Atari id."""
+    """Without ale-py (its package not found), the Atari ids are still listed (remotes
+    elsewhere serve them: runtimes.known_names), and start_local of one says first what to
+    install, in the words serve uses."""
     from remotes import start_local
     from remotes.options import check_env_id
 
     real = registry._package_dir
     monkeypatch.setattr(registry, "_package_dir", lambda name: None if name == "ale_py" else real(name))
-    install = "No module named 'ale_py'; install it with: pip install 'universe-remote[atari]'"
-    for refuse in (lambda: start_local("atari.Pong-v0"), lambda: check_env_id("atari.Pong-v0", [])):
-        with pytest.raises(UnknownEnvironment, match="prints all") as caught:
-            refuse()
-        assert install in str(caught.value)
-    assert not any(env_id.startswith("atari.") for env_id in registry.catalogue())
+    install = ("atari.Pong-v0 cannot be served on this machine: install it first: pip install "
+               "'universe-remote[atari]' (No module named 'ale_py')")
+    with pytest.raises(UnknownEnvironment, match="prints all") as caught:
+        start_local("atari.Pong-v0")
+    assert str(caught.value).startswith(install), caught.value
+    assert "did you mean" not in str(caught.value)
+    check_env_id("atari.Pong-v0", [])  # a remote elsewhere may serve it: it is a real id
+    assert "atari.Pong-v0" in registry.catalogue()
     assert registry.missing_hint("builtin.Catch-v0") is None
+
+
+def test_the_known_names_are_the_installed_packages_names() -> None:
+    """runtimes.known_names lists what the installed ale-py and miniwob ship: the ids an
+    agent without them registers are the ids a remote with them serves."""
+    for package, names, where, suffix in (("ale_py", known_names.ATARI_ROMS, "roms", ".bin"),
+                                          ("miniwob", known_names.MINIWOB_PAGES, "html/miniwob", ".html")):
+        found = registry._package_dir(package)
+        if found is None:
+            pytest.skip(f"{package} is not installed")
+        assert sorted(p.name.removesuffix(suffix) for p in (found / where).glob(f"*{suffix}")) == list(names)
+
+
+def test_a_missing_program_is_what_the_message_says_to_install_first(tmp_path: Path) -> None:
+    """A MiniWoB id where Chromium is not on PATH (its Python package installed): serve says
+    first to install Chromium, without "no such environment", ids that would fail the same
+    way, or a pip install of what is installed."""
+    if registry._package_dir("miniwob") is None or shutil.which("Xvnc") is None:
+        pytest.skip("miniwob or Xvnc is not installed")
+    (tmp_path / "Xvnc").symlink_to(shutil.which("Xvnc"))  # type: ignore[arg-type]
+    env = {k: v for k, v in os.environ.items() if k != "UNIVERSE_REMOTE_CHROMIUM"}
+    served = subprocess.run([sys.executable, "-m", "universe_remote", "serve", "miniwob.ClickTest-v0"],
+                            capture_output=True, text=True, timeout=120, env={**env, "PATH": str(tmp_path)})
+    assert served.returncode == 2
+    assert served.stderr.startswith(
+        "universe-remote: miniwob.ClickTest-v0 cannot be served on this machine: install chromium "
+        "first: apt-get install chromium (or, in a checkout of universe-remote, "
+        "scripts/install-system-packages"), served.stderr
+    assert not any(words in served.stderr for words in ("no such environment", "did you mean", "pip install"))
 
 
 def test_an_id_listed_but_not_served_here_says_why_not_did_you_mean_itself(
