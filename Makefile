@@ -37,11 +37,13 @@ lint: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) -m fuzz
 
-# Says how long each benchmark should take before it runs (all: ~23 min on 2 cores).
+# Says how long each benchmark should take before it runs (all: about 67 minutes on 2
+# cores; python -m benchmarks --list has each one's).
 bench: $(STAMP)
 	$(PY) -m benchmarks
 
-# One short round of each benchmark (~4 min on a busy 2-core machine): the ratios, fast.
+# A short round of the headline benchmarks, one per area (about 3 minutes on a
+# 2-core machine): the ratios, fast.
 bench-quick: $(STAMP)
 	$(PY) -m benchmarks --quick
 

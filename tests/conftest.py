@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Final
@@ -11,9 +12,24 @@ import pytest
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+# A suite started from a script that ignores SIGINT (nohup, `cmd &` in a non-interactive
+# shell) would pass SIG_IGN to every child, and the Ctrl-C tests' children would never see
+# their Ctrl-C. Python's own handler here makes children start with the default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 from envserver.remote import Remote  # noqa: E402
 
 StartRemote = Callable[..., Awaitable[Remote]]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Parametrized tests naming an env id whose family is not installed skip (with the
+    registry's install hint) instead of failing to start it."""
+    from tests.optional import skip_missing_env_params
+
+    for item in items:
+        skip_missing_env_params(item)
 
 
 @pytest.hookimpl(hookwrapper=True)

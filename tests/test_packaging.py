@@ -88,3 +88,30 @@ def test_the_wheel_builds_without_warnings(tmp_path: Path) -> None:
     # list imports in the checkout and fails in the images).
     for init in (i for name in BUILD_INPUTS for i in (source / name).glob("**/__init__.py")):
         assert init.relative_to(source).as_posix() in names, f"{init.parent.name} is not packaged"
+
+
+def test_every_dependency_is_bounded_to_the_majors_the_suite_runs() -> None:
+    """Each requirement, run time and extras alike, has an upper bound, and what this
+    environment installed lies inside it: a fresh install cannot get a major the suite
+    never ran (issue 45: Pillow 13.0 beside a suite on 12.3)."""
+    import tomllib
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        lines += extra
+    for line in lines:
+        req = Requirement(line)
+        assert any(s.operator in ("<", "<=", "==", "~=") for s in req.specifier), (
+            f"{line}: no upper bound; bound it to the newest major the suite runs"
+        )
+        try:
+            installed = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            continue  # an extra this environment does not have (tests/optional.py)
+        assert req.specifier.contains(installed, prereleases=True), (
+            f"{req.name} {installed} is installed, outside {line}: the suite runs what a user cannot get"
+        )

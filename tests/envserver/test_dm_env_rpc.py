@@ -18,18 +18,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-import grpc
-import numpy as np
-import pytest
-from absl.testing import absltest
-from dm_env import test_utils
-from dm_env_rpc.v1 import connection as dm_connection, dm_env_adaptor, dm_env_rpc_pb2, error, tensor_utils
-from dm_env_rpc.v1.compliance import create_destroy_world, join_leave_world, reset, reset_world, step
-from dm_env_rpc.v1.extensions import properties
+from tests.optional import need_extra
 
-from remotes import RemoteEnv
-from rewarder.client import RewarderClient, basic_auth
-from rewarder.errors import ConnectionClosed
+need_extra("dmenv")
+
+import grpc  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from absl.testing import absltest  # noqa: E402
+from dm_env import test_utils  # noqa: E402
+from dm_env_rpc.v1 import connection as dm_connection, dm_env_adaptor, dm_env_rpc_pb2, error, tensor_utils  # noqa: E402
+from dm_env_rpc.v1.compliance import create_destroy_world, join_leave_world, reset, reset_world, step  # noqa: E402
+from dm_env_rpc.v1.extensions import properties  # noqa: E402
+
+from remotes import RemoteEnv  # noqa: E402
+from rewarder.client import RewarderClient, basic_auth  # noqa: E402
+from rewarder.errors import ConnectionClosed  # noqa: E402
 
 #: Seconds a remote may take to start, and a gRPC call to answer.
 TIMEOUT: Final = 30.0

@@ -11,15 +11,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
-import grpc
-import pytest
-from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb, dm_env_rpc_pb2_grpc as pb_grpc, tensor_utils
-from dm_env_rpc.v1.extensions import properties_pb2 as props
-from google.protobuf import any_pb2
-from google.rpc import code_pb2
+from tests.optional import need_extra
 
-from envserver.remote import Remote
-from rewarder.client import RewarderClient
+need_extra("dmenv")
+
+import grpc  # noqa: E402
+import pytest  # noqa: E402
+from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb, dm_env_rpc_pb2_grpc as pb_grpc, tensor_utils  # noqa: E402
+from dm_env_rpc.v1.extensions import properties_pb2 as props  # noqa: E402
+from google.protobuf import any_pb2  # noqa: E402
+from google.rpc import code_pb2  # noqa: E402
+
+from envserver.remote import Remote  # noqa: E402
+from rewarder.client import RewarderClient  # noqa: E402
 
 WAIT: Final = 10.0
 

@@ -10,16 +10,20 @@ import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Final
 
-import grpc
-import pytest
-from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb
-from dm_env_rpc.v1.extensions import properties_pb2 as props
-from google.protobuf import any_pb2
-from google.rpc import code_pb2
+from tests.optional import need_extra
 
-from envserver.dmrpc.server import MAX_TENSOR_ELEMENTS, DmEnvRpcServer
-from envserver.dmrpc.session import Session
-from envserver.remote import Remote
+need_extra("dmenv")
+
+import grpc  # noqa: E402
+import pytest  # noqa: E402
+from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb  # noqa: E402
+from dm_env_rpc.v1.extensions import properties_pb2 as props  # noqa: E402
+from google.protobuf import any_pb2  # noqa: E402
+from google.rpc import code_pb2  # noqa: E402
+
+from envserver.dmrpc.server import MAX_TENSOR_ELEMENTS, DmEnvRpcServer  # noqa: E402
+from envserver.dmrpc.session import Session  # noqa: E402
+from envserver.remote import Remote  # noqa: E402
 
 TIMEOUT: Final = 10.0
 METHOD: Final = "/dm_env_rpc.v1.Environment/Process"

@@ -7,8 +7,9 @@ import logging
 import pytest
 
 from envserver.remote import Remote
-from fuzz import dmrpc, rewarder, rfb
+from fuzz import rewarder, rfb
 from tests.conftest import StartRemote
+from tests.optional import need_extra
 
 
 async def test_rewarder_fuzz_gets_every_request_answered(start_remote: StartRemote) -> None:
@@ -31,6 +32,9 @@ async def test_rfb_fuzz_never_stops_the_server_serving_others(start_remote: Star
 async def test_dm_env_rpc_fuzz_gets_every_request_answered_with_one_line_per_kind(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    need_extra("dmenv")
+    from fuzz import dmrpc
+
     caplog.set_level(logging.INFO)
     remote = Remote("builtin.Catch-v0", mode="lockstep")
     await remote.start("127.0.0.1", 0, 0, dm_env_rpc_port=0)

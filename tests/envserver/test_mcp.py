@@ -29,6 +29,7 @@ from benchmarks.mcp_agent import TASKS, Served, info_of, play, session
 from envserver.computer_use import actions
 from rewarder.client import RewarderClient
 from rewarder.errors import ConnectionClosed
+from tests.optional import need_env
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -41,6 +42,7 @@ OPENAI_TASKS: Final = ("click-button", "enter-text")
 
 @pytest.fixture(scope="module")
 def remote() -> Iterator[Served]:
+    need_env("miniwob.ClickTest-v0")
     served = Served("miniwob.ClickTest-v0")
     yield served
     served.close()
@@ -163,6 +165,7 @@ async def test_a_second_client_is_refused_as_driver_and_can_watch(remote: Served
 
 async def test_the_agent_on_a_lockstep_remote() -> None:
     """Each action is a lockstep step of a frame (the page's clock paused between them)."""
+    need_env("miniwob.ClickButton-v0")
     served = Served("miniwob.ClickButton-v0", "--mode", "lockstep")
     try:
         async with session(served.url) as client:

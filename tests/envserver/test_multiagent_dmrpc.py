@@ -9,12 +9,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb, error, tensor_utils
 
-from rewarder.client import RewarderClient
-from rewarder.errors import ConnectionClosed
-from runtimes.duel import DUEL_HUD_HEIGHT, DUEL_PADDLE_X, DUEL_PLAYER_COLOURS
-from tests.envserver.test_dm_env_rpc import Served, create, pack
+from tests.optional import need_extra
+
+need_extra("dmenv")
+
+from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb, error, tensor_utils  # noqa: E402
+
+from rewarder.client import RewarderClient  # noqa: E402
+from rewarder.errors import ConnectionClosed  # noqa: E402
+from runtimes.duel import DUEL_HUD_HEIGHT, DUEL_PADDLE_X, DUEL_PLAYER_COLOURS  # noqa: E402
+from tests.envserver.test_dm_env_rpc import Served, create, pack  # noqa: E402
 
 
 @pytest.fixture(scope="module")

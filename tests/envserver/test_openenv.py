@@ -30,6 +30,7 @@ from envserver.openenv import frames
 from envserver.openenv.schemas import Held, Spec
 from remotes import RemoteEnv
 from runtimes import registry
+from tests.optional import needs_env
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -259,6 +260,7 @@ def test_each_family_gets_the_actions_its_runtime_takes(env_id: str, options: di
     assert list(schema["properties"]) == fields
 
 
+@needs_env("atari.Pong-v0")
 def test_atari_actions_are_the_minimal_set_or_all_eighteen() -> None:
     minimal = Spec.of(_describe("atari.Pong-v0"))
     assert minimal.action_schema()["properties"]["action_id"]["maximum"] == 5
@@ -297,6 +299,7 @@ def test_png_frames_are_lossless() -> None:
         assert np.array_equal(frames.decode(frames.encode(screen, "raw"), "raw", screen.shape), screen)
 
 
+@needs_env("atari.Pong-v0")
 def test_atari_observations_carry_lives_and_legal_actions() -> None:
     served = Served("atari.Pong-v0", "--mode", "lockstep")
     try:

@@ -16,14 +16,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
 import aiohttp
-import grpc
 import pytest
-from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb, dm_env_rpc_pb2_grpc as pb_grpc
 
 from envserver.remote import Remote
 from envserver.throttle import BLOCK_SECONDS, MAX_FAILURES
 from rewarder.client import RewarderClient, basic_auth
 from rewarder.errors import ConnectionClosed
+from tests.optional import needs_extra
 from vncdriver.client import VNCClient
 from vncdriver.errors import AuthenticationFailed, ServerRefused
 from vncdriver.handshake import AUTH_FAILED_REASON, ClientHandshake
@@ -177,6 +176,9 @@ async def viewer_attempt(remote: Remote, password: str) -> str | None:
 
 
 async def dm_env_rpc_attempt(remote: Remote, password: str) -> str | None:
+    import grpc
+    from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb, dm_env_rpc_pb2_grpc as pb_grpc
+
     assert remote.dm_env_rpc is not None
     async with grpc.aio.insecure_channel(f"127.0.0.1:{remote.dm_env_rpc.port}") as channel:
         call = pb_grpc.EnvironmentStub(channel).Process(
@@ -206,7 +208,7 @@ Attempt = Callable[[Remote, str], Awaitable[str | None]]
 @pytest.mark.parametrize(
     ("remote", "attempt"),
     [("", vnc_attempt), ("", rewarder_attempt), ("http", viewer_attempt),
-     ("dm", dm_env_rpc_attempt)],
+     pytest.param("dm", dm_env_rpc_attempt, marks=needs_extra("dmenv"))],
     indirect=["remote"], ids=["vnc", "rewarder", "viewer", "dm_env_rpc"],
 )
 async def test_a_blocked_right_password_is_told_blocked_for_n_s(remote: Remote, attempt: Attempt) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from remotes import RemoteEnv, RemoteVectorEnv, start_local
 from remotes.local import LocalRemotes
+from tests.optional import need_env
 
 
 def digest(frame: np.ndarray) -> str:
@@ -18,6 +19,7 @@ def digest(frame: np.ndarray) -> str:
 
 @pytest.fixture(scope="module")
 def pong() -> Iterator[LocalRemotes]:
+    need_env("atari.Pong-v0")
     with start_local("atari.Pong-v0", 2) as local:  # served in real time until a reset asks
         yield local
 

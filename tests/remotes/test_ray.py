@@ -28,6 +28,7 @@ from remotes.local import LocalRemotes
 from remotes.ray import DEFAULT_RESOURCES, _actor_options, serve_args
 from remotes.registration import make_vector_env
 from runtimes.errors import UnknownEnvironment
+from tests.optional import need_extra
 from tests.ray_cluster import NamespaceUnavailable, check_netns, in_netns
 
 ROOT: Final = Path(__file__).resolve().parents[2]
@@ -39,6 +40,7 @@ BACK_WITHIN: Final = 5.0
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    need_extra("ray")
     try:
         check_netns()
     except NamespaceUnavailable as exc:

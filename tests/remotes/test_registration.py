@@ -20,6 +20,7 @@ from remotes import start_local
 from remotes.registration import gym_id
 from runtimes import registry
 from runtimes.errors import LIST_COMMAND, UnknownEnvironment
+from tests.optional import needs_extra
 
 ROOT = Path(__file__).parents[2]
 
@@ -148,6 +149,7 @@ except Exception as exc:
 """
 
 
+@needs_extra("atari")  # the remote it drives has ale-py
 def test_a_machine_without_ale_py_drives_a_remote_that_has_it() -> None:
     """The README: the ids exist without ale-py, so such a machine drives Atari remotes
     elsewhere; starting one here says what to install first."""

@@ -12,6 +12,7 @@ import pytest
 
 from remotes import RemoteEnv, RemoteVectorEnv, start_local
 from remotes.local import LocalRemotes
+from tests.optional import needs_env
 
 #: Remotes one state is forked into.
 FORKS = 8
@@ -63,6 +64,7 @@ def test_clone_and_restore_state_as_ale_py(catch: LocalRemotes) -> None:
         other.close()
 
 
+@needs_env("atari.Pong-v0")
 def test_one_pong_state_forked_into_eight_remotes(verified: None) -> None:
     with start_local("atari.Pong-v0", FORKS, extra_args=["--mode", "lockstep"]) as local:
         envs = RemoteVectorEnv(local.addresses, mode="lockstep", frameskip=4, render_mode="rgb_array")

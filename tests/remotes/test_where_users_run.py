@@ -34,6 +34,7 @@ import pytest
 
 from remotes import RemoteEnv, RemoteVectorEnv, start_local
 from rewarder.server import TEST_KEEPALIVE_INTERVAL_ENV
+from tests.optional import need_extra, needs_env
 from tests.remotes.where_users_run_scripts import NOTEBOOK_KINDS, NOTEBOOK_STEPS, SOURCES, VECTOR_STEPS
 
 #: The repository root: the scripts run as ``python -m tests.remotes....`` from here.
@@ -83,6 +84,8 @@ def vector_info(info: dict[str, Any], key: str, i: int) -> Any:
 @pytest.mark.timeout(SCRIPT_TIMEOUT + 30)
 @pytest.mark.parametrize("kind", list(NOTEBOOK_KINDS))
 def test_sync_steps_inside_a_running_asyncio_loop(kind: str) -> None:
+    if "Parallel" in kind:
+        need_extra("multiagent")
     """``asyncio.run(main())`` where ``main`` makes and steps the env with plain sync
     calls, as a notebook cell does: every step returns a frame and a reward, the screen
     changes, the frames advance, and no coroutine is left never awaited."""
@@ -172,6 +175,7 @@ AFTER_INTERRUPT: Final = 60.0
 
 
 @pytest.mark.timeout(SCRIPT_TIMEOUT + AFTER_INTERRUPT + 30)
+@needs_env("atari.Pong-v0")
 def test_ctrl_c_mid_step_leaves_every_env_usable(tmp_path: Path) -> None:
     """Ctrl-C while lockstep env A is inside a step: the script catches the
     KeyboardInterrupt, steps env B 50 times, then steps A (which goes on, its

@@ -20,7 +20,7 @@ ale_py = pytest.importorskip("ale_py")
 from runtimes import atari, registry  # noqa: E402 (after the importorskip)
 from runtimes.atari import AtariRuntime, joystick_actions  # noqa: E402
 from runtimes.base import InputEvent, KeyEvent, PointerEvent  # noqa: E402
-from tests.runtimes.compliance import RuntimeCompliance  # noqa: E402
+from runtimes.compliance import RuntimeCompliance  # noqa: E402
 
 PONG = "atari.Pong-v0"
 #: Pong's player (right) paddle: its colour, its columns, the rows it moves within.

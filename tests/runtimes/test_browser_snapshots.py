@@ -38,6 +38,7 @@ from runtimes.browser_snapshots import (
 )
 from runtimes.errors import BadSnapshot, SnapshotUnsupported
 from runtimes.page_clock import EPOCH_MS
+from tests.optional import needs_extra
 from tests.runtimes.test_browser import MISSING
 
 pytestmark = pytest.mark.timeout(300)
@@ -302,6 +303,7 @@ def test_a_log_past_its_limit_says_so_instead_of_growing() -> None:
         EpisodeLog(seed=2**70, history=History(0, None, ())).state("miniwob.ClickButton-v0", False)
 
 
+@needs_extra("browser")
 def test_the_document_round_trips_field_by_field() -> None:
     events: Sequence[InputEvent] = (KeyEvent("a", True), PointerEvent(3, 4, 1))
     log = EpisodeLog(seed=-5, history=History(3, 0.5, (1.0, -1.0, 0.5)))

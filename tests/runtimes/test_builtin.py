@@ -38,8 +38,8 @@ from runtimes.builtin import (
     Catch,
     ClickTarget,
 )
+from runtimes.compliance import RuntimeCompliance
 from runtimes.duel import Duel
-from tests.runtimes.compliance import RuntimeCompliance
 
 
 class TestCatchCompliance(RuntimeCompliance):

@@ -8,14 +8,13 @@ import pytest
 
 from runtimes import registry
 from runtimes.base import KeyEvent, PlayerEvent, StepResult, split_players
+from runtimes.compliance import RuntimeCompliance
 from runtimes.duel import (
     DUEL_BALL_SIZE,
     DUEL_PADDLE_HEIGHT,
     DUEL_POINTS_TO_WIN,
     Duel,
 )
-
-from .compliance import RuntimeCompliance
 
 
 class TestDuelCompliance(RuntimeCompliance):

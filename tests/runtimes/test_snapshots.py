@@ -15,6 +15,7 @@ import pytest
 from runtimes import registry
 from runtimes.base import InputEvent, KeyEvent, PointerEvent, Runtime
 from runtimes.errors import BadSnapshot, SnapshotUnsupported
+from tests.optional import needs_env
 
 #: Steps played after the snapshot and again after the restore.
 STEPS = 1000
@@ -113,6 +114,7 @@ def test_a_field_out_of_range_is_named() -> None:
         runtime.restore(bytes(state))
 
 
+@needs_env("atari.Pong-v0")
 def test_another_games_state_is_refused() -> None:
     catch, click = registry.make("builtin.Catch-v0"), registry.make("builtin.ClickTarget-v0")
     with pytest.raises(BadSnapshot, match="not a builtin.ClickTarget-v0 state|bytes"):
@@ -144,6 +146,7 @@ def test_ten_thousand_restores_give_the_same_next_frame(env_id: str) -> None:
     print(f"{env_id}: {RESTORES} restores and steps in {time.perf_counter() - started:.1f} s")
 
 
+@needs_env("atari.Pong-v0")
 def test_runtimes_that_cannot_say_so_in_describe() -> None:
     assert registry.lookup("builtin.Catch-v0").describe()["snapshots"] is None  # type: ignore[attr-defined]
     assert registry.make("atari.Pong-v0").describe()["snapshots"] is None
@@ -157,6 +160,7 @@ def test_runtimes_that_cannot_say_so_in_describe() -> None:
         runtime.snapshot()
 
 
+@needs_env("atari.Pong-v0")
 def test_sticky_actions_repeat_the_restored_last_action() -> None:
     """ALE's state holds no last action (what a sticky frame repeats): a restore that did
     not set it played, on this script, the action from before the restore instead."""
