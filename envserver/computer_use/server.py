@@ -227,6 +227,11 @@ class MCPServer:
                 answer = jsonrpc.result(ident, self._initialized(message))
             else:
                 answer = await jsonrpc.answer(self.desk, session.holder, message)
+        except Exception as exc:  # a bug of ours: the host is told, logged once per kind per interval
+            self.bad_input.log(f"bug {type(exc).__name__}", logging.ERROR, "MCP port: %s failed", method,
+                               exc_info=exc)
+            answer = jsonrpc.error(ident, jsonrpc.INTERNAL_ERROR,
+                                   f"the remote failed to answer {method[:40]}: {exc!r}"[:300])
         finally:
             self.leases.finish(session, time.monotonic())
         return web.Response(body=orjson.dumps(answer), content_type=_JSON)

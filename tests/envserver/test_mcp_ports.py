@@ -18,6 +18,7 @@ from typing import Any, Final
 import httpx
 import pytest
 
+from benchmarks import mcp_sdk
 from benchmarks.mcp_agent import Served, info_of, session
 from recordings import open_recording
 from recordings.format import frame_hash
@@ -44,15 +45,7 @@ def guarded(certs: Certs) -> Iterator[Served]:
 
 @contextlib.asynccontextmanager
 async def tls_session(url: str, ca: Path, password: str | None) -> AsyncIterator[Any]:
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
-    headers = {"Authorization": f"Bearer {password}"} if password else {}
-    async with httpx.AsyncClient(headers=headers, verify=ssl.create_default_context(cafile=str(ca)),
-                                 timeout=TIMEOUT) as http, \
-            streamable_http_client(url, http_client=http) as (read, write, _), \
-            ClientSession(read, write) as client:
-        await client.initialize()
+    async with mcp_sdk.session(url, password, str(ca)) as client:
         yield client
 
 
