@@ -35,6 +35,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from rewarder.auth import PASSWORD_ENV
+
 log = logging.getLogger(__name__)
 
 #: The path of the remote's MCP endpoint.
@@ -333,8 +335,8 @@ def add_commands(sub: Any) -> None:
     parser = sub.add_parser("mcp", help=what, description=what[0].upper() + what[1:] + ".")
     parser.add_argument("address", metavar="ADDRESS",
                         help="the remote's MCP port: HOST:PORT or http(s)://HOST:PORT/mcp")
-    parser.add_argument("--password", default=None,
-                        help="the remote's password (default: $UNIVERSE_REMOTE_PASSWORD)")
+    parser.add_argument("--password", default=os.environ.get(PASSWORD_ENV) or None,
+                        help=f"the remote's password (default: ${PASSWORD_ENV})")
     parser.add_argument("--ca", default=None, metavar="PEM",
                         help="the certificate (or CA) to trust for an https:// remote")
     parser.set_defaults(func=run)
