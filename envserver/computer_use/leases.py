@@ -8,7 +8,8 @@ without ``DELETE`` frees the remote within a lease, not an idle timeout of minut
 
 A full port (``max_sessions``) tells a new session when the soonest lease can end
 (``Retry-After``); while nobody drives, it makes room by ending the watcher that has
-been quiet longest, so watchers never keep a driver out.
+been quiet longest (within its lease, its host not there), so abandoned watchers never
+keep a driver out.
 """
 
 from __future__ import annotations
