@@ -195,10 +195,13 @@ def test_the_lease_core_counts_time_from_the_last_sign_of_life() -> None:
     leases: Leases[str] = Leases(max_sessions=2, lease=10.0)
     quiet, streaming = leases.add("quiet", 0.0), leases.add("streaming", 0.0)
     leases.begin(streaming, 1.0, stream=True)
-    assert leases.room(5.0, seat_free=True) is quiet  # nobody drives: the quiet watcher goes
+    assert leases.room(5.0, seat_free=True) is quiet  # nobody drives: the watcher whose host is gone
     full = leases.room(5.0, seat_free=False)
     assert isinstance(full, Full) and full.retry_after == 5  # quiet's lease ends at 10
     assert leases.expired(9.9) == [] and leases.expired(10.0) == [quiet]
+    leases.begin(quiet, 5.0, stream=True)  # both hosts there: the one idle longest makes room
+    assert leases.room(6.0, seat_free=True) is streaming
+    leases.finish(quiet, 5.0, stream=True)
     leases.begin(quiet, 9.0)  # a call in flight: alive however long it takes
     assert leases.expired(100.0) == []
     leases.finish(quiet, 100.0)
