@@ -39,7 +39,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from benchmarks import mcp_sdk
 from benchmarks.common import quick, ratio, table
+from benchmarks.mcp_sdk import is_error
 from benchmarks.web_oracle import MAX_STEPS, act
 
 #: Tasks the agent plays: ones the oracle solves with clicks and text (no select_option).
@@ -68,9 +70,10 @@ _AGENT_LINE: Final = re.compile(r"agent address\s+(\S+)")
 class Served:
     """``universe-remote serve ENV --mcp-port 0 ...`` in a process: its MCP URL."""
 
-    def __init__(self, env_id: str, *extra: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env_id: str, *extra: str, env: dict[str, str] | None = None,
+                 python: str = sys.executable) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "universe_remote", "serve", env_id, "--mcp-port", "0",
+            [python, "-m", "universe_remote", "serve", env_id, "--mcp-port", "0",
              "--rewarder-port", "0", "--vnc-port", "0", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             env={**os.environ, **(env or {})},
@@ -103,22 +106,14 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def session(url: str, password: str | None = None) -> AsyncIterator[Any]:
-    """An MCP client session over streamable HTTP (the SDK's client)."""
-    import httpx
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
-    headers = {"Authorization": f"Bearer {password}"} if password else {}
-    async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=120)) as http, \
-            streamable_http_client(url, http_client=http) as (read, write, _), \
-            ClientSession(read, write) as client:
-        await client.initialize()
+    """An MCP client session over streamable HTTP (the SDK's client, either major)."""
+    async with mcp_sdk.session(url, password) as client:
         yield client
 
 
 def info_of(result: Any) -> dict[str, Any]:
     """The JSON text of a tool result (its last content)."""
-    if result.isError:
+    if is_error(result):
         raise RuntimeError(result.content[0].text)
     parsed: dict[str, Any] = json.loads(result.content[-1].text)
     return parsed
@@ -196,7 +191,7 @@ async def play(client: Any, task: str, seed: int, style: str = "anthropic",
             if args.get("action") == "left_click" or args.get("type") == "click":
                 played.seconds.append(time.monotonic() - started)
             played.actions += 1
-            if result.isError:
+            if is_error(result):
                 played.errors.append(result.content[0].text)
                 continue
             info = info_of(result)
@@ -226,9 +221,9 @@ def _won(results: dict[str, list[Played]]) -> tuple[int, int]:
 
 
 def _raw_calls(url: str, arguments: dict[str, Any], count: int) -> list[float]:
-    """Seconds per ``computer`` call as bare JSON-RPC POSTs (httpx, no SDK client): the
-    server's share of a call."""
-    import httpx
+    """Seconds per ``computer`` call as bare JSON-RPC POSTs (the SDK's HTTP client, not its
+    MCP client): the server's share of a call."""
+    httpx = mcp_sdk.http_module()
 
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     with httpx.Client(timeout=30) as http:

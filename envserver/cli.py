@@ -118,6 +118,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         dm_env_rpc_port=args.dm_env_rpc_port,
         openenv_port=args.openenv_port,
         mcp_port=args.mcp_port,
+        mcp_lease=args.mcp_lease,
         games=args.games,
         game_ports=tuple(args.game_ports or ()),
         password=args.password,
@@ -324,8 +325,16 @@ def add_commands(sub: Any) -> None:
         default=None,
         metavar="PORT",
         help="also serve MCP (streamable HTTP at /mcp: the computer tool for computer-use "
-        "agents; needs pip install 'universe-remote[mcp]') on PORT (without PORT the first "
+        "agents) on PORT (without PORT the first "
         "free one from 8800, 0 picks any free one; docs/computer-use.md); off unless given",
+    )
+    shared.add_argument(
+        "--mcp-lease",
+        type=float,
+        default=30.0,  # envserver.computer_use.leases.LEASE (not imported: parsing stays cheap)
+        metavar="SECONDS",
+        help="an MCP session whose host sends no request and holds no event stream open ends "
+        "this many seconds later, letting go of its seat (default 30; 1 to 3600)",
     )
     shared.add_argument(
         "--tls-cert",

@@ -78,6 +78,8 @@ class ServeConfig:
     #: ``--mcp-port``: the MCP endpoint for computer-use agents (docs/computer-use.md);
     #: :data:`envserver.ports.AUTO` for the first free from 8800.
     mcp_port: int | None = None
+    #: ``--mcp-lease``: seconds an MCP session outlives its host (envserver.computer_use.leases).
+    mcp_lease: float = 30.0
     #: ``--games K``, and ``--game-ports``' (VNC, rewarder) pairs when listed.
     games: int = 1
     game_ports: tuple[tuple[int, int], ...] = ()

@@ -87,17 +87,22 @@ async def start_openenv(remote: Remote, host: str, port: int) -> OpenEnvServer:
     return server
 
 
-async def start_mcp(remote: Remote, host: str, port: int) -> MCPServer:
-    """The MCP port of ``remote`` on ``port`` (https when the remote has a certificate);
-    :class:`ValueError` naming the extra to install when the MCP SDK is missing."""
+async def start_mcp(remote: Remote, host: str, port: int, lease: float | None = None) -> MCPServer:
+    """The MCP port of ``remote`` on ``port`` (https when the remote has a certificate),
+    its sessions kept ``lease`` s after their host goes (:class:`ValueError`: a bad lease)."""
+    from .computer_use.leases import LEASE, check_lease
+    from .computer_use.server import MCPServer
+
     try:
-        from .computer_use.server import MCPServer
-    except ModuleNotFoundError as exc:
-        raise ValueError(f"the MCP port needs {exc.name}: pip install 'universe-remote[mcp]'") from None
+        import PIL  # noqa: F401  (the screenshots: found now, not at an agent's first call)
+    except ModuleNotFoundError:
+        raise ValueError("the MCP port needs Pillow for its screenshots: pip install "
+                         "'universe-remote[mcp]'") from None
+
     server = MCPServer(
         remote, password=remote.password, auth_guard=remote.auth_throttle,
         tls=remote.tls.context if remote.tls else None,
-        allow_origins=remote.rewarder.allow_origins,
+        allow_origins=remote.rewarder.allow_origins, lease=check_lease(LEASE if lease is None else lease),
     )
     await server.start(host, port)
     remote.held_by = _either(server.held_by, remote.held_by)

@@ -149,7 +149,7 @@ async def _start_game(
             raise
     if ports.mcp is not None:
         try:
-            game.mcp = await start_mcp(remote, config.host, ports.mcp)
+            game.mcp = await start_mcp(remote, config.host, ports.mcp, config.mcp_lease)
         except BaseException:
             await game.close("the remote failed to start")
             raise

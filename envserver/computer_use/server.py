@@ -1,21 +1,25 @@
 """The MCP endpoint of a remote (``serve ENV --mcp-port N``): streamable HTTP at ``/mcp``.
 
-A thin shell: the official SDK's lowlevel :class:`mcp.server.lowlevel.Server` (its
-``tools/list`` and ``tools/call`` answered by :class:`.tools.Desk`) behind its
-:class:`~mcp.server.streamable_http_manager.StreamableHTTPSessionManager`, served by
-uvicorn's HTTP protocol on the remote's own event loop (the listener is ours, made with
-``loop.create_server``, so uvicorn installs no signal handlers and never exits the
-process). Each MCP session is one :class:`.tools.Client`, made when the session starts
-(the SDK's per-session lifespan) and closed when it ends — a client's ``DELETE``, the
-idle timeout, the port closing — which lets go of its seat.
+The remote speaks MCP's streamable HTTP transport itself (aiohttp, on the remote's
+event loop): ``POST`` a JSON-RPC message, answered as JSON; ``GET`` the session's
+event stream (a heartbeat only: the tools never call the host); ``DELETE`` ends the
+session. No MCP SDK runs here, so a remote serves hosts on any SDK major (the official
+Python SDK's 1.x and 2.x clients, TypeScript's) and a new SDK release cannot break it;
+its answers are :mod:`.jsonrpc`'s, the same as OpenEnv's MCP messages.
+
+**Sessions are leases** (:mod:`.leases`): a session lives while it has a request in
+flight or its event stream open; then ``lease`` seconds (``serve --mcp-lease``, 30 by
+default) and it ends, letting go of its seat. A full port answers 503 with
+``Retry-After``; while nobody drives it ends its quietest watcher instead. The driver
+may hand the seat back (the ``seat`` tool, ``release``); on a remote with a password,
+another session may take it over (``take_over``).
 
 **Password** (``serve --password``): ``Authorization: Bearer <password>`` (or the
-rewarder's Basic form) on every request, checked before the SDK sees it; wrong ones
-count toward the remote's failed-password throttle like on every port (HTTP 429 says
-for how long). **Web pages** (an ``Origin`` header) are refused unless ``serve
---allow-origin`` names them. **TLS**: the remote's certificate (https://), through
-:class:`rewarder.tls.TLSPort`, so plain http:// gets a 400 saying so. **Limits**:
-MAX_SESSIONS sessions; a session idle for IDLE_TIMEOUT s is closed.
+rewarder's Basic form) on every request; wrong ones count toward the remote's
+failed-password throttle (HTTP 429 says for how long). **Web pages** (an ``Origin``
+header) are refused unless ``serve --allow-origin`` names them. **TLS**: the remote's
+certificate (https://), through :class:`rewarder.tls.TLSPort`. **Connections** that idle
+or whose request never finishes arriving are closed (:mod:`envserver.http_deadlines`).
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ import contextlib
 import hmac
 import logging
 import ssl
-from collections.abc import AsyncIterator, Iterable
+import time
+from collections.abc import Iterable
 from typing import Any, Final
 
 import orjson
+from aiohttp import web
 
 from rewarder.auth import given_password
 from rewarder.lograte import RateLimitedLog
@@ -37,8 +43,11 @@ from vncdriver.server import AuthGuard
 
 from .. import version
 from ..agent_port import RemoteLike
-from .errors import ToolError
-from .tools import Client, Desk, tool_list
+from ..http_deadlines import IDLE_TIMEOUT as CONNECTION_IDLE, REQUEST_TIMEOUT, Deadlines
+from ..tls_site import TLSPortSite
+from . import jsonrpc
+from .leases import LEASE, Full, Lease, Leases, heartbeat
+from .tools import Client, Desk
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +57,6 @@ DEFAULT_PORT: Final = 8800
 PATH: Final = "/mcp"
 #: MCP sessions at once (one drives; the rest watch). Past it a new session gets a 503.
 MAX_SESSIONS: Final = 16
-#: Seconds a session may make no request before it is closed (its seat let go): long
-#: enough for a model's turn, short enough that a vanished host frees the remote.
-IDLE_TIMEOUT: Final = 600.0
 #: Bytes of one request's body (a tool call is small; a long ``type`` text is 2000 chars).
 MAX_REQUEST_BYTES: Final = 1 << 20
 #: Seconds a closing port gives open connections.
@@ -58,60 +64,9 @@ SHUTDOWN_TIMEOUT: Final = 2.0
 #: What the 400 to plain http:// on a TLS port says to do.
 TLS_HINT: Final = "use {url} (the MCP host must trust the remote's certificate)"
 SERVER_NAME: Final = "universe-remote"
-
-
-def build_server(desk: Desk, peer_of: Any = None) -> Any:
-    """The SDK's lowlevel server over ``desk``: one :class:`Client` per session."""
-    from mcp import types
-    from mcp.server.lowlevel import Server
-
-    @contextlib.asynccontextmanager
-    async def session(_: Any) -> AsyncIterator[Client]:
-        client = desk.client()
-        try:
-            yield client
-        finally:
-            client.close()
-
-    server: Any = Server(SERVER_NAME, version=version.server_version(), lifespan=session,
-                         instructions=(f"The screen of the remote {desk.remote.env_id}: the computer "
-                                       "tool acts on it and answers with the settled screenshot and reward."))
-
-    @server.list_tools()
-    async def list_tools() -> list[Any]:
-        return [types.Tool.model_validate(tool) for tool in tool_list(desk.remote)]
-
-    # The desk checks the arguments itself, naming what was wrong (the SDK's check runs
-    # jsonschema's meta-schema check of the whole schema on every call: most of a call's time).
-    @server.call_tool(validate_input=False)
-    async def call_tool(name: str, arguments: dict[str, Any]) -> Any:
-        client: Client = server.request_context.lifespan_context
-        try:
-            content = await desk.call(client, name, arguments)
-        except ToolError as exc:
-            return types.CallToolResult(content=[types.TextContent(type="text", text=str(exc))], isError=True)
-        return types.CallToolResult(content=[_content(types, c) for c in content], isError=False)
-
-    return server
-
-
-def _content(types: Any, item: dict[str, Any]) -> Any:
-    if item["type"] == "image":
-        return types.ImageContent.model_validate(item)
-    return types.TextContent.model_validate(item)
-
-
-class _ClosedStreamNoise(logging.Filter):
-    """Drops the SDK's traceback for a session ended under its open GET stream (a client's
-    DELETE, the port closing: the python-sdk's issue #2150), which is no fault of anyone."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        return not (record.getMessage() == "Error in standalone SSE writer"
-                    and type(error).__name__ == "ClosedResourceError")
-
-
-_NOISE: Final = _ClosedStreamNoise()
+SESSION_HEADER: Final = "Mcp-Session-Id"
+VERSION_HEADER: Final = "MCP-Protocol-Version"
+_JSON: Final = "application/json"
 
 
 class MCPServer:
@@ -125,26 +80,22 @@ class MCPServer:
         auth_guard: AuthGuard | None = None,
         tls: ssl.SSLContext | None = None,
         allow_origins: Iterable[str] = (),
-        idle_timeout: float = IDLE_TIMEOUT,
+        lease: float = LEASE,
     ) -> None:
-        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-
         self.remote = remote
-        self.desk = Desk(remote)
+        self.desk = Desk(remote, take_over=password is not None)
         self.password, self.auth_guard, self.tls = password, auth_guard, tls
         self.allow_origins = frozenset(o.rstrip("/").lower() for o in allow_origins)
-        # Answers as plain JSON, not an SSE stream per call: a tool call is one request and
-        # one response (nothing streams meanwhile), at a fraction of the round trip.
-        self.manager = StreamableHTTPSessionManager(
-            build_server(self.desk), session_idle_timeout=idle_timeout, json_response=True,
-            max_sessions=MAX_SESSIONS, max_request_body_size=MAX_REQUEST_BYTES)
+        self.leases: Leases[Client] = Leases(MAX_SESSIONS, lease)
+        self.deadlines = Deadlines(min(CONNECTION_IDLE, lease), min(REQUEST_TIMEOUT, lease))
+        self.instructions = (f"The screen of the remote {remote.env_id}: the computer tool acts on it and "
+                             "answers with the settled screenshot and reward.")
         self.bad_input = RateLimitedLog(log)
-        logging.getLogger("mcp.server.streamable_http").addFilter(_NOISE)  # (once: one object)
         self.tls_port: TLSPort | None = None
-        self._listener: asyncio.Server | None = None
-        self._state: Any = None
-        self._running: asyncio.Task[None] | None = None
-        self._stop = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._reaper: asyncio.TimerHandle | None = None
+        self._closing: str | None = None
+        self._ended = asyncio.Event()  # set (and replaced) whenever a session ends
 
     def held_by(self) -> str | None:
         """Which MCP client drives the remote (the other front ends ask)."""
@@ -152,87 +103,200 @@ class MCPServer:
 
     @property
     def port(self) -> int:
-        assert self._listener is not None, "call start() first"
-        return int(self._listener.sockets[0].getsockname()[1])
+        assert self._runner is not None, "call start() first"
+        return int(self._runner.addresses[0][1])
 
     async def start(self, host: str, port: int) -> None:
-        import uvicorn
-        from uvicorn.server import ServerState
-
-        started = asyncio.get_running_loop().create_future()
-        self._running = asyncio.get_running_loop().create_task(self._run_manager(started))
-        await started
-        config = uvicorn.Config(
-            self._asgi, interface="asgi3", lifespan="off", access_log=False, log_level="warning",
-            http="h11", ws="none", proxy_headers=False, server_header=False)
-        config.load()
-        self._state = state = ServerState()
-
-        def protocol() -> asyncio.Protocol:
-            made: asyncio.Protocol = config.http_protocol_class(  # type: ignore[call-arg]
-                config=config, server_state=state, app_state={})
-            return made
-
-        factory: Any = protocol
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=SHUTDOWN_TIMEOUT)
+        await self._runner.setup()
+        site: web.BaseSite
         if self.tls is not None:
             self.tls_port = TLSPort(self.tls, scheme="https", where="the MCP port", hint=TLS_HINT)
-            factory = self.tls_port.factory(protocol)
+            site = _WatchedSite(self._runner, host, port, self.deadlines, self.tls_port)
+        else:
+            site = _WatchedSite(self._runner, host, port, self.deadlines)
         try:
-            self._listener = await asyncio.get_running_loop().create_server(factory, host, port)
+            await site.start()
         except OSError:
-            await self.close("the port could not be bound")
+            await self._runner.cleanup()
             raise
-
-    async def _run_manager(self, started: asyncio.Future[None]) -> None:
-        """The session manager's task group lives in this task, from start to close."""
-        async with self.manager.run():
-            started.set_result(None)
-            await self._stop.wait()
+        self.deadlines.start()
+        self._reap_later()
 
     async def close(self, reason: str = "the remote is shutting down") -> None:
-        if self._stop.is_set():
+        if self._closing is not None:
             return
-        self._stop.set()
-        if self._listener is not None:
-            self._listener.close()
-        if self._state is not None:
-            for connection in list(self._state.connections):
-                connection.shutdown()
-        if self._running is not None:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(self._running, SHUTDOWN_TIMEOUT)
+        self._closing = reason
+        if self._reaper is not None:
+            self._reaper.cancel()
+        for session in list(self.leases.sessions.values()):
+            self._end(session, reason)
+        self.deadlines.close()
         if self.tls_port is not None:
             self.tls_port.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
         self.bad_input.close()
         log.debug("MCP port closed: %s", reason)
 
-    # The ASGI app: the guard, then the SDK ---------------------------------------------------
+    # Leases -------------------------------------------------------------------------------
 
-    async def _asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        peer = (scope.get("client") or ("?", 0))[0]
-        if scope.get("path") != PATH:
-            return await _respond(send, 404, f"no such path; MCP is at {PATH}")
-        status, why = self._refusal(headers, peer)
-        if status:
-            self.bad_input.log(f"refused {status}", logging.INFO, "MCP port: refused %s from %s: %s",
-                               scope.get("method"), peer, why)
-            extra = [(b"www-authenticate", b'Bearer realm="universe-remote"')] if status == 401 else []
-            return await _respond(send, status, why, extra)
-        await self.manager.handle_request(scope, receive, send)
+    def _end(self, session: Lease[Client], why: str) -> None:
+        if self.leases.end(session, why):
+            session.holder.close()
+            self._ended.set()
+            self._ended = asyncio.Event()
+            log.info("MCP port: %s ended: %s", session.holder.name, why)
 
-    def _refusal(self, headers: dict[str, str], peer: str) -> tuple[int, str]:
-        origin = headers.get("origin")
+    def _reap_later(self) -> None:
+        self._reaper = asyncio.get_running_loop().call_later(min(1.0, self.leases.lease / 4), self._reap)
+
+    def _reap(self) -> None:
+        for session in self.leases.expired(time.monotonic()):
+            self._end(session, f"no request and no open event stream for {self.leases.lease:g} s (its lease)")
+        self._reap_later()
+
+    # Requests -----------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        with self.deadlines.serving(request.transport):
+            if request.path != PATH:
+                return _error(404, jsonrpc.INVALID_REQUEST, f"no such path; MCP is at {PATH}")
+            status, why = self._refusal(request)
+            if status:
+                self.bad_input.log(f"refused {status}", logging.INFO, "MCP port: refused %s from %s: %s",
+                                   request.method, request.remote, why)
+                extra = {"WWW-Authenticate": 'Bearer realm="universe-remote"'} if status == 401 else {}
+                return _error(status, -32001, why, extra)
+            if request.method == "POST":
+                return await self._post(request)
+            if request.method == "GET":
+                return await self._stream(request)
+            if request.method == "DELETE":
+                session = self.leases.get(request.headers.get(SESSION_HEADER))
+                if session is None:
+                    return _error(404, jsonrpc.INVALID_REQUEST, _UNKNOWN_SESSION)
+                self._end(session, "its host ended it (DELETE)")
+                return web.Response(status=200)
+            return _error(405, jsonrpc.INVALID_REQUEST, "MCP takes POST, GET and DELETE",
+                          {"Allow": "POST, GET, DELETE"})
+
+    async def _post(self, request: web.Request) -> web.StreamResponse:
+        try:
+            async with asyncio.timeout(self.deadlines.request):
+                body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, jsonrpc.INVALID_REQUEST, f"a request is at most {MAX_REQUEST_BYTES} bytes "
+                          "(MAX_REQUEST_BYTES)")
+        except TimeoutError:
+            return _error(408, jsonrpc.INVALID_REQUEST, f"the request's body did not arrive within "
+                          f"{self.deadlines.request:g} s")
+        try:
+            message = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            return _error(400, jsonrpc.PARSE_ERROR, f"Parse error: the body is not JSON ({str(exc)[:120]}): "
+                          "send one JSON-RPC message")
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return _error(400, jsonrpc.INVALID_REQUEST, 'one JSON-RPC 2.0 message per POST: {"jsonrpc": '
+                          '"2.0", "id": 1, "method": "tools/list"}')
+        ident, method = message.get("id"), message.get("method")
+        if not isinstance(method, str):  # a response to a request of ours (we send none)
+            return web.Response(status=202)
+        session_id = request.headers.get(SESSION_HEADER)
+        if session_id is None:
+            if method == "initialize" and "id" in message:
+                return await self._open(request, message)
+            if method.startswith("notifications/"):
+                return web.Response(status=202)
+            code = jsonrpc.INVALID_REQUEST if method in jsonrpc.METHODS else jsonrpc.METHOD_NOT_FOUND
+            return _error(400, code, f"no session: send initialize first (then its {SESSION_HEADER} "
+                          f"header with every request); {method[:40]!r} is not served without one",
+                          ident=ident)
+        session = self.leases.get(session_id)
+        if session is None:
+            return _error(404, jsonrpc.INVALID_REQUEST, _UNKNOWN_SESSION, ident=ident)
+        if "id" not in message:  # a notification
+            session.last = time.monotonic()
+            return web.Response(status=202)
+        self.leases.begin(session, time.monotonic())
+        try:
+            if method == "initialize":
+                answer = jsonrpc.result(ident, self._initialized(message))
+            else:
+                answer = await jsonrpc.answer(self.desk, session.holder, message)
+        except Exception as exc:  # a bug of ours: the host is told, logged once per kind per interval
+            self.bad_input.log(f"bug {type(exc).__name__}", logging.ERROR, "MCP port: %s failed", method,
+                               exc_info=exc)
+            answer = jsonrpc.error(ident, jsonrpc.INTERNAL_ERROR,
+                                   f"the remote failed to answer {method[:40]}: {exc!r}"[:300])
+        finally:
+            self.leases.finish(session, time.monotonic())
+        return web.Response(body=orjson.dumps(answer), content_type=_JSON)
+
+    async def _open(self, request: web.Request, message: dict[str, Any]) -> web.StreamResponse:
+        """``initialize`` without a session: a new session if there is room."""
+        room = self.leases.room(time.monotonic(), seat_free=self.desk.seat_free(), is_driver=self.desk.driver)
+        if isinstance(room, Full):
+            self.bad_input.log("full", logging.INFO, "MCP port: %s", room.message)
+            return _error(503, jsonrpc.INTERNAL_ERROR, room.message, {"Retry-After": str(room.retry_after)},
+                          ident=message.get("id"))
+        if room is not None:
+            self._end(room, f"the port was full ({MAX_SESSIONS} sessions) and nobody drove: the watcher "
+                            "quiet longest made room for a new session")
+        client = self.desk.client(str(request.remote or ""))
+        session = self.leases.add(client, time.monotonic())
+        body = orjson.dumps(jsonrpc.result(message.get("id"), self._initialized(message)))
+        return web.Response(body=body, content_type=_JSON, headers={SESSION_HEADER: session.id})
+
+    def _initialized(self, message: dict[str, Any]) -> dict[str, Any]:
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        return {"protocolVersion": jsonrpc.negotiate(params.get("protocolVersion")),
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": SERVER_NAME, "version": version.server_version()},
+                "instructions": self.instructions}
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
+        """The session's event stream: a heartbeat comment until the session or the host ends."""
+        session = self.leases.get(request.headers.get(SESSION_HEADER))
+        if session is None:
+            return _error(404 if SESSION_HEADER in request.headers else 400, jsonrpc.INVALID_REQUEST,
+                          _UNKNOWN_SESSION)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache", SESSION_HEADER: session.id})
+        await response.prepare(request)
+        self.leases.begin(session, time.monotonic(), stream=True)
+        every = heartbeat(self.leases.lease)
+        try:
+            while session.ended is None and self._closing is None:
+                ended = self._ended
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ended.wait(), every)
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break  # the host is gone: the lease runs
+                await response.write(b": heartbeat\n\n")
+        except (ConnectionError, RuntimeError):
+            pass  # the host is gone
+        finally:
+            self.leases.finish(session, time.monotonic(), stream=True)
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await response.write_eof()
+        return response
+
+    def _refusal(self, request: web.Request) -> tuple[int, str]:
+        origin = request.headers.get("Origin")
         if origin is not None and origin.rstrip("/").lower() not in self.allow_origins:
             return 403, (f"this port does not serve web pages (Origin: {origin[:200]}): any site open in "
                          f"a browser here could drive the remote; serve with --allow-origin {origin[:200]} "
                          "to allow it")
         if self.password is None:
             return 0, ""
-        guard = self.auth_guard
-        given = given_password(headers.get("authorization"))
+        guard, peer = self.auth_guard, str(request.remote or "?")
+        given = given_password(request.headers.get("Authorization"))
         blocked = guard.admit(peer) if guard is not None else None
         if blocked is not None:
             return 429, blocked
@@ -251,12 +315,36 @@ class MCPServer:
         return 0, ""
 
 
-async def _respond(
-    send: Any, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
+_UNKNOWN_SESSION: Final = ("no such session: it ended (its host's DELETE, its lease ran out, or the remote "
+                           "restarted); send initialize without a session id to open a new one")
+
+
+def _error(status: int, code: int, message: str, headers: dict[str, str] | None = None,
+           ident: Any = None) -> web.Response:
     """A JSON-RPC error body (what MCP clients show) with an HTTP status."""
-    body = orjson.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": message}})
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        *(headers or [])]})
-    await send({"type": "http.response.body", "body": body})
+    body = orjson.dumps({"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}})
+    return web.Response(status=status, body=body, content_type=_JSON, headers=headers)
+
+
+class _WatchedSite(TLSPortSite):
+    """aiohttp's site on our own listener: connections keep :class:`Deadlines`, through TLS
+    when the remote has a certificate."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, deadlines: Deadlines,
+                 tls_port: TLSPort | None = None) -> None:
+        super().__init__(runner, host, port, tls_port)  # type: ignore[arg-type]
+        self.deadlines = deadlines
+
+    @property
+    def name(self) -> str:
+        return f"{'https' if self.tls_port is not None else 'http'}://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        server = self._runner.server
+        assert server is not None
+        factory = self.deadlines.factory(server)
+        if self.tls_port is not None:
+            factory = self.tls_port.factory(factory)
+        self._server = await asyncio.get_running_loop().create_server(factory, self.host, self.port,
+                                                                      backlog=self._backlog)

@@ -9,9 +9,12 @@ server (:mod:`.server`) and OpenEnv's messages (:mod:`.jsonrpc`) answer with the
 **Who drives.** A client that acts (any ``computer`` action but ``screenshot``,
 ``cursor_position`` and ``zoom``; ``reset``; ``browser_action``) becomes the remote's
 agent if nobody drives it — no other client of this port, no rewarder, dm_env_rpc or
-OpenEnv agent — and keeps the seat until its session ends; any other client is refused
-with a tool error naming who drives, and may still watch (screenshots, ``state``,
-``page``). Its input is the agent's (``agent_source``), so recordings name it ``agent``.
+OpenEnv agent — and keeps the seat until its session ends or it hands it back (``seat``
+``release``); any other client is refused with a tool error naming who drives, and may
+still watch (screenshots, ``state``, ``page``). On a port that checks a password, a
+client may take the seat over from this port's driver (``seat`` ``take_over``): it knows
+the password, so it is trusted as much. Its input is the agent's (``agent_source``), so
+recordings name it ``agent``.
 
 **Snapshots** (docs/snapshots.md): ``snapshot`` and ``restore`` are listed on remotes
 whose runtime can save its state, and go through the remote's own
@@ -65,6 +68,8 @@ MAX_TREE_CHARS: Final = 60_000
 FORMATS: Final = ("png", "jpeg")
 #: The tools listed only on remotes whose runtime can save its state.
 SNAPSHOT_TOOLS: Final = ("snapshot", "restore")
+#: The ``seat`` tool's actions.
+SEAT_ACTIONS: Final = ("release", "take_over")
 
 _POINT: Final = {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
 _ANSWER: Final = {
@@ -129,6 +134,10 @@ def tool_list(remote: RemoteLike) -> list[dict[str, Any]]:
         {"name": "wait_until_settled",
          "description": "Wait until the screen is still (at most max_ms); the screenshot.",
          "inputSchema": _schema(dict(_ANSWER))},
+        {"name": "seat", "description": (
+            "Who drives: release hands the seat back (this client goes on watching); take_over "
+            "seats this client in place of another client of this port (remotes with a password)."),
+         "inputSchema": _schema({"action": {"type": "string", "enum": list(SEAT_ACTIONS)}}, ("action",))},
     ]
     if remote.runtime.snapshot_refusal is None:
         tools += [
@@ -172,6 +181,7 @@ class Client:
         self.settle: dict[str, Any] | None = None
         self.ended: int | None = None  # the episode that ended since the last answer
         self.lock = asyncio.Lock()  # one call at a time per session
+        self.taken_by: str | None = None  # who took the seat over from it
         remote = desk.remote
         remote.result_sinks.append(self._on_result)
         remote.episode_sinks.append(self._on_episode)
@@ -217,8 +227,10 @@ class Client:
 class Desk:
     """The computer-use tools of one remote: its clients, who drives, each call."""
 
-    def __init__(self, remote: RemoteLike, port_name: str = "MCP") -> None:
+    def __init__(self, remote: RemoteLike, port_name: str = "MCP", take_over: bool = False) -> None:
         self.remote, self.port_name = remote, port_name
+        #: Whether a client may take the seat from this port's driver (the port checks a password).
+        self.take_over = take_over
         self.driver: Client | None = None
         #: What the driver held at each snapshot this port took (the newest MAX_SNAPSHOTS).
         self.held: dict[str, Held] = {}
@@ -232,6 +244,29 @@ class Desk:
     def held_by(self) -> str | None:
         """Which client of this port drives the remote (the other front ends ask)."""
         return f"an {self.port_name} client ({self.driver.name})" if self.driver is not None else None
+
+    def seat_free(self) -> bool:
+        """Nobody drives the remote, through this port or another."""
+        return self.driver is None and self.remote.agent() is None
+
+    def _seat(self, client: Client, args: dict[str, Any]) -> dict[str, Any]:
+        action = args.get("action")
+        if action == "release":
+            was = self.driver is client
+            self.release(client)
+            return {"action": "release", "released": was, "driver": self.held_by() or self.remote.agent()}
+        if action != "take_over":
+            raise ToolError(f"seat takes action 'release' or 'take_over', not {str(action)[:20]!r}")
+        if self.driver is not client and self.driver is not None:
+            if not self.take_over:
+                raise ToolError(f"{self.held_by()} drives this remote; taking over needs a remote with a "
+                                "password (serve --password): here the seat frees when its driver releases "
+                                "it or its session ends (its lease runs out once its host is gone)")
+            gone = self.driver
+            self.release(gone)  # (what it held is let go; its session goes on, watching)
+            gone.taken_by = client.name
+        self.take(client)
+        return {"action": "take_over", "you_drive": True}
 
     def take(self, client: Client) -> None:
         """Seat ``client`` as the agent, or :class:`ToolError` naming who drives."""
@@ -273,6 +308,8 @@ class Desk:
                     return await self._reset(client, args)
                 if name == "state":
                     return [_text(self._state(client))]
+                if name == "seat":
+                    return [_text(self._seat(client, args))]
                 if name == "wait_until_settled":
                     return await self._answer(client, "wait_until_settled", args, settle=True)
                 if name == "page" and self.remote.runtime.action_strings:

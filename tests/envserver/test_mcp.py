@@ -25,6 +25,7 @@ from typing import Any, Final
 import pytest
 from PIL import Image
 
+from benchmarks import mcp_sdk
 from benchmarks.mcp_agent import TASKS, Served, info_of, play, session
 from envserver.computer_use import actions
 from rewarder.client import RewarderClient
@@ -51,21 +52,17 @@ def remote() -> Iterator[Served]:
 @contextlib.asynccontextmanager
 async def stdio_session(url: str, *extra: str) -> AsyncIterator[Any]:
     """The MCP host's way: ``universe-remote mcp URL`` launched as a process, over stdio."""
-    from mcp import ClientSession
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-
-    params = StdioServerParameters(command=sys.executable, args=["-m", "universe_remote", "mcp", url, *extra],
-                                   env=dict(os.environ))
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
-        await client.initialize()
+    async with mcp_sdk.stdio_session(sys.executable, ["-m", "universe_remote", "mcp", url, *extra],
+                                     dict(os.environ)) as client:
         yield client
 
 
 async def test_tools_list_shows_the_schemas(remote: Served) -> None:
     async with session(remote.url) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert set(tools) == {"computer", "reset", "state", "wait_until_settled", "page", "browser_action"}
-    schema = tools["computer"].inputSchema["properties"]
+    assert set(tools) == {"computer", "reset", "state", "wait_until_settled", "seat", "page",
+                          "browser_action"}
+    schema = mcp_sdk.input_schema(tools["computer"])["properties"]
     assert schema["action"]["enum"] == list(actions.ANTHROPIC_ACTIONS)
     assert {"zoom", "left_click_drag", "hold_key", "triple_click"} <= set(schema["action"]["enum"])
     assert schema["type"]["enum"] == list(actions.OPENAI_ACTIONS)
@@ -92,7 +89,7 @@ async def test_an_action_answers_with_the_settled_screenshot_and_the_reward(remo
     async with session(remote.url) as client:
         reset = await client.call_tool("reset", {"seed": 3, "env_id": "miniwob.ClickTest-v0"})
         image, text = reset.content
-        assert image.type == "image" and image.mimeType == "image/png"
+        assert image.type == "image" and mcp_sdk.mime_type(image) == "image/png"
         assert Image.open(io.BytesIO(base64.b64decode(image.data))).size == (160, 210)
         assert json.loads(text.text)["instruction"] == "Click the button."
         page = info_of(await client.call_tool("page", {}))
@@ -100,7 +97,7 @@ async def test_an_action_answers_with_the_settled_screenshot_and_the_reward(remo
         button = next(e for e in page["elements"] if e["role"] == "button")
         clicked = await client.call_tool("computer", {"action": "left_click", "coordinate": button["point"],
                                                       "format": "jpeg"})
-        assert clicked.content[0].mimeType == "image/jpeg"
+        assert mcp_sdk.mime_type(clicked.content[0]) == "image/jpeg"
         info = info_of(clicked)
         assert info["done"] is True and info["reward"] > 0 and info["settle"]["settled_s"] > 0
         assert info["ended_episode"]["return"] == info["reward"]
@@ -131,10 +128,10 @@ async def test_bad_arguments_get_a_tool_error_a_model_can_read(remote: Served) -
             ({"action": "screenshot", "colour": 1}, "computer takes no argument 'colour'; it takes action,"),
         ):
             result = await client.call_tool("computer", args)
-            assert result.isError and words in result.content[0].text, result.content[0].text
+            assert mcp_sdk.is_error(result) and words in result.content[0].text, result.content[0].text
         failed = info_of(await client.call_tool("browser_action", {"action": "click('a999')"}))
         assert failed["last_action_error"]
-        assert (await client.call_tool("state", {})).isError is False  # the session goes on
+        assert not mcp_sdk.is_error(await client.call_tool("state", {}))  # the session goes on
 
 
 async def test_a_second_client_is_refused_as_driver_and_can_watch(remote: Served) -> None:
@@ -142,12 +139,12 @@ async def test_a_second_client_is_refused_as_driver_and_can_watch(remote: Served
         info_of(await agent.call_tool("reset", {"seed": 2, "env_id": "miniwob.ClickTest-v0"}))
         async with session(remote.url) as other:
             refused = await other.call_tool("computer", {"action": "left_click", "coordinate": [10, 10]})
-            assert refused.isError
+            assert mcp_sdk.is_error(refused)
             assert "an MCP client (MCP session" in refused.content[0].text
             assert "drives this remote; one agent at a time" in refused.content[0].text
-            assert (await other.call_tool("reset", {"seed": 1})).isError
+            assert mcp_sdk.is_error(await other.call_tool("reset", {"seed": 1}))
             shot = await other.call_tool("computer", {"action": "screenshot"})
-            assert shot.isError is False and shot.content[0].type == "image"
+            assert not mcp_sdk.is_error(shot) and shot.content[0].type == "image"
             state = info_of(await other.call_tool("state", {}))
             assert state["you_drive"] is False and state["driver"].startswith("an MCP client")
             # One agent across the front ends: the rewarder refuses an agent meanwhile.
@@ -158,7 +155,7 @@ async def test_a_second_client_is_refused_as_driver_and_can_watch(remote: Served
     # The agent's session ended: its seat is free for the next client.
     async with session(remote.url) as third:
         async with asyncio.timeout(TIMEOUT):
-            while (await third.call_tool("reset", {"seed": 1})).isError:
+            while mcp_sdk.is_error(await third.call_tool("reset", {"seed": 1})):
                 await asyncio.sleep(0.05)  # the server ends the closed session's lifespan
         assert info_of(await third.call_tool("state", {}))["you_drive"] is True
 

@@ -18,6 +18,7 @@ from typing import Any, Final
 import httpx
 import pytest
 
+from benchmarks import mcp_sdk
 from benchmarks.mcp_agent import Served, info_of, session
 from recordings import open_recording
 from recordings.format import frame_hash
@@ -44,15 +45,7 @@ def guarded(certs: Certs) -> Iterator[Served]:
 
 @contextlib.asynccontextmanager
 async def tls_session(url: str, ca: Path, password: str | None) -> AsyncIterator[Any]:
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
-    headers = {"Authorization": f"Bearer {password}"} if password else {}
-    async with httpx.AsyncClient(headers=headers, verify=ssl.create_default_context(cafile=str(ca)),
-                                 timeout=TIMEOUT) as http, \
-            streamable_http_client(url, http_client=http) as (read, write, _), \
-            ClientSession(read, write) as client:
-        await client.initialize()
+    async with mcp_sdk.session(url, password, str(ca)) as client:
         yield client
 
 
@@ -76,6 +69,19 @@ async def test_tls_password_and_lockstep_steps(guarded: Served, certs: Certs) ->
         assert not waited.isError and before["episode_id"] >= 1
     plain = httpx.post(guarded.url.replace("https://", "http://"), json={}, timeout=TIMEOUT)
     assert plain.status_code == 400 and "https://" in plain.text
+
+
+async def test_with_the_password_a_client_takes_the_seat_over(guarded: Served, certs: Certs) -> None:
+    """A host that lost its session's seat (or a stuck agent) is replaced without waiting."""
+    async with tls_session(guarded.url, certs.ca, PASSWORD) as stuck, \
+            tls_session(guarded.url, certs.ca, PASSWORD) as rescuer:
+        info_of(await stuck.call_tool("reset", {"seed": 2, "screenshot": False}))
+        assert mcp_sdk.is_error(await rescuer.call_tool("reset", {"seed": 2}))
+        assert info_of(await rescuer.call_tool("seat", {"action": "take_over"}))["you_drive"] is True
+        info_of(await rescuer.call_tool("computer", {"action": "key", "text": "Left", "screenshot": False}))
+        refused = await stuck.call_tool("computer", {"action": "key", "text": "Left"})
+        assert mcp_sdk.is_error(refused) and "drives this remote" in refused.content[0].text
+        assert info_of(await stuck.call_tool("state", {}))["you_drive"] is False
 
 
 async def test_the_stdio_relay_takes_the_password_and_the_ca(guarded: Served, certs: Certs) -> None:
