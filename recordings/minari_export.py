@@ -189,7 +189,7 @@ def export_trajectories(
                                "one kind of task at a time (--task)")
     charset = "".join(sorted({c for _, _, actions in episodes for a in actions for c in a}))
     longest = max(len(a) for _, _, actions in episodes for a in actions)
-    buffers = []
+    buffers: list[Any] = []
     for trajectory, observations, actions in episodes:
         rewards = [float(s.reward or 0.0) for s in trajectory.steps]
         done = bool(trajectory.steps[-1].done)

@@ -105,6 +105,8 @@ class Episode:
     def call(self, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
         """The remote's answer to ``tool`` (its MCP result: ``content``, ``isError``), from any
         thread but the harness's loop; :class:`EpisodeOver` once the episode has ended."""
+        if self.status is not None or self.loop.is_closed():  # (an agent left running, too)
+            raise EpisodeOver(f"the episode ended ({self.status or 'the run is over'})")
         future = asyncio.run_coroutine_threadsafe(self.acall(tool, arguments or {}), self.loop)
         return future.result()
 
@@ -159,7 +161,8 @@ class Episode:
     def end(self, status: str) -> None:
         if self.status is None:
             self.status = status
-            self.loop.call_soon_threadsafe(self.over.set)
+            with contextlib.suppress(RuntimeError):  # the run is over (an agent left running)
+                self.loop.call_soon_threadsafe(self.over.set)
 
 
 def info_of(result: dict[str, Any]) -> dict[str, Any]:
@@ -236,9 +239,11 @@ async def _run_callable(agent: Agent, episode: Episode) -> str | None:
             try:
                 agent(episode)
             except BaseException as exc:  # noqa: BLE001 (reported in the results row)
-                episode.loop.call_soon_threadsafe(_settle, task, exc)
+                outcome: BaseException | None = exc
             else:
-                episode.loop.call_soon_threadsafe(_settle, task, None)
+                outcome = None
+            with contextlib.suppress(RuntimeError):  # the run ended without this agent
+                episode.loop.call_soon_threadsafe(_settle, task, outcome)
 
         threading.Thread(target=body, name=f"eval agent {episode.task}/{episode.seed}", daemon=True).start()
     return await _await_agent(task, episode)
