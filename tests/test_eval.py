@@ -35,10 +35,13 @@ TK_ENTRIES: Final = Path(__file__).parent / "envserver" / "mcp_tk_entries.py"
 
 @pytest.fixture(scope="module")
 def urls() -> Iterator[list[str]]:
-    """Two MiniWoB remotes with MCP ports, shared by the tests (start_local reads the ports)."""
+    """Two MiniWoB remotes with MCP ports in one process (serve --games 2), shared by the
+    tests: start_local reads each game's MCP port from the banner."""
     from remotes import start_local
 
-    with start_local("miniwob.ClickTest-v0", 2, extra_args=["--mcp-port", "0"], start_timeout=90) as group:
+    with start_local("miniwob.ClickTest-v0", 2, extra_args=["--mcp-port", "0"], start_timeout=90,
+                     games_per_process=2) as group:
+        assert len(set(group.mcp_ports)) == 2
         assert all(isinstance(port, int) for port in group.mcp_ports), group.mcp_ports
         yield [f"http://127.0.0.1:{port}/mcp" for port in group.mcp_ports]
 

@@ -105,8 +105,10 @@ class Episode:
     def call(self, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
         """The remote's answer to ``tool`` (its MCP result: ``content``, ``isError``), from any
         thread but the harness's loop; :class:`EpisodeOver` once the episode has ended."""
-        if self.status is not None or self.loop.is_closed():  # (an agent left running, too)
-            raise EpisodeOver(f"the episode ended ({self.status or 'the run is over'})")
+        if self.loop.is_closed():  # an agent left running after its run
+            raise EpisodeOver("the eval run is over")
+        if (why := self.refusal()) is not None:
+            raise EpisodeOver(why)
         future = asyncio.run_coroutine_threadsafe(self.acall(tool, arguments or {}), self.loop)
         return future.result()
 
