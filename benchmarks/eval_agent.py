@@ -109,7 +109,7 @@ class Host:
         self.process.wait(10)
 
 
-def main(argv: list[str]) -> int:
+def run_host(argv: list[str]) -> int:
     forever = "--forever" in argv
     words = [w for w in argv if w != "--forever"]
     if len(words) != 3:
@@ -131,4 +131,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_host(sys.argv[1:]))

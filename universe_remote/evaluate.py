@@ -512,7 +512,8 @@ def add_commands(sub: Any) -> None:
                        "({mcp_argv} as separate words), {task}, {seed} too")
     parser.add_argument("--out", required=True, metavar="DIR", help="where results and trajectories go")
     parser.add_argument("--remotes", type=int, default=1, metavar="N", help="remotes to start (default 1)")
-    parser.add_argument("--mode", choices=("realtime", "lockstep"), default="realtime")
+    parser.add_argument("--mode", choices=("realtime", "lockstep"), default="realtime",
+                        help="the remotes' mode (default realtime; lockstep: each action a step)")
     parser.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS,
                         help=f"tool calls per episode (default {DEFAULT_MAX_STEPS})")
     parser.add_argument("--max-seconds", type=float, default=DEFAULT_MAX_SECONDS,
