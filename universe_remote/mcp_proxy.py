@@ -35,6 +35,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from rewarder.auth import PASSWORD_ENV
+
 log = logging.getLogger(__name__)
 
 #: The path of the remote's MCP endpoint.
@@ -43,8 +45,12 @@ PATH: Final = "/mcp"
 CALL_TIMEOUT: Final = 120.0
 #: Seconds to connect to the remote.
 CONNECT_TIMEOUT: Final = 30.0
-#: Seconds between two tries to reach a remote that is down (its event stream's reconnects).
+#: Seconds between two tries to reach a remote that is down (its event stream's reconnects),
+#: doubling while it stays down up to MAX_RECONNECT_INTERVAL (a remote refusing the password
+#: is not asked every second: its throttle would block this address). A call never waits
+#: for these: it connects at once.
 RECONNECT_INTERVAL: Final = 1.0
+MAX_RECONNECT_INTERVAL: Final = 10.0
 #: Seconds a pooled connection to the remote is reused: under the remote's shortest idle
 #: deadline (1 s), so a call never goes out on a connection the remote is closing.
 KEEPALIVE: Final = 0.5
@@ -185,6 +191,7 @@ class RemoteLink:
         when the remote is lost, open a new session as soon as it answers again."""
         import aiohttp
 
+        pause = RECONNECT_INTERVAL
         while True:
             try:
                 if self.session_id is None:
@@ -193,12 +200,15 @@ class RemoteLink:
                                          timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT)) as r:
                     if r.status == 404:
                         await self.open(lost=r.request_info.headers.get(SESSION_HEADER))
-                    elif r.status < 400:
+                        continue
+                    if r.status < 400:
+                        pause = RECONNECT_INTERVAL  # it was up
                         async for _ in r.content.iter_any():
                             pass  # heartbeats; the tools never call the host
             except (Down, Refused, aiohttp.ClientError, OSError, TimeoutError) as exc:
                 log.debug("the remote's event stream: %s", exc)
-            await asyncio.sleep(RECONNECT_INTERVAL)  # a retry's pace, not a synchronisation
+            await asyncio.sleep(pause)  # a retry's pace, not a synchronisation
+            pause = min(MAX_RECONNECT_INTERVAL, pause * 2)
 
 
 def _said(status: int, body: bytes) -> str:
@@ -333,8 +343,8 @@ def add_commands(sub: Any) -> None:
     parser = sub.add_parser("mcp", help=what, description=what[0].upper() + what[1:] + ".")
     parser.add_argument("address", metavar="ADDRESS",
                         help="the remote's MCP port: HOST:PORT or http(s)://HOST:PORT/mcp")
-    parser.add_argument("--password", default=None,
-                        help="the remote's password (default: $UNIVERSE_REMOTE_PASSWORD)")
+    parser.add_argument("--password", default=os.environ.get(PASSWORD_ENV) or None,
+                        help=f"the remote's password (default: ${PASSWORD_ENV})")
     parser.add_argument("--ca", default=None, metavar="PEM",
                         help="the certificate (or CA) to trust for an https:// remote")
     parser.set_defaults(func=run)

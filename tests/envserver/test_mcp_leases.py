@@ -25,6 +25,7 @@ import pytest
 
 from benchmarks import mcp_sdk
 from benchmarks.mcp_agent import Served, info_of, session
+from envserver.computer_use.leases import Full, Leases, check_lease
 from envserver.computer_use.server import MAX_SESSIONS
 
 pytestmark = pytest.mark.timeout(240)
@@ -186,3 +187,25 @@ async def test_the_relay_reconnects_across_a_remote_restart() -> None:
         first.close()
         if second is not None:
             second.close()
+
+
+def test_the_lease_core_counts_time_from_the_last_sign_of_life() -> None:
+    """The sans-I/O rules, on a clock of our own: in flight and streaming keep a session;
+    a full port makes room from a quiet watcher only while nobody drives."""
+    leases: Leases[str] = Leases(max_sessions=2, lease=10.0)
+    quiet, streaming = leases.add("quiet", 0.0), leases.add("streaming", 0.0)
+    leases.begin(streaming, 1.0, stream=True)
+    assert leases.room(5.0, seat_free=True) is quiet  # nobody drives: the watcher whose host is gone
+    full = leases.room(5.0, seat_free=False)
+    assert isinstance(full, Full) and full.retry_after == 5  # quiet's lease ends at 10
+    assert leases.expired(9.9) == [] and leases.expired(10.0) == [quiet]
+    leases.begin(quiet, 5.0, stream=True)  # both hosts there: the one idle longest makes room
+    assert leases.room(6.0, seat_free=True) is streaming
+    leases.finish(quiet, 5.0, stream=True)
+    leases.begin(quiet, 9.0)  # a call in flight: alive however long it takes
+    assert leases.expired(100.0) == []
+    leases.finish(quiet, 100.0)
+    leases.finish(streaming, 100.0, stream=True)  # its host went: the lease runs from now
+    assert leases.expired(109.9) == [] and set(leases.expired(110.0)) == {quiet, streaming}
+    with pytest.raises(ValueError, match="an MCP lease is 1 to 3600 seconds"):
+        check_lease(0.5)

@@ -71,6 +71,19 @@ async def test_tls_password_and_lockstep_steps(guarded: Served, certs: Certs) ->
     assert plain.status_code == 400 and "https://" in plain.text
 
 
+async def test_with_the_password_a_client_takes_the_seat_over(guarded: Served, certs: Certs) -> None:
+    """A host that lost its session's seat (or a stuck agent) is replaced without waiting."""
+    async with tls_session(guarded.url, certs.ca, PASSWORD) as stuck, \
+            tls_session(guarded.url, certs.ca, PASSWORD) as rescuer:
+        info_of(await stuck.call_tool("reset", {"seed": 2, "screenshot": False}))
+        assert mcp_sdk.is_error(await rescuer.call_tool("reset", {"seed": 2}))
+        assert info_of(await rescuer.call_tool("seat", {"action": "take_over"}))["you_drive"] is True
+        info_of(await rescuer.call_tool("computer", {"action": "key", "text": "Left", "screenshot": False}))
+        refused = await stuck.call_tool("computer", {"action": "key", "text": "Left"})
+        assert mcp_sdk.is_error(refused) and "drives this remote" in refused.content[0].text
+        assert info_of(await stuck.call_tool("state", {}))["you_drive"] is False
+
+
 async def test_the_stdio_relay_takes_the_password_and_the_ca(guarded: Served, certs: Certs) -> None:
     async with stdio_session(guarded.url, "--password", PASSWORD, "--ca", str(certs.ca)) as client:
         assert "computer" in {t.name for t in (await client.list_tools()).tools}
