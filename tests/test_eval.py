@@ -162,7 +162,16 @@ def test_an_x11_program_episode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert trajectory.steps[-1].images()[0].shape == (768, 1024, 3)
 
 
-def test_bad_input_says_what_to_do(tmp_path: Path) -> None:
+def test_bad_input_says_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from universe_remote.cli import main
+
+    out = ["--out", str(tmp_path)]
+    assert main(["eval", "miniwob.ClickTset-v0", "--agent", "benchmarks.eval_agent:scripted", *out]) == 2
+    assert "miniwob.ClickTest-v0" in capsys.readouterr().err  # the closest ids
+    assert main(["eval", "miniwob.ClickTest-v0", "--agent", "benchmarks.eval_agent", *out]) == 2
+    assert "MODULE:FUNCTION" in capsys.readouterr().err
+    assert main(["eval", "miniwob.ClickTest-v0", "--seeds", "x", "--agent-command", "true", *out]) == 2
+    assert "seeds are" in capsys.readouterr().err
     assert parse_seeds("0-2,9") == (0, 1, 2, 9)
     with pytest.raises(ValueError, match="seeds are N, N-M"):
         parse_seeds("a-b")

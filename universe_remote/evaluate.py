@@ -483,7 +483,7 @@ def _cmd_eval(args: Any) -> int:
         for task in args.tasks:
             registry.check(task)
         agent: Agent | list[str] = (load_agent(args.agent) if args.agent else shlex.split(args.agent_command))
-    except (ValueError, ImportError, KeyError) as exc:
+    except (ValueError, ImportError, LookupError) as exc:
         print(f"universe-remote eval: {exc}", file=sys.stderr)
         return 2
     rows = evaluate(agent, args.tasks, seeds, args.out, remotes=args.remotes, mode=args.mode,
