@@ -106,6 +106,17 @@ def test_an_mcp_host_command(urls: list[str], tmp_path: Path) -> None:
     assert [s.tool for s in trajectory.steps][:2] == ["state", "page"]  # the host asked for its instruction
 
 
+def test_lockstep_remotes_the_harness_starts(tmp_path: Path) -> None:
+    """Without urls the harness starts its remotes (here one, in lockstep) and stops them."""
+    command = [sys.executable, "-m", "benchmarks.eval_agent", "{task}", "{seed}", "{mcp}"]
+    rows = evaluate(command, TASKS[::3], [5], tmp_path, mode="lockstep")
+    assert [(r["task"], r["status"], r["success"]) for r in rows] == [(t, "done", True) for t in TASKS[::3]]
+    run = load_results(tmp_path)
+    assert run.run["mode"] == "lockstep"
+    state = run.trajectory(TASKS[3], 5).steps[0]
+    assert state.tool == "state" and state.info is not None and state.info["mode"] == "lockstep"
+
+
 def test_budgets_stop_agents_that_never_finish(urls: list[str], tmp_path: Path) -> None:
     refused: list[str] = []
 
