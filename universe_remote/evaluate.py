@@ -488,7 +488,8 @@ def _cmd_eval(args: Any) -> int:
         return 2
     rows = evaluate(agent, args.tasks, seeds, args.out, remotes=args.remotes, mode=args.mode,
                     max_steps=args.max_steps, max_seconds=args.max_seconds,
-                    urls=args.url or None, password=args.password)
+                    urls=args.url or None, password=args.password,
+                    games_per_process=args.games_per_process)
     won = sum(row["success"] for row in rows)
     latencies = [row["latency_p50_ms"] for row in rows if row["latency_p50_ms"] is not None]
     print(f"eval: {won}/{len(rows)} episodes succeeded; median per-call latency "
@@ -512,6 +513,8 @@ def add_commands(sub: Any) -> None:
                        "({mcp_argv} as separate words), {task}, {seed} too")
     parser.add_argument("--out", required=True, metavar="DIR", help="where results and trajectories go")
     parser.add_argument("--remotes", type=int, default=1, metavar="N", help="remotes to start (default 1)")
+    parser.add_argument("--games-per-process", type=int, default=None, metavar="K",
+                        help="remotes one serve process runs (default: start_local's choice)")
     parser.add_argument("--mode", choices=("realtime", "lockstep"), default="realtime",
                         help="the remotes' mode (default realtime; lockstep: each action a step)")
     parser.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS,
