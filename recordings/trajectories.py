@@ -102,14 +102,18 @@ def write_results(root: str | os.PathLike[str], run: dict[str, Any], rows: list[
         writer.writeheader()
         writer.writerows(rows)
     tasks: dict[str, dict[str, Any]] = {}
+    latencies: dict[str, list[float]] = {}
     for row in rows:
         summary = tasks.setdefault(row["task"], {"episodes": 0, "successes": 0, "reward": 0.0})
         summary["episodes"] += 1
         summary["successes"] += bool(row["success"])
         summary["reward"] += float(row["reward"])
-    for summary in tasks.values():
+        if row.get("latency_p50_ms") is not None:
+            latencies.setdefault(row["task"], []).append(float(row["latency_p50_ms"]))
+    for task, summary in tasks.items():
         summary["success_rate"] = summary["successes"] / summary["episodes"]
         summary["mean_reward"] = summary.pop("reward") / summary["episodes"]
+        summary["latency_p50_ms"] = float(np.median(latencies[task])) if task in latencies else None
     (root / "results.json").write_bytes(orjson.dumps(
         {"run": run, "episodes": rows, "tasks": tasks}, option=orjson.OPT_INDENT_2))
 

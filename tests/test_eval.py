@@ -153,6 +153,21 @@ def test_budgets_stop_agents_that_never_finish(urls: list[str], tmp_path: Path) 
     assert 1.0 <= timed["seconds"] and time.monotonic() - started < 30  # not the agent's 60 s
 
 
+def test_an_async_agent(urls: list[str], tmp_path: Path) -> None:
+    async def looks(episode: Episode) -> None:
+        await episode.acall("computer", {"action": "screenshot"})
+        await episode.acall("state", {})
+
+    async def blocks(episode: Episode) -> None:
+        episode.call("state")  # the sync call on the harness's own loop
+
+    task = ("miniwob.ClickTest-v0",)
+    (row,) = evaluate(looks, task, (0,), tmp_path / "a", urls=urls[:1])
+    assert (row["status"], row["steps"], row["error"]) == ("agent_stopped", 2, "")
+    (row,) = evaluate(blocks, task, (0,), tmp_path / "b", urls=urls[:1])
+    assert row["status"] == "error" and "awaits episode.acall" in row["error"]
+
+
 def test_an_x11_program_episode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """x11.Command-v0 running Tk entries: the scripted agent clicks the first entry and types
     a line; the judge reads what the program wrote on Return."""

@@ -107,6 +107,10 @@ class Episode:
         thread but the harness's loop; :class:`EpisodeOver` once the episode has ended."""
         if self.loop.is_closed():  # an agent left running after its run
             raise EpisodeOver("the eval run is over")
+        with contextlib.suppress(RuntimeError):
+            if asyncio.get_running_loop() is self.loop:
+                raise TypeError("an async agent awaits episode.acall(tool, arguments); call() "
+                                "from the harness's loop would wait on itself")
         if (why := self.refusal()) is not None:
             raise EpisodeOver(why)
         future = asyncio.run_coroutine_threadsafe(self.acall(tool, arguments or {}), self.loop)

@@ -49,7 +49,7 @@ def test_a_run_loads_back(tmp_path: Path) -> None:
     run = load_results(tmp_path)
     assert run.episodes == [row] and run.run == {"agent": "test"}
     assert run.tasks["miniwob.ClickTest-v0"] == {"episodes": 1, "successes": 1, "success_rate": 1.0,
-                                                  "mean_reward": 0.9}
+                                                  "mean_reward": 0.9, "latency_p50_ms": 85.0}
     trajectory = run.trajectory("miniwob.ClickTest-v0", 3)
     assert trajectory.reset is not None and trajectory.reset.info == {"instruction": "Click"}
     assert [s.tool for s in trajectory.steps] == ["page", "computer"]
