@@ -242,18 +242,25 @@ class LocalRemotes(RemoteGroup):
         if proc.poll() is None:
             proc.terminate()
             proc.wait(STOP_TIMEOUT)
-        served = [self.addresses[i] for i in self.siblings(index)]
+        siblings = self.siblings(index)
+        served = [self.addresses[i] for i in siblings]
         if len(served) == 1:
             (address,) = served
             ports = ["--vnc-port", str(address.vnc_port), "--rewarder-port", str(address.rewarder_port)]
+            if self.mcp_ports and self.mcp_ports[index]:  # its MCP port too (several games: new ones)
+                ports += ["--mcp-port", str(self.mcp_ports[index])]
         else:
             ports = ["--game-ports", ",".join(f"{a.vnc_port}+{a.rewarder_port}" for a in served)]
         command = [*self.command, *ports]
         new = spawner().submit(partial(_spawn, command, self.env, self.logs[at], self.nice)).result()
         self.processes[at] = new
+        mcp_ports: list[int | None] = []
         shared_loop().run(
-            _await_ready(new, self.logs[at], self.password, timeout, len(served)), timeout + 10
+            _await_ready(new, self.logs[at], self.password, timeout, len(served), mcp_ports), timeout + 10
         )
+        if self.mcp_ports:
+            for i, port in zip(siblings, mcp_ports, strict=True):
+                self.mcp_ports[i] = port
 
 
 async def probe_remote(address: RemoteAddress, password: str | None, timeout: float) -> None:
