@@ -135,6 +135,9 @@ class RemoteLink:
             self.info = answer.get("result") or {}
             with contextlib.suppress(Down, Refused):
                 await self._post("notifications/initialized", None, notify=True)
+                listed, _ = await self._post("tools/list", None)  # kept for while the remote is down
+                if "result" in listed:
+                    self.tools = listed["result"]
             if self._stream is None or self._stream.done():
                 self._stream = asyncio.get_running_loop().create_task(self._hold_stream())
 
@@ -290,6 +293,17 @@ def _answer_of(answer: dict[str, Any]) -> dict[str, Any]:
     return {key: answer[key] for key in ("result", "error") if key in answer}
 
 
+class _Flow(asyncio.Protocol):
+    """stdout's pipe: done once closed."""
+
+    def __init__(self) -> None:
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
 async def relay(url: str, password: str | None = None, ca: str | None = None) -> None:
     """Serve the remote at ``url``'s tools on stdio until stdin closes (:class:`Down`,
     :class:`Refused`: the remote could not be reached at the start)."""
@@ -300,11 +314,10 @@ async def relay(url: str, password: str | None = None, ca: str | None = None) ->
         reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         out = os.fdopen(sys.stdout.fileno(), "wb", buffering=0, closefd=False)
-        writer_transport, writer_protocol = await loop.connect_write_pipe(asyncio.Protocol, out)
-        writer = asyncio.StreamWriter(writer_transport, writer_protocol, None, loop)
+        transport, flow = await loop.connect_write_pipe(_Flow, out)
 
         def write(message: dict[str, Any]) -> None:
-            writer.write(orjson.dumps(message) + b"\n")
+            transport.write(orjson.dumps(message) + b"\n")
 
         server = Relay(link, write)
         while line := await reader.readline():
@@ -313,8 +326,8 @@ async def relay(url: str, password: str | None = None, ca: str | None = None) ->
         for task in list(server.tasks):
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await task
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
+        transport.close()  # (after what is buffered has been written)
+        await flow.closed
     finally:
         await link.close()
 

@@ -162,15 +162,24 @@ async def test_malformed_json_and_unknown_methods_get_json_rpcs_errors(leased: S
 
 
 async def test_the_relay_reconnects_across_a_remote_restart() -> None:
-    first = Served("builtin.Catch-v0", "--mode", "lockstep", "--mcp-lease", str(LEASE))
+    first = Served("builtin.Catch-v0", "--mcp-lease", str(LEASE))  # real time: a wait takes its time
     port = urlsplit(first.url).port
     second: Served | None = None
     try:
         async with mcp_sdk.stdio_session(sys.executable, ["-m", "universe_remote", "mcp", first.url],
                                          dict(os.environ)) as relay:
-            info_of(await relay.call_tool("reset", {"seed": 5}))
-            first.process.kill()  # the remote dies (no goodbye)
+            waiting = asyncio.ensure_future(relay.call_tool(
+                "computer", {"action": "wait", "duration": 30, "screenshot": False}))
+            async with session(first.url) as watcher:  # the wait has begun once it holds the seat
+
+                async def in_flight() -> bool:
+                    return info_of(await watcher.call_tool("state", {}))["driver"] is not None
+
+                await _until(in_flight, TIMEOUT)
+            first.process.kill()  # the remote dies mid-call (no goodbye)
             first.process.wait(TIMEOUT)
+            dropped = await asyncio.wait_for(waiting, TIMEOUT / 2)  # at once, not after the wait
+            assert mcp_sdk.is_error(dropped) and "may or may not have been done" in dropped.content[0].text
             started = time.monotonic()
             down = await relay.call_tool("state", {})
             assert time.monotonic() - started < TIMEOUT / 2  # at once, not the client's 60 s timeout
