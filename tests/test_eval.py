@@ -71,7 +71,8 @@ def _check_run(out: Path, rows: list[dict[str, Any]]) -> None:
         assert all(s.latency > 0 and s.t >= 0 for s in trajectory.steps)
 
 
-def test_a_callable_agent_over_tasks_and_seeds(urls: list[str], tmp_path: Path) -> None:
+def test_a_callable_agent_over_tasks_and_seeds(urls: list[str], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     rows = evaluate(scripted, TASKS, SEEDS, tmp_path, urls=urls)
     _check_run(tmp_path, rows)
     assert {r["remote"] for r in rows} == {0, 1}  # both remotes played
@@ -84,6 +85,7 @@ def test_a_callable_agent_over_tasks_and_seeds(urls: list[str], tmp_path: Path) 
 
     from recordings.minari_export import export_trajectories
 
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
     dataset = export_trajectories(tmp_path, "evaltest/enter-text-v0", ["miniwob.EnterText-v0"])
     try:
         loaded = list(minari.load_dataset("evaltest/enter-text-v0").iterate_episodes())
