@@ -138,3 +138,78 @@ def export_minari(
             raise RuntimeError(
                 f"Minari could not write dataset {name!r}: {type(exc).__name__}: {exc}"
             ) from exc
+
+
+def trajectory_arrays(trajectory: Any) -> tuple[list[np.ndarray], list[str]]:
+    """An eval trajectory as Minari's lists: the observations (the reset's screenshot, then
+    after each step the last screenshot seen) and the actions (each tool call as JSON)."""
+    import orjson
+
+    first = trajectory.reset.images() if trajectory.reset is not None else []
+    if not first:
+        raise RuntimeError(f"{trajectory.folder}: the reset's answer has no screenshot to start from")
+    observations, actions = [first[-1]], []
+    for step in trajectory.steps:
+        images = step.images()
+        observations.append(images[-1] if images else observations[-1])
+        actions.append(orjson.dumps({"tool": step.tool, "arguments": step.arguments},
+                                    option=orjson.OPT_SORT_KEYS).decode())
+    return observations, actions
+
+
+def export_trajectories(
+    path: str | os.PathLike[str], name: str, tasks: Sequence[str] | None = None,
+    *, description: str | None = None,
+) -> Any:
+    """Write the trajectories of the eval run at ``path`` (``universe-remote eval --out``; only
+    ``tasks`` when given) as the Minari dataset ``name``: observations are the screenshots
+    (one size for every episode), actions each tool call as JSON text
+    (``{"arguments": ..., "tool": ...}``), rewards the answers' ``reward``; an episode the
+    remote ended is terminated, any other truncated. Episodes without a step are left out."""
+    from .trajectories import load_results
+
+    results = load_results(path)
+    chosen = [t for t in results.trajectories() if t.steps and (not tasks or t.task in tasks)]
+    if not chosen:
+        raise RuntimeError(f"{path}: no trajectory with a step{' of ' + ', '.join(tasks) if tasks else ''}")
+    check_dataset_name(name)
+    try:
+        import gymnasium as gym
+        import minari
+        from minari.data_collector import EpisodeBuffer
+    except ImportError as exc:
+        raise RuntimeError(
+            f"exporting to Minari needs the minari extra ({exc}): pip install 'universe-remote[minari]'"
+        ) from None
+    episodes = [(t, *trajectory_arrays(t)) for t in chosen]
+    shape = episodes[0][1][0].shape
+    for trajectory, observations, _ in episodes:
+        if any(o.shape != shape for o in observations):
+            raise RuntimeError(f"{trajectory.folder}: screenshots of another size than {shape}: export "
+                               "one kind of task at a time (--task)")
+    charset = "".join(sorted({c for _, _, actions in episodes for a in actions for c in a}))
+    longest = max(len(a) for _, _, actions in episodes for a in actions)
+    buffers: list[Any] = []
+    for trajectory, observations, actions in episodes:
+        rewards = [float(s.reward or 0.0) for s in trajectory.steps]
+        done = bool(trajectory.steps[-1].done)
+        buffers.append(EpisodeBuffer(
+            id=len(buffers), seed=trajectory.seed, observations=observations, actions=actions,
+            rewards=rewards, terminations=[False] * (len(actions) - 1) + [done],
+            truncations=[False] * (len(actions) - 1) + [not done],
+        ))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module="minari")
+        try:
+            return minari.create_dataset_from_buffers(
+                name, buffers, observation_space=gym.spaces.Box(0, 255, shape, np.uint8),
+                action_space=gym.spaces.Text(max_length=longest, min_length=0, charset=charset),
+                algorithm_name=f"universe-remote eval: {results.run.get('agent', '')}",
+                description=description or "universe-remote eval trajectories of "
+                + ", ".join(sorted({t.task for t in chosen})),
+                data_format="arrow", jpeg_encoding=False,
+            )
+        except (TypeError, KeyError, AttributeError, OSError) as exc:
+            raise RuntimeError(
+                f"Minari could not write dataset {name!r}: {type(exc).__name__}: {exc}"
+            ) from exc

@@ -71,6 +71,9 @@ T = TypeVar("T")
 _ADDRESS_LINE = re.compile(
     rb"agent address\s+vnc(?P<tls>\+tls)?://(?P<host>[^:\s]+):(?P<vnc>\d+)\+(?P<rew>\d+)"
 )
+#: A game's MCP port in the banner (``serve --mcp-port``): game 0's own line, the others'
+#: ``(..., mcp N)`` on their address line.
+_MCP_LINE = re.compile(rb"^\s*mcp\s+https?://[^\s]+:(?P<port>\d+)/mcp|[(,]\s*mcp (?P<other>\d+)\)")
 
 
 def _child_prefix(nice: int) -> list[str]:
@@ -185,6 +188,8 @@ class LocalRemotes(RemoteGroup):
         #: Keep the remotes' logs (they are deleted on a clean close otherwise).
         self.keep_logs = False
         self.logs = logs
+        #: Each remote's MCP port (``serve --mcp-port`` in ``extra_args``), else None.
+        self.mcp_ports: list[int | None] = []
         #: Games of each process, in order: remotes 0..k0-1 are process 0's, and so on.
         self.games = list(games) if games is not None else [1] * len(processes)
         self._process_index = [p for p, k in enumerate(self.games) for _ in range(k)]
@@ -237,18 +242,25 @@ class LocalRemotes(RemoteGroup):
         if proc.poll() is None:
             proc.terminate()
             proc.wait(STOP_TIMEOUT)
-        served = [self.addresses[i] for i in self.siblings(index)]
+        siblings = self.siblings(index)
+        served = [self.addresses[i] for i in siblings]
         if len(served) == 1:
             (address,) = served
             ports = ["--vnc-port", str(address.vnc_port), "--rewarder-port", str(address.rewarder_port)]
+            if self.mcp_ports and self.mcp_ports[index]:  # its MCP port too (several games: new ones)
+                ports += ["--mcp-port", str(self.mcp_ports[index])]
         else:
             ports = ["--game-ports", ",".join(f"{a.vnc_port}+{a.rewarder_port}" for a in served)]
         command = [*self.command, *ports]
         new = spawner().submit(partial(_spawn, command, self.env, self.logs[at], self.nice)).result()
         self.processes[at] = new
+        mcp_ports: list[int | None] = []
         shared_loop().run(
-            _await_ready(new, self.logs[at], self.password, timeout, len(served)), timeout + 10
+            _await_ready(new, self.logs[at], self.password, timeout, len(served), mcp_ports), timeout + 10
         )
+        if self.mcp_ports:
+            for i, port in zip(siblings, mcp_ports, strict=True):
+                self.mcp_ports[i] = port
 
 
 async def probe_remote(address: RemoteAddress, password: str | None, timeout: float) -> None:
@@ -281,13 +293,13 @@ def _spawn(
 
 async def _await_ready(
     proc: subprocess.Popen[bytes], log_path: Path, password: str | None, timeout: float,
-    games: int = 1,
+    games: int = 1, mcp_ports: list[int | None] | None = None,
 ) -> list[RemoteAddress]:
     """The addresses of the ``games`` games ``proc`` printed, once both channels of each
-    answer."""
+    answer (their MCP ports, when they serve one, appended to ``mcp_ports``)."""
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(timeout):
-        addresses = await loop.run_in_executor(None, _read_addresses, proc, log_path, games)
+        addresses = await loop.run_in_executor(None, _read_addresses, proc, log_path, games, mcp_ports)
     await asyncio.gather(*(probe_remote(address, password, timeout) for address in addresses))
     return addresses
 
@@ -324,26 +336,35 @@ async def _start(
         remotes.close()
         raise failed[0]
     try:
+        mcp_ports: list[list[int | None]] = [[] for _ in processes]
         addresses = await asyncio.gather(*(
-            _await_ready(p, path, password, start_timeout, k)
-            for p, path, k in zip(processes, logs, split, strict=True)
+            _await_ready(p, path, password, start_timeout, k, ports)
+            for p, path, k, ports in zip(processes, logs, split, mcp_ports, strict=True)
         ))
         remotes.addresses = [address for group in addresses for address in group]
+        remotes.mcp_ports = [port for group in mcp_ports for port in group]
     except BaseException:
         remotes.close()
         raise
     return remotes
 
 
-def _read_addresses(proc: subprocess.Popen[bytes], log_path: Path, games: int = 1) -> list[RemoteAddress]:
+def _read_addresses(proc: subprocess.Popen[bytes], log_path: Path, games: int = 1,
+                    mcp_ports: list[int | None] | None = None) -> list[RemoteAddress]:
     """Read the banner for the addresses of its ``games`` games (one ``agent address``
-    line each); then keep draining its stdout."""
+    line each; their MCP ports appended to ``mcp_ports``); then keep draining its stdout."""
     assert proc.stdout is not None
     stdout = proc.stdout
     found: list[RemoteAddress] = []
+    mcp: int | None = None
     for line in stdout:
+        if (port := _MCP_LINE.search(line)) is not None:
+            mcp = int(port["port"] or port["other"])
         match = _ADDRESS_LINE.search(line)
         if match:
+            if mcp_ports is not None:
+                mcp_ports.append(mcp)
+            mcp = None
             found.append(RemoteAddress(
                 match["host"].decode(), int(match["vnc"]), int(match["rew"]), tls=bool(match["tls"])
             ))

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from envserver import cli as server_cli
 from envserver.version import version_line
 from rewarder.auth import default_password
-from universe_remote import export, mcp_proxy
+from universe_remote import evaluate, export, mcp_proxy
 
 #: The logger of the commands' own messages ("shutting down", ...), shown at INFO.
 COMMAND_LOGGER = "universe-remote"
@@ -47,6 +47,7 @@ def build_parser(agent: bool = True) -> argparse.ArgumentParser:
     server_cli.add_commands(sub)
     export.add_commands(sub)
     mcp_proxy.add_commands(sub)
+    evaluate.add_commands(sub)
     if agent:
         from remotes import cli as agent_cli
 

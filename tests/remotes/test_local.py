@@ -131,3 +131,20 @@ def test_lockstep_remotes_share_one_process_per_core_by_default() -> None:
             assert not truncated.any()
         finally:
             env.close()
+
+
+def test_mcp_ports_are_read_and_kept_across_a_restart() -> None:
+    """``serve --mcp-port 0`` in ``extra_args``: each remote's MCP port is read from the banner
+    (game 0's own line, the others' ``(mcp N)``), and a restart serves it on the same port."""
+    import socket
+
+    with start_local("builtin.Catch-v0", 3, extra_args=["--mcp-port", "0"], games_per_process=2) as local:
+        ports = list(local.mcp_ports)
+        assert len(set(ports)) == 3 and all(isinstance(p, int) and p > 0 for p in ports), ports
+        assert local.process_index(2) == 1  # one process of two games and one of one
+        local.kill(2)
+        local.restart(2)
+        assert local.mcp_ports == ports
+        socket.create_connection(("127.0.0.1", ports[2]), timeout=PROBE_TIMEOUT).close()
+    with start_local("builtin.Catch-v0") as plain:
+        assert plain.mcp_ports == [None]
