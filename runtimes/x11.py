@@ -10,10 +10,12 @@ command in :data:`COMMAND_ENV`), :class:`CommandMissing` and :data:`RUNTIMES`, t
 installed: the registry then lists no ``x11.*`` ids and ``serve`` names the package.
 
 **Screen.** The program draws on an Xvnc display of :data:`SCREEN_WIDTH` x
-:data:`SCREEN_HEIGHT` with no window manager, which the remote reads over a Unix socket
-and serves from its own VNC server (``runtimes.xruntime``). The programs of the table are asked to
-fill it (``-geometry 1024x768+0+0``; xterm gets a terminal-sized window at the top left);
-a command runs as given, so its window goes wherever the program puts it.
+:data:`SCREEN_HEIGHT` (``serve --option screen=WxH`` for another size, between
+:data:`MIN_SCREEN` and :data:`MAX_SCREEN`: :func:`parse_screen`) with no window manager,
+which the remote reads over a Unix socket and serves from its own VNC server
+(``runtimes.xruntime``). The programs of the table are asked to fill it (``-geometry
+WxH+0+0``; xterm gets a terminal-sized window at the top left); a command runs as given,
+so its window goes wherever the program puts it.
 
 **Episodes.** There is no reward (always 0) and no end: an episode lasts until a client
 resets, or until the program exits by itself. Then the episode ends (``done``) with
@@ -38,8 +40,10 @@ read when the runtime is made and split like a shell would (``shlex``) but not r
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
+import re
 import shlex
 import shutil
 import time
@@ -60,8 +64,13 @@ SCREEN_WIDTH: Final = 1024
 SCREEN_HEIGHT: Final = 768
 #: Frames per second of the remote's loop: it only forwards input and watches the program.
 FPS: Final = 60.0
-#: X Toolkit option that makes a program's window fill the screen (no window manager).
+#: X Toolkit option that makes a program's window fill the screen (no window manager);
+#: a runtime of another size (``screen=WxH``) gives its own size instead.
 FILL_SCREEN: Final = ("-geometry", f"{SCREEN_WIDTH}x{SCREEN_HEIGHT}+0+0")
+#: ``screen=WxH`` bounds: below QVGA no program's window fits; above 4K UHD a frame is
+#: over 25 MB per copy (the remote keeps several) and no computer-use model sees it whole.
+MIN_SCREEN: Final = (320, 240)
+MAX_SCREEN: Final = (3840, 2160)
 
 # Programs ----------------------------------------------------------------------------------
 
@@ -108,18 +117,47 @@ class CommandMissing(RuntimeFailure):
     """``x11.Command-v0`` has no command to run, or its program is not installed."""
 
 
+def parse_screen(text: object) -> tuple[int, int]:
+    """``"1280x800"`` -> (1280, 800); ValueError saying what to write for anything else."""
+    found = re.fullmatch(r"\s*(\d{1,5})\s*[xX×]\s*(\d{1,5})\s*", str(text))
+    (low_w, low_h), (high_w, high_h) = MIN_SCREEN, MAX_SCREEN
+    bounds = f"{low_w}x{low_h} to {high_w}x{high_h}"
+    if found is None:
+        raise ValueError(f"screen is WIDTHxHEIGHT in pixels (from {bounds}: 1280x800, 1920x1080), "
+                         f"not {str(text)[:40]!r}")
+    width, height = int(found.group(1)), int(found.group(2))
+    if not (low_w <= width <= high_w and low_h <= height <= high_h):
+        raise ValueError(f"screen {width}x{height} is not within {bounds}")
+    return width, height
+
+
 class X11Runtime(DisplayRuntime):
-    """One X program on an Xvnc display that is the remote's VNC server; no reward."""
+    """One X program on an Xvnc display that is the remote's VNC server; no reward.
+
+    ``X11Runtime(screen="1920x1080")`` is an instance of a subclass of that size (every
+    class attribute, the size included, stays true of the instance), as MiniWoB's
+    ``screen=full`` is.
+    """
 
     width: ClassVar[int] = SCREEN_WIDTH
     height: ClassVar[int] = SCREEN_HEIGHT
     fps: ClassVar[float] = FPS
     keys: ClassVar[tuple[str, ...]] = KEYS
     buttons: ClassVar[int] = BUTTONS
+    options: ClassVar[tuple[str, ...]] = ("screen",)
     #: The program and its arguments; set per subclass (or per instance, for a command).
     argv: tuple[str, ...] = ()
+    #: Whether the program is asked to fill the screen (``-geometry WxH+0+0`` appended).
+    fills_screen: ClassVar[bool] = False
 
-    def __init__(self) -> None:
+    def __new__(cls, screen: str | None = None) -> X11Runtime:
+        if screen is not None:
+            size = parse_screen(screen)
+            base = cls.__dict__.get("_unsized", cls)
+            cls = base if size == (base.width, base.height) else _sized(base, *size)
+        return super().__new__(cls)
+
+    def __init__(self, screen: str | None = None) -> None:
         super().__init__()
         #: The program of the current episode (None before the first reset).
         self.program: XProgram | None = None
@@ -167,8 +205,11 @@ class X11Runtime(DisplayRuntime):
             await asyncio.sleep(delay)  # a pause against a crash loop, not synchronisation
         self._started_at = time.monotonic()
         before = self.screen.updates
+        argv = self.argv
+        if self.fills_screen:
+            argv = (*argv, "-geometry", f"{self.width}x{self.height}+0+0")
         try:
-            self.program = self.display.spawn(self.argv)
+            self.program = self.display.spawn(argv)
         except OSError as exc:  # vanished from PATH, not executable any more
             self._failure = f"cannot start {shlex.join(self.argv)}: {exc}"
             log.warning("%s: %s", self.env_id, self._failure)
@@ -205,9 +246,9 @@ class X11Command(X11Runtime):
     env_id: ClassVar[str] = "x11.Command-v0"
     description: ClassVar[str] = f"any X program on Xvnc: the command in ${COMMAND_ENV}"
 
-    def __init__(self) -> None:
+    def __init__(self, screen: str | None = None) -> None:
         self.argv = command_from_env()
-        super().__init__()
+        super().__init__(screen)
 
 
 def command_from_env() -> tuple[str, ...]:
@@ -233,16 +274,27 @@ def command_from_env() -> tuple[str, ...]:
 
 
 def _runtime_class(name: str, argv: tuple[str, ...]) -> type[X11Runtime]:
+    fills = argv[-len(FILL_SCREEN):] == FILL_SCREEN
     return type(
         f"X11{name}",
         (X11Runtime,),
         {
             "env_id": f"x11.{name}-v0",
-            "argv": argv,
+            "argv": argv[: -len(FILL_SCREEN)] if fills else argv,
+            "fills_screen": fills,
             "description": f"{argv[0]} on Xvnc (no reward; ends when it exits)",
             "__module__": __name__,
         },
     )
+
+
+@functools.cache
+def _sized(cls: type[X11Runtime], width: int, height: int) -> type[X11Runtime]:
+    """``cls`` on a ``width`` x ``height`` screen (one class per size, made once)."""
+    return type(f"{cls.__name__}_{width}x{height}", (cls,), {
+        "width": width, "height": height, "display_size": (width, height), "_unsized": cls,
+        "__module__": __name__,
+    })
 
 
 find_program("Xvnc", package=XVNC_PACKAGE)  # fail the import (the registry explains)
@@ -260,9 +312,12 @@ RUNTIMES[X11Command.env_id] = X11Command
 __all__ = [
     "COMMAND_ENV",
     "KEYS",
+    "MAX_SCREEN",
+    "MIN_SCREEN",
     "PROGRAMS",
     "RUNTIMES",
     "CommandMissing",
     "X11Command",
     "X11Runtime",
+    "parse_screen",
 ]

@@ -1,0 +1,76 @@
+"""An X11 desktop remote of another size than XGA, and what agents use on a desktop
+besides input, through MCP with the SDK's own client: ``serve x11.Command-v0 --option
+screen=1920x1080`` running a Tk program (``x11_probe.py``) that reports where clicks
+land, what its entry holds and what files it sees. One remote for the module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from benchmarks.mcp_agent import Served, info_of, session
+
+pytestmark = pytest.mark.timeout(180)
+
+PROGRAM: Final = Path(__file__).with_name("x11_probe.py")
+#: Seconds the program may take to report (a loaded machine).
+TIMEOUT: Final = 20.0
+#: The entry, in screenshot pixels (the window at the top left, no window manager).
+ENTRY: Final = [40, 8]
+
+
+@pytest.fixture(scope="module")
+def desktop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Path]]:
+    out = tmp_path_factory.mktemp("probe") / "report.json"
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(PROGRAM))} {shlex.quote(str(out))}"
+    served = Served("x11.Command-v0", "--option", "screen=1920x1080",
+                    env={"UNIVERSE_REMOTE_X11_COMMAND": command})
+    yield served, out
+    served.close()
+
+
+async def _report(out: Path) -> dict[str, Any]:
+    """The program's next report (the caller removed the last one before acting)."""
+    async with asyncio.timeout(TIMEOUT):
+        while not out.exists():
+            await asyncio.sleep(0.05)  # the program writes it when it sees the input
+    data: dict[str, Any] = json.loads(out.read_text())
+    return data
+
+
+def _pixels(result: Any) -> np.ndarray:
+    image = next(c for c in result.content if c.type == "image")
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(image.data))).convert("RGB"))
+
+
+async def test_a_full_hd_desktop_is_seen_at_wxga_and_clicks_land(desktop: tuple[Served, Path]) -> None:
+    served, out = desktop
+    async with session(served.url) as client:
+        shot = _pixels(await client.call_tool("reset", {}))
+        assert shot.shape == (720, 1280, 3)  # 1920x1080 scaled to WXGA's width, 16:9 kept
+        state = info_of(await client.call_tool("state", {}))
+        assert state["screen_size"] == [1920, 1080] and state["screenshot_size"] == [1280, 720]
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert "1280x720" in (tools["computer"].description or "")
+        out.unlink(missing_ok=True)
+        info_of(await client.call_tool("computer", {"action": "left_click", "coordinate": [640, 360]}))
+        report = await _report(out)
+        assert report["screen"] == [1920, 1080]  # the X screen is the size asked for
+        assert report["click"] == [960, 540]  # the screenshot's point, on the screen
+        out.unlink()
+        info_of(await client.call_tool("computer", {"type": "click", "x": 1279, "y": 719}))
+        assert (await _report(out))["click"] == [1918, 1078]
+        outside = await client.call_tool("computer", {"action": "left_click", "coordinate": [1280, 10]})
+        assert outside.isError and "1280×720 screenshot" in outside.content[0].text
