@@ -50,6 +50,15 @@ async def _report(out: Path) -> dict[str, Any]:
     return data
 
 
+async def _fresh(client: Any, out: Path, **args: Any) -> Any:
+    """Reset (the program starts afresh) and wait until its window is up; the reset's answer."""
+    out.unlink(missing_ok=True)
+    answer = await client.call_tool("reset", args)
+    assert (await _report(out))["ready"]
+    out.unlink()
+    return answer
+
+
 def _pixels(result: Any) -> np.ndarray:
     image = next(c for c in result.content if c.type == "image")
     return np.asarray(Image.open(io.BytesIO(base64.b64decode(image.data))).convert("RGB"))
@@ -58,13 +67,12 @@ def _pixels(result: Any) -> np.ndarray:
 async def test_a_full_hd_desktop_is_seen_at_wxga_and_clicks_land(desktop: tuple[Served, Path]) -> None:
     served, out = desktop
     async with session(served.url) as client:
-        shot = _pixels(await client.call_tool("reset", {}))
+        shot = _pixels(await _fresh(client, out))
         assert shot.shape == (720, 1280, 3)  # 1920x1080 scaled to WXGA's width, 16:9 kept
         state = info_of(await client.call_tool("state", {}))
         assert state["screen_size"] == [1920, 1080] and state["screenshot_size"] == [1280, 720]
         tools = {t.name: t for t in (await client.list_tools()).tools}
         assert "1280x720" in (tools["computer"].description or "")
-        out.unlink(missing_ok=True)
         info_of(await client.call_tool("computer", {"action": "left_click", "coordinate": [640, 360]}))
         report = await _report(out)
         assert report["screen"] == [1920, 1080]  # the X screen is the size asked for
@@ -74,3 +82,34 @@ async def test_a_full_hd_desktop_is_seen_at_wxga_and_clicks_land(desktop: tuple[
         assert (await _report(out))["click"] == [1918, 1078]
         outside = await client.call_tool("computer", {"action": "left_click", "coordinate": [1280, 10]})
         assert outside.isError and "1280×720 screenshot" in outside.content[0].text
+
+
+async def test_an_answer_carries_only_what_changed_when_asked(desktop: tuple[Served, Path]) -> None:
+    served, out = desktop
+    async with session(served.url) as client:
+        await _fresh(client, out, screenshot=False)
+        first = await client.call_tool("computer", {"action": "left_click", "coordinate": ENTRY,
+                                                    "screenshot": "changed"})
+        assert info_of(first)["screenshot"] == "full"  # nothing sent before: all of it
+        before = _pixels(first).copy()
+        assert before.shape == (720, 1280, 3)
+        still = await client.call_tool("wait_until_settled", {"screenshot": "changed"})
+        assert info_of(still)["screenshot"] == "unchanged"
+        assert [c.type for c in still.content] == ["text"]
+        typed = await client.call_tool("computer", {"action": "type", "text": "abc",
+                                                    "screenshot": "changed"})
+        info = info_of(typed)
+        assert info["screenshot"] == "changed"
+        x0, y0, x1, y1 = info["region"]
+        patch = _pixels(typed)
+        assert patch.shape == (y1 - y0, x1 - x0, 3)
+        assert x1 <= 400 and y1 <= 40  # the entry's line, not the screen
+        # The patch on the last screenshot is the screen now.
+        now = _pixels(await client.call_tool("computer", {"action": "screenshot"}))
+        before[y0:y1, x0:x1] = patch
+        assert (before == now).all()
+        default = await client.call_tool("computer", {"action": "key", "text": "BackSpace"})
+        assert [c.type for c in default.content] == ["image", "text"]  # full, as always
+        assert _pixels(default).shape == (720, 1280, 3) and "screenshot" not in info_of(default)
+        bad = await client.call_tool("computer", {"action": "screenshot", "screenshot": "diff"})
+        assert bad.isError and "changed" in bad.content[0].text

@@ -1,7 +1,7 @@
 """An X program for tests/envserver/test_mcp_desktop.py: a Tk window filling the screen
 with an entry at its top left. It reports to the JSON file named by argv[1] (written
 whole, then renamed): a click's root position and the screen's size; on Return, what
-the entry holds; on F5, it reads ``in.txt`` from its working directory and writes
+the entry holds; once mapped, ready; on F5, it reads ``in.txt`` from its working directory and writes
 ``out.txt`` there (the text upper-cased)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def main() -> None:
     root = tk.Tk()
     width, height = root.winfo_screenwidth(), root.winfo_screenheight()
     root.geometry(f"{width}x{height}+0+0")
-    entry = tk.Entry(root, width=30, name="entry")
+    entry = tk.Entry(root, width=30, name="entry", insertofftime=0)  # no blinking: a still screen
     entry.place(x=0, y=0)
 
     def report(**body: object) -> None:
@@ -35,6 +35,8 @@ def main() -> None:
     root.bind_all("<Return>", lambda e: report(entry=entry.get()))
     root.bind_all("<F5>", files)
     entry.focus_force()
+    root.wait_visibility(root)
+    report(ready=True)
     root.mainloop()
 
 
