@@ -52,6 +52,7 @@ from typing import Any, ClassVar, Final
 from vncdriver import keysyms
 
 from .base import StepResult
+from .desktop_io import CLIPBOARD_ARGS, FILES_ENV, DesktopIO
 from .errors import RuntimeFailure
 from .xdisplay import XVNC_PACKAGE, XProgram, find_program, log_tail
 from .xruntime import DisplayRuntime
@@ -149,6 +150,8 @@ class X11Runtime(DisplayRuntime):
     argv: tuple[str, ...] = ()
     #: Whether the program is asked to fill the screen (``-geometry WxH+0+0`` appended).
     fills_screen: ClassVar[bool] = False
+    #: Xvnc sends the clipboard's text when a program copies (``runtimes.desktop_io``).
+    display_args: ClassVar[tuple[str, ...]] = CLIPBOARD_ARGS
 
     def __new__(cls, screen: str | None = None) -> X11Runtime:
         if screen is not None:
@@ -165,6 +168,8 @@ class X11Runtime(DisplayRuntime):
         self._quick_exits = 0  # quick exits in a row, for the restart pause
         self._failure: str | None = None  # the program could not be started
         self._reported = False  # this episode's end has been reported
+        #: The clipboard and the program's folder (its working directory).
+        self.desktop = DesktopIO(lambda: self.screen)
 
     @classmethod
     def describe(cls) -> dict[str, Any]:
@@ -195,6 +200,7 @@ class X11Runtime(DisplayRuntime):
         elif exited_by_itself or self.program is not None:
             self._quick_exits = 0
         await self._stop_programs()
+        await asyncio.to_thread(self.desktop.sandbox.clear)  # an episode starts with it empty
         self._reported, self._failure = False, None
         if self._quick_exits >= 2:
             delay = min(RESTART_DELAY * 2 ** (self._quick_exits - 2), RESTART_DELAY_MAX)
@@ -209,7 +215,8 @@ class X11Runtime(DisplayRuntime):
         if self.fills_screen:
             argv = (*argv, "-geometry", f"{self.width}x{self.height}+0+0")
         try:
-            self.program = self.display.spawn(argv)
+            folder = self.desktop.folder
+            self.program = self.display.spawn(argv, cwd=folder, env={FILES_ENV: str(folder)})
         except OSError as exc:  # vanished from PATH, not executable any more
             self._failure = f"cannot start {shlex.join(self.argv)}: {exc}"
             log.warning("%s: %s", self.env_id, self._failure)

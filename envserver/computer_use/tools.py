@@ -49,7 +49,7 @@ from .. import agent_port
 from ..agent_port import Held, RemoteLike
 from ..orders import LOCKSTEP, OBS_VNC, ActOrder, Refused, ResetOrder, StepOrder
 from ..snapshots import MAX_SNAPSHOTS
-from . import actions, shots
+from . import actions, desktop, shots
 from .actions import Plan, Screen
 from .errors import ToolError
 
@@ -158,6 +158,7 @@ def tool_list(remote: RemoteLike) -> list[dict[str, Any]]:
                  "state": {"type": "string", "description": "snapshot's exported bytes, base64"},
                  **_ANSWER})},
         ]
+    tools += desktop.tool_list(remote.runtime)
     if remote.runtime.action_strings:
         tools += [
             {"name": "page", "inputSchema": _schema({}), "description": (
@@ -321,6 +322,10 @@ class Desk:
                     return [_text(await self._page())]
                 if name == "browser_action" and self.remote.runtime.action_strings:
                     return await self._browser_action(client, args)
+                if name in desktop.TOOLS and (io := desktop.io_of(self.remote.runtime)) is not None:
+                    if desktop.acts(name, args):
+                        self.take(client)
+                    return [_text(await desktop.call(io, name, args))]
                 if name in SNAPSHOT_TOOLS:
                     return await self._snapshot_tool(client, name, args)
             except Refused as exc:
@@ -545,7 +550,8 @@ def _check_names(remote: RemoteLike, name: str, args: dict[str, Any]) -> None:
 
 
 def _check_answer(args: dict[str, Any]) -> None:
-    """:class:`ToolError` for a bad ``max_ms``, ``screenshot`` or ``format`` (OpenEnv's messages have no schema check)."""
+    """:class:`ToolError` for a bad ``max_ms``, ``screenshot`` or ``format`` (OpenEnv's
+    messages have no schema check)."""
     max_ms = args.get("max_ms", DEFAULT_SETTLE_MS)
     if not isinstance(max_ms, int) or isinstance(max_ms, bool) or not 0 <= max_ms <= MAX_SETTLE_MS:
         raise ToolError(f"'max_ms' is milliseconds from 0 to {MAX_SETTLE_MS}, not {str(max_ms)[:20]}")

@@ -113,3 +113,54 @@ async def test_an_answer_carries_only_what_changed_when_asked(desktop: tuple[Ser
         assert _pixels(default).shape == (720, 1280, 3) and "screenshot" not in info_of(default)
         bad = await client.call_tool("computer", {"action": "screenshot", "screenshot": "diff"})
         assert bad.isError and "changed" in bad.content[0].text
+
+
+async def _clipboard(client: Any, expected: str) -> str:
+    """The clipboard's text once it is ``expected`` (a program's copy reaches the remote
+    over the display's connection a moment after the key that made it), or as it is then."""
+    text = None
+    async with asyncio.timeout(TIMEOUT):
+        while (text := info_of(await client.call_tool("clipboard", {"action": "get"}))["text"]) != expected:
+            await asyncio.sleep(0.05)  # nothing to wait on through MCP: ask again
+    return str(text)
+
+
+async def test_clipboard_set_is_pasted_and_a_programs_copy_is_read_back(desktop: tuple[Served, Path]) -> None:
+    served, out = desktop
+    async with session(served.url) as client:
+        await _fresh(client, out, screenshot=False)
+        assert info_of(await client.call_tool("clipboard", {"action": "set", "text": "héllo"}))["chars"] == 5
+        for args in ({"action": "left_click", "coordinate": ENTRY}, {"action": "key", "text": "ctrl+v"},
+                     {"action": "type", "text": " world"}, {"action": "key", "text": "Return"}):
+            info_of(await client.call_tool("computer", {**args, "screenshot": False}))
+        assert (await _report(out))["entry"] == "héllo world"  # pasted into the Tk entry
+        for keys in ("ctrl+slash", "ctrl+c"):  # Tk's select-all, then copy
+            info_of(await client.call_tool("computer", {"action": "key", "text": keys, "screenshot": False}))
+        assert await _clipboard(client, "héllo world") == "héllo world"  # the program's copy
+        refused = await client.call_tool("clipboard", {"action": "set", "text": "日本"})
+        assert refused.isError and "Latin-1" in refused.content[0].text
+
+
+async def test_a_file_put_is_seen_by_the_program_and_its_file_got_back(desktop: tuple[Served, Path]) -> None:
+    served, out = desktop
+    async with session(served.url) as client:
+        await _fresh(client, out, screenshot=False)
+        put = info_of(await client.call_tool("files", {"action": "put", "path": "in.txt",
+                                                       "text": "hello files"}))
+        assert put["bytes"] == 11
+        info_of(await client.call_tool("computer", {"action": "key", "text": "ctrl+r", "screenshot": False}))
+        report = await _report(out)
+        assert report["read"] == "hello files" and report["cwd"] == put["folder"]
+        got = info_of(await client.call_tool("files", {"action": "get", "path": "out.txt"}))
+        assert got["text"] == "HELLO FILES"  # written by the program
+        binary = base64.b64encode(bytes(range(256))).decode()
+        info_of(await client.call_tool("files", {"action": "put", "path": "sub/b.bin", "data": binary}))
+        got = info_of(await client.call_tool("files", {"action": "get", "path": "sub/b.bin"}))
+        assert got["data"] == binary
+        listed = info_of(await client.call_tool("files", {"action": "list"}))["files"]
+        assert [f["path"] for f in listed] == ["in.txt", "out.txt", "sub/b.bin"]
+        for path in ("../escape.txt", "/etc/hostname", "sub/../../x"):
+            refused = await client.call_tool("files", {"action": "get", "path": path})
+            assert refused.isError and "leads out of the remote's folder" in refused.content[0].text
+        await _fresh(client, out, screenshot=False)
+        assert info_of(await client.call_tool("files", {"action": "list"}))["files"] == []  # a new episode

@@ -1,7 +1,7 @@
 """An X program for tests/envserver/test_mcp_desktop.py: a Tk window filling the screen
 with an entry at its top left. It reports to the JSON file named by argv[1] (written
 whole, then renamed): a click's root position and the screen's size; on Return, what
-the entry holds; once mapped, ready; on F5, it reads ``in.txt`` from its working directory and writes
+the entry holds; once mapped, ready; on ctrl+r, it reads ``in.txt`` from its working directory and writes
 ``out.txt`` there (the text upper-cased)."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def main() -> None:
 
     root.bind_all("<Button-1>", lambda e: report(click=[e.x_root, e.y_root]), add="+")
     root.bind_all("<Return>", lambda e: report(entry=entry.get()))
-    root.bind_all("<F5>", files)
+    root.bind_all("<Control-Key-r>", files)
     entry.focus_force()
     root.wait_visibility(root)
     report(ready=True)
