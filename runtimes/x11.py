@@ -51,6 +51,7 @@ from typing import Any, ClassVar, Final
 
 from vncdriver import keysyms
 
+from .atspi import Accessibility, check_installed
 from .base import StepResult
 from .desktop_io import CLIPBOARD_ARGS, FILES_ENV, DesktopIO
 from .errors import RuntimeFailure
@@ -145,7 +146,7 @@ class X11Runtime(DisplayRuntime):
     fps: ClassVar[float] = FPS
     keys: ClassVar[tuple[str, ...]] = KEYS
     buttons: ClassVar[int] = BUTTONS
-    options: ClassVar[tuple[str, ...]] = ("screen",)
+    options: ClassVar[tuple[str, ...]] = ("screen", "accessibility")
     #: The program and its arguments; set per subclass (or per instance, for a command).
     argv: tuple[str, ...] = ()
     #: Whether the program is asked to fill the screen (``-geometry WxH+0+0`` appended).
@@ -153,15 +154,22 @@ class X11Runtime(DisplayRuntime):
     #: Xvnc sends the clipboard's text when a program copies (``runtimes.desktop_io``).
     display_args: ClassVar[tuple[str, ...]] = CLIPBOARD_ARGS
 
-    def __new__(cls, screen: str | None = None) -> X11Runtime:
+    def __new__(cls, screen: str | None = None, accessibility: bool = False) -> X11Runtime:
         if screen is not None:
             size = parse_screen(screen)
             base = cls.__dict__.get("_unsized", cls)
             cls = base if size == (base.width, base.height) else _sized(base, *size)
         return super().__new__(cls)
 
-    def __init__(self, screen: str | None = None) -> None:
+    def __init__(self, screen: str | None = None, accessibility: bool = False) -> None:
+        """``accessibility``: start AT-SPI on the display, for :meth:`elements`."""
         super().__init__()
+        if not isinstance(accessibility, bool):
+            raise ValueError(f"accessibility is true or false, not {accessibility!r}")
+        if accessibility:
+            check_installed()
+        #: The display's accessibility bus (``accessibility=true``), else None.
+        self.accessibility = Accessibility() if accessibility else None
         #: The program of the current episode (None before the first reset).
         self.program: XProgram | None = None
         self._started_at = 0.0  # time.monotonic() of the program's start
@@ -181,6 +189,15 @@ class X11Runtime(DisplayRuntime):
         """Start the display; the first reset starts the program."""
         await super().astart()
         log.info("%s: %s for %s", self.env_id, self.display, shlex.join(self.argv))
+
+    async def _on_display(self) -> None:
+        if self.accessibility is not None and self.display is not None:
+            await self.accessibility.start(self.display)
+
+    async def aclose(self) -> None:
+        if self.accessibility is not None:
+            await self.accessibility.aclose()
+        await super().aclose()
 
     async def _stop_programs(self) -> None:
         if self.program is not None:
@@ -216,7 +233,11 @@ class X11Runtime(DisplayRuntime):
             argv = (*argv, "-geometry", f"{self.width}x{self.height}+0+0")
         try:
             folder = self.desktop.folder
-            self.program = self.display.spawn(argv, cwd=folder, env={FILES_ENV: str(folder)})
+            env = {FILES_ENV: str(folder)}
+            if self.accessibility is not None:
+                self.accessibility.forget()
+                env.update(self.accessibility.env())
+            self.program = self.display.spawn(argv, cwd=folder, env=env)
         except OSError as exc:  # vanished from PATH, not executable any more
             self._failure = f"cannot start {shlex.join(self.argv)}: {exc}"
             log.warning("%s: %s", self.env_id, self._failure)
@@ -253,9 +274,9 @@ class X11Command(X11Runtime):
     env_id: ClassVar[str] = "x11.Command-v0"
     description: ClassVar[str] = f"any X program on Xvnc: the command in ${COMMAND_ENV}"
 
-    def __init__(self, screen: str | None = None) -> None:
+    def __init__(self, screen: str | None = None, accessibility: bool = False) -> None:
         self.argv = command_from_env()
-        super().__init__(screen)
+        super().__init__(screen, accessibility)
 
 
 def command_from_env() -> tuple[str, ...]:

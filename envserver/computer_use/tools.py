@@ -158,7 +158,7 @@ def tool_list(remote: RemoteLike) -> list[dict[str, Any]]:
                  "state": {"type": "string", "description": "snapshot's exported bytes, base64"},
                  **_ANSWER})},
         ]
-    tools += desktop.tool_list(remote.runtime)
+    tools += desktop.tool_list(remote.runtime, _ANSWER)
     if remote.runtime.action_strings:
         tools += [
             {"name": "page", "inputSchema": _schema({}), "description": (
@@ -322,6 +322,12 @@ class Desk:
                     return [_text(await self._page())]
                 if name == "browser_action" and self.remote.runtime.action_strings:
                     return await self._browser_action(client, args)
+                if (bus := desktop.accessibility_of(self.remote.runtime)) is not None:
+                    if name == "desktop_tree":
+                        return [_text(await desktop.tree(bus, self.screen))]
+                    if name == "desktop_action":
+                        click = await desktop.element_click(bus, args, self.screen)
+                        return await self._computer(client, click)
                 if name in desktop.TOOLS and (io := desktop.io_of(self.remote.runtime)) is not None:
                     if desktop.acts(name, args):
                         self.take(client)
