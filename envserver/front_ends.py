@@ -93,6 +93,12 @@ async def start_mcp(remote: Remote, host: str, port: int, lease: float | None = 
     from .computer_use.leases import LEASE, check_lease
     from .computer_use.server import MCPServer
 
+    try:
+        import PIL  # noqa: F401  (the screenshots: found now, not at an agent's first call)
+    except ModuleNotFoundError:
+        raise ValueError("the MCP port needs Pillow for its screenshots: pip install "
+                         "'universe-remote[mcp]'") from None
+
     server = MCPServer(
         remote, password=remote.password, auth_guard=remote.auth_throttle,
         tls=remote.tls.context if remote.tls else None,

@@ -3,7 +3,8 @@ so tests run the MCP SDK that a fresh install resolves (2.x today) and the lowes
 the ``mcp`` extra allows, not whichever the test extras happen to pull in (OpenEnv's
 fastmcp holds the test environment at 1.x).
 
-Each is built once per pyproject.toml, Python and pin, and kept (under
+Each is built once per set of requirements (the project's and its ``mcp`` extra's), Python
+and pin, and kept (under
 ``$UNIVERSE_REMOTE_VENV_CACHE``, default ``~/.cache/universe-remote/venvs``) for
 :data:`MAX_AGE` seconds, so a newer SDK release is picked up within a day; pip takes
 its packages from the index it is set up with (a local one works offline). The
@@ -20,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Final
 
@@ -39,8 +41,9 @@ def cache_dir() -> Path:
 def sdk_venv(*pins: str) -> Path:
     """The python of an environment with ``'.[mcp]'`` and ``pins`` (e.g. ``mcp==1.24.0``)
     installed; built now unless a recent one is kept."""
-    key = hashlib.sha256(b"\0".join([(ROOT / "pyproject.toml").read_bytes(), sys.version.encode(),
-                                     *(p.encode() for p in pins)])).hexdigest()[:16]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["mcp"], sys.version, *pins]
+    key = hashlib.sha256("\0".join(wanted).encode()).hexdigest()[:16]
     where = cache_dir() / f"mcp-{key}"
     python = where / "bin" / "python"
     where.parent.mkdir(parents=True, exist_ok=True)
@@ -50,7 +53,7 @@ def sdk_venv(*pins: str) -> Path:
         if stamp.exists() and time.time() - stamp.stat().st_mtime < MAX_AGE and python.exists():
             return python
         shutil.rmtree(where, ignore_errors=True)
-        for old in where.parent.glob("mcp-*/" + _STAMP):  # ones of an older pyproject.toml
+        for old in where.parent.glob("mcp-*/" + _STAMP):  # ones of older requirements
             if time.time() - old.stat().st_mtime > MAX_AGE:
                 shutil.rmtree(old.parent, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=INSTALL_TIMEOUT)

@@ -35,6 +35,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from rewarder.auth import PASSWORD_ENV
+
 log = logging.getLogger(__name__)
 
 #: The path of the remote's MCP endpoint.
@@ -43,8 +45,12 @@ PATH: Final = "/mcp"
 CALL_TIMEOUT: Final = 120.0
 #: Seconds to connect to the remote.
 CONNECT_TIMEOUT: Final = 30.0
-#: Seconds between two tries to reach a remote that is down (its event stream's reconnects).
+#: Seconds between two tries to reach a remote that is down (its event stream's reconnects),
+#: doubling while it stays down up to MAX_RECONNECT_INTERVAL (a remote refusing the password
+#: is not asked every second: its throttle would block this address). A call never waits
+#: for these: it connects at once.
 RECONNECT_INTERVAL: Final = 1.0
+MAX_RECONNECT_INTERVAL: Final = 10.0
 #: Seconds a pooled connection to the remote is reused: under the remote's shortest idle
 #: deadline (1 s), so a call never goes out on a connection the remote is closing.
 KEEPALIVE: Final = 0.5
@@ -129,6 +135,9 @@ class RemoteLink:
             self.info = answer.get("result") or {}
             with contextlib.suppress(Down, Refused):
                 await self._post("notifications/initialized", None, notify=True)
+                listed, _ = await self._post("tools/list", None)  # kept for while the remote is down
+                if "result" in listed:
+                    self.tools = listed["result"]
             if self._stream is None or self._stream.done():
                 self._stream = asyncio.get_running_loop().create_task(self._hold_stream())
 
@@ -185,6 +194,7 @@ class RemoteLink:
         when the remote is lost, open a new session as soon as it answers again."""
         import aiohttp
 
+        pause = RECONNECT_INTERVAL
         while True:
             try:
                 if self.session_id is None:
@@ -193,12 +203,15 @@ class RemoteLink:
                                          timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT)) as r:
                     if r.status == 404:
                         await self.open(lost=r.request_info.headers.get(SESSION_HEADER))
-                    elif r.status < 400:
+                        continue
+                    if r.status < 400:
+                        pause = RECONNECT_INTERVAL  # it was up
                         async for _ in r.content.iter_any():
                             pass  # heartbeats; the tools never call the host
             except (Down, Refused, aiohttp.ClientError, OSError, TimeoutError) as exc:
                 log.debug("the remote's event stream: %s", exc)
-            await asyncio.sleep(RECONNECT_INTERVAL)  # a retry's pace, not a synchronisation
+            await asyncio.sleep(pause)  # a retry's pace, not a synchronisation
+            pause = min(MAX_RECONNECT_INTERVAL, pause * 2)
 
 
 def _said(status: int, body: bytes) -> str:
@@ -280,6 +293,17 @@ def _answer_of(answer: dict[str, Any]) -> dict[str, Any]:
     return {key: answer[key] for key in ("result", "error") if key in answer}
 
 
+class _Flow(asyncio.Protocol):
+    """stdout's pipe: done once closed."""
+
+    def __init__(self) -> None:
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
 async def relay(url: str, password: str | None = None, ca: str | None = None) -> None:
     """Serve the remote at ``url``'s tools on stdio until stdin closes (:class:`Down`,
     :class:`Refused`: the remote could not be reached at the start)."""
@@ -290,11 +314,10 @@ async def relay(url: str, password: str | None = None, ca: str | None = None) ->
         reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         out = os.fdopen(sys.stdout.fileno(), "wb", buffering=0, closefd=False)
-        writer_transport, writer_protocol = await loop.connect_write_pipe(asyncio.Protocol, out)
-        writer = asyncio.StreamWriter(writer_transport, writer_protocol, None, loop)
+        transport, flow = await loop.connect_write_pipe(_Flow, out)
 
         def write(message: dict[str, Any]) -> None:
-            writer.write(orjson.dumps(message) + b"\n")
+            transport.write(orjson.dumps(message) + b"\n")
 
         server = Relay(link, write)
         while line := await reader.readline():
@@ -303,8 +326,8 @@ async def relay(url: str, password: str | None = None, ca: str | None = None) ->
         for task in list(server.tasks):
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await task
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
+        transport.close()  # (after what is buffered has been written)
+        await flow.closed
     finally:
         await link.close()
 
@@ -333,8 +356,8 @@ def add_commands(sub: Any) -> None:
     parser = sub.add_parser("mcp", help=what, description=what[0].upper() + what[1:] + ".")
     parser.add_argument("address", metavar="ADDRESS",
                         help="the remote's MCP port: HOST:PORT or http(s)://HOST:PORT/mcp")
-    parser.add_argument("--password", default=None,
-                        help="the remote's password (default: $UNIVERSE_REMOTE_PASSWORD)")
+    parser.add_argument("--password", default=os.environ.get(PASSWORD_ENV) or None,
+                        help=f"the remote's password (default: ${PASSWORD_ENV})")
     parser.add_argument("--ca", default=None, metavar="PEM",
                         help="the certificate (or CA) to trust for an https:// remote")
     parser.set_defaults(func=run)

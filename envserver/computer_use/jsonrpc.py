@@ -65,8 +65,8 @@ async def answer(desk: Desk, client: Client, request: dict[str, Any]) -> dict[st
 class OpenEnvTools:
     """The tools over OpenEnv's MCP messages, one client per session."""
 
-    def __init__(self, remote: RemoteLike) -> None:
-        self.desk = Desk(remote, port_name="OpenEnv MCP")
+    def __init__(self, remote: RemoteLike, take_over: bool = False) -> None:
+        self.desk = Desk(remote, port_name="OpenEnv MCP", take_over=take_over)
         self.clients: dict[object, Client] = {}
 
     def held_by(self) -> str | None:

@@ -7,8 +7,9 @@ heartbeat on, so a host that exits closes it). Once neither is true the lease ru
 without ``DELETE`` frees the remote within a lease, not an idle timeout of minutes.
 
 A full port (``max_sessions``) tells a new session when the soonest lease can end
-(``Retry-After``); while nobody drives, it makes room by ending the watcher that has
-been quiet longest, so watchers never keep a driver out.
+(``Retry-After``); while nobody drives, it makes room by ending a watcher — one whose
+host is gone (within its lease), else the one whose last request is oldest — so watchers
+never keep a driver out.
 """
 
 from __future__ import annotations
@@ -85,14 +86,14 @@ class Leases(Generic[T]):
         return self.sessions.get(session_id) if session_id else None
 
     def room(self, now: float, seat_free: bool, is_driver: object = None) -> Lease[T] | Full | None:
-        """None: there is room. A :class:`Lease` to end first (a quiet watcher, when the port
-        is full and nobody drives). :class:`Full`: come back in ``retry_after`` s."""
+        """None: there is room. A :class:`Lease` to end first (a watcher, when the port is
+        full and nobody drives). :class:`Full`: come back in ``retry_after`` s."""
         if len(self.sessions) < self.max_sessions:
             return None
-        if seat_free:
-            quiet = [s for s in self.sessions.values() if not s.alive() and s.holder is not is_driver]
-            if quiet:
-                return min(quiet, key=lambda s: s.last)
+        if seat_free:  # watchers never keep a driver out: the one whose host is gone, else the idlest
+            watchers = [s for s in self.sessions.values() if s.calls == 0 and s.holder is not is_driver]
+            if watchers:
+                return min(watchers, key=lambda s: (s.alive(), s.last))
         deadlines = [d for s in self.sessions.values() if (d := s.deadline(self.lease)) is not None]
         wait = max(1, math.ceil(min(deadlines) - now)) if deadlines else math.ceil(self.lease)
         when = (f"the soonest of them ends in {wait} s unless it shows life" if deadlines else

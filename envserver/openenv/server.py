@@ -102,7 +102,7 @@ class OpenEnvServer:
         self.idle_timeout = idle_timeout
         self.endpoint = Port(remote)
         #: The computer-use tools: {"type": "mcp"} messages and POST /mcp (OpenEnv's RFC 003).
-        self.tools = OpenEnvTools(remote)
+        self.tools = OpenEnvTools(remote, take_over=password is not None)
         self.remote = remote
         self.password, self.auth_guard, self.tls = password, auth_guard, tls
         self.allow_origins = frozenset(o.rstrip("/").lower() for o in allow_origins)

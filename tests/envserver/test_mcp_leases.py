@@ -162,15 +162,24 @@ async def test_malformed_json_and_unknown_methods_get_json_rpcs_errors(leased: S
 
 
 async def test_the_relay_reconnects_across_a_remote_restart() -> None:
-    first = Served("builtin.Catch-v0", "--mode", "lockstep", "--mcp-lease", str(LEASE))
+    first = Served("builtin.Catch-v0", "--mcp-lease", str(LEASE))  # real time: a wait takes its time
     port = urlsplit(first.url).port
     second: Served | None = None
     try:
         async with mcp_sdk.stdio_session(sys.executable, ["-m", "universe_remote", "mcp", first.url],
                                          dict(os.environ)) as relay:
-            info_of(await relay.call_tool("reset", {"seed": 5}))
-            first.process.kill()  # the remote dies (no goodbye)
+            waiting = asyncio.ensure_future(relay.call_tool(
+                "computer", {"action": "wait", "duration": 30, "screenshot": False}))
+            async with session(first.url) as watcher:  # the wait has begun once it holds the seat
+
+                async def in_flight() -> bool:
+                    return info_of(await watcher.call_tool("state", {}))["driver"] is not None
+
+                await _until(in_flight, TIMEOUT)
+            first.process.kill()  # the remote dies mid-call (no goodbye)
             first.process.wait(TIMEOUT)
+            dropped = await asyncio.wait_for(waiting, TIMEOUT / 2)  # at once, not after the wait
+            assert mcp_sdk.is_error(dropped) and "may or may not have been done" in dropped.content[0].text
             started = time.monotonic()
             down = await relay.call_tool("state", {})
             assert time.monotonic() - started < TIMEOUT / 2  # at once, not the client's 60 s timeout
@@ -195,10 +204,13 @@ def test_the_lease_core_counts_time_from_the_last_sign_of_life() -> None:
     leases: Leases[str] = Leases(max_sessions=2, lease=10.0)
     quiet, streaming = leases.add("quiet", 0.0), leases.add("streaming", 0.0)
     leases.begin(streaming, 1.0, stream=True)
-    assert leases.room(5.0, seat_free=True) is quiet  # nobody drives: the quiet watcher goes
+    assert leases.room(5.0, seat_free=True) is quiet  # nobody drives: the watcher whose host is gone
     full = leases.room(5.0, seat_free=False)
     assert isinstance(full, Full) and full.retry_after == 5  # quiet's lease ends at 10
     assert leases.expired(9.9) == [] and leases.expired(10.0) == [quiet]
+    leases.begin(quiet, 5.0, stream=True)  # both hosts there: the one idle longest makes room
+    assert leases.room(6.0, seat_free=True) is streaming
+    leases.finish(quiet, 5.0, stream=True)
     leases.begin(quiet, 9.0)  # a call in flight: alive however long it takes
     assert leases.expired(100.0) == []
     leases.finish(quiet, 100.0)
