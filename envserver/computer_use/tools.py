@@ -73,7 +73,7 @@ SEAT_ACTIONS: Final = ("release", "take_over")
 
 _POINT: Final = {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
 _ANSWER: Final = {
-    "screenshot": {"enum": [True, False, *shots.SHOT_MODES], "description": (
+    "screenshot": {"type": ["boolean", "string"], "enum": [True, False, *shots.SHOT_MODES], "description": (
         "full (or true, the default): the whole screenshot; changed: only the box that changed "
         "since this session's last screenshot (its place in 'region'), or none and 'unchanged'; "
         "none (or false): no screenshot")},
