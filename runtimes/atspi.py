@@ -134,7 +134,9 @@ class Accessibility:
         """What a program on the display needs to be found: the session bus."""
         if self.session_address is None:
             return {}
-        return {"DBUS_SESSION_BUS_ADDRESS": self.session_address, "NO_AT_BRIDGE": "0"}
+        # Qt joins AT-SPI only when told to (or when a screen reader turned it on).
+        return {"DBUS_SESSION_BUS_ADDRESS": self.session_address, "NO_AT_BRIDGE": "0",
+                "QT_LINUX_ACCESSIBILITY_ALWAYS_ON": "1"}
 
     async def start(self, display: XvncDisplay) -> None:
         """Start the session bus and AT-SPI's bus launcher on ``display``, and connect."""
