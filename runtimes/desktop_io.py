@@ -11,8 +11,8 @@ through a helper program: Xvnc owns the X selections (CLIPBOARD and PRIMARY) whe
 sets its clipboard, and sends the CLIPBOARD's text when an X program takes it (the
 runtime's display has ``-SendCutText=1 -SendPrimary=0``: a mere text selection is not a
 copy). RFB's cut text is Latin-1: other characters cannot be set, and arrive as ``?``.
-Xvnc does not speak X's INCR transfer, so a copy a program hands over in pieces (Tk's
-over about 4 KB) never arrives: the clipboard then holds the copy before.
+Xvnc does not speak X's INCR transfer, so a copy a program hands over in pieces (GTK 3's
+over about 256 KB, Tk's over a few KB) never arrives: the clipboard holds the copy before.
 
 **Files.** Each runtime has a folder of its own (a temporary directory, removed with
 the runtime), emptied at every reset so that an episode starts alike; the program runs in
