@@ -30,6 +30,11 @@ Real time only: an X program cannot be stepped frame by frame, so there is no lo
 (``v0.agent.action``, limited to :data:`KEYS` and the three buttons), reach the program
 as real X input through the remote's connection to the display.
 
+**Besides input and pixels** (docs/computer-use.md): the clipboard and a folder that is
+the program's working directory (:attr:`X11Runtime.desktop`, ``runtimes.desktop_io``),
+and with ``--option accessibility=true`` its accessible elements
+(:attr:`X11Runtime.accessibility`, ``runtimes.atspi``).
+
 **Any command.** ``x11.Command-v0`` runs the command in ``$UNIVERSE_REMOTE_X11_COMMAND``,
 read when the runtime is made and split like a shell would (``shlex``) but not run by one
 (write ``sh -c '...'`` for pipes or ``&&``)::
@@ -162,7 +167,8 @@ class X11Runtime(DisplayRuntime):
         return super().__new__(cls)
 
     def __init__(self, screen: str | None = None, accessibility: bool = False) -> None:
-        """``accessibility``: start AT-SPI on the display, for :meth:`elements`."""
+        """``accessibility``: start AT-SPI on the display, so that agents can read its
+        programs' elements (:mod:`runtimes.atspi`, the ``desktop_tree`` tool)."""
         super().__init__()
         if not isinstance(accessibility, bool):
             raise ValueError(f"accessibility is true or false, not {accessibility!r}")
