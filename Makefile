@@ -20,7 +20,7 @@ $(RUN_STAMP): pyproject.toml | $(PY)
 	touch $@
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[test,atari,browser,dmenv,ray,minari,multiagent,mcp]'
+	$(PY) -m pip install --quiet -e '.[test,atari,browser,dmenv,ray,minari,multiagent,mcp,desktop]'
 	touch $@ $(RUN_STAMP)
 
 run: $(RUN_STAMP)

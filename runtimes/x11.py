@@ -10,10 +10,12 @@ command in :data:`COMMAND_ENV`), :class:`CommandMissing` and :data:`RUNTIMES`, t
 installed: the registry then lists no ``x11.*`` ids and ``serve`` names the package.
 
 **Screen.** The program draws on an Xvnc display of :data:`SCREEN_WIDTH` x
-:data:`SCREEN_HEIGHT` with no window manager, which the remote reads over a Unix socket
-and serves from its own VNC server (``runtimes.xruntime``). The programs of the table are asked to
-fill it (``-geometry 1024x768+0+0``; xterm gets a terminal-sized window at the top left);
-a command runs as given, so its window goes wherever the program puts it.
+:data:`SCREEN_HEIGHT` (``serve --option screen=WxH`` for another size, between
+:data:`MIN_SCREEN` and :data:`MAX_SCREEN`: :func:`parse_screen`) with no window manager,
+which the remote reads over a Unix socket and serves from its own VNC server
+(``runtimes.xruntime``). The programs of the table are asked to fill it (``-geometry
+WxH+0+0``; xterm gets a terminal-sized window at the top left); a command runs as given,
+so its window goes wherever the program puts it.
 
 **Episodes.** There is no reward (always 0) and no end: an episode lasts until a client
 resets, or until the program exits by itself. Then the episode ends (``done``) with
@@ -29,6 +31,11 @@ MCP's, any X key and the three buttons, reach the program as real X input throug
 remote's connection to the display. :data:`KEYS` lists the common keys, for samplers and
 front ends with a fixed key vector (dm_env_rpc, OpenEnv's key field).
 
+**Besides input and pixels** (docs/computer-use.md): the clipboard and a folder that is
+the program's working directory (:attr:`X11Runtime.desktop`, ``runtimes.desktop_io``),
+and with ``--option accessibility=true`` its accessible elements
+(:attr:`X11Runtime.accessibility`, ``runtimes.atspi``).
+
 **Any command.** ``x11.Command-v0`` runs the command in ``$UNIVERSE_REMOTE_X11_COMMAND``,
 read when the runtime is made and split like a shell would (``shlex``) but not run by one
 (write ``sh -c '...'`` for pipes or ``&&``)::
@@ -39,8 +46,10 @@ read when the runtime is made and split like a shell would (``shlex``) but not r
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
+import re
 import shlex
 import shutil
 import time
@@ -48,7 +57,9 @@ from typing import Any, ClassVar, Final
 
 from vncdriver import keysyms
 
+from .atspi import Accessibility, check_installed
 from .base import StepResult
+from .desktop_io import CLIPBOARD_ARGS, FILES_ENV, DesktopIO
 from .errors import RuntimeFailure
 from .xdisplay import XVNC_PACKAGE, XProgram, find_program, log_tail
 from .xruntime import DisplayRuntime
@@ -61,8 +72,13 @@ SCREEN_WIDTH: Final = 1024
 SCREEN_HEIGHT: Final = 768
 #: Frames per second of the remote's loop: it only forwards input and watches the program.
 FPS: Final = 60.0
-#: X Toolkit option that makes a program's window fill the screen (no window manager).
+#: X Toolkit option that makes a program's window fill the screen (no window manager);
+#: a runtime of another size (``screen=WxH``) gives its own size instead.
 FILL_SCREEN: Final = ("-geometry", f"{SCREEN_WIDTH}x{SCREEN_HEIGHT}+0+0")
+#: ``screen=WxH`` bounds: below QVGA no program's window fits; above 4K UHD a frame is
+#: over 25 MB per copy (the remote keeps several) and no computer-use model sees it whole.
+MIN_SCREEN: Final = (320, 240)
+MAX_SCREEN: Final = (3840, 2160)
 
 # Programs ----------------------------------------------------------------------------------
 
@@ -110,8 +126,27 @@ class CommandMissing(RuntimeFailure):
     """``x11.Command-v0`` has no command to run, or its program is not installed."""
 
 
+def parse_screen(text: object) -> tuple[int, int]:
+    """``"1280x800"`` -> (1280, 800); ValueError saying what to write for anything else."""
+    found = re.fullmatch(r"\s*(\d{1,5})\s*[xX×]\s*(\d{1,5})\s*", str(text))
+    (low_w, low_h), (high_w, high_h) = MIN_SCREEN, MAX_SCREEN
+    bounds = f"{low_w}x{low_h} to {high_w}x{high_h}"
+    if found is None:
+        raise ValueError(f"screen is WIDTHxHEIGHT in pixels (from {bounds}: 1280x800, 1920x1080), "
+                         f"not {str(text)[:40]!r}")
+    width, height = int(found.group(1)), int(found.group(2))
+    if not (low_w <= width <= high_w and low_h <= height <= high_h):
+        raise ValueError(f"screen {width}x{height} is not within {bounds}")
+    return width, height
+
+
 class X11Runtime(DisplayRuntime):
-    """One X program on an Xvnc display that is the remote's VNC server; no reward."""
+    """One X program on an Xvnc display that is the remote's VNC server; no reward.
+
+    ``X11Runtime(screen="1920x1080")`` is an instance of a subclass of that size (every
+    class attribute, the size included, stays true of the instance), as MiniWoB's
+    ``screen=full`` is.
+    """
 
     width: ClassVar[int] = SCREEN_WIDTH
     height: ClassVar[int] = SCREEN_HEIGHT
@@ -119,17 +154,39 @@ class X11Runtime(DisplayRuntime):
     keys: ClassVar[tuple[str, ...]] = KEYS
     any_key: ClassVar[bool] = True  # a desktop: every key a person has
     buttons: ClassVar[int] = BUTTONS
+    options: ClassVar[tuple[str, ...]] = ("screen", "accessibility")
     #: The program and its arguments; set per subclass (or per instance, for a command).
     argv: tuple[str, ...] = ()
+    #: Whether the program is asked to fill the screen (``-geometry WxH+0+0`` appended).
+    fills_screen: ClassVar[bool] = False
+    #: Xvnc sends the clipboard's text when a program copies (``runtimes.desktop_io``).
+    display_args: ClassVar[tuple[str, ...]] = CLIPBOARD_ARGS
 
-    def __init__(self) -> None:
+    def __new__(cls, screen: str | None = None, accessibility: bool = False) -> X11Runtime:
+        if screen is not None:
+            size = parse_screen(screen)
+            base = cls.__dict__.get("_unsized", cls)
+            cls = base if size == (base.width, base.height) else _sized(base, *size)
+        return super().__new__(cls)
+
+    def __init__(self, screen: str | None = None, accessibility: bool = False) -> None:
+        """``accessibility``: start AT-SPI on the display, so that agents can read its
+        programs' elements (:mod:`runtimes.atspi`, the ``desktop_tree`` tool)."""
         super().__init__()
+        if not isinstance(accessibility, bool):
+            raise ValueError(f"accessibility is true or false, not {accessibility!r}")
+        if accessibility:
+            check_installed()
+        #: The display's accessibility bus (``accessibility=true``), else None.
+        self.accessibility = Accessibility() if accessibility else None
         #: The program of the current episode (None before the first reset).
         self.program: XProgram | None = None
         self._started_at = 0.0  # time.monotonic() of the program's start
         self._quick_exits = 0  # quick exits in a row, for the restart pause
         self._failure: str | None = None  # the program could not be started
         self._reported = False  # this episode's end has been reported
+        #: The clipboard and the program's folder (its working directory).
+        self.desktop = DesktopIO(lambda: self.screen)
 
     @classmethod
     def describe(cls) -> dict[str, Any]:
@@ -141,6 +198,15 @@ class X11Runtime(DisplayRuntime):
         """Start the display; the first reset starts the program."""
         await super().astart()
         log.info("%s: %s for %s", self.env_id, self.display, shlex.join(self.argv))
+
+    async def _on_display(self) -> None:
+        if self.accessibility is not None and self.display is not None:
+            await self.accessibility.start(self.display)
+
+    async def aclose(self) -> None:
+        if self.accessibility is not None:
+            await self.accessibility.aclose()
+        await super().aclose()
 
     async def _stop_programs(self) -> None:
         if self.program is not None:
@@ -160,6 +226,7 @@ class X11Runtime(DisplayRuntime):
         elif exited_by_itself or self.program is not None:
             self._quick_exits = 0
         await self._stop_programs()
+        await asyncio.to_thread(self.desktop.sandbox.clear)  # an episode starts with it empty
         self._reported, self._failure = False, None
         if self._quick_exits >= 2:
             delay = min(RESTART_DELAY * 2 ** (self._quick_exits - 2), RESTART_DELAY_MAX)
@@ -170,8 +237,16 @@ class X11Runtime(DisplayRuntime):
             await asyncio.sleep(delay)  # a pause against a crash loop, not synchronisation
         self._started_at = time.monotonic()
         before = self.screen.updates
+        argv = self.argv
+        if self.fills_screen:
+            argv = (*argv, "-geometry", f"{self.width}x{self.height}+0+0")
         try:
-            self.program = self.display.spawn(self.argv)
+            folder = self.desktop.folder
+            env = {FILES_ENV: str(folder)}
+            if self.accessibility is not None:
+                self.accessibility.forget()
+                env.update(self.accessibility.env())
+            self.program = self.display.spawn(argv, cwd=folder, env=env)
         except OSError as exc:  # vanished from PATH, not executable any more
             self._failure = f"cannot start {shlex.join(self.argv)}: {exc}"
             log.warning("%s: %s", self.env_id, self._failure)
@@ -208,9 +283,9 @@ class X11Command(X11Runtime):
     env_id: ClassVar[str] = "x11.Command-v0"
     description: ClassVar[str] = f"any X program on Xvnc: the command in ${COMMAND_ENV}"
 
-    def __init__(self) -> None:
+    def __init__(self, screen: str | None = None, accessibility: bool = False) -> None:
         self.argv = command_from_env()
-        super().__init__()
+        super().__init__(screen, accessibility)
 
 
 def command_from_env() -> tuple[str, ...]:
@@ -236,16 +311,27 @@ def command_from_env() -> tuple[str, ...]:
 
 
 def _runtime_class(name: str, argv: tuple[str, ...]) -> type[X11Runtime]:
+    fills = argv[-len(FILL_SCREEN):] == FILL_SCREEN
     return type(
         f"X11{name}",
         (X11Runtime,),
         {
             "env_id": f"x11.{name}-v0",
-            "argv": argv,
+            "argv": argv[: -len(FILL_SCREEN)] if fills else argv,
+            "fills_screen": fills,
             "description": f"{argv[0]} on Xvnc (no reward; ends when it exits)",
             "__module__": __name__,
         },
     )
+
+
+@functools.cache
+def _sized(cls: type[X11Runtime], width: int, height: int) -> type[X11Runtime]:
+    """``cls`` on a ``width`` x ``height`` screen (one class per size, made once)."""
+    return type(f"{cls.__name__}_{width}x{height}", (cls,), {
+        "width": width, "height": height, "display_size": (width, height), "_unsized": cls,
+        "__module__": __name__,
+    })
 
 
 find_program("Xvnc", package=XVNC_PACKAGE)  # fail the import (the registry explains)
@@ -263,9 +349,12 @@ RUNTIMES[X11Command.env_id] = X11Command
 __all__ = [
     "COMMAND_ENV",
     "KEYS",
+    "MAX_SCREEN",
+    "MIN_SCREEN",
     "PROGRAMS",
     "RUNTIMES",
     "CommandMissing",
     "X11Command",
     "X11Runtime",
+    "parse_screen",
 ]

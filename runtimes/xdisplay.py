@@ -188,6 +188,7 @@ def start_process(
     stderr: IO[bytes] | int,
     env: dict[str, str] | None = None,
     pass_fds: Sequence[int] = (),
+    cwd: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` as the remote starts every program: in a session (so a process
     group) of its own, SIGTERMed when the remote dies (:func:`death_signal_prefix`);
@@ -203,6 +204,7 @@ def start_process(
         stderr=stderr,
         env=env,
         pass_fds=tuple(pass_fds),
+        cwd=cwd,
         start_new_session=True,  # no preexec_fn: Popen may vfork (death_signal_prefix)
     )
 
@@ -528,9 +530,15 @@ class XvncDisplay:
     # Programs ----------------------------------------------------------------------------
 
     def spawn(
-        self, argv: Sequence[str], *, name: str | None = None, env: dict[str, str] | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        name: str | None = None,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> XProgram:
-        """Start X program ``argv`` on this display in a process group of its own.
+        """Start X program ``argv`` on this display in a process group of its own (in
+        directory ``cwd``, or ours).
 
         It is stopped (with its whole group) by :meth:`stop`, newest first. Its output
         goes to ``<directory>/<name>.log``.
@@ -543,7 +551,7 @@ class XvncDisplay:
         log_file = open(path, "wb")  # noqa: SIM115 (closed by XProgram.stop)
         try:
             process = start_process(
-                argv, stdout=log_file, stderr=log_file, env={**self.env, **(env or {})}
+                argv, stdout=log_file, stderr=log_file, env={**self.env, **(env or {})}, cwd=cwd
             )
         except BaseException:
             log_file.close()

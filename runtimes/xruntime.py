@@ -82,6 +82,8 @@ class DisplayRuntime(Runtime):
     display_size: ClassVar[tuple[int, int]]
     #: Where the served area starts on the X screen, (x, y).
     origin: ClassVar[tuple[int, int]] = (0, 0)
+    #: More Xvnc options of this runtime's display (after :data:`CAPTURE_ARGS`).
+    display_args: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
         super().__init__()
@@ -122,7 +124,9 @@ class DisplayRuntime(Runtime):
 
     async def _start_display(self) -> None:
         width, height = self.display_size
-        self.display = XvncDisplay(width, height, unix_socket=True, args=CAPTURE_ARGS)
+        self.display = XvncDisplay(
+            width, height, unix_socket=True, args=(*CAPTURE_ARGS, *self.display_args)
+        )
         await self.display.start()
         await self._on_display()
         self.screen = VNCClient(

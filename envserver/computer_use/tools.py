@@ -49,7 +49,7 @@ from .. import agent_port
 from ..agent_port import Held, RemoteLike
 from ..orders import LOCKSTEP, OBS_VNC, ActOrder, Refused, ResetOrder, StepOrder
 from ..snapshots import MAX_SNAPSHOTS
-from . import actions
+from . import actions, desktop, shots
 from .actions import Plan, Screen
 from .errors import ToolError
 
@@ -73,7 +73,10 @@ SEAT_ACTIONS: Final = ("release", "take_over")
 
 _POINT: Final = {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
 _ANSWER: Final = {
-    "screenshot": {"type": "boolean", "description": "false: answer without the screenshot (default true)"},
+    "screenshot": {"type": ["boolean", "string"], "enum": [True, False, *shots.SHOT_MODES], "description": (
+        "full (or true, the default): the whole screenshot; changed: only the box that changed "
+        "since this session's last screenshot (its place in 'region'), or none and 'unchanged'; "
+        "none (or false): no screenshot")},
     "settle": {"type": "boolean", "description": "false: answer at once, not once the screen is still"},
     "max_ms": {"type": "integer", "minimum": 0, "maximum": MAX_SETTLE_MS,
                "description": f"most milliseconds to wait for a still screen (default {DEFAULT_SETTLE_MS})"},
@@ -155,6 +158,7 @@ def tool_list(remote: RemoteLike) -> list[dict[str, Any]]:
                  "state": {"type": "string", "description": "snapshot's exported bytes, base64"},
                  **_ANSWER})},
         ]
+    tools += desktop.tool_list(remote.runtime, _ANSWER)
     if remote.runtime.action_strings:
         tools += [
             {"name": "page", "inputSchema": _schema({}), "description": (
@@ -182,6 +186,8 @@ class Client:
         self.ended: int | None = None  # the episode that ended since the last answer
         self.lock = asyncio.Lock()  # one call at a time per session
         self.taken_by: str | None = None  # who took the seat over from it
+        #: The last screenshot this session was sent (as scaled), for "screenshot": "changed".
+        self.last_shot: np.ndarray | None = None
         remote = desk.remote
         remote.result_sinks.append(self._on_result)
         remote.episode_sinks.append(self._on_episode)
@@ -316,6 +322,16 @@ class Desk:
                     return [_text(await self._page())]
                 if name == "browser_action" and self.remote.runtime.action_strings:
                     return await self._browser_action(client, args)
+                if (bus := desktop.accessibility_of(self.remote.runtime)) is not None:
+                    if name == "desktop_tree":
+                        return [_text(await desktop.tree(bus, self.screen))]
+                    if name == "desktop_action":
+                        click = await desktop.element_click(bus, args, self.screen)
+                        return await self._computer(client, click)
+                if name in desktop.TOOLS and (io := desktop.io_of(self.remote.runtime)) is not None:
+                    if desktop.acts(name, args):
+                        self.take(client)
+                    return [_text(await desktop.call(io, name, args))]
                 if name in SNAPSHOT_TOOLS:
                     return await self._snapshot_tool(client, name, args)
             except Refused as exc:
@@ -391,10 +407,22 @@ class Desk:
         info.update(client.told())
         if client.instruction:
             info["instruction"] = client.instruction
-        out = [_text(info)]
-        if args.get("screenshot", True):
-            out.insert(0, self._image(self._shot(self.screen), args))
-        return out
+        mode = shots.shot_mode(args.get("screenshot", True))
+        if mode == "none":
+            return [_text(info)]
+        image = self._shot(self.screen)
+        pixels = np.asarray(image)
+        if mode == "changed":
+            box = shots.changed_box(client.last_shot, pixels)
+            whole = box == (0, 0, image.width, image.height)
+            info["screenshot"] = "unchanged" if box is None else "full" if whole else "changed"
+            if box is None:
+                return [_text(info)]
+            if not whole:
+                info["region"] = list(box)
+                image = image.crop(box)
+        client.last_shot = pixels
+        return [self._image(image, args), _text(info)]
 
     async def _reset(self, client: Client, args: dict[str, Any]) -> list[dict[str, Any]]:
         seed, env_id = args.get("seed"), args.get("env_id")
@@ -539,10 +567,12 @@ def _check_names(remote: RemoteLike, name: str, args: dict[str, Any]) -> None:
 
 
 def _check_answer(args: dict[str, Any]) -> None:
-    """:class:`ToolError` for a bad ``max_ms`` or ``format`` (OpenEnv's messages have no schema check)."""
+    """:class:`ToolError` for a bad ``max_ms``, ``screenshot`` or ``format`` (OpenEnv's
+    messages have no schema check)."""
     max_ms = args.get("max_ms", DEFAULT_SETTLE_MS)
     if not isinstance(max_ms, int) or isinstance(max_ms, bool) or not 0 <= max_ms <= MAX_SETTLE_MS:
         raise ToolError(f"'max_ms' is milliseconds from 0 to {MAX_SETTLE_MS}, not {str(max_ms)[:20]}")
+    shots.shot_mode(args.get("screenshot", True))
     if args.get("format", "png") not in FORMATS:
         raise ToolError(f"'format' is png or jpeg, not {str(args.get('format'))[:20]!r}")
 

@@ -301,3 +301,15 @@ async def test_a_program_that_keeps_exiting_does_not_spin(
     # Restarts pause 0, 0.25, 0.5, 1 s...: a handful of episodes, not one per frame.
     assert remote.episode_id <= 6
     await agent.close()
+
+
+def test_screen_option_sizes_the_runtime_and_bad_sizes_say_what_to_write() -> None:
+    runtime = X11Command.__new__(X11Command, screen="1280x800")
+    assert (runtime.width, runtime.height, runtime.display_size) == (1280, 800, (1280, 800))
+    assert type(runtime).__new__(type(runtime), screen="1024x768").__class__ is X11Command
+    from runtimes.x11 import parse_screen
+
+    for bad, said in (("big", "WIDTHxHEIGHT"), ("100x100", "not within 320x240 to 3840x2160"),
+                      ("8000x600", "not within")):
+        with pytest.raises(ValueError, match=said):
+            parse_screen(bad)
