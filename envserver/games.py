@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from rewarder.tls import ServerTLS
 
     from .remote import Remote
-    from .throttle import AuthThrottle
+    from rewarder.throttle import AuthThrottle
 
 log = logging.getLogger("universe-remote")
 
@@ -229,7 +229,7 @@ async def serve_games(
     hears the games' remotes once they serve (tests)."""
     from rewarder.shm import sweep
 
-    from .throttle import AuthThrottle
+    from rewarder.throttle import AuthThrottle
 
     if ports is None:
         ports = choose_ports(config.host, config.vnc_port, config.rewarder_port, config.http_port)

@@ -45,7 +45,7 @@ from .restores import Restores
 from .rewarder_front import RewarderFront
 from .runtime_choice import construct
 from .state import Event, RemoteState, State
-from .throttle import AuthThrottle
+from rewarder.throttle import AuthThrottle
 from .ticker import MAX_CATCH_UP_FRAMES, Ticker, shared_ticker
 from .version import PROTOCOLS, server_version
 

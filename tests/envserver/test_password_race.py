@@ -21,7 +21,7 @@ import pytest
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb, dm_env_rpc_pb2_grpc as pb_grpc
 
 from envserver.remote import Remote
-from envserver.throttle import BLOCK_SECONDS, MAX_FAILURES
+from rewarder.throttle import BLOCK_SECONDS, MAX_FAILURES
 from rewarder.client import RewarderClient, basic_auth
 from rewarder.errors import ConnectionClosed
 from vncdriver.client import VNCClient

@@ -34,7 +34,7 @@ from aiohttp.test_utils import make_mocked_request
 from envserver import viewer as viewer_module, viewer_auth
 from envserver.attached import HIGH_WATER, AttachedBridge
 from envserver.remote import Remote
-from envserver.throttle import AuthThrottle
+from rewarder.throttle import AuthThrottle
 from envserver.viewer import (
     EXTENSION_ENCODINGS,
     MAX_VIEWERS,
