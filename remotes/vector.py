@@ -143,7 +143,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             )
         self.mode, self.frameskip = opts.mode, opts.frameskip
         if num_envs is not None and not isinstance(addresses, str):
-            raise ValueError("num_envs= is for a pool address (pool://HOST:PORT); other addresses name their remotes")
+            raise ValueError(
+                "num_envs= is for a pool address (pool://HOST:PORT); other addresses name their remotes"
+            )
         pooled = claim_from_pool(addresses, num_envs or 1, opts)
         if pooled is None and num_envs is not None:
             raise ValueError(f"num_envs= is for a pool address (pool://HOST:PORT), not {addresses!r}")

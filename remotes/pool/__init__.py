@@ -5,6 +5,8 @@
 agents claim them with ``pool://HOST:PORT`` addresses (:mod:`remotes.pool.client`).
 """
 
-from .client import POOL_SCHEME, PoolClient, PoolError, PooledRemotes, claim_remotes, is_pool, parse_pool
+from .client import POOL_SCHEME, PoolClient, PooledRemotes, PoolError, claim_remotes, is_pool, parse_pool
 
-__all__ = ["POOL_SCHEME", "PoolClient", "PoolError", "PooledRemotes", "claim_remotes", "is_pool", "parse_pool"]
+__all__ = [
+    "POOL_SCHEME", "PoolClient", "PoolError", "PooledRemotes", "claim_remotes", "is_pool", "parse_pool",
+]

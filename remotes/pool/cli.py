@@ -31,24 +31,29 @@ def add_commands(sub: Any) -> None:
         "ENV_ID[,size=N][,mode=lockstep][,KEY=VALUE] (KEY=VALUE: the runtime's serve --option).",
     )
     pool.add_argument("env_ids", metavar="ENV_ID", nargs="*", help="env ids to keep warm")
-    pool.add_argument("--size", type=int, default=4, help=f"warm remotes per env id (1..{MAX_SIZE}; default 4)")
-    pool.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the pool's HTTP port (default {DEFAULT_PORT})")
+    pool.add_argument("--size", type=int, default=4,
+                      help=f"warm remotes per env id (1..{MAX_SIZE}; default 4)")
+    pool.add_argument("--port", type=int, default=DEFAULT_PORT,
+                      help=f"the pool's HTTP port (default {DEFAULT_PORT})")
     pool.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     pool.add_argument("--mode", choices=["realtime", "lockstep"], default="realtime",
                       help="the remotes' mode, for env ids that do not name one (default realtime)")
     pool.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE,
-                      help=f"seconds a holder may go without renewing its lease (default {DEFAULT_DEADLINE:g})")
+                      help="seconds a holder may go without renewing its lease "
+                      f"(default {DEFAULT_DEADLINE:g})")
     pool.add_argument("--max-age", type=float, default=DEFAULT_MAX_AGE,
                       help=f"seconds a lease lasts at most (default {DEFAULT_MAX_AGE:g})")
     pool.add_argument("--health-interval", type=float, default=HEALTH_INTERVAL,
-                      help=f"seconds between health checks of each warm remote (default {HEALTH_INTERVAL:g})")
+                      help="seconds between health checks of each warm remote "
+                      f"(default {HEALTH_INTERVAL:g})")
     pool.add_argument("--nice", type=int, default=None,
                       help="the remotes' scheduling priority (default 5: agents on this machine come first)")
     pool.add_argument("--password", default=None, help=f"the pool's password (default: ${PASSWORD_ENV})")
     pool.add_argument("--tls-cert", default=None, help="serve HTTPS with this certificate (PEM)")
     pool.add_argument("--tls-key", default=None, help="the certificate's key (PEM)")
     pool.add_argument("--status", action="store_true",
-                      help="print the pool at --host:--port (warm/leased/resetting/failed, claim latency, leases)")
+                      help="print the pool at --host:--port (warm/leased/resetting/failed per env id, "
+                      "claim latency, lease ages)")
     pool.add_argument("--json", action="store_true", help="with --status: the status as JSON")
     pool.set_defaults(func=_cmd_pool)
 

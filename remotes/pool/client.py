@@ -87,7 +87,8 @@ def parse_pool(spec: str) -> PoolAddress:
     unknown = sorted(set(query) - {"password"})
     if unknown or parts.path not in ("", "/") or parts.hostname is None or parts.port is None:
         raise ValueError(f"cannot read pool address {spec!r}: write pool://HOST:PORT[?password=PW]")
-    return PoolAddress(parts.hostname, parts.port, tls, query["password"][-1] if "password" in query else None)
+    password = query["password"][-1] if "password" in query else None
+    return PoolAddress(parts.hostname, parts.port, tls, password)
 
 
 class PoolClient:
@@ -121,13 +122,15 @@ class PoolClient:
         except orjson.JSONDecodeError:
             reply = {"error": data[:200].decode(errors="replace")}
         if response.status != 200:
-            raise PoolError(f"the pool at {a} refused {path} ({response.status}): {reply.get('error', reply)}")
+            why = reply.get("error", reply)
+            raise PoolError(f"the pool at {a} refused {path} ({response.status}): {why}")
         return reply  # type: ignore[no-any-return]
 
     def claim(self, env_id: str, mode: str | None = None, options: dict[str, Any] | None = None,
               seed: int | None = None, wait: float = CLAIM_WAIT) -> dict[str, Any]:
         body: dict[str, Any] = {"env_id": env_id, "wait": wait}
-        body.update({k: v for k, v in (("mode", mode), ("options", options), ("seed", seed)) if v is not None})
+        extra = (("mode", mode), ("options", options), ("seed", seed))
+        body.update({k: v for k, v in extra if v is not None})
         return self.call("POST", "/v1/claim", body, REQUEST_TIMEOUT + wait)
 
     def renew(self, leases: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -160,7 +163,9 @@ class PooledRemotes(RemoteGroup):
     """Remotes leased from a pool: an env made from them follows each lease to its
     replacement, and :meth:`close` releases them."""
 
-    def __init__(self, client: PoolClient, request: dict[str, Any], replies: Sequence[dict[str, Any]]) -> None:
+    def __init__(
+        self, client: PoolClient, request: dict[str, Any], replies: Sequence[dict[str, Any]]
+    ) -> None:
         self.client = client
         self.request = request
         self.held = [_held(r) for r in replies]
@@ -209,7 +214,9 @@ class PooledRemotes(RemoteGroup):
         try:
             reply = self.client.claim(**self.request, wait=REPLACE_WAIT)
         except PoolError as exc:
-            raise Unplaced(f"its lease ended ({held.lost}) and no other remote could be claimed: {exc}") from exc
+            raise Unplaced(
+                f"its lease ended ({held.lost}) and no other remote could be claimed: {exc}"
+            ) from exc
         new = _held(reply)
         with self._lock:
             self.held[index] = new
@@ -217,7 +224,8 @@ class PooledRemotes(RemoteGroup):
             session = self._sessions[index]
         if session is not None:
             session.client_id = new.client_id
-        log.info("lease %s ended (%s): remote %d is now %s (lease %s)", held.id, held.lost, index, new.address, new.id)
+        log.info("lease %s ended (%s): remote %d is now %s (lease %s)",
+                 held.id, held.lost, index, new.address, new.id)
         return new.address
 
     async def _renew_loop(self) -> None:

@@ -221,7 +221,7 @@ class PoolService:
             process.group = group
             now = self.clock()
             for rid, address in zip(process.remotes, group.addresses, strict=True):
-                self.table.started(rid, str(address), now)
+                self.table.started(rid, str(address), now, group.processes[0].pid)
             process.restarting = False
             log.info("warm: %s", ", ".join(str(a) for a in group.addresses))
             await self._notify()
@@ -266,7 +266,8 @@ class PoolService:
                 if code is not None:
                     self._spawn(self._restart(process, f"its process exited with status {code}"))
             for rid, remote in list(self.table.remotes.items()):
-                if remote.state is Warmth.WARM and now - checked.get(rid, remote.since) >= self.health_interval:
+                due = now - checked.get(rid, remote.since) >= self.health_interval
+                if remote.state is Warmth.WARM and due:
                     checked[rid] = now
                     self._spawn(self._check(rid))
             await asyncio.sleep(PROCESS_POLL)
@@ -411,7 +412,8 @@ class PoolService:
         given = given_password(request.headers.get("Authorization"))
         if given is None or not hmac.compare_digest(given.encode(), self.password.encode()):
             self.throttle.failed(peer, "the pool port")
-            return _error(web.HTTPUnauthorized, "this pool needs its password: 'Authorization: Bearer PASSWORD'")
+            return _error(web.HTTPUnauthorized,
+                          "this pool needs its password: 'Authorization: Bearer PASSWORD'")
         self.throttle.succeeded(peer)
         return await handler(request)  # type: ignore[no-any-return]
 
@@ -456,7 +458,8 @@ def _error(kind: type[web.HTTPException], message: str) -> web.Response:
 
 async def serve_pool(
     specs: Sequence[PoolSpec], *, host: str = "127.0.0.1", port: int = 0,
-    password: str | None = None, ssl_context: Any = None, ready: Callable[[PoolService, int], None] | None = None,
+    password: str | None = None, ssl_context: Any = None,
+    ready: Callable[[PoolService, int], None] | None = None,
     **options: Any,
 ) -> None:
     """Run the pool until cancelled: ``ready(service, port)`` once it listens."""

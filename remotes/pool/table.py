@@ -155,6 +155,7 @@ class PooledRemote:
     lease: str | None = None
     since: float = 0.0
     error: str | None = None
+    pid: int | None = None
 
 
 @dataclass(slots=True)
@@ -196,9 +197,9 @@ class PoolTable:
         if new is not remote.state:
             remote.state, remote.since = new, now
 
-    def started(self, rid: int, address: str, now: float) -> None:
+    def started(self, rid: int, address: str, now: float, pid: int | None = None) -> None:
         remote = self.remotes[rid]
-        remote.address, remote.error = address, None
+        remote.address, remote.error, remote.pid = address, None, pid
         self._fire(remote, Event.STARTED, now)
 
     def reset_done(self, rid: int, now: float) -> None:
@@ -322,7 +323,8 @@ class PoolTable:
             counts[remote.state.value] += 1
         lat = np.asarray(self.latencies, dtype=np.float64) * 1000
         percentiles = (
-            dict(zip(("p50_ms", "p90_ms", "p99_ms"), np.percentile(lat, [50, 90, 99]).round(2).tolist(), strict=True))
+            dict(zip(("p50_ms", "p90_ms", "p99_ms"),
+                     np.percentile(lat, [50, 90, 99]).round(2).tolist(), strict=True))
             if lat.size else {}
         )
         return {
@@ -332,12 +334,13 @@ class PoolTable:
                 {"lease": lease.id, "remote": lease.remote,
                  "address": self.remotes[lease.remote].address if lease.remote in self.remotes else None,
                  "env_id": self.remotes[lease.remote].kind.env_id if lease.remote in self.remotes else None,
-                 "age_s": round(now - lease.claimed_at, 3), "since_renewal_s": round(now - lease.renewed_at, 3)}
+                 "age_s": round(now - lease.claimed_at, 3),
+                 "since_renewal_s": round(now - lease.renewed_at, 3)}
                 for lease in self.leases.values()
             ],
             "remotes": [
                 {"id": r.id, "env_id": r.kind.env_id, "mode": r.kind.mode, "state": r.state.value,
-                 "address": r.address, "for_s": round(now - r.since, 3), "error": r.error}
+                 "address": r.address, "pid": r.pid, "for_s": round(now - r.since, 3), "error": r.error}
                 for r in self.remotes.values()
             ],
             "deadline_s": self.deadline,

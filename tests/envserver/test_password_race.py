@@ -21,9 +21,9 @@ import pytest
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as pb, dm_env_rpc_pb2_grpc as pb_grpc
 
 from envserver.remote import Remote
-from rewarder.throttle import BLOCK_SECONDS, MAX_FAILURES
 from rewarder.client import RewarderClient, basic_auth
 from rewarder.errors import ConnectionClosed
+from rewarder.throttle import BLOCK_SECONDS, MAX_FAILURES
 from vncdriver.client import VNCClient
 from vncdriver.errors import AuthenticationFailed, ServerRefused
 from vncdriver.handshake import AUTH_FAILED_REASON, ClientHandshake
