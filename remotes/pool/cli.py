@@ -82,9 +82,10 @@ def _cmd_pool(args: argparse.Namespace) -> int:
     except (ValueError, LookupError) as exc:
         print(f"universe-remote pool: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
-    if args.host not in ("127.0.0.1", "::1", "localhost") and not args.password:
-        print("universe-remote pool: a pool listening beyond loopback needs --password "
-              f"(or ${PASSWORD_ENV})", file=sys.stderr)
+    if args.host not in ("127.0.0.1", "::1", "localhost"):
+        print("universe-remote pool: this pool's remotes are local processes listening on "
+              "127.0.0.1, so its agents run on this machine: keep --host on loopback",
+              file=sys.stderr)
         return 2
 
     def ready(service: Any, port: int) -> None:

@@ -227,11 +227,15 @@ class PoolService:
             await self._notify()
             return
 
-    async def _restart(self, process: _Process, why: str) -> None:
-        """Stop a process that failed (every game of it) and start a new one."""
+    def _restart_soon(self, process: _Process, why: str) -> None:
+        """Restart a process that failed, unless that is under way already."""
         if process.restarting or self._closing:
             return
         process.restarting = True
+        self._spawn(self._restart(process, why))
+
+    async def _restart(self, process: _Process, why: str) -> None:
+        """Stop a process that failed (every game of it) and start a new one."""
         now = self.clock()
         for rid in process.remotes:
             self.table.died(rid, why, now)
@@ -264,7 +268,7 @@ class PoolService:
                     continue
                 code = group.processes[0].poll()
                 if code is not None:
-                    self._spawn(self._restart(process, f"its process exited with status {code}"))
+                    self._restart_soon(process, f"its process exited with status {code}")
             for rid, remote in list(self.table.remotes.items()):
                 due = now - checked.get(rid, remote.since) >= self.health_interval
                 if remote.state is Warmth.WARM and due:
@@ -292,7 +296,7 @@ class PoolService:
             why = f"failed its health check: {exc or type(exc).__name__}"
             self.table.check_failed(rid, why, self.clock())
             if (process := self._process_of(rid)) is not None:
-                await self._restart(process, f"remote {remote.address} {why}")
+                self._restart_soon(process, f"remote {remote.address} {why}")
 
     async def _take_back(self, rid: int) -> None:
         """A lease ended: close its holder (same client id), reset the remote, warm again."""
@@ -317,7 +321,7 @@ class PoolService:
             why = f"could not be reset: {exc or type(exc).__name__}"
             self.table.check_failed(rid, why, self.clock())
             if (process := self._process_of(rid)) is not None:
-                await self._restart(process, f"remote {remote.address} {why}")
+                self._restart_soon(process, f"remote {remote.address} {why}")
             return
         remote = self.table.remotes.get(rid)
         if remote is not None and remote.state is Warmth.RESETTING:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import gymnasium
 import numpy as np
 import pytest
 
@@ -99,6 +100,24 @@ def test_claim_step_release(pool: str) -> None:
     assert client.status()["claims"]["lost"] == 0  # released, not lapsed
 
 
+def test_make_and_make_vec_lease_from_a_pool(pool: str) -> None:
+    client = PoolClient(parse_pool(pool))
+    envs = gymnasium.make_vec(f"universe-remote/{CATCH}", num_envs=2, remotes=pool, mode="lockstep")
+    env = gymnasium.make(f"universe-remote/{CATCH}", remotes=pool)
+    try:
+        assert len(client.status()["leases"]) == 3
+        envs.reset(seed=0)
+        env.reset(seed=0)
+        for _ in range(5):
+            _, _, _, truncated, _ = envs.step(np.array([1, 2]))
+            assert not truncated.any()
+            env.step(1)
+    finally:
+        envs.close()
+        env.close()
+    wait_for(lambda: all_warm(client), 30, "the leases released and their remotes warm")
+
+
 def test_bad_claims_say_what_is_wrong(pool: str) -> None:
     client = PoolClient(parse_pool(pool))
     with pytest.raises(PoolError, match="serves no atari.Pong-v0.*it serves"):
@@ -125,12 +144,13 @@ def test_a_holder_that_stops_renewing_loses_its_lease_and_the_next_claimer_gets_
         stopped = time.monotonic()
         wait_for(lambda: not client.status()["leases"], DEADLINE + 10, "the lapsed lease ended")
         assert time.monotonic() - stopped < DEADLINE + 5  # loose: a loaded machine
+        # The pool took it back (closing the holder) and reset it.
+        wait_for(lambda: kinds(client)[CLICK, "lockstep"]["warm"] == 1, 20, "the remote reset and warm")
         # The holder's next step is told, not handed a silent zero reward.
         _, reward, _, truncated, info = holder.step([])
         assert truncated and reward == 0.0
         assert "lease" in info["remote.error"] and "pool" in info["remote.error"], info["remote.error"]
         # The only remote of this kind serves the next claimer, reset and its own.
-        wait_for(lambda: kinds(client)[CLICK, "lockstep"]["warm"] == 1, 20, "the remote reset and warm")
         nxt = RemoteEnv(pool, env_id=CLICK, mode="lockstep")
         try:
             assert nxt.remote.name == address
