@@ -16,6 +16,7 @@ OpenEnv's and MCP's ports do: ``Authorization: Bearer PW`` or Basic, throttled b
     POST /v1/renew    {"leases": [id, ...]} -> {"leases": {id: {"alive", "expires_in"|"reason"}}}
     POST /v1/release  {"leases": [id, ...]} -> {"released": [...], "ended": {id: reason}}
     GET  /v1/status   warm / leased / resetting / failed per kind, claim latencies, leases
+    GET  /            that, as a page a browser polls (remotes/static/pool.html)
 
 **Taking a remote back.** A holder connects with its lease's rewarder client id
 (``client_id``). When a lease ends — released, not renewed within the deadline, past its
@@ -39,6 +40,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any, Final
 
 import orjson
@@ -402,7 +404,13 @@ class PoolService:
         app.router.add_post("/v1/renew", self._route(self.renew))
         app.router.add_post("/v1/release", self._route(self.release))
         app.router.add_get("/v1/status", self._get_status)
+        app.router.add_get("/", self._page)
         return app
+
+    async def _page(self, request: web.Request) -> web.Response:
+        """The status page: warm / leased / resetting / failed, claims, leases, live."""
+        page = resources.files("remotes.static").joinpath("pool.html").read_bytes()
+        return web.Response(body=page, content_type="text/html")
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -416,8 +424,10 @@ class PoolService:
         given = given_password(request.headers.get("Authorization"))
         if given is None or not hmac.compare_digest(given.encode(), self.password.encode()):
             self.throttle.failed(peer, "the pool port")
-            return _error(web.HTTPUnauthorized,
-                          "this pool needs its password: 'Authorization: Bearer PASSWORD'")
+            denied = _error(web.HTTPUnauthorized,
+                            "this pool needs its password: 'Authorization: Bearer PASSWORD'")
+            denied.headers["WWW-Authenticate"] = 'Basic realm="universe-remote pool"'  # a browser asks
+            return denied
         self.throttle.succeeded(peer)
         return await handler(request)  # type: ignore[no-any-return]
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -116,6 +117,18 @@ def test_make_and_make_vec_lease_from_a_pool(pool: str) -> None:
         envs.close()
         env.close()
     wait_for(lambda: all_warm(client), 30, "the leases released and their remotes warm")
+
+
+def test_the_status_page_and_the_status_command(pool: str) -> None:
+    address = parse_pool(pool)
+    with urllib.request.urlopen(f"http://{address.host}:{address.port}/", timeout=10) as reply:
+        assert b"v1/status" in reply.read()
+    out = subprocess.run(
+        [sys.executable, "-m", "universe_remote", "pool", "--status", "--port", str(address.port)],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    assert re.search(rf"{re.escape(CLICK)}\s+lockstep\s+1\s+1\s+0", out), out
+    assert "claims" in out
 
 
 def test_bad_claims_say_what_is_wrong(pool: str) -> None:
