@@ -129,6 +129,13 @@ def test_the_status_page_and_the_status_command(pool: str) -> None:
     ).stdout
     assert re.search(rf"{re.escape(CLICK)}\s+lockstep\s+1\s+1\s+0", out), out
     assert "claims" in out
+    # play leases its -n remotes from a pool address (deploy/pool.yaml's trainer).
+    played = subprocess.run(
+        [sys.executable, "-m", "universe_remote", "play", CATCH, "-n", "2", "--remote", pool,
+         "--steps", "10"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert played.returncode == 0, played.stderr
 
 
 def test_bad_claims_say_what_is_wrong(pool: str) -> None:
