@@ -127,9 +127,12 @@ class PoolClient:
         return reply  # type: ignore[no-any-return]
 
     def claim(self, env_id: str, mode: str | None = None, options: dict[str, Any] | None = None,
-              seed: int | None = None, wait: float = CLAIM_WAIT) -> dict[str, Any]:
+              seed: int | None = None, wait: float = CLAIM_WAIT,
+              deadline: float | None = None) -> dict[str, Any]:
+        """Lease a remote (waiting up to ``wait`` s for a warm one); ``deadline``: a shorter
+        renewal deadline than the pool's, so an abandoned lease frees its remote sooner."""
         body: dict[str, Any] = {"env_id": env_id, "wait": wait}
-        extra = (("mode", mode), ("options", options), ("seed", seed))
+        extra = (("mode", mode), ("options", options), ("seed", seed), ("deadline", deadline))
         body.update({k: v for k, v in extra if v is not None})
         return self.call("POST", "/v1/claim", body, REQUEST_TIMEOUT + wait)
 

@@ -11,7 +11,7 @@ The API (JSON bodies; every route asks for the pool's password when it has one, 
 OpenEnv's and MCP's ports do: ``Authorization: Bearer PW`` or Basic, throttled by
 :class:`rewarder.throttle.AuthThrottle`):
 
-    POST /v1/claim    {"env_id", "mode"?, "options"?, "seed"?, "wait"?}
+    POST /v1/claim    {"env_id", "mode"?, "options"?, "seed"?, "wait"?, "deadline"?}
                       -> {"lease", "address", "password", "client_id", "deadline", ...}
     POST /v1/renew    {"leases": [id, ...]} -> {"leases": {id: {"alive", "expires_in"|"reason"}}}
     POST /v1/release  {"leases": [id, ...]} -> {"released": [...], "ended": {id: reason}}
@@ -81,6 +81,9 @@ START_TIMEOUT: Final = 60.0
 MAX_BODY_BYTES: Final = 64 * 1024
 #: Leases one renew or release request may name (a vector env's, with room).
 MAX_LEASES_PER_REQUEST: Final = 4096
+#: Shortest renewal deadline a claim may ask for: the pool looks at the clock every
+#: PROCESS_POLL, so a shorter one would not be kept.
+MIN_DEADLINE: Final = 0.2
 #: Remotes per env id at most (start_local's limit).
 MAX_SIZE: Final = 256
 #: The remotes' scheduling priority (``nice``): on a machine that also runs agents, the
@@ -262,8 +265,8 @@ class PoolService:
         checked: dict[int, float] = {}
         while True:
             now = self.clock()
-            for rid in self.table.expire(now):
-                self._spawn(self._take_back(rid))
+            self.table.expire(now)
+            self._reset_due()
             for process in self.processes:
                 group = process.group
                 if group is None or process.restarting:
@@ -271,6 +274,8 @@ class PoolService:
                 code = group.processes[0].poll()
                 if code is not None:
                     self._restart_soon(process, f"its process exited with status {code}")
+            for gone in checked.keys() - self.table.remotes.keys():
+                del checked[gone]
             for rid, remote in list(self.table.remotes.items()):
                 due = now - checked.get(rid, remote.since) >= self.health_interval
                 if remote.state is Warmth.WARM and due:
@@ -348,10 +353,15 @@ class PoolService:
         wait = body.get("wait", CLAIM_WAIT)
         if not isinstance(wait, int | float) or isinstance(wait, bool) or not 0 <= wait <= MAX_CLAIM_WAIT:
             raise BadRequest(f'"wait" {wait!r}: seconds to wait for a warm remote, 0..{MAX_CLAIM_WAIT:g}')
+        short = body.get("deadline")
+        if short is not None and (not isinstance(short, int | float) or isinstance(short, bool)
+                                  or not MIN_DEADLINE <= short <= self.table.deadline):
+            raise BadRequest(f'"deadline" {short!r}: seconds between renewals this holder needs, '
+                             f"{MIN_DEADLINE:g}..{self.table.deadline:g} (the pool's)")
         deadline = time.monotonic() + wait
         async with self._warm:
             while True:
-                lease = self.table.claim(env_id, mode, options, seed, self.clock())
+                lease = self.table.claim(env_id, mode, options, seed, self.clock(), short)
                 if lease is not None:
                     break
                 left = deadline - time.monotonic()
@@ -377,20 +387,26 @@ class PoolService:
         listed = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
         return f"no warm remote of {env_id} within {wait:g} s ({listed}); try again, or start a larger pool"
 
+    def _reset_due(self) -> None:
+        """Take back every remote whose lease the table ended."""
+        for rid in self.table.take_resets():
+            self._spawn(self._take_back(rid))
+
     def renew(self, body: dict[str, Any]) -> dict[str, Any]:
-        return {"leases": self.table.renew(_lease_ids(body), self.clock())}
+        answers = self.table.renew(_lease_ids(body), self.clock())
+        self._reset_due()  # a renewal that came late found its lease ended by the clock
+        return {"leases": answers}
 
     def release(self, body: dict[str, Any]) -> dict[str, Any]:
         released, ended = [], {}
         now = self.clock()
         for lid in _lease_ids(body):
             if lid in self.table.leases:
-                rid = self.table.release(lid, now)
+                self.table.release(lid, now)
                 released.append(lid)
-                if rid is not None:
-                    self._spawn(self._take_back(rid))
             else:
                 ended[lid] = self.table.why_ended(lid)
+        self._reset_due()
         return {"released": released, "ended": ended}
 
     def status(self) -> dict[str, Any]:

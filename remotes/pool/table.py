@@ -5,10 +5,11 @@ Holds :class:`Warmth` (where a pooled remote is), :class:`Event`, the table
 :class:`Lease` and :class:`PoolTable`, the machine. The shell
 (:mod:`remotes.pool.service`) feeds it what happened — a remote started, a claim, a
 renewal, a release, the clock, a remote that died or failed its health check — and acts
-on what comes out: a remote whose lease ended is reset by the shell (then
-:meth:`PoolTable.reset_done`), a failed one is restarted (its old entry retired, new
-ones added). An event the table does not list for a remote's state raises
-:class:`IllegalTransition`, naming both, as :mod:`envserver.state` does for a remote.
+on what comes out: a remote whose lease ended is reset by the shell
+(:meth:`PoolTable.take_resets` names them; then :meth:`PoolTable.reset_done`), a failed
+one is restarted (its old entry retired, new ones added). An event the table does not
+list for a remote's state raises :class:`IllegalTransition`, naming both, as
+:mod:`envserver.state` does for a remote.
 
 | state | event | next |
 |---|---|---|
@@ -173,6 +174,7 @@ class PoolTable:
     unreleased: int = 0
     _next_id: int = 0
     _last_lease: dict[int, str] = field(default_factory=dict)
+    _resets: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not 0 < self.deadline <= self.max_age:
@@ -228,9 +230,10 @@ class PoolTable:
     # Leases ------------------------------------------------------------------------------
 
     def claim(self, env_id: str, mode: str | None, options: Mapping[str, Any] | None,
-              seed: int | None, now: float) -> Lease | None:
+              seed: int | None, now: float, deadline: float | None = None) -> Lease | None:
         """Lease a warm remote that fits (the one warm the longest), or None if none is warm
-        now; :class:`NoSuchKind` if the pool never serves such a remote."""
+        now; :class:`NoSuchKind` if the pool never serves such a remote. ``deadline``: a
+        shorter renewal deadline this holder asks for (at most the pool's)."""
         fits = [r for r in self.remotes.values() if r.kind.matches(env_id, mode, options)]
         if not fits:
             served = sorted({str(r.kind.describe()) for r in self.remotes.values()})
@@ -242,7 +245,8 @@ class PoolTable:
         if not warm:
             return None
         remote = min(warm, key=lambda r: (r.since, r.id))
-        lease = Lease(secrets.token_urlsafe(12), remote.id, now, now, self.deadline, self.max_age, seed)
+        lease = Lease(secrets.token_urlsafe(12), remote.id, now, now,
+                      min(deadline or self.deadline, self.deadline), self.max_age, seed)
         self.leases[lease.id] = lease
         remote.lease = lease.id
         self._fire(remote, Event.CLAIM, now)
@@ -292,7 +296,15 @@ class PoolTable:
         if remote.state is not Warmth.LEASED:
             return None
         self._fire(remote, Event.END, now)
+        self._resets.append(remote.id)
         return remote.id
+
+    def take_resets(self) -> list[int]:
+        """The remotes whose lease ended since the last call (by release, the clock —
+        whichever call noticed it — or death): the shell takes each back and resets it,
+        then calls :meth:`reset_done`. Call after every call that may end a lease."""
+        resets, self._resets = self._resets, []
+        return resets
 
     def why_ended(self, lid: str) -> str:
         return self.ended.get(lid, "no such lease (it ended long ago, or the pool restarted)")

@@ -65,6 +65,29 @@ def test_an_unrenewed_lease_ends_at_its_deadline_and_a_late_renewal_does_not_rev
     assert table.unreleased == 1
 
 
+def test_a_renewal_that_finds_its_lease_ended_by_the_clock_hands_the_remote_back() -> None:
+    """The clock ends a lease whichever call notices it first: a late renewal does, and
+    the remote must still be reset (else it stays 'resetting' for ever, out of the pool)."""
+    table = warm_table(CATCH, deadline=2.0)
+    lease = table.claim("builtin.Catch-v0", None, None, None, now=0.0)
+    assert lease is not None
+    assert not table.renew([lease.id], now=2.5)[lease.id]["alive"]
+    assert table.take_resets() == [lease.remote]
+    assert table.take_resets() == []
+    table.expire(now=3.0)
+    assert table.take_resets() == []  # ended once, handed back once
+
+
+def test_a_holder_may_ask_for_a_shorter_deadline_never_a_longer_one() -> None:
+    table = warm_table(CATCH, CATCH, deadline=2.0)
+    short = table.claim("builtin.Catch-v0", None, None, None, now=0.0, deadline=0.5)
+    long = table.claim("builtin.Catch-v0", None, None, None, now=0.0, deadline=9.0)
+    assert short is not None and long is not None
+    assert (short.deadline, long.deadline) == (0.5, 2.0)
+    table.expire(now=0.6)
+    assert table.take_resets() == [short.remote]
+
+
 def test_a_lease_ends_at_its_maximum_age_however_renewed() -> None:
     table = warm_table(CATCH, deadline=2.0, max_age=5.0)
     lease = table.claim("builtin.Catch-v0", None, None, None, now=0.0)
