@@ -121,8 +121,9 @@ def _status(args: argparse.Namespace) -> int:
 
     from .client import PoolAddress, PoolClient, PoolError
 
+    # Over TLS the pool's certificate is what --status trusts (or $UNIVERSE_REMOTE_TLS_CA).
     tls = bool(args.tls_cert)
-    client = PoolClient(PoolAddress(args.host, args.port, tls), args.password)
+    client = PoolClient(PoolAddress(args.host, args.port, tls), args.password, args.tls_cert)
     try:
         status = client.status()
     except PoolError as exc:

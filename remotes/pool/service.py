@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -52,7 +53,7 @@ from rewarder.errors import RewarderError
 from rewarder.throttle import AuthThrottle
 from rewarder.tls import client_context
 
-from ..address import RemoteAddress, format_remotes, parse_remotes
+from ..address import RemoteAddress, parse_remotes
 from ..local import LocalRemotes, astart_local, default_games_per_process, probe_remote
 from .table import DEFAULT_DEADLINE, DEFAULT_MAX_AGE, Kind, NoSuchKind, PoolTable, Warmth
 
@@ -90,6 +91,30 @@ MAX_SIZE: Final = 256
 #: remotes yield to them instead of starving them (issue 44: 256 real-time remotes on 2
 #: cores left their agent 10 steps/s).
 DEFAULT_NICE: Final = 5
+
+
+#: Cores one real-time builtin or Atari remote takes at 60 fps (docs/cluster.md: "about
+#: 0.06 of a core", `python -m benchmarks ray_remotes`); lockstep remotes take CPU only
+#: while stepped.
+CORES_PER_REALTIME_REMOTE: Final = 0.06
+#: Share of the machine's cores real-time remotes may take before the pool warns: the
+#: rest is the agents' (issue 44: past saturation, 256 remotes on 2 cores left their agent
+#: 10 steps/s where 128 had 59).
+REMOTES_SHARE: Final = 0.75
+
+
+def capacity_warning(specs: Sequence[PoolSpec], cores: int) -> str | None:
+    """What to say before a pool overcommits this machine, or None."""
+    realtime = sum(s.size for s in specs if s.kind.mode == "realtime")
+    need = realtime * CORES_PER_REALTIME_REMOTE
+    if need <= cores * REMOTES_SHARE:
+        return None
+    return (
+        f"{realtime} real-time remotes take about {need:.1f} of this machine's {cores} cores at "
+        f"60 fps, more than {REMOTES_SHARE:.0%} of them: agents here will be starved of CPU "
+        "and every remote's frames come late; keep fewer warm, serve lockstep, or spread "
+        "the pool over machines"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +200,9 @@ class PoolService:
 
     async def start(self) -> None:
         """Start every process (claims wait for them) and the timers."""
+        warning = capacity_warning(self.specs, os.cpu_count() or 1)
+        if warning is not None:
+            log.warning("%s", warning)
         for spec in self.specs:
             lockstep = spec.kind.mode == "lockstep"
             games = default_games_per_process(spec.size, lockstep=lockstep)
@@ -509,8 +537,3 @@ async def serve_pool(
         await service.close()
         await runner.cleanup()
 
-
-def lease_address(reply: dict[str, Any]) -> str:
-    """A claim's remote as one address string with its password."""
-    remotes, _ = parse_remotes(reply["address"])
-    return format_remotes(remotes, reply.get("password"))

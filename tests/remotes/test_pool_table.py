@@ -142,3 +142,12 @@ def test_ended_leases_are_remembered_within_a_bound() -> None:
 def test_a_deadline_past_the_maximum_age_is_refused() -> None:
     with pytest.raises(ValueError, match="deadline"):
         PoolTable(deadline=10.0, max_age=5.0)
+
+
+def test_the_pool_says_so_before_it_overcommits_the_machine() -> None:
+    from remotes.pool.service import PoolSpec, capacity_warning
+
+    lockstep = PoolSpec(Kind("builtin.Catch-v0", "lockstep"), 200)
+    assert capacity_warning([PoolSpec(CATCH, 16), lockstep], cores=2) is None
+    warning = capacity_warning([PoolSpec(CATCH, 64)], cores=2)
+    assert warning is not None and "64 real-time remotes" in warning and "2 cores" in warning
