@@ -48,6 +48,11 @@ def add_commands(sub: Any) -> None:
                       f"(default {HEALTH_INTERVAL:g})")
     pool.add_argument("--nice", type=int, default=None,
                       help="the remotes' scheduling priority (default 5: agents on this machine come first)")
+    pool.add_argument(
+        "--ray", metavar="ADDRESS", nargs="?", const="", default=None,
+        help="keep the remotes on a Ray cluster, one actor each (ADDRESS: ray.init's; none: "
+        "$RAY_ADDRESS or the cluster `ray start` started last); needs the ray extra",
+    )
     pool.add_argument("--password", default=None, help=f"the pool's password (default: ${PASSWORD_ENV})")
     pool.add_argument("--tls-cert", default=None, help="serve HTTPS with this certificate (PEM)")
     pool.add_argument("--tls-key", default=None, help="the certificate's key (PEM)")
@@ -83,10 +88,15 @@ def _cmd_pool(args: argparse.Namespace) -> int:
         print(f"universe-remote pool: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     if args.host not in ("127.0.0.1", "::1", "localhost"):
-        print("universe-remote pool: this pool's remotes are local processes listening on "
-              "127.0.0.1, so its agents run on this machine: keep --host on loopback",
-              file=sys.stderr)
-        return 2
+        if args.ray is None:
+            print("universe-remote pool: this pool's remotes are local processes listening on "
+                  "127.0.0.1, so its agents run on this machine: keep --host on loopback (or "
+                  "keep the remotes on Ray: --ray)", file=sys.stderr)
+            return 2
+        if not args.password:
+            print("universe-remote pool: a pool listening beyond loopback needs --password "
+                  f"(or ${PASSWORD_ENV})", file=sys.stderr)
+            return 2
 
     def ready(service: Any, port: int) -> None:
         scheme = "pool+tls" if ssl_context is not None else "pool"
@@ -104,6 +114,7 @@ def _cmd_pool(args: argparse.Namespace) -> int:
             specs, host=args.host, port=args.port, password=args.password, ssl_context=ssl_context,
             ready=ready, deadline=args.deadline, max_age=args.max_age,
             nice=DEFAULT_NICE if args.nice is None else args.nice, health_interval=args.health_interval,
+            ray=args.ray,
         )
 
     try:

@@ -54,6 +54,7 @@ from rewarder.throttle import AuthThrottle
 from rewarder.tls import client_context
 
 from ..address import RemoteAddress, parse_remotes
+from ..group import RemoteGroup
 from ..local import LocalRemotes, astart_local, default_games_per_process, probe_remote
 from .table import DEFAULT_DEADLINE, DEFAULT_MAX_AGE, Kind, NoSuchKind, PoolTable, Warmth
 
@@ -159,12 +160,12 @@ def parse_spec(text: str, size: int, mode: str) -> PoolSpec:
 
 @dataclass(slots=True)
 class _Process:
-    """One ``serve`` process of the pool: its games' remote ids, in order."""
+    """One ``serve`` process of the pool (on Ray: one actor's): its games' remote ids."""
 
     spec: PoolSpec
     games: int
     remotes: list[int] = field(default_factory=list)
-    group: LocalRemotes | None = None
+    group: RemoteGroup | None = None
     restarts: int = 0
     restarting: bool = False
 
@@ -180,9 +181,14 @@ class PoolService:
         self, specs: Sequence[PoolSpec], *, password: str | None = None,
         deadline: float = DEFAULT_DEADLINE, max_age: float = DEFAULT_MAX_AGE,
         nice: int = DEFAULT_NICE, health_interval: float = HEALTH_INTERVAL,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, ray: str | None = None,
     ) -> None:
+        """``ray``: keep the remotes on a Ray cluster instead (``start_ray``'s address:
+        "" for $RAY_ADDRESS or the cluster this process joined), one actor per remote,
+        which the pool restarts itself (Ray's own restarts are off: a remote that comes
+        back elsewhere would hold a lease the pool no longer tracks)."""
         self.specs = list(specs)
+        self.ray = ray
         self.table = PoolTable(deadline=deadline, max_age=max_age)
         self.password = password  # the pool's API password
         #: The remotes' password: every claim carries it, nobody else needs it.
@@ -205,7 +211,8 @@ class PoolService:
             log.warning("%s", warning)
         for spec in self.specs:
             lockstep = spec.kind.mode == "lockstep"
-            games = default_games_per_process(spec.size, lockstep=lockstep)
+            # (on Ray an actor is the unit of placement and restart: one remote each)
+            games = 1 if self.ray is not None else default_games_per_process(spec.size, lockstep=lockstep)
             processes = -(-spec.size // games)
             split = [spec.size // processes + (i < spec.size % processes) for i in range(processes)]
             for k in split:
@@ -242,19 +249,15 @@ class PoolService:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_RESTART_DELAY)
             try:
-                group = await astart_local(
-                    process.spec.kind.env_id, process.games, password=self.remote_password,
-                    start_timeout=START_TIMEOUT, extra_args=process.spec.serve_args(), nice=self.nice,
-                    games_per_process=process.games,
-                )
+                group = await self._launch(process)
             except (RuntimeError, OSError, TimeoutError) as exc:
                 process.restarts += 1
                 log.warning("a pool process of %s failed to start: %s", process.spec.kind.env_id, exc)
                 continue
             process.group = group
             now = self.clock()
-            for rid, address in zip(process.remotes, group.addresses, strict=True):
-                self.table.started(rid, str(address), now, group.processes[0].pid)
+            for rid, address, pid in zip(process.remotes, group.addresses, _pids(group), strict=True):
+                self.table.started(rid, str(address), now, pid)
             process.restarting = False
             log.info("warm: %s", ", ".join(str(a) for a in group.addresses))
             await self._notify()
@@ -266,6 +269,21 @@ class PoolService:
             return
         process.restarting = True
         self._spawn(self._restart(process, why))
+
+    async def _launch(self, process: _Process) -> RemoteGroup:
+        """Start one process's remotes: local ``serve`` processes, or Ray actors."""
+        kind = process.spec.kind
+        if self.ray is None:
+            return await astart_local(
+                kind.env_id, process.games, password=self.remote_password, start_timeout=START_TIMEOUT,
+                extra_args=process.spec.serve_args(), nice=self.nice, games_per_process=process.games,
+            )
+        from ..ray import start_ray
+
+        return await asyncio.to_thread(
+            start_ray, kind.env_id, process.games, address=self.ray or None, password=self.remote_password,
+            spread=False, max_restarts=0, start_timeout=START_TIMEOUT, extra_args=process.spec.serve_args(),
+        )
 
     async def _restart(self, process: _Process, why: str) -> None:
         """Stop a process that failed (every game of it) and start a new one."""
@@ -297,8 +315,8 @@ class PoolService:
             self._reset_due()
             for process in self.processes:
                 group = process.group
-                if group is None or process.restarting:
-                    continue
+                if not isinstance(group, LocalRemotes) or process.restarting:
+                    continue  # (a Ray actor's remote: its health checks, below, find it gone)
                 code = group.processes[0].poll()
                 if code is not None:
                     self._restart_soon(process, f"its process exited with status {code}")
@@ -306,7 +324,9 @@ class PoolService:
                 del checked[gone]
             for rid, remote in list(self.table.remotes.items()):
                 due = now - checked.get(rid, remote.since) >= self.health_interval
-                if remote.state is Warmth.WARM and due:
+                # Warm remotes are checked; on Ray leased ones too (no process to watch).
+                checked_states = (Warmth.WARM,) if self.ray is None else (Warmth.WARM, Warmth.LEASED)
+                if remote.state in checked_states and due:
                     checked[rid] = now
                     self._spawn(self._check(rid))
             await asyncio.sleep(PROCESS_POLL)
@@ -326,10 +346,13 @@ class PoolService:
             await probe_remote(self._address(rid), self.remote_password, HEALTH_TIMEOUT)
         except (OSError, TimeoutError, RewarderError, ConnectionError) as exc:
             remote = self.table.remotes.get(rid)
-            if remote is None or remote.state is not Warmth.WARM:
+            if remote is None or remote.state not in (Warmth.WARM, Warmth.LEASED):
                 return
             why = f"failed its health check: {exc or type(exc).__name__}"
-            self.table.check_failed(rid, why, self.clock())
+            if remote.state is Warmth.LEASED:  # (Ray) its holder's lease ends, saying why
+                self.table.died(rid, why, self.clock())
+            else:
+                self.table.check_failed(rid, why, self.clock())
             if (process := self._process_of(rid)) is not None:
                 self._restart_soon(process, f"remote {remote.address} {why}")
 
@@ -494,6 +517,14 @@ class PoolService:
 
     async def _get_status(self, request: web.Request) -> web.Response:
         return web.Response(body=orjson.dumps(self.status()), content_type="application/json")
+
+
+def _pids(group: RemoteGroup) -> list[int | None]:
+    """Each remote's serving process, where the group knows it."""
+    if isinstance(group, LocalRemotes):
+        return [group.process_of(i).pid for i in range(len(group))]
+    placements = getattr(group, "placements", None)
+    return [p.pid for p in placements] if placements else [None] * len(group)
 
 
 class _NoneWarm(Exception):
