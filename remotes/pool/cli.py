@@ -53,6 +53,11 @@ def add_commands(sub: Any) -> None:
         help="keep the remotes on a Ray cluster, one actor each (ADDRESS: ray.init's; none: "
         "$RAY_ADDRESS or the cluster `ray start` started last); needs the ray extra",
     )
+    pool.add_argument(
+        "--docker", metavar="IMAGE", nargs="?", const="universe-remote:latest", default=None,
+        help="keep the remotes in containers of IMAGE (default universe-remote:latest), one each, "
+        "through Docker's CLI (podman's Docker API too); ports published on 127.0.0.1",
+    )
     pool.add_argument("--password", default=None, help=f"the pool's password (default: ${PASSWORD_ENV})")
     pool.add_argument("--tls-cert", default=None, help="serve HTTPS with this certificate (PEM)")
     pool.add_argument("--tls-key", default=None, help="the certificate's key (PEM)")
@@ -114,7 +119,7 @@ def _cmd_pool(args: argparse.Namespace) -> int:
             specs, host=args.host, port=args.port, password=args.password, ssl_context=ssl_context,
             ready=ready, deadline=args.deadline, max_age=args.max_age,
             nice=DEFAULT_NICE if args.nice is None else args.nice, health_interval=args.health_interval,
-            ray=args.ray,
+            ray=args.ray, docker=args.docker,
         )
 
     try:

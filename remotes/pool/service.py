@@ -38,6 +38,7 @@ import hmac
 import logging
 import os
 import secrets
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -182,13 +183,23 @@ class PoolService:
         deadline: float = DEFAULT_DEADLINE, max_age: float = DEFAULT_MAX_AGE,
         nice: int = DEFAULT_NICE, health_interval: float = HEALTH_INTERVAL,
         clock: Callable[[], float] = time.monotonic, ray: str | None = None,
+        docker: str | None = None,
     ) -> None:
         """``ray``: keep the remotes on a Ray cluster instead (``start_ray``'s address:
         "" for $RAY_ADDRESS or the cluster this process joined), one actor per remote,
         which the pool restarts itself (Ray's own restarts are off: a remote that comes
-        back elsewhere would hold a lease the pool no longer tracks)."""
+        back elsewhere would hold a lease the pool no longer tracks). ``docker``: keep them
+        in containers of this image instead (``start_docker``; podman through its Docker
+        API too), a container per remote."""
+        if ray is not None and docker is not None:
+            raise ValueError("a pool keeps its remotes on Ray or in containers, not both")
         self.specs = list(specs)
         self.ray = ray
+        self.docker = docker
+        #: Whether remotes have no local process the pool watches: health checks then
+        #: cover leased remotes too.
+        self.remote_processes = ray is None and docker is None
+        self._docker_runs = asyncio.Lock()  # start_docker picks free ports: one at a time
         self.table = PoolTable(deadline=deadline, max_age=max_age)
         self.password = password  # the pool's API password
         #: The remotes' password: every claim carries it, nobody else needs it.
@@ -211,8 +222,8 @@ class PoolService:
             log.warning("%s", warning)
         for spec in self.specs:
             lockstep = spec.kind.mode == "lockstep"
-            # (on Ray an actor is the unit of placement and restart: one remote each)
-            games = 1 if self.ray is not None else default_games_per_process(spec.size, lockstep=lockstep)
+            # (an actor or a container is the unit of placement and restart: one remote each)
+            games = default_games_per_process(spec.size, lockstep=lockstep) if self.remote_processes else 1
             processes = -(-spec.size // games)
             split = [spec.size // processes + (i < spec.size % processes) for i in range(processes)]
             for k in split:
@@ -250,14 +261,16 @@ class PoolService:
                 delay = min(delay * 2, MAX_RESTART_DELAY)
             try:
                 group = await self._launch(process)
-            except (RuntimeError, OSError, TimeoutError) as exc:
+            except (RuntimeError, OSError, TimeoutError, subprocess.SubprocessError) as exc:
                 process.restarts += 1
                 log.warning("a pool process of %s failed to start: %s", process.spec.kind.env_id, exc)
                 continue
             process.group = group
             now = self.clock()
-            for rid, address, pid in zip(process.remotes, group.addresses, _pids(group), strict=True):
-                self.table.started(rid, str(address), now, pid)
+            containers = getattr(group, "containers", None) or [None] * len(group)
+            for rid, address, pid, container in zip(process.remotes, group.addresses, _pids(group),
+                                                    containers, strict=True):
+                self.table.started(rid, str(address), now, pid, container)
             process.restarting = False
             log.info("warm: %s", ", ".join(str(a) for a in group.addresses))
             await self._notify()
@@ -273,6 +286,15 @@ class PoolService:
     async def _launch(self, process: _Process) -> RemoteGroup:
         """Start one process's remotes: local ``serve`` processes, or Ray actors."""
         kind = process.spec.kind
+        if self.docker is not None:
+            from ..containers import start_docker
+
+            async with self._docker_runs:
+                return await asyncio.to_thread(
+                    start_docker, kind.env_id, process.games, image=self.docker,
+                    password=self.remote_password, start_timeout=START_TIMEOUT,
+                    args=process.spec.serve_args(),
+                )
         if self.ray is None:
             return await astart_local(
                 kind.env_id, process.games, password=self.remote_password, start_timeout=START_TIMEOUT,
@@ -325,7 +347,7 @@ class PoolService:
             for rid, remote in list(self.table.remotes.items()):
                 due = now - checked.get(rid, remote.since) >= self.health_interval
                 # Warm remotes are checked; on Ray leased ones too (no process to watch).
-                checked_states = (Warmth.WARM,) if self.ray is None else (Warmth.WARM, Warmth.LEASED)
+                checked_states = (Warmth.WARM,) if self.remote_processes else (Warmth.WARM, Warmth.LEASED)
                 if remote.state in checked_states and due:
                     checked[rid] = now
                     self._spawn(self._check(rid))
@@ -349,7 +371,7 @@ class PoolService:
             if remote is None or remote.state not in (Warmth.WARM, Warmth.LEASED):
                 return
             why = f"failed its health check: {exc or type(exc).__name__}"
-            if remote.state is Warmth.LEASED:  # (Ray) its holder's lease ends, saying why
+            if remote.state is Warmth.LEASED:  # (Ray, containers) its holder's lease ends, saying why
                 self.table.died(rid, why, self.clock())
             else:
                 self.table.check_failed(rid, why, self.clock())

@@ -157,6 +157,7 @@ class PooledRemote:
     since: float = 0.0
     error: str | None = None
     pid: int | None = None
+    container: str | None = None
 
 
 @dataclass(slots=True)
@@ -199,9 +200,11 @@ class PoolTable:
         if new is not remote.state:
             remote.state, remote.since = new, now
 
-    def started(self, rid: int, address: str, now: float, pid: int | None = None) -> None:
+    def started(self, rid: int, address: str, now: float, pid: int | None = None,
+                container: str | None = None) -> None:
+        """The remote serves at ``address`` (its process ``pid``, or its ``container``)."""
         remote = self.remotes[rid]
-        remote.address, remote.error, remote.pid = address, None, pid
+        remote.address, remote.error, remote.pid, remote.container = address, None, pid, container
         self._fire(remote, Event.STARTED, now)
 
     def reset_done(self, rid: int, now: float) -> None:
@@ -352,7 +355,8 @@ class PoolTable:
             ],
             "remotes": [
                 {"id": r.id, "env_id": r.kind.env_id, "mode": r.kind.mode, "state": r.state.value,
-                 "address": r.address, "pid": r.pid, "for_s": round(now - r.since, 3), "error": r.error}
+                 "address": r.address, "pid": r.pid, "container": r.container,
+                 "for_s": round(now - r.since, 3), "error": r.error}
                 for r in self.remotes.values()
             ],
             "deadline_s": self.deadline,
