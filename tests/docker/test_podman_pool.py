@@ -64,7 +64,7 @@ SCRIPT = textwrap.dedent(
                 env.step([])
             victim = env.remote.name
             (container,) = [r["container"] for r in client.status()["remotes"] if r["address"] == victim]
-            out["victim"] = victim
+            out["victim"], out["victim_container"] = victim, container
             subprocess.run(["docker", "rm", "-f", container], capture_output=True, check=True)
             errors, back, end = [], None, time.monotonic() + 120
             while back is None and time.monotonic() < end:
@@ -79,7 +79,7 @@ SCRIPT = textwrap.dedent(
             env.close()
         wait(lambda: not client.status()["leases"] and client.status()["kinds"][0]["warm"] == 2,
              240, "the pool back to two warm containers")
-        out["final"] = [r["address"] for r in client.status()["remotes"]]
+        out["final"] = [r["container"] for r in client.status()["remotes"]]
         loop.call_soon_threadsafe(task.cancel)
         wait(task.done, 60, "the pool closed")
         out["left"] = len(subprocess.run(
@@ -100,6 +100,7 @@ def test_a_pool_in_containers_replaces_a_removed_one_and_its_holder_follows(imag
     assert out["errors"], "the holder was not told its container went"
     assert out["back"] is not None and out["back"] != out["victim"]
     assert out["steps_after"] == 10
-    assert out["victim"] not in out["final"] and len(out["final"]) == 2
+    # (a new container may publish the ports the removed one had)
+    assert out["victim_container"] not in out["final"] and len(set(out["final"])) == 2
     assert out["left"] == 0  # closing the pool removed its containers
     FIGURES.append(f"a pool of 2 Catch containers warm in {out['warm_s']:.1f} s")
