@@ -511,10 +511,14 @@ class PoolService:
         if refused is not None:
             return _error(web.HTTPTooManyRequests, refused)
         given = given_password(request.headers.get("Authorization"))
-        if given is None or not hmac.compare_digest(given.encode(), self.password.encode()):
-            self.throttle.failed(peer, "the pool port")
-            denied = _error(web.HTTPUnauthorized,
-                            "this pool needs its password: 'Authorization: Bearer PASSWORD'")
+        right = given is not None and hmac.compare_digest(given.encode(), self.password.encode())
+        if not right:
+            if given is None:  # no guess made (as OpenEnv's port): nothing compared or counted
+                self.throttle.abandoned(peer)
+            else:
+                self.throttle.failed(peer, "the pool port")
+            denied = _error(web.HTTPUnauthorized, "wrong password for this pool" if given is not None
+                            else "this pool needs its password: 'Authorization: Bearer PASSWORD'")
             denied.headers["WWW-Authenticate"] = 'Basic realm="universe-remote pool"'  # a browser asks
             return denied
         self.throttle.succeeded(peer)
