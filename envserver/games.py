@@ -43,10 +43,10 @@ from .config import EXIT_CANNOT_LISTEN, EXIT_REFUSED, EXIT_RUNTIME_FAILED, Serve
 from .ports import FLOAT_RANGE, REWARDER_BASE, VNC_BASE, Ports, busy_port_advice, choose_ports, is_free
 
 if TYPE_CHECKING:
+    from rewarder.throttle import AuthThrottle
     from rewarder.tls import ServerTLS
 
     from .remote import Remote
-    from .throttle import AuthThrottle
 
 log = logging.getLogger("universe-remote")
 
@@ -228,8 +228,7 @@ async def serve_games(
     :func:`~envserver.ports.choose_ports` chose (default: chosen here). ``started``
     hears the games' remotes once they serve (tests)."""
     from rewarder.shm import sweep
-
-    from .throttle import AuthThrottle
+    from rewarder.throttle import AuthThrottle
 
     if ports is None:
         ports = choose_ports(config.host, config.vnc_port, config.rewarder_port, config.http_port,

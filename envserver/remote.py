@@ -27,6 +27,7 @@ import numpy as np
 from rewarder.lograte import RateLimitedLog
 from rewarder.protocol import HEARTBEAT_INTERVAL, MAX_FPS, MIN_FPS
 from rewarder.server import RewarderServer
+from rewarder.throttle import AuthThrottle
 from runtimes import registry
 from runtimes.base import Runtime, StepResult
 from vncdriver.server import MAX_VIEWERS, VNCServer
@@ -45,7 +46,6 @@ from .restores import Restores
 from .rewarder_front import RewarderFront
 from .runtime_choice import construct
 from .state import Event, RemoteState, State
-from .throttle import AuthThrottle
 from .ticker import MAX_CATCH_UP_FRAMES, Ticker, shared_ticker
 from .version import PROTOCOLS, server_version
 

@@ -1,4 +1,5 @@
-"""The agent side's command: ``universe-remote play`` (run an agent on remotes)."""
+"""The agent side's commands: ``universe-remote play`` (run an agent on remotes), ``watch``
+and ``pool`` (a warm pool of remotes handed out as leases: :mod:`remotes.pool.cli`)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,9 @@ def add_commands(sub: Any) -> None:
         "http://127.0.0.1:PORT/; PORT defaults to 8700, 0 picks a free one",
     )
     player.set_defaults(func=_cmd_play)
+    from .pool.cli import add_commands as add_pool
+
+    add_pool(sub)
     watcher = sub.add_parser(
         "watch",
         help="watch a remote's screen in a window, zoomed (view only)",

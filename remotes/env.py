@@ -39,7 +39,7 @@ from rewarder.protocol import LOCKSTEP
 from runtimes.errors import UnknownEnvironment
 
 from .address import RemoteAddress
-from .group import RemoteGroup, follow
+from .group import RemoteGroup
 from .loop import LoopThread, shared_loop
 from .options import PAGE, WEB_ACTIONS, EnvOptions, check_env_id
 from .session import (
@@ -106,6 +106,17 @@ def spaces_differ(new: RemoteSnapshot, old: RemoteSnapshot) -> bool:
 CLOSE_TIMEOUT: Final = 10.0
 
 
+def claim_from_pool(address: Any, n: int, opts: EnvOptions) -> RemoteGroup | None:
+    """``n`` remotes leased from the pool ``address`` names (``pool://HOST:PORT``), or
+    None for any other address (:mod:`remotes.pool.client`)."""
+    from .pool.client import claim_remotes, is_pool
+
+    if not is_pool(address):
+        return None
+    return claim_remotes(address, n, opts.env_id, opts.mode, password=opts.password,
+                         tls_ca=None if opts.tls_ca is None else str(opts.tls_ca))
+
+
 def close_all(loop: LoopThread, core: Stepper | None, owned: Any) -> None:
     """From the agent's thread: close the stepper's connections (if ``core``), then stop
     what the env started (``owned``: local remotes or containers). Both envs' close()."""
@@ -154,7 +165,8 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         opts = EnvOptions.of(options, settings, password=password, fps=fps)
         self.options = opts
         self.mode, self.frameskip = opts.mode, opts.frameskip
-        group = address if isinstance(address, RemoteGroup) else None
+        pooled = claim_from_pool(address, 1, opts)
+        group = pooled or (address if isinstance(address, RemoteGroup) else None)
         if group is not None:  # its password, and where its remote is after a restart
             remotes, address_password = list(group.addresses), group.password
         else:
@@ -173,16 +185,23 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         self._closed = True  # until connected: close() has nothing to do
         #: What the agent's side keeps that a snapshot must carry (wrappers add theirs).
         self.snapshot_parts = AgentParts()
-        #: What this env started and stops on close (``gymnasium.make``'s local remotes).
-        self.owned: Any = None
+        #: What this env started and stops on close (``gymnasium.make``'s local remotes,
+        #: a pool's leases).
+        self.owned: Any = pooled
         self._loop = loop or shared_loop()
-        pw = opts.password if opts.password is not None else address_password
+        # (a pool's password is the pool's; its remotes' comes with the claim)
+        pw = address_password if pooled is not None or opts.password is None else opts.password
         (session,) = sessions(remotes, pw, opts)
         if group is not None:
-            follow(group, [session])
+            group.follow([session])
         self._core = Stepper([session], opts, self._loop)
         self._stepping = threading.Lock()  # one call at a time (threads queue up here)
-        (state,) = self._core.connect(opts.start_timeout + CONNECT_GRACE)
+        try:
+            (state,) = self._core.connect(opts.start_timeout + CONNECT_GRACE)
+        except BaseException:
+            if pooled is not None:
+                pooled.close()
+            raise
         self._closed = False
         try:  # a mistyped env_id= is refused here, not at the first reset()
             check_env_id(opts.env_id, [state.describe.get("env_id")])

@@ -23,6 +23,7 @@ import numpy as np
 from rewarder.protocol import HEARTBEAT_INTERVAL, LOCKSTEP
 from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED, EpisodeResult
 
+from .group import Unplaced
 from .session import RemoteSession, RemoteUnavailable, answers
 from .slot import Phase, Slot
 
@@ -78,7 +79,8 @@ class Faults:
                 ) from None
         session = slot.session
         if not came_back(task) or not session.connected or session.replaced:
-            await relocate(session)
+            if not await relocate(session):
+                raise RemoteUnavailable(session.name, f"has no remote to connect to ({slot.error})")
             await session.connect()
 
     def stalled(self, slot: Slot, now: float) -> bool:
@@ -146,6 +148,8 @@ class Faults:
         """End the slot's episode here (its last rewards included: ``result``, or popped
         now) and start bringing the remote back; the info of this step."""
         i, session = slot.index, slot.session
+        if session.on_lost is not None:
+            reason = session.on_lost(reason)
         if result is None and slot.phase is Phase.RUNNING:
             result = session.pop()
         info: dict[str, Any] = dict(result.info) if result is not None else {}
@@ -193,8 +197,7 @@ class Faults:
         False at once for a session another env replaced (its ``reset()`` takes it back)."""
         session = slot.session
         while not session.replaced:
-            await relocate(session)
-            if await answers(session.address):
+            if await relocate(session) and await answers(session.address):
                 return True
             await asyncio.sleep(RECONNECT_POLL)
         return False
@@ -238,8 +241,7 @@ class Faults:
         closing = asyncio.get_running_loop().create_task(session.close())
         try:
             while True:
-                await relocate(session)
-                if await answers(session.address):
+                if await relocate(session) and await answers(session.address):
                     try:
                         async with asyncio.timeout(RECONNECT_ATTEMPT_TIMEOUT):
                             await session.connect(start_timeout=RECONNECT_ATTEMPT_TIMEOUT)
@@ -268,19 +270,25 @@ class Faults:
             )
 
 
-async def relocate(session: RemoteSession) -> None:
+async def relocate(session: RemoteSession) -> bool:
     """Point a dropped session at where its remote is now, if it can move (a restarted
-    Ray actor serves on another node or other ports); a failed answer keeps the old one."""
+    Ray actor serves on another node or other ports, a pool lease was replaced); a failed
+    answer keeps the old one. False when the remote has no place now
+    (:class:`~remotes.group.Unplaced`: its pool lease ended): then dial nothing."""
     if session.locate is None:
-        return
+        return True
     try:
         address = await session.locate()
+    except Unplaced as exc:
+        log.info("remote %s: %s", session.name, exc)
+        return False
     except Exception as exc:  # the group could not say (yet): probe the old address
         log.debug("remote %s: where is it now? %s", session.name, exc)
-        return
+        return True
     if address != session.address:
         log.info("remote %s is now at %s", session.name, address)
         session.move(address)
+    return True
 
 
 def came_back(task: asyncio.Task[bool] | Future[bool] | None) -> bool:

@@ -15,6 +15,11 @@ if TYPE_CHECKING:
     from .session import RemoteSession
 
 
+class Unplaced(Exception):
+    """A group's remote has no address now (a pool lease ended and no other remote could
+    be claimed yet): probe nothing, ask again later."""
+
+
 class RemoteGroup:
     """Started remotes; :attr:`address` is their ``vnc://...`` address string."""
 
@@ -44,6 +49,11 @@ class RemoteGroup:
         :class:`~remotes.vector.RemoteVectorEnv` made from a group asks before each probe
         of a dropped remote."""
         return self.addresses[index]
+
+    def follow(self, sessions: Sequence[RemoteSession]) -> None:
+        """Have the sessions of an env made from this group follow its remotes
+        (:func:`follow`; a pool's leases also give each session its client id)."""
+        follow(self, sessions)
 
     def close(self) -> None:
         """Stop every remote (idempotent)."""

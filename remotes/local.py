@@ -405,6 +405,16 @@ def start_local(
     (in lockstep: one process per core); 1 gives each remote a process of its own.
     :meth:`LocalRemotes.kill` of one remote kills its process and its siblings.
     """
+    games = _checked(env_id, n, extra_args, games_per_process)
+    return shared_loop().run(
+        _start(env_id, n, password, fps, start_timeout, extra_args, nice, host, games),
+        start_timeout + 10
+    )
+
+
+def _checked(env_id: str, n: int, extra_args: Sequence[str], games_per_process: int | None) -> int:
+    """Games per process for ``start_local``'s arguments, or a ValueError/LookupError
+    saying what is wrong, before any process starts."""
     if not 1 <= n <= MAX_LOCAL_REMOTES:
         raise ValueError(f"n must be 1..{MAX_LOCAL_REMOTES}, not {n}")
     games = (
@@ -414,7 +424,15 @@ def start_local(
     if not 1 <= games <= MAX_GAMES_PER_PROCESS:
         raise ValueError(f"games_per_process must be 1..{MAX_GAMES_PER_PROCESS}, not {games}")
     registry.check(env_id, here=True)  # before any process starts: the closest ids, not a remote's log
-    return shared_loop().run(
-        _start(env_id, n, password, fps, start_timeout, extra_args, nice, host, games),
-        start_timeout + 10
-    )
+    return games
+
+
+async def astart_local(
+    env_id: str, n: int = 1, *, password: str | None = None, start_timeout: float = 30.0,
+    extra_args: Sequence[str] = (), nice: int = 0, games_per_process: int | None = None,
+) -> LocalRemotes:
+    """:func:`start_local` for a caller on its own event loop (the warm pool's service,
+    :mod:`remotes.pool.service`): the same processes, awaited there."""
+    games = _checked(env_id, n, extra_args, games_per_process)
+    async with asyncio.timeout(start_timeout + 10):
+        return await _start(env_id, n, password, None, start_timeout, extra_args, nice, "127.0.0.1", games)

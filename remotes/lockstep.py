@@ -122,8 +122,8 @@ class LockstepSteps:
         if probe is not None:
             probe.cancel()
         session = slot.session
-        if session.locate is not None:
-            lane.loop.run(relocate(session))
+        if session.locate is not None and not lane.loop.run(relocate(session)):
+            raise RemoteUnavailable(session.name, f"has no remote to connect to ({slot.error})")
         session.connect_here(lane.loop)
 
     def _back(self, slot: Slot, same_step: bool) -> bool:
@@ -137,8 +137,8 @@ class LockstepSteps:
         again, the slot idles) if that fails."""
         lane, session = self.lane, slot.session
         try:
-            if session.locate is not None:
-                lane.loop.run(relocate(session))
+            if session.locate is not None and not lane.loop.run(relocate(session)):
+                raise RemoteUnavailable(session.name, "has no remote to connect to yet")
             session.connect_here(lane.loop, RECONNECT_ATTEMPT_TIMEOUT)
             self.faults.check_size(session)
         except (RemoteUnavailable, ValueError) as exc:

@@ -16,6 +16,7 @@ import numpy as np
 
 from .group import RemoteGroup
 from .local import start_local
+from .pool.client import is_pool
 from .vector import RemoteVectorEnv
 
 #: Seconds between progress lines.
@@ -81,6 +82,7 @@ def play(
         env = RemoteVectorEnv(
             local if local is not None else remote,  # type: ignore[arg-type]
             password=password, fps=fps, env_id=env_id if local is None else None, tls_ca=tls_ca,
+            num_envs=n if is_pool(remote) else None,  # pool://: lease n remotes of env_id
         )
     except BaseException:
         if local is not None:

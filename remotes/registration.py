@@ -19,6 +19,8 @@ or, without the import, ``gym.make("remotes:universe-remote/builtin.Catch-v0")``
 (``frameskip``, ``repeat_action_probability``, ``full_action_space``) and build
 :class:`~remotes.ale.RemoteAtariEnv` / :class:`~remotes.ale.RemoteAtariVectorEnv`;
 ``render_mode="human"`` opens a window on each remote (:mod:`remotes.human`).
+``remotes="pool://HOST:PORT"`` leases them from a warm pool (:mod:`remotes.pool`),
+follows each lease to its replacement and releases them when the env closes;
 ``remotes=`` an int starts that many local remotes (1 for ``make``, ``num_envs`` for
 ``make_vec``) and stops them when the env closes; ``"ray:N"`` starts them as Ray actors
 (:func:`~remotes.ray.start_ray` on $RAY_ADDRESS's cluster, or a new local one) and
@@ -44,6 +46,7 @@ from .env import ENV_ID, RemoteEnv
 from .group import RemoteGroup
 from .local import start_local
 from .options import WEB_ACTIONS
+from .pool.client import claim_remotes, is_pool
 from .session import resolve_addresses
 from .vector import RemoteVectorEnv
 from .wrappers import DiscreteClicks, DiscreteKeys
@@ -139,17 +142,24 @@ def _serve_args(mode: str, options: dict[str, Any], render_mode: str | None) -> 
 
 def _addresses(
     env_id: str, remotes: int | str | Sequence[str], wanted: int, extra: list[str],
-    password: str | None,
+    password: str | None, mode: str = "realtime", options: dict[str, Any] | None = None,
 ) -> tuple[list[RemoteAddress], str | None, RemoteGroup | None]:
     """The ``wanted`` remotes ``remotes=`` names (started here, with ``serve`` arguments
-    ``extra``, if it is a number or ``ray:N``), their password, and the group started
-    here, to stop on close."""
+    ``extra``, if it is a number or ``ray:N``; leased, if it is ``pool://HOST:PORT``:
+    ``password`` is then the pool's), their password, and the group started or leased
+    here, to stop or release on close."""
     registry.check(env_id)  # before any process starts: the closest ids, not all of them
     if isinstance(remotes, bool) or not isinstance(remotes, int | str | list | tuple):
         raise TypeError(
             f"remotes must be a number of local remotes to start, 'ray:N' (N remotes on Ray), an address "
             f"('vnc://host:5900+15900') or a list of addresses, not {remotes!r}"
         )
+    if is_pool(remotes):
+        assert isinstance(remotes, str)
+        served = ale.serve_args(options or {})  # the pool's kinds name them as serve does
+        claim = dict(arg.split("=", 1) for arg in served[1::2])
+        pooled = claim_remotes(remotes, wanted, env_id, mode, claim or None, password)
+        return pooled.addresses, pooled.password, pooled
     if isinstance(remotes, str) and remotes.startswith(RAY_PREFIX):
         count = _ray_count(remotes)
         if count != wanted:
@@ -203,7 +213,7 @@ def make_env(
     """
     options = ale.runtime_options(env_id, kwargs)
     extra = _serve_args(mode, options, render_mode)
-    addresses, password, local = _addresses(env_id, remotes, 1, extra, password)
+    addresses, password, local = _addresses(env_id, remotes, 1, extra, password, mode, options)
     kind = RemoteAtariEnv if env_id.startswith("atari.") else RemoteEnv
     try:
         env = kind(
@@ -249,7 +259,7 @@ def make_vector_env(
     options = ale.runtime_options(env_id, kwargs)
     extra = _serve_args(mode, options, render_mode)
     addresses, password, local = _addresses(
-        env_id, num_envs if remotes is None else remotes, num_envs, extra, password
+        env_id, num_envs if remotes is None else remotes, num_envs, extra, password, mode, options
     )
     kind = RemoteAtariVectorEnv if env_id.startswith("atari.") else RemoteVectorEnv
     try:

@@ -216,6 +216,11 @@ class RemoteSession:
         #: Where the remote is now, for remotes that come back at another address (a
         #: restarted Ray actor): asked before each probe of a dropped remote.
         self.locate: Callable[[], Awaitable[RemoteAddress]] | None = None
+        #: The rewarder client id to connect with (a pool lease's; None: this process's).
+        self.client_id: str | None = None
+        #: Rewrites a loss's reason for ``info["remote.error"]`` (a pool lease says why
+        #: its remote went), or None.
+        self.on_lost: Callable[[str], str] | None = None
         self._blank: np.ndarray | None = None
         #: The newest episode id any connection of this session saw: a reset after a
         #: reconnect asks past it, so episode ids keep growing across a restarted remote.
@@ -353,7 +358,7 @@ class RemoteSession:
         )
 
     def _client_id(self) -> str:
-        return process_client_id() + ("" if not self.player else f":p{self.player}")
+        return (self.client_id or process_client_id()) + ("" if not self.player else f":p{self.player}")
 
     def _continue_episodes(self, rewarder: RewarderClient | BlockingRewarder) -> None:
         """Drop the new connection's news of older episodes and make the next reset's

@@ -45,8 +45,8 @@ from gymnasium.vector.utils import batch_space
 from runtimes.errors import UnknownEnvironment
 
 from .address import RemoteAddress
-from .env import CONNECT_GRACE, action_space, close_all, sessions, spaces_differ
-from .group import RemoteGroup, follow
+from .env import CONNECT_GRACE, action_space, claim_from_pool, close_all, sessions, spaces_differ
+from .group import RemoteGroup
 from .loop import LoopThread, shared_loop
 from .options import PAGE, WEB_ACTIONS, EnvOptions, check_env_id
 from .session import RemoteSession, RemoteSnapshot, resolve_addresses
@@ -130,6 +130,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         render_mode: str | None = None,
         loop: LoopThread | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        num_envs: int | None = None,
         **settings: Any,
     ) -> None:
         opts = EnvOptions.of(options, settings, password=password, fps=fps)
@@ -141,7 +142,14 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
                 "next episode by themselves; use NEXT_STEP or SAME_STEP"
             )
         self.mode, self.frameskip = opts.mode, opts.frameskip
-        group = addresses if isinstance(addresses, RemoteGroup) else None
+        if num_envs is not None and not isinstance(addresses, str):
+            raise ValueError(
+                "num_envs= is for a pool address (pool://HOST:PORT); other addresses name their remotes"
+            )
+        pooled = claim_from_pool(addresses, num_envs or 1, opts)
+        if pooled is None and num_envs is not None:
+            raise ValueError(f"num_envs= is for a pool address (pool://HOST:PORT), not {addresses!r}")
+        group = pooled or (addresses if isinstance(addresses, RemoteGroup) else None)
         if group is not None:
             remotes, address_password = list(group.addresses), group.password
         else:
@@ -165,16 +173,23 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         self._closed = True  # until connected: close() has nothing to do
         #: What the agent's side keeps that a snapshot must carry (wrappers add theirs).
         self.snapshot_parts = AgentParts()
-        #: What this env started and stops on close (``gymnasium.make_vec``'s local remotes).
-        self.owned: Any = None
+        #: What this env started and stops on close (``gymnasium.make_vec``'s local
+        #: remotes, a pool's leases).
+        self.owned: Any = pooled
         self._loop = loop or shared_loop()
-        pw = opts.password if opts.password is not None else address_password
+        # (a pool's password is the pool's; its remotes' comes with the claim)
+        pw = address_password if pooled is not None or opts.password is None else opts.password
         live = sessions(remotes, pw, opts)
         if group is not None:
-            follow(group, live)
+            group.follow(live)
         self._core = Stepper(live, opts, self._loop)
         self._stepping = threading.Lock()  # one call at a time (threads queue up here)
-        states = self._core.connect(opts.start_timeout + CONNECT_GRACE)
+        try:
+            states = self._core.connect(opts.start_timeout + CONNECT_GRACE)
+        except BaseException:
+            if pooled is not None:
+                pooled.close()
+            raise
         self._closed = False
         try:  # a mistyped env_id= is refused here, not at the first reset()
             check_env_id(opts.env_id, [s.describe.get("env_id") for s in states])

@@ -502,6 +502,10 @@ class BlockingRewarder(ClientState):
         if ws is None or sock is None:
             raise ConnectionClosed(f"{self.name}: not connected to {self.url}")
         if ws.state is not State.OPEN:
+            if ws.state is State.CLOSING:  # the remote said goodbye (read by the keeper)
+                reason = self._close_reason(ws)
+                self._lost(reason)
+                raise ConnectionClosed(f"{self.name}: {reason}")
             ws.send_text(data)  # websockets says what is wrong
             self._flush()
             return
@@ -578,9 +582,7 @@ class BlockingRewarder(ClientState):
         self._flush_quietly()  # pongs, close echoes
         if ws.state is State.CLOSED or not data:
             close = ws.close_rcvd
-            reason = f"the connection to {self.url} closed"
-            if close is not None:
-                reason += f" ({close.code} {close.reason})".rstrip()
+            reason = self._close_reason(ws)
             refused, self._refused = self._refused, None
             self._lost(reason)
             if refused is not None:
@@ -593,6 +595,14 @@ class BlockingRewarder(ClientState):
                 raise ws.handshake_exc
             raise ConnectionClosed(f"{self.name}: {reason}")
         return more
+
+    def _close_reason(self, ws: ClientProtocol) -> str:
+        """The loss's words: the connection closed, with the remote's code and reason."""
+        close = ws.close_rcvd
+        reason = f"the connection to {self.url} closed"
+        if close is not None:
+            reason += f" ({close.code} {close.reason})".rstrip()
+        return reason
 
     def _flush_quietly(self) -> None:
         try:

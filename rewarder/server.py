@@ -90,7 +90,7 @@ PLAYER: contextvars.ContextVar[int] = contextvars.ContextVar("player", default=0
 
 
 class AuthGuard(Protocol):
-    """Failed-password throttling shared by a remote's ports (``envserver.throttle``)."""
+    """Failed-password throttling shared by a remote's ports (``rewarder.throttle``)."""
 
     def refusal(self, address: str | None) -> str | None: ...
     def failed(self, address: str | None, where: str) -> None: ...

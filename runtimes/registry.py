@@ -19,6 +19,7 @@ run; ``tests/runtimes/test_registry.py`` keeps the two equal.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 from collections.abc import Callable, Iterable
@@ -172,8 +173,16 @@ def _atari_ids() -> list[str]:
     """One id per single-player ROM in the installed ale-py wheel (its ``roms/*.bin``),
     or, without ale-py, in the one :mod:`.known_names` lists (remotes elsewhere have it)."""
     package = _package_dir("ale_py")
-    roms = known_names.ATARI_ROMS if package is None else [p.stem for p in (package / "roms").glob("*.bin")]
-    return [atari_env_id(rom) for rom in roms if rom not in MULTIPLAYER_ROMS]
+    if package is None:
+        return [atari_env_id(rom) for rom in known_names.ATARI_ROMS if rom not in MULTIPLAYER_ROMS]
+    return list(_atari_ids_in(package))
+
+
+@functools.cache
+def _atari_ids_in(package: Path) -> tuple[str, ...]:
+    """An installed ale-py's ids, read once per process (below, ``_miniwob_ids_in``)."""
+    roms = (path.stem for path in (package / "roms").glob("*.bin"))
+    return tuple(atari_env_id(rom) for rom in roms if rom not in MULTIPLAYER_ROMS)
 
 
 def _miniwob_ids() -> list[str]:
@@ -182,7 +191,15 @@ def _miniwob_ids() -> list[str]:
     package = _package_dir("miniwob")
     if package is None:
         return [miniwob_env_id(f"{page}.html") for page in known_names.MINIWOB_PAGES]
-    return [miniwob_env_id(page.name) for page in (package / "html" / "miniwob").glob("*.html")]
+    return list(_miniwob_ids_in(package))
+
+
+@functools.cache
+def _miniwob_ids_in(package: Path) -> tuple[str, ...]:
+    """An installed miniwob's ids, read once per process: an agent asks the catalogue at
+    every env it makes, and scanning the wheel's folders cost ~10 ms each time (most of
+    a warm pool's claim -> first observation, issue 44)."""
+    return tuple(miniwob_env_id(page.name) for page in (package / "html" / "miniwob").glob("*.html"))
 
 
 def _x11_ids() -> list[str]:

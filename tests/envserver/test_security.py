@@ -17,10 +17,10 @@ import websockets
 from websockets.exceptions import InvalidStatus
 
 from envserver.remote import Remote
-from envserver.throttle import MAX_TRACKED, AuthThrottle
 from rewarder.client import RewarderClient
 from rewarder.errors import ConnectionClosed
 from rewarder.server import CLOSE_TIMEOUT, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT
+from rewarder.throttle import MAX_TRACKED, AuthThrottle
 from tests.conftest import StartRemote
 from vncdriver.client import VNCClient
 from vncdriver.errors import AuthenticationFailed, ServerRefused

@@ -1,12 +1,12 @@
 """The password throttle when an address is shared (issue 34): a right password from a
 frequent user must not hand a guesser at the same address fresh tries; time forgives a
-user's occasional typos and, later, the escalation (envserver/throttle.py's docstring)."""
+user's occasional typos and, later, the escalation (rewarder/throttle.py's docstring)."""
 
 from __future__ import annotations
 
 from typing import Final
 
-from envserver.throttle import ESCALATION_MEMORY, FAILURE_MEMORY, AuthThrottle
+from rewarder.throttle import ESCALATION_MEMORY, FAILURE_MEMORY, AuthThrottle
 
 SHARED: Final = "10.0.0.1"
 

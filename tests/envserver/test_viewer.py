@@ -34,7 +34,6 @@ from aiohttp.test_utils import make_mocked_request
 from envserver import viewer as viewer_module, viewer_auth
 from envserver.attached import HIGH_WATER, AttachedBridge
 from envserver.remote import Remote
-from envserver.throttle import AuthThrottle
 from envserver.viewer import (
     EXTENSION_ENCODINGS,
     MAX_VIEWERS,
@@ -43,6 +42,7 @@ from envserver.viewer import (
     credentials,
     find_novnc,
 )
+from rewarder.throttle import AuthThrottle
 from tests.conftest import StartRemote
 from tests.vncdriver.xserver import XDisplay, XServers, require, xservers_fixture  # noqa: F401
 from vncdriver.client_protocol import ClientProtocol, FramebufferUpdated

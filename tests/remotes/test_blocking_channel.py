@@ -6,6 +6,7 @@ and a step interrupted mid-flight is returned by the next one."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from remotes import RemoteEnv, RemoteVectorEnv, start_local
 from remotes.local import LocalRemotes
 from rewarder import keeper
 from rewarder.blocking import BlockingRewarder
-from rewarder.errors import Refused
+from rewarder.errors import ConnectionClosed, Refused
 from rewarder.server import CLOSE_TIMEOUT, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT
 
 #: Long enough that a connection nobody reads is dropped by the remote's keepalive.
@@ -180,3 +181,25 @@ def test_an_interrupted_vector_step_is_returned_by_the_next(catch: LocalRemotes)
         assert [int(f) for f in info["frame"]] == [f + 2 for f in frames_before]  # type: ignore[operator]
     finally:
         envs.close()
+
+
+def test_a_step_after_the_remote_closed_the_channel_is_a_lost_connection(catch: LocalRemotes) -> None:
+    """The remote closed the channel (a newer connection with its client id took the seat:
+    a warm pool taking its remote back) and the keeper read the close frame: the next
+    step's send is a ConnectionClosed the lockstep lane reports, not websockets' own
+    InvalidState escaping from env.step (seen with the pool, issue 44)."""
+    address = catch.addresses[1]
+    assert address.rewarder is not None
+    first = BlockingRewarder(address.rewarder, client_id="same-agent", local=False)
+    second = BlockingRewarder(address.rewarder, client_id="same-agent", local=False)
+    try:
+        first.connect()
+        second.connect()  # the remote closes `first` (4010, replaced)
+        readable, _, _ = select.select([first.fileno()], [], [], 10)
+        assert readable, "the remote never closed the first channel"
+        first.serve_idle()  # as the keeper would: the close frame is read
+        with pytest.raises(ConnectionClosed, match="replaced"):
+            first.send_step([], 1, "vnc")
+    finally:
+        first.close()
+        second.close()

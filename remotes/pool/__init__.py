@@ -1,0 +1,12 @@
+"""A pool of warm remotes handed out as leases (issue 44; docs/cluster.md, "A warm pool").
+
+``universe-remote pool ENV_ID --size N --port PORT`` keeps remotes warm
+(:mod:`remotes.pool.service`, around the sans-I/O lease table :mod:`remotes.pool.table`);
+agents claim them with ``pool://HOST:PORT`` addresses (:mod:`remotes.pool.client`).
+"""
+
+from .client import POOL_SCHEME, PoolClient, PooledRemotes, PoolError, claim_remotes, is_pool, parse_pool
+
+__all__ = [
+    "POOL_SCHEME", "PoolClient", "PoolError", "PooledRemotes", "claim_remotes", "is_pool", "parse_pool",
+]
