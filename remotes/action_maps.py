@@ -56,6 +56,15 @@ def key_events(held: frozenset[str], wanted: frozenset[str]) -> list[Event]:
     return events
 
 
+def press(
+    combos: Sequence[frozenset[str]], held: frozenset[str], action: Any
+) -> tuple[frozenset[str], list[Event]]:
+    """Action ``action`` of a key-combination space with ``held`` down: the keys it holds
+    and the events that get there (:func:`key_events`)."""
+    wanted = combos[int(action)]
+    return wanted, key_events(held, wanted)
+
+
 def click_points(points: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     if not points:
         raise ValueError("DiscreteClicks needs at least one point")

@@ -5,6 +5,10 @@ translated as the single-env wrapper would, into that env's list of VNC events.
 the same line works for one remote and for many. Held keys are tracked per env and
 forgotten when its episode ends: the remote releases everything at a reset, and under
 ``NEXT_STEP`` autoreset the step after an episode's end does not send that env's action.
+
+Each is an :class:`EachEnv`: it checks the batch once and overrides one hook,
+:meth:`EachEnv.env_action`, one env's action into its events, through the functions the
+single-env wrapper calls (:mod:`remotes.action_maps`).
 """
 
 from __future__ import annotations
@@ -26,14 +30,48 @@ from .action_maps import (
     held_keys,
     keep_with_snapshots,
     key_combos,
-    key_events,
     pointer_box,
     pointer_events,
+    press,
     screen_size,
 )
 
 
-class VectorDiscreteKeys(VectorActionWrapper):  # type: ignore[type-arg]
+class EachEnv(VectorActionWrapper):  # type: ignore[type-arg]
+    """A vector action wrapper that translates each env's action on its own: a subclass
+    sets its spaces with :meth:`_batch` and overrides :meth:`env_action`; :meth:`actions`
+    splits the batch (:meth:`_rows`, checked) and asks it env by env."""
+
+    def _batch(self, single: spaces.Discrete | spaces.Box) -> None:
+        """``single`` for one env, and the batch's space of ``num_envs`` of them."""
+        self.single_action_space = single
+        n = self.num_envs
+        if isinstance(single, spaces.Box):
+            self.action_space = spaces.Box(
+                np.tile(single.low, (n, 1)), np.tile(single.high, (n, 1)), dtype=np.float32)
+        else:
+            self.action_space = spaces.MultiDiscrete([int(single.n)] * n)
+
+    def _rows(self, actions: Any) -> Sequence[Any]:
+        """One action per env (a ValueError names a batch of another shape)."""
+        chosen = np.asarray(actions).reshape(-1)
+        if chosen.shape != (self.num_envs,) or not self._allowed(chosen):
+            raise ValueError(f"actions {actions!r} are not in {self.action_space}")
+        return chosen.tolist()  # type: ignore[no-any-return]
+
+    def _allowed(self, chosen: np.ndarray) -> bool:
+        """Whether a batch of the right shape may be sent (each env's own check aside)."""
+        return True
+
+    def actions(self, actions: Any) -> list[list[Event]]:
+        return [self.env_action(i, action) for i, action in enumerate(self._rows(actions))]
+
+    def env_action(self, index: int, action: Any) -> list[Event]:
+        """Env ``index``'s action as its VNC events."""
+        raise NotImplementedError
+
+
+class VectorDiscreteKeys(EachEnv):
     """``MultiDiscrete([len(combos)] * num_envs)``: env *i*'s action holds ``combos[a_i]``.
     Each env's held keys go with its snapshots (``clone_state``, ``set_states``, ``fork``)."""
 
@@ -44,8 +82,7 @@ class VectorDiscreteKeys(VectorActionWrapper):  # type: ignore[type-arg]
         super().__init__(env)
         self.combos = key_combos(combos)
         n = self.num_envs
-        self.single_action_space = spaces.Discrete(len(self.combos))
-        self.action_space = spaces.MultiDiscrete([len(self.combos)] * n)
+        self._batch(spaces.Discrete(len(self.combos)))
         self._held = [frozenset[str]()] * n
         self._resetting = np.zeros(n, bool)
         self._next_step = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) in (
@@ -71,19 +108,14 @@ class VectorDiscreteKeys(VectorActionWrapper):  # type: ignore[type-arg]
         self._resetting[:] = False
         return super().reset(**kwargs)
 
-    def actions(self, actions: Any) -> list[list[Event]]:
-        chosen = np.asarray(actions).reshape(-1)
-        if chosen.shape != (self.num_envs,) or not self.action_space.contains(chosen.astype(np.int64)):
-            raise ValueError(f"actions {actions!r} are not in {self.action_space}")
-        out: list[list[Event]] = []
-        for i, action in enumerate(chosen.tolist()):
-            if self._resetting[i]:  # this step resets env i and drops its action
-                out.append([])
-                continue
-            wanted = self.combos[action]
-            out.append(key_events(self._held[i], wanted))
-            self._held[i] = wanted
-        return out
+    def _allowed(self, chosen: np.ndarray) -> bool:
+        return self.action_space.contains(chosen.astype(np.int64))
+
+    def env_action(self, index: int, action: Any) -> list[Event]:
+        if self._resetting[index]:  # this step resets env i and drops its action
+            return []
+        self._held[index], events = press(self.combos, self._held[index], action)
+        return events
 
     def step(self, actions: Any) -> Any:
         obs, rewards, terminated, truncated, infos = super().step(actions)
@@ -94,7 +126,7 @@ class VectorDiscreteKeys(VectorActionWrapper):  # type: ignore[type-arg]
         return obs, rewards, terminated, truncated, infos
 
 
-class VectorDiscreteClicks(VectorActionWrapper):  # type: ignore[type-arg]
+class VectorDiscreteClicks(EachEnv):
     """``MultiDiscrete([len(points)] * num_envs)``: env *i* clicks at ``points[a_i]``; with
     ``noop=True``, ``MultiDiscrete([len(points) + 1] * num_envs)``: 0 sends env *i*
     nothing, ``a_i > 0`` clicks at ``points[a_i - 1]``."""
@@ -105,28 +137,25 @@ class VectorDiscreteClicks(VectorActionWrapper):  # type: ignore[type-arg]
     ) -> None:
         super().__init__(env)
         self.points, self.button, self.noop = click_points(points), button, noop
-        self.single_action_space = single = click_space(self.points, noop)
-        self.action_space = spaces.MultiDiscrete([int(single.n)] * self.num_envs)
+        self._batch(click_space(self.points, noop))
 
-    def actions(self, actions: Any) -> list[list[Event]]:
-        chosen = np.asarray(actions).reshape(-1)
-        if chosen.shape != (self.num_envs,):
-            raise ValueError(f"actions {actions!r} are not in {self.action_space}")
-        return [click_action(self.points, self.button, self.noop, a) for a in chosen.tolist()]
+    def env_action(self, index: int, action: Any) -> list[Event]:
+        return click_action(self.points, self.button, self.noop, action)
 
 
-class VectorPointerBox(VectorActionWrapper):  # type: ignore[type-arg]
+class VectorPointerBox(EachEnv):
     """``Box`` of shape (num_envs, 3): env *i* moves to (x, y), button down while > 0.5."""
 
     def __init__(self, env: gymnasium.vector.VectorEnv) -> None:
         super().__init__(env)
         screen = getattr(env.unwrapped, "screen_space", None)  # (a Dict observation's screen)
         height, width = screen.shape[:2] if screen is not None else screen_size(env)
-        self.single_action_space = box = pointer_box(height, width)
-        n = self.num_envs
-        self.action_space = spaces.Box(np.tile(box.low, (n, 1)), np.tile(box.high, (n, 1)), dtype=np.float32)
+        self._batch(pointer_box(height, width))
 
-    def actions(self, actions: Any) -> list[list[Event]]:
+    def _rows(self, actions: Any) -> Sequence[Any]:
+        return np.asarray(actions, np.float32).reshape(self.num_envs, 3)  # type: ignore[return-value]
+
+    def env_action(self, index: int, action: Any) -> list[Event]:
         box = self.single_action_space
         assert isinstance(box, spaces.Box)
-        return [pointer_events(box, a) for a in np.asarray(actions, np.float32).reshape(self.num_envs, 3)]
+        return pointer_events(box, action)

@@ -6,13 +6,14 @@ Holds :class:`DiscreteKeys` (``Discrete(n)`` -> a held key combination),
 :class:`PointerBox` (``Box`` (x, y, button) -> pointer moves and clicks). Each overrides
 gymnasium's one hook, :meth:`action`. Given a :class:`~remotes.vector.RemoteVectorEnv`
 (any gymnasium ``VectorEnv``) each gives its vector form instead
-(:mod:`remotes.vector_wrappers`), which translates every env's action the same way.
+(:mod:`remotes.vector_wrappers`, named by ``vector_form``), which translates every env's
+action the same way, through the same functions (:mod:`remotes.action_maps`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
@@ -29,23 +30,28 @@ from .action_maps import (
     held_keys,
     keep_with_snapshots,
     key_combos,
-    key_events,
     pointer_box,
     pointer_events,
+    press,
     screen_size,
 )
 
 __all__ = ["NOOP", "DiscreteClicks", "DiscreteKeys", "PointerBox"]
 
 
-def _vector_form(name: str, env: Any) -> type | None:
-    """The vector wrapper class for ``env`` if it is a vector env (else None)."""
-    if isinstance(env, gymnasium.vector.VectorEnv):
-        return getattr(vector_wrappers, name)  # type: ignore[no-any-return]
-    return None
+class _OneOrMany:
+    """Made over a vector env, a wrapper is its vector form instead (``vector_form``, a
+    class of :mod:`remotes.vector_wrappers`), so one line serves one remote and many."""
+
+    vector_form: ClassVar[str]
+
+    def __new__(cls, env: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(env, gymnasium.vector.VectorEnv):
+            return getattr(vector_wrappers, cls.vector_form)(env, *args, **kwargs)
+        return super().__new__(cls)
 
 
-class DiscreteKeys(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]]):
+class DiscreteKeys(_OneOrMany, gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]]):
     """``Discrete(len(combos))``: action *i* holds exactly the keys of ``combos[i]``.
 
     Keys stay held across steps while the chosen combination keeps them, as a player's
@@ -57,10 +63,7 @@ class DiscreteKeys(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]]):
 
     #: Its part of a snapshot (:class:`~remotes.states.SnapshotPart`).
     snapshot_name = HELD_KEYS
-
-    def __new__(cls, env: Any, *args: Any, **kwargs: Any) -> Any:
-        vector = _vector_form("VectorDiscreteKeys", env)
-        return vector(env, *args, **kwargs) if vector else super().__new__(cls)
+    vector_form = "VectorDiscreteKeys"
 
     def __init__(self, env: gymnasium.Env[Any, Any], combos: Sequence[Sequence[str]]) -> None:
         super().__init__(env)
@@ -82,13 +85,11 @@ class DiscreteKeys(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]]):
     def action(self, action: np.int64 | int) -> list[Event]:
         if not self.action_space.contains(np.int64(action)):
             raise ValueError(f"action {action!r} is not in {self.action_space}")
-        wanted = self.combos[int(action)]
-        events = key_events(self._held, wanted)
-        self._held = wanted
+        self._held, events = press(self.combos, self._held, action)
         return events
 
 
-class DiscreteClicks(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]]):
+class DiscreteClicks(_OneOrMany, gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]]):
     """``Discrete(len(points))``: action *i* clicks the left button at ``points[i]``.
 
     With ``noop=True`` it is ``Discrete(len(points) + 1)``: action :data:`NOOP` (0) sends
@@ -97,9 +98,7 @@ class DiscreteClicks(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]])
     spreads the points over the screen.
     """
 
-    def __new__(cls, env: Any, *args: Any, **kwargs: Any) -> Any:
-        vector = _vector_form("VectorDiscreteClicks", env)
-        return vector(env, *args, **kwargs) if vector else super().__new__(cls)
+    vector_form = "VectorDiscreteClicks"
 
     def __init__(
         self, env: gymnasium.Env[Any, Any], points: Sequence[tuple[int, int]], button: int = 1,
@@ -120,12 +119,10 @@ class DiscreteClicks(gymnasium.ActionWrapper[np.ndarray, np.int64, list[Event]])
         return click_action(self.points, self.button, self.noop, action)
 
 
-class PointerBox(gymnasium.ActionWrapper[np.ndarray, np.ndarray, list[Event]]):
+class PointerBox(_OneOrMany, gymnasium.ActionWrapper[np.ndarray, np.ndarray, list[Event]]):
     """``Box(low=[0, 0, 0], high=[W-1, H-1, 1])``: move to (x, y), button down while > 0.5."""
 
-    def __new__(cls, env: Any, *args: Any, **kwargs: Any) -> Any:
-        vector = _vector_form("VectorPointerBox", env)
-        return vector(env, *args, **kwargs) if vector else super().__new__(cls)
+    vector_form = "VectorPointerBox"
 
     def __init__(self, env: gymnasium.Env[Any, Any]) -> None:
         super().__init__(env)

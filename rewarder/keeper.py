@@ -5,9 +5,9 @@ its remote only when it steps; between steps (a learner's update can take minute
 connection still gets the remote's WebSocket pings, one a second, and the remote drops a
 client that leaves one unanswered for ``KEEPALIVE_TIMEOUT`` (1.5 s). Every
 :data:`KEEP_INTERVAL` this thread asks each watched connection that nobody is using to
-read what arrived (:meth:`~.blocking.BlockingRewarder.serve_idle`: websockets' protocol
-queues the pongs, describes and rewards are filed). A connection in use is skipped: its
-user reads it.
+read what arrived (its ``serve_idle``, :class:`Idle`; :class:`~.blocking.BlockingRewarder`
+is the one kind: websockets' protocol queues the pongs, describes and rewards are
+filed). A connection in use is skipped: its user reads it.
 
 So the remote tells a thinking agent from a hung one by its process, not its main
 thread: a process that runs (this thread included) answers; a stopped or hung process
@@ -22,24 +22,29 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import TYPE_CHECKING, Final
-
-if TYPE_CHECKING:
-    from .blocking import BlockingRewarder
+from typing import Final, Protocol
 
 #: Seconds between two rounds of the keeper: well under the remote's keepalive timeout
 #: (1.5 s after a ping), so a ping waits at most this long for its pong.
 KEEP_INTERVAL: Final = 0.25
 
 
+class Idle(Protocol):
+    """What the keeper calls on a watched connection (the blocking channel imports this
+    module, never the other way)."""
+
+    def serve_idle(self) -> None:
+        """If nobody uses the connection, read what arrived; never wait for its lock."""
+
+
 class _Keeper:
     def __init__(self) -> None:
-        self.channels: weakref.WeakSet[BlockingRewarder] = weakref.WeakSet()
+        self.channels: weakref.WeakSet[Idle] = weakref.WeakSet()
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
 
-    def watch(self, channel: BlockingRewarder) -> None:
+    def watch(self, channel: Idle) -> None:
         with self.lock:
             self.channels.add(channel)
             if self.thread is None:
@@ -48,7 +53,7 @@ class _Keeper:
                 )
                 self.thread.start()
 
-    def forget(self, channel: BlockingRewarder) -> None:
+    def forget(self, channel: Idle) -> None:
         with self.lock:
             self.channels.discard(channel)
 
@@ -64,12 +69,12 @@ class _Keeper:
 _keeper = _Keeper()
 
 
-def watch(channel: BlockingRewarder) -> None:
+def watch(channel: Idle) -> None:
     """Keep ``channel`` alive while it is idle (until :func:`forget`)."""
     _keeper.watch(channel)
 
 
-def forget(channel: BlockingRewarder) -> None:
+def forget(channel: Idle) -> None:
     _keeper.forget(channel)
 
 

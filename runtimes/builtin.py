@@ -4,7 +4,8 @@ Holds :class:`Catch` (``builtin.Catch-v0``, played with the keyboard), :class:`C
 (``builtin.ClickTarget-v0``, played with the mouse) and :data:`RUNTIMES`, the table
 ``runtimes.registry`` reads.
 
-Every rule is a module-level constant below. Both games are deterministic under a seed
+Every rule is a module-level constant of :mod:`.builtin_rules` (re-exported here), the
+colours are below. Both games are deterministic under a seed
 (same seed and same events, same frames and rewards), draw into their framebuffer in place
 with numpy slices, and keep answering ``done`` after the episode ends until the next
 :meth:`~runtimes.base.Runtime.reset`. Scores and lives are drawn as pips, not digits;
@@ -22,38 +23,38 @@ import numpy as np
 
 from . import builtin_state
 from .base import InputEvent, KeyEvent, PointerEvent, Runtime, StepResult, check_frames
+from .builtin_rules import (
+    CATCH_BALL_MAX_SPEED,
+    CATCH_BALL_SIZE,
+    CATCH_BALL_SPEED,
+    CATCH_BALL_SPEEDUP,
+    CATCH_HEIGHT,
+    CATCH_HUD_HEIGHT,
+    CATCH_MAX_FRAMES,
+    CATCH_MAX_MISSES,
+    CATCH_PADDLE_HEIGHT,
+    CATCH_PADDLE_SPEED,
+    CATCH_PADDLE_WIDTH,
+    CATCH_PADDLE_Y,
+    CATCH_REWARD_CAUGHT,
+    CATCH_REWARD_MISSED,
+    CATCH_SPAWN_DELAY,
+    CATCH_WIDTH,
+    CLICK_BUTTON,
+    CLICK_HEIGHT,
+    CLICK_HUD_HEIGHT,
+    CLICK_MAX_FRAMES,
+    CLICK_MAX_MISSES,
+    CLICK_REWARD_HIT,
+    CLICK_REWARD_MISSED,
+    CLICK_TARGET_FRAMES,
+    CLICK_TARGET_SIZE,
+    CLICK_WIDTH,
+)
 from .damage import Damage, Rect, clip, restore
 from .duel import Duel
 
 Colour = tuple[int, int, int]
-
-# Catch: rules ---------------------------------------------------------------------------
-
-#: Screen size of an Atari 2600 frame, so Catch looks and scales like the Atari games.
-CATCH_WIDTH: Final = 160
-CATCH_HEIGHT: Final = 210
-#: Rows above the playfield holding the lives, catches and time indicators.
-CATCH_HUD_HEIGHT: Final = 22
-CATCH_PADDLE_WIDTH: Final = 20
-CATCH_PADDLE_HEIGHT: Final = 4
-#: Top row of the paddle; the rows below it are where a missed ball falls out.
-CATCH_PADDLE_Y: Final = CATCH_HEIGHT - 16
-#: Pixels the paddle moves per frame while Left or Right is held (or was tapped).
-CATCH_PADDLE_SPEED: Final = 3
-CATCH_BALL_SIZE: Final = 6
-#: Pixels per frame the ball falls at first: about 2 s from top to paddle at 60 fps.
-CATCH_BALL_SPEED: Final = 1.5
-#: Each catch makes the next balls this much faster, up to CATCH_BALL_MAX_SPEED, which
-#: still leaves the paddle time to cross the whole screen (47 frames) before the ball lands.
-CATCH_BALL_SPEEDUP: Final = 0.05
-CATCH_BALL_MAX_SPEED: Final = 2.5
-#: Frames between a ball being caught or missed and the next one appearing.
-CATCH_SPAWN_DELAY: Final = 30
-CATCH_REWARD_CAUGHT: Final = 1.0
-CATCH_REWARD_MISSED: Final = -1.0
-#: The episode ends at this many misses, or after CATCH_MAX_FRAMES (60 s at 60 fps).
-CATCH_MAX_MISSES: Final = 5
-CATCH_MAX_FRAMES: Final = 60 * 60
 
 # Catch: colours -------------------------------------------------------------------------
 
@@ -68,24 +69,6 @@ CATCH_LINE_COLOUR: Final[Colour] = (60, 64, 90)
 
 #: Key -> paddle direction.
 _CATCH_DIRECTIONS: Final = {"Left": -1, "Right": 1}
-
-# ClickTarget: rules ---------------------------------------------------------------------
-
-CLICK_WIDTH: Final = 320
-CLICK_HEIGHT: Final = 240
-#: Rows above the playfield holding the lives, hits and target-time indicators.
-CLICK_HUD_HEIGHT: Final = 20
-#: Diameter of the target disc; a click counts on the disc's own pixels, not its box.
-CLICK_TARGET_SIZE: Final = 24
-#: Frames a target waits for its click before it jumps elsewhere, counting a miss (2 s).
-CLICK_TARGET_FRAMES: Final = 120
-CLICK_REWARD_HIT: Final = 1.0
-CLICK_REWARD_MISSED: Final = -1.0
-#: The episode ends at this many misses, or after CLICK_MAX_FRAMES (60 s at 60 fps).
-CLICK_MAX_MISSES: Final = 5
-CLICK_MAX_FRAMES: Final = 60 * 60
-#: Bit of ``PointerEvent.buttonmask`` that clicks: the left button.
-CLICK_BUTTON: Final = 1
 
 # ClickTarget: colours -------------------------------------------------------------------
 
@@ -380,8 +363,8 @@ class Catch(_Game):
         self.ball_speed = min(
             CATCH_BALL_SPEED + CATCH_BALL_SPEEDUP * self.catches, CATCH_BALL_MAX_SPEED
         )
-        self._ball_below_paddle = False
-        self._spawn_in = 0
+        self.ball_below_paddle = False
+        self.spawn_in = 0
 
     def held_input(self) -> tuple[frozenset[str], tuple[int, int, int]]:
         return frozenset(self.held), (0, 0, 0)
@@ -411,13 +394,13 @@ class Catch(_Game):
 
         reward = 0.0
         if self.ball_x is None:
-            self._spawn_in -= 1
-            if self._spawn_in <= 0:
+            self.spawn_in -= 1
+            if self.spawn_in <= 0:
                 self._spawn()
         else:
             self.ball_y += self.ball_speed
             bottom = self.ball_y + CATCH_BALL_SIZE
-            if not self._ball_below_paddle and bottom >= CATCH_PADDLE_Y:
+            if not self.ball_below_paddle and bottom >= CATCH_PADDLE_Y:
                 if (
                     self.ball_x < self.paddle_x + CATCH_PADDLE_WIDTH
                     and self.ball_x + CATCH_BALL_SIZE > self.paddle_x
@@ -426,13 +409,13 @@ class Catch(_Game):
                     self.catches += 1
                     self.ball_x = None
                 else:
-                    self._ball_below_paddle = True  # too late now: it falls past the paddle
+                    self.ball_below_paddle = True  # too late now: it falls past the paddle
             if self.ball_x is not None and self.ball_y >= CATCH_HEIGHT:
                 reward = CATCH_REWARD_MISSED
                 self.misses += 1
                 self.ball_x = None
             if self.ball_x is None:
-                self._spawn_in = CATCH_SPAWN_DELAY
+                self.spawn_in = CATCH_SPAWN_DELAY
 
         self._tick()
         return reward

@@ -3,19 +3,33 @@ included, so a restored game plays on exactly as it would have (docs/snapshots.m
 
 Holds :data:`CATCH_LAYOUT` / :data:`CLICK_LAYOUT` and, for each game, the function that
 reads its state into fields and the one that checks fields and sets them back. The frame
-is not saved: it is a function of these fields, and a restore draws it whole.
+is not saved: it is a function of these fields, and a restore draws it whole. The games
+(:mod:`.builtin`) import this module; it knows them only as :class:`CatchGame` and
+:class:`ClickGame`, the fields it reads and sets, and their rules from :mod:`.builtin_rules`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
+import numpy as np
+
+from .builtin_rules import (
+    CATCH_BALL_MAX_SPEED,
+    CATCH_BALL_SIZE,
+    CATCH_HEIGHT,
+    CATCH_PADDLE_WIDTH,
+    CATCH_SPAWN_DELAY,
+    CATCH_WIDTH,
+    CLICK_HEIGHT,
+    CLICK_HUD_HEIGHT,
+    CLICK_TARGET_FRAMES,
+    CLICK_TARGET_SIZE,
+    CLICK_WIDTH,
+)
 from .errors import BadSnapshot
 from .state_codec import StateLayout, check_range, pack_rng, rng_fields, unpack_rng
-
-if TYPE_CHECKING:
-    from .builtin import Catch, ClickTarget
 
 #: A snapshot never outlives a change of these rules unnoticed: bump the layout version
 #: when a field is added, removed or means something else.
@@ -38,39 +52,69 @@ _HELD_BITS: Final = {"Left": 1, "Right": 2}
 _MAX_POINTER: Final = 65535
 
 
-def _common(game: Any) -> dict[str, Any]:
+class _Game(Protocol):
+    """What both games' snapshots hold: the generator, the episode's clock and misses."""
+
+    rng: np.random.Generator
+    frame: int
+    misses: int
+    done: bool
+
+    @property
+    def env_id(self) -> str: ...
+    @property
+    def max_episode_frames(self) -> int: ...
+    @property
+    def max_misses(self) -> int: ...
+
+
+class CatchGame(_Game, Protocol):
+    """The fields of :class:`~.builtin.Catch` its snapshot reads and sets."""
+
+    held: set[str]
+    catches: int
+    paddle_x: int
+    ball_x: int | None
+    ball_y: float
+    ball_speed: float
+    ball_below_paddle: bool
+    spawn_in: int
+
+
+class ClickGame(_Game, Protocol):
+    """The fields of :class:`~.builtin.ClickTarget` its snapshot reads and sets."""
+
+    hits: int
+    pointer: tuple[int, int]
+    buttonmask: int
+    target: tuple[int, int]
+    target_age: int
+
+
+def _common(game: _Game) -> dict[str, Any]:
     return {**pack_rng(game.rng), "frame": game.frame, "misses": game.misses, "done": game.done}
 
 
-def _load_common(game: Any, fields: dict[str, Any]) -> None:
+def _load_common(game: _Game, fields: dict[str, Any]) -> None:
     check_range("frame", fields["frame"], 0, game.max_episode_frames)
     check_range("misses", fields["misses"], 0, game.max_misses)
     game.rng = unpack_rng(fields)
     game.frame, game.misses, game.done = fields["frame"], fields["misses"], fields["done"]
 
 
-def catch_state(game: Catch) -> bytes:
+def catch_state(game: CatchGame) -> bytes:
     held = sum(bit for key, bit in _HELD_BITS.items() if key in game.held)
     has_ball = game.ball_x is not None
     return CATCH_LAYOUT.pack({
         **_common(game), "held": held, "catches": game.catches, "paddle_x": game.paddle_x,
         "has_ball": has_ball, "ball_x": game.ball_x if has_ball else 0,
         "ball_y": game.ball_y, "ball_speed": game.ball_speed,
-        "below_paddle": game._ball_below_paddle, "spawn_in": game._spawn_in,
+        "below_paddle": game.ball_below_paddle, "spawn_in": game.spawn_in,
     })
 
 
-def load_catch(game: Catch, data: bytes) -> None:
+def load_catch(game: CatchGame, data: bytes) -> None:
     """Set ``game`` to the state ``data`` holds, every field checked before any is set."""
-    from .builtin import (
-        CATCH_BALL_MAX_SPEED,
-        CATCH_BALL_SIZE,
-        CATCH_HEIGHT,
-        CATCH_PADDLE_WIDTH,
-        CATCH_SPAWN_DELAY,
-        CATCH_WIDTH,
-    )
-
     f = CATCH_LAYOUT.unpack(data, game.env_id)
     if f["held"] & ~3:
         raise BadSnapshot(f"held must be a mask of Left (1) and Right (2), not {f['held']}")
@@ -87,10 +131,10 @@ def load_catch(game: Catch, data: bytes) -> None:
     game.catches, game.paddle_x = f["catches"], f["paddle_x"]
     game.ball_x = f["ball_x"] if f["has_ball"] else None
     game.ball_y, game.ball_speed = f["ball_y"], f["ball_speed"]
-    game._ball_below_paddle, game._spawn_in = f["below_paddle"], f["spawn_in"]
+    game.ball_below_paddle, game.spawn_in = f["below_paddle"], f["spawn_in"]
 
 
-def click_state(game: ClickTarget) -> bytes:
+def click_state(game: ClickGame) -> bytes:
     return CLICK_LAYOUT.pack({
         **_common(game), "hits": game.hits, "pointer_x": game.pointer[0],
         "pointer_y": game.pointer[1], "buttonmask": game.buttonmask,
@@ -98,10 +142,8 @@ def click_state(game: ClickTarget) -> bytes:
     })
 
 
-def load_click(game: ClickTarget, data: bytes) -> None:
+def load_click(game: ClickGame, data: bytes) -> None:
     """Set ``game`` to the state ``data`` holds, every field checked before any is set."""
-    from .builtin import CLICK_HEIGHT, CLICK_HUD_HEIGHT, CLICK_TARGET_FRAMES, CLICK_TARGET_SIZE, CLICK_WIDTH
-
     f = CLICK_LAYOUT.unpack(data, game.env_id)
     check_range("pointer_x", f["pointer_x"], 0, _MAX_POINTER)
     check_range("pointer_y", f["pointer_y"], 0, _MAX_POINTER)

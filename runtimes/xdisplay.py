@@ -2,12 +2,12 @@
 
 Holds :class:`XvncDisplay` (an Xvnc server on a free display number, bound to the
 remote's host and VNC port, and the X programs started on it), :class:`XProgram` (one such
-program and its process group), :class:`ProgramMissing`, :func:`find_program` and the
-limits of starting and stopping; and the steps an X server's start is made of, for any X
-server (the tests start Xvfb and x11vnc with them): :func:`start_process`,
-:func:`start_x_server`, :func:`read_display_number`, :func:`wait_listening`,
-:func:`stop_group`, :func:`free_port`, :func:`log_tail`, and
-:func:`death_signal_prefix` (how a program dies with the remote).
+program and its process group) and the limits of starting Xvnc. The steps an X server's
+start is made of, for any X server, and how the remote starts and stops any program are
+:mod:`.xprocess`'s (:func:`~.xprocess.start_process`, :func:`~.xprocess.start_x_server`,
+:func:`~.xprocess.read_display_number`, :func:`~.xprocess.wait_listening`,
+:func:`~.xprocess.stop_group`, :func:`~.xprocess.find_program`,
+:class:`~.xprocess.ProgramMissing`, ...), re-exported here as they were before.
 
 A runtime's display listens on a Unix socket only (``unix_socket=True``: ``-rfbunixpath``
 in a private directory, mode 0600, no TCP port): the remote reads its frames and sends
@@ -30,41 +30,77 @@ Use::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
-import functools
-import ipaddress
 import logging
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Final, Self
 
 from vncdriver.addresses import is_loopback
 
-from .errors import RuntimeFailure
+from .xprocess import (
+    DEATH_SIGNAL,
+    LOG_TAIL_LINES,
+    POLL_INTERVAL,
+    SETPRIV,
+    STOP_TIMEOUT,
+    ProgramMissing,
+    XvncFailed,
+    all_pids,
+    death_signal_prefix,
+    find_program,
+    free_port,
+    interface,
+    log_tail,
+    process_group,
+    process_memory,
+    read_display_number,
+    start_process,
+    start_x_server,
+    stop_group,
+    wait_listening,
+)
+
+__all__ = [
+    "DEATH_SIGNAL",  # from .xprocess (to the next comment), re-exported
+    "LOG_TAIL_LINES",
+    "POLL_INTERVAL",
+    "SETPRIV",
+    "STOP_TIMEOUT",
+    "ProgramMissing",
+    "XvncFailed",
+    "death_signal_prefix",
+    "find_program",
+    "free_port",
+    "interface",
+    "log_tail",
+    "read_display_number",
+    "start_process",
+    "start_x_server",
+    "stop_group",
+    "wait_listening",
+    "PORT_ATTEMPTS",  # this module's own
+    "SOCKET_NAME",
+    "START_TIMEOUT",
+    "VNCPASSWD_PACKAGE",
+    "XVNC_FLAGS",
+    "XVNC_PACKAGE",
+    "XProgram",
+    "XvncDisplay",
+]
 
 log = logging.getLogger(__name__)
 
 #: Seconds Xvnc may take to accept connections (it needs < 0.3 s here).
 START_TIMEOUT: Final = 10.0
-#: Seconds a process gets to exit after SIGTERM before SIGKILL.
-STOP_TIMEOUT: Final = 3.0
 #: Attempts at a free VNC port when another process grabs the one we picked.
 PORT_ATTEMPTS: Final = 5
-#: Interval of readiness polls (a condition with a deadline, not synchronisation).
-POLL_INTERVAL: Final = 0.02
 #: The Unix socket a ``unix_socket`` display listens on, in its private directory.
 SOCKET_NAME: Final = "rfb.sock"
-#: Lines of a log quoted in an error.
-LOG_TAIL_LINES: Final = 15
-
 #: Debian packages that bring the programs this module runs.
 XVNC_PACKAGE: Final = "tigervnc-standalone-server"
 VNCPASSWD_PACKAGE: Final = "tigervnc-tools"
@@ -81,222 +117,6 @@ XVNC_FLAGS: Final = (
     "-SendCutText=0",
     "-AcceptSetDesktopSize=0",
 )
-
-
-#: util-linux's ``setpriv`` (Debian's essential util-linux package brings it), the small
-#: exec wrapper that gives a program its parent-death signal (see :func:`start_process`).
-SETPRIV: Final = "setpriv"
-#: The signal a program gets when the remote dies, even by SIGKILL (Linux), so that no
-#: Xvnc or browser outlives it holding a port and 400 MB.
-DEATH_SIGNAL: Final = signal.SIGTERM
-
-
-@functools.cache
-def death_signal_prefix() -> tuple[str, ...]:
-    """``setpriv --pdeathsig=TERM --``, put before a program's argv; empty (with one
-    warning) where setpriv is not installed: programs then outlive a SIGKILLed remote.
-
-    Why a wrapper and not ``Popen(preexec_fn=prctl)``: a ``preexec_fn`` makes Popen fork
-    for real, and a real fork runs the ``pthread_atfork`` handlers of gRPC (the
-    dm_env_rpc port), which crashed programs started while gRPC was busy (SIGSEGV,
-    SIGABRT, each start logging "skipping fork() handlers"). Without one Popen uses
-    vfork, which runs no handlers; setpriv sets the signal and execs the program, so its
-    pid is the program's.
-    """
-    path = shutil.which(SETPRIV)
-    if path is None:
-        log.warning(
-            "%s is not installed (Debian package util-linux): X programs and browsers will "
-            "outlive this remote if it is killed with SIGKILL", SETPRIV,
-        )
-        return ()
-    return (path, f"--pdeathsig={DEATH_SIGNAL.name.removeprefix('SIG')}", "--")
-
-
-class ProgramMissing(RuntimeFailure, ModuleNotFoundError):
-    """A program a runtime needs is not installed; the message names its Debian package.
-
-    It is a ModuleNotFoundError so that the registry treats a family whose programs are
-    missing like one whose Python extra is missing: ``universe-remote list`` leaves its
-    ids out and says why, and ``serve`` fails at once with the install command.
-    """
-
-    def __init__(self, program: str, package: str, detail: str = "not on PATH") -> None:
-        self.program, self.package, self.detail = program, package, detail
-        super().__init__(
-            f"{program} is not installed ({detail}); install the Debian package "
-            f"{package}: apt-get install {package}",
-            name=program,
-        )
-
-
-class XvncFailed(RuntimeFailure):
-    """Xvnc (or a program on its display) exited or did not come up; the message quotes its log."""
-
-
-def find_program(*names: str, package: str) -> str:
-    """The path of the first of ``names`` that is installed (absolute paths are checked
-    as they are); raises :class:`ProgramMissing` naming ``package`` otherwise."""
-    for name in names:
-        if os.path.isabs(name):
-            if os.access(name, os.X_OK):
-                return name
-        else:
-            path = shutil.which(name)
-            if path is not None:
-                return path
-    if len(names) == 1:
-        detail = f"no executable at {names[0]}" if os.path.isabs(names[0]) else "not on PATH"
-    else:
-        detail = f"none of {', '.join(names)} is on PATH"
-    raise ProgramMissing(names[0], package, detail)
-
-
-def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> str:
-    """``; last lines of PATH: ...`` for error messages (empty if there is no log)."""
-    if path is None or not path.exists():
-        return ""
-    tail = path.read_text(errors="replace").strip().splitlines()[-lines:]
-    return f"; last lines of {path}:\n" + "\n".join(tail) if tail else ""
-
-
-def interface(host: str) -> str | None:
-    """The address Xvnc should listen on for ``host`` (None: every interface)."""
-    if host in ("", "0.0.0.0", "::", "*"):
-        return None
-    with contextlib.suppress(ValueError):
-        return str(ipaddress.ip_address(host))
-    try:  # a name: prefer IPv4, as the remote's other servers do for "localhost"
-        infos = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
-    except socket.gaierror:
-        infos = socket.getaddrinfo(host, None, socket.AF_UNSPEC, socket.SOCK_STREAM)
-    return str(infos[0][4][0])
-
-
-def free_port(address: str | None) -> int:
-    """A TCP port on ``address`` (None: every interface) that was free a moment ago."""
-    family = socket.AF_INET6 if address and ":" in address else socket.AF_INET
-    with socket.socket(family) as s:
-        s.bind((address or "", 0))
-        return int(s.getsockname()[1])
-
-
-def start_process(
-    argv: Sequence[str],
-    *,
-    stdout: IO[bytes] | int,
-    stderr: IO[bytes] | int,
-    env: dict[str, str] | None = None,
-    pass_fds: Sequence[int] = (),
-    cwd: Path | None = None,
-) -> subprocess.Popen[bytes]:
-    """Start ``argv`` as the remote starts every program: in a session (so a process
-    group) of its own, SIGTERMed when the remote dies (:func:`death_signal_prefix`);
-    stop it with :func:`stop_group`.
-
-    Its own session: the remote's Ctrl-C is the remote's to handle, and a program's
-    helpers (a browser's renderers) are stopped with it.
-    """
-    return subprocess.Popen(
-        [*death_signal_prefix(), *argv],
-        stdin=subprocess.DEVNULL,
-        stdout=stdout,
-        stderr=stderr,
-        env=env,
-        pass_fds=tuple(pass_fds),
-        cwd=cwd,
-        start_new_session=True,  # no preexec_fn: Popen may vfork (death_signal_prefix)
-    )
-
-
-def start_x_server(
-    argv: Sequence[str], log_file: IO[bytes]
-) -> tuple[subprocess.Popen[bytes], int]:
-    """Start X server ``argv`` (:func:`start_process`, output to ``log_file``) with
-    ``-displayfd``; returns it and the read end of that pipe, for
-    :func:`read_display_number` (the caller closes it)."""
-    read_fd, write_fd = os.pipe()
-    try:
-        process = start_process(
-            [argv[0], "-displayfd", str(write_fd), *argv[1:]],
-            stdout=log_file,
-            stderr=log_file,
-            pass_fds=(write_fd,),
-        )
-    except BaseException:
-        os.close(read_fd)
-        raise
-    finally:
-        os.close(write_fd)
-    return process, read_fd
-
-
-async def read_display_number(
-    fd: int,
-    process: subprocess.Popen[bytes],
-    *,
-    timeout: float,
-    log: Path | None,
-    name: str = "Xvnc",
-) -> int | None:
-    """The display number an X server writes to ``-displayfd`` when ready; None if it
-    exits first. Raises :class:`XvncFailed` (quoting ``log``) after ``timeout`` s."""
-    os.set_blocking(fd, False)
-    deadline = time.monotonic() + timeout
-    data = b""
-    while not data.endswith(b"\n"):
-        try:
-            chunk = os.read(fd, 64)
-        except BlockingIOError:
-            chunk = None
-        if chunk == b"":  # every writer closed: the server exited
-            await asyncio.to_thread(process.wait, STOP_TIMEOUT)
-            return None
-        if chunk:
-            data += chunk
-            continue
-        if time.monotonic() > deadline:
-            raise XvncFailed(
-                f"{name} gave no display number within {timeout} s{log_tail(log)}"
-            )
-        await asyncio.sleep(POLL_INTERVAL)
-    return int(data.strip())
-
-
-async def wait_listening(
-    host: str,
-    port: int | None,
-    process: subprocess.Popen[bytes],
-    *,
-    timeout: float,
-    log: Path | None,
-    name: str = "Xvnc",
-) -> None:
-    """Poll until ``host:port`` accepts a TCP connection (``port`` None: the Unix socket
-    at path ``host``); raises :class:`XvncFailed` (quoting ``log``) if ``process`` exits
-    first or ``timeout`` s pass."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if port is None:
-                _, writer = await asyncio.open_unix_connection(host)
-            else:
-                _, writer = await asyncio.open_connection(host, port)
-        except OSError as exc:
-            error = exc
-        else:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-            return
-        if process.poll() is not None:
-            raise XvncFailed(f"{name} exited with {process.returncode}{log_tail(log)}")
-        if time.monotonic() > deadline:
-            raise XvncFailed(
-                f"{name} did not listen on {host}:{port} within {timeout} s "
-                f"({error}){log_tail(log)}"
-            )
-        await asyncio.sleep(POLL_INTERVAL)
 
 
 class XProgram:
@@ -405,18 +225,18 @@ class XvncDisplay:
         """Process ids of Xvnc and of every process in the groups of its programs."""
         groups = {p.pid for p in self.programs}
         pids = [self.process.pid] if self.process is not None else []
-        return pids + [pid for pid in _all_pids() if _pgid(pid) in groups]
+        return pids + [pid for pid in all_pids() if process_group(pid) in groups]
 
     def memory(self) -> dict[str, tuple[int, int]]:
         """Resident memory in bytes, (RSS, PSS), of Xvnc and of each program with its
         helpers (PSS splits shared pages among the processes that share them)."""
         usage: dict[str, tuple[int, int]] = {}
         if self.process is not None:
-            usage["Xvnc"] = _memory([self.process.pid])
+            usage["Xvnc"] = process_memory([self.process.pid])
         for program in self.programs:
-            members = [pid for pid in _all_pids() if _pgid(pid) == program.pid]
+            members = [pid for pid in all_pids() if process_group(pid) == program.pid]
             rss, pss = usage.get(program.name, (0, 0))
-            more = _memory(members)
+            more = process_memory(members)
             usage[program.name] = (rss + more[0], pss + more[1])
         return usage
 
@@ -585,62 +405,3 @@ class XvncDisplay:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def stop_group(process: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> None:
-    """SIGTERM ``process`` and its process group (it leads one: :func:`start_process`),
-    then SIGKILL what is left after ``timeout`` s."""
-    pgid = process.pid  # started with start_new_session: it leads its own group
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGKILL)
-            process.wait()
-    # Helpers (a browser's renderers) may outlive their leader for a moment.
-    deadline, killed = time.monotonic() + timeout, False
-    while any(_pgid(pid) == pgid for pid in _all_pids()):
-        if time.monotonic() > deadline:
-            if killed:
-                log.warning("processes of group %d survived SIGKILL for %s s", pgid, timeout)
-                return
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGKILL)
-            deadline, killed = time.monotonic() + timeout, True
-        time.sleep(POLL_INTERVAL)
-
-
-def _memory(pids: Sequence[int]) -> tuple[int, int]:
-    """Summed (RSS, PSS) in bytes of ``pids``, from /proc/PID/smaps_rollup."""
-    rss = pss = 0
-    for pid in pids:
-        try:
-            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            key, _, value = line.partition(":")
-            if key in ("Rss", "Pss"):
-                kib = int(value.split()[0]) * 1024
-                if key == "Rss":
-                    rss += kib
-                else:
-                    pss += kib
-    return rss, pss
-
-
-def _all_pids() -> list[int]:
-    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-
-
-def _pgid(pid: int) -> int | None:
-    """The process group of ``pid``, or None if it is gone or a zombie (already dead)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return None if fields[0] in ("Z", "X") else int(fields[2])

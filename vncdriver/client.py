@@ -216,7 +216,8 @@ class VNCClient:
             return
         if self._dial_task is not None:
             raise LocalProtocolError(f"{self.name}: start() is already running")
-        task = asyncio.get_running_loop().create_task(dial(self), name=f"VNC dial {self.name}")
+        dialling = dial(self, self._handle_events, self._connection_lost)
+        task = asyncio.get_running_loop().create_task(dialling, name=f"VNC dial {self.name}")
         self._dial_task = task
         try:
             conn = await task

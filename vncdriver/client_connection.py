@@ -3,9 +3,11 @@
 Holds :class:`Connection` (an ``asyncio.BufferedProtocol``: the handshake, then
 :class:`~.client_protocol.ClientProtocol` receiving straight into numpy buffers),
 :func:`dial` (attempts with capped exponential backoff until ``start_timeout``) and its
-constants, and :func:`encoding_list` (what ``encoding=`` asks the server for).
-:class:`~.client.VNCClient` owns the connection and is what callers use; its statistics
-are in :mod:`.client_stats`.
+constants, :func:`encoding_list` (what ``encoding=`` asks the server for) and
+:class:`Dialling`, what a connection reads of its client. :class:`~.client.VNCClient`
+owns the connection and is what callers use (it imports this module, never the other
+way: it hands each connection its settings and two callbacks); its statistics are in
+:mod:`.client_stats`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Any, Final, Protocol
 
 from .client_protocol import ClientProtocol
 from .encodings import DECODERS
@@ -22,9 +24,6 @@ from .errors import ConnectionLost, ConnectTimeout, TLSFailed
 from .handshake import ClientHandshake, StartTLS
 from .messages import Encoding, Subsampling, build_encodings
 from .pixelformat import NATIVE
-
-if TYPE_CHECKING:
-    from .client import VNCClient
 
 log = logging.getLogger(__name__)
 
@@ -100,16 +99,52 @@ def encoding_list(
     )
 
 
+class Dialling(Protocol):
+    """What a :class:`Connection` and :func:`dial` read of the client that owns them
+    (:class:`~.client.VNCClient`): where to dial, how long, and how to shake hands."""
+
+    @property
+    def address(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def unix_path(self) -> str | None: ...
+    @property
+    def start_timeout(self) -> float: ...
+    @property
+    def password(self) -> str | None: ...
+    @property
+    def shared(self) -> bool: ...
+    @property
+    def tls(self) -> ssl.SSLContext | None: ...
+    @property
+    def encodings(self) -> list[int]: ...
+
+
+#: ``on_events(connection, protocol, events)``: the parser's events, for the client.
+EventsCallback = Callable[["Connection", ClientProtocol, list[Any]], None]
+#: ``on_lost(connection)``: the transport is gone.
+LostCallback = Callable[["Connection"], None]
+
+
 class Connection(asyncio.BufferedProtocol):
     """One TCP connection: a :class:`ClientHandshake`, then the client's protocol object.
 
     ``ready`` resolves to None once the handshake is done, or to the exception that ended
-    it; ``lost`` resolves when the transport is gone.
+    it; ``lost`` resolves when the transport is gone. The parser's events go to
+    ``on_events`` and the loss to ``on_lost`` (the client's own methods).
     """
 
-    def __init__(self, client: VNCClient) -> None:
+    def __init__(
+        self, client: Dialling, on_events: EventsCallback, on_lost: LostCallback
+    ) -> None:
         loop = asyncio.get_running_loop()
         self.client = client
+        self.on_events, self.on_lost = on_events, on_lost
         self.transport: asyncio.Transport | None = None
         self.handshake: ClientHandshake | None = ClientHandshake(
             password=client.password, shared=client.shared, tls=client.tls is not None
@@ -146,7 +181,7 @@ class Connection(asyncio.BufferedProtocol):
             self.fail(exc)
             return
         if events:
-            self.client._handle_events(self, proto, events)
+            self.on_events(self, proto, events)
 
     def eof_received(self) -> bool | None:
         return None  # close the transport; connection_lost follows
@@ -161,7 +196,7 @@ class Connection(asyncio.BufferedProtocol):
             self.ready.set_result(lost)
         if not self.lost.done():
             self.lost.set_result(None)
-        self.client._connection_lost(self)
+        self.on_lost(self)
 
     # ----------------------------------------------------------------------------------
 
@@ -247,12 +282,15 @@ class Connection(asyncio.BufferedProtocol):
         if not self.ready.done():  # (done: the attempt was given up; abort() is under way)
             self.ready.set_result(None)
         if early:
-            self.client._handle_events(self, proto, early)
+            self.on_events(self, proto, early)
 
 
 
-async def dial(client: VNCClient) -> Connection:
-    """Connect ``client`` to its server, retrying with backoff until its start_timeout.
+async def dial(
+    client: Dialling, on_events: EventsCallback, on_lost: LostCallback
+) -> Connection:
+    """Connect ``client`` to its server, retrying with backoff until its start_timeout;
+    the connection hands its events to ``on_events`` and its loss to ``on_lost``.
 
     Returns the :class:`Connection` once its handshake is done. Raises
     :class:`ConnectTimeout` (with the last attempt's error) when time is up, or at once
@@ -269,7 +307,7 @@ async def dial(client: VNCClient) -> Connection:
         budget = min(ATTEMPT_TIMEOUT, deadline - loop.time())
         try:
             async with asyncio.timeout(max(0.0, budget)):
-                return await _attempt(client)
+                return await _attempt(client, on_events, on_lost)
         except TimeoutError:  # (an OSError too: caught first)
             # An attempt the deadline cut short says less than the error before it.
             if last is None or budget >= ATTEMPT_TIMEOUT:
@@ -287,15 +325,17 @@ async def dial(client: VNCClient) -> Connection:
         delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP)
 
 
-async def _attempt(client: VNCClient) -> Connection:
+async def _attempt(
+    client: Dialling, on_events: EventsCallback, on_lost: LostCallback
+) -> Connection:
     loop = asyncio.get_running_loop()
     if client.unix_path is not None:
         transport, conn = await loop.create_unix_connection(
-            lambda: Connection(client), client.unix_path
+            lambda: Connection(client, on_events, on_lost), client.unix_path
         )
     else:
         transport, conn = await loop.create_connection(
-            lambda: Connection(client), client.host, client.port
+            lambda: Connection(client, on_events, on_lost), client.host, client.port
         )
     try:
         failure = await conn.ready

@@ -36,9 +36,9 @@ from typing import Final
 
 import numpy as np
 
-from .messages import FrameTag, KeyEvent, PointerEvent
+from .messages import FrameTag
 from .server_attached import AttachedClient, attach_client
-from .server_connection import AuthGuard, ServerConnection
+from .server_connection import AuthGuard, InputCallback, ServerConnection
 from .server_protocol import SharedEncodings
 from .tiles import Rect, TileDiffer, rects_inside, tile_mask_to_rects
 
@@ -52,7 +52,7 @@ __all__ = [
     "WHOLE_COPY_BYTES",
     "AttachedClient",  # from .server_attached, re-exported
     "AuthGuard",  # from .server_connection, re-exported
-    "InputCallback",
+    "InputCallback",  # from .server_connection, re-exported
     "VNCServer",
 ]
 
@@ -78,9 +78,6 @@ HANDSHAKE_TIMEOUT: Final = 3.0
 #: Frames up to this size are copied whole as the next diff's reference when anything
 #: changed (one memcpy: 100 KB at 160x210); larger ones only in their changed tiles.
 WHOLE_COPY_BYTES: Final = 256 * 1024
-
-InputCallback = Callable[[int, Sequence[KeyEvent | PointerEvent]], None]
-
 
 class VNCServer:
     """Serves ``frame`` (``uint8[H, W, 3]``) to every connected VNC client.
@@ -244,6 +241,14 @@ class VNCServer:
             if tag is not None and connection.proto is not None:
                 connection.proto.set_frame_tag(tag)
             connection.send_update()
+
+    def start_diffing(self) -> None:
+        """A client is in (:class:`ServerConnection`, at the end of its handshake): if no
+        reference frame is kept, keep the current one, so the next frame is diffed
+        against it — else every client would get that whole frame again although only
+        a sprite moved."""
+        if self._previous is None:
+            self._previous = self.frame.copy()
 
     def attach(
         self,

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .server_connection import ServerConnection
-
-if TYPE_CHECKING:
-    from .server import VNCServer
+from .server_connection import Host, ServerConnection
 
 __all__ = ["AttachedClient", "attach_client"]
 
@@ -125,7 +122,7 @@ class AttachedClient:
 
 
 def attach_client(
-    server: VNCServer,
+    server: Host,
     client_id: int,
     write: Callable[[bytes], None],
     close: Callable[[], None],

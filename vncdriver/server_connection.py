@@ -7,7 +7,9 @@ TLS, then a :class:`~.server_protocol.ServerProtocol` whose input goes to the se
 :class:`AuthGuard` the server's owner passes in, and :class:`Transport`, what a
 connection writes to: a socket's transport, or an attached client's callbacks
 (:mod:`.server_attached`). The server owns the connections and the frame; a connection
-reads the frame, the limits and the callbacks from it.
+reads the frame, the limits and the callbacks from it through :class:`Host`, what it
+needs of its server (:class:`~.server.VNCServer` imports this module, never the other
+way), and :data:`InputCallback`, the type of its input callback.
 """
 
 from __future__ import annotations
@@ -16,18 +18,17 @@ import asyncio
 import dataclasses
 import logging
 import ssl
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
 
 from .errors import LocalProtocolError, VNCError
 from .handshake import ServerHandshake, StartTLS
-from .messages import KeyEvent, PointerEvent, SetEncodings, SetPixelFormat
-from .server_protocol import ServerProtocol
+from .messages import FrameTag, KeyEvent, PointerEvent, SetEncodings, SetPixelFormat
+from .server_protocol import ServerProtocol, SharedEncodings
 
-if TYPE_CHECKING:
-    from .server import VNCServer
-
-__all__ = ["AuthGuard", "ServerConnection", "Transport"]
+__all__ = ["AuthGuard", "Host", "InputCallback", "ServerConnection", "Transport"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,61 @@ class _Gate:
             self.guard.failed(self.peer, "the VNC port")
 
 
+InputCallback = Callable[[int, Sequence[KeyEvent | PointerEvent]], None]
+
+
+class Host(Protocol):
+    """What a :class:`ServerConnection` reads of its server (:class:`~.server.VNCServer`):
+    the frame and what clients share of it, the limits, the passwords, the callbacks, and
+    the two tables of connections it enters and leaves."""
+
+    @property
+    def frame(self) -> np.ndarray: ...
+    @property
+    def tag(self) -> FrameTag | None: ...
+    @property
+    def shared(self) -> SharedEncodings: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def password(self) -> str | None: ...
+    @property
+    def view_only_password(self) -> str | None: ...
+    @property
+    def player_passwords(self) -> Mapping[int, str]: ...
+    @property
+    def guarded(self) -> bool: ...
+    @property
+    def auth_guard(self) -> AuthGuard | None: ...
+    @property
+    def tls(self) -> ssl.SSLContext | None: ...
+    @property
+    def encodings(self) -> Sequence[int] | None: ...
+    @property
+    def max_clients(self) -> int: ...
+    @property
+    def max_viewers(self) -> int: ...
+    @property
+    def max_handshaking(self) -> int: ...
+    @property
+    def handshake_timeout(self) -> float: ...
+    @property
+    def max_write_buffer(self) -> int: ...
+    @property
+    def on_input(self) -> InputCallback: ...
+    @property
+    def on_disconnect(self) -> Callable[[int], None]: ...
+    @property
+    def connections(self) -> dict[int, ServerConnection]:
+        """The clients past the handshake, by id."""
+    @property
+    def handshaking(self) -> set[ServerConnection]:
+        """The clients still in the handshake."""
+
+    def start_diffing(self) -> None:
+        """A client is in: diff the next frame against the current one."""
+
+
 class Transport(Protocol):
     """What a :class:`ServerConnection` writes to: an asyncio transport, or an attached
     client's callbacks (:mod:`.server_attached`)."""
@@ -81,7 +137,7 @@ class ServerConnection(asyncio.Protocol):
 
     def __init__(
         self,
-        server: VNCServer,
+        server: Host,
         client_id: int,
         *,
         trusted: bool = False,
@@ -276,10 +332,7 @@ class ServerConnection(asyncio.Protocol):
             frame = self.server.frame
             if frame.shape[:2] != (done.height, done.width):  # resized while we shook hands
                 self.proto.resize(frame.shape[1], frame.shape[0])
-            if self.server._previous is None:
-                # The first client: diff the next frame against this one, or every client
-                # would get that whole frame again although only a sprite moved.
-                self.server._previous = frame.copy()
+            self.server.start_diffing()
             trailing = handshake.trailing_data()
             if trailing:
                 self._protocol_data(trailing)
