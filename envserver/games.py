@@ -229,6 +229,7 @@ async def serve_games(
     hears the games' remotes once they serve (tests)."""
     from rewarder.shm import sweep
 
+    from .batch import BatchGames
     from .throttle import AuthThrottle
 
     if ports is None:
@@ -244,6 +245,7 @@ async def serve_games(
         await asyncio.gather(*(g.close("the remote failed to start") for g in games),
                              return_exceptions=True)
         raise
+    batches = BatchGames([g.remote for g in games]) if len(games) > 1 else None
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -278,6 +280,8 @@ async def serve_games(
     log.info("shutting down")
     await asyncio.gather(*(_close_logged(g, "the remote is shutting down (signal received)")
                            for g in live.values()))
+    if batches is not None:
+        batches.close()
     return 0
 
 

@@ -19,6 +19,7 @@ from typing import Final
 import numpy as np
 
 from rewarder import shm
+from rewarder.shm_slots import SlotSegment
 
 from .orders import OBS_SHM, Refused
 
@@ -44,9 +45,17 @@ class LockstepFrames:
         self._copy: np.ndarray | None = None  # what VNC serves meanwhile
 
     def deliver(
-        self, obs: str, frame: np.ndarray, number: int, episode_id: int
+        self, obs: str, frame: np.ndarray, number: int, episode_id: int,
+        into: tuple[SlotSegment, int] | None = None,
     ) -> list[str | int] | None:
-        """The step's ``frame`` on its way; the reply's ``shm`` value, if any."""
+        """The step's ``frame`` on its way; the reply's ``shm`` value, if any. ``into``: a
+        batch step's slot (envserver.batch), which its reply names (None here)."""
+        if into is not None:
+            segment_of_batch, slot = into
+            segment_of_batch.write(slot, frame, number, episode_id)
+            self._source = frame
+            self._serve_soon()
+            return None
         if obs != OBS_SHM:
             self._serve(None)
             return None

@@ -42,6 +42,7 @@ from rewarder.errors import ConnectionClosed, RemoteError, RewarderError
 from rewarder.protocol import ResetReply, StepReply
 from vncdriver.errors import VNCError
 
+from .batched import Batches
 from .faults import RECONNECT_ATTEMPT_TIMEOUT, Faults, error_text, relocate
 from .session import RESET_TIMEOUT, RemoteUnavailable
 from .slot import Phase, Slot
@@ -79,6 +80,8 @@ class LockstepSteps:
         #: The poll object of the last vector step's wait, and the descriptors it watches.
         self._poller: Any = None
         self._polled_fds: tuple[int, ...] = ()
+        #: One request per remote process per step (remotes.batched); not for web envs.
+        self.batches = Batches(lane) if web is None else None
 
     # Connecting ----------------------------------------------------------------------------
 
@@ -106,6 +109,8 @@ class LockstepSteps:
     def close(self) -> None:
         """Close every session from this thread (their VNC clients together, on the loop)."""
         lane = self.lane
+        if self.batches is not None:
+            self.batches.close()
         closing = [s.close_here(lane.loop, wait=False) for s in lane.sessions]
         waits = [f for f in closing if f is not None]
         if waits and not lane.loop.forked:
@@ -130,7 +135,9 @@ class LockstepSteps:
         """Whether an away slot is back in this step: its remote answers the probe, no
         idle stretch must end first (remotes.stepper, "Faults"), and it connects."""
         faults = self.faults
-        return faults.answering(slot) and slot.away_steps == 0 and not same_step and self._reconnect(slot)
+        together = self.batches is None or self.batches.together(slot, faults.answering)
+        return (faults.answering(slot) and together and slot.away_steps == 0 and not same_step
+                and self._reconnect(slot))
 
     def _reconnect(self, slot: Slot) -> bool:
         """The step that finds a lost remote answering connects it here; False (probing
@@ -214,7 +221,7 @@ class LockstepSteps:
         rewarder = slot.session.lockstep_channel
         if rewarder is not None:
             rewarder.drop_outstanding()
-        slot.pending = slot.reply = None
+        slot.pending = slot.reply = slot.batch = None
 
     def _send_reset(self, slot: Slot, seed: int | None, env_id: str | None) -> int:
         """Send the slot's reset (its first frame into shared memory if it can)."""
@@ -378,6 +385,8 @@ class LockstepSteps:
                 continue
             if rewarder is None:
                 raise RuntimeError("a lockstep session needs a blocking rewarder channel")
+            if self.batches is not None and self.batches.queue(slot, actions[i]):
+                continue  # (sent with its process's batch, below)
             try:
                 if web is not None:  # an action string goes the web way (remotes.web)
                     slot.pending = web.lockstep_send(
@@ -390,6 +399,11 @@ class LockstepSteps:
                 continue
             slot.deadline = now + lane.stall_timeout
             sent.append(slot)
+        if self.batches is not None:
+            batched, unsent = self.batches.send(now)
+            sent += batched
+            for slot, reason in unsent:
+                infos[slot.index] = self.faults.lose(slot, reason, rewards, truncated)
         resets = self._send_autoresets(starting) if starting else {}
         failed: dict[Slot, str] = {}
         over_vnc = self._wait(sent, carried)
@@ -500,16 +514,16 @@ class LockstepSteps:
         whose frame must come over VNC are returned."""
         over_vnc: list[tuple[Slot, StepReply]] = []
         out = [s for s in ((*sent, *carried) if carried else sent) if s.pending is not None]
-        if len(out) == 1 and sent:  # one remote: one blocking read, nothing to choose
+        if len(out) == 1 and sent and out[0].batch is None:  # one remote: one blocking read
             slot = out[0]
             self._taken(slot, self._wait_one(slot), over_vnc)
             return over_vnc
         hold = set(sent) if sent else set(out)
-        by_fd: dict[int, Slot] = {}
+        by_fd: dict[int, list[Slot]] = {}
         for slot in out:
-            fd = _rewarder(slot).fileno()
+            fd = (slot.batch.channel if slot.batch is not None else _rewarder(slot)).fileno()
             if fd >= 0:
-                by_fd[fd] = slot
+                by_fd.setdefault(fd, []).append(slot)
         poller = self._poller_of(tuple(by_fd))
         last_reply: float | None = None
         ready: list[Slot] = out  # first look: replies already read (the keeper's, a carried one)
@@ -519,12 +533,16 @@ class LockstepSteps:
                 if slot.pending is None:
                     continue
                 try:
-                    reply = _rewarder(slot).take_reply(slot.pending, read, polled)
+                    call = slot.batch
+                    if call is None:
+                        reply = _rewarder(slot).take_reply(slot.pending, read, polled)
+                    else:
+                        reply = call.take(slot, read, polled)
                 except ConnectionClosed:
                     slot.pending = None
                     continue
                 except RemoteError:  # the remote refused the step: the agent hears why
-                    slot.pending = None
+                    slot.pending = slot.batch = None
                     raise
                 if reply is not None:
                     self._taken(slot, reply, over_vnc)
@@ -540,7 +558,7 @@ class LockstepSteps:
                 break
             events = poller.poll(min(limit - now, POLL_SLICE) * 1000)
             if events:
-                ready, read, polled = [by_fd[fd] for fd, _ in events], True, True
+                ready, read, polled = [s for fd, _ in events for s in by_fd[fd]], True, True
             else:  # a quiet slice: look at every channel (so the keeper leaves them alone)
                 ready, read, polled = out, True, False
         return over_vnc
@@ -585,6 +603,9 @@ class LockstepSteps:
         assert frames is not None
         session = slot.session
         slot.vnc_frame = None
+        batches = self.batches
+        if slot.batch is not None and batches is not None and batches.taken(slot, reply, self._written):
+            return  # (its frame came with its process's batch)
         if session.shared.take(reply, frames[slot.index]):
             self._written.add(slot.index)
             if session.vnc is not None:
