@@ -150,7 +150,9 @@ class Batches:
                     for slot in slots:
                         slot.pending, slot.batch = message_id, call
             except (ConnectionClosed, OSError) as exc:
-                failed += [(slot, f"{exc}") for slot in slots]
+                self._lost_channels(slots, lead)
+                failed += [(slot, f"{exc}" if slot.session.lockstep_channel is lead else
+                            slot.session.error or f"{exc}") for slot in slots]
                 continue
             for slot in slots:
                 slot.deadline = now + lane.stall_timeout
@@ -215,9 +217,13 @@ class Batches:
         if reader is not None:
             reader.remove_if_abandoned()
             reader.close()
-        for slot in call.slots:
+        self._lost_channels(call.slots, call.channel)
+
+    def _lost_channels(self, slots: list[Slot], lead: BlockingRewarder) -> None:
+        """Each channel of ``slots`` but ``lead``'s, read (or closed) after the lead's loss."""
+        for slot in slots:
             channel = slot.session.lockstep_channel
-            if channel is None or channel is call.channel:
+            if channel is None or channel is lead:
                 continue
             try:
                 channel.take_reply(-1, True)
@@ -228,11 +234,12 @@ class Batches:
 
     def together(self, slot: Slot, answering: Any) -> bool:
         """Whether an away slot may come back now: every other away slot lost with the
-        same process answers its probe too."""
+        same process answers its probe too (or is coming back in this step already: its
+        probe is done)."""
         token = self.token_of.get(slot)
         if token is None:
             return True
-        return all(answering(other) for other, t in self.token_of.items()
+        return all(other.reconnect is None or answering(other) for other, t in self.token_of.items()
                    if t == token and other is not slot and other.phase is Phase.AWAY)
 
     def close(self) -> None:

@@ -135,9 +135,18 @@ class LockstepSteps:
         """Whether an away slot is back in this step: its remote answers the probe, no
         idle stretch must end first (remotes.stepper, "Faults"), and it connects."""
         faults = self.faults
-        together = self.batches is None or self.batches.together(slot, faults.answering)
-        return (faults.answering(slot) and together and slot.away_steps == 0 and not same_step
+        return (faults.answering(slot) and slot.away_steps == 0 and not same_step
+                and (self.batches is None or self.batches.together(slot, faults.answering))
                 and self._reconnect(slot))
+
+    def _away(self, slot: Slot, truncated: np.ndarray | None) -> dict[str, Any]:
+        """A step of an away slot that is not back in it: idle (also while it waits for the
+        others lost with its process: remotes.batched), or its idle stretch ends."""
+        faults = self.faults
+        if (self.batches is not None and slot.away_steps == 0 and faults.answering(slot)
+                and not self.batches.together(slot, faults.answering)):
+            return {"remote.connected": False, "remote.error": slot.error}
+        return faults.away(slot, truncated)
 
     def _reconnect(self, slot: Slot) -> bool:
         """The step that finds a lost remote answering connects it here; False (probing
@@ -367,7 +376,7 @@ class LockstepSteps:
                     reconnected.add(slot)
                     starting.append(slot)
                 else:
-                    infos[i] = self.faults.away(slot, truncated)
+                    infos[i] = self._away(slot, truncated)
                 continue
             session = slot.session
             rewarder = session.lockstep_channel
@@ -465,7 +474,7 @@ class LockstepSteps:
                 reconnected.add(slot)
                 starting.append(slot)
             else:
-                infos[slot.index] = self.faults.away(slot, None)
+                infos[slot.index] = self._away(slot, None)
         resets = self._autoresets(starting, self._send_autoresets(starting), None, reconnected)
         for slot in starting:
             infos[slot.index] = resets[slot.index]
