@@ -86,7 +86,8 @@ def test_a_batched_vector_steps_as_single_remotes_do(
     with start_local("builtin.Catch-v0", N, extra_args=LOCKSTEP, games_per_process=1) as single:
         one_by_one = _run(single.addresses, STEPS)
     assert counted.sent == sent  # a process of one game is never batched
-    ends = sum(np.frombuffer(t, bool).sum() + np.frombuffer(u, bool).sum() for _, _, t, u in through_batches[1:])
+    ends = sum(np.frombuffer(t, bool).sum() + np.frombuffer(u, bool).sum()
+               for _, _, t, u in through_batches[1:])
     assert ends > STEPS // 4  # episodes of 25 to 30 steps, on every remote
     assert {np.frombuffer(t, bool).any() for _, _, t, _ in through_batches[1:]} == {True, False}
     assert {np.frombuffer(u, bool).any() for _, _, _, u in through_batches[1:]} == {True, False}
