@@ -57,9 +57,6 @@ class BatchCall:
         self.read: set[Slot] = set()
         self.failure: ConnectionClosed | None = None
         self.done = False
-        #: A poll's "ready" was used by one slot's read already: the others look first
-        #: (the blocking socket may hold nothing more).
-        self._ready_used = False
 
     def take(self, slot: Slot, read: bool, ready: bool) -> StepReply | None:
         """``slot``'s reply if the batch's is in (reading the channel first if ``read``);
@@ -68,7 +65,8 @@ class BatchCall:
         if self.failure is not None:
             raise self.failure
         if not self.done:
-            ready, self._ready_used = ready and not self._ready_used, True
+            if slot is not self.slots[0]:  # one read per look, by the first slot's take
+                return None
             try:
                 reply = self.channel.take_reply(self.message_id, read, ready)
             except ConnectionClosed as exc:
