@@ -33,6 +33,7 @@ import asyncio
 import select
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -67,6 +68,25 @@ POLL_SLICE: Final = 0.1
 #: Seconds a lockstep step waits at least for a frame over VNC (its reply came in time,
 #: its frame follows at once unless the remote is in trouble).
 MIN_FRAME_WAIT: Final = 1.0
+
+
+@dataclass(slots=True)
+class Sent:
+    """A lockstep step between its two halves (:meth:`LockstepSteps.send`, ``finish``)."""
+
+    same_step: bool
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    infos: list[dict[str, Any]]
+    sent: list[Slot]
+    carried: list[Slot]
+    starting: list[Slot]
+    reconnected: set[Slot]
+    batch: np.ndarray
+    previous: np.ndarray
+    written: set[int]
+    resets: dict[Slot, tuple[int, int | None]]
 
 
 class LockstepSteps:
@@ -341,6 +361,13 @@ class LockstepSteps:
     def step(
         self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
     ) -> Batch:
+        return self.finish(self.send(actions, same_step, active))
+
+    def send(
+        self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
+    ) -> Sent:
+        """A step's first half: every request sent (the remotes step meanwhile); what
+        :meth:`finish` needs to read the replies and make the batch."""
         lane = self.lane
         slots = lane.slots
         rewards, terminated, truncated, infos = lane.outcome()
@@ -414,6 +441,17 @@ class LockstepSteps:
             for slot, reason in unsent:
                 infos[slot.index] = self.faults.lose(slot, reason, rewards, truncated)
         resets = self._send_autoresets(starting) if starting else {}
+        return Sent(same_step, rewards, terminated, truncated, infos, sent, carried, starting,
+                    reconnected, batch, previous, written, resets)
+
+    def finish(self, step: Sent) -> Batch:
+        """A step's second half: the replies read, the batch made."""
+        lane = self.lane
+        same_step, rewards, terminated, truncated, infos = (
+            step.same_step, step.rewards, step.terminated, step.truncated, step.infos)
+        sent, carried, starting, reconnected = step.sent, step.carried, step.starting, step.reconnected
+        batch, previous, written, resets = step.batch, step.previous, step.written, step.resets
+        lane.same_step = same_step
         failed: dict[Slot, str] = {}
         over_vnc = self._wait(sent, carried)
         if carried:

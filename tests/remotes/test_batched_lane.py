@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import select
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -173,3 +174,39 @@ def test_a_killed_process_is_lost_for_each_of_its_games_at_once_and_they_come_ba
         assert counted.sent >= sent + 10  # batched again
     finally:
         env.close()
+
+
+def test_step_async_lets_the_remotes_step_while_the_agent_works(batched: LocalRemotes) -> None:
+    """step_async() sends and returns; the replies are in before step_wait() asks (the
+    remotes stepped meanwhile), and the results are step()'s for the same seeds and actions."""
+    from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
+
+    def run(split: bool) -> list[tuple[bytes, bytes, bytes, bytes]]:
+        env = RemoteVectorEnv(batched.addresses, mode="lockstep", max_episode_steps=EPISODE_STEPS,
+                              frameskip=FRAMESKIP)
+        out = []
+        try:
+            env.reset(seed=9)
+            rng = np.random.default_rng(3)
+            for _ in range(80):
+                actions = [KEYS[k] for k in rng.integers(len(KEYS), size=N)]
+                if split:
+                    env.step_async(actions)
+                    with pytest.raises(AlreadyPendingCallError):
+                        env.step(actions)
+                    lead = env.sessions[4].lockstep_channel  # (process 1's batch: remote 4 leads)
+                    assert lead is not None
+                    readable, _, _ = select.select([lead.fileno()], [], [], 10)
+                    assert readable  # its reply came while this thread did nothing with the env
+                    obs, rewards, terminated, truncated, _ = env.step_wait()
+                else:
+                    obs, rewards, terminated, truncated, _ = env.step(actions)
+                out.append((hashlib.sha256(obs.tobytes()).digest(), rewards.tobytes(),
+                            terminated.tobytes(), truncated.tobytes()))
+            with pytest.raises(NoAsyncCallError):
+                env.step_wait()
+        finally:
+            env.close()
+        return out
+
+    assert run(split=True) == run(split=False)
