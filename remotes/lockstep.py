@@ -45,6 +45,7 @@ from vncdriver.errors import VNCError
 
 from .batched import Batches
 from .faults import RECONNECT_ATTEMPT_TIMEOUT, Faults, error_text, relocate
+from .lockstep_vnc import LOOP_SLACK, MIN_FRAME_WAIT, frames_over_vnc, vnc_frame
 from .session import RESET_TIMEOUT, RemoteUnavailable
 from .slot import Phase, Slot
 
@@ -59,15 +60,9 @@ if TYPE_CHECKING:
 #: ``remote.waiting``): one stopped or slow remote does not hold up the others for its
 #: whole deadline. Far above a healthy remote's step on a loaded machine.
 STRAGGLER_GRACE: Final = 1.0
-#: Seconds past the slots' own deadlines the hand-over of VNC frames to the loop thread
-#: may take before the call gives up (the slots' deadlines decide first).
-_LOOP_SLACK: Final = 5.0
 #: Longest single wait for replies: each slice ends with a look at every channel, so the
 #: keepalive thread never takes a channel this step is reading.
 POLL_SLICE: Final = 0.1
-#: Seconds a lockstep step waits at least for a frame over VNC (its reply came in time,
-#: its frame follows at once unless the remote is in trouble).
-MIN_FRAME_WAIT: Final = 1.0
 
 
 @dataclass(slots=True)
@@ -301,7 +296,7 @@ class LockstepSteps:
             timeout = max(deadline - time.monotonic(), MIN_FRAME_WAIT)
             shown = asyncio.wait_for(session.show_episode(reply.episode_id), timeout)
             try:
-                pixels, tag = lane.loop.run(_vnc_frame(session.vnc, shown), timeout + _LOOP_SLACK)
+                pixels, tag = lane.loop.run(vnc_frame(session.vnc, shown), timeout + LOOP_SLACK)
             except (VNCError, OSError, TimeoutError) as exc:
                 raise RemoteUnavailable(session.name, "the new episode's first frame did not come "
                                         "over VNC", exc) from exc
@@ -459,7 +454,7 @@ class LockstepSteps:
                          if s.reply is not None and s.vnc_frame is not None
                          and all(s is not t for t, _ in over_vnc)]
         if over_vnc:
-            failed = self._frames_over_vnc(over_vnc)
+            failed = frames_over_vnc(self.lane, over_vnc, self._written)
         for slot in (*sent, *carried) if carried else sent:
             i = slot.index
             if slot in failed:  # the step happened, its frame did not come
@@ -517,42 +512,6 @@ class LockstepSteps:
         for slot in starting:
             infos[slot.index] = resets[slot.index]
         return lane.finish(rewards, terminated, truncated, infos, final, copy=False)
-
-    def _frames_over_vnc(self, pairs: list[tuple[Slot, StepReply]]) -> dict[Slot, str]:
-        """Lockstep without shared memory: each slot's frame as its VNC shows it (waited
-        for on the loop thread, where VNC lives, until the slot's own deadline) into the
-        batch. Returns the slots whose frame did not come, with why. A session without
-        VNC (a parallel env's other players) is left alone: its frame is player 0's."""
-        lane = self.lane
-        frames = lane.frames
-        assert frames is not None
-        failed: dict[Slot, str] = {}
-        waits = []
-        for slot, reply in pairs:
-            vnc = slot.session.vnc
-            if vnc is None:
-                slot.vnc_frame = None
-                continue
-            timeout = max(slot.deadline - time.monotonic(), MIN_FRAME_WAIT)
-            waits.append((slot, reply, _vnc_frame(vnc, vnc.wait_frame(reply.frame, timeout))))
-        if not waits:
-            return failed
-        limit = max(s.deadline for s, _, _ in waits) - time.monotonic()
-        results = lane.loop.run(_all_settled([w for _, _, w in waits]), max(limit, 0.0) + _LOOP_SLACK)
-        for (slot, reply, _), result in zip(waits, results, strict=True):
-            if isinstance(result, TimeoutError):
-                failed[slot] = (f"stalled: frame {reply.frame} did not come over VNC within "
-                                f"stall_timeout={lane.stall_timeout:g} s; reconnecting")
-            elif isinstance(result, BaseException):
-                failed[slot] = f"VNC connection lost while waiting for frame {reply.frame}: {result}"
-            else:
-                pixels, _ = result
-                if pixels.shape == frames.shape[1:]:
-                    np.copyto(frames[slot.index], pixels)
-                slot.vnc_frame = None
-                slot.session.shared.vnc_frames += 1
-                self._written.add(slot.index)
-        return failed
 
     def _wait(self, sent: list[Slot], carried: list[Slot]) -> list[tuple[Slot, StepReply]]:
         """Read replies until every remote sent this step answered (carried ones are taken
@@ -698,18 +657,6 @@ def _rewarder(slot: Slot) -> BlockingRewarder:
     if rewarder is None:
         raise ConnectionClosed(f"{slot.session.name}: its rewarder channel is not connected")
     return rewarder
-
-
-async def _vnc_frame(vnc: Any, shown: Any) -> tuple[np.ndarray, Any]:
-    """On the loop thread: once ``shown`` (a wait for a frame) is done, a copy of what
-    the VNC client shows and its tag (the stepping thread copies it into the batch)."""
-    vnc.resume_updates()
-    await shown
-    return vnc.framebuffer.copy(), vnc.tag
-
-
-async def _all_settled(waits: list[Any]) -> list[Any]:
-    return await asyncio.gather(*waits, return_exceptions=True)
 
 
 async def _all(futures: list[Future[Any]]) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from .protocol import ActionEvent, StepReply, is_number, parse_episode_id
+from .protocol import MAX_GAMES_PER_PROCESS, ActionEvent, StepReply, is_number, parse_episode_id
 
 if TYPE_CHECKING:
     from .blocking import BlockingRewarder
@@ -32,9 +32,8 @@ REPLY_BATCH_STEP: Final = "v0.reply.batch.step"
 #: The describe key of a game that takes part in batches: ``{"process": token, "game":
 #: index}``; games whose describes name the same process token may be batched together.
 DESCRIBE_KEY: Final = "batch"
-#: Steps one batch may hold: one per game of the process, and a process serves at most
-#: this many (protocol.MAX_GAMES_PER_PROCESS, repeated to keep this module standalone).
-MAX_BATCH_STEPS: Final = 64
+#: Steps one batch may hold: one per game of the process, which serves at most this many.
+MAX_BATCH_STEPS: Final = MAX_GAMES_PER_PROCESS
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,10 +26,11 @@ from typing import Final
 import numpy as np
 
 from . import shm
+from .protocol import MAX_GAMES_PER_PROCESS
 from .shm import HEADER, MAGIC, MAX_SIDE, PIXELS_AT, PREFIX, VNC_INSTEAD
 
 #: Slots one segment may hold: a process serves at most this many games.
-MAX_SLOTS: Final = 64
+MAX_SLOTS: Final = MAX_GAMES_PER_PROCESS
 #: Slots start on multiples of this (aligned for numpy's copies, as a frame's pixels are).
 ALIGN: Final = 64
 
