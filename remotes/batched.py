@@ -176,9 +176,9 @@ class Batches:
         except (OSError, ValueError) as exc:
             self._failed(call, token, exc)
             return
-        for slot, (number, episode) in zip(call.slots, held, strict=True):
+        for slot, frame in zip(call.slots, held, strict=True):
             answer = call.replies.get(slot)
-            if isinstance(answer, StepReply) and (answer.frame, answer.episode_id) == (number, episode):
+            if isinstance(answer, StepReply) and (answer.frame, answer.episode_id) == frame:
                 call.read.add(slot)
 
     def _failed(self, call: BatchCall, token: str | None, exc: OSError | ValueError) -> None:

@@ -128,10 +128,11 @@ class SlotReader:
     def key(self) -> tuple[str, int, int, int]:
         return (self.name, self.height, self.width, self.stride)
 
-    def read_into(self, dests: Sequence[np.ndarray]) -> list[tuple[int, int]]:
+    def read_into(self, dests: Sequence[np.ndarray]) -> list[tuple[int, int] | None]:
         """Copy slots 0..len(dests)-1 into ``dests`` (each a C-contiguous, writable
         ``uint8[height, width, 3]``) with one ``preadv``; each slot's (frame number,
-        episode id). ``dests`` may be partly written when it raises."""
+        episode id), None for a slot no frame was written to yet (its step was refused).
+        ``dests`` may be partly written when it raises."""
         count = len(dests)
         if self._fd < 0:
             raise ValueError(f"frame segment {self.name}: the reader is closed; {VNC_INSTEAD}")
@@ -154,9 +155,12 @@ class SlotReader:
         got = os.preadv(self._fd, buffers, 0)
         if got < want:
             raise ValueError(f"frame segment {self.name} is truncated ({got} bytes of {want}); {VNC_INSTEAD}")
-        out = []
+        out: list[tuple[int, int] | None] = []
         for i in range(count):
             magic, number, episode, height, width = HEADER.unpack_from(headers[i], 0)
+            if magic == bytes(len(MAGIC)):  # never written
+                out.append(None)
+                continue
             if magic != MAGIC or (height, width) != (self.height, self.width):
                 raise ValueError(f"slot {i} of frame segment {self.name} holds no {self.width}x"
                                  f"{self.height} frame; {VNC_INSTEAD}")

@@ -73,8 +73,7 @@ def test_a_batch_steps_the_games_its_agent_holds_and_refuses_the_others_alone(
         reader = SlotReader(*reply.shm)
         height, width = reply.shm[1], reply.shm[2]
         rows = np.zeros((2, height, width, 3), np.uint8)
-        number, episode = reader.read_into([rows[0], rows[1]])[0]
-        assert (number, episode) == (stepped.frame, stepped.episode_id)
+        assert reader.read_into([rows[0], rows[1]]) == [(stepped.frame, stepped.episode_id), None]
         assert rows[0].any()  # Catch's screen, drawn into slot 0
         reader.close()
     finally:
