@@ -129,7 +129,7 @@ class Remote(Restores, Acting):
         self.inputs.player_of = self._player_of
         self.inputs.on_queue = self._input_queued
         self._notes = RateLimitedLog(log)  # one line per kind of trouble per interval
-        self.lockstep_frames = LockstepFrames(self._frame_ready)
+        self.lockstep_frames = LockstepFrames(self._frame_ready, wanted=lambda: self.vnc.wanted())
         #: The describe's ``batch`` key when this game takes batch steps with the other
         #: games of its process (set by envserver.batch.BatchGames), else None.
         self.batch_describe: dict[str, Any] | None = None
@@ -166,6 +166,7 @@ class Remote(Restores, Acting):
             tls=tls.context if tls is not None else None,
             player_passwords=player_passwords,
         )
+        self.vnc.on_request = self.lockstep_frames.serve_owed
         self.vnc_port: int | None = None
         #: The browser viewer (``start(http_port=...)``), or None.
         self.viewer: Viewer | None = None

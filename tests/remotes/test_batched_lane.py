@@ -210,3 +210,27 @@ def test_step_async_lets_the_remotes_step_while_the_agent_works(batched: LocalRe
         return out
 
     assert run(split=True) == run(split=False)
+
+
+async def test_a_viewer_that_comes_late_sees_the_frame_the_agent_stepped_to(batched: LocalRemotes) -> None:
+    """While nobody asks for VNC frames the stepped frames are not served at all
+    (envserver.lockstep_frames); a viewer that connects then gets the newest at once."""
+    env = RemoteVectorEnv(batched.addresses, mode="lockstep", max_episode_steps=EPISODE_STEPS,
+                          frameskip=FRAMESKIP)
+    viewer = VNCClient(f"127.0.0.1::{batched.addresses[2].vnc_port}", encoding="raw", frame_tags=True)
+    try:
+        def steps() -> tuple[np.ndarray, int]:
+            env.reset(seed=6)
+            for _ in range(60):
+                obs, _, _, _, infos = env.step([[]] * N)
+            return obs[2].copy(), int(infos["frame"][2])
+
+        last_obs, frame = await asyncio.to_thread(steps)
+        await viewer.start()
+        async with asyncio.timeout(10):
+            while viewer.tag is None or viewer.tag.frame < frame:
+                await viewer.wait_update(viewer.updates)
+        assert viewer.tag.frame == frame and np.array_equal(viewer.frame(), last_obs)
+    finally:
+        await viewer.close()
+        await asyncio.to_thread(env.close)
