@@ -158,8 +158,9 @@ class LockstepSteps:
         """A step of an away slot that is not back in it: idle (also while it waits for the
         others lost with its process: remotes.batched), or its idle stretch ends."""
         faults = self.faults
-        if (self.batches is not None and slot.away_steps == 0 and faults.answering(slot)
+        if (self.batches is not None and faults.answering(slot)
                 and not self.batches.together(slot, faults.answering)):
+            slot.away_steps += 1  # (an idle step: its stretch ends with the others')
             return {"remote.connected": False, "remote.error": slot.error}
         return faults.away(slot, truncated)
 
@@ -565,6 +566,11 @@ class LockstepSteps:
             events = poller.poll(min(limit - now, POLL_SLICE) * 1000)
             if events:
                 ready, read, polled = [s for fd, _ in events for s in by_fd[fd]], True, True
+                for fd, _ in events:  # bytes for a channel whose replies are all in (a
+                    # batch's, a ping): read them, or every poll returns at once until
+                    # the others' replies come
+                    if all(s.pending is None for s in by_fd[fd]):
+                        _rewarder(by_fd[fd][0]).serve_idle()
             else:  # a quiet slice: look at every channel (so the keeper leaves them alone)
                 ready, read, polled = out, True, False
         return over_vnc

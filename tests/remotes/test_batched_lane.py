@@ -171,7 +171,7 @@ def test_a_killed_process_is_lost_for_each_of_its_games_at_once_and_they_come_ba
         for _ in range(5):
             _, _, _, _, infos = env.step([[]] * N)
             assert infos["remote.connected"].all()
-        assert counted.sent >= sent + 10  # batched again
+        assert counted.sent >= sent + 8  # batched again (2 batches a step but for autoresets)
     finally:
         env.close()
 
