@@ -232,7 +232,7 @@ class Episodes(Recovery):
         the reply."""
         progress.what = "step (handing its frame over)"
         shm = self.lockstep_frames.deliver(
-            order.obs, self.runtime.framebuffer, self.frame, self.episode_id
+            order.obs, self.runtime.framebuffer, self.frame, self.episode_id, order.into
         )
         info = {**result.info, FRAME_INFO_KEY: self.frame}
         if result.reward or result.done or (result.rewards and any(result.rewards)):

@@ -230,6 +230,8 @@ async def serve_games(
     from rewarder.shm import sweep
     from rewarder.throttle import AuthThrottle
 
+    from .batch import BatchGames
+
     if ports is None:
         ports = choose_ports(config.host, config.vnc_port, config.rewarder_port, config.http_port,
                              config.mcp_port)
@@ -244,6 +246,7 @@ async def serve_games(
         await asyncio.gather(*(g.close("the remote failed to start") for g in games),
                              return_exceptions=True)
         raise
+    batches = BatchGames([g.remote for g in games]) if len(games) > 1 else None
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -278,6 +281,8 @@ async def serve_games(
     log.info("shutting down")
     await asyncio.gather(*(_close_logged(g, "the remote is shutting down (signal received)")
                            for g in live.values()))
+    if batches is not None:
+        batches.close()
     return 0
 
 

@@ -7,6 +7,9 @@ shared-memory segment (:class:`rewarder.shm.FrameSegment`) the reply names: one 
 the screen, no encoding, a few bytes on the socket. VNC viewers (people, the browser
 viewer, a recorder) still see those frames, at most :data:`MAX_VIEWER_UPDATES` a second:
 a fast stepping agent never waits for them, and the last frame always reaches them.
+While no VNC client has an update request outstanding (the agent's own client pauses its
+updates), stepped frames are not served at all, neither copied nor diffed (a quarter of
+a remote's CPU per Atari step, issue 40): the newest is served when a client asks.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Final
 import numpy as np
 
 from rewarder import shm
+from rewarder.shm_slots import SlotSegment
 
 from .orders import OBS_SHM, Refused
 
@@ -35,8 +39,14 @@ class LockstepFrames:
     (or catches up late) must get the pixels of the frame its tag names, not newer ones.
     """
 
-    def __init__(self, serve: Callable[[np.ndarray | None], None]) -> None:
+    def __init__(
+        self, serve: Callable[[np.ndarray | None], None], wanted: Callable[[], bool] = lambda: True
+    ) -> None:
         self._serve = serve
+        #: Whether any VNC client asks for frames now; when none does, a step's frame is
+        #: owed (:attr:`_owed`) and served once one asks (:meth:`serve_owed`).
+        self._wanted = wanted
+        self._owed = False
         self._segment: shm.FrameSegment | None = None
         self._served_at = 0.0
         self._flush: asyncio.TimerHandle | None = None
@@ -44,9 +54,17 @@ class LockstepFrames:
         self._copy: np.ndarray | None = None  # what VNC serves meanwhile
 
     def deliver(
-        self, obs: str, frame: np.ndarray, number: int, episode_id: int
+        self, obs: str, frame: np.ndarray, number: int, episode_id: int,
+        into: tuple[SlotSegment, int] | None = None,
     ) -> list[str | int] | None:
-        """The step's ``frame`` on its way; the reply's ``shm`` value, if any."""
+        """The step's ``frame`` on its way; the reply's ``shm`` value, if any. ``into``: a
+        batch step's slot (envserver.batch), which its reply names (None here)."""
+        if into is not None:
+            segment_of_batch, slot = into
+            segment_of_batch.write(slot, frame, number, episode_id)
+            self._source = frame
+            self._serve_soon()
+            return None
         if obs != OBS_SHM:
             self._serve(None)
             return None
@@ -73,10 +91,18 @@ class LockstepFrames:
         elif self._flush is None:
             self._flush = asyncio.get_running_loop().call_later(wait, self._serve_now)
 
+    def serve_owed(self) -> None:
+        """A VNC client asks for an update: serve the frame skipped while nobody asked."""
+        if self._owed:
+            self._serve_now()
+
     def _serve_now(self) -> None:
         if self._flush is not None:
             self._flush.cancel()
             self._flush = None
+        self._owed = not self._wanted()
+        if self._owed:  # nobody asks (a lockstep agent's own client is paused): later
+            return
         self._served_at = time.monotonic()
         source, copy = self._source, self._copy
         if source is None:

@@ -56,6 +56,9 @@ class StepOrder:
     web: str | None = None
     episode_id: int | None = None
     player: int = 0
+    #: A batch step's (envserver.batch): the frame goes into this slot of the batch's
+    #: shared segment, ``(segment, slot)``, instead of the game's own.
+    into: tuple[Any, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

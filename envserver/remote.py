@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from rewarder.batch_messages import DESCRIBE_KEY as BATCH_DESCRIBE_KEY
 from rewarder.lograte import RateLimitedLog
 from rewarder.protocol import HEARTBEAT_INTERVAL, MAX_FPS, MIN_FPS
 from rewarder.server import RewarderServer
@@ -128,7 +129,12 @@ class Remote(Restores, Acting):
         self.inputs.player_of = self._player_of
         self.inputs.on_queue = self._input_queued
         self._notes = RateLimitedLog(log)  # one line per kind of trouble per interval
-        self.lockstep_frames = LockstepFrames(self._frame_ready)
+        self.lockstep_frames = LockstepFrames(self._frame_ready, wanted=lambda: self.vnc.wanted())
+        #: The describe's ``batch`` key when this game takes batch steps with the other
+        #: games of its process (set by envserver.batch.BatchGames), else None.
+        self.batch_describe: dict[str, Any] | None = None
+        #: The process's batch steps (envserver.batch.BatchGames), when it serves several games.
+        self.batch_games: Any = None
         player_passwords = check_passwords(
             self.runtime.env_id, self.runtime.players, player_passwords, password
         )
@@ -160,6 +166,7 @@ class Remote(Restores, Acting):
             tls=tls.context if tls is not None else None,
             player_passwords=player_passwords,
         )
+        self.vnc.on_request = self.lockstep_frames.serve_owed
         self.vnc_port: int | None = None
         #: The browser viewer (``start(http_port=...)``), or None.
         self.viewer: Viewer | None = None
@@ -285,7 +292,7 @@ class Remote(Restores, Acting):
 
     def describe(self) -> dict[str, Any]:
         """The ``v0.env.describe`` body (every front end reads it)."""
-        return {
+        body = {
             "env_id": self.runtime.env_id,
             "env_state": self.state.wire,
             "fps": self.fps,
@@ -301,6 +308,9 @@ class Remote(Restores, Acting):
             "seats": self.seats.describe(),
             **self.runtime.describe(),
         }
+        if self.batch_describe is not None:
+            body[BATCH_DESCRIBE_KEY] = self.batch_describe
+        return body
 
     async def _heartbeat(self) -> None:
         """A describe every :data:`HEARTBEAT_INTERVAL`; late ticks logged once per interval."""

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rewarder import protocol
+from rewarder.batch_messages import BatchStepRequest
 from rewarder.errors import BadRequest
 from rewarder.lograte import RateLimitedLog
 from rewarder.server import PLAYER
@@ -117,6 +118,15 @@ class RewarderFront:
             return await self.remote.seats.step(step_order(request, PLAYER.get()))
         except Refused as exc:
             raise BadRequest(exc.reason, request.message_id) from exc
+
+    def batch_step(self, request: BatchStepRequest, client_id: str, owner: Any) -> Any:
+        """``v0.batch.step`` (envserver.batch): the reply's body, or a coroutine making it."""
+        games = self.remote.batch_games
+        if games is None:
+            raise BadRequest("this process serves one game: v0.batch.step steps several games of "
+                             "one `serve --games K` process; step this one with v0.env.step",
+                             request.message_id)
+        return games.step(request, client_id, owner)
 
     async def properties(self, request: protocol.PropertiesRequest) -> dict[str, Any]:
         try:

@@ -33,6 +33,7 @@ import asyncio
 import select
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -42,7 +43,9 @@ from rewarder.errors import ConnectionClosed, RemoteError, RewarderError
 from rewarder.protocol import ResetReply, StepReply
 from vncdriver.errors import VNCError
 
+from .batched import Batches
 from .faults import RECONNECT_ATTEMPT_TIMEOUT, Faults, error_text, relocate
+from .lockstep_vnc import LOOP_SLACK, MIN_FRAME_WAIT, frames_over_vnc, vnc_frame
 from .session import RESET_TIMEOUT, RemoteUnavailable
 from .slot import Phase, Slot
 
@@ -57,15 +60,28 @@ if TYPE_CHECKING:
 #: ``remote.waiting``): one stopped or slow remote does not hold up the others for its
 #: whole deadline. Far above a healthy remote's step on a loaded machine.
 STRAGGLER_GRACE: Final = 1.0
-#: Seconds past the slots' own deadlines the hand-over of VNC frames to the loop thread
-#: may take before the call gives up (the slots' deadlines decide first).
-_LOOP_SLACK: Final = 5.0
 #: Longest single wait for replies: each slice ends with a look at every channel, so the
 #: keepalive thread never takes a channel this step is reading.
 POLL_SLICE: Final = 0.1
-#: Seconds a lockstep step waits at least for a frame over VNC (its reply came in time,
-#: its frame follows at once unless the remote is in trouble).
-MIN_FRAME_WAIT: Final = 1.0
+
+
+@dataclass(slots=True)
+class Sent:
+    """A lockstep step between its two halves (:meth:`LockstepSteps.send`, ``finish``)."""
+
+    same_step: bool
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    infos: list[dict[str, Any]]
+    sent: list[Slot]
+    carried: list[Slot]
+    starting: list[Slot]
+    reconnected: set[Slot]
+    batch: np.ndarray
+    previous: np.ndarray
+    written: set[int]
+    resets: dict[Slot, tuple[int, int | None]]
 
 
 class LockstepSteps:
@@ -79,6 +95,8 @@ class LockstepSteps:
         #: The poll object of the last vector step's wait, and the descriptors it watches.
         self._poller: Any = None
         self._polled_fds: tuple[int, ...] = ()
+        #: One request per remote process per step (remotes.batched); not for web envs.
+        self.batches = Batches(lane) if web is None else None
 
     # Connecting ----------------------------------------------------------------------------
 
@@ -106,6 +124,8 @@ class LockstepSteps:
     def close(self) -> None:
         """Close every session from this thread (their VNC clients together, on the loop)."""
         lane = self.lane
+        if self.batches is not None:
+            self.batches.close()
         closing = [s.close_here(lane.loop, wait=False) for s in lane.sessions]
         waits = [f for f in closing if f is not None]
         if waits and not lane.loop.forked:
@@ -130,7 +150,19 @@ class LockstepSteps:
         """Whether an away slot is back in this step: its remote answers the probe, no
         idle stretch must end first (remotes.stepper, "Faults"), and it connects."""
         faults = self.faults
-        return faults.answering(slot) and slot.away_steps == 0 and not same_step and self._reconnect(slot)
+        return (faults.answering(slot) and slot.away_steps == 0 and not same_step
+                and (self.batches is None or self.batches.together(slot, faults.answering))
+                and self._reconnect(slot))
+
+    def _away(self, slot: Slot, truncated: np.ndarray | None) -> dict[str, Any]:
+        """A step of an away slot that is not back in it: idle (also while it waits for the
+        others lost with its process: remotes.batched), or its idle stretch ends."""
+        faults = self.faults
+        if (self.batches is not None and faults.answering(slot)
+                and not self.batches.together(slot, faults.answering)):
+            slot.away_steps += 1  # (an idle step: its stretch ends with the others')
+            return {"remote.connected": False, "remote.error": slot.error}
+        return faults.away(slot, truncated)
 
     def _reconnect(self, slot: Slot) -> bool:
         """The step that finds a lost remote answering connects it here; False (probing
@@ -214,7 +246,7 @@ class LockstepSteps:
         rewarder = slot.session.lockstep_channel
         if rewarder is not None:
             rewarder.drop_outstanding()
-        slot.pending = slot.reply = None
+        slot.pending = slot.reply = slot.batch = None
 
     def _send_reset(self, slot: Slot, seed: int | None, env_id: str | None) -> int:
         """Send the slot's reset (its first frame into shared memory if it can)."""
@@ -265,7 +297,7 @@ class LockstepSteps:
             timeout = max(deadline - time.monotonic(), MIN_FRAME_WAIT)
             shown = asyncio.wait_for(session.show_episode(reply.episode_id), timeout)
             try:
-                pixels, tag = lane.loop.run(_vnc_frame(session.vnc, shown), timeout + _LOOP_SLACK)
+                pixels, tag = lane.loop.run(vnc_frame(session.vnc, shown), timeout + LOOP_SLACK)
             except (VNCError, OSError, TimeoutError) as exc:
                 raise RemoteUnavailable(session.name, "the new episode's first frame did not come "
                                         "over VNC", exc) from exc
@@ -325,6 +357,13 @@ class LockstepSteps:
     def step(
         self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
     ) -> Batch:
+        return self.finish(self.send(actions, same_step, active))
+
+    def send(
+        self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
+    ) -> Sent:
+        """A step's first half: every request sent (the remotes step meanwhile); what
+        :meth:`finish` needs to read the replies and make the batch."""
         lane = self.lane
         slots = lane.slots
         rewards, terminated, truncated, infos = lane.outcome()
@@ -360,7 +399,7 @@ class LockstepSteps:
                     reconnected.add(slot)
                     starting.append(slot)
                 else:
-                    infos[i] = self.faults.away(slot, truncated)
+                    infos[i] = self._away(slot, truncated)
                 continue
             session = slot.session
             rewarder = session.lockstep_channel
@@ -378,6 +417,8 @@ class LockstepSteps:
                 continue
             if rewarder is None:
                 raise RuntimeError("a lockstep session needs a blocking rewarder channel")
+            if self.batches is not None and self.batches.queue(slot, actions[i]):
+                continue  # (sent with its process's batch, below)
             try:
                 if web is not None:  # an action string goes the web way (remotes.web)
                     slot.pending = web.lockstep_send(
@@ -390,7 +431,23 @@ class LockstepSteps:
                 continue
             slot.deadline = now + lane.stall_timeout
             sent.append(slot)
+        if self.batches is not None:
+            batched, unsent = self.batches.send(now)
+            sent += batched
+            for slot, reason in unsent:
+                infos[slot.index] = self.faults.lose(slot, reason, rewards, truncated)
         resets = self._send_autoresets(starting) if starting else {}
+        return Sent(same_step, rewards, terminated, truncated, infos, sent, carried, starting,
+                    reconnected, batch, previous, written, resets)
+
+    def finish(self, step: Sent) -> Batch:
+        """A step's second half: the replies read, the batch made."""
+        lane = self.lane
+        same_step, rewards, terminated, truncated, infos = (
+            step.same_step, step.rewards, step.terminated, step.truncated, step.infos)
+        sent, carried, starting, reconnected = step.sent, step.carried, step.starting, step.reconnected
+        batch, previous, written, resets = step.batch, step.previous, step.written, step.resets
+        lane.same_step = same_step
         failed: dict[Slot, str] = {}
         over_vnc = self._wait(sent, carried)
         if carried:
@@ -398,7 +455,7 @@ class LockstepSteps:
                          if s.reply is not None and s.vnc_frame is not None
                          and all(s is not t for t, _ in over_vnc)]
         if over_vnc:
-            failed = self._frames_over_vnc(over_vnc)
+            failed = frames_over_vnc(self.lane, over_vnc, self._written)
         for slot in (*sent, *carried) if carried else sent:
             i = slot.index
             if slot in failed:  # the step happened, its frame did not come
@@ -451,47 +508,11 @@ class LockstepSteps:
                 reconnected.add(slot)
                 starting.append(slot)
             else:
-                infos[slot.index] = self.faults.away(slot, None)
+                infos[slot.index] = self._away(slot, None)
         resets = self._autoresets(starting, self._send_autoresets(starting), None, reconnected)
         for slot in starting:
             infos[slot.index] = resets[slot.index]
         return lane.finish(rewards, terminated, truncated, infos, final, copy=False)
-
-    def _frames_over_vnc(self, pairs: list[tuple[Slot, StepReply]]) -> dict[Slot, str]:
-        """Lockstep without shared memory: each slot's frame as its VNC shows it (waited
-        for on the loop thread, where VNC lives, until the slot's own deadline) into the
-        batch. Returns the slots whose frame did not come, with why. A session without
-        VNC (a parallel env's other players) is left alone: its frame is player 0's."""
-        lane = self.lane
-        frames = lane.frames
-        assert frames is not None
-        failed: dict[Slot, str] = {}
-        waits = []
-        for slot, reply in pairs:
-            vnc = slot.session.vnc
-            if vnc is None:
-                slot.vnc_frame = None
-                continue
-            timeout = max(slot.deadline - time.monotonic(), MIN_FRAME_WAIT)
-            waits.append((slot, reply, _vnc_frame(vnc, vnc.wait_frame(reply.frame, timeout))))
-        if not waits:
-            return failed
-        limit = max(s.deadline for s, _, _ in waits) - time.monotonic()
-        results = lane.loop.run(_all_settled([w for _, _, w in waits]), max(limit, 0.0) + _LOOP_SLACK)
-        for (slot, reply, _), result in zip(waits, results, strict=True):
-            if isinstance(result, TimeoutError):
-                failed[slot] = (f"stalled: frame {reply.frame} did not come over VNC within "
-                                f"stall_timeout={lane.stall_timeout:g} s; reconnecting")
-            elif isinstance(result, BaseException):
-                failed[slot] = f"VNC connection lost while waiting for frame {reply.frame}: {result}"
-            else:
-                pixels, _ = result
-                if pixels.shape == frames.shape[1:]:
-                    np.copyto(frames[slot.index], pixels)
-                slot.vnc_frame = None
-                slot.session.shared.vnc_frames += 1
-                self._written.add(slot.index)
-        return failed
 
     def _wait(self, sent: list[Slot], carried: list[Slot]) -> list[tuple[Slot, StepReply]]:
         """Read replies until every remote sent this step answered (carried ones are taken
@@ -500,16 +521,16 @@ class LockstepSteps:
         whose frame must come over VNC are returned."""
         over_vnc: list[tuple[Slot, StepReply]] = []
         out = [s for s in ((*sent, *carried) if carried else sent) if s.pending is not None]
-        if len(out) == 1 and sent:  # one remote: one blocking read, nothing to choose
+        if len(out) == 1 and sent and out[0].batch is None:  # one remote: one blocking read
             slot = out[0]
             self._taken(slot, self._wait_one(slot), over_vnc)
             return over_vnc
         hold = set(sent) if sent else set(out)
-        by_fd: dict[int, Slot] = {}
+        by_fd: dict[int, list[Slot]] = {}
         for slot in out:
-            fd = _rewarder(slot).fileno()
+            fd = (slot.batch.channel if slot.batch is not None else _rewarder(slot)).fileno()
             if fd >= 0:
-                by_fd[fd] = slot
+                by_fd.setdefault(fd, []).append(slot)
         poller = self._poller_of(tuple(by_fd))
         last_reply: float | None = None
         ready: list[Slot] = out  # first look: replies already read (the keeper's, a carried one)
@@ -519,12 +540,16 @@ class LockstepSteps:
                 if slot.pending is None:
                     continue
                 try:
-                    reply = _rewarder(slot).take_reply(slot.pending, read, polled)
+                    call = slot.batch
+                    if call is None:
+                        reply = _rewarder(slot).take_reply(slot.pending, read, polled)
+                    else:
+                        reply = call.take(slot, read, polled)
                 except ConnectionClosed:
                     slot.pending = None
                     continue
                 except RemoteError:  # the remote refused the step: the agent hears why
-                    slot.pending = None
+                    slot.pending = slot.batch = None
                     raise
                 if reply is not None:
                     self._taken(slot, reply, over_vnc)
@@ -540,7 +565,12 @@ class LockstepSteps:
                 break
             events = poller.poll(min(limit - now, POLL_SLICE) * 1000)
             if events:
-                ready, read, polled = [by_fd[fd] for fd, _ in events], True, True
+                ready, read, polled = [s for fd, _ in events for s in by_fd[fd]], True, True
+                for fd, _ in events:  # bytes for a channel whose replies are all in (a
+                    # batch's, a ping): read them, or every poll returns at once until
+                    # the others' replies come
+                    if all(s.pending is None for s in by_fd[fd]):
+                        _rewarder(by_fd[fd][0]).serve_idle()
             else:  # a quiet slice: look at every channel (so the keeper leaves them alone)
                 ready, read, polled = out, True, False
         return over_vnc
@@ -585,6 +615,9 @@ class LockstepSteps:
         assert frames is not None
         session = slot.session
         slot.vnc_frame = None
+        batches = self.batches
+        if slot.batch is not None and batches is not None and batches.taken(slot, reply, self._written):
+            return  # (its frame came with its process's batch)
         if session.shared.take(reply, frames[slot.index]):
             self._written.add(slot.index)
             if session.vnc is not None:
@@ -630,18 +663,6 @@ def _rewarder(slot: Slot) -> BlockingRewarder:
     if rewarder is None:
         raise ConnectionClosed(f"{slot.session.name}: its rewarder channel is not connected")
     return rewarder
-
-
-async def _vnc_frame(vnc: Any, shown: Any) -> tuple[np.ndarray, Any]:
-    """On the loop thread: once ``shown`` (a wait for a frame) is done, a copy of what
-    the VNC client shows and its tag (the stepping thread copies it into the batch)."""
-    vnc.resume_updates()
-    await shown
-    return vnc.framebuffer.copy(), vnc.tag
-
-
-async def _all_settled(waits: list[Any]) -> list[Any]:
-    return await asyncio.gather(*waits, return_exceptions=True)
 
 
 async def _all(futures: list[Future[Any]]) -> None:

@@ -88,6 +88,9 @@ class Slot:
     #: Lockstep: the frame number of ``reply`` whose pixels must still come over VNC
     #: (shared memory failed; None once copied into the batch).
     vnc_frame: int | None = None
+    #: Lockstep: the batch request (remotes.batched.BatchCall) ``pending`` belongs to, if
+    #: the step went in its process's batch.
+    batch: Any = None
     #: Draws the seeds of the episodes this slot starts by itself, from the reset seed.
     rng: np.random.Generator | None = None
     #: The current episode's latest text (``v0.env.text``: a task's instruction), None
@@ -120,7 +123,7 @@ class Slot:
         self.steps = 0
         self.phase = Phase.RUNNING
         self.ended_episode = None
-        self.pending = self.reply = self.vnc_frame = None
+        self.pending = self.reply = self.vnc_frame = self.batch = None
 
     def take_texts(self) -> list[str]:
         """Lockstep: the texts that came before this step's reply (heard). Nothing else

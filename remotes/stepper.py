@@ -188,6 +188,19 @@ class Stepper:
             raise ValueError("active= is for lockstep steps")
         return self.loop.run(self._realtime.step(actions, same_step))
 
+    def step_send(self, actions: Sequence[Sequence[Any]], same_step: bool = False) -> Any:
+        """Lockstep: a step's first half, every request sent (:meth:`step_finish` ends it)."""
+        self._check_open()
+        if self.mode != LOCKSTEP:
+            raise ValueError("step_async() needs lockstep (mode='lockstep'): in real time a step "
+                             "waits for frames that come whether or not anyone asks")
+        return self._lockstep.send(actions, same_step, None)
+
+    def step_finish(self, sent: Any) -> Batch:
+        """Lockstep: the replies of :meth:`step_send`'s requests read, the batch made."""
+        self._check_open()
+        return self._lockstep.finish(sent)
+
     def save_state(self, index: int, export: bool = False) -> Any:
         """Lockstep: remote ``index``'s :class:`~rewarder.snapshot_messages.SnapshotReply`."""
         self._check_lockstep("snapshots")

@@ -39,6 +39,7 @@ from typing import Any, Final
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
@@ -184,6 +185,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             group.follow(live)
         self._core = Stepper(live, opts, self._loop)
         self._stepping = threading.Lock()  # one call at a time (threads queue up here)
+        #: A step sent by step_async() whose step_wait() is still to come.
+        self._step_sent: Any = None
         try:
             states = self._core.connect(opts.start_timeout + CONNECT_GRACE)
         except BaseException:
@@ -268,6 +271,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         if self._closed:
             raise RuntimeError("reset() on a closed RemoteVectorEnv")
         super().reset(seed=seed if isinstance(seed, int) or seed is None else None)
+        self._step_sent = None  # (a reset drops a step still out: its replies are of no use)
         if seed is None or isinstance(seed, int):
             seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
         else:
@@ -295,10 +299,39 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
                 f"{1 if isinstance(actions, str) else len(actions)} actions for "
                 f"{self.num_envs} remotes: give one per remote (a tuple or list)"
             )
+        if self._step_sent is not None:
+            raise AlreadyPendingCallError("step() while a step_async() waits for its step_wait()", "step")
         sent = [self._checked(i, action) for i, action in enumerate(actions)]
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         with self._stepping:
             batch: Batch = self._core.step(sent, same_step)
+        return self._stepped(batch)
+
+    def step_async(self, actions: Sequence[Sequence[tuple[Any, ...]]]) -> None:
+        """Lockstep: send every remote its step and return at once (gymnasium's
+        ``AsyncVectorEnv.step_async``): the remotes step while the agent computes; the
+        step's results come from :meth:`step_wait`."""
+        if self._closed:
+            raise RuntimeError("step_async() on a closed RemoteVectorEnv")
+        if self._step_sent is not None:
+            raise AlreadyPendingCallError("step_async() twice: call step_wait() first", "step")
+        if isinstance(actions, str) or len(actions) != self.num_envs:
+            raise ValueError(f"{len(actions)} actions for {self.num_envs} remotes: give one per remote")
+        sent = [self._checked(i, action) for i, action in enumerate(actions)]
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        with self._stepping:
+            self._step_sent = self._core.step_send(sent, same_step)
+
+    def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """The results of the step :meth:`step_async` sent, as :meth:`step` returns them."""
+        if self._step_sent is None:
+            raise NoAsyncCallError("step_wait() without a step_async() before it", "step")
+        with self._stepping:
+            sent, self._step_sent = self._step_sent, None
+            batch: Batch = self._core.step_finish(sent)
+        return self._stepped(batch)
+
+    def _stepped(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         page = PAGE in self.options.observations
         per_remote = list(batch.infos)
         for i, (final_obs, final_info) in batch.final.items():  # as SyncVectorEnv puts them

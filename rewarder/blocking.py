@@ -46,6 +46,7 @@ from websockets.protocol import State
 from websockets.uri import WebSocketURI, parse_uri
 
 from . import keeper, local_peer, local_socket, protocol
+from .batch_messages import BATCH_STEP, request_body
 from .client_channel import CALIBRATION_PINGS, PING_TIMEOUT, intersect_skew
 from .client_frames import ClientFrames
 from .client_state import Answer, ClientState, Closing
@@ -369,6 +370,13 @@ class BlockingRewarder(ClientState):
             else:
                 self._send(data)
             return message_id
+
+    def send_batch_step(self, steps: list[tuple[int, int | None, list[list[Any]], int]]) -> int:
+        """Send a ``v0.batch.step`` of ``steps`` (:func:`rewarder.batch_messages.request_body`):
+        its message id, whose reply (a ``BatchStepReply``) :meth:`take_reply` gives."""
+        with self._lock:
+            request = self._need_proto()._request(BATCH_STEP, request_body(steps))
+            return self._send_request(BATCH_STEP, request)
 
     def _send_request(self, method: str, request: tuple[int, bytes]) -> int:
         message_id, data = request

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import orjson
 
+from .batch_messages import BatchStepReply
 from .connections import ClientConnection
 from .errors import ProtocolError, RewarderError, UnknownMethod
 from .protocol import (
@@ -50,7 +51,7 @@ class Answer:
     or the server's :class:`~.protocol.ErrorReply` refusing it."""
 
     message_id: Any
-    event: ResetReply | StepReply | PingReply | PropertiesReply | ErrorReply | SnapshotReply
+    event: ResetReply | StepReply | PingReply | PropertiesReply | ErrorReply | SnapshotReply | BatchStepReply
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,7 @@ class Closing:
     refusal: bool
 
 
-_REPLIES = (StepReply, PingReply, PropertiesReply, ResetReply, SnapshotReply)
+_REPLIES = (StepReply, PingReply, PropertiesReply, ResetReply, SnapshotReply, BatchStepReply)
 
 
 class ClientState:
@@ -166,7 +167,8 @@ class ClientState:
 
     @staticmethod
     def _answer(
-        event: ResetReply | StepReply | PingReply | PropertiesReply | ErrorReply | SnapshotReply,
+        event: (ResetReply | StepReply | PingReply | PropertiesReply | ErrorReply | SnapshotReply
+                | BatchStepReply),
         waiting: Callable[[Any], bool],
     ) -> Answer | None:
         parent = event.parent_message_id

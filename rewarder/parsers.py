@@ -9,8 +9,16 @@ every refusal here is a ``ValueError`` whose message says what was wrong.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+from .batch_messages import (
+    BATCH_STEP,
+    MAX_BATCH_STEPS,
+    REPLY_BATCH_STEP,
+    BatchEntry,
+    BatchStepRequest,
+    read_reply,
+)
 from .protocol import (
     ACTION,
     CONNECTION_CLOSE,
@@ -210,6 +218,33 @@ def _parse_step(message_id: Any, sent_at: float, msg: Message) -> StepRequest:
     )
 
 
+def parse_batch_step(message_id: Any, sent_at: float, msg: Message) -> BatchStepRequest:
+    """``v0.batch.step`` (rewarder/batch_messages.py): each step read as a ``v0.env.step``."""
+    steps, obs = msg.body.get("steps"), msg.body.get("obs", "shm")
+    if obs != "shm":
+        raise ValueError(f'a batch step\'s frames go through shared memory: obs must be "shm", not {obs!r}')
+    if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_BATCH_STEPS:
+        raise ValueError(f"steps must be a list of 1..{MAX_BATCH_STEPS} steps (MAX_BATCH_STEPS)")
+    entries = []
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            raise ValueError(f"steps[{i}] must be an object with game, episode_id, action and frames")
+        game, frames = step.get("game"), step.get("frames", 1)
+        if type(game) is not int or not 0 <= game < MAX_BATCH_STEPS:
+            raise ValueError(f"steps[{i}].game must be a game index 0..{MAX_BATCH_STEPS - 1} (the "
+                             f"describe's {'batch'!r}.game), not {game!r}")
+        if type(frames) is not int or not 1 <= frames <= MAX_STEP_FRAMES:
+            raise ValueError(f"steps[{i}].frames must be an integer in 1..{MAX_STEP_FRAMES}, not {frames!r}")
+        if isinstance(step.get("action"), str):
+            raise ValueError(f"steps[{i}]: action strings are stepped one game at a time (v0.env.step)")
+        raw_episode = step.get("episode_id")
+        episode_id = None if raw_episode is None else parse_episode_id(raw_episode)
+        entries.append(BatchEntry(game, episode_id, _parse_events(step), frames))
+    if len({e.game for e in entries}) != len(entries):
+        raise ValueError("each game may appear once in a batch")
+    return BatchStepRequest(message_id, sent_at, tuple(entries))
+
+
 def _parse_properties(message_id: Any, sent_at: float, msg: Message) -> PropertiesRequest:
     op = msg.method.rpartition(".")[2]
     key = msg.body.get("key", "")
@@ -234,6 +269,7 @@ REQUEST_PARSERS: dict[str, Callable[[Any, float, Message], Request]] = {
     PROPERTIES_WRITE: _parse_properties,
     SNAPSHOT: lambda message_id, sent_at, msg: parse_snapshot(message_id, sent_at, msg.body),
     RESTORE: lambda message_id, sent_at, msg: parse_restore(message_id, sent_at, msg.body),
+    BATCH_STEP: parse_batch_step,  # type: ignore[dict-item]  # (not a Universe request)
 }
 
 
@@ -350,4 +386,7 @@ EVENT_READERS: dict[str, Callable[[Message, float], ServerEvent]] = {
     REPLY_ERROR: _read_error,
     CONNECTION_CLOSE: _read_close,
     REPLY_SNAPSHOT: lambda msg, sent_at: read_snapshot_reply(_parent(msg), msg.body, sent_at),
+    REPLY_BATCH_STEP: lambda msg, sent_at: cast(
+        ServerEvent, read_reply(_parent(msg), msg.body, sent_at, _runtime(msg))
+    ),
 }

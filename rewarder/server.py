@@ -32,6 +32,7 @@ from websockets.http11 import Request, Response
 
 from . import connections, local_socket, protocol
 from .auth import basic_auth_password
+from .batch_messages import REPLY_BATCH_STEP, BatchStepRequest
 from .errors import BadRequest
 from .lograte import RateLimitedLog
 from .protocol import (
@@ -562,10 +563,42 @@ class RewarderServer:
                         runtime = time.perf_counter() - started
                         link.send(link.proto.reply_step(parent, episode_id, body, runtime))
                         return None
+            if isinstance(request, BatchStepRequest):
+                return self._batch_step(link, request, started)
             return self._answer_later(link, request, started)
         except Exception as exc:
             self._failed(link, parent, exc, started)
             return None
+
+    def _batch_step(
+        self, link: ServerLink, request: BatchStepRequest, started: float
+    ) -> Coroutine[Any, Any, None] | None:
+        """``v0.batch.step`` (rewarder/batch_messages.py): answered at once when every
+        step fits one slice, else from a task (the handler's coroutine)."""
+        batch_step = getattr(self.handler, "batch_step", None)
+        if batch_step is None:
+            raise BadRequest("this remote takes no batch steps; step with v0.env.step", request.message_id)
+        done = batch_step(request, link.client_id, link)
+        if isinstance(done, dict):
+            self._reply_batch(link, request, done, started)
+            return None
+        return self._batch_later(link, request, done, started)
+
+    async def _batch_later(
+        self, link: ServerLink, request: BatchStepRequest, body: Any, started: float
+    ) -> None:
+        try:
+            self._reply_batch(link, request, await body, started)
+        except Exception as exc:
+            self._failed(link, request.message_id, exc, started)
+
+    def _reply_batch(
+        self, link: ServerLink, request: BatchStepRequest, body: dict[str, Any], started: float
+    ) -> None:
+        link.send(link.proto.send(
+            REPLY_BATCH_STEP, body, parent_message_id=request.message_id,
+            parent_runtime=time.perf_counter() - started,
+        ))
 
     async def _answer_later(
         self, link: ServerLink, request: protocol.Request, started: float

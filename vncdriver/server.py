@@ -123,6 +123,9 @@ class VNCServer:
         self.player_passwords: dict[int, str] = dict(player_passwords or {})
         self.on_input: InputCallback = on_input or (lambda client_id, events: None)
         self.on_disconnect: Callable[[int], None] = on_disconnect or (lambda client_id: None)
+        #: Called when a client's update request has come in, before it is answered: an
+        #: owner that skips frames nobody asked for (:meth:`wanted`) serves the newest now.
+        self.on_request: Callable[[], None] | None = None
         self.encodings = encodings
         #: Counts wrong passwords per address and refuses blocked ones (one per remote).
         self.auth_guard = auth_guard
@@ -177,6 +180,12 @@ class VNCServer:
             connection.abort("the remote is shutting down")
         if self._server is not None:
             await self._server.wait_closed()
+
+    def wanted(self) -> bool:
+        """Whether any client has an update request outstanding (else a new frame would
+        only be diffed and marked for clients that may never ask: a lockstep agent's own
+        paused client, or nobody)."""
+        return any(c.proto is not None and c.proto.requested for c in self.connections.values())
 
     def frame_ready(
         self,

@@ -94,6 +94,8 @@ class Host(Protocol):
     @property
     def tls(self) -> ssl.SSLContext | None: ...
     @property
+    def on_request(self) -> Callable[[], None] | None: ...
+    @property
     def encodings(self) -> Sequence[int] | None: ...
     @property
     def max_clients(self) -> int: ...
@@ -361,6 +363,9 @@ class ServerConnection(asyncio.Protocol):
             self.server.on_input(self.client_id, inputs)
         if set_encodings and self.kind is None:
             self._classify()
+        on_request = self.server.on_request
+        if on_request is not None and proto.requested:
+            on_request()  # (a frame skipped while nobody asked is served first)
         if self.server.tag is not None:
             proto.set_frame_tag(self.server.tag)  # for a client that just asked for tags
         self.send_update()

@@ -336,6 +336,11 @@ class ServerProtocol:
             self._tag_pending = True
 
     @property
+    def requested(self) -> bool:
+        """True while the client has an update request we have not answered."""
+        return self._request is not None
+
+    @property
     def update_wanted(self) -> bool:
         """True when the client has a request outstanding that we have something for."""
         if self._request is None:

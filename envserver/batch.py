@@ -1,0 +1,141 @@
+"""Batch steps: one ``v0.batch.step`` steps several games of this process at once.
+
+Holds :class:`BatchGames`, made by :func:`envserver.games.serve_games` when a process
+serves several games (``serve --games K``). Each game's describe then says
+``"batch": {"process": token, "game": i}``; an agent that holds several of them (its
+``openai-client-id`` is each one's active rewarder client) may send one request, on any
+of those games' rewarder connections, for all of their steps (rewarder/batch_messages.py),
+and gets one reply: K requests, K replies and K wake-ups of this process become one.
+
+Each step is its game's own ``v0.env.step`` in every other way: the same order through
+the game's seats (:meth:`envserver.players.Seats.step_now`, or the sliced
+:meth:`~envserver.players.Seats.step` when it does not fit one slice), the same state
+table, refusals, observers' rewards and VNC frames for viewers; only the frame goes into
+slot i of one shared segment for the batch (:class:`rewarder.shm_slots.SlotSegment`, one
+per connection that sends batches) instead of the game's own. A step refused (a stale
+episode, a game not held by the sender, a game in real time) is refused alone, with its
+reason in its place of the reply; the others step.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rewarder.batch_messages import BatchStepRequest, reply_body
+from rewarder.errors import BadRequest
+from rewarder.shm_slots import SlotSegment
+
+from .orders import OBS_SHM, Refused, StepOrder
+
+if TYPE_CHECKING:
+    from .remote import Remote
+
+Reply = tuple[int, dict[str, Any]]
+
+
+class BatchGames:
+    """The games of one process that batch steps may drive together."""
+
+    def __init__(self, remotes: Sequence[Remote]) -> None:
+        #: Names this process in the games' describes (a new one per process start).
+        self.token = secrets.token_hex(8)
+        self.remotes = list(remotes)
+        #: Each sending connection's segment, until that connection closes.
+        self._segments: dict[Any, SlotSegment] = {}
+        for i, remote in enumerate(self.remotes):
+            remote.batch_describe = {"process": self.token, "game": i}
+            remote.batch_games = self
+
+    def step(
+        self, request: BatchStepRequest, client_id: str, owner: Any
+    ) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
+        """The reply's body, or (when a step must run sliced) the coroutine that makes it.
+        ``owner``: the sending connection (a ``closed`` future ends its segment)."""
+        entries = request.steps
+        remotes: list[Remote | str] = [self._held(e.game, client_id) for e in entries]
+        shape = next((r.runtime.framebuffer.shape for r in remotes if not isinstance(r, str)), None)
+        segment = self._segment(owner, shape) if shape is not None else None
+        results: list[Reply | str] = []
+        later: list[tuple[int, Remote, StepOrder]] = []
+        for slot, (entry, remote) in enumerate(zip(entries, remotes, strict=True)):
+            if isinstance(remote, str):
+                results.append(remote)
+                continue
+            assert segment is not None
+            if remote.runtime.framebuffer.shape != shape:
+                results.append(f"game {entry.game}'s screen is not the size of the batch's first "
+                               "game's: step games of other sizes in a batch of their own")
+                continue
+            order = StepOrder(events=entry.events, frames=entry.frames, obs=OBS_SHM,
+                              episode_id=entry.episode_id, into=(segment, slot))
+            try:
+                done = remote.seats.step_now(order)
+            except Refused as exc:
+                results.append(exc.reason)
+                continue
+            if done is None:
+                later.append((len(results), remote, order))
+                results.append("")
+            else:
+                results.append(done)
+        shm = segment.reply if segment is not None else None
+        if not later:
+            return reply_body(results, shm)
+        return self._step_later(results, later, shm)
+
+    async def _step_later(
+        self, results: list[Reply | str], later: list[tuple[int, Remote, StepOrder]], shm: Any,
+    ) -> dict[str, Any]:
+        """The steps that run sliced (long ones), one after another."""
+        for at, remote, order in later:
+            try:
+                results[at] = await remote.seats.step(order)
+            except Refused as exc:
+                results[at] = exc.reason
+        return reply_body(results, shm)
+
+    def _held(self, game: int, client_id: str) -> Remote | str:
+        """Game ``game`` if the batch's sender is its active agent, else why not."""
+        if not 0 <= game < len(self.remotes):
+            return f"this process serves games 0..{len(self.remotes) - 1}, not {game}"
+        remote = self.remotes[game]
+        if remote.players > 1:
+            return (f"game {game} is a multi-player game: step it with v0.env.step on the "
+                    "connection of each player")
+        active = remote.rewarder.active
+        if not client_id or active is None or active.client_id != client_id:
+            return (f"game {game} is not held by this agent: connect to its rewarder port as "
+                    "its active client, with the same openai-client-id as this connection, first")
+        return remote
+
+    def _segment(self, owner: Any, shape: tuple[int, ...]) -> SlotSegment:
+        """The sending connection's segment, made (again) for ``shape`` when needed."""
+        segment = self._segments.get(owner)
+        height, width = shape[0], shape[1]
+        if segment is not None and segment.fits(len(self.remotes), height, width):
+            return segment
+        if segment is not None:
+            segment.close()
+        else:
+            owner.closed.add_done_callback(lambda _: self._drop(owner))
+        try:
+            segment = SlotSegment(len(self.remotes), height, width)
+        except OSError as exc:
+            self._segments.pop(owner, None)
+            raise BadRequest(f"no shared-memory segment for the batch's frames ({exc}): step "
+                             "each game with v0.env.step") from exc
+        self._segments[owner] = segment
+        return segment
+
+    def _drop(self, owner: Any) -> None:
+        segment = self._segments.pop(owner, None)
+        if segment is not None:
+            segment.close()
+
+    def close(self) -> None:
+        """Remove every segment (the process ends)."""
+        for segment in self._segments.values():
+            segment.close()
+        self._segments.clear()

@@ -1,0 +1,251 @@
+"""Batched lockstep steps: one request per remote process per vector step (issue 40).
+
+Holds :class:`Batches`, the part of :class:`remotes.lockstep.LockstepSteps` that groups a
+step's remotes by the process serving them and sends each group one ``v0.batch.step``
+(rewarder/batch_messages.py) instead of one ``v0.env.step`` per remote, and
+:class:`BatchCall`, one such request in flight. A remote's describe says which process
+serves it (``"batch": {"process": token, "game": i}``, only from a ``serve --games K``
+process); remotes whose describes name the same token, that step through shared memory
+and are nothing but single-player games, go together. The request goes on the channel of
+the group's first remote; the reply's frames are read from the batch's segment straight
+into the rows of the vector's batch with one ``preadv``
+(:class:`rewarder.shm_slots.SlotReader`), and each remote's share becomes that remote's
+reply, which the lockstep lane delivers as if it had come alone.
+
+**What does not change.** Resets, autoresets and ``same_step`` episode ends go on each
+remote's own channel as before (first frames through its own segment); a remote alone in
+its process steps alone; a vector whose remotes each have a process of their own never
+batches. A refused step raises :class:`~rewarder.errors.RemoteError` for its remote, as
+a refused ``v0.env.step`` does. When the batch's connection is lost (the process killed),
+every remote of the group is lost in that step (each channel is read, so each says why,
+or is closed), and an away group comes back together: a remote whose probe answers
+waits for the probes of the others lost with it. When the segment cannot be read (another
+user, a container's own /dev/shm), that process's remotes step one by one again and
+``info["shm.error"]`` says why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from rewarder import batch_messages
+from rewarder.batch_messages import DESCRIBE_KEY, BatchStepReply
+from rewarder.errors import ConnectionClosed, RemoteError
+from rewarder.protocol import StepReply
+from rewarder.shm_slots import SlotReader
+
+from .slot import Phase, Slot
+
+if TYPE_CHECKING:
+    from rewarder.blocking import BlockingRewarder
+
+    from .lane import Lane
+
+log = logging.getLogger(__name__)
+
+
+class BatchCall:
+    """One ``v0.batch.step`` in flight: its channel, its message id, its slots in order."""
+
+    def __init__(self, channel: BlockingRewarder, message_id: int, slots: list[Slot], owner: Batches) -> None:
+        self.channel, self.message_id, self.slots, self.owner = channel, message_id, slots, owner
+        #: Each slot's reply (or refusal) once the batch's reply is in, until taken.
+        self.replies: dict[Slot, StepReply | str] = {}
+        #: Slots whose frame was read into the batch from the segment.
+        self.read: set[Slot] = set()
+        self.failure: ConnectionClosed | None = None
+        self.done = False
+
+    def take(self, slot: Slot, read: bool, ready: bool) -> StepReply | None:
+        """``slot``'s reply if the batch's is in (reading the channel first if ``read``);
+        raises ConnectionClosed when the batch's connection was lost, RemoteError when
+        the remote refused this slot's step."""
+        if self.failure is not None:
+            raise self.failure
+        if not self.done:
+            if slot is not self.slots[0]:  # one read per look, by the first slot's take
+                return None
+            try:
+                reply = self.channel.take_reply(self.message_id, read, ready)
+            except ConnectionClosed as exc:
+                self.failure = exc
+                self.owner.lost_with(self)
+                raise
+            except RemoteError:  # the whole batch refused: each slot hears why
+                self.done = True
+                raise
+            if reply is None:
+                return None
+            self._arrived(reply)
+        answer = self.replies.pop(slot, None)
+        if isinstance(answer, str):
+            raise RemoteError(answer, batch_messages.BATCH_STEP)
+        return answer
+
+    def _arrived(self, reply: Any) -> None:
+        self.done = True
+        if not isinstance(reply, BatchStepReply) or len(reply.steps) != len(self.slots):
+            raise RemoteError(f"a batch step's reply does not answer its {len(self.slots)} steps",
+                              batch_messages.BATCH_STEP)
+        self.replies = dict(zip(self.slots, reply.steps, strict=True))
+        self.owner.read_frames(self, reply)
+
+
+class Batches:
+    """Groups a lockstep step's remotes by process (:meth:`queue`), sends one request per
+    group (:meth:`send`), and hands each remote its share (:meth:`taken`)."""
+
+    def __init__(self, lane: Lane) -> None:
+        self.lane = lane
+        self._queued: dict[str, list[tuple[Slot, int, Sequence[Any]]]] = {}
+        #: The segment reader of each process token (opened once).
+        self._readers: dict[str, SlotReader] = {}
+        #: Tokens whose segment failed: their remotes step one by one until they reconnect.
+        self._off: set[str] = set()
+        #: Each slot's process token as last seen (kept while the slot is away, so the
+        #: remotes lost with one process come back together).
+        self.token_of: dict[Slot, str] = {}
+
+    def queue(self, slot: Slot, action: Sequence[Any]) -> bool:
+        """Hold ``slot``'s step for its process's batch; False when it steps alone."""
+        session = slot.session
+        channel = session.lockstep_channel
+        describe = channel.describe if channel is not None else None
+        if describe is None or session.player or not session.shared.enabled:
+            return False
+        batch = describe.body.get(DESCRIBE_KEY)
+        if type(batch) is not dict:
+            return False
+        token, game = batch.get("process"), batch.get("game")
+        if type(token) is not str or type(game) is not int or token in self._off:
+            return False
+        self.token_of[slot] = token
+        self._queued.setdefault(token, []).append((slot, game, action))
+        return True
+
+    def send(self, now: float) -> tuple[list[Slot], list[tuple[Slot, str]]]:
+        """Send the queued steps, one request per process (a lone remote's as its own
+        ``v0.env.step``); the slots sent, and those whose send failed with why."""
+        lane = self.lane
+        sent: list[Slot] = []
+        failed: list[tuple[Slot, str]] = []
+        queued, self._queued = self._queued, {}
+        for group in queued.values():
+            slots = [slot for slot, _, _ in group]
+            lead = slots[0].session.lockstep_channel
+            assert lead is not None
+            try:
+                if len(group) == 1:
+                    slot, _, action = group[0]
+                    slot.pending = lead.send_step(action, lane.frameskip, slot.session.shared.obs)
+                else:
+                    steps = [(game, _episode(slot), [list(e) for e in action], lane.frameskip)
+                             for slot, game, action in group]
+                    message_id = lead.send_batch_step(steps)
+                    call = BatchCall(lead, message_id, slots, self)
+                    for slot in slots:
+                        slot.pending, slot.batch = message_id, call
+            except (ConnectionClosed, OSError) as exc:
+                self._lost_channels(slots, lead)
+                failed += [(slot, f"{exc}" if slot.session.lockstep_channel is lead else
+                            slot.session.error or f"{exc}") for slot in slots]
+                continue
+            for slot in slots:
+                slot.deadline = now + lane.stall_timeout
+            sent += slots
+        return sent, failed
+
+    def read_frames(self, call: BatchCall, reply: BatchStepReply) -> None:
+        """The batch's frames from its segment into the vector's batch, in one read."""
+        frames = self.lane.gate.frames
+        assert frames is not None
+        if reply.shm is None:
+            return
+        token = self.token_of.get(call.slots[0])
+        try:
+            reader = self._readers.get(token or "")
+            if reader is None or reader.key != reply.shm:
+                if reader is not None:
+                    reader.close()
+                reader = SlotReader(*reply.shm)
+                if token is not None:
+                    self._readers[token] = reader
+            held = reader.read_into([frames[s.index] for s in call.slots])
+        except (OSError, ValueError) as exc:
+            self._failed(call, token, exc)
+            return
+        for slot, frame in zip(call.slots, held, strict=True):
+            answer = call.replies.get(slot)
+            if isinstance(answer, StepReply) and (answer.frame, answer.episode_id) == frame:
+                call.read.add(slot)
+
+    def _failed(self, call: BatchCall, token: str | None, exc: OSError | ValueError) -> None:
+        """The segment cannot be read: this step's frames come over VNC, and the process's
+        remotes step one by one (each with its own segment) until they reconnect."""
+        if token is not None:
+            self._off.add(token)
+        for slot in call.slots:
+            slot.session.shared.error = f"batch frames: {exc}; stepping each remote on its own"
+        log.warning("batch frames of %s unusable: %s", call.slots[0].session.name, exc)
+
+    def taken(self, slot: Slot, reply: StepReply, written: set[int]) -> bool:
+        """A batched slot's reply is in: whether its frame is in the batch already (else
+        it must come over VNC); False for a slot that was not batched."""
+        call, slot.batch = slot.batch, None
+        if call is None:
+            return False
+        if slot not in call.read:
+            return False
+        session = slot.session
+        session.shared.last = (reply.frame, reply.episode_id)
+        session.shared.shm_frames += 1
+        written.add(slot.index)
+        if session.vnc is not None:
+            session.vnc.pause_updates()
+        return True
+
+    def lost_with(self, call: BatchCall) -> None:
+        """The batch's connection was lost: read each other remote's own channel (a
+        killed process's say so at once); one still open is closed, since the step it
+        was sent may or may not have happened."""
+        token = self.token_of.get(call.slots[0])
+        reader = self._readers.pop(token or "", None)
+        if reader is not None:
+            reader.remove_if_abandoned()
+            reader.close()
+        self._lost_channels(call.slots, call.channel)
+
+    def _lost_channels(self, slots: list[Slot], lead: BlockingRewarder) -> None:
+        """Each channel of ``slots`` but ``lead``'s, read (or closed) after the lead's loss."""
+        for slot in slots:
+            channel = slot.session.lockstep_channel
+            if channel is None or channel is lead:
+                continue
+            try:
+                channel.take_reply(-1, True)
+            except (ConnectionClosed, OSError, RemoteError):
+                pass
+            if channel.connected:
+                channel.close()
+
+    def together(self, slot: Slot, answering: Any) -> bool:
+        """Whether an away slot may come back now: every other away slot lost with the
+        same process answers its probe too (or is coming back in this step already: its
+        probe is done)."""
+        token = self.token_of.get(slot)
+        if token is None:
+            return True
+        return all(other.reconnect is None or answering(other) for other, t in self.token_of.items()
+                   if t == token and other is not slot and other.phase is Phase.AWAY)
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
+
+
+def _episode(slot: Slot) -> int | None:
+    channel = slot.session.lockstep_channel
+    return channel.episode_id if channel is not None else None

@@ -1,0 +1,120 @@
+"""The rewarder's batch step (our extension, docs/rewarder.md "Batch steps").
+
+Holds the method ``v0.batch.step`` (step several lockstep games of one ``serve --games K``
+process with one request, sent on the rewarder connection of any of them), its reply
+``v0.reply.batch.step``, the describe key that says which games may be batched
+together (:data:`DESCRIBE_KEY`), their dataclasses and the bodies both ends build. The
+request's parser is :func:`rewarder.parsers.parse_batch_step` (it reads each step's
+events as ``v0.env.step`` does). A Universe client never sends these and never hears them.
+
+Why: a vector of n games over K-game processes costs n requests, n replies and n wake-ups
+of the remotes per step; batched, it is one of each per process (issue 40). Each game
+keeps its own ports, seats and state: the request is accepted for a game only when that
+game's active rewarder client is the same agent (the same ``openai-client-id``) as the
+one that sends the batch, so a batch can drive only games its sender already holds.
+
+The frames go into one shared-memory segment (:mod:`rewarder.shm_slots`), step i's in
+slot i, so the agent reads them all with one ``preadv``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .protocol import MAX_GAMES_PER_PROCESS, ActionEvent, StepReply, is_number, parse_episode_id
+
+BATCH_STEP: Final = "v0.batch.step"
+REPLY_BATCH_STEP: Final = "v0.reply.batch.step"
+#: The describe key of a game that takes part in batches: ``{"process": token, "game":
+#: index}``; games whose describes name the same process token may be batched together.
+DESCRIBE_KEY: Final = "batch"
+#: Steps one batch may hold: one per game of the process, which serves at most this many.
+MAX_BATCH_STEPS: Final = MAX_GAMES_PER_PROCESS
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEntry:
+    """One game's step in a batch: game ``game`` of the process (its describe's index)."""
+
+    game: int
+    episode_id: int | None
+    events: tuple[ActionEvent, ...]
+    frames: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStepRequest:
+    """``v0.batch.step``: each entry's game steps as its own ``v0.env.step`` would."""
+
+    message_id: Any
+    sent_at: float
+    steps: tuple[BatchEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStepReply:
+    """``v0.reply.batch.step``: per step, its game's :class:`StepReply` (its
+    ``parent_message_id`` is the batch's, its ``shm`` None) or the reason it was refused;
+    ``shm``: ``(name, height, width, stride)`` of the segment whose slot i holds step i's
+    frame (None when no step drew one)."""
+
+    parent_message_id: Any
+    sent_at: float
+    runtime: float
+    shm: tuple[str, int, int, int] | None
+    steps: tuple[StepReply | str, ...]
+
+
+def request_body(steps: list[tuple[int, int | None, list[list[Any]], int]]) -> dict[str, Any]:
+    """The request's body from ``(game, episode id, events, frames)`` per step."""
+    return {"obs": "shm", "steps": [
+        {"game": game, "episode_id": str(episode or 0), "action": action, "frames": frames}
+        for game, episode, action, frames in steps
+    ]}
+
+
+def reply_body(
+    steps: list[tuple[int, dict[str, Any]] | str], shm: list[str | int] | None
+) -> dict[str, Any]:
+    """The reply's body (the server's side) from each step's ``(episode id, step reply
+    body)`` or refusal."""
+    out: list[dict[str, Any]] = []
+    for step in steps:
+        if isinstance(step, str):
+            out.append({"error": step})
+        else:
+            episode_id, body = step
+            out.append({**body, "episode_id": str(episode_id)})
+    return {"shm": shm, "steps": out}
+
+
+def read_reply(parent: Any, body: dict[str, Any], sent_at: float, runtime: float) -> BatchStepReply:
+    """The agent's reading of a reply's body; ValueError says what is wrong with it."""
+    raw_shm, raw_steps = body.get("shm"), body.get("steps")
+    if not isinstance(raw_steps, list):
+        raise ValueError(f"batch step reply needs a list of steps, got {body!r:.200}")
+    shm = None
+    if raw_shm is not None:
+        if not (isinstance(raw_shm, list) and len(raw_shm) == 4 and isinstance(raw_shm[0], str)
+                and all(type(v) is int for v in raw_shm[1:])):
+            raise ValueError(
+                f"batch step reply's shm must be [name, height, width, stride], got {raw_shm!r:.200}"
+            )
+        shm = (raw_shm[0], raw_shm[1], raw_shm[2], raw_shm[3])
+    steps: list[StepReply | str] = []
+    for entry in raw_steps:
+        if not isinstance(entry, dict):
+            raise ValueError(f"a batch step reply's step must be an object, got {entry!r:.200}")
+        if "error" in entry:
+            steps.append(str(entry["error"]))
+            continue
+        reward, done, frame = entry.get("reward"), entry.get("done"), entry.get("frame")
+        info = entry.get("info", {})
+        if (not is_number(reward) or not isinstance(done, bool) or not isinstance(info, dict)
+                or type(frame) is not int):
+            raise ValueError(f"a batch step reply's step needs reward, done, info and frame: {entry!r:.200}")
+        steps.append(StepReply(parent, parse_episode_id(entry.get("episode_id")), float(reward), done,
+                               info, frame, sent_at, runtime, None))
+    return BatchStepReply(parent, sent_at, runtime, shm, tuple(steps))
+

@@ -1,0 +1,182 @@
+"""A batch step's frames in shared memory: one segment, one slot per game.
+
+Holds :class:`SlotSegment` (the remote's side: a ``/dev/shm`` file of ``slots`` frames,
+each behind its own :data:`~rewarder.shm.HEADER`) and :class:`SlotReader` (the agent's
+side: chosen slots copied into chosen arrays with one ``preadv``). A
+``v0.reply.batch.step`` names the segment as ``[name, height, width, stride]``; slot i
+starts at ``i * stride``: a 64-byte header (magic, frame number, episode id, height,
+width), then the pixels.
+
+Everything :mod:`rewarder.shm` says of a segment holds here: created 0600 with its pages
+reserved, ``flock``-ed by the remote for its life (so :func:`rewarder.shm.sweep` removes
+it once the remote is gone), written only while the one agent waits for the reply, and
+read by the agent without mapping it (``O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC``, a regular file
+of its own user, big enough), so a truncated file is a short read, never SIGBUS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import stat
+from collections.abc import Sequence
+from typing import Final
+
+import numpy as np
+
+from . import shm
+from .protocol import MAX_GAMES_PER_PROCESS
+from .shm import HEADER, MAGIC, MAX_SIDE, PIXELS_AT, PREFIX, VNC_INSTEAD
+
+#: Slots one segment may hold: a process serves at most this many games.
+MAX_SLOTS: Final = MAX_GAMES_PER_PROCESS
+#: Slots start on multiples of this (aligned for numpy's copies, as a frame's pixels are).
+ALIGN: Final = 64
+
+
+def stride_of(height: int, width: int) -> int:
+    """Bytes from one slot to the next for frames of ``height`` x ``width``."""
+    size = PIXELS_AT + height * width * 3
+    return -(-size // ALIGN) * ALIGN
+
+
+class SlotSegment:
+    """The remote's side: ``slots`` frames of ``height`` x ``width`` in one locked file."""
+
+    def __init__(self, slots: int, height: int, width: int) -> None:
+        shm.sweep()
+        self.slots, self.height, self.width = slots, height, width
+        self.stride = stride_of(height, width)
+        size = self.stride * slots
+        fd, self.path = shm._create_locked()
+        self.name = self.path.name
+        try:
+            os.posix_fallocate(fd, 0, size)
+            self._map = mmap.mmap(fd, size)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            os.close(fd)
+            raise
+        self._fd = fd
+        pixels = height * width * 3
+        self._pixels = [
+            np.frombuffer(self._map, np.uint8, pixels, i * self.stride + PIXELS_AT).reshape(height, width, 3)
+            for i in range(slots)
+        ]
+
+    @property
+    def reply(self) -> list[str | int]:
+        """What a batch reply carries: ``[name, height, width, stride]``."""
+        return [self.name, self.height, self.width, self.stride]
+
+    def fits(self, slots: int, height: int, width: int) -> bool:
+        return slots <= self.slots and (height, width) == (self.height, self.width)
+
+    def write(self, slot: int, frame: np.ndarray, number: int, episode_id: int) -> None:
+        """Put ``frame`` into ``slot``, then the header that names it."""
+        np.copyto(self._pixels[slot], frame)
+        HEADER.pack_into(self._map, slot * self.stride, MAGIC, number, episode_id, self.height, self.width)
+
+    def close(self) -> None:
+        """Remove the file and let go of its lock (idempotent)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        if not self._map.closed:
+            self._pixels = []
+            with contextlib.suppress(BufferError):
+                self._map.close()
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+class SlotReader:
+    """The agent's side of a :class:`SlotSegment` a reply names, opened once (its name is
+    not trusted: :class:`rewarder.shm.FrameReader`'s checks). Failures are OSError or
+    ValueError saying what was wrong; the caller takes those frames over VNC instead."""
+
+    def __init__(self, name: str, height: int, width: int, stride: int) -> None:
+        self._fd = -1
+        if (not isinstance(name, str) or not name.startswith(PREFIX) or "/" in name
+                or "\0" in name or name in (".", "..")):
+            raise ValueError(f"{name!r} is not a frame segment name; {VNC_INSTEAD}")
+        if not (0 < height <= MAX_SIDE and 0 < width <= MAX_SIDE) or stride != stride_of(height, width):
+            raise ValueError(f"frame segment {name}: [{height}, {width}, {stride}] are not a "
+                             f"screen's height, width and slot stride; {VNC_INSTEAD}")
+        self.name, self.height, self.width, self.stride = name, height, width, stride
+        self.path = shm.SHM_DIR / name
+        self._headers = [bytearray(PIXELS_AT)]
+        self._pad = bytearray(stride - PIXELS_AT - height * width * 3)
+        # (the same checks as FrameReader's, on a file that must hold whole slots)
+        fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"frame segment {self.path} is not a regular file; {VNC_INSTEAD}")
+            if st.st_uid != os.geteuid():
+                raise PermissionError(f"frame segment {self.path} belongs to uid {st.st_uid}, not "
+                                      f"to this process's user; {VNC_INSTEAD}")
+            self.size = st.st_size
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        return (self.name, self.height, self.width, self.stride)
+
+    def read_into(self, dests: Sequence[np.ndarray]) -> list[tuple[int, int] | None]:
+        """Copy slots 0..len(dests)-1 into ``dests`` (each a C-contiguous, writable
+        ``uint8[height, width, 3]``) with one ``preadv``; each slot's (frame number,
+        episode id), None for a slot no frame was written to yet (its step was refused).
+        ``dests`` may be partly written when it raises."""
+        count = len(dests)
+        if self._fd < 0:
+            raise ValueError(f"frame segment {self.name}: the reader is closed; {VNC_INSTEAD}")
+        if count * self.stride > self.size or count > MAX_SLOTS:
+            raise ValueError(f"frame segment {self.name} holds fewer than {count} slots; {VNC_INSTEAD}")
+        headers = self._headers
+        while len(headers) < count:
+            headers.append(bytearray(PIXELS_AT))
+        shape = (self.height, self.width, 3)
+        buffers: list[bytearray | memoryview] = []
+        for i, dest in enumerate(dests):
+            if dest.shape != shape or dest.dtype != np.uint8 or not dest.flags.c_contiguous:
+                raise ValueError(f"frame segment {self.name} holds {self.width}x{self.height} "
+                                 f"frames, not {dest.dtype}{list(dest.shape)}; {VNC_INSTEAD}")
+            buffers.append(headers[i])
+            buffers.append(dest.data.cast("B"))
+            if self._pad and i < count - 1:
+                buffers.append(self._pad)
+        want = count * self.stride - len(self._pad)
+        got = os.preadv(self._fd, buffers, 0)
+        if got < want:
+            raise ValueError(f"frame segment {self.name} is truncated ({got} bytes of {want}); {VNC_INSTEAD}")
+        out: list[tuple[int, int] | None] = []
+        for i in range(count):
+            magic, number, episode, height, width = HEADER.unpack_from(headers[i], 0)
+            if magic == bytes(len(MAGIC)):  # never written
+                out.append(None)
+                continue
+            if magic != MAGIC or (height, width) != (self.height, self.width):
+                raise ValueError(f"slot {i} of frame segment {self.name} holds no {self.width}x"
+                                 f"{self.height} frame; {VNC_INSTEAD}")
+            out.append((number, episode))
+        return out
+
+    def remove_if_abandoned(self) -> bool:
+        """Remove the segment if its remote is gone (:meth:`rewarder.shm.FrameReader.remove_if_abandoned`)."""
+        if self._fd < 0:
+            return False
+        return shm._remove_if_unlocked(self._fd, self.path)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
