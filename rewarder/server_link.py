@@ -27,6 +27,7 @@ from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
+from websockets.streams import StreamReader
 
 from . import connections
 from .ws_frames import LENGTH_16, LENGTH_64, MASK_BIT, TEXT_FIN, apply_mask, text_header
@@ -45,13 +46,50 @@ PING_PAYLOAD_BYTES: Final = 4
 _LENGTH: Final = 0x7F
 
 
+#: The code of the step websockets' frame parser waits in between two frames (a look
+#: for the end of the stream, before the first byte of the next frame).
+_BETWEEN_FRAMES: Final = StreamReader.at_eof.__code__
+
+
+def between_frames(ws: ServerProtocol) -> bool:
+    """Whether websockets' parser holds no part of a frame: it waits for the first byte of
+    the next one. Its buffer may be empty in the middle of a frame too (a read that ended
+    right after a header: the header was taken, the payload is awaited), so this asks the
+    parser itself where it waits (the innermost generator it delegates to)."""
+    parser: Any = ws.parser  # (a generator: its gi_ attributes are not in typing's Generator)
+    while (inner := parser.gi_yieldfrom) is not None:
+        parser = inner
+    return parser.gi_code is _BETWEEN_FRAMES
+
+
 def _short_path_fits() -> bool:
     """Whether this websockets keeps the state the short paths read and write under the
-    names they use (websockets >= 13); otherwise every frame goes through its parser."""
+    names they use (websockets >= 13), and its parser waits between frames where
+    :func:`between_frames` looks; otherwise every frame goes through its parser."""
     probe = ServerProtocol()
-    return all(
+    if not all(
         hasattr(probe, name) for name in ("current_size", "expect_continuation_frame", "writes")
-    ) and isinstance(getattr(probe.reader, "buffer", None), bytearray)
+    ) or not isinstance(getattr(probe.reader, "buffer", None), bytearray):
+        return False
+    try:
+        return _probe_parser(probe)
+    except Exception:  # (a websockets that parses differently: the long path only)
+        return False
+
+
+def _probe_parser(probe: ServerProtocol) -> bool:
+    """:func:`between_frames` on a handshake, a frame's header and its payload."""
+    probe.receive_data(
+        b"GET / HTTP/1.1\r\nHost: probe\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    (request,) = probe.events_received()
+    probe.send_response(probe.accept(request))  # type: ignore[arg-type]
+    at_start = between_frames(probe)
+    probe.receive_data(b"\x81\x85\0\0\0\0")  # the header of a 5-byte text frame
+    inside = between_frames(probe)
+    probe.receive_data(b"hello")
+    return probe.state is State.OPEN and at_start and not inside and between_frames(probe)
 
 
 #: Read once at import (see :func:`_short_path_fits`).
@@ -266,11 +304,14 @@ class ServerLink(asyncio.Protocol):
         here with websockets' own unmasking; None leaves it all to websockets' parser
         (handshakes, control and fragmented frames, several frames or part of one, bad
         UTF-8, anything over the limit), whose state this path never touches: it runs
-        only while that parser waits for the first byte of a frame."""
+        only while that parser waits for the first byte of a frame (:func:`between_frames`:
+        after a read that ended right after a header, the next is that frame's payload,
+        however much it looks like a frame)."""
         ws = self.ws
         if (
             not SHORT_PATH or len(data) < 6 or data[0] != TEXT_FIN or ws.state is not State.OPEN
             or ws.reader.buffer or ws.current_size is not None or self._fragments
+            or not between_frames(ws)
         ):
             return None
         second = data[1]
