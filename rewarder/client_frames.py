@@ -50,14 +50,22 @@ class ClientFrames:
         self._in_fragments = False
         self._fragments: list[bytes] = []
         self._masks, self._mask_at = b"", 0
+        #: The shell failed the connection (:meth:`fail`): websockets has a close to send.
+        self._failed = False
 
     def receive(self, data: bytes) -> bool:
         """Bytes from the server (not empty); whether websockets got any (it may then have
         something to send: pongs, a close echo)."""
         if self.split:
-            return self._frames(data)
+            return self._frames(data) or self._failed
         self._handshake_bytes(data)
         return True
+
+    def fail(self, code: int, reason: str) -> None:
+        """Fail the connection for something wrong in a message read here (not UTF-8):
+        websockets sends the close and reads nothing more; :meth:`receive` then says so."""
+        self.ws.fail(code, reason)
+        self._failed = True
 
     def receive_eof(self) -> None:
         """The server closed its end: half a frame kept is websockets' to judge."""
