@@ -37,13 +37,18 @@ class BadRequest(RewarderError):
 
 
 class MessageTooBig(BadRequest):
-    """A message over the size limit; it was not parsed."""
+    """A message over its method's size limit; it was not parsed (its id may have been
+    read from its start: ``parent_message_id``). ``hint`` says what to send instead."""
 
-    def __init__(self, size: int, limit: int) -> None:
+    def __init__(
+        self, size: int, limit: int, hint: str = "send fewer events per v0.agent.action",
+        parent_message_id: int | str | None = None, method: str | None = None,
+    ) -> None:
         self.size, self.limit = size, limit
+        what = f"{method} message" if method else "message"
         super().__init__(
-            f"message of {size} bytes is over the limit of {limit} bytes; "
-            "send fewer events per v0.agent.action"
+            f"{what} of {size} bytes is over the limit of {limit} bytes; {hint}",
+            parent_message_id,
         )
 
 

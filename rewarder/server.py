@@ -43,7 +43,12 @@ from .protocol import (
     CLOSE_UNAUTHORIZED,
 )
 from .server_link import MAX_PENDING_MESSAGES, LinkLimits, ServerLink
-from .snapshot_messages import REPLY_SNAPSHOT, RestoreRequest, SnapshotRequest
+from .snapshot_messages import (
+    MAX_RESTORE_MESSAGE_BYTES,
+    REPLY_SNAPSHOT,
+    RestoreRequest,
+    SnapshotRequest,
+)
 from .tls import TLSPort
 
 log = logging.getLogger(__name__)
@@ -53,9 +58,11 @@ log = logging.getLogger(__name__)
 #: thousands of describes and minutes of 60 fps rewards; a client this far behind is not
 #: reading. (It was MAX_QUEUED_MESSAGES = 1024 messages of a per-client queue.)
 MAX_BUFFERED_BYTES: Final = 8 * 1024 * 1024
-#: WebSocket frames above this close the connection (1009) before we read them; frames
-#: between MAX_MESSAGE_BYTES and this get a v0.reply.error and the connection goes on.
-MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
+#: WebSocket frames above this close the connection (1009) before we read them: the
+#: largest message a method takes (a v0.env.restore's, MAX_RESTORE_MESSAGE_BYTES) and
+#: 1 MiB more. A message between its method's limit (MAX_MESSAGE_BYTES for all but
+#: restore) and this gets a v0.reply.error saying so, and the connection goes on.
+MAX_FRAME_BYTES: Final = MAX_RESTORE_MESSAGE_BYTES + 1024 * 1024
 #: How long shutdown waits for each client to take its v0.connection.close, and any
 #: closing handshake for the client to finish it before the socket is cut.
 CLOSE_TIMEOUT: Final = 2.0
