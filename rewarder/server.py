@@ -199,6 +199,9 @@ class RewarderServer:
         #: Our bugs a client's message ran into: one line (with its traceback) per kind per
         #: interval, counted, so a client repeating the message cannot flood the log.
         self.bugs = RateLimitedLog(log)
+        #: Why this port closed a client (a protocol error, a missed keepalive, ...): a
+        #: WARNING per close, one line per kind per interval when they come in floods.
+        self.closes = RateLimitedLog(log)
         #: Every connection whose socket is open (admitted or not).
         self.links: set[ServerLink] = set()
         #: The tasks of requests that had to wait (resets, long steps, properties).
@@ -239,7 +242,7 @@ class RewarderServer:
                 log.info("no local socket for rewarder port %d: %s", self.port, exc)
 
     def _new_link(self) -> ServerLink:
-        link = ServerLink(self, self.limits)
+        link = ServerLink(self, self.limits, self.closes)
         self.links.add(link)
         link.closed.add_done_callback(lambda _: self.links.discard(link))
         return link
@@ -256,6 +259,7 @@ class RewarderServer:
         if self.tls_port is not None:
             self.tls_port.close()
         self.bugs.close()
+        self.closes.close()
         links = list(self.links)
         for link in links:
             if link.admitted and not link.ended:

@@ -30,6 +30,7 @@ from websockets.server import ServerProtocol
 from websockets.streams import StreamReader
 
 from . import connections
+from .lograte import RateLimitedLog
 from .ws_frames import LENGTH_16, LENGTH_64, MASK_BIT, TEXT_FIN, apply_mask, text_header
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ def _probe_parser(probe: ServerProtocol) -> bool:
     return probe.state is State.OPEN and at_start and not inside and between_frames(probe)
 
 
+#: Why connections were closed, for links made without their server's log.
+_CLOSES: Final = RateLimitedLog(log)
 #: Read once at import (see :func:`_short_path_fits`).
 SHORT_PATH: Final = _short_path_fits()
 
@@ -135,8 +138,10 @@ class ServerLink(asyncio.Protocol):
     written once at the end.
     """
 
-    def __init__(self, owner: LinkOwner, limits: LinkLimits) -> None:
+    def __init__(self, owner: LinkOwner, limits: LinkLimits, closes: RateLimitedLog | None = None) -> None:
         self.owner, self.limits = owner, limits
+        #: Where the reason of a close this end starts goes (:meth:`_say_why`).
+        self.closes = closes if closes is not None else _CLOSES
         self.loop = asyncio.get_running_loop()
         self.ws = ServerProtocol(max_size=limits.max_frame_bytes)  # no extensions: no deflate
         self.transport: asyncio.Transport | None = None
@@ -165,6 +170,7 @@ class ServerLink(asyncio.Protocol):
         self._fragment_opcode: Opcode | None = None
         self._ping_payload = b""
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._said = False
 
     def __repr__(self) -> str:
         return f"<ServerLink {self.remote_address} {self.ws.state.name}>"
@@ -193,6 +199,11 @@ class ServerLink(asyncio.Protocol):
         text = self._whole_text(data)
         if text is None:
             self.ws.receive_data(data)
+            exc = self.ws.parser_exc
+            if exc is not None and not isinstance(exc, EOFError):  # (EOF: the client went)
+                close = self.ws.close_sent
+                code = f"; closed with {close.code}" if close is not None else ""
+                self._say_why("protocol error", f"it broke the WebSocket protocol ({exc}){code}")
         self._batching += 1
         try:
             if text is not None:
@@ -374,7 +385,9 @@ class ServerLink(asyncio.Protocol):
         try:
             text = str(data, "utf-8")
         except UnicodeDecodeError as exc:
-            self.ws.fail(CloseCode.INVALID_DATA, f"{exc.reason} at position {exc.start}")
+            reason = f"{exc.reason} at position {exc.start}"
+            self.ws.fail(CloseCode.INVALID_DATA, reason)
+            self._say_why("invalid UTF-8", f"its text message is not UTF-8 ({reason}); closed with 1007")
             self._end()
             return
         self.owner.received(self, text)
@@ -398,8 +411,7 @@ class ServerLink(asyncio.Protocol):
 
     def _open_expired(self) -> None:
         if self.ws.state is State.CONNECTING:
-            log.info("%s: no WebSocket handshake within %g s: closed", self.remote_address,
-                     self.limits.open_timeout)
+            self._say_why("no handshake", f"no WebSocket handshake within {self.limits.open_timeout:g} s")
             self.abort()
 
     def _ping(self) -> None:
@@ -414,8 +426,8 @@ class ServerLink(asyncio.Protocol):
         """A client that leaves a ping unanswered is hung or gone: free its slot now."""
         if self.ws.state is not State.OPEN:
             return
-        log.info("%s answered no keepalive ping within %g s: dropped", self.remote_address,
-                 self.limits.keepalive_timeout)
+        self._say_why("keepalive", "it answered no keepalive ping within "
+                      f"{self.limits.keepalive_timeout:g} s (hung, stopped or gone); closed with 1011")
         self.ws.fail(CloseCode.INTERNAL_ERROR, "keepalive ping timeout")
         self.flush()
         self._end()
@@ -430,9 +442,16 @@ class ServerLink(asyncio.Protocol):
             f"client fell {self.buffered()} bytes behind (over {self.limits.max_buffered_bytes}); "
             "read faster"
         )
-        log.warning("closing %s: %s", self.remote_address, reason)
+        self._say_why("too slow", reason)
         self._end()  # first: nothing more is queued behind the close frame
         self.close(self.limits.too_slow_code, reason)
+
+    def _say_why(self, kind: str, reason: str) -> None:
+        """Log why this end closes the connection, once, at WARNING (one line per
+        ``kind`` per interval when many clients earn it: :mod:`.lograte`)."""
+        if not self._said:
+            self._said = True
+            self.closes.log(f"closed: {kind}", logging.WARNING, "closing %s: %s", self.remote_address, reason)
 
     def _end(self) -> None:
         if not self.ended:

@@ -1,17 +1,20 @@
 """The server's fast path (rewarder.server_link) reads a whole masked text frame by itself
 only where a frame starts: a stream cut right after a frame's header, whose next read
 looks like one whole frame, is read as the rest of that frame (websockets' parser holds
-the header). The client here is raw: it writes the bytes and the cuts each test chooses
+the header). And a remote that closes a client says why, once, at WARNING. The client
+here is raw: it writes the bytes and the cuts each test chooses
 to a real remote's rewarder port, and reads the replies with websockets' parser."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 import time
 from typing import Any
 
 import orjson
+import pytest
 from websockets.client import ClientProtocol
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
@@ -113,4 +116,31 @@ async def test_a_frame_cut_after_its_header_is_not_read_from_its_middle(start_re
     # The ping inside the binary frame was never a message.
     methods = [(m["method"], m["headers"].get("parent_message_id")) for m in client.messages]
     assert ("v0.reply.control.ping", 2) not in methods
+    client.writer.close()
+
+
+async def _until_closed(client: RawClient) -> None:
+    """Read (answering nothing) until the server closes the connection."""
+    async with asyncio.timeout(TIMEOUT):
+        while await client.reader.read(65536):
+            pass
+
+
+@pytest.mark.parametrize(("frame", "words"), [
+    (b"\xc1\x85\x01\x02\x03\x04hello", "reserved bits must be 0"),  # RSV1 set
+    (masked(0x1, b"\xff\xfe"), "not UTF-8"),
+    (b"", "no keepalive ping"),  # nothing sent, pings left unanswered
+])
+async def test_a_remote_that_closes_a_client_says_why_once_at_warning(
+    start_remote: StartRemote, caplog: pytest.LogCaptureFixture, frame: bytes, words: str,
+) -> None:
+    remote = await start_remote()
+    client = await RawClient.open(remote.rewarder.port)
+    with caplog.at_level(logging.WARNING):
+        if frame:
+            await client.write(frame)
+        await _until_closed(client)
+    said = [r for r in caplog.records if r.name.startswith("rewarder") and r.levelno >= logging.WARNING]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert words in said[0].getMessage() and "closing" in said[0].getMessage()
     client.writer.close()
