@@ -59,7 +59,7 @@ from .dial import (
     parse_address,
 )
 from .errors import ConnectionClosed, ProtocolError, Refused, RemoteError, SendTimeout, Untrusted
-from .interrupts import WriteInterrupted, send_whole
+from .interrupts import CONTROL_SEND_TIMEOUT, SEND_TIMEOUT, WriteInterrupted, send_whole
 from .protocol import (
     CLOSE_BUSY,
     Describe,
@@ -79,17 +79,6 @@ READ_BYTES: Final = 256 * 1024
 #: WebSocket close codes that mean "refused", not "try again" (as :mod:`.dial` reads them).
 _REFUSAL_CODES: Final = frozenset({1008, *range(4000, 5000)})
 _REFUSAL_STATUSES: Final = frozenset({401, 403})
-#: Seconds a request may wait for the remote to take its bytes when the caller gave no
-#: timeout (a vector env's ``send_step``): the stall timeout a lockstep step waits for
-#: its reply (remotes.faults.STALL_TIMEOUT); a remote that takes nothing for this long is
-#: stopped or not reading, and the connection is given up.
-SEND_TIMEOUT: Final = 10.0
-#: Seconds a pong or a close echo may wait for the socket to take it: a remote that
-#: takes not even that is not reading (its own keepalive gives a client 1.5 s), and the
-#: keeper thread, which serves every idle channel, must not wait on one for long.
-CONTROL_SEND_TIMEOUT: Final = 1.0
-#: WebSocket close code for a text message that is not UTF-8 (RFC 6455, 7.4.1).
-_INVALID_DATA: Final = 1007
 
 
 @dataclass(frozen=True, slots=True)
@@ -606,22 +595,13 @@ class BlockingRewarder(ClientState):
         if state is State.CLOSING or state is State.CLOSED or not data:
             # The server closed, or broke the protocol (we closed): that is the end now,
             # not when the server gets round to closing the socket (maybe never).
-            close, code = ws.close_rcvd, None
-            if close is not None:
-                reason, code = f"the connection to {self.url} closed", close.code
-                reason += f" ({close.code} {close.reason})".rstrip()
-            elif ws.close_sent is not None and state is not State.CLOSED:
-                code = ws.close_sent.code
-                reason = (f"lost the connection to {self.url}: the server broke the WebSocket "
-                          f"protocol ({ws.parser_exc or ws.close_sent.reason}); closed with {code}")
-            else:
-                reason = f"the connection to {self.url} closed"
+            reason, code, told = frames.ending(self.url)
             refused, self._refused = self._refused, None
             self._lost(reason, code)
             if refused is not None:
                 if code == CLOSE_BUSY:
                     raise Busy(self.url, refused)
-                if close is None or code in _REFUSAL_CODES:
+                if not told or code in _REFUSAL_CODES:
                     raise Refused(f"{self.name}: {self.url} refused the connection: {refused}")
             if ws.handshake_exc is not None and state is not State.OPEN:
                 raise ws.handshake_exc
@@ -644,9 +624,8 @@ class BlockingRewarder(ClientState):
         try:
             decoded = text.decode()
         except UnicodeDecodeError as exc:  # the server's fault: the connection ends, saying so
-            frames = self._frames
-            assert frames is not None
-            frames.fail(_INVALID_DATA, f"invalid UTF-8 in a text message: {exc.reason} at {exc.start}")
+            assert self._frames is not None
+            self._frames.fail_not_utf8(exc)
             return
         result = self.receive(proto, decoded, self.outstanding.__contains__)
         if type(result) is Answer:

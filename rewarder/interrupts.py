@@ -20,6 +20,15 @@ import threading
 import time
 from typing import Final
 
+#: Seconds a request may wait for the remote to take its bytes when the caller gave no
+#: timeout (a vector env's ``send_step``): the stall timeout a lockstep step waits for
+#: its reply (remotes.faults.STALL_TIMEOUT); a remote that takes nothing for this long is
+#: stopped or not reading, and the connection is given up.
+SEND_TIMEOUT: Final = 10.0
+#: Seconds a pong or a close echo may wait for the socket to take it: a remote that
+#: takes not even that is not reading (its own keepalive gives a client 1.5 s), and the
+#: keeper thread, which serves every idle channel, must not wait on one for long.
+CONTROL_SEND_TIMEOUT: Final = 1.0
 #: Seconds between two looks for a Ctrl-C held while a write waits for the peer to take
 #: bytes (the signal's handler only notes it): how late Ctrl-C ends a stuck write at most.
 INTERRUPT_POLL: Final = 0.05
