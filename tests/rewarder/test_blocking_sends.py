@@ -1,14 +1,16 @@
 """A blocking client's send never outlives its call's timeout, and Ctrl-C ends it: a
 remote that takes no bytes (a server that floods pings and reads nothing; a real remote
 stopped with SIGSTOP, over its Unix twin and over TCP) ends the call within its timeout
-as a lost connection (SendTimeout), and a SIGINT while it waits raises KeyboardInterrupt
-at once. Each case has a watchdog that unblocks the peer (closes it, or lets the remote
-go on) well after the timeout, so a client that would wait for ever fails instead."""
+as a lost connection (SendTimeout), and a SIGINT while it waits for room raises
+KeyboardInterrupt at once. Each case has a watchdog that unblocks the peer (closes it,
+or lets the remote go on) well after the timeout, so a client that would wait for ever
+fails instead."""
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +19,7 @@ import pytest
 
 from remotes import start_local
 from remotes.local import LocalRemotes
+from rewarder import interrupts
 from rewarder.blocking import BlockingRewarder
 from rewarder.errors import ConnectionClosed, SendTimeout
 
@@ -28,33 +31,54 @@ TIMEOUT = 2.0
 SLACK = 3.0
 #: When the watchdog unblocks the peer: far past TIMEOUT + SLACK.
 WATCHDOG = 12.0
-#: Seconds into the call when the SIGINT comes (the send is blocked by then).
-SIGINT_AFTER = 0.5
+#: Seconds the SIGINT may wait for the call to be stuck in its send.
+STUCK_WITHIN = 20.0
 #: A restore this big fills every buffer between the client and a peer that reads nothing
 #: (TCP: up to 4 MiB of send buffer and a window that does not grow; Unix: ~200 kB).
 BIG_STATE = b"\x00" * (12 << 20)
 
 
+def waiting_for_room() -> bool:
+    """Whether the main thread's send waits for the peer to take bytes (is in
+    :func:`rewarder.interrupts.send_whole`'s wait)."""
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    while frame is not None:
+        if frame.f_code is _WAIT_CODE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_WAIT_CODE = getattr(getattr(interrupts, "_send_rest", None), "__code__", None)
+
+
 def interrupted(call: Callable[[], object]) -> float | None:
-    """Run ``call`` here (the main thread), a SIGINT sent to it from a timer thread
-    :data:`SIGINT_AFTER` in: seconds from the signal to the KeyboardInterrupt (None: the
-    call ended otherwise; its exception, if any, propagates)."""
+    """Run ``call`` here (the main thread); once its send waits for the peer to take
+    bytes (:func:`waiting_for_room`), another thread sends this thread a SIGINT. Seconds
+    from the signal to the KeyboardInterrupt (None: the call ended otherwise; its
+    exception, if any, propagates)."""
     assert threading.current_thread() is threading.main_thread()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     sent: list[float] = []
+    done = threading.Event()
 
     def fire() -> None:
-        sent.append(time.monotonic())
-        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        deadline = time.monotonic() + STUCK_WITHIN
+        while not done.wait(0.01) and time.monotonic() < deadline:
+            if waiting_for_room():
+                sent.append(time.monotonic())
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+                return
 
-    timer = threading.Timer(SIGINT_AFTER, fire)
+    timer = threading.Thread(target=fire, daemon=True)
     timer.start()
     try:
         call()
     except KeyboardInterrupt:
+        assert sent, "interrupted before the signal"
         return time.monotonic() - sent[0]
     finally:
-        timer.cancel()
+        done.set()
         try:
             timer.join()
         except KeyboardInterrupt:  # (the call ended as the signal came: the test fails)
@@ -63,7 +87,10 @@ def interrupted(call: Callable[[], object]) -> float | None:
 
 
 def flood(server: ScriptedServer) -> None:
-    """Pings, as fast as the socket takes them; never a read."""
+    """Once the client's request starts (its first byte, read), pings as fast as the
+    socket takes them; never another read."""
+    assert server.sock is not None
+    server.sock.recv(1)
     ping = b"\x89\x7d" + b"p" * 125
     burst = ping * 512
     while not server.stop.is_set():
