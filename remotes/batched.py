@@ -119,7 +119,12 @@ class Batches:
         if type(batch) is not dict:
             return False
         token, game = batch.get("process"), batch.get("game")
-        if type(token) is not str or type(game) is not int or token in self._off:
+        if type(token) is not str or type(game) is not int:
+            return False
+        # A process steps in one request only the games one agent holds there: remotes
+        # leased from a pool are held under each lease's own client id (remotes.pool).
+        token = f"{token}#{session.client_id or ''}"
+        if token in self._off:
             return False
         self.token_of[slot] = token
         self._queued.setdefault(token, []).append((slot, game, action))

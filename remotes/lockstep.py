@@ -224,11 +224,12 @@ class LockstepSteps:
         :class:`~rewarder.errors.RemoteError` says why a remote refused."""
         slots = [self.lane.slots[i] for i in states]
         sent = {}
+        deadline = time.monotonic() + RESET_TIMEOUT  # (the sends' too: a state may be megabytes)
         for slot in slots:  # all sent first: the remotes restore at the same time
             self._drop_step(slot)
             slot.session.shared.new_episode()
-            sent[slot] = _rewarder(slot).send_restore(*states[slot.index], obs=slot.session.shared.obs)
-        deadline = time.monotonic() + RESET_TIMEOUT
+            sent[slot] = _rewarder(slot).send_restore(*states[slot.index], obs=slot.session.shared.obs,
+                                                      timeout=max(deadline - time.monotonic(), 0.0))
         previous = self.lane.frames
         assert previous is not None
         self.lane.frames = previous.copy()  # the last step's observations stay as returned
@@ -425,7 +426,9 @@ class LockstepSteps:
                         slot, rewarder, actions[i], lane.frameskip, session.shared.obs
                     )
                 else:
-                    slot.pending = rewarder.send_step(actions[i], lane.frameskip, session.shared.obs)
+                    slot.pending = rewarder.send_step(
+                        actions[i], lane.frameskip, session.shared.obs, timeout=lane.stall_timeout
+                    )
             except (ConnectionClosed, OSError) as exc:
                 infos[i] = self.faults.lose(slot, error_text(exc), rewards, truncated)
                 continue

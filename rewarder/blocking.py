@@ -59,8 +59,8 @@ from .dial import (
     handshake_headers,
     parse_address,
 )
-from .errors import ConnectionClosed, ProtocolError, Refused, RemoteError, Untrusted
-from .interrupts import hold_interrupts, release_interrupts
+from .errors import ConnectionClosed, ProtocolError, Refused, RemoteError, SendTimeout, Untrusted
+from .interrupts import CONTROL_SEND_TIMEOUT, SEND_TIMEOUT, WriteInterrupted, send_whole
 from .protocol import (
     CLOSE_BUSY,
     Describe,
@@ -274,7 +274,7 @@ class BlockingRewarder(ClientState):
         self._frames = ClientFrames(ws, self._message, MAX_SERVER_MESSAGE_BYTES)
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN)
-        self._flush()
+        self._flush(timeout=max(0.0, deadline - time.monotonic()))
         while ws.state is State.CONNECTING:
             self._read_some(deadline)
         if ws.handshake_exc is not None:
@@ -299,13 +299,14 @@ class BlockingRewarder(ClientState):
     ) -> int:
         """Ask for a new episode; its id once the server replied (the buffer switches)."""
         with self._lock:
-            message_id = self.send_reset(env_id, seed, fps, mode)
-            reply: ResetReply = self.wait_reply(message_id, time.monotonic() + timeout)
+            deadline = time.monotonic() + timeout
+            message_id = self.send_reset(env_id, seed, fps, mode, timeout=timeout)
+            reply: ResetReply = self.wait_reply(message_id, deadline)
             return int(reply.episode_id)
 
     def send_reset(
         self, env_id: str | None = None, seed: int | None = None, fps: float | None = None,
-        mode: str | None = None, obs: str = protocol.OBS_VNC,
+        mode: str | None = None, obs: str = protocol.OBS_VNC, timeout: float = SEND_TIMEOUT,
     ) -> int:
         """Send ``v0.env.reset`` (past the newest episode this channel saw); its message id,
         for :meth:`wait_reply` or :meth:`take_reply`. ``obs="shm"``: the reply names the
@@ -313,7 +314,7 @@ class BlockingRewarder(ClientState):
         with self._lock:
             newest = self.buffer.newest_episode_id or 0
             request = self._need_proto().reset(newest, env_id, seed, fps, mode, obs)
-            return self._send_request(protocol.RESET, request)
+            return self._send_request(protocol.RESET, request, timeout)
 
     def write_property(self, key: str, value: Any, timeout: float = PING_TIMEOUT) -> dict[str, Any]:
         """Write the remote's property ``key`` (our extension); the reply's body.
@@ -330,18 +331,20 @@ class BlockingRewarder(ClientState):
             reply, _ = self._call(SNAPSHOT, self._need_proto().snapshot(export), timeout)
             return reply  # type: ignore[no-any-return]
 
-    def send_restore(self, token: str | None, state: bytes | None, obs: str = protocol.OBS_VNC) -> int:
+    def send_restore(self, token: str | None, state: bytes | None, obs: str = protocol.OBS_VNC,
+                     timeout: float = SEND_TIMEOUT) -> int:
         """Send ``v0.env.restore`` of a token or exported bytes; its message id: the reply
         is a :class:`ResetReply` (a new episode id, the branch) for :meth:`wait_reply`."""
         with self._lock:
-            return self._send_request(RESTORE, self._need_proto().restore(token, state, obs))
+            return self._send_request(RESTORE, self._need_proto().restore(token, state, obs), timeout)
 
     def restore(self, token: str | None = None, state: bytes | None = None,
                 timeout: float = 60.0) -> ResetReply:
         """Go back to a snapshot's state; the reply (a new episode id, the restored frame)."""
         with self._lock:
-            message_id = self.send_restore(token, state)
-            reply: ResetReply = self.wait_reply(message_id, time.monotonic() + timeout)
+            deadline = time.monotonic() + timeout
+            message_id = self.send_restore(token, state, timeout=timeout)
+            reply: ResetReply = self.wait_reply(message_id, deadline)
             return reply
 
     def wait_for_state(self, state: str, episode_id: int | None, timeout: float) -> Describe:
@@ -358,17 +361,19 @@ class BlockingRewarder(ClientState):
 
     def send_step(
         self, action: str | Sequence[Sequence[Any]], frames: int, obs: str, settle: bool = False,
+        timeout: float = SEND_TIMEOUT,
     ) -> int:
         """Send ``v0.env.step`` (input events, or a browser remote's action string; ``settle``:
-        the remote answers once its screen is still); its message id, for :meth:`take_reply`."""
+        the remote answers once its screen is still); its message id, for :meth:`take_reply`.
+        A remote that takes not all of it within ``timeout`` s is lost (:class:`SendTimeout`)."""
         with self._lock:
             message_id, data = self._need_proto().step(self.episode_id or 0, action, frames, obs, settle)
             self.outstanding[message_id] = protocol.STEP  # first: an interrupt after the send
             ws, framing = self._ws, self._frames
             if ws is not None and framing is not None and ws.state is State.OPEN:
-                self._flush(framing.text_frame(data))  # (_send's usual case, flat: every step)
+                self._flush(framing.text_frame(data), timeout)  # (_send's usual case, flat)
             else:
-                self._send(data)
+                self._send(data, timeout)
             return message_id
 
     def send_batch_step(self, steps: list[tuple[int, int | None, list[list[Any]], int]]) -> int:
@@ -378,10 +383,10 @@ class BlockingRewarder(ClientState):
             request = self._need_proto()._request(BATCH_STEP, request_body(steps))
             return self._send_request(BATCH_STEP, request)
 
-    def _send_request(self, method: str, request: tuple[int, bytes]) -> int:
+    def _send_request(self, method: str, request: tuple[int, bytes], timeout: float = SEND_TIMEOUT) -> int:
         message_id, data = request
         self.outstanding[message_id] = method  # first: an interrupt after the send
-        self._send(data)
+        self._send(data, timeout)
         return message_id
 
     def take_reply(self, message_id: Any, read: bool = True, ready: bool = False) -> StepReply | None:
@@ -409,8 +414,9 @@ class BlockingRewarder(ClientState):
     ) -> StepReply:
         """Lockstep: hold ``events`` and advance exactly ``frames`` frames; the reply."""
         with self._lock:
-            message_id = self.send_step(events, frames, obs)
-            reply: StepReply = self.wait_reply(message_id, time.monotonic() + timeout)
+            deadline = time.monotonic() + timeout
+            message_id = self.send_step(events, frames, obs, timeout=timeout)
+            reply: StepReply = self.wait_reply(message_id, deadline)
             return reply
 
     def ping(self, timeout: float = PING_TIMEOUT) -> float:
@@ -451,8 +457,7 @@ class BlockingRewarder(ClientState):
             if sock is not None and ws is not None and ws.state is State.OPEN:
                 try:
                     ws.send_close()
-                    sock.setblocking(False)
-                    self._flush()
+                    self._flush(timeout=0.0)  # never waits: a peer that takes nothing is gone
                 except (ConnectionClosed, OSError):  # the peer went first (a Unix socket says so at once)
                     pass
             self._lost(f"rewarder client {self.name} was closed")
@@ -474,7 +479,7 @@ class BlockingRewarder(ClientState):
 
     def _need_proto(self) -> ClientConnection:
         if self._failure is not None:
-            raise ConnectionClosed(f"{self.name}: {self._failure}")
+            raise self._gone()
         if self._proto is None or self._sock is None:
             raise ConnectionClosed(f"{self.name}: not connected to {self.url}")
         self.used_at = time.monotonic()
@@ -482,9 +487,10 @@ class BlockingRewarder(ClientState):
 
     def _call(self, method: str, request: tuple[int, bytes], timeout: float) -> tuple[Any, float]:
         message_id, data = request
+        deadline = time.monotonic() + timeout
         self.outstanding[message_id] = method
-        self._send(data)
-        return self._wait_event(message_id, time.monotonic() + timeout)  # type: ignore[no-any-return]
+        self._send(data, timeout)
+        return self._wait_event(message_id, deadline)  # type: ignore[no-any-return]
 
     def _wait_event(self, message_id: Any, deadline: float) -> tuple[Any, float]:
         while message_id not in self._replies:
@@ -505,24 +511,26 @@ class BlockingRewarder(ClientState):
             raise RemoteError(event.message, method)
         return event
 
-    def _send(self, data: bytes) -> None:
+    def _send(self, data: bytes, timeout: float = SEND_TIMEOUT) -> None:
         ws, sock = self._ws, self._sock
         if ws is None or sock is None:
             raise ConnectionClosed(f"{self.name}: not connected to {self.url}")
         if ws.state is not State.OPEN:
-            if ws.state is State.CLOSING:  # the remote said goodbye (read by the keeper)
-                reason = self._close_reason(ws)
-                self._lost(reason)
-                raise ConnectionClosed(f"{self.name}: {reason}")
+            if ws.state is State.CLOSING and self._frames is not None:  # the remote said
+                reason, code, _ = self._frames.ending(self.url)  # goodbye (the keeper read it)
+                self._lost(reason, code)
+                raise self._gone()
             ws.send_text(data)  # websockets says what is wrong
-            self._flush()
+            self._flush(timeout=timeout)
             return
         frames = self._frames
         assert frames is not None
-        self._flush(frames.text_frame(data))
+        self._flush(frames.text_frame(data), timeout)
 
-    def _flush(self, frame: bytes | None = None) -> None:
-        """Send what the WebSocket protocol queued (pongs, a close echo), then ``frame``."""
+    def _flush(self, frame: bytes | None = None, timeout: float = CONTROL_SEND_TIMEOUT) -> None:
+        """Send what the WebSocket protocol queued (pongs, a close echo), then ``frame``,
+        waiting at most ``timeout`` s for the remote to take it (Ctrl-C ends the wait):
+        a write not taken whole tears the stream, so the connection is lost then."""
         ws, sock = self._ws, self._sock
         assert ws is not None and sock is not None
         chunks = ws.data_to_send()
@@ -533,22 +541,23 @@ class BlockingRewarder(ClientState):
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)  # (b"": the EOF marker)
         if not data:
             return
-        caught = hold_interrupts()  # never half a frame: the stream would be torn for good
         try:
-            sock.sendall(data)
-        except BaseException as exc:
-            release_interrupts(caught, raise_held=False)
+            send_whole(sock, data, timeout)  # never half a frame, unless the connection goes
+        except TimeoutError as exc:
+            self._lost(f"lost the connection to {self.url}: {exc}")
+            raise SendTimeout(f"{self.name}: {self._failure}") from None
+        except OSError as exc:
             self._lost(f"lost the connection to {self.url}: it broke while sending ({exc!r})")
-            if isinstance(exc, OSError):
-                raise ConnectionClosed(f"{self.name}: {self._failure}") from None
+            raise ConnectionClosed(f"{self.name}: {self._failure}") from None
+        except WriteInterrupted:  # Ctrl-C while the remote took nothing: a frame may be half out
+            self._lost(f"lost the connection to {self.url}: a write to it was interrupted")
             raise
-        release_interrupts(caught)
 
     def _read_some(self, deadline: float) -> None:
         """Wait (until ``deadline``) for bytes, then handle them."""
         sock = self._sock
         if sock is None:
-            raise ConnectionClosed(f"{self.name}: {self._failure or 'not connected'}")
+            raise self._gone()
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError(f"{self.name}: no reply from {self.url} in time")
@@ -579,7 +588,7 @@ class BlockingRewarder(ClientState):
             return False
         except OSError as exc:
             self._lost(f"lost the connection to {self.url}: it dropped ({exc})")
-            raise ConnectionClosed(f"{self.name}: {self._failure}") from None
+            raise self._gone() from None
         more = len(data) >= READ_BYTES or isinstance(sock, ssl.SSLSocket)
         ws, frames = self._ws, self._frames
         assert ws is not None and frames is not None
@@ -588,29 +597,22 @@ class BlockingRewarder(ClientState):
         elif not frames.receive(data):
             return more  # only text frames: websockets has nothing to answer or close
         self._flush_quietly()  # pongs, close echoes
-        if ws.state is State.CLOSED or not data:
-            close = ws.close_rcvd
-            reason = self._close_reason(ws)
+        state = ws.state
+        if state is State.CLOSING or state is State.CLOSED or not data:
+            # The server closed, or broke the protocol (we closed): that is the end now,
+            # not when the server gets round to closing the socket (maybe never).
+            reason, code, told = frames.ending(self.url)
             refused, self._refused = self._refused, None
-            self._lost(reason)
+            self._lost(reason, code)
             if refused is not None:
-                code = close.code if close is not None else None
                 if code == CLOSE_BUSY:
                     raise Busy(self.url, refused)
-                if code is None or code in _REFUSAL_CODES:
+                if not told or code in _REFUSAL_CODES:
                     raise Refused(f"{self.name}: {self.url} refused the connection: {refused}")
-            if ws.handshake_exc is not None and ws.state is not State.OPEN:
+            if ws.handshake_exc is not None and state is not State.OPEN:
                 raise ws.handshake_exc
-            raise ConnectionClosed(f"{self.name}: {reason}")
+            raise self._gone()
         return more
-
-    def _close_reason(self, ws: ClientProtocol) -> str:
-        """The loss's words: the connection closed, with the remote's code and reason."""
-        close = ws.close_rcvd
-        reason = f"the connection to {self.url} closed"
-        if close is not None:
-            reason += f" ({close.code} {close.reason})".rstrip()
-        return reason
 
     def _flush_quietly(self) -> None:
         try:
@@ -625,18 +627,32 @@ class BlockingRewarder(ClientState):
             return
         proto = self._proto
         assert proto is not None
-        result = self.receive(proto, text.decode(), self.outstanding.__contains__)
+        try:
+            decoded = text.decode()
+        except UnicodeDecodeError as exc:  # the server's fault: the connection ends, saying so
+            assert self._frames is not None
+            self._frames.fail_not_utf8(exc)
+            return
+        result = self.receive(proto, decoded, self.outstanding.__contains__)
         if type(result) is Answer:
             self._replies[result.message_id] = (result.event, time.time())  # type: ignore[union-attr]
         elif type(result) is Closing and result.refusal:  # type: ignore[union-attr]
             self._refused = result.reason  # type: ignore[union-attr]
 
-    def _lost(self, reason: str) -> None:
+    def _gone(self) -> ConnectionClosed:
+        """Why the connection is gone, to raise (its close code kept)."""
+        failure = self._failure
+        if failure is None:
+            return ConnectionClosed(f"{self.name}: not connected to {self.url}")
+        code = failure.code if isinstance(failure, ConnectionClosed) else None
+        return ConnectionClosed(f"{self.name}: {failure}", code)
+
+    def _lost(self, reason: str, code: int | None = None) -> None:
         """The connection is gone: close the socket, end the running episode."""
         sock, self._sock = self._sock, None
         had = self._proto is not None and self._describe is not None
         self._ws = self._proto = self._poller = self._frames = None
-        self._failure = ConnectionClosed(reason)
+        self._failure = ConnectionClosed(reason, code)
         self._describe = None
         if sock is not None:
             try:

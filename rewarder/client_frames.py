@@ -31,6 +31,8 @@ _OPCODE: Final = 0x0F
 _OP_TEXT, _OP_BINARY, _OP_CONT = 0x1, 0x2, 0x0
 #: The end of the handshake's HTTP response: frames start after it.
 _HEADERS_END: Final = b"\r\n\r\n"
+#: WebSocket close code for a text message that is not UTF-8 (RFC 6455, 7.4.1).
+_INVALID_DATA: Final = 1007
 
 
 class ClientFrames:
@@ -50,14 +52,37 @@ class ClientFrames:
         self._in_fragments = False
         self._fragments: list[bytes] = []
         self._masks, self._mask_at = b"", 0
+        #: The shell failed the connection (:meth:`fail`): websockets has a close to send.
+        self._failed = False
 
     def receive(self, data: bytes) -> bool:
         """Bytes from the server (not empty); whether websockets got any (it may then have
         something to send: pongs, a close echo)."""
         if self.split:
-            return self._frames(data)
+            return self._frames(data) or self._failed
         self._handshake_bytes(data)
         return True
+
+    def fail_not_utf8(self, exc: UnicodeDecodeError) -> None:
+        """Fail the connection for a text message read here that is not UTF-8 (1007):
+        websockets sends the close and reads nothing more; :meth:`receive` then says so."""
+        self.ws.fail(_INVALID_DATA, f"invalid UTF-8 in a text message: {exc.reason} at {exc.start}")
+        self._failed = True
+
+    def ending(self, url: str) -> tuple[str, int | None, bool]:
+        """Why the connection (to ``url``) ended, once it is closing or closed: the
+        reason, the close code, and whether the server sent the close (else this end
+        closed, for a protocol error of the server's, or the socket just ended)."""
+        ws = self.ws
+        close = ws.close_rcvd
+        if close is not None:
+            said = f"{close.code} {close.reason}".rstrip()
+            return f"the connection to {url} closed ({said})", close.code, True
+        sent = ws.close_sent
+        if sent is not None and ws.state is not State.CLOSED:
+            return (f"lost the connection to {url}: the server broke the WebSocket protocol "
+                    f"({ws.parser_exc or sent.reason}); closed with {sent.code}"), sent.code, False
+        return f"the connection to {url} closed", None, False
 
     def receive_eof(self) -> None:
         """The server closed its end: half a frame kept is websockets' to judge."""

@@ -10,6 +10,7 @@ the bytes the other methods return.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +44,50 @@ from .protocol import (
     dumps,
     is_number,
 )
-from .snapshot_messages import RESTORE, SNAPSHOT, restore_body
+from .snapshot_messages import (
+    MAX_RESTORE_MESSAGE_BYTES,
+    MAX_STATE_CHARS,
+    RESTORE,
+    SNAPSHOT,
+    restore_body,
+)
+
+#: Methods whose messages may be larger than ``max_message_bytes``: their own limits.
+METHOD_MAX_BYTES: Final = {RESTORE: MAX_RESTORE_MESSAGE_BYTES}
+#: What a sender of a too large message of each method should do instead.
+_TOO_BIG_HINTS: Final = {
+    ACTION: "send fewer events per v0.agent.action",
+    STEP: "send fewer events per v0.env.step",
+    RESTORE: (f"a snapshot's state is at most MAX_STATE_CHARS ({MAX_STATE_CHARS}) characters "
+              "of base64; this remote cannot take one this large"),
+}
+#: Characters at the start of a message over ``max_message_bytes`` searched for its
+#: method and id, unparsed: our clients' envelope (method, headers, body) comes first.
+ENVELOPE_SCAN_CHARS: Final = 4096
+#: The start of an envelope: its method, then its headers of plain values (either order;
+#: anything else, nested, or after a long body, is not looked for).
+_ENVELOPE: Final = re.compile(
+    r'\s*\{\s*(?:"method"\s*:\s*"(?P<method>[\w.]{1,64})"\s*,\s*)?"headers"\s*:\s*'
+    r'(?P<headers>\{[^{}\[\]]*\})(?:\s*,\s*"method"\s*:\s*"(?P<method2>[\w.]{1,64})")?'
+)
+
+
+def scan_envelope(data: str) -> tuple[str | None, Any]:
+    """The method and message id at the start of ``data`` (first
+    :data:`ENVELOPE_SCAN_CHARS` characters), without parsing the rest: (None, None) where
+    they are not plainly there. Cheap and bounded whatever the message's size; only a
+    hint (which limit to apply, which id a refusal points at): the parse decides."""
+    match = _ENVELOPE.match(data, 0, ENVELOPE_SCAN_CHARS)
+    if match is None:
+        return None, None
+    try:
+        headers = orjson.loads(match["headers"])
+    except orjson.JSONDecodeError:
+        return match["method"] or match["method2"], None
+    message_id = headers.get("message_id") if type(headers) is dict else None
+    if type(message_id) not in (int, str):
+        message_id = None
+    return match["method"] or match["method2"], message_id
 
 
 @dataclass(slots=True)
@@ -77,15 +121,20 @@ class ServerConnection:
         """Parse one client message into a request; :class:`BadRequest` says what was wrong."""
         if not isinstance(data, str):
             raise BadRequest("binary frames are not part of the protocol; send JSON as text")
-        if len(data) > self.max_message_bytes:
+        big = 0
+        if len(data) > self.max_message_bytes:  # (characters: never more than its bytes)
             size = len(data.encode())
             if size > self.max_message_bytes:
-                raise MessageTooBig(size, self.max_message_bytes)
+                method, message_id = scan_envelope(data)
+                self._check_size(size, method, message_id)
+                big = size  # under that method's limit: parsed, the method it really is checked
         try:
             msg = Message.parse(data)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
         message_id = msg.headers.get("message_id")
+        if big:
+            self._check_size(big, msg.method, message_id if isinstance(message_id, (int, str)) else None)
         if message_id is None or isinstance(message_id, bool) or not isinstance(
             message_id, (int, str)
         ):
@@ -112,6 +161,13 @@ class ServerConnection:
             return parser(message_id, float(sent_at), msg)
         except ValueError as exc:
             raise BadRequest(f"{msg.method}: {exc}", message_id) from None
+
+    def _check_size(self, size: int, method: str | None, message_id: Any) -> None:
+        """:class:`MessageTooBig` if ``size`` is over ``method``'s limit."""
+        limit = max(self.max_message_bytes, METHOD_MAX_BYTES.get(method or "", 0))
+        if size > limit:
+            hint = _TOO_BIG_HINTS.get(method or "", _TOO_BIG_HINTS[ACTION])
+            raise MessageTooBig(size, limit, hint, message_id, method)
 
     def send(self, method: str, body: Mapping[str, Any], **headers: Any) -> bytes:
         """Any server message; the ``v0.*`` helpers below are what you normally call."""

@@ -7,8 +7,9 @@
     │   └── UnknownMethod   ... a method this client does not know (a newer server)
     ├── RemoteError         the server answered our request with v0.reply.error
     ├── ConnectionClosed    the server sent v0.connection.close or the socket dropped
-    │   └── Refused         ... it refused us and said why (final)
-    │       └── Untrusted   ... our TLS client refused its certificate (final)
+    │   ├── Refused         ... it refused us and said why (final)
+    │   │   └── Untrusted   ... our TLS client refused its certificate (final)
+    │   └── SendTimeout     ... it took not all of a message in time (also a TimeoutError)
     └── ConnectTimeout      no server answered within the start timeout
 
 ``BadRequest`` is what the *peer* (the client) did wrong, seen from the server;
@@ -36,13 +37,18 @@ class BadRequest(RewarderError):
 
 
 class MessageTooBig(BadRequest):
-    """A message over the size limit; it was not parsed."""
+    """A message over its method's size limit; it was not parsed (its id may have been
+    read from its start: ``parent_message_id``). ``hint`` says what to send instead."""
 
-    def __init__(self, size: int, limit: int) -> None:
+    def __init__(
+        self, size: int, limit: int, hint: str = "send fewer events per v0.agent.action",
+        parent_message_id: int | str | None = None, method: str | None = None,
+    ) -> None:
         self.size, self.limit = size, limit
+        what = f"{method} message" if method else "message"
         super().__init__(
-            f"message of {size} bytes is over the limit of {limit} bytes; "
-            "send fewer events per v0.agent.action"
+            f"{what} of {size} bytes is over the limit of {limit} bytes; {hint}",
+            parent_message_id,
         )
 
 
@@ -67,10 +73,12 @@ class RemoteError(RewarderError):
 
 
 class ConnectionClosed(RewarderError):
-    """The connection ended: the server's ``v0.connection.close`` reason, or a drop."""
+    """The connection ended: the server's ``v0.connection.close`` reason, or a drop.
+    ``code``: the WebSocket close code, when a close frame said one (the server's, or
+    the one this client closed with because the server broke the protocol)."""
 
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
+    def __init__(self, reason: str, code: int | None = None) -> None:
+        self.reason, self.code = reason, None if code is None else int(code)
         super().__init__(reason)
 
 
@@ -82,6 +90,11 @@ class Refused(ConnectionClosed):
 class Untrusted(Refused):
     """TLS: the remote's certificate did not verify (unknown CA, wrong name, expired), or
     the remote does not speak TLS at all; retrying will not change that."""
+
+
+class SendTimeout(ConnectionClosed, TimeoutError):
+    """The remote took not all of a message within the call's timeout (it is stopped, or
+    it does not read): the connection was given up, since part of it may have gone."""
 
 
 class ConnectTimeout(RewarderError, TimeoutError):

@@ -44,7 +44,12 @@ from .protocol import (
     CLOSE_UNAUTHORIZED,
 )
 from .server_link import MAX_PENDING_MESSAGES, LinkLimits, ServerLink
-from .snapshot_messages import REPLY_SNAPSHOT, RestoreRequest, SnapshotRequest
+from .snapshot_messages import (
+    MAX_RESTORE_MESSAGE_BYTES,
+    REPLY_SNAPSHOT,
+    RestoreRequest,
+    SnapshotRequest,
+)
 from .tls import TLSPort
 
 log = logging.getLogger(__name__)
@@ -54,9 +59,11 @@ log = logging.getLogger(__name__)
 #: thousands of describes and minutes of 60 fps rewards; a client this far behind is not
 #: reading. (It was MAX_QUEUED_MESSAGES = 1024 messages of a per-client queue.)
 MAX_BUFFERED_BYTES: Final = 8 * 1024 * 1024
-#: WebSocket frames above this close the connection (1009) before we read them; frames
-#: between MAX_MESSAGE_BYTES and this get a v0.reply.error and the connection goes on.
-MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
+#: WebSocket frames above this close the connection (1009) before we read them: the
+#: largest message a method takes (a v0.env.restore's, MAX_RESTORE_MESSAGE_BYTES) and
+#: 1 MiB more. A message between its method's limit (MAX_MESSAGE_BYTES for all but
+#: restore) and this gets a v0.reply.error saying so, and the connection goes on.
+MAX_FRAME_BYTES: Final = MAX_RESTORE_MESSAGE_BYTES + 1024 * 1024
 #: How long shutdown waits for each client to take its v0.connection.close, and any
 #: closing handshake for the client to finish it before the socket is cut.
 CLOSE_TIMEOUT: Final = 2.0
@@ -193,6 +200,9 @@ class RewarderServer:
         #: Our bugs a client's message ran into: one line (with its traceback) per kind per
         #: interval, counted, so a client repeating the message cannot flood the log.
         self.bugs = RateLimitedLog(log)
+        #: Why this port closed a client (a protocol error, a missed keepalive, ...): a
+        #: WARNING per close, one line per kind per interval when they come in floods.
+        self.closes = RateLimitedLog(log)
         #: Every connection whose socket is open (admitted or not).
         self.links: set[ServerLink] = set()
         #: The tasks of requests that had to wait (resets, long steps, properties).
@@ -233,7 +243,7 @@ class RewarderServer:
                 log.warning("%s", local_socket.unavailable(self.port, exc))
 
     def _new_link(self) -> ServerLink:
-        link = ServerLink(self, self.limits)
+        link = ServerLink(self, self.limits, self.closes)
         self.links.add(link)
         link.closed.add_done_callback(lambda _: self.links.discard(link))
         return link
@@ -250,6 +260,7 @@ class RewarderServer:
         if self.tls_port is not None:
             self.tls_port.close()
         self.bugs.close()
+        self.closes.close()
         links = list(self.links)
         for link in links:
             if link.admitted and not link.ended:

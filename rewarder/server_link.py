@@ -27,8 +27,10 @@ from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
+from websockets.streams import StreamReader
 
 from . import connections
+from .lograte import RateLimitedLog
 from .ws_frames import LENGTH_16, LENGTH_64, MASK_BIT, TEXT_FIN, apply_mask, text_header
 
 log = logging.getLogger(__name__)
@@ -45,15 +47,54 @@ PING_PAYLOAD_BYTES: Final = 4
 _LENGTH: Final = 0x7F
 
 
+#: The code of the step websockets' frame parser waits in between two frames (a look
+#: for the end of the stream, before the first byte of the next frame).
+_BETWEEN_FRAMES: Final = StreamReader.at_eof.__code__
+
+
+def between_frames(ws: ServerProtocol) -> bool:
+    """Whether websockets' parser holds no part of a frame: it waits for the first byte of
+    the next one. Its buffer may be empty in the middle of a frame too (a read that ended
+    right after a header: the header was taken, the payload is awaited), so this asks the
+    parser itself where it waits (the innermost generator it delegates to)."""
+    parser: Any = ws.parser  # (a generator: its gi_ attributes are not in typing's Generator)
+    while (inner := parser.gi_yieldfrom) is not None:
+        parser = inner
+    return parser.gi_code is _BETWEEN_FRAMES
+
+
 def _short_path_fits() -> bool:
     """Whether this websockets keeps the state the short paths read and write under the
-    names they use (websockets >= 13); otherwise every frame goes through its parser."""
+    names they use (websockets >= 13), and its parser waits between frames where
+    :func:`between_frames` looks; otherwise every frame goes through its parser."""
     probe = ServerProtocol()
-    return all(
+    if not all(
         hasattr(probe, name) for name in ("current_size", "expect_continuation_frame", "writes")
-    ) and isinstance(getattr(probe.reader, "buffer", None), bytearray)
+    ) or not isinstance(getattr(probe.reader, "buffer", None), bytearray):
+        return False
+    try:
+        return _probe_parser(probe)
+    except Exception:  # (a websockets that parses differently: the long path only)
+        return False
 
 
+def _probe_parser(probe: ServerProtocol) -> bool:
+    """:func:`between_frames` on a handshake, a frame's header and its payload."""
+    probe.receive_data(
+        b"GET / HTTP/1.1\r\nHost: probe\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    (request,) = probe.events_received()
+    probe.send_response(probe.accept(request))  # type: ignore[arg-type]
+    at_start = between_frames(probe)
+    probe.receive_data(b"\x81\x85\0\0\0\0")  # the header of a 5-byte text frame
+    inside = between_frames(probe)
+    probe.receive_data(b"hello")
+    return probe.state is State.OPEN and at_start and not inside and between_frames(probe)
+
+
+#: Why connections were closed, for links made without their server's log.
+_CLOSES: Final = RateLimitedLog(log)
 #: Read once at import (see :func:`_short_path_fits`).
 SHORT_PATH: Final = _short_path_fits()
 
@@ -97,8 +138,10 @@ class ServerLink(asyncio.Protocol):
     written once at the end.
     """
 
-    def __init__(self, owner: LinkOwner, limits: LinkLimits) -> None:
+    def __init__(self, owner: LinkOwner, limits: LinkLimits, closes: RateLimitedLog | None = None) -> None:
         self.owner, self.limits = owner, limits
+        #: Where the reason of a close this end starts goes (:meth:`_say_why`).
+        self.closes = closes if closes is not None else _CLOSES
         self.loop = asyncio.get_running_loop()
         self.ws = ServerProtocol(max_size=limits.max_frame_bytes)  # no extensions: no deflate
         self.transport: asyncio.Transport | None = None
@@ -127,6 +170,7 @@ class ServerLink(asyncio.Protocol):
         self._fragment_opcode: Opcode | None = None
         self._ping_payload = b""
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._said = False
 
     def __repr__(self) -> str:
         return f"<ServerLink {self.remote_address} {self.ws.state.name}>"
@@ -155,6 +199,11 @@ class ServerLink(asyncio.Protocol):
         text = self._whole_text(data)
         if text is None:
             self.ws.receive_data(data)
+            exc = self.ws.parser_exc
+            if exc is not None and not isinstance(exc, EOFError):  # (EOF: the client went)
+                close = self.ws.close_sent
+                code = f"; closed with {close.code}" if close is not None else ""
+                self._say_why("protocol error", f"it broke the WebSocket protocol ({exc}){code}")
         self._batching += 1
         try:
             if text is not None:
@@ -266,11 +315,14 @@ class ServerLink(asyncio.Protocol):
         here with websockets' own unmasking; None leaves it all to websockets' parser
         (handshakes, control and fragmented frames, several frames or part of one, bad
         UTF-8, anything over the limit), whose state this path never touches: it runs
-        only while that parser waits for the first byte of a frame."""
+        only while that parser waits for the first byte of a frame (:func:`between_frames`:
+        after a read that ended right after a header, the next is that frame's payload,
+        however much it looks like a frame)."""
         ws = self.ws
         if (
             not SHORT_PATH or len(data) < 6 or data[0] != TEXT_FIN or ws.state is not State.OPEN
             or ws.reader.buffer or ws.current_size is not None or self._fragments
+            or not between_frames(ws)
         ):
             return None
         second = data[1]
@@ -333,7 +385,9 @@ class ServerLink(asyncio.Protocol):
         try:
             text = str(data, "utf-8")
         except UnicodeDecodeError as exc:
-            self.ws.fail(CloseCode.INVALID_DATA, f"{exc.reason} at position {exc.start}")
+            reason = f"{exc.reason} at position {exc.start}"
+            self.ws.fail(CloseCode.INVALID_DATA, reason)
+            self._say_why("invalid UTF-8", f"its text message is not UTF-8 ({reason}); closed with 1007")
             self._end()
             return
         self.owner.received(self, text)
@@ -357,8 +411,7 @@ class ServerLink(asyncio.Protocol):
 
     def _open_expired(self) -> None:
         if self.ws.state is State.CONNECTING:
-            log.info("%s: no WebSocket handshake within %g s: closed", self.remote_address,
-                     self.limits.open_timeout)
+            self._say_why("no handshake", f"no WebSocket handshake within {self.limits.open_timeout:g} s")
             self.abort()
 
     def _ping(self) -> None:
@@ -373,8 +426,8 @@ class ServerLink(asyncio.Protocol):
         """A client that leaves a ping unanswered is hung or gone: free its slot now."""
         if self.ws.state is not State.OPEN:
             return
-        log.info("%s answered no keepalive ping within %g s: dropped", self.remote_address,
-                 self.limits.keepalive_timeout)
+        self._say_why("keepalive", "it answered no keepalive ping within "
+                      f"{self.limits.keepalive_timeout:g} s (hung, stopped or gone); closed with 1011")
         self.ws.fail(CloseCode.INTERNAL_ERROR, "keepalive ping timeout")
         self.flush()
         self._end()
@@ -389,9 +442,16 @@ class ServerLink(asyncio.Protocol):
             f"client fell {self.buffered()} bytes behind (over {self.limits.max_buffered_bytes}); "
             "read faster"
         )
-        log.warning("closing %s: %s", self.remote_address, reason)
+        self._say_why("too slow", reason)
         self._end()  # first: nothing more is queued behind the close frame
         self.close(self.limits.too_slow_code, reason)
+
+    def _say_why(self, kind: str, reason: str) -> None:
+        """Log why this end closes the connection, once, at WARNING (one line per
+        ``kind`` per interval when many clients earn it: :mod:`.lograte`)."""
+        if not self._said:
+            self._said = True
+            self.closes.log(f"closed: {kind}", logging.WARNING, "closing %s: %s", self.remote_address, reason)
 
     def _end(self) -> None:
         if not self.ended:

@@ -24,6 +24,9 @@ MAX_TOKEN_CHARS: Final = 64
 #: Longest base64 text of exported bytes a restore may carry (an Atari state is ~20 kB;
 #: a browser's may be larger).
 MAX_STATE_CHARS: Final = 8 << 20
+#: Bytes of a ``v0.env.restore`` message: restore's own limit (every other method has
+#: ``protocol.MAX_MESSAGE_BYTES``), its state at its longest and room for the envelope.
+MAX_RESTORE_MESSAGE_BYTES: Final = MAX_STATE_CHARS + 64 * 1024
 #: Where a remote reads the key that seals the bytes it exports (any text); remotes
 #: started by ``remotes.start_local`` share one, made by the agent's process.
 SNAPSHOT_KEY_ENV: Final = "UNIVERSE_REMOTE_SNAPSHOT_KEY"

@@ -43,9 +43,9 @@ def test_lockstep_steps_run_in_the_callers_thread(catch: LocalRemotes) -> None:
         assert isinstance(rewarder, BlockingRewarder)
         original = rewarder.send_step
 
-        def spy(*args: object) -> int:
+        def spy(*args: object, **kwargs: object) -> int:
             seen.append(threading.current_thread())
-            return original(*args)  # type: ignore[arg-type]
+            return original(*args, **kwargs)  # type: ignore[arg-type]
 
         rewarder.send_step = spy  # type: ignore[method-assign]
         for _ in range(5):
@@ -165,8 +165,8 @@ def test_an_interrupted_vector_step_is_returned_by_the_next(catch: LocalRemotes)
         rewarders = [s.rewarder for s in envs._core.sessions]
         sends = [r.send_step for r in rewarders]  # type: ignore[union-attr]
 
-        def interrupt_after_sending(*args: object) -> int:
-            sends[1](*args)  # type: ignore[arg-type]
+        def interrupt_after_sending(*args: object, **kwargs: object) -> int:
+            sends[1](*args, **kwargs)  # type: ignore[arg-type]
             raise KeyboardInterrupt  # as Ctrl-C would, between two sends
         rewarders[1].send_step = interrupt_after_sending  # type: ignore[union-attr]
         with pytest.raises(KeyboardInterrupt):

@@ -1,17 +1,22 @@
 """Snapshots from the agent's side (docs/snapshots.md): ``clone_state``/``restore_state``
-on a gymnasium env as ale-py's, and one Pong state forked into 8 running remotes that
-then step identically."""
+on a gymnasium env as ale-py's, one Pong state forked into 8 running remotes that then
+step identically, and a restore of a megabyte through the real client."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import struct
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
+from envserver.snapshots import MAGIC, Snapshot, export, seal_key
 from remotes import RemoteEnv, RemoteVectorEnv, start_local
 from remotes.local import LocalRemotes
+from rewarder.errors import RemoteError
+from rewarder.snapshot_messages import shared_key
 from tests.optional import needs_env
 
 #: Remotes one state is forked into.
@@ -85,3 +90,29 @@ def test_one_pong_state_forked_into_eight_remotes(verified: None) -> None:
                 assert len(set(reward.tolist())) == 1 and len(set(terminated.tolist())) == 1
         finally:
             envs.close()
+
+
+def test_a_restore_of_a_megabyte_goes_through_the_real_client(catch: LocalRemotes) -> None:
+    """A restore far over the 256 KiB any other message may have (a browser's state of a
+    long episode) travels whole: sealed bytes of 1 MiB, sent by ``restore_state``, pass
+    the remote's checks and reach its runtime, which says why they are not a Catch state;
+    the refusal answers the request (RemoteError, not a timeout), and the env goes on."""
+    env = RemoteEnv(catch.addresses[0], mode="lockstep")
+    try:
+        env.reset(seed=2)
+        real = env.unwrapped.clone_state(export=True)  # type: ignore[attr-defined]
+        data = real.data
+        at = len(MAGIC) + 2
+        env_id_len = struct.unpack_from("!H", data, at)[0]
+        at += 2 + env_id_len
+        version = data[at + 2:at + 2 + struct.unpack_from("!H", data, at)[0]].decode()
+        size = 1 << 20
+        sealed = export(Snapshot("builtin.Catch-v0", bytes(size), b"", 0, 0, 0), version,
+                        seal_key(shared_key()))
+        big = dataclasses.replace(real, remote="another remote", data=sealed)
+        with pytest.raises(RemoteError, match=f"not {size}"):
+            env.unwrapped.restore_state(big)  # type: ignore[attr-defined]
+        env.unwrapped.restore_state(real)  # type: ignore[attr-defined]
+        env.step([])
+    finally:
+        env.close()

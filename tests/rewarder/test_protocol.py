@@ -9,6 +9,7 @@ from hypothesis import given, strategies as st
 from rewarder import protocol
 from rewarder.connections import ClientConnection, ServerConnection
 from rewarder.errors import BadRequest, MessageTooBig, ProtocolError
+from rewarder.snapshot_messages import MAX_RESTORE_MESSAGE_BYTES, RestoreRequest
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20)
 json_values = st.recursive(
@@ -178,6 +179,45 @@ def test_oversized_messages_are_refused_unparsed() -> None:
         server.receive('{"method": "v0.control.ping", "pad": "' + "x" * 200 + '"}')
     assert (info.value.limit, info.value.size > 100) == (100, True)
     assert "over the limit of 100 bytes" in info.value.message
+
+
+def restore_text(message_id: int, state_chars: int, method: str = "v0.env.restore") -> str:
+    """A restore message whose state has ``state_chars`` characters of base64."""
+    return orjson.dumps({
+        "method": method, "headers": {"message_id": message_id, "sent_at": 1.0},
+        "body": {"state": "A" * state_chars},
+    }).decode()
+
+
+def test_a_restore_has_its_own_limit() -> None:
+    """A restore of a megabyte is read (one of a long browser episode); every other
+    method keeps MAX_MESSAGE_BYTES."""
+    request = ServerConnection().receive(restore_text(4, 4 << 20))
+    assert isinstance(request, RestoreRequest) and request.message_id == 4
+    assert request.state is not None and len(request.state) == 3 << 20
+
+
+@pytest.mark.parametrize(("method", "chars", "hint"), [
+    ("v0.agent.action", protocol.MAX_MESSAGE_BYTES, "send fewer events per v0.agent.action"),
+    ("v0.env.step", protocol.MAX_MESSAGE_BYTES, "send fewer events per v0.env.step"),
+    ("v0.env.restore", MAX_RESTORE_MESSAGE_BYTES, "MAX_STATE_CHARS"),
+])
+def test_a_message_over_its_methods_limit_names_it_and_points_at_its_id(
+    method: str, chars: int, hint: str,
+) -> None:
+    with pytest.raises(MessageTooBig) as info:
+        ServerConnection().receive(restore_text(7, chars, method))
+    assert info.value.parent_message_id == 7
+    assert method in info.value.message and hint in info.value.message
+
+
+def test_a_message_that_only_starts_as_a_restore_gets_the_limit_of_what_it_is() -> None:
+    """The start of a message only hints at its method: a second "method" key (the one a
+    parser keeps) makes it an action, over the action's limit."""
+    data = restore_text(5, 1 << 20)[:-1] + ',"method":"v0.agent.action"}'
+    with pytest.raises(MessageTooBig) as info:
+        ServerConnection().receive(data)
+    assert info.value.limit == protocol.MAX_MESSAGE_BYTES and info.value.parent_message_id == 5
 
 
 def test_too_many_events_are_refused() -> None:

@@ -11,7 +11,8 @@ import websockets
 
 from rewarder import protocol
 from rewarder.auth import basic_auth_password
-from rewarder.server import CLOSE_BUSY, CLOSE_REPLACED, CLOSE_UNAUTHORIZED, RewarderServer
+from rewarder.server import CLOSE_BUSY, CLOSE_REPLACED, CLOSE_UNAUTHORIZED, MAX_FRAME_BYTES, RewarderServer
+from rewarder.snapshot_messages import MAX_RESTORE_MESSAGE_BYTES
 from tests.conftest import StartRemote
 from tests.wire import WireClient, basic_auth
 
@@ -103,7 +104,7 @@ async def test_bad_input_gets_an_error_and_everyone_goes_on(
     await agent.send_raw(data)
     error = await agent.recv_until("v0.reply.error")
     assert words in error["body"]["message"]
-    readable = isinstance(data, str) and '"message_id": 9' in data and "over the limit" not in words
+    readable = isinstance(data, str) and '"message_id": 9' in data  # (one over the limit too)
     assert error["headers"]["parent_message_id"] == (9 if readable else None)
     # the same connection and the other client still work
     assert (await agent.ping())["method"] == "v0.reply.control.ping"
@@ -117,13 +118,34 @@ async def test_frames_over_the_hard_limit_close_only_that_connection(start_remot
     remote = await start_remote()
     big = await WireClient.open(remote.rewarder.port, observer=True)
     other = await WireClient.open(remote.rewarder.port)
-    await big.send_raw("x" * (5 * 1024 * 1024))
+    await big.send_raw("x" * (MAX_FRAME_BYTES + 1))
     with pytest.raises(websockets.ConnectionClosed) as info:
         while True:
             await big.recv()
     assert info.value.rcvd is not None and info.value.rcvd.code == 1009
     assert (await other.ping())["method"] == "v0.reply.control.ping"
     await other.close()
+
+
+async def test_a_restore_of_a_megabyte_is_taken_and_one_over_its_limit_is_told_why(
+    start_remote: StartRemote,
+) -> None:
+    """A restore has its own limit (MAX_RESTORE_MESSAGE_BYTES), not the 256 KiB of the
+    rest: a megabyte one restores; one over its limit is refused, pointing at it."""
+    remote = await start_remote()
+    agent = await WireClient.open(remote.rewarder.port)
+    await agent.reset()
+    asked = await agent.send("v0.env.snapshot", {"export": True})
+    state = (await agent.recv_until("v0.reply.env.snapshot", parent_message_id=asked))["body"]["state"]
+    pad = "x" * (1 << 20)  # (a restore's body keys other than its own are not read)
+    restore = await agent.send("v0.env.restore", {"state": state, "pad": pad})
+    reply = await agent.recv_until("v0.reply.env.reset", parent_message_id=restore)
+    assert reply["body"]["restored"]["from_frame"] >= 0
+    too_big = await agent.send("v0.env.restore", {"state": "A" * MAX_RESTORE_MESSAGE_BYTES})
+    error = await agent.recv_until("v0.reply.error", parent_message_id=too_big)
+    assert "MAX_STATE_CHARS" in error["body"]["message"]
+    assert (await agent.ping())["method"] == "v0.reply.control.ping"
+    await agent.close()
 
 
 # Auth, observers, one active client -----------------------------------------------------
