@@ -45,6 +45,7 @@ from vncdriver.errors import VNCError
 from .faults import RECONNECT_ATTEMPT_TIMEOUT, Faults, error_text, relocate
 from .session import RESET_TIMEOUT, RemoteUnavailable
 from .slot import Phase, Slot
+from .web import work_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -388,7 +389,8 @@ class LockstepSteps:
             except (ConnectionClosed, OSError) as exc:
                 infos[i] = self.faults.lose(slot, error_text(exc), rewards, truncated)
                 continue
-            slot.deadline = now + lane.stall_timeout
+            # A step still running its action string is working, not stalled.
+            slot.deadline = now + lane.stall_timeout + (work_seconds(actions[i]) if web is not None else 0.0)
             sent.append(slot)
         resets = self._send_autoresets(starting) if starting else {}
         failed: dict[Slot, str] = {}

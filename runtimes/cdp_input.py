@@ -14,8 +14,11 @@ are screen pixels for a kiosk window at (0, 0) with device scale factor 1.
 **Keys** are X keysym names (``"a"``, ``"A"``, ``"exclam"``, ``"Return"``, ``"Shift_L"``):
 printable ASCII types its character (US layout ``code`` and Windows key code, which
 Blink's editing shortcuts read: Ctrl+A selects all); Return, BackSpace, Tab, Delete,
-Escape, the arrows, Home, End, Prior, Next, and Shift/Control left and right. A key held
-over several steps does not repeat (X's auto-repeat is a wall-clock thing).
+Escape, the arrows, Home, End, Prior, Next, and Shift/Control left and right; any other
+keysym that stands for a character (``eacute``, ``U+65E5``) types that character, as
+Xvnc and Chromium type it from X. A key held over several steps does not repeat (X's
+auto-repeat is a wall-clock thing). The browser's own shortcuts never reach it: every
+event passes a :class:`~runtimes.browser_keys.KeyGuard` first.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from vncdriver import keysyms
 from vncdriver.errors import UnknownKey
 
 from .base import InputEvent, KeyEvent, PointerEvent
-from .cdp import CDPClient
+from .browser_keys import KeyGuard
+from .cdp import CALL_TIMEOUT, CDPClient
 
 #: Two presses of a button closer than this in time (page ms) and space (px) make a
 #: double click (GTK's defaults: gtk-double-click-time 400, gtk-double-click-distance 5).
@@ -43,6 +47,12 @@ WHEEL_PIXELS: Final = 120.0
 #: Largest pointer coordinate sent (X and VNC coordinates are 16-bit): Chromium never
 #: answered a mouse event at (-1e308, 1e308), and every later input queued behind it.
 MAX_COORDINATE: Final = 0xFFFF
+#: Seconds a run of input commands may take past :data:`~runtimes.cdp.CALL_TIMEOUT`, per
+#: command: a 2,000-character text is 4,000 key commands in one run, which Chromium takes
+#: in about 1.2 s on a quiet machine here (0.3 ms each); 5 ms each allows for a loaded one.
+COMMAND_SECONDS: Final = 0.005
+#: Keysyms of characters: Latin-1's are the code points, others 0x01000000 + theirs.
+_UNICODE_KEYSYM: Final = 0x01000000
 #: CDP ``modifiers`` bits.
 ALT, CTRL, META, SHIFT = 1, 2, 4, 8
 
@@ -92,6 +102,31 @@ _SPECIAL: Final = {
     "Control_L": Key("Control", "ControlLeft", 17, location=1, modifier=CTRL),
     "Control_R": Key("Control", "ControlRight", 17, location=2, modifier=CTRL),
 }
+
+
+def character_key(name: str) -> Key | None:
+    """The key that types the character keysym ``name`` stands for (``eacute``,
+    ``U+65E5``), with no US-layout code (none is on that layout); None for keys that are
+    not characters."""
+    if name.startswith("U+"):
+        try:
+            number = _UNICODE_KEYSYM + int(name[2:], 16)
+        except ValueError:
+            return None
+    else:
+        try:
+            number = keysyms.keysym(name)
+        except UnknownKey:
+            return None
+    if 0xA0 <= number < 0x100:
+        char = chr(number)
+    elif _UNICODE_KEYSYM + 0xA0 <= number <= _UNICODE_KEYSYM + 0x10FFFF:
+        char = chr(number - _UNICODE_KEYSYM)
+    else:
+        return None
+    if 0xD800 <= ord(char) < 0xE000:
+        return None
+    return Key(char, "", 0, char)
 
 
 def _printable(char: str) -> Key:
@@ -176,10 +211,10 @@ class InputMapper:
             name = keysyms.canonical(event.key)
         except UnknownKey:
             name = event.key
-        key = KEYS.get(name)
+        key = KEYS.get(name) or character_key(name)
         if key is None:
             raise ValueError(
-                f"no DevTools key for {event.key!r}: printable ASCII and "
+                f"no DevTools key for {event.key!r}: characters and "
                 f"{', '.join(_SPECIAL)} are sent"
             )
         if event.down:
@@ -276,6 +311,8 @@ class CDPInput:
     ) -> None:
         self.cdp = cdp
         self.mapper = InputMapper(now)
+        #: Takes the browser's shortcuts out of every event stream sent here.
+        self.guard = KeyGuard()
         #: Awaited after a wheel event: the compositor scrolls on its own thread and the
         #: page sees it at Chromium's next frame (``PageClock.rendered`` waits for that).
         self.after_wheel = after_wheel
@@ -287,6 +324,7 @@ class CDPInput:
         events only, and at most one pointer move (Blink merges moves that wait together,
         and whether two waited together would depend on timing); a wheel notch goes alone
         and waits for the frame that scrolls (:attr:`after_wheel`)."""
+        events = self.guard.filter(events)
         if os.environ.get(INPUT_ENV) == "sequential":  # the old way, for benchmarks
             for event in events:
                 for method, params in self.mapper.map(event):
@@ -301,7 +339,7 @@ class CDPInput:
                 wheel = params["type"] == "mouseWheel"
                 move = params["type"] == "mouseMoved"
                 if run and (method != kind or wheel or (move and moved)):
-                    await self.cdp.call_many(run)
+                    await self.cdp.call_many(run, _run_timeout(run))
                     run, moved = [], False
                 if wheel:
                     await self.cdp.call(method, params)
@@ -311,7 +349,7 @@ class CDPInput:
                 run.append((method, params))
                 kind, moved = method, moved or move
         if run:
-            await self.cdp.call_many(run)
+            await self.cdp.call_many(run, _run_timeout(run))
 
     async def unbuffered(self) -> None:
         """Have Chromium dispatch pointer moves at once instead of at its next frame.
@@ -328,3 +366,9 @@ class CDPInput:
         """Let go of every key and button held."""
         for method, params in self.mapper.release():
             await self.cdp.call(method, params)
+        self.guard.forget()
+
+
+def _run_timeout(run: Sequence[Command]) -> float:
+    """Seconds a run of commands may take (:data:`COMMAND_SECONDS`)."""
+    return CALL_TIMEOUT + len(run) * COMMAND_SECONDS

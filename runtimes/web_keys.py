@@ -1,21 +1,26 @@
 """Keys of web agents' action strings: names as BrowserGym (Playwright) or X spells them,
 key combinations, the text ``fill`` and ``keyboard_type`` type, and the browser's own
-shortcuts, which are refused (a zoom stays on for the page's origin).
+shortcuts, which are refused (:func:`runtimes.browser_keys.browser_command`, the policy
+every input path shares).
 
 Holds :class:`ActionError` (what :mod:`runtimes.web_actions` raises too),
 :func:`key_name`, :func:`key_combination`, :func:`combination_events`,
-:func:`type_events` and their limits.
+:func:`type_events` (any Unicode text: a keysym for each character, ``U+XXXX`` for those
+X names by number; :class:`InsertText` for what no key types, a tab kept as text) and
+their limits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from vncdriver import keysyms
 from vncdriver.errors import UnknownKey
 
 from .base import InputEvent, KeyEvent
+from .browser_keys import browser_command
 
 #: Keys in one combination (modifiers and the key): Control+Alt+Shift+Meta+x is five.
 MAX_COMBINATION_KEYS: Final = 5
@@ -26,20 +31,6 @@ KEY_NAMES: Final = {
     "ArrowLeft": "Left", "ArrowRight": "Right", "ArrowUp": "Up", "ArrowDown": "Down",
     "PageUp": "Prior", "PageDown": "Next", "Space": "space", " ": "space",
 }
-#: Key combinations Chromium takes as commands to itself, not keys for the page: zoom
-#: (it stays on for the page's origin, so every later click lands off its element) and
-#: closing, quitting or opening windows (the kiosk's one window gone). Keysyms, the
-#: modifiers as X names them; letters lowercase.
-BROWSER_SHORTCUTS: Final = frozenset(
-    [(mod, key) for mod in ("Control_L", "Control_R", "Meta_L", "Meta_R")
-     for key in ("plus", "minus", "equal", "underscore", "0", "KP_Add", "KP_Subtract",
-                 "w", "q", "t", "n", "F4")]
-    + [("Alt_L", "F4"), ("Alt_R", "F4")]
-)
-#: Keys Chromium takes alone: F11 leaves the kiosk's full screen.
-BROWSER_KEYS: Final = frozenset({"F11"})
-
-
 class ActionError(ValueError):
     """An action string that is not a call we run; the message says what to write."""
 
@@ -56,7 +47,7 @@ def key_name(name: str, where: str = "key") -> str:
         return keysyms.canonical(name)
     except UnknownKey:
         raise ActionError(f"{where}: unknown key {name!r} (use names such as Enter, Tab, "
-                          "ArrowLeft, Control, Shift, a, A, 1, F5)") from None
+                          "ArrowLeft, Control, Shift, a, A, 1, Delete)") from None
 
 
 def key_combination(comb: str, where: str = "key_comb") -> list[str]:
@@ -77,10 +68,11 @@ def key_combination(comb: str, where: str = "key_comb") -> list[str]:
         raise ActionError(f"{where}: {comb!r} has {len(parts)} keys; at most "
                           f"{MAX_COMBINATION_KEYS} (MAX_COMBINATION_KEYS)")
     keys = [key_name(part, where) for part in parts]
-    last = keys[-1].lower() if len(keys[-1]) == 1 else keys[-1]
-    if last in BROWSER_KEYS or any((held, last) in BROWSER_SHORTCUTS for held in keys[:-1]):
-        raise ActionError(f"{where}: {comb!r} is a command to the browser (zoom, windows, full "
-                          "screen), not a key for the page; it is not sent")
+    what = browser_command(keys[:-1], keys[-1])
+    if what is not None:
+        raise ActionError(f"{where}: {comb!r} is a command to the browser, not a key for the "
+                          f"page ({comb} {what}); it is not sent (a browser remote keeps its "
+                          "one page: docs/browser.md)")
     return keys
 
 
@@ -112,15 +104,52 @@ def combination_events(keys: Sequence[str], shift_letters: bool = True) -> list[
 
 
 _TYPED: Final = {"\n": "Return", "\t": "Tab", " ": "space"}
+#: Latin-1's keysyms are its code points; other characters' are 0x01000000 + theirs.
+_LATIN1_END: Final = 0x100
+UNICODE_KEYSYM: Final = 0x01000000
+
+
+@dataclass(frozen=True, slots=True)
+class InsertText:
+    """Text that goes into the focused element through DevTools (``Input.insertText``),
+    not as keys: what no key types, such as a tab ``fill`` keeps as text (the Tab key
+    moves the focus)."""
+
+    text: str
+
+
+def char_key(char: str) -> str:
+    """The keysym name that types ``char``: X's name (``eacute``, ``exclam``), else
+    ``U+XXXX`` (Xvnc gives such a keysym a key code of its own, and Chromium types it)."""
+    try:
+        return keysyms.canonical(char)
+    except UnknownKey:
+        pass
+    number = ord(char) if ord(char) < _LATIN1_END else UNICODE_KEYSYM + ord(char)
+    named = keysyms.name(number)
+    return named if not named.startswith("0x") else f"U+{ord(char):04X}"
 
 
 def type_events(text: str, shift_letters: bool = True) -> list[InputEvent]:
-    """Key events that type ``text`` (printable characters, newlines, tabs)."""
+    """Key events that type ``text`` (any script, newlines, tabs)."""
     events: list[InputEvent] = []
     for char in text:
-        try:
-            name = _TYPED.get(char) or keysyms.canonical(char)
-        except UnknownKey:
-            raise ActionError(f"cannot type {char!r} (U+{ord(char):04X}): it has no X keysym") from None
+        name = _TYPED.get(char)
+        if name is None:
+            if ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0 or 0xD800 <= ord(char) < 0xE000:
+                raise ActionError(f"cannot type {char!r} (U+{ord(char):04X}): a control "
+                                  "character; type text, newlines and tabs")
+            name = char_key(char)
         events += tap(name, shift_letters)
+    return events
+
+
+def fill_events(text: str, shift_letters: bool = True) -> list[InputEvent | InsertText]:
+    """:func:`type_events` with each tab an :class:`InsertText`: ``fill`` keeps tabs as
+    text, as BrowserGym's fill does (the Tab key would move the focus)."""
+    events: list[InputEvent | InsertText] = []
+    for i, part in enumerate(text.split("\t")):
+        if i:
+            events.append(InsertText("\t"))
+        events += type_events(part, shift_letters)
     return events
