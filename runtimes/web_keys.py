@@ -6,8 +6,8 @@ every input path shares).
 Holds :class:`ActionError` (what :mod:`runtimes.web_actions` raises too),
 :func:`key_name`, :func:`key_combination`, :func:`combination_events`,
 :func:`type_events` (any Unicode text: a keysym for each character, ``U+XXXX`` for those
-X names by number; :class:`InsertText` for what no key types, a tab kept as text) and
-their limits.
+X names by number), :func:`fill_events` (the same with each tab an :class:`InsertText`,
+text that goes in through DevTools) and their limits.
 """
 
 from __future__ import annotations
