@@ -55,7 +55,7 @@ CONTROL_COMMANDS: Final = {
 WHEEL_BITS: Final = 0b1111000
 _FUNCTION_KEY: Final = re.compile(r"F\d{1,2}|KP_F\d")
 #: Keys that are the browser's alone, whatever is held.
-BROWSER_ALONE: Final = frozenset({"Menu", "Help", "Find", "Cancel", "Print"})
+BROWSER_ALONE: Final = frozenset({"Menu", "Help", "Find", "Cancel"})
 
 
 def _folded(key: str) -> str:

@@ -47,7 +47,7 @@ def key_name(name: str, where: str = "key") -> str:
         return keysyms.canonical(name)
     except UnknownKey:
         raise ActionError(f"{where}: unknown key {name!r} (use names such as Enter, Tab, "
-                          "ArrowLeft, Control, Shift, a, A, 1, Delete)") from None
+                          "ArrowLeft, Control, Shift, a, A, 1, F5)") from None
 
 
 def key_combination(comb: str, where: str = "key_comb") -> list[str]:
