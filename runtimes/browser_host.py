@@ -107,7 +107,7 @@ class OnePage:
             await self._close(others)
         if await self.cdp.evaluate("window.devicePixelRatio") == 1:
             return True
-        log.warning("the page is zoomed; setting the zoom back to 100 %%")
+        log.warning("the page is zoomed; setting the zoom back to 100 %")
         await self.cdp.call_many(list(_ZOOM_RESET))
         return bool(await self.cdp.evaluate("window.devicePixelRatio") == 1)
 
