@@ -14,11 +14,11 @@ are screen pixels for a kiosk window at (0, 0) with device scale factor 1.
 **Keys** are X keysym names (``"a"``, ``"A"``, ``"exclam"``, ``"Return"``, ``"Shift_L"``):
 printable ASCII types its character (US layout ``code`` and Windows key code, which
 Blink's editing shortcuts read: Ctrl+A selects all); Return, BackSpace, Tab, Delete,
-Escape, the arrows, Home, End, Prior, Next, and Shift/Control left and right; any other
-keysym that stands for a character (``eacute``, ``U+65E5``) types that character, as
-Xvnc and Chromium type it from X. A key held over several steps does not repeat (X's
-auto-repeat is a wall-clock thing). The browser's own shortcuts never reach it: every
-event passes a :class:`~runtimes.browser_keys.KeyGuard` first.
+Escape, the arrows, Home, End, Prior, Next, and Shift/Control left and right (other
+text goes in as ``Input.insertText``: :func:`runtimes.web_keys.text_events`). A key held
+over several steps does not repeat (X's auto-repeat is a wall-clock thing). The
+browser's own shortcuts never reach it: every event passes a
+:class:`~runtimes.browser_keys.KeyGuard` first.
 """
 
 from __future__ import annotations
@@ -51,8 +51,6 @@ MAX_COORDINATE: Final = 0xFFFF
 #: command: a 2,000-character text is 4,000 key commands in one run, which Chromium takes
 #: in about 1.2 s on a quiet machine here (0.3 ms each); 5 ms each allows for a loaded one.
 COMMAND_SECONDS: Final = 0.005
-#: Keysyms of characters: Latin-1's are the code points, others 0x01000000 + theirs.
-_UNICODE_KEYSYM: Final = 0x01000000
 #: CDP ``modifiers`` bits.
 ALT, CTRL, META, SHIFT = 1, 2, 4, 8
 
@@ -102,31 +100,6 @@ _SPECIAL: Final = {
     "Control_L": Key("Control", "ControlLeft", 17, location=1, modifier=CTRL),
     "Control_R": Key("Control", "ControlRight", 17, location=2, modifier=CTRL),
 }
-
-
-def character_key(name: str) -> Key | None:
-    """The key that types the character keysym ``name`` stands for (``eacute``,
-    ``U+65E5``), with no US-layout code (none is on that layout); None for keys that are
-    not characters."""
-    if name.startswith("U+"):
-        try:
-            number = _UNICODE_KEYSYM + int(name[2:], 16)
-        except ValueError:
-            return None
-    else:
-        try:
-            number = keysyms.keysym(name)
-        except UnknownKey:
-            return None
-    if 0xA0 <= number < 0x100:
-        char = chr(number)
-    elif _UNICODE_KEYSYM + 0xA0 <= number <= _UNICODE_KEYSYM + 0x10FFFF:
-        char = chr(number - _UNICODE_KEYSYM)
-    else:
-        return None
-    if 0xD800 <= ord(char) < 0xE000:
-        return None
-    return Key(char, "", 0, char)
 
 
 def _printable(char: str) -> Key:
@@ -211,11 +184,11 @@ class InputMapper:
             name = keysyms.canonical(event.key)
         except UnknownKey:
             name = event.key
-        key = KEYS.get(name) or character_key(name)
+        key = KEYS.get(name)
         if key is None:
             raise ValueError(
-                f"no DevTools key for {event.key!r}: characters and "
-                f"{', '.join(_SPECIAL)} are sent"
+                f"no DevTools key for {event.key!r}: printable ASCII and "
+                f"{', '.join(_SPECIAL)} are sent (other text goes in as Input.insertText)"
             )
         if event.down:
             self.keys[name] = key

@@ -45,10 +45,9 @@ from .web_keys import (
     ActionError,
     InsertText,
     combination_events,
-    fill_events,
     key_combination,
     tap,
-    type_events,
+    text_events,
 )
 
 #: Characters of an action string; longer ones are refused before parsing (the wire's
@@ -468,7 +467,7 @@ class Planner:
             if name == "fill":
                 out += combination_events(["Control_L", "a"], shift)
                 text = a["value"]
-                out += fill_events(text, shift) if text else tap("BackSpace", shift)
+                out += text_events(text, shift, tabs_as_text=True) if text else tap("BackSpace", shift)
             elif name == "clear":
                 out += combination_events(["Control_L", "a"], shift) + tap("BackSpace", shift)
         elif name == "select_option":
@@ -500,7 +499,7 @@ class Planner:
         elif name == "scroll":
             out[:], plan.pointer = self._scroll(a["delta_x"], a["delta_y"])
         elif name == "keyboard_type":
-            out[:] = type_events(a["text"], shift)
+            out[:] = text_events(a["text"], shift)
         elif name == "keyboard_press":
             out[:] = combination_events(key_combination(a["key_comb"]), shift)
         elif name == "send_msg_to_user":

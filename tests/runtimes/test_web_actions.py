@@ -21,10 +21,9 @@ from runtimes.web_actions import (
     combination_events,
     key_combination,
     parse,
-    type_events,
 )
 from runtimes.web_actor import WebActor
-from runtimes.web_keys import InsertText, fill_events
+from runtimes.web_keys import InsertText, text_events, type_events
 from tests.runtimes.webpage import TIMEOUT, kiosk
 
 try:
@@ -167,7 +166,12 @@ def test_key_combinations_use_x_names_and_case_follows_shift() -> None:
         "eacute", "U+65E5", "U+1F600", "U+05E9"]
     with pytest.raises(ActionError, match="a control character"):
         type_events("\x07")
-    assert fill_events("a\tb") == [*type_events("a"), InsertText("\t"), *type_events("b")]
+    # A page is typed keys for the keyboard's characters, DevTools text for the rest; fill
+    # keeps tabs as text, keyboard_type presses Tab.
+    assert text_events("a\tb", tabs_as_text=True) == [*type_events("a"), InsertText("\t"), *type_events("b")]
+    assert text_events("a\tb") == type_events("a\tb")
+    assert text_events("café 日本!") == [*type_events("caf"), InsertText("é"), *type_events(" "),
+                                         InsertText("日本"), *type_events("!")]
 
 
 @pytest.mark.parametrize(
