@@ -86,10 +86,10 @@ PAGE_FAMILIES: Final = ("miniwob",)
 SETTLING_FAMILIES: Final = ("miniwob", "x11")
 #: Lockstep: seconds a step's reply may take past ``stall_timeout`` per character of its
 #: action string: a step runs its string before replying, and typing is its slow part
-#: (0.6 ms a character on a quiet machine here: four 2,000-character ``keyboard_type``
-#: calls are a 5 s step, more under load); 5 ms a character allows for a loaded one, so
-#: a step still typing is not taken for a stalled remote.
-WORK_SECONDS_PER_CHAR: Final = 0.005
+#: (0.6 ms a character on a quiet machine here, 3.4 ms at load 20: four 2,000-character
+#: ``keyboard_type`` calls were a 5 s step, and 27 s); 10 ms a character allows for a
+#: loaded one, so a step still typing is not taken for a stalled remote.
+WORK_SECONDS_PER_CHAR: Final = 0.01
 #: Printable ASCII: what :class:`AnyText` samples from.
 SAMPLE_CHARSET: Final = frozenset(chr(c) for c in range(32, 127))
 

@@ -33,8 +33,10 @@ pytestmark = pytest.mark.usefixtures("_browser_family_installed")
 
 #: Seconds a wait for the browser may take (a loaded 2-core machine).
 TIMEOUT: Final = 20.0
-#: The page's devicePixelRatio once its window is next resized (a zoom resizes it).
-RESIZED_JS: Final = "new Promise((r) => addEventListener('resize', () => r(devicePixelRatio), {once: true}))"
+#: ``window.__resized``: the page's devicePixelRatio once its window is next resized (a
+#: zoom resizes it).
+RESIZED_JS: Final = ("window.__resized = new Promise((r) => addEventListener('resize', "
+                     "() => r(devicePixelRatio), {once: true})); null")
 
 HOSTILE = [
     "__import__('os').system('id')",
@@ -250,11 +252,11 @@ async def test_a_reset_brings_back_one_page_at_100_percent_whatever_happened(
     closed = cdp.next_event("Target.targetDestroyed")
     opened = (await cdp.call("Target.createTarget", {"url": "about:blank"}))["targetId"]  # a middle click
     assert (await asyncio.wait_for(closed, TIMEOUT))["targetId"] == opened
-    resized = asyncio.ensure_future(page(remote, RESIZED_JS))  # (DevTools runs it before the keys)
+    await page(remote, RESIZED_JS)  # listening before the keys
     for kind in ("rawKeyDown", "keyUp"):  # Control+plus, as from a key no guard saw
         await cdp.call("Input.dispatchKeyEvent", {"type": kind, "modifiers": 2, "key": "=", "code": "Equal",
                                                   "windowsVirtualKeyCode": 187, "nativeVirtualKeyCode": 187})
-    assert await asyncio.wait_for(resized, TIMEOUT) != 1  # zoomed
+    assert await asyncio.wait_for(page(remote, "window.__resized"), TIMEOUT) != 1  # zoomed
     await agent.reset(seed=3)
     assert await page(remote, "window.devicePixelRatio") == 1 and await pages() == ours
     assert np.array_equal(browser.framebuffer, first)
