@@ -10,7 +10,8 @@ For each call of the string it locates the elements the call names as they are *
 outside the viewport into view (DevTools ``scrollIntoView``, when ``scroll_into_view``),
 plans the call (:class:`runtimes.web_actions.Planner`), runs its DevTools part if any,
 and sends its events through ``send`` — the runtime's ``inject``, so they reach the page
-as real X input. Then it waits until the page has seen them: the events end with a
+as real X input (text no key types goes in through DevTools ``Input.insertText``
+between them). Then it waits until the page has seen them: the events end with a
 pointer move of one pixel (:data:`WITNESS_GLOBAL` listens for it in the page), and X
 delivers input in order, so once the page sees that move it has handled every event
 before it. The next call of the string is planned on the page as that left it.
@@ -185,7 +186,7 @@ class WebActor:
         through DevTools once the page has seen the keys before it."""
         for i, batch in enumerate(batches):
             if isinstance(batch, InsertText):
-                result.devtools.append(f"insertText {batch.text!r}")
+                result.devtools.append(f"insertText {len(batch.text)} characters")
                 await self.cdp.call("Input.insertText", {"text": batch.text})
                 continue
             if i and not isinstance(batches[i - 1], InsertText):
