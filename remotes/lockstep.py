@@ -48,6 +48,7 @@ from .faults import RECONNECT_ATTEMPT_TIMEOUT, Faults, error_text, relocate
 from .lockstep_vnc import LOOP_SLACK, MIN_FRAME_WAIT, frames_over_vnc, vnc_frame
 from .session import RESET_TIMEOUT, RemoteUnavailable
 from .slot import Phase, Slot
+from .web import work_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -432,7 +433,8 @@ class LockstepSteps:
             except (ConnectionClosed, OSError) as exc:
                 infos[i] = self.faults.lose(slot, error_text(exc), rewards, truncated)
                 continue
-            slot.deadline = now + lane.stall_timeout
+            # A step still running its action string is working, not stalled.
+            slot.deadline = now + lane.stall_timeout + (work_seconds(actions[i]) if web is not None else 0.0)
             sent.append(slot)
         if self.batches is not None:
             batched, unsent = self.batches.send(now)

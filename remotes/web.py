@@ -84,6 +84,12 @@ MAX_PAGE_EPISODES: Final = 4
 #: can tell when their screen settles.
 PAGE_FAMILIES: Final = ("miniwob",)
 SETTLING_FAMILIES: Final = ("miniwob", "x11")
+#: Lockstep: seconds a step's reply may take past ``stall_timeout`` per character of its
+#: action string: a step runs its string before replying, and typing is its slow part
+#: (0.6 ms a character on a quiet machine here, 3.4 ms at load 20: four 2,000-character
+#: ``keyboard_type`` calls were a 5 s step, and 27 s); 10 ms a character allows for a
+#: loaded one, so a step still typing is not taken for a stalled remote.
+WORK_SECONDS_PER_CHAR: Final = 0.01
 #: Printable ASCII: what :class:`AnyText` samples from.
 SAMPLE_CHARSET: Final = frozenset(chr(c) for c in range(32, 127))
 
@@ -142,6 +148,12 @@ def check_served(env_id: str | None, options: EnvOptions) -> None:
             f"{env_id} cannot tell when its screen settles: step_mode='settle' is for "
             f"{', '.join(f + '.*' for f in SETTLING_FAMILIES)} remotes"
         )
+
+
+def work_seconds(action: Any) -> float:
+    """Seconds a lockstep step of ``action`` may take beyond ``stall_timeout`` (its action
+    string's work: :data:`WORK_SECONDS_PER_CHAR`); 0 for events."""
+    return len(action) * WORK_SECONDS_PER_CHAR if isinstance(action, str) else 0.0
 
 
 def refusal(action: str) -> str | None:
@@ -308,6 +320,8 @@ class WebSteps:
         """Real time: send the slot's action the web way (ConnectionClosed/OSError: the
         slot is lost)."""
         text = action if isinstance(action, str) else ""
+        if action == "":
+            action = []  # no action (a settling step still settles)
         answer = self.answers[slot.index] = Answer(text)
         problem = refusal(text)
         if problem is not None:

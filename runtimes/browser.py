@@ -211,6 +211,11 @@ class MiniWoBRuntime(BrowserForAgents):
             log.warning("%s: the browser is gone; starting it again", self.env_id)
             await self._stop_browser()
             await self._start_browser()
+        elif self.one_page is not None and not await self.one_page.restore():
+            log.warning("%s: the zoom did not go back to 100 %%; starting the browser again",
+                        self.env_id)
+            await self._stop_browser()
+            await self._start_browser()
         assert self.cdp is not None and self.clock is not None and self.page_input is not None
         if not await self.cdp.evaluate(
             f"(() => {{ try {{ return {READY_EXPRESSION}; }} catch (e) {{ return false; }} }})()"

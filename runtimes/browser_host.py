@@ -5,8 +5,13 @@ window manager, the page filling the screen from (0, 0)), the page clock, page t
 DevTools input and click hook installed on a blank page before the task page loads (so
 they run before the task's own scripts), load the task; take over another runtime's
 display and browser on an env switch (a page load instead of starting Xvnc and Chromium
-again); stop it all. What a task's episodes are and what web agents read and do are the
-subclasses' (:mod:`runtimes.browser_agents`, :mod:`runtimes.browser`).
+again); stop it all. The browser keeps its one page (docs/browser.md, "Keys the
+browser keeps"): the browser's shortcuts never reach it as X input (a
+:class:`~runtimes.browser_keys.KeyGuard` on :meth:`BrowserOnDisplay.inject`, as on
+DevTools input), a tab or window that opens anyway (a middle click on a link) is closed
+as it appears (:class:`OnePage`), and a reset brings the zoom back to 100 %. What a
+task's episodes are and what web agents read and do are the subclasses'
+(:mod:`runtimes.browser_agents`, :mod:`runtimes.browser`).
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
-from .base import PointerEvent, Runtime
+from .base import InputEvent, PointerEvent, Runtime
+from .browser_keys import KeyGuard
 from .cdp import CDPClient, CDPError
-from .cdp_input import CDPInput
+from .cdp_input import CTRL, CDPInput
 from .chromium import (
     PAGE_TIMEOUT,
     READY_EXPRESSION,
@@ -47,6 +54,62 @@ SCREEN_HEIGHT: Final = 480
 #: What Chromium shows before the task page loads: the page clock and the click hook are
 #: installed first, so they run before the task's own scripts (as after an env switch).
 BLANK_PAGE: Final = "about:blank"
+#: Control+0 as DevTools key events: the browser's zoom back to 100 % (the one shortcut
+#: the runtime itself sends; the guards keep it from everyone else).
+_ZOOM_RESET: Final = tuple(
+    ("Input.dispatchKeyEvent", {"type": kind, "modifiers": CTRL, "key": "0", "code": "Digit0",
+                                "windowsVirtualKeyCode": 48, "nativeVirtualKeyCode": 48})
+    for kind in ("rawKeyDown", "keyUp")
+)
+
+
+class OnePage:
+    """Keeps the browser at its one page (DevTools' ``Target`` domain, on the page's own
+    connection): a page target that appears (a tab, a window, DevTools' own window) is
+    closed at once and ours brought to the front; :meth:`restore` does it again and
+    puts the zoom back, for a reset. Tabs opened by clicks (a middle click or Control+click
+    on a link) come this way: no key filter sees them."""
+
+    def __init__(self, cdp: CDPClient) -> None:
+        self.cdp = cdp
+        self.page_id = cdp.url.rsplit("/", 1)[-1]
+        #: Targets closed so far (tests and logs).
+        self.closed = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def install(self) -> None:
+        self.cdp.on("Target.targetCreated", self._created)
+        await self.cdp.call("Target.setDiscoverTargets", {"discover": True})
+
+    def _created(self, params: dict[str, Any]) -> None:
+        info = params.get("targetInfo") or {}
+        if info.get("type") == "page" and info.get("targetId") not in (None, self.page_id):
+            task = asyncio.get_running_loop().create_task(self._close([str(info["targetId"])]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _close(self, ids: list[str]) -> None:
+        for target in ids:
+            log.warning("the browser opened another page (%s); closing it", target)
+            with contextlib.suppress(CDPError):  # (gone already)
+                await self.cdp.call("Target.closeTarget", {"targetId": target})
+            self.closed += 1
+        with contextlib.suppress(CDPError):
+            await self.cdp.call("Target.activateTarget", {"targetId": self.page_id})
+
+    async def restore(self) -> bool:
+        """Close any other page and put the zoom back to 100 %; False when the zoom
+        stays (the caller starts the browser again)."""
+        infos = (await self.cdp.call("Target.getTargets")).get("targetInfos", [])
+        others = [str(t["targetId"]) for t in infos
+                  if t.get("type") == "page" and t.get("targetId") != self.page_id]
+        if others:
+            await self._close(others)
+        if await self.cdp.evaluate("window.devicePixelRatio") == 1:
+            return True
+        log.warning("the page is zoomed; setting the zoom back to 100 %")
+        await self.cdp.call_many(list(_ZOOM_RESET))
+        return bool(await self.cdp.evaluate("window.devicePixelRatio") == 1)
 
 
 class BrowserOnDisplay(DisplayRuntime):
@@ -71,6 +134,10 @@ class BrowserOnDisplay(DisplayRuntime):
         self._profile: Path | None = None
         #: The page's reward poller (a subclass starts it at a reset; stopped here).
         self._poller: asyncio.Task[None] | None = None
+        #: Takes the browser's shortcuts out of the X input (runtimes.browser_keys).
+        self.key_guard = KeyGuard()
+        #: Closes other pages as they open; a reset's zoom and page check.
+        self.one_page: OnePage | None = None
 
     @classmethod
     def url(cls) -> str:
@@ -95,6 +162,7 @@ class BrowserOnDisplay(DisplayRuntime):
         TigerVNC draws the pointer into the frames of a client whose last pointer event
         was elsewhere (the Cursor encoding notwithstanding), and the whole screen's
         first frame kept it at the centre, where nothing draws again."""
+        self.key_guard.forget()  # a new X server holds nothing
         await super()._start_display()
         x0, y0 = self.origin
         self.inject([PointerEvent(SCREEN_WIDTH - 1 - x0, SCREEN_HEIGHT - 1 - y0, 0)])
@@ -109,6 +177,8 @@ class BrowserOnDisplay(DisplayRuntime):
                                       SCREEN_HEIGHT, env=env, chromium=chromium)
         port = await devtools_port(self._profile, self.browser)
         self.cdp = await CDPClient.connect(port)
+        self.one_page = OnePage(self.cdp)
+        await self.one_page.install()
         clock = self.clock = PageClock(self.cdp)
         await clock.install()
         self.page_idle = PageIdle(self.cdp)  # after the clock: it wraps the clock's timers
@@ -158,6 +228,7 @@ class BrowserOnDisplay(DisplayRuntime):
         self.display, self.screen, self.browser, self.cdp = old.display, old.screen, old.browser, old.cdp
         self.clock, self.page_input, self._witness = old.clock, old.page_input, old._witness
         self._profile, self._chromium = old._profile, old._chromium
+        self.key_guard, self.one_page, old.one_page = old.key_guard, old.one_page, None
         self.page_idle, old.page_idle = old.page_idle, None  # installed on every new document
         old.display = old.screen = old.browser = old.cdp = None
         old.clock, old.page_input, old._witness, old._profile = None, None, None, None
@@ -174,6 +245,12 @@ class BrowserOnDisplay(DisplayRuntime):
                  self.startup_seconds)
         return True
 
+    def inject(self, events: Sequence[InputEvent]) -> None:
+        """Real X input without the browser's shortcuts (:attr:`key_guard`): whoever sends
+        it (a viewer, an agent, an action string), no key opens, closes, zooms, reloads or
+        leaves the page."""
+        super().inject(self.key_guard.filter(events))
+
     async def _stop_poller(self) -> None:
         """Stop the page's reward poller, if one runs."""
         if self._poller is not None:
@@ -183,7 +260,7 @@ class BrowserOnDisplay(DisplayRuntime):
             self._poller = None
 
     async def _stop_browser(self) -> None:
-        self.page_idle = None
+        self.page_idle = self.one_page = None
         if self.cdp is not None:
             await self.cdp.close()
             self.cdp = None

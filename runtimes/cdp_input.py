@@ -14,8 +14,11 @@ are screen pixels for a kiosk window at (0, 0) with device scale factor 1.
 **Keys** are X keysym names (``"a"``, ``"A"``, ``"exclam"``, ``"Return"``, ``"Shift_L"``):
 printable ASCII types its character (US layout ``code`` and Windows key code, which
 Blink's editing shortcuts read: Ctrl+A selects all); Return, BackSpace, Tab, Delete,
-Escape, the arrows, Home, End, Prior, Next, and Shift/Control left and right. A key held
-over several steps does not repeat (X's auto-repeat is a wall-clock thing).
+Escape, the arrows, Home, End, Prior, Next, and Shift/Control left and right (other
+text goes in as ``Input.insertText``: :func:`runtimes.web_keys.text_events`). A key held
+over several steps does not repeat (X's auto-repeat is a wall-clock thing). The
+browser's own shortcuts never reach it: every event passes a
+:class:`~runtimes.browser_keys.KeyGuard` first.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from vncdriver import keysyms
 from vncdriver.errors import UnknownKey
 
 from .base import InputEvent, KeyEvent, PointerEvent
-from .cdp import CDPClient
+from .browser_keys import KeyGuard
+from .cdp import CALL_TIMEOUT, CDPClient
 
 #: Two presses of a button closer than this in time (page ms) and space (px) make a
 #: double click (GTK's defaults: gtk-double-click-time 400, gtk-double-click-distance 5).
@@ -43,6 +47,10 @@ WHEEL_PIXELS: Final = 120.0
 #: Largest pointer coordinate sent (X and VNC coordinates are 16-bit): Chromium never
 #: answered a mouse event at (-1e308, 1e308), and every later input queued behind it.
 MAX_COORDINATE: Final = 0xFFFF
+#: Seconds a run of input commands may take past :data:`~runtimes.cdp.CALL_TIMEOUT`, per
+#: command: a 2,000-character text is 4,000 key commands in one run, which Chromium takes
+#: in about 1.2 s on a quiet machine here (0.3 ms each); 5 ms each allows for a loaded one.
+COMMAND_SECONDS: Final = 0.005
 #: CDP ``modifiers`` bits.
 ALT, CTRL, META, SHIFT = 1, 2, 4, 8
 
@@ -180,7 +188,7 @@ class InputMapper:
         if key is None:
             raise ValueError(
                 f"no DevTools key for {event.key!r}: printable ASCII and "
-                f"{', '.join(_SPECIAL)} are sent"
+                f"{', '.join(_SPECIAL)} are sent (other text goes in as Input.insertText)"
             )
         if event.down:
             self.keys[name] = key
@@ -276,6 +284,8 @@ class CDPInput:
     ) -> None:
         self.cdp = cdp
         self.mapper = InputMapper(now)
+        #: Takes the browser's shortcuts out of every event stream sent here.
+        self.guard = KeyGuard()
         #: Awaited after a wheel event: the compositor scrolls on its own thread and the
         #: page sees it at Chromium's next frame (``PageClock.rendered`` waits for that).
         self.after_wheel = after_wheel
@@ -287,6 +297,7 @@ class CDPInput:
         events only, and at most one pointer move (Blink merges moves that wait together,
         and whether two waited together would depend on timing); a wheel notch goes alone
         and waits for the frame that scrolls (:attr:`after_wheel`)."""
+        events = self.guard.filter(events)
         if os.environ.get(INPUT_ENV) == "sequential":  # the old way, for benchmarks
             for event in events:
                 for method, params in self.mapper.map(event):
@@ -301,7 +312,7 @@ class CDPInput:
                 wheel = params["type"] == "mouseWheel"
                 move = params["type"] == "mouseMoved"
                 if run and (method != kind or wheel or (move and moved)):
-                    await self.cdp.call_many(run)
+                    await self.cdp.call_many(run, _run_timeout(run))
                     run, moved = [], False
                 if wheel:
                     await self.cdp.call(method, params)
@@ -311,7 +322,7 @@ class CDPInput:
                 run.append((method, params))
                 kind, moved = method, moved or move
         if run:
-            await self.cdp.call_many(run)
+            await self.cdp.call_many(run, _run_timeout(run))
 
     async def unbuffered(self) -> None:
         """Have Chromium dispatch pointer moves at once instead of at its next frame.
@@ -328,3 +339,9 @@ class CDPInput:
         """Let go of every key and button held."""
         for method, params in self.mapper.release():
             await self.cdp.call(method, params)
+        self.guard.forget()
+
+
+def _run_timeout(run: Sequence[Command]) -> float:
+    """Seconds a run of commands may take (:data:`COMMAND_SECONDS`)."""
+    return CALL_TIMEOUT + len(run) * COMMAND_SECONDS

@@ -44,6 +44,12 @@ import orjson
 
 from .cdp import CALL_TIMEOUT, CDPClient, CDPError
 
+#: Element ids the walk leaves out with everything inside (never numbered, never in the
+#: observation): MiniWoB's reward display for people watching ("Last reward", "Episodes
+#: done", "Time left"), which carries earlier episodes' outcomes into the page text, so
+#: the same seed's text differed run to run (BrowserGym and MiniWoB's own DOM reader
+#: leave it out too).
+LEFT_OUT_IDS: Final = ("reward-display",)
 #: The attribute each element's id is kept in (BrowserGym's name for it).
 BID_ATTRIBUTE: Final = "bid"
 #: Bids are this prefix and a number: ``a0``, ``a1``, ... (BrowserGym prefixes by frame).
@@ -81,6 +87,8 @@ _WALK_JS: Final = r"""
   const hooked = window[opts.hook];
   const SKIP = new Set(['SCRIPT', 'STYLE', 'HEAD', 'META', 'LINK', 'TITLE', 'NOSCRIPT',
                         'TEMPLATE', 'BASE']);
+  const LEFT_OUT = new Set(opts.leftOut);
+  const walked = (c) => !SKIP.has(c.tagName.toUpperCase()) && !(c.id && LEFT_OUT.has(c.id));
   const WIDGETS = new Set(['button', 'link', 'checkbox', 'radio', 'switch', 'tab', 'menuitem',
     'menuitemcheckbox', 'menuitemradio', 'option', 'combobox', 'textbox', 'searchbox',
     'slider', 'spinbutton', 'listbox', 'treeitem', 'gridcell']);
@@ -175,7 +183,7 @@ _WALK_JS: Final = r"""
     const tag = el.tagName.toUpperCase();
     if (out.length >= opts.max) {
       for (let c = el.lastElementChild; c; c = c.previousElementSibling) {
-        if (!SKIP.has(c.tagName.toUpperCase())) stack.push([c, -1, depth + 1, 'auto']);
+        if (walked(c)) stack.push([c, -1, depth + 1, 'auto']);
       }
       continue;
     }
@@ -234,7 +242,7 @@ _WALK_JS: Final = r"""
     ]);
     if (SKIP.has(tag) || opts.only) continue;
     for (let c = el.lastElementChild; c; c = c.previousElementSibling) {
-      if (!SKIP.has(c.tagName.toUpperCase())) stack.push([c, index, depth + 1, cursor]);
+      if (walked(c)) stack.push([c, index, depth + 1, cursor]);
     }
   }
   const focused = active && active !== document.body ? st.owned.get(active) || null : null;
@@ -578,7 +586,7 @@ def walk_expression(
     opts = {
         "attr": BID_ATTRIBUTE, "prefix": BID_PREFIX, "state": STATE_GLOBAL, "hook": HOOK_GLOBAL,
         "maxText": MAX_TEXT_CHARS, "maxValue": MAX_VALUE_CHARS, "max": max_elements,
-        "origin": list(origin), "reset": reset,
+        "origin": list(origin), "reset": reset, "leftOut": list(LEFT_OUT_IDS),
         "only": list(only) if only is not None else None,
     }
     return f"({_WALK_JS.strip()})({json.dumps(opts)})"

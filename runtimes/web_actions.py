@@ -43,10 +43,11 @@ from .page_structure import BID_ATTRIBUTE, STATE_GLOBAL, Element
 from .web_keys import (
     KEY_NAMES,
     ActionError,
+    InsertText,
     combination_events,
     key_combination,
     tap,
-    type_events,
+    text_events,
 )
 
 #: Characters of an action string; longer ones are refused before parsing (the wire's
@@ -295,14 +296,27 @@ BATCH_GAP: Final = 0.02
 _GAP: Final[Any] = object()  # where a plan's events split into batches
 
 
-def _split(items: list[Any]) -> list[list[InputEvent]]:
-    batches: list[list[InputEvent]] = [[]]
+Batch = list[InputEvent] | InsertText
+
+
+def _split(items: list[Any]) -> list[Batch]:
+    """Events in batches at each gap; each :class:`InsertText` (a run of them joined) a
+    batch of its own, between the events before and after it."""
+    batches: list[Batch] = [[]]
     for item in items:
+        last = batches[-1]
         if item is _GAP:
             batches.append([])
+        elif isinstance(item, InsertText):
+            if isinstance(last, InsertText):
+                batches[-1] = InsertText(last.text + item.text)
+            else:
+                batches.append(item)
+        elif isinstance(last, InsertText):
+            batches.append([item])
         else:
-            batches[-1].append(item)
-    return [batch for batch in batches if batch]
+            last.append(item)
+    return [batch for batch in batches if isinstance(batch, InsertText) or batch]
 
 
 @dataclass(slots=True)
@@ -313,8 +327,9 @@ class Plan:
     ``error`` instead of all of it."""
 
     action: Action
-    #: X events in batches, each sent in one write, :data:`BATCH_GAP` apart.
-    batches: list[list[InputEvent]] = field(default_factory=list)
+    #: X events in batches, each sent in one write, :data:`BATCH_GAP` apart; an
+    #: :class:`~runtimes.web_keys.InsertText` between them goes in through DevTools.
+    batches: list[Batch] = field(default_factory=list)
     script: str | None = None
     wait_ms: float = 0.0
     message: str | None = None
@@ -324,8 +339,8 @@ class Plan:
 
     @property
     def events(self) -> list[InputEvent]:
-        """Every event of every batch, in order."""
-        return [event for batch in self.batches for event in batch]
+        """Every event of every batch, in order (text inserted through DevTools aside)."""
+        return [event for batch in self.batches if isinstance(batch, list) for event in batch]
 
 
 _TEXT_INPUTS: Final = frozenset({"text", "search", "email", "url", "tel", "password", "number",
@@ -452,7 +467,7 @@ class Planner:
             if name == "fill":
                 out += combination_events(["Control_L", "a"], shift)
                 text = a["value"]
-                out += type_events(text, shift) if text else tap("BackSpace", shift)
+                out += text_events(text, shift, tabs_as_text=True) if text else tap("BackSpace", shift)
             elif name == "clear":
                 out += combination_events(["Control_L", "a"], shift) + tap("BackSpace", shift)
         elif name == "select_option":
@@ -484,7 +499,7 @@ class Planner:
         elif name == "scroll":
             out[:], plan.pointer = self._scroll(a["delta_x"], a["delta_y"])
         elif name == "keyboard_type":
-            out[:] = type_events(a["text"], shift)
+            out[:] = text_events(a["text"], shift)
         elif name == "keyboard_press":
             out[:] = combination_events(key_combination(a["key_comb"]), shift)
         elif name == "send_msg_to_user":

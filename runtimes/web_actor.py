@@ -10,7 +10,8 @@ For each call of the string it locates the elements the call names as they are *
 outside the viewport into view (DevTools ``scrollIntoView``, when ``scroll_into_view``),
 plans the call (:class:`runtimes.web_actions.Planner`), runs its DevTools part if any,
 and sends its events through ``send`` — the runtime's ``inject``, so they reach the page
-as real X input. Then it waits until the page has seen them: the events end with a
+as real X input (text no key types goes in through DevTools ``Input.insertText``
+between them). Then it waits until the page has seen them: the events end with a
 pointer move of one pixel (:data:`WITNESS_GLOBAL` listens for it in the page), and X
 delivers input in order, so once the page sees that move it has handled every event
 before it. The next call of the string is planned on the page as that left it.
@@ -29,10 +30,15 @@ from typing import Final
 from .base import InputEvent, PointerEvent
 from .cdp import CDPClient, CDPError
 from .page_structure import Element, locate
-from .web_actions import BATCH_GAP, Action, ActionError, Planner, element_script, parse
+from .web_actions import BATCH_GAP, Action, ActionError, Batch, Planner, element_script, parse
+from .web_keys import InsertText
 
-#: Seconds the page may take to see an action's input (X delivery, a busy page).
+#: Seconds the page may take to see an action's input (X delivery, a busy page)...
 SEEN_TIMEOUT: Final = 5.0
+#: ...and more per event sent: a 2,000-character fill is 4,000-8,000 key events, which
+#: the page takes in 1-2 s on a quiet machine here (0.2-0.3 ms each); 5 ms each allows
+#: for a loaded one, so a long text that arrives is never reported as not taken.
+SEEN_SECONDS_PER_EVENT: Final = 0.005
 #: The page's global that notes the pointer's last move (not enumerable).
 WITNESS_GLOBAL: Final = "__universeInputWitness"
 #: What DevTools says when the document an evaluation ran in went away.
@@ -173,12 +179,17 @@ class WebActor:
             return True
         return False
 
-    async def _send(self, batches: list[list[InputEvent]], result: ActionResult) -> str | None:
+    async def _send(self, batches: list[Batch], result: ActionResult) -> str | None:
         """Send each batch with a one-pixel witness move and wait until the page sees it;
         then :data:`~runtimes.web_actions.BATCH_GAP` before the next batch, so that X
-        stamps the next batch later even on a loaded machine."""
+        stamps the next batch later even on a loaded machine. Text no key types goes in
+        through DevTools once the page has seen the keys before it."""
         for i, batch in enumerate(batches):
-            if i:
+            if isinstance(batch, InsertText):
+                result.devtools.append(f"insertText {len(batch.text)} characters")
+                await self.cdp.call("Input.insertText", {"text": batch.text})
+                continue
+            if i and not isinstance(batches[i - 1], InsertText):
                 await asyncio.sleep(BATCH_GAP)  # a time gap the page must see, not a wait for it
             error = await self._send_batch(batch, result)
             if error is not None:
@@ -200,24 +211,25 @@ class WebActor:
         else:
             px, py, mask = last.x + fx, last.y + fy, last.buttonmask
         x, y = px + 1 if px < 1 else px - 1, py
+        timeout = self.seen_timeout + len(events) * SEEN_SECONDS_PER_EVENT
         seq = await self.cdp.evaluate(_ARM_JS % json.dumps(WITNESS_GLOBAL))
         sent = self.send([*events, *anchor, PointerEvent(x - fx, y - fy, mask)])
         self.planner.pointer = (x, y)
         result.events += len(events) + len(anchor) + 1
         if inspect.isawaitable(sent):  # DevTools input (lockstep): done once the page handled it
             try:
-                await asyncio.wait_for(sent, self.seen_timeout)
+                await asyncio.wait_for(sent, timeout)
             except TimeoutError:
-                return f"the page did not take the input within {self.seen_timeout} s"
+                return f"the page did not take the input within {timeout:.1f} s"
             except ValueError as exc:  # a key DevTools input cannot send
                 return f"the page cannot take this input: {exc}"
         try:
             seen = await self.cdp.evaluate(
-                _SEEN_JS % (json.dumps(WITNESS_GLOBAL), int(seq), x, y), self.seen_timeout
+                _SEEN_JS % (json.dumps(WITNESS_GLOBAL), int(seq), x, y), timeout
             )
         except CDPError as exc:
             if "no reply" in str(exc):
-                return f"the page did not see the input within {self.seen_timeout} s"
+                return f"the page did not see the input within {timeout:.1f} s"
             if any(sign in str(exc) for sign in NAVIGATED):
                 return None  # the input made the page load another document
             raise

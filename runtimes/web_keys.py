@@ -1,21 +1,27 @@
 """Keys of web agents' action strings: names as BrowserGym (Playwright) or X spells them,
 key combinations, the text ``fill`` and ``keyboard_type`` type, and the browser's own
-shortcuts, which are refused (a zoom stays on for the page's origin).
+shortcuts, which are refused (:func:`runtimes.browser_keys.browser_command`, the policy
+every input path shares).
 
 Holds :class:`ActionError` (what :mod:`runtimes.web_actions` raises too),
 :func:`key_name`, :func:`key_combination`, :func:`combination_events`,
-:func:`type_events` and their limits.
+:func:`type_events` (any Unicode text as keysyms: X's name, else ``U+XXXX``; what X11
+desktops type), :func:`text_events` (what a page is typed: keys for the keyboard's
+characters, an :class:`InsertText` through DevTools for the rest) and their limits.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from vncdriver import keysyms
 from vncdriver.errors import UnknownKey
 
 from .base import InputEvent, KeyEvent
+from .browser_keys import browser_command
 
 #: Keys in one combination (modifiers and the key): Control+Alt+Shift+Meta+x is five.
 MAX_COMBINATION_KEYS: Final = 5
@@ -33,18 +39,6 @@ KEY_NAMES: Final = {
 }
 #: Playwright's sided modifiers (``ShiftLeft``, ``MetaRight``): X's ``Shift_L``, ``Meta_R``.
 _SIDES: Final = {"Left": "_L", "Right": "_R"}
-#: Key combinations Chromium takes as commands to itself, not keys for the page: zoom
-#: (it stays on for the page's origin, so every later click lands off its element) and
-#: closing, quitting or opening windows (the kiosk's one window gone). Keysyms, the
-#: modifiers as X names them; letters lowercase.
-BROWSER_SHORTCUTS: Final = frozenset(
-    [(mod, key) for mod in ("Control_L", "Control_R", "Meta_L", "Meta_R")
-     for key in ("plus", "minus", "equal", "underscore", "0", "KP_Add", "KP_Subtract",
-                 "w", "q", "t", "n", "F4")]
-    + [("Alt_L", "F4"), ("Alt_R", "F4")]
-)
-#: Keys Chromium takes alone: F11 leaves the kiosk's full screen.
-BROWSER_KEYS: Final = frozenset({"F11"})
 
 
 class ActionError(ValueError):
@@ -91,10 +85,11 @@ def key_combination(comb: str, where: str = "key_comb") -> list[str]:
         raise ActionError(f"{where}: {comb!r} has {len(parts)} keys; at most "
                           f"{MAX_COMBINATION_KEYS} (MAX_COMBINATION_KEYS)")
     keys = [key_name(part, where) for part in parts]
-    last = keys[-1].lower() if len(keys[-1]) == 1 else keys[-1]
-    if last in BROWSER_KEYS or any((held, last) in BROWSER_SHORTCUTS for held in keys[:-1]):
-        raise ActionError(f"{where}: {comb!r} is a command to the browser (zoom, windows, full "
-                          "screen), not a key for the page; it is not sent")
+    what = browser_command(keys[:-1], keys[-1])
+    if what is not None:
+        raise ActionError(f"{where}: {comb!r} is a command to the browser, not a key for the "
+                          f"page ({comb} {what}); it is not sent (a browser remote keeps its "
+                          "one page: docs/browser.md)")
     return keys
 
 
@@ -126,15 +121,77 @@ def combination_events(keys: Sequence[str], shift_letters: bool = True) -> list[
 
 
 _TYPED: Final = {"\n": "Return", "\t": "Tab", " ": "space"}
+#: Latin-1's keysyms are its code points; other characters' are 0x01000000 + theirs.
+_LATIN1_END: Final = 0x100
+UNICODE_KEYSYM: Final = 0x01000000
+
+
+@dataclass(frozen=True, slots=True)
+class InsertText:
+    """Text that goes into the focused element through DevTools (``Input.insertText``),
+    not as keys: what no key types, such as a tab ``fill`` keeps as text (the Tab key
+    moves the focus)."""
+
+    text: str
+
+
+def char_key(char: str) -> str:
+    """The keysym name that types ``char``: X's name (``eacute``, ``exclam``), else
+    ``U+XXXX`` (Xvnc gives such a keysym a key code of its own, and Chromium types it)."""
+    try:
+        return keysyms.canonical(char)
+    except UnknownKey:
+        pass
+    number = ord(char) if ord(char) < _LATIN1_END else UNICODE_KEYSYM + ord(char)
+    named = keysyms.name(number)
+    return named if not named.startswith("0x") else f"U+{ord(char):04X}"
 
 
 def type_events(text: str, shift_letters: bool = True) -> list[InputEvent]:
-    """Key events that type ``text`` (printable characters, newlines, tabs)."""
+    """Key events that type ``text`` (any script, newlines, tabs)."""
     events: list[InputEvent] = []
     for char in text:
-        try:
-            name = _TYPED.get(char) or keysyms.canonical(char)
-        except UnknownKey:
-            raise ActionError(f"cannot type {char!r} (U+{ord(char):04X}): it has no X keysym") from None
+        name = _TYPED.get(char)
+        if name is None:
+            if unicodedata.category(char) in ("Cc", "Cs"):
+                raise ActionError(f"cannot type {char!r} (U+{ord(char):04X}): a control "
+                                  "character; type text, newlines and tabs")
+            name = char_key(char)
         events += tap(name, shift_letters)
+    return events
+
+
+def text_events(
+    text: str, shift_letters: bool = True, tabs_as_text: bool = False
+) -> list[InputEvent | InsertText]:
+    """What types ``text`` into a page: a key for each character the keyboard has
+    (printable ASCII, newlines; tabs unless ``tabs_as_text``), and an :class:`InsertText`
+    for each run of the others (any script, emoji) and, with ``tabs_as_text``, of tabs.
+
+    Why not their keysyms (:func:`type_events`): Xvnc gives a keysym it has no key for
+    one of a few spare key codes, and reuses them; measured, 400 distinct CJK characters
+    typed that way reached the page as 20 characters, most of them wrong.
+    """
+    events: list[InputEvent | InsertText] = []
+    inserted = ""
+    for char in text:
+        keyed = char in _TYPED and not (char == "\t" and tabs_as_text)
+        if not keyed:
+            try:
+                keysyms.canonical(char)
+                keyed = len(char) == 1 and char.isascii()
+            except UnknownKey:
+                pass
+        if keyed:
+            if inserted:
+                events.append(InsertText(inserted))
+                inserted = ""
+            events += type_events(char, shift_letters)
+        else:
+            if unicodedata.category(char) in ("Cc", "Cs") and char != "\t":
+                raise ActionError(f"cannot type {char!r} (U+{ord(char):04X}): a control "
+                                  "character; type text, newlines and tabs")
+            inserted += char
+    if inserted:
+        events.append(InsertText(inserted))
     return events

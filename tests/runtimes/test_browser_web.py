@@ -8,8 +8,9 @@ Real remotes (Chromium on Xvnc, in-process), spoken to with raw rewarder message
 
 from __future__ import annotations
 
+import asyncio
 import re
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pytest
@@ -22,12 +23,20 @@ from tests.runtimes.test_browser import (  # noqa: F401 (fixtures)
     StartBrowser,
     _browser_family_installed,
     page,
+    runtime,
     start_browser,
 )
 from tests.wire import WireClient
 from vncdriver.client import VNCClient
 
 pytestmark = pytest.mark.usefixtures("_browser_family_installed")
+
+#: Seconds a wait for the browser may take (a loaded 2-core machine).
+TIMEOUT: Final = 20.0
+#: ``window.__resized``: the page's devicePixelRatio once its window is next resized (a
+#: zoom resizes it).
+RESIZED_JS: Final = ("window.__resized = new Promise((r) => addEventListener('resize', "
+                     "() => r(devicePixelRatio), {once: true})); null")
 
 HOSTILE = [
     "__import__('os').system('id')",
@@ -219,3 +228,35 @@ async def test_out_of_range_action_strings_are_answered_and_the_page_still_takes
         assert reward["body"]["reward"] > 0 and reward["body"]["done"]
     assert (await agent.ping())["method"] == "v0.reply.control.ping"
     await agent.close()
+
+
+async def test_a_reset_brings_back_one_page_at_100_percent_whatever_happened(
+    start_browser: StartBrowser,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """What no key filter sees: a tab the page opens is closed as it appears, and a zoom
+    (sent here straight through DevTools, past the guards) is undone by the next reset,
+    whose frame is the seed's as before."""
+    remote = await start_browser("miniwob.ClickTest-v0")
+    agent = await WireClient.open(remote.rewarder.port)
+    await agent.reset(seed=3)
+    browser = runtime(remote)
+    cdp = browser.cdp
+    assert cdp is not None
+    first = browser.framebuffer.copy()
+
+    async def pages() -> list[str]:
+        infos = (await cdp.call("Target.getTargets"))["targetInfos"]
+        return [t["targetId"] for t in infos if t["type"] == "page"]
+
+    ours = await pages()
+    closed = cdp.next_event("Target.targetDestroyed")
+    opened = (await cdp.call("Target.createTarget", {"url": "about:blank"}))["targetId"]  # a middle click
+    assert (await asyncio.wait_for(closed, TIMEOUT))["targetId"] == opened
+    await page(remote, RESIZED_JS)  # listening before the keys
+    for kind in ("rawKeyDown", "keyUp"):  # Control+plus, as from a key no guard saw
+        await cdp.call("Input.dispatchKeyEvent", {"type": kind, "modifiers": 2, "key": "=", "code": "Equal",
+                                                  "windowsVirtualKeyCode": 187, "nativeVirtualKeyCode": 187})
+    assert await asyncio.wait_for(page(remote, "window.__resized"), TIMEOUT) != 1  # zoomed
+    await agent.reset(seed=3)
+    assert await page(remote, "window.devicePixelRatio") == 1 and await pages() == ours
+    assert np.array_equal(browser.framebuffer, first)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from runtimes.base import KeyEvent, PointerEvent
+from runtimes.browser_keys import KeyGuard, browser_command
 from runtimes.page_structure import Element, observe
 from runtimes.web_actions import (
     ACTIONS,
@@ -20,9 +21,9 @@ from runtimes.web_actions import (
     combination_events,
     key_combination,
     parse,
-    type_events,
 )
 from runtimes.web_actor import WebActor
+from runtimes.web_keys import InsertText, text_events, type_events
 from tests.runtimes.webpage import TIMEOUT, kiosk
 
 try:
@@ -105,7 +106,8 @@ def test_every_action_prints_as_a_string_that_parses_back() -> None:
         ("keyboard_press('Shift+')", "'Shift+' is not a key combination such as 'Control+a'"),
         ("keyboard_press('++')", "the '+' key itself comes last: 'Shift++'"),
         ("keyboard_press('a+b+c+d+e+f')", "at most 5 (MAX_COMBINATION_KEYS)"),
-        ("keyboard_press('Control++')", "'Control++' is a command to the browser (zoom"),
+        ("keyboard_press('Control++')",
+         "'Control++' is a command to the browser, not a key for the page (Control++ zooms)"),
         ("press('a1', 'ControlOrMeta+KeyW')", "is a command to the browser"),
         ("keyboard_press('Alt+F4')", "is a command to the browser"),
         ("keyboard_press('F11')", "is a command to the browser"),
@@ -159,8 +161,59 @@ def test_key_combinations_use_x_names_and_case_follows_shift() -> None:
         KeyEvent("Return", True), KeyEvent("Return", False),
     ]
     assert type_events("B", shift_letters=False) == [KeyEvent("B", True), KeyEvent("B", False)]
-    with pytest.raises(ActionError, match="no X keysym"):
-        type_events("\u2603")
+    # Any script: X's keysym name where it has one, else the Unicode keysym by number.
+    assert [e.key for e in type_events("é日😀ש")[::2]] == [  # type: ignore[union-attr]
+        "eacute", "U+65E5", "U+1F600", "U+05E9"]
+    with pytest.raises(ActionError, match="a control character"):
+        type_events("\x07")
+    # A page is typed keys for the keyboard's characters, DevTools text for the rest; fill
+    # keeps tabs as text, keyboard_type presses Tab.
+    assert text_events("a\tb", tabs_as_text=True) == [*type_events("a"), InsertText("\t"), *type_events("b")]
+    assert text_events("a\tb") == type_events("a\tb")
+    assert text_events("café 日本!") == [*type_events("caf"), InsertText("é"), *type_events(" "),
+                                         InsertText("日本"), *type_events("!")]
+
+
+@pytest.mark.parametrize(
+    ("held", "key", "what"),
+    [
+        (["Control_L"], "t", "opens a tab"), (["Control_R"], "n", "opens a tab"),
+        (["Control_L"], "w", "closes"), (["Control_L"], "plus", "zooms"),
+        (["Control_L", "Shift_L"], "plus", "zooms"), (["Control_L"], "equal", "zooms"),
+        (["Control_L"], "minus", "zooms"), (["Control_L"], "r", "reloads"), ([], "F5", "function key"),
+        (["Alt_L"], "Left", "Alt"), (["Control_L"], "l", "address bar"), ([], "F12", "function key"),
+        (["Control_L", "Shift_L"], "I", "DevTools"), (["Control_L", "Shift_L"], "j", "DevTools"),
+        (["Control_L"], "Tab", "shortcut"), (["Super_L"], "a", "Alt"), ([], "Menu", "browser's own"),
+    ],
+)
+def test_the_browsers_commands_are_named_and_refused(held: list[str], key: str, what: str) -> None:
+    assert what in (browser_command(held, key) or "")
+    with pytest.raises(ActionError, match="is a command to the browser"):
+        key_combination("+".join([*held, key]))
+
+
+@pytest.mark.parametrize(
+    ("held", "key"),
+    [([], "t"), (["Shift_L"], "T"), (["Control_L"], "a"), (["Control_L"], "c"), (["Control_L"], "v"),
+     (["Control_L"], "x"), (["Control_L"], "z"), (["Control_L", "Shift_L"], "z"),
+     (["Control_L", "Shift_L"], "Left"), (["Control_L"], "BackSpace"), ([], "Escape"), ([], "Control_L")],
+)
+def test_editing_keys_are_the_pages(held: list[str], key: str) -> None:
+    assert browser_command(held, key) is None
+
+
+def test_the_guard_drops_commands_and_their_releases_whoever_holds_control() -> None:
+    guard = KeyGuard()
+    ctrl, t = KeyEvent("Control_L", True), KeyEvent("t", True)
+    # Control from one batch (a viewer), t from another: still a new tab, dropped.
+    assert guard.filter([ctrl]) == [ctrl]
+    assert guard.filter([t, KeyEvent("t", False), KeyEvent("a", True), KeyEvent("a", False)]) == [
+        KeyEvent("a", True), KeyEvent("a", False)]
+    # The wheel with Control held zooms: the wheel bits go, the left button stays.
+    assert guard.filter([PointerEvent(5, 5, 8 | 1)]) == [PointerEvent(5, 5, 1)]
+    assert guard.filter([KeyEvent("Control_L", False), t, PointerEvent(5, 5, 8)]) == [
+        KeyEvent("Control_L", False), t, PointerEvent(5, 5, 8)]
+    assert guard.refused == 2 and guard.last_refused == "Control+wheel zooms"
 
 
 def element(bid: str, **kwargs: object) -> Element:
