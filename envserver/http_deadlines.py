@@ -28,8 +28,10 @@ REQUEST_TIMEOUT: Final = 10.0
 class Deadlines:
     """The deadlines of one port's connections."""
 
-    def __init__(self, idle: float = IDLE_TIMEOUT, request: float = REQUEST_TIMEOUT) -> None:
-        self.idle, self.request = idle, request
+    def __init__(self, idle: float | None = None, request: float | None = None) -> None:
+        """``idle``, ``request``: seconds (IDLE_TIMEOUT and REQUEST_TIMEOUT, as they are now)."""
+        self.idle = IDLE_TIMEOUT if idle is None else idle
+        self.request = REQUEST_TIMEOUT if request is None else request
         self.connections: dict[Any, _Watched] = {}  # by transport
         self.closed_idle = self.closed_slow = 0
         self._timer: asyncio.TimerHandle | None = None

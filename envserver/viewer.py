@@ -15,6 +15,9 @@ URLs (``universe-remote serve ENV --http-port 8900``)::
     /viewer/novnc/       noVNC itself, from the Debian package or an npm install
 
 Served over https when the remote has a certificate (``serve --tls-cert/--tls-key``).
+Connections that idle or whose request never finishes arriving are closed
+(:mod:`envserver.http_deadlines`; an open bridge never is). The listener, TLS and
+deadlines are :mod:`envserver.http_port`'s, shared with OpenEnv and MCP.
 
 The page takes ``?password=PW``, ``?quality=lossless`` (no JPEG: exact pixels) or
 ``?quality=0..9`` (noVNC's JPEG level; default 6 where the server does JPEG), and
@@ -73,7 +76,6 @@ import orjson
 from aiohttp import WSMsgType, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from rewarder.tls import TLSPort
 from vncdriver.addresses import is_loopback
 from vncdriver.errors import ProtocolError, VNCError
 from vncdriver.handshake import ClientHandshake, HandshakeComplete, ServerHandshake
@@ -91,8 +93,9 @@ from vncdriver.server import AuthGuard, VNCServer
 from vncdriver.streams import BytesFeeder, Parser, read_exact
 
 from .attached import BROWSER_LEFT, CLOSE_TIMEOUT, AttachedBridge, close_websocket
+from .http_deadlines import Deadlines
+from .http_port import HEARTBEAT, HTTPPort
 from .ports import HTTP_BASE
-from .tls_site import HEARTBEAT, SHUTDOWN_TIMEOUT, TLSPortSite
 from .viewer_auth import CONTROL, PLAY, VIEW, ViewerAuth, credentials, cross_site, role_player
 
 __all__ = ["ClientFilter", "Viewer", "credentials", "cross_site", "find_novnc"]
@@ -410,15 +413,16 @@ class Viewer:
         vnc_server: VNCServer | None = None,
         auth_guard: AuthGuard | None = None,
         tls: ssl.SSLContext | None = None,
+        deadlines: Deadlines | None = None,
     ) -> None:
         """``vnc_server``: the remote's own VNC server, which browsers then attach to
         in-process (:mod:`envserver.attached`); without it (Xvnc) each browser gets a TCP
-        bridge to ``vnc_host:vnc_port``. ``tls``: a server context: https only."""
+        bridge to ``vnc_host:vnc_port``. ``tls``: a server context: https only.
+        ``deadlines``: the connections' (:class:`Deadlines`' own by default)."""
         self.vnc_port = vnc_port
         self.vnc_server = vnc_server
         self.tls = tls
-        #: The TLS side of the port (with ``tls``), after :meth:`start`.
-        self.tls_port: TLSPort | None = None
+        self.http = HTTPPort("the viewer port", TLS_HINT, tls, deadlines)
         #: Passwords, the page's session cookies, the bridge's tokens, refusals.
         self.auth = ViewerAuth(password, view_only_password, auth_guard, secure=tls is not None)
         # A multi-player remote's player passwords open the page as that player.
@@ -430,7 +434,6 @@ class Viewer:
         self.describe = describe or dict
         self.novnc = find_novnc(novnc_dir)
         self.bridges: set[_Bridge | AttachedBridge] = set()
-        self._runner: web.AppRunner | None = None
         self._closing = False
         self.app = self._make_app()
 
@@ -438,8 +441,7 @@ class Viewer:
 
     @property
     def port(self) -> int:
-        assert self._runner is not None, "call start() first"
-        return int(self._runner.addresses[0][1])
+        return self.http.port
 
     async def start(self, host: str = "127.0.0.1", port: int = HTTP_BASE) -> None:
         if self.password is None and self.view_only_password is None and not is_loopback(host):
@@ -450,22 +452,7 @@ class Viewer:
         if self.novnc is None:
             log.warning("viewer: noVNC not found, the page will say so; %s", INSTALL_NOVNC)
         logging.getLogger("aiohttp.server").addFilter(_QUIET_BAD_REQUESTS)  # once: a set
-        self._runner = web.AppRunner(
-            self.app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT
-        )
-        await self._runner.setup()
-        site: web.BaseSite
-        if self.tls is not None:  # plain http:// gets a 400 saying to use https://
-            self.tls_port = TLSPort(self.tls, scheme="https", where="the viewer port",
-                                    hint=TLS_HINT)
-            site = TLSPortSite(self._runner, host, port, self.tls_port)
-        else:
-            site = web.TCPSite(self._runner, host, port)
-        try:
-            await site.start()
-        except OSError:
-            await self._runner.cleanup()
-            raise
+        await self.http.start(self.app, host, port)
         self.auth.bind(self.port)
 
     async def close(self, reason: str = "the remote is shutting down") -> None:
@@ -473,10 +460,7 @@ class Viewer:
             return
         self._closing = True
         await asyncio.gather(*(b.close(reason, code=1001) for b in list(self.bridges)))
-        if self.tls_port is not None:
-            self.tls_port.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self.http.close()
 
     def allow_control(self, control_password: str | None) -> None:
         """Let browsers that open the page with ``control_password`` play (as player 0),
@@ -509,7 +493,7 @@ class Viewer:
     # Handlers ----------------------------------------------------------------------------
 
     def _make_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._guard])
+        app = web.Application(middlewares=[self.http.watch, self._guard])
         app.router.add_get("/", self._to_viewer)
         app.router.add_get("/viewer", self._to_viewer)
         app.router.add_get("/viewer/", self._page)

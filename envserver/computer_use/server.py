@@ -18,15 +18,15 @@ another session may take it over (``take_over``).
 rewarder's Basic form) on every request; wrong ones count toward the remote's
 failed-password throttle (HTTP 429 says for how long). **Web pages** (an ``Origin``
 header) are refused unless ``serve --allow-origin`` names them. **TLS**: the remote's
-certificate (https://), through :class:`rewarder.tls.TLSPort`. **Connections** that idle
-or whose request never finishes arriving are closed (:mod:`envserver.http_deadlines`).
+certificate (https://). **Connections** that idle or whose request never finishes arriving
+are closed (:mod:`envserver.http_deadlines`). The listener, TLS and those checks are
+:mod:`envserver.http_port`'s, shared with the viewer and OpenEnv.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import ssl
 import time
@@ -36,15 +36,13 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
-from rewarder.auth import given_password
 from rewarder.lograte import RateLimitedLog
-from rewarder.tls import TLSPort
 from vncdriver.server import AuthGuard
 
 from .. import version
 from ..agent_port import RemoteLike
 from ..http_deadlines import IDLE_TIMEOUT as CONNECTION_IDLE, REQUEST_TIMEOUT, Deadlines
-from ..tls_site import TLSPortSite
+from ..http_port import HTTPPort, allowed_origins, origin_refusal, password_refusal
 from . import jsonrpc
 from .leases import LEASE, Full, Lease, Leases, heartbeat
 from .tools import Client, Desk
@@ -59,8 +57,6 @@ PATH: Final = "/mcp"
 MAX_SESSIONS: Final = 16
 #: Bytes of one request's body (a tool call is small; a long ``type`` text is 2000 chars).
 MAX_REQUEST_BYTES: Final = 1 << 20
-#: Seconds a closing port gives open connections.
-SHUTDOWN_TIMEOUT: Final = 2.0
 #: What the 400 to plain http:// on a TLS port says to do.
 TLS_HINT: Final = "use {url} (the MCP host must trust the remote's certificate)"
 SERVER_NAME: Final = "universe-remote"
@@ -85,14 +81,14 @@ class MCPServer:
         self.remote = remote
         self.desk = Desk(remote, take_over=password is not None)
         self.password, self.auth_guard, self.tls = password, auth_guard, tls
-        self.allow_origins = frozenset(o.rstrip("/").lower() for o in allow_origins)
+        self.allow_origins = allowed_origins(allow_origins)
         self.leases: Leases[Client] = Leases(MAX_SESSIONS, lease)
-        self.deadlines = Deadlines(min(CONNECTION_IDLE, lease), min(REQUEST_TIMEOUT, lease))
+        self.http = HTTPPort("the MCP port", TLS_HINT, tls,
+                             Deadlines(min(CONNECTION_IDLE, lease), min(REQUEST_TIMEOUT, lease)))
+        self.deadlines = self.http.deadlines
         self.instructions = (f"The screen of the remote {remote.env_id}: the computer tool acts on it and "
                              "answers with the settled screenshot and reward.")
         self.bad_input = RateLimitedLog(log)
-        self.tls_port: TLSPort | None = None
-        self._runner: web.AppRunner | None = None
         self._reaper: asyncio.TimerHandle | None = None
         self._closing: str | None = None
         self._ended = asyncio.Event()  # set (and replaced) whenever a session ends
@@ -103,27 +99,12 @@ class MCPServer:
 
     @property
     def port(self) -> int:
-        assert self._runner is not None, "call start() first"
-        return int(self._runner.addresses[0][1])
+        return self.http.port
 
     async def start(self, host: str, port: int) -> None:
-        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app = web.Application(middlewares=[self.http.watch], client_max_size=MAX_REQUEST_BYTES)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=SHUTDOWN_TIMEOUT)
-        await self._runner.setup()
-        site: web.BaseSite
-        if self.tls is not None:
-            self.tls_port = TLSPort(self.tls, scheme="https", where="the MCP port", hint=TLS_HINT)
-            site = _WatchedSite(self._runner, host, port, self.deadlines, self.tls_port)
-        else:
-            site = _WatchedSite(self._runner, host, port, self.deadlines)
-        try:
-            await site.start()
-        except OSError:
-            await self._runner.cleanup()
-            raise
-        self.deadlines.start()
+        await self.http.start(app, host, port)
         self._reap_later()
 
     async def close(self, reason: str = "the remote is shutting down") -> None:
@@ -134,11 +115,7 @@ class MCPServer:
             self._reaper.cancel()
         for session in list(self.leases.sessions.values()):
             self._end(session, reason)
-        self.deadlines.close()
-        if self.tls_port is not None:
-            self.tls_port.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self.http.close()
         self.bad_input.close()
         log.debug("MCP port closed: %s", reason)
 
@@ -162,32 +139,30 @@ class MCPServer:
     # Requests -----------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        with self.deadlines.serving(request.transport):
-            if request.path != PATH:
-                return _error(404, jsonrpc.INVALID_REQUEST, f"no such path; MCP is at {PATH}")
-            status, why = self._refusal(request)
-            if status:
-                self.bad_input.log(f"refused {status}", logging.INFO, "MCP port: refused %s from %s: %s",
-                                   request.method, request.remote, why)
-                extra = {"WWW-Authenticate": 'Bearer realm="universe-remote"'} if status == 401 else {}
-                return _error(status, -32001, why, extra)
-            if request.method == "POST":
-                return await self._post(request)
-            if request.method == "GET":
-                return await self._stream(request)
-            if request.method == "DELETE":
-                session = self.leases.get(request.headers.get(SESSION_HEADER))
-                if session is None:
-                    return _error(404, jsonrpc.INVALID_REQUEST, _UNKNOWN_SESSION)
-                self._end(session, "its host ended it (DELETE)")
-                return web.Response(status=200)
-            return _error(405, jsonrpc.INVALID_REQUEST, "MCP takes POST, GET and DELETE",
-                          {"Allow": "POST, GET, DELETE"})
+        if request.path != PATH:
+            return _error(404, jsonrpc.INVALID_REQUEST, f"no such path; MCP is at {PATH}")
+        status, why = self._refusal(request)
+        if status:
+            self.bad_input.log(f"refused {status}", logging.INFO, "MCP port: refused %s from %s: %s",
+                               request.method, request.remote, why)
+            extra = {"WWW-Authenticate": 'Bearer realm="universe-remote"'} if status == 401 else {}
+            return _error(status, -32001, why, extra)
+        if request.method == "POST":
+            return await self._post(request)
+        if request.method == "GET":
+            return await self._stream(request)
+        if request.method == "DELETE":
+            session = self.leases.get(request.headers.get(SESSION_HEADER))
+            if session is None:
+                return _error(404, jsonrpc.INVALID_REQUEST, _UNKNOWN_SESSION)
+            self._end(session, "its host ended it (DELETE)")
+            return web.Response(status=200)
+        return _error(405, jsonrpc.INVALID_REQUEST, "MCP takes POST, GET and DELETE",
+                      {"Allow": "POST, GET, DELETE"})
 
     async def _post(self, request: web.Request) -> web.StreamResponse:
         try:
-            async with asyncio.timeout(self.deadlines.request):
-                body = await request.read()
+            body = await self.http.read_body(request)
         except web.HTTPRequestEntityTooLarge:
             return _error(413, jsonrpc.INVALID_REQUEST, f"a request is at most {MAX_REQUEST_BYTES} bytes "
                           "(MAX_REQUEST_BYTES)")
@@ -288,31 +263,14 @@ class MCPServer:
         return response
 
     def _refusal(self, request: web.Request) -> tuple[int, str]:
-        origin = request.headers.get("Origin")
-        if origin is not None and origin.rstrip("/").lower() not in self.allow_origins:
-            return 403, (f"this port does not serve web pages (Origin: {origin[:200]}): any site open in "
-                         f"a browser here could drive the remote; serve with --allow-origin {origin[:200]} "
-                         "to allow it")
+        why = origin_refusal(request, self.allow_origins)
+        if why is not None:
+            return 403, why
         if self.password is None:
             return 0, ""
-        guard, peer = self.auth_guard, str(request.remote or "?")
-        given = given_password(request.headers.get("Authorization"))
-        blocked = guard.admit(peer) if guard is not None else None
-        if blocked is not None:
-            return 429, blocked
-        if given is None:
-            if guard is not None:
-                guard.abandoned(peer)
-            return 401, ("this remote needs a password: send the header 'Authorization: Bearer "
-                         "<password>' (universe-remote mcp ADDRESS --password ..., or the host's "
-                         "headers setting)")
-        if not hmac.compare_digest(given.encode(), self.password.encode()):
-            if guard is not None:
-                guard.failed(peer, "the MCP port")
-            return 401, "wrong password for this remote"
-        if guard is not None:
-            guard.succeeded(peer)
-        return 0, ""
+        how = "universe-remote mcp ADDRESS --password ..., or the host's headers setting"
+        refused = password_refusal(request, self.password, self.auth_guard, "the MCP port", how)
+        return refused or (0, "")
 
 
 _UNKNOWN_SESSION: Final = ("no such session: it ended (its host's DELETE, its lease ran out, or the remote "
@@ -324,27 +282,3 @@ def _error(status: int, code: int, message: str, headers: dict[str, str] | None 
     """A JSON-RPC error body (what MCP clients show) with an HTTP status."""
     body = orjson.dumps({"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}})
     return web.Response(status=status, body=body, content_type=_JSON, headers=headers)
-
-
-class _WatchedSite(TLSPortSite):
-    """aiohttp's site on our own listener: connections keep :class:`Deadlines`, through TLS
-    when the remote has a certificate."""
-
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, deadlines: Deadlines,
-                 tls_port: TLSPort | None = None) -> None:
-        super().__init__(runner, host, port, tls_port)  # type: ignore[arg-type]
-        self.deadlines = deadlines
-
-    @property
-    def name(self) -> str:
-        return f"{'https' if self.tls_port is not None else 'http'}://{self.host}:{self.port}"
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)
-        server = self._runner.server
-        assert server is not None
-        factory = self.deadlines.factory(server)
-        if self.tls_port is not None:
-            factory = self.tls_port.factory(factory)
-        self._server = await asyncio.get_running_loop().create_server(factory, self.host, self.port,
-                                                                      backlog=self._backlog)

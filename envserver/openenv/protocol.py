@@ -48,6 +48,7 @@ and sizes."""
     UNAUTHORIZED = "UNAUTHORIZED"
     TOO_MANY_ATTEMPTS = "TOO_MANY_ATTEMPTS"
     TOO_LARGE = "TOO_LARGE"
+    TOO_SLOW = "TOO_SLOW"
 
 
 #: The HTTP status of each code (the WebSocket sends the code itself).
@@ -55,6 +56,7 @@ HTTP_STATUS: Final[Mapping[Code, int]] = {
     Code.INVALID_JSON: 400, Code.UNKNOWN_TYPE: 404, Code.VALIDATION_ERROR: 422,
     Code.EXECUTION_ERROR: 409, Code.CAPACITY_REACHED: 409, Code.SESSION_ERROR: 500,
     Code.UNAUTHORIZED: 401, Code.TOO_MANY_ATTEMPTS: 429, Code.TOO_LARGE: 413,
+    Code.TOO_SLOW: 408,
 }
 
 #: Message types a client sends.

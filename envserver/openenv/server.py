@@ -25,13 +25,16 @@ HTTP 429, says for how long). **Web pages** (an ``Origin`` header) are refused u
 ``serve --allow-origin`` names them, as on the rewarder. **TLS**: the remote's
 certificate (https://, wss://); plain http:// to it gets a 400 saying so. **Limits**:
 MAX_SESSIONS sessions, each closed (told why) after IDLE_TIMEOUT s without a message;
-messages and bodies over MAX_MESSAGE_BYTES are answered ``TOO_LARGE`` (413).
+messages and bodies over MAX_MESSAGE_BYTES are answered ``TOO_LARGE`` (413), a body that
+does not arrive within the port's request deadline ``TOO_SLOW`` (408). **Connections**
+that idle or whose request never finishes arriving are closed
+(:mod:`envserver.http_deadlines`). The listener, TLS and those checks are
+:mod:`envserver.http_port`'s, shared with the viewer and MCP.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import itertools
 import logging
 import ssl
@@ -41,15 +44,14 @@ from typing import Any, Final
 import orjson
 from aiohttp import WSMsgType, web
 
-from rewarder.auth import given_password
 from rewarder.lograte import RateLimitedLog
-from rewarder.tls import TLSPort
 from vncdriver.server import AuthGuard
 
 from .. import version
 from ..agent_port import RemoteLike
 from ..computer_use.jsonrpc import OpenEnvTools
-from ..tls_site import HEARTBEAT, SHUTDOWN_TIMEOUT, TLSPortSite
+from ..http_deadlines import Deadlines
+from ..http_port import HEARTBEAT, HTTPPort, allowed_origins, origin_refusal, password_refusal
 from . import frames, protocol
 from .protocol import Code, Refusal
 from .schemas import Spec
@@ -74,8 +76,6 @@ MAX_FRAME_DIGITS: Final = 20
 API_VERSION: Final = "1.0.0"
 #: The protocols the remote speaks, with this port's: its /metadata lists them.
 PROTOCOLS: Final = version.PROTOCOLS
-#: The header carrying the password, and the schemes it may come in.
-AUTH_HEADER: Final = "Authorization"
 #: URLs open without the password.
 OPEN_PATHS: Final = frozenset({"/health"})
 #: What the 400 to plain http:// on a TLS port says to do.
@@ -96,7 +96,9 @@ class OpenEnvServer:
         allow_origins: Iterable[str] = (),
         description: str = "",
         idle_timeout: float = IDLE_TIMEOUT,
+        deadlines: Deadlines | None = None,
     ) -> None:
+        """``deadlines``: the connections' (:class:`Deadlines`' own by default)."""
         if not idle_timeout > 0:
             raise ValueError(f"idle_timeout is seconds > 0, not {idle_timeout!r}")
         self.idle_timeout = idle_timeout
@@ -105,42 +107,27 @@ class OpenEnvServer:
         self.tools = OpenEnvTools(remote, take_over=password is not None)
         self.remote = remote
         self.password, self.auth_guard, self.tls = password, auth_guard, tls
-        self.allow_origins = frozenset(o.rstrip("/").lower() for o in allow_origins)
+        self.allow_origins = allowed_origins(allow_origins)
         self.description = description
         self.sessions: dict[web.WebSocketResponse, Session] = {}
-        self.tls_port: TLSPort | None = None
+        self.http = HTTPPort("the OpenEnv port", TLS_HINT, tls, deadlines)
         #: What clients send that is refused (and our bugs): one line per kind per interval.
         self.bad_input = RateLimitedLog(log)
         self._http_lock = asyncio.Lock()
         self._numbers = itertools.count(1)
-        self._runner: web.AppRunner | None = None
         self._closing: str | None = None
         self.app = self._make_app()
 
     @property
     def port(self) -> int:
-        assert self._runner is not None, "call start() first"
-        return int(self._runner.addresses[0][1])
+        return self.http.port
 
     def held_by(self) -> str | None:
         """Which OpenEnv session drives the remote (the other front ends ask)."""
         return self.endpoint.held_by() or self.tools.held_by()
 
     async def start(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=SHUTDOWN_TIMEOUT)
-        await self._runner.setup()
-        site: web.BaseSite
-        if self.tls is not None:
-            self.tls_port = TLSPort(self.tls, scheme="https", where="the OpenEnv port", hint=TLS_HINT)
-            site = TLSPortSite(self._runner, host, port, self.tls_port)
-        else:
-            site = web.TCPSite(self._runner, host, port)
-        try:
-            await site.start()
-        except OSError:
-            await self._runner.cleanup()
-            raise
+        await self.http.start(self.app, host, port)
 
     async def close(self, reason: str = "the remote is shutting down") -> None:
         if self._closing is not None:
@@ -149,16 +136,14 @@ class OpenEnvServer:
         await asyncio.gather(*(
             ws.close(code=1001, message=reason[:120].encode()) for ws in list(self.sessions)
         ), return_exceptions=True)
-        if self.tls_port is not None:
-            self.tls_port.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self.http.close()
         self.bad_input.close()
 
     # The app -------------------------------------------------------------------------------
 
     def _make_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._guard], client_max_size=protocol.MAX_MESSAGE_BYTES)
+        app = web.Application(middlewares=[self.http.watch, self._guard],
+                              client_max_size=protocol.MAX_MESSAGE_BYTES)
         for path, handler in (
             ("/health", self._health), ("/metadata", self._metadata), ("/schema", self._schema),
             ("/state", self._state), ("/frame", self._frame), ("/frame/{number}", self._frame),
@@ -202,34 +187,17 @@ class OpenEnvServer:
         return web.Response(status=status, body=body, content_type=_JSON, headers=headers)
 
     def _refusal(self, request: web.Request) -> Refusal | None:
-        origin = request.headers.get("Origin")
-        if origin is not None and origin.rstrip("/").lower() not in self.allow_origins:
-            return Refusal(Code.UNAUTHORIZED, (
-                f"this port does not serve web pages (Origin: {origin[:200]}): any site open in a "
-                f"browser here could drive the remote; serve with --allow-origin {origin[:200]} to allow it"))
+        why = origin_refusal(request, self.allow_origins)
+        if why is not None:
+            return Refusal(Code.UNAUTHORIZED, why)
         if self.password is None or request.path in OPEN_PATHS:
             return None
-        peer, guard = request.remote, self.auth_guard
-        given = given_password(request.headers.get(AUTH_HEADER))
-        # Decided as the password is compared: a blocked address hears for how long, and
-        # its password (right or wrong) is not compared.
-        blocked = guard.admit(peer) if guard is not None else None
-        if blocked is not None:
-            return Refusal(Code.TOO_MANY_ATTEMPTS, blocked)
-        if given is None:
-            if guard is not None:
-                guard.abandoned(peer)
-            return Refusal(Code.UNAUTHORIZED, (
-                "this remote needs a password: send the header 'Authorization: Bearer "
-                "<password>' (GenericEnvClient(base_url, headers={'Authorization': 'Bearer "
-                "<password>'}))"))
-        if not hmac.compare_digest(given.encode(), self.password.encode()):
-            if guard is not None:
-                guard.failed(peer, "the OpenEnv port")
-            return Refusal(Code.UNAUTHORIZED, "wrong password for this remote")
-        if guard is not None:
-            guard.succeeded(peer)
-        return None
+        how = "GenericEnvClient(base_url, headers={'Authorization': 'Bearer <password>'})"
+        refused = password_refusal(request, self.password, self.auth_guard, "the OpenEnv port", how)
+        if refused is None:
+            return None
+        status, why = refused
+        return Refusal(Code.TOO_MANY_ATTEMPTS if status == 429 else Code.UNAUTHORIZED, why)
 
     # Sessions ------------------------------------------------------------------------------
 
@@ -355,7 +323,7 @@ class OpenEnvServer:
                     run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> web.Response:
         """One POST as the HTTP session, one at a time (its seat is held for the request)."""
         try:
-            raw = await _body(request)
+            raw = await self._body(request)
             try:
                 body = orjson.loads(raw) if raw.strip() else {}
             except orjson.JSONDecodeError as exc:
@@ -416,24 +384,27 @@ class OpenEnvServer:
         return _json({"openapi": "3.1.0", "paths": paths, "info": {
             "title": f"universe-remote OpenEnv port ({self.remote.env_id})", "version": API_VERSION}})
 
+    async def _body(self, request: web.Request) -> bytes:
+        """A POST's body; :class:`Refusal` past MAX_MESSAGE_BYTES (``TOO_LARGE``, 413) or when
+        it does not arrive within the request deadline (``TOO_SLOW``, 408)."""
+        try:
+            return await self.http.read_body(request)
+        except web.HTTPRequestEntityTooLarge:
+            raise protocol.too_large(request.content_length) from None
+        except TimeoutError:
+            raise Refusal(Code.TOO_SLOW, f"the request's body did not arrive within "
+                          f"{self.http.deadlines.request:g} s; send it whole") from None
+
     async def _mcp(self, request: web.Request) -> web.Response:
         """MCP's JSON-RPC, one request a client (its seat ends with it): the computer-use tools."""
         try:
-            asked = orjson.loads(await _body(request))
+            asked = orjson.loads(await self._body(request))
         except orjson.JSONDecodeError:
             asked = None
         except Refusal as refusal:
             status, body = protocol.http_error(refusal)
             return web.Response(status=status, body=body, content_type=_JSON)
         return _json(await self.tools.answer_once(asked))
-
-
-async def _body(request: web.Request) -> bytes:
-    """A POST's body; :class:`Refusal` (``TOO_LARGE``, 413) past MAX_MESSAGE_BYTES."""
-    try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise protocol.too_large(request.content_length) from None
 
 
 def _json(body: dict[str, Any]) -> web.Response:
