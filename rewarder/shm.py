@@ -78,17 +78,8 @@ class FrameSegment:
         sweep()
         self.height, self.width = height, width
         size = PIXELS_AT + height * width * 3
-        fd, self.path = _create_locked()
+        fd, self.path, self._map = create_mapped(size)
         self.name = self.path.name
-        try:
-            # Reserve the pages now: a full tmpfs is ENOSPC here, not SIGBUS at a write.
-            os.posix_fallocate(fd, 0, size)
-            self._map = mmap.mmap(fd, size)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-            os.close(fd)
-            raise
         #: Kept open, with its lock, for the segment's life: the lock says we live.
         self._fd = fd
         self._pixels = np.frombuffer(self._map, np.uint8, height * width * 3, PIXELS_AT).reshape(
@@ -294,6 +285,21 @@ def _create_locked() -> tuple[int, Path]:
         os.close(fd)  # swept as it was made: another name
     raise OSError(errno.EAGAIN, f"could not create a frame segment in {SHM_DIR} "
                   f"({_CREATE_TRIES} files were swept as they were made)")
+
+
+def create_mapped(size: int) -> tuple[int, Path, mmap.mmap]:
+    """A new locked segment of ``size`` bytes (:func:`_create_locked`), its pages reserved
+    now (a full tmpfs is ENOSPC here, not SIGBUS at a write) and mapped: its fd (keep it
+    open: the lock says its maker lives), its path and the map."""
+    fd, path = _create_locked()
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return fd, path, mmap.mmap(fd, size)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)
+        raise
 
 
 def _remove_if_unlocked(fd: int, path: Path) -> bool:

@@ -17,7 +17,6 @@ of its own user, big enough), so a truncated file is a short read, never SIGBUS.
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import stat
 from collections.abc import Sequence
@@ -49,16 +48,8 @@ class SlotSegment:
         self.slots, self.height, self.width = slots, height, width
         self.stride = stride_of(height, width)
         size = self.stride * slots
-        fd, self.path = shm._create_locked()
+        fd, self.path, self._map = shm.create_mapped(size)
         self.name = self.path.name
-        try:
-            os.posix_fallocate(fd, 0, size)
-            self._map = mmap.mmap(fd, size)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-            os.close(fd)
-            raise
         self._fd = fd
         pixels = height * width * 3
         self._pixels = [

@@ -13,15 +13,14 @@ per way of stepping for the module, switched from task to task.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-import gymnasium
 import numpy as np
 import pytest
 
 import remotes  # noqa: F401 (registers the ids)
+from tests.remotes.web_ways import Env, envs_by_way, start
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -45,35 +44,12 @@ VNC_KEYS: Final = (
     ("Control_L", "Shift_L", "J"), ("Control_L", "w"),
 )
 
-Env = gymnasium.Env[Any, Any]
-
-
 @pytest.fixture(scope="module")
 def web_env() -> Iterator[Callable[[str], Env]]:
     """``web_env(way)``: the module's env of that way (made at first use)."""
-    pytest.importorskip("miniwob")
-    for program in ("Xvnc", "chromium"):
-        if shutil.which(program) is None:
-            pytest.skip(f"{program} is not installed")
-    made: dict[str, Env] = {}
+    with envs_by_way("miniwob.ClickTest-v0", WAYS) as get:
+        yield get
 
-    def get(way: str) -> Env:
-        if way not in made:
-            made[way] = gymnasium.make(
-                "universe-remote/miniwob.ClickTest-v0", observations=("screen", "page"),
-                actions="web", **WAYS[way],
-            )
-        return made[way]
-
-    yield get
-    for env in made.values():
-        env.close()
-
-
-def start(env: Env, task: str, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    from runtimes.registry import miniwob_env_id
-
-    return env.reset(seed=seed, options={"env_id": miniwob_env_id(f"{task}.html")})  # type: ignore[no-any-return]
 
 
 def element(info: dict[str, Any], **criteria: Any) -> dict[str, Any]:

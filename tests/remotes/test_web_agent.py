@@ -24,6 +24,7 @@ from gymnasium.utils.passive_env_checker import data_shares_objects
 
 import remotes  # noqa: F401 (registers the ids)
 from remotes.web import MAX_ACTION_CHARS
+from tests.remotes.web_ways import Env, envs_by_way, start
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -36,36 +37,12 @@ WAYS: Final[dict[str, dict[str, Any]]] = {
 #: Real-time steps at the frame clock a test waits at most for a reward to come in.
 MAX_WAIT_STEPS: Final = 120
 
-Env = gymnasium.Env[Any, Any]
-
-
 @pytest.fixture(scope="module")
 def web_env() -> Iterator[Callable[[str], Env]]:
     """``web_env(way)``: the module's env of that way (made at first use)."""
-    pytest.importorskip("miniwob")
-    for program in ("Xvnc", "chromium"):
-        if shutil.which(program) is None:
-            pytest.skip(f"{program} is not installed")
-    made: dict[str, Env] = {}
+    with envs_by_way("miniwob.ClickButton-v0", WAYS) as get:
+        yield get
 
-    def get(way: str) -> Env:
-        if way not in made:
-            made[way] = gymnasium.make(
-                "universe-remote/miniwob.ClickButton-v0", observations=("screen", "page"),
-                actions="web", **WAYS[way],
-            )
-        return made[way]
-
-    yield get
-    for env in made.values():
-        env.close()
-
-
-def start(env: Env, task: str, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    from runtimes.registry import miniwob_env_id
-
-    obs, info = env.reset(seed=seed, options={"env_id": miniwob_env_id(f"{task}.html")})
-    return obs, info
 
 
 def element(info: dict[str, Any], **criteria: Any) -> dict[str, Any]:
