@@ -42,6 +42,20 @@ class DatasetNameError(ValueError):
     """A dataset name Minari cannot take; the message shows the form it needs."""
 
 
+def _minari() -> tuple[Any, Any, Any]:
+    """gymnasium, minari and Minari's EpisodeBuffer, imported when an export runs (the
+    extra is optional); a RuntimeError saying what to install when they are not there."""
+    try:
+        import gymnasium as gym
+        import minari
+        from minari.data_collector import EpisodeBuffer
+    except ImportError as exc:
+        raise RuntimeError(
+            f"exporting to Minari needs the minari extra ({exc}): pip install 'universe-remote[minari]'"
+        ) from None
+    return gym, minari, EpisodeBuffer
+
+
 def check_dataset_name(name: str) -> None:
     """Raise :class:`DatasetNameError` unless ``name`` is ``[namespace/]name-vN``."""
     if DATASET_NAME.fullmatch(name):
@@ -96,14 +110,7 @@ def export_minari(
     recording = open_recording(path)
     chosen = recording.select(episodes or (), min_steps=2, use="export")
     check_dataset_name(name)
-    try:
-        import gymnasium as gym
-        import minari
-        from minari.data_collector import EpisodeBuffer
-    except ImportError as exc:
-        raise RuntimeError(
-            f"exporting to Minari needs the minari extra ({exc}): pip install 'universe-remote[minari]'"
-        ) from None
+    gym, minari, EpisodeBuffer = _minari()
     first = chosen[0]
     height, width, _ = first.shape
     keys = len(first.meta.get("keys", ()))
@@ -173,14 +180,7 @@ def export_trajectories(
     if not chosen:
         raise RuntimeError(f"{path}: no trajectory with a step{' of ' + ', '.join(tasks) if tasks else ''}")
     check_dataset_name(name)
-    try:
-        import gymnasium as gym
-        import minari
-        from minari.data_collector import EpisodeBuffer
-    except ImportError as exc:
-        raise RuntimeError(
-            f"exporting to Minari needs the minari extra ({exc}): pip install 'universe-remote[minari]'"
-        ) from None
+    gym, minari, EpisodeBuffer = _minari()
     episodes = [(t, *trajectory_arrays(t)) for t in chosen]
     shape = episodes[0][1][0].shape
     for trajectory, observations, _ in episodes:
