@@ -14,14 +14,44 @@ another front end's) before it lets one of its own drive.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+
+from .agent_port import RemoteLike
 
 if TYPE_CHECKING:
+    from rewarder.server import RewarderServer
+    from rewarder.throttle import AuthThrottle
+    from rewarder.tls import ServerTLS
+    from vncdriver.server import VNCServer
+
     from .computer_use.server import MCPServer
     from .dmrpc.server import DmEnvRpcServer
     from .openenv.server import OpenEnvServer
-    from .remote import Remote
     from .viewer import Viewer
+
+
+class Hosting(RemoteLike, Protocol):
+    """What the front ends use of :class:`envserver.remote.Remote`: what an agent port
+    drives, and the servers, secrets and holder chain they share with it (named here so
+    the front ends, below the remote, never import it)."""
+
+    #: Who drives now; each agent front end chains its own holder in front.
+    held_by: Callable[[], str | None]
+
+    @property
+    def vnc_port(self) -> int | None: ...
+    @property
+    def vnc(self) -> VNCServer: ...
+    @property
+    def rewarder(self) -> RewarderServer: ...
+    @property
+    def password(self) -> str | None: ...
+    @property
+    def view_only_password(self) -> str | None: ...
+    @property
+    def auth_throttle(self) -> AuthThrottle: ...
+    @property
+    def tls(self) -> ServerTLS | None: ...
 
 
 def _either(first: Callable[[], str | None], then: Callable[[], str | None]) -> Callable[[], str | None]:
@@ -29,7 +59,7 @@ def _either(first: Callable[[], str | None], then: Callable[[], str | None]) -> 
     return lambda: first() or then()
 
 
-async def start_viewer(remote: Remote, host: str, port: int) -> Viewer:
+async def start_viewer(remote: Hosting, host: str, port: int) -> Viewer:
     """The browser viewer of ``remote`` on ``port``, attached to its VNC server in-process."""
     from .viewer import Viewer
 
@@ -50,7 +80,7 @@ async def start_viewer(remote: Remote, host: str, port: int) -> Viewer:
     return viewer
 
 
-async def start_dm_env_rpc(remote: Remote, host: str, port: int) -> DmEnvRpcServer:
+async def start_dm_env_rpc(remote: Hosting, host: str, port: int) -> DmEnvRpcServer:
     """The dm_env_rpc port of ``remote`` (gRPC with TLS when the remote has a certificate);
     :class:`ValueError` naming the extra to install when gRPC or dm-env-rpc is missing."""
     try:
@@ -71,7 +101,7 @@ async def start_dm_env_rpc(remote: Remote, host: str, port: int) -> DmEnvRpcServ
     return server
 
 
-async def start_openenv(remote: Remote, host: str, port: int) -> OpenEnvServer:
+async def start_openenv(remote: Hosting, host: str, port: int) -> OpenEnvServer:
     """The OpenEnv port of ``remote`` on ``port`` (https/wss when the remote has a
     certificate); close it with ``await server.close(reason)`` before the remote."""
     from .openenv.server import OpenEnvServer
@@ -87,7 +117,7 @@ async def start_openenv(remote: Remote, host: str, port: int) -> OpenEnvServer:
     return server
 
 
-async def start_mcp(remote: Remote, host: str, port: int, lease: float | None = None) -> MCPServer:
+async def start_mcp(remote: Hosting, host: str, port: int, lease: float | None = None) -> MCPServer:
     """The MCP port of ``remote`` on ``port`` (https when the remote has a certificate),
     its sessions kept ``lease`` s after their host goes (:class:`ValueError`: a bad lease)."""
     from .computer_use.leases import LEASE, check_lease

@@ -12,14 +12,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from .version import PROTOCOLS, server_version
 
 if TYPE_CHECKING:
-    from .remote import Remote
+    from runtimes.base import Runtime
 
 
 class Refusal(enum.Enum):
@@ -103,7 +103,25 @@ def _fits(kind: type, value: Any) -> bool:
     return isinstance(value, int | float | np.integer | np.floating)
 
 
-def remote_properties(remote: Remote) -> list[Property]:
+class Described(Protocol):
+    """What :func:`remote_properties` reads and writes of :class:`envserver.remote.Remote`
+    (named here so this module, below the remote, never imports it)."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+    @property
+    def fps(self) -> float: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def episode_id(self) -> int: ...
+    @property
+    def frame(self) -> int: ...
+    def set_fps(self, fps: float) -> None: ...
+    def set_observe(self, value: str) -> None: ...
+
+
+def remote_properties(remote: Described) -> list[Property]:
     """The rows every front end shares: what the remote is and where it is."""
 
     async def write_fps(fps: float) -> None:

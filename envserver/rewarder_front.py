@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rewarder import protocol
 from rewarder.batch_messages import BatchStepRequest
@@ -26,11 +26,35 @@ from .orders import LOCKSTEP, REALTIME, ActOrder, Refused, ResetOrder, StepOrder
 from .properties import PropertyError
 
 if TYPE_CHECKING:
-    from .remote import Remote
+    from .players import Seats
 
 log = logging.getLogger(__name__)
 
 Reply = tuple[int, dict[str, Any]]
+
+
+class Served(Protocol):
+    """What :class:`RewarderFront` drives of :class:`envserver.remote.Remote` (named here so
+    this module, below the remote, never imports it)."""
+
+    episode_id: int
+    #: The batch's games (:mod:`envserver.batch`), None until the remote serves a batch.
+    batch_games: Any
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def env_id(self) -> str: ...
+    @property
+    def seats(self) -> Seats: ...
+    def describe(self) -> dict[str, Any]: ...
+    def action(self, order: ActOrder) -> None: ...
+    async def properties(self, op: str, key: str, value: Any = None) -> dict[str, Any]: ...
+    async def snapshot(self, export_bytes: bool = False) -> tuple[str, int, int, bytes | None]: ...
+    async def restore(self, token: str | None, data: bytes | None, obs: str,
+                      reply: Callable[..., None]) -> None: ...
+    def client_left(self, observer: bool) -> None: ...
+    def player_left(self, player: int) -> None: ...
 
 
 def step_order(request: protocol.StepRequest, player: int) -> StepOrder:
@@ -61,7 +85,7 @@ class RewarderFront:
     described when the caller names none).
     """
 
-    def __init__(self, remote: Remote) -> None:
+    def __init__(self, remote: Served) -> None:
         #: One line per interval for what a client may repeat (a fuzzer does, thousands
         #: of times).
         self.notes = RateLimitedLog(log)

@@ -28,7 +28,7 @@ from .session import RemoteSession, RemoteUnavailable, answers
 from .slot import Phase, Slot
 
 if TYPE_CHECKING:
-    from .lane import Lane
+    from .lane_view import LaneView as Lane
 
 log = logging.getLogger(__name__)
 

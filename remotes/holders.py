@@ -14,10 +14,23 @@ import socket
 import threading
 import uuid
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from .session import RemoteSession
+    from .address import RemoteAddress
+
+
+class Holder(Protocol):
+    """What :func:`take_slot` uses of a :class:`~remotes.session.RemoteSession` (named here
+    so this module, below the session, never imports it)."""
+
+    #: Set on the older session when a newer one of this process takes its slot over.
+    replaced: bool
+
+    @property
+    def address(self) -> RemoteAddress: ...
+    @property
+    def player(self) -> int | None: ...
 
 _client_ids: dict[int, str] = {}
 
@@ -35,7 +48,7 @@ def process_client_id() -> str:
 #: Which session of this process holds each remote's active slot (its rewarder address):
 #: a newer session on the same remote takes the slot over (same client id), and the
 #: older one learns it was replaced instead of taking the slot back by reconnecting.
-_holders: dict[str, weakref.ReferenceType[RemoteSession]] = {}
+_holders: dict[str, weakref.ReferenceType[Holder]] = {}
 _holders_lock = threading.Lock()
 
 
@@ -50,7 +63,7 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def take_slot(session: RemoteSession) -> None:
+def take_slot(session: Holder) -> None:
     """Record ``session`` as its remote's holder; mark the one it replaces."""
     key = session.address.rewarder
     if key is not None and session.player:

@@ -1,12 +1,16 @@
-"""Types flow one way in the bottom packages (docs/design.md, "Imports flow one way"): no
-import circle among the modules of rewarder, vncdriver, recordings and runtimes, counting
-every import — at the top, inside functions and under ``if TYPE_CHECKING:``. Read from the
-source with :mod:`ast` (``tests/import_graph.py``): nothing is imported.
+"""Types flow one way (docs/design.md, "Imports flow one way"): no import circle among the
+modules of rewarder, vncdriver, recordings and runtimes, nor inside envserver or remotes,
+counting every import — at the top, inside functions and under ``if TYPE_CHECKING:``. Read
+from the source with :mod:`ast` (``tests/import_graph.py``): nothing is imported.
 
 Where two modules need each other's types, one side names a small ``Protocol`` of what it
 uses (``vncdriver.server_connection.Host``, ``client_connection.Dialling``,
 ``rewarder.keeper.Idle``, ``runtimes.builtin_state.CatchGame``), or the shared part moves
-down into a module both import (``runtimes.builtin_rules``).
+down into a module both import (``runtimes.builtin_rules``). Above them the same holds:
+envserver's front ends, property table and rewarder front name what they use of the
+remote (``front_ends.Hosting``, ``agent_port.RemoteLike``, ``properties.Described``,
+``rewarder_front.Served``) and ``envserver/remote.py`` checks ``Remote`` against each
+under mypy; in remotes, ``holders.Holder`` and ``lane_view.LaneView``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from tests.import_graph import Graph, circles, modules
 
 PACKAGES: Final = ("rewarder", "vncdriver", "recordings", "runtimes")
 GRAPH: Final = Graph(modules(PACKAGES))
+#: The two packages above, each on its own (they never import each other).
+TOP_GRAPHS: Final = {package: Graph(modules([package])) for package in ("envserver", "remotes")}
 
 #: The one known exception (issue 45): MiniWoB's runtime and its agent and snapshot parts
 #: (``runtimes/browser.py``, ``browser_agents.py``, ``browser_snapshots.py``) still name
@@ -45,3 +51,24 @@ def test_the_check_sees_type_only_and_function_level_imports() -> None:
         graph = {**GRAPH.edges, "vncdriver.server_connection": imported}
         pair = {"vncdriver.server", "vncdriver.server_connection"}
         assert any(pair <= set(circle) for circle in circles(graph))
+
+
+def test_envserver_and_remotes_import_their_own_modules_without_a_circle() -> None:
+    """Type-only imports count too: a front end that names ``Remote`` for an annotation
+    is an arrow back up to the module that starts it."""
+    envserver, remotes = TOP_GRAPHS["envserver"].edges, TOP_GRAPHS["remotes"].edges
+    assert len(envserver) > 30 and "envserver.front_ends" in envserver["envserver.remote"]
+    assert len(remotes) > 30 and "remotes.lane" in remotes["remotes.stepper"]
+    assert circles(envserver) == [], "envserver import circles (type-only imports count)"
+    assert circles(remotes) == [], "remotes import circles (type-only imports count)"
+
+
+def test_the_check_sees_a_type_only_arrow_back_to_the_remote() -> None:
+    """A made-up ``envserver.front_ends`` that names ``Remote`` only under ``if
+    TYPE_CHECKING:`` closes a circle with the remote that starts it."""
+    graph = TOP_GRAPHS["envserver"]
+    text = "if TYPE_CHECKING:\n    from .remote import Remote\n"
+    imported = graph.imports("envserver.front_ends", text)[0]
+    assert imported == {"envserver.remote"}
+    edges = {**graph.edges, "envserver.front_ends": imported}
+    assert any({"envserver.front_ends", "envserver.remote"} <= set(c) for c in circles(edges))

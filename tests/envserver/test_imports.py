@@ -2,8 +2,8 @@
 TYPE_CHECKING:`` aside; those inside functions count, since a circle through one is still
 a circle of design), and no module imports another's private names (``_name``) or reaches
 for them as ``module._name``. Read from the source with :mod:`ast` (``tests/import_graph.py``):
-nothing is imported. The packages below envserver are held to the stricter rule, type-only
-imports counted, by ``tests/test_imports_flow.py``.
+nothing is imported. ``tests/test_imports_flow.py`` holds envserver (and remotes, and the
+packages below) to the stricter rule, type-only imports counted.
 """
 
 from __future__ import annotations
