@@ -36,7 +36,8 @@ from rewarder.errors import ConnectionClosed, RemoteError
 from rewarder.protocol import StepReply
 from rewarder.shm_slots import SlotReader
 
-from .slot import Phase, Slot
+from .slot import Slot
+from .slot_state import Phase
 
 if TYPE_CHECKING:
     from rewarder.blocking import BlockingRewarder

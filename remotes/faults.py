@@ -25,7 +25,8 @@ from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED, EpisodeResult
 
 from .group import Unplaced
 from .session import RemoteSession, RemoteUnavailable, answers
-from .slot import Phase, Slot
+from .slot import Slot
+from .slot_state import Phase, SlotEvent, fire
 
 if TYPE_CHECKING:
     from .lane_view import LaneView as Lane
@@ -168,7 +169,7 @@ class Faults:
         if self.lane.mode != LOCKSTEP:
             info["remote.stalled"] = reason.startswith("stalled")
         log.warning("remote %s: %s", session.name, reason)
-        slot.phase = Phase.AWAY
+        fire(slot, SlotEvent.LOST)
         slot.error = reason
         slot.away_steps = 0
         slot.target = None
@@ -207,7 +208,7 @@ class Faults:
         back = came_back(slot.reconnect)
         if back and slot.away_steps == 0 and not self.lane.same_step:
             slot.reconnect = None
-            slot.baseline()
+            slot.baseline(event=SlotEvent.BACK)
             self.lane.copy_frame(slot)
             info: dict[str, Any] = {
                 "episode_id": slot.session.rewarder.episode_id if slot.session.rewarder else None,

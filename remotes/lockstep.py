@@ -47,7 +47,8 @@ from .batched import Batches
 from .faults import RECONNECT_ATTEMPT_TIMEOUT, Faults, error_text, relocate
 from .lockstep_vnc import LOOP_SLACK, MIN_FRAME_WAIT, frames_over_vnc, vnc_frame
 from .session import RESET_TIMEOUT, RemoteUnavailable
-from .slot import Phase, Slot
+from .slot import Slot
+from .slot_state import Phase, SlotEvent, fire
 from .web import work_seconds
 
 if TYPE_CHECKING:
@@ -659,7 +660,7 @@ class LockstepSteps:
         if session.shared.error is not None:
             info["shm.error"] = session.shared.pop_error()
         if reply.done or truncated[i]:
-            slot.phase = Phase.NEEDS_RESET
+            fire(slot, SlotEvent.NEED_RESET)
         return info
 
 

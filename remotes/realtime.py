@@ -35,7 +35,8 @@ from vncdriver.errors import VNCError
 from .faults import Faults, error_text
 from .lane import Batch, Lane
 from .session import RESET_TIMEOUT, RemoteSnapshot, RemoteUnavailable
-from .slot import Phase, Slot
+from .slot import Slot
+from .slot_state import Phase, SlotEvent, fire
 from .web import WebSteps
 
 #: Frame periods a real-time step waits past a remote's target frame before it returns
@@ -77,7 +78,7 @@ class RealtimeSteps:
             await asyncio.gather(*(s.close() for s in self.lane.sessions), return_exceptions=True)
             raise
         for slot in self.lane.slots:
-            slot.baseline()
+            slot.baseline(event=SlotEvent.CONNECT)
         return self.lane.states()
 
     async def close(self) -> None:
@@ -360,10 +361,10 @@ class RealtimeSteps:
             info.update(session.info())
             infos[i] = info
             if result.done:
-                slot.phase = Phase.ENDED
+                fire(slot, SlotEvent.EPISODE_END)
                 slot.ended_episode = result.episode_id
             elif truncated[i]:
-                slot.phase = Phase.NEEDS_RESET
+                fire(slot, SlotEvent.NEED_RESET)
 
     async def _pair(self, running: list[Slot], infos: list[dict[str, Any]]) -> None:
         """Settle each running slot's frame: the target frame captured as it came in;

@@ -1,16 +1,16 @@
 """One remote's place in the stepping core, and the frame clock that paces a step.
 
-Holds :class:`Phase` (where a remote is between two steps), :class:`Slot` (its stepping
-state) and :class:`FrameGate` (waits until each remote shows the frame a step wants, by
-the frame tags our VNC server sends, and copies each in as it comes). One thread writes
-a slot: the loop thread in real time; in lockstep the thread that steps (remotes.lockstep),
-which the loop thread only hands VNC frames and probe results to, through futures.
+Holds :class:`Slot` (a remote's stepping state; its phase, where it is between two
+steps, moves only by the table of :mod:`remotes.slot_state`) and :class:`FrameGate`
+(waits until each remote shows the frame a step wants, by the frame tags our VNC server
+sends, and copies each in as it comes). One thread writes a slot: the loop thread in
+real time; in lockstep the thread that steps (remotes.lockstep), which the loop thread
+only hands VNC frames and probe results to, through futures.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -22,19 +22,7 @@ import numpy as np
 from vncdriver.messages import FrameTag
 
 from .session import RemoteSession
-
-
-class Phase(enum.Enum):
-    """Where a remote's slot is between two steps."""
-
-    #: Stepping an episode.
-    RUNNING = "running"
-    #: The remote ended the episode (real time: it starts the next by itself).
-    ENDED = "ended"
-    #: We ended it (step limit) or the remote waits for a reset (lockstep): reset next.
-    NEEDS_RESET = "needs reset"
-    #: Dropped, stalled or replaced: reconnecting in the background.
-    AWAY = "away"
+from .slot_state import Phase, SlotEvent, fire
 
 
 @dataclass(slots=True, eq=False)
@@ -103,9 +91,10 @@ class Slot:
         """The seed of the next episode the slot starts by itself (None: unseeded)."""
         return None if self.rng is None else int(self.rng.integers(2**31))
 
-    def baseline(self, episode: int | None = None) -> None:
-        """A (re)connection or reset (of ``episode``, if known): the frame clock starts
-        over from what VNC shows, the instruction from what the rewarder holds."""
+    def baseline(self, episode: int | None = None, event: SlotEvent = SlotEvent.RESET) -> None:
+        """A (re)connection or reset (of ``episode``, if known; ``event`` says which): the
+        frame clock starts over from what VNC shows, the instruction from what the
+        rewarder holds."""
         session = self.session
         rewarder = session.rewarder
         held = rewarder.peek() if rewarder is not None else None
@@ -121,7 +110,7 @@ class Slot:
         self.behind = False
         self.target = None
         self.steps = 0
-        self.phase = Phase.RUNNING
+        fire(self, event)
         self.ended_episode = None
         self.pending = self.reply = self.vnc_frame = self.batch = None
 

@@ -51,7 +51,8 @@ from .loop import LoopThread, shared_loop
 from .options import EnvOptions
 from .realtime import PAIRING_FRAMES, WAIT_SLACK_FRAMES, RealtimeSteps
 from .session import RemoteSession, RemoteSnapshot
-from .slot import Phase, Slot
+from .slot import Slot
+from .slot_state import Phase, SlotEvent
 from .web import WebSteps
 
 __all__ = [
@@ -129,7 +130,7 @@ class Stepper:
             self._lockstep.close()
             raise
         for slot in self.slots:
-            slot.baseline()
+            slot.baseline(event=SlotEvent.CONNECT)
         return self.lane.states()
 
     async def snapshot(self) -> tuple[RemoteSnapshot, ...]:
