@@ -43,9 +43,11 @@ REMOTES_SHARE: Final = 0.75
 OVERLOAD_NICE: Final = 19
 #: Seconds of a remote process's life a measurement needs: a shorter one is start-up.
 MIN_MEASURED_SECONDS: Final = 5.0
-#: A measurement is kept only when the remotes took less than this share of the cores:
-#: beyond it they may have been starved, and CPU used is less than CPU needed.
+#: A measurement is kept only when the remotes took less than this share of the cores
+#: and the whole machine was busy less than MACHINE_BUSY_BELOW of the time: beyond either
+#: they may have been starved (frames skipped), and CPU used is less than CPU needed.
 MEASURE_BELOW_SHARE: Final = 0.5
+MACHINE_BUSY_BELOW: Final = 0.8
 #: Environment variable naming the cache file (tests point it at a temporary one).
 CACHE_ENV: Final = "UNIVERSE_REMOTE_CAPACITY_CACHE"
 #: Where measured CPU per frame is kept between runs, under $XDG_CACHE_HOME (~/.cache).
@@ -117,11 +119,25 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine so far (``/proc/stat``)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            ticks = [int(t) for t in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
 def record(env_id: str, before: Sequence[float | None], after: Sequence[float | None], seconds: float,
-           games: Sequence[int], fps: float | None) -> float | None:
+           games: Sequence[int], fps: float | None, machine_busy: float = 0.0) -> float | None:
     """Cache CPU per frame from remote processes (``games[i]`` games in process i) that
-    used CPU seconds ``before`` -> ``after`` over ``seconds``, when that was long enough and they
-    were not starved; the figure kept, or None."""
+    used CPU seconds ``before`` -> ``after`` over ``seconds`` while the machine was busy
+    ``machine_busy`` of the time, when that was long enough and they were not starved;
+    the figure kept, or None."""
+    if machine_busy >= MACHINE_BUSY_BELOW:
+        return None
     live = [(b - a, k) for a, b, k in zip(before, after, games, strict=True)
             if a is not None and b is not None]
     cpu, alive = sum(c for c, _ in live), sum(k for _, k in live)

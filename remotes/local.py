@@ -197,7 +197,7 @@ class LocalRemotes(RemoteGroup):
         self._process_index = [p for p, k in enumerate(self.games) for _ in range(k)]
         #: Real time: (env id, fps, when ready, each process's CPU seconds then), for
         #: :func:`remotes.capacity.record` on close; None otherwise.
-        self.measure: tuple[str, float | None, float, list[float | None]] | None = None
+        self.measure: tuple[str, float | None, float, list[float | None], tuple[int, int]] | None = None
 
     def process_index(self, index: int) -> int:
         """Which of :attr:`processes` serves remote ``index``."""
@@ -217,10 +217,12 @@ class LocalRemotes(RemoteGroup):
         ``keep_logs`` or a remote failed; first cache what their frames cost
         (:func:`remotes.capacity.record`)."""
         if self.measure is not None:
-            env_id, fps, began, before = self.measure
+            env_id, fps, began, before, (busy, total) = self.measure
             self.measure = None
             after = [_capacity.cpu_seconds(p.pid) if p.poll() is None else None for p in self.processes]
-            _capacity.record(env_id, before, after, time.monotonic() - began, self.games, fps)
+            busy_now, total_now = _capacity.machine_ticks()
+            machine_busy = (busy_now - busy) / max(total_now - total, 1)
+            _capacity.record(env_id, before, after, time.monotonic() - began, self.games, fps, machine_busy)
         for proc in self.processes:
             if proc.poll() is None:
                 proc.terminate()
@@ -355,9 +357,6 @@ async def _start(
         ))
         remotes.addresses = [address for group in addresses for address in group]
         remotes.mcp_ports = [port for group in mcp_ports for port in group]
-        if not _lockstep(extra_args):
-            cpu = [_capacity.cpu_seconds(p.pid) for p in processes]
-            remotes.measure = (env_id, fps, time.monotonic(), cpu)
     except BaseException:
         remotes.close()
         raise
@@ -426,10 +425,14 @@ def start_local(
     """
     games = _checked(env_id, n, extra_args, games_per_process)
     nice = _priority(env_id, n, games, fps, extra_args, nice, capacity)
-    return shared_loop().run(
+    local = shared_loop().run(
         _start(env_id, n, password, fps, start_timeout, extra_args, nice, host, games),
         start_timeout + 10
     )
+    if not _lockstep(extra_args):  # (the pool's warm remotes mostly idle: theirs would mislead)
+        cpu = [_capacity.cpu_seconds(p.pid) for p in local.processes]
+        local.measure = (env_id, fps, time.monotonic(), cpu, _capacity.machine_ticks())
+    return local
 
 
 def _priority(env_id: str, n: int, games: int, fps: float | None, extra_args: Sequence[str],

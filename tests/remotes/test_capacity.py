@@ -66,6 +66,7 @@ def test_cpu_per_frame_is_measured_from_real_remotes_and_sets_the_capacity(
 ) -> None:
     monkeypatch.setattr(capacity, "MIN_MEASURED_SECONDS", 0.5)
     monkeypatch.setattr(capacity, "MEASURE_BELOW_SHARE", float("inf"))  # a busy test machine
+    monkeypatch.setattr(capacity, "MACHINE_BUSY_BELOW", float("inf"))
     assert capacity.frame_cpu_ms(CATCH, 2) == capacity.DEFAULT_FRAME_CPU_MS[8]
     with start_local(CATCH, 2, games_per_process=2) as local:
         env = RemoteVectorEnv(local.address)
@@ -85,5 +86,6 @@ def test_a_starved_or_short_measurement_is_not_kept(cache: Path) -> None:
     cores = os.cpu_count() or 1
     assert capacity.record(CATCH, [1.0], [1.0 + cores * 10.0], 10.0, [8], 60.0) is None  # starved
     assert capacity.record(CATCH, [1.0], [1.01], 1.0, [8], 60.0) is None  # too short
+    assert capacity.record(CATCH, [1.0], [1.6], 10.0, [8], 60.0, machine_busy=0.95) is None
     assert capacity.record(CATCH, [1.0, None], [1.6, 2.0], 10.0, [8, 8], 60.0) == pytest.approx(0.125)
     assert capacity.frame_cpu_ms(CATCH, 8) == pytest.approx(0.125)
