@@ -255,7 +255,8 @@ def overload() -> None:
     for n in OVERLOAD_COUNTS:
         for way, nice in OVERLOAD_WAYS.items():  # alternated: both ways at n before the next n
             try:
-                results[way][n] = measure_vector(n, None, nice, OVERLOAD_SECONDS)
+                results[way][n] = r = measure_vector(n, None, nice, OVERLOAD_SECONDS)
+                print(f"  {way}, n={n}: {r['steps_per_s'] * n:,.0f} env-steps/s", flush=True)
             except Exception as exc:  # a busy machine: say which run failed, go on with the rest
                 print(f"  {way}, n={n}: failed: {str(exc)[:300]}", flush=True)
     print(f"\n  overload. Total env-steps/s, RemoteVectorEnv over n real-time {ENV_ID} remotes "
@@ -270,7 +271,6 @@ def overload() -> None:
             total = r["steps_per_s"] * n
             share = total / peak
             met = "" if n != max(by_n) else f" ({'met' if share >= OVERLOAD_TARGET else 'NOT met'})"
-            print(f"  {way}, n={n}: {total:,.0f} env-steps/s", flush=True)
             rows.append([way, f"{n}", f"{r['steps_per_s']:.1f}", f"{total:,.0f}", f"{share:.0%}{met}",
                          f"{r['remotes_cores']:.2f}", f"{r['agent_cores']:.2f}", f"{r['others']:.2f}"])
     table(["priority", "n", "steps/s/remote", "total env-steps/s",

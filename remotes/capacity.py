@@ -38,8 +38,8 @@ DEFAULT_FPS: Final = 60.0
 REMOTES_SHARE: Final = 0.75
 #: ``nice`` of remotes started past capacity. 19 (the lowest priority, CFS weight 15
 #: against the agent's 1024) rather than 5 (weight 335): 32 processes at nice 5 still
-#: outweigh one agent ten to one; measured against 0 and 10 in `python -m benchmarks
-#: density overload` (benchmarks/RESULTS.md, issue 44).
+#: outweigh one agent ten to one; compared with 0 in `python -m benchmarks density
+#: overload` (issue 44; provisional figures on a busy machine).
 OVERLOAD_NICE: Final = 19
 #: Seconds of a remote process's life a measurement needs: a shorter one is start-up.
 MIN_MEASURED_SECONDS: Final = 5.0
