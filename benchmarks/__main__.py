@@ -80,7 +80,9 @@ EXPECTED: Final[dict[str, tuple[float, float]]] = {
     "openenv_port": (82, 24),
     "page_structure": (109, 6),
     "browser_oracle": (400, 135),  # measured alone at 17:00 (its helper's two runs)
-    "density": (300, 60),  # its helper's runs, alone, 17:00-17:40
+    # its helper's runs, alone, 17:00-17:40; + part overload (issue 44: ~5 min, quick ~20 s,
+    # h44density's runs beside other helpers' work)
+    "density": (600, 80),
     "ray_remotes": (50, 26),
     "multiagent": (5, 2),
     # the fifth wave's, from their helpers' runs beside other work (load average 6-30):

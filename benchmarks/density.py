@@ -20,12 +20,20 @@ target, measured in this run:
              its send to the first update showing the paddle moved (p50/p99; target p99
              <= :data:`LATENCY_TARGET_MS` ms at n = 32). The remotes probed are spread
              over the processes and over positions in a process's tick order.
+``overload`` **Overload without collapse** (issue 44): total env-steps/s of one
+             :class:`RemoteVectorEnv` over n = 64 .. 256 real-time remotes against the
+             peak total over the n and ways measured, with ``start_local``'s default priority
+             (past :func:`remotes.capacity.capacity`: nice
+             :data:`~remotes.capacity.OVERLOAD_NICE`) alternated with the old one (nice 0
+             for all n), each n both ways before the next. Target at n = 256: >= 90 % of
+             the peak (30 % before).
 ``soak``     **Soak at n = 32** for :data:`SOAK_SECONDS`: steps/s, the remotes' and the
              agent's RSS and open file descriptors every :data:`SOAK_SAMPLE_SECONDS`, and
              late ticks (the remotes' own count, from describe) over frames drawn (target
              <= 1 %).
 
-``python -m benchmarks.density`` (and ``python -m benchmarks``) runs k, n and latency;
+``python -m benchmarks.density`` (and ``python -m benchmarks``) runs k, n, latency and
+overload;
 ``python -m benchmarks.density soak`` the soak; any of the names picks parts. The machine
 is shared: every table prints how busy it was with other processes, and absolute figures
 drift +-30 % between runs.
@@ -68,6 +76,12 @@ N_SECONDS: Final = quick(8.0, 2.0)
 LATENCY_COUNTS: Final = quick((1, 32, 64), (1, 32))
 LATENCY_SAMPLES: Final = quick(300, 60)
 PROBED: Final = 8
+#: ``overload``: remotes, each way (the priorities compared), seconds stepped; target at the
+#: largest n, as a share of the peak total.
+OVERLOAD_COUNTS: Final = quick((64, 128, 160, 192, 256), (16, 64))
+OVERLOAD_WAYS: Final = {"nice 0 (before)": 0, "default (after)": None}
+OVERLOAD_SECONDS: Final = quick(6.0, 2.0)
+OVERLOAD_TARGET: Final = 0.9
 #: ``soak``: remotes, seconds, and a sample every so often.
 SOAK_N: Final = 32
 SOAK_SECONDS: Final = 600.0
@@ -121,13 +135,14 @@ class Window:
 
 
 @contextmanager
-def remotes_and_env(n: int, games: int | None) -> Iterator[tuple[Any, Any]]:
-    """``n`` local remotes (``games`` per process; None: the default) and a
-    RemoteVectorEnv over them with the defaults, reset; both closed after."""
+def remotes_and_env(n: int, games: int | None, nice: int | None = None) -> Iterator[tuple[Any, Any]]:
+    """``n`` local remotes (``games`` per process; None: the default; ``nice`` as
+    start_local takes it) and a RemoteVectorEnv over them with the defaults, reset; both
+    closed after."""
     from remotes.local import start_local
     from remotes.vector import RemoteVectorEnv
 
-    local = start_local(ENV_ID, n, fps=FPS, games_per_process=games, start_timeout=START_TIMEOUT)
+    local = start_local(ENV_ID, n, fps=FPS, games_per_process=games, start_timeout=START_TIMEOUT, nice=nice)
     try:
         env = RemoteVectorEnv(local.address)
         try:
@@ -195,14 +210,15 @@ def print_games(results: list[dict[str, float]], floor_ms: float) -> None:
 # n: RemoteVectorEnv over many remotes -------------------------------------------------------
 
 
-def measure_vector(n: int, games: int | None) -> dict[str, float]:
-    """Step ``n`` remotes (``games`` per process) with a random agent for N_SECONDS."""
+def measure_vector(n: int, games: int | None, nice: int | None = None,
+                   seconds: float = N_SECONDS) -> dict[str, float]:
+    """Step ``n`` remotes (``games`` per process) with a random agent for ``seconds``."""
     began = time.perf_counter()
-    with remotes_and_env(n, games) as (local, env):
+    with remotes_and_env(n, games, nice) as (local, env):
         started = time.perf_counter() - began
         step_for(env, WARMUP_SECONDS, n)
         with Window([p.pid for p in local.processes]) as window:
-            run = step_for(env, N_SECONDS, n)
+            run = step_for(env, seconds, n)
         k = max(local.games)
     return {
         "n": n, "k": k, "processes": -(-n // k), "start": started,
@@ -226,6 +242,40 @@ def print_vector(results: list[dict[str, float]], title: str) -> None:
     table(["n", "games x processes", "start s", f"steps/s/remote (>= {STEPS_TARGET:g})", "late steps",
            "remote CPU ms/frame", "agent CPU ms/remote-step", "remotes cores", "agent cores",
            "other procs' cores", "machine busy"], rows)
+
+
+# overload: total env-steps/s past what the machine holds -------------------------------------
+
+
+def overload() -> None:
+    from remotes.capacity import capacity
+
+    held = capacity(ENV_ID, 8, FPS)
+    results: dict[str, dict[int, dict[str, float]]] = {way: {} for way in OVERLOAD_WAYS}
+    for n in OVERLOAD_COUNTS:
+        for way, nice in OVERLOAD_WAYS.items():  # alternated: both ways at n before the next n
+            try:
+                results[way][n] = r = measure_vector(n, None, nice, OVERLOAD_SECONDS)
+                print(f"  {way}, n={n}: {r['steps_per_s'] * n:,.0f} env-steps/s", flush=True)
+            except Exception as exc:  # a busy machine: say which run failed, go on with the rest
+                print(f"  {way}, n={n}: failed: {str(exc)[:300]}", flush=True)
+    print(f"\n  overload. Total env-steps/s, RemoteVectorEnv over n real-time {ENV_ID} remotes "
+          f"({OVERLOAD_SECONDS:g} s each), against the peak total of both ways; this machine holds "
+          f"{held} by remotes.capacity")
+    rows = []
+    # the peak: the best total of either way at any n (the machine's, not one way's)
+    peak = max((r["steps_per_s"] * n for by_n in results.values() for n, r in by_n.items()), default=1.0)
+    for way, by_n in results.items():
+        for n, r in by_n.items():
+            total = r["steps_per_s"] * n
+            share = total / peak
+            met = "" if n != max(by_n) else f" ({'met' if share >= OVERLOAD_TARGET else 'NOT met'})"
+            rows.append([way, f"{n}", f"{r['steps_per_s']:.1f}", f"{total:,.0f}", f"{share:.0%}{met}",
+                         f"{r['remotes_cores']:.2f}", f"{r['agent_cores']:.2f}", f"{r['others']:.2f}"])
+    table(["priority", "n", "steps/s/remote", "total env-steps/s",
+           f"of peak (>= {OVERLOAD_TARGET:.0%} at the largest n)", "remotes cores", "agent cores",
+           "other procs' cores"], rows)
+    print(f"  load average {os.getloadavg()[0]:.1f} at the end")
 
 
 # latency: action -> pixel at n ----------------------------------------------------------------
@@ -325,8 +375,8 @@ def soak(n: int = SOAK_N, seconds: float = SOAK_SECONDS) -> None:
 
 
 def main(parts: list[str] | None = None) -> None:
-    """The parts named (k, n, latency, soak); by default all but the soak."""
-    parts = parts or ["k", "n", "latency"]
+    """The parts named (k, n, latency, overload, soak); by default all but the soak."""
+    parts = parts or ["k", "n", "latency", "overload"]
     print(f"  {os.cpu_count()} CPUs, OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, "
           f"load average {os.getloadavg()[0]:.1f} at start, all on 127.0.0.1")
     if "k" in parts:
@@ -341,6 +391,8 @@ def main(parts: list[str] | None = None) -> None:
                      f"n. RemoteVectorEnv over {FORCED_N} remotes, games per process forced")
     if "latency" in parts:
         print_latency([measure_latency(n) for n in LATENCY_COUNTS])
+    if "overload" in parts:
+        overload()
     if "soak" in parts:
         soak()
 

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from functools import partial
@@ -46,6 +47,7 @@ from rewarder.snapshot_messages import SNAPSHOT_KEY_ENV, shared_key
 from rewarder.tls import client_context
 from runtimes import registry
 
+from . import capacity as _capacity
 from .address import RemoteAddress
 from .group import RemoteGroup
 from .loop import shared_loop
@@ -193,6 +195,9 @@ class LocalRemotes(RemoteGroup):
         #: Games of each process, in order: remotes 0..k0-1 are process 0's, and so on.
         self.games = list(games) if games is not None else [1] * len(processes)
         self._process_index = [p for p, k in enumerate(self.games) for _ in range(k)]
+        #: Real time: (env id, fps, when ready, each process's CPU seconds then), for
+        #: :func:`remotes.capacity.record` on close; None otherwise.
+        self.measure: tuple[str, float | None, float, list[float | None], tuple[int, int]] | None = None
 
     def process_index(self, index: int) -> int:
         """Which of :attr:`processes` serves remote ``index``."""
@@ -209,7 +214,15 @@ class LocalRemotes(RemoteGroup):
 
     def _stop(self) -> None:
         """SIGTERM every remote, SIGKILL after :data:`STOP_TIMEOUT`; delete the logs unless
-        ``keep_logs`` or a remote failed."""
+        ``keep_logs`` or a remote failed; first cache what their frames cost
+        (:func:`remotes.capacity.record`)."""
+        if self.measure is not None:
+            env_id, fps, began, before, (busy, total) = self.measure
+            self.measure = None
+            after = [_capacity.cpu_seconds(p.pid) if p.poll() is None else None for p in self.processes]
+            busy_now, total_now = _capacity.machine_ticks()
+            machine_busy = (busy_now - busy) / max(total_now - total, 1)
+            _capacity.record(env_id, before, after, time.monotonic() - began, self.games, fps, machine_busy)
         for proc in self.processes:
             if proc.poll() is None:
                 proc.terminate()
@@ -239,6 +252,7 @@ class LocalRemotes(RemoteGroup):
         outlives the caller's thread and still dies with this process."""
         at = self._process_index[index]
         proc = self.processes[at]
+        self.measure = None  # a new process's CPU since start is not its siblings' since ready
         if proc.poll() is None:
             proc.terminate()
             proc.wait(STOP_TIMEOUT)
@@ -386,15 +400,19 @@ def start_local(
     fps: float | None = None,
     start_timeout: float = 30.0,
     extra_args: Sequence[str] = (),
-    nice: int = 0,
+    nice: int | None = None,
     host: str = "127.0.0.1",
     games_per_process: int | None = None,
+    capacity: int | None = None,
 ) -> LocalRemotes:
     """Start ``n`` remotes serving ``env_id`` on ``host`` (127.0.0.1) and wait until each answers.
 
     ``nice`` lowers the remotes' CPU priority: with more remotes than cores, the kernel
     otherwise hands the agent only its per-process share and steps come late (hand-measured
-    with 32 remotes on 2 cores: benchmarks/RESULTS.md).
+    with 32 remotes on 2 cores: benchmarks/RESULTS.md). None (the default): 0 while
+    ``n`` real-time remotes fit in ``capacity`` (default: what this machine holds,
+    :func:`remotes.capacity.capacity`), else a WARNING and
+    :data:`~remotes.capacity.OVERLOAD_NICE`, so the agent keeps its CPU past the limit.
     ``extra_args`` go to ``serve``; with ``--tls-cert``/``--tls-key`` the remotes serve TLS
     (``vnc+tls://`` addresses), checked against $UNIVERSE_REMOTE_TLS_CA or the system's CAs.
     ``host`` other than loopback: ``serve`` refuses it without a password, and without TLS
@@ -406,10 +424,30 @@ def start_local(
     :meth:`LocalRemotes.kill` of one remote kills its process and its siblings.
     """
     games = _checked(env_id, n, extra_args, games_per_process)
-    return shared_loop().run(
+    nice = _priority(env_id, n, games, fps, extra_args, nice, capacity)
+    local = shared_loop().run(
         _start(env_id, n, password, fps, start_timeout, extra_args, nice, host, games),
         start_timeout + 10
     )
+    if not _lockstep(extra_args):  # (the pool's warm remotes mostly idle: theirs would mislead)
+        cpu = [_capacity.cpu_seconds(p.pid) for p in local.processes]
+        local.measure = (env_id, fps, time.monotonic(), cpu, _capacity.machine_ticks())
+    return local
+
+
+def _priority(env_id: str, n: int, games: int, fps: float | None, extra_args: Sequence[str],
+              nice: int | None, held: int | None) -> int:
+    """``start_local``'s ``nice``: as asked, else 0 within what the machine holds and
+    OVERLOAD_NICE past it; past it (real time only) a WARNING says so first."""
+    if _lockstep(extra_args):  # lockstep remotes take CPU only while the agent waits on them
+        return nice or 0
+    held = held if held is not None else _capacity.capacity(env_id, games, fps)
+    overload = n > held
+    chosen = nice if nice is not None else _capacity.OVERLOAD_NICE if overload else 0
+    warning = _capacity.overload_warning(env_id, n, held, games, chosen)
+    if warning is not None:
+        log.warning("%s", warning)
+    return chosen
 
 
 def _checked(env_id: str, n: int, extra_args: Sequence[str], games_per_process: int | None) -> int:

@@ -5,12 +5,19 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Final
 
 import pytest
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# What remotes cost under the suite's load stays the suite's (remotes/capacity.py caches
+# CPU per frame for start_local; this machine's own cache is left alone).
+os.environ.setdefault(
+    "UNIVERSE_REMOTE_CAPACITY_CACHE",
+    os.path.join(tempfile.gettempdir(), f"universe-remote-tests-frame-cpu-{os.getpid()}.json"),
+)
 
 # A suite started from a script that ignores SIGINT (nohup, `cmd &` in a non-interactive
 # shell) would pass SIG_IGN to every child, and the Ctrl-C tests' children would never see

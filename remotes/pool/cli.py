@@ -47,7 +47,8 @@ def add_commands(sub: Any) -> None:
                       help="seconds between health checks of each warm remote "
                       f"(default {HEALTH_INTERVAL:g})")
     pool.add_argument("--nice", type=int, default=None,
-                      help="the remotes' scheduling priority (default 5: agents on this machine come first)")
+                      help="the remotes' scheduling priority (default 5: agents on this machine come "
+                      "first; 19 when the real-time remotes exceed what the cores hold)")
     pool.add_argument(
         "--ray", metavar="ADDRESS", nargs="?", const="", default=None,
         help="keep the remotes on a Ray cluster, one actor each (ADDRESS: ray.init's; none: "

@@ -55,6 +55,7 @@ from rewarder.throttle import AuthThrottle
 from rewarder.tls import client_context
 
 from ..address import RemoteAddress, parse_remotes
+from ..capacity import DEFAULT_FPS, OVERLOAD_NICE, REMOTES_SHARE, frame_cpu_ms
 from ..group import RemoteGroup
 from ..local import LocalRemotes, astart_local, default_games_per_process, probe_remote
 from .table import DEFAULT_DEADLINE, DEFAULT_MAX_AGE, Kind, NoSuchKind, PoolTable, Warmth
@@ -95,27 +96,22 @@ MAX_SIZE: Final = 256
 DEFAULT_NICE: Final = 5
 
 
-#: Cores one real-time builtin or Atari remote takes at 60 fps (docs/cluster.md: "about
-#: 0.06 of a core", `python -m benchmarks ray_remotes`); lockstep remotes take CPU only
-#: while stepped.
-CORES_PER_REALTIME_REMOTE: Final = 0.06
-#: Share of the machine's cores real-time remotes may take before the pool warns: the
-#: rest is the agents' (issue 44: past saturation, 256 remotes on 2 cores left their agent
-#: 10 steps/s where 128 had 59).
-REMOTES_SHARE: Final = 0.75
-
-
 def capacity_warning(specs: Sequence[PoolSpec], cores: int) -> str | None:
-    """What to say before a pool overcommits this machine, or None."""
-    realtime = sum(s.size for s in specs if s.kind.mode == "realtime")
-    need = realtime * CORES_PER_REALTIME_REMOTE
+    """What to say before a pool overcommits this machine (its real-time remotes past what
+    :mod:`remotes.capacity` says the cores hold), or None."""
+    realtime = [s for s in specs if s.kind.mode == "realtime"]
+    need = sum(
+        s.size * frame_cpu_ms(s.kind.env_id, default_games_per_process(s.size)) * DEFAULT_FPS / 1e3
+        for s in realtime
+    )
     if need <= cores * REMOTES_SHARE:
         return None
     return (
-        f"{realtime} real-time remotes take about {need:.1f} of this machine's {cores} cores at "
-        f"60 fps, more than {REMOTES_SHARE:.0%} of them: agents here will be starved of CPU "
-        "and every remote's frames come late; keep fewer warm, serve lockstep, or spread "
-        "the pool over machines"
+        f"{sum(s.size for s in realtime)} real-time remotes take about {need:.1f} of this machine's "
+        f"{cores} cores at 60 fps (CPU per frame as measured here), more than "
+        f"{REMOTES_SHARE:.0%} of them: they start at nice {OVERLOAD_NICE} so agents here keep "
+        "their CPU and every remote's frames come late instead; keep fewer warm, serve "
+        "lockstep, or spread the pool over machines (--ray)"
     )
 
 
@@ -220,6 +216,7 @@ class PoolService:
         warning = capacity_warning(self.specs, os.cpu_count() or 1)
         if warning is not None:
             log.warning("%s", warning)
+            self.nice = max(self.nice, OVERLOAD_NICE)
         for spec in self.specs:
             lockstep = spec.kind.mode == "lockstep"
             # (an actor or a container is the unit of placement and restart: one remote each)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from remotes.pool.table import (
@@ -144,10 +146,15 @@ def test_a_deadline_past_the_maximum_age_is_refused() -> None:
         PoolTable(deadline=10.0, max_age=5.0)
 
 
-def test_the_pool_says_so_before_it_overcommits_the_machine() -> None:
+def test_the_pool_says_so_before_it_overcommits_the_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from remotes.capacity import CACHE_ENV
     from remotes.pool.service import PoolSpec, capacity_warning
 
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "frame-cpu.json"))  # the default estimate
     lockstep = PoolSpec(Kind("builtin.Catch-v0", "lockstep"), 200)
-    assert capacity_warning([PoolSpec(CATCH, 16), lockstep], cores=2) is None
-    warning = capacity_warning([PoolSpec(CATCH, 64)], cores=2)
-    assert warning is not None and "64 real-time remotes" in warning and "2 cores" in warning
+    assert capacity_warning([PoolSpec(CATCH, 64), lockstep], cores=2) is None
+    warning = capacity_warning([PoolSpec(CATCH, 256)], cores=2)
+    assert warning is not None and "256 real-time remotes" in warning and "2 cores" in warning
+    assert "nice 19" in warning
