@@ -30,6 +30,15 @@ from envserver.remote import Remote  # noqa: E402
 StartRemote = Callable[..., Awaitable[Remote]]
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When the MCP SDK majors' test is to run, start building its environments now, in
+    the background (a cold build is a minute or two of pip: CI's whole budget is 20)."""
+    if any("test_mcp_sdk_majors" in item.nodeid for item in session.items):
+        from tests.sdk_venv import prebuild
+
+        prebuild()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Parametrized tests naming an env id whose family is not installed skip (with the
     registry's install hint) instead of failing to start it."""

@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -31,6 +32,10 @@ MAX_AGE: Final = 24 * 3600.0
 #: Seconds an install may take (a cold cache on a loaded machine).
 INSTALL_TIMEOUT: Final = 600.0
 _STAMP: Final = ".universe-remote-built"
+#: The SDKs tests/envserver/test_mcp_sdk_majors.py runs: what ``.[mcp]`` resolves, and the
+#: lowest the extra allows (pyproject.toml).
+LOWEST: Final = "mcp==1.24.0"
+PINS: Final = ((), (LOWEST,))
 
 
 def cache_dir() -> Path:
@@ -65,6 +70,24 @@ def sdk_venv(*pins: str) -> Path:
             raise RuntimeError(f"pip install '.[mcp]' {' '.join(pins)} failed:\n{installed.stderr[-3000:]}")
         stamp.touch()
     return python
+
+
+def prebuild() -> threading.Thread:
+    """Build (or find) every environment of :data:`PINS` in a thread of its own, so that
+    on a fresh machine their installs (a minute or two) overlap the tests that run before
+    the ones using them; :func:`sdk_venv` there waits on the same lock. A failure is left
+    for the test to meet again and report."""
+
+    def build() -> None:
+        for pins in PINS:
+            try:
+                sdk_venv(*pins)
+            except Exception:  # (the test's own call says what went wrong)
+                pass
+
+    thread = threading.Thread(target=build, name="mcp-sdk-venvs", daemon=True)
+    thread.start()
+    return thread
 
 
 def installed_version(python: Path, package: str) -> str:

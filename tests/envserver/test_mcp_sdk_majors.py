@@ -16,17 +16,15 @@ from typing import Final
 import pytest
 
 from benchmarks.mcp_agent import Served
-from tests.sdk_venv import ROOT, installed_version, sdk_venv
+from tests.sdk_venv import LOWEST, PINS, ROOT, installed_version, sdk_venv
 
 pytestmark = pytest.mark.timeout(900)  # a cold build: two installs from the index
 
-#: The lowest SDK the ``mcp`` extra allows (pyproject.toml).
-LOWEST: Final = "mcp==1.24.0"
 TIMEOUT: Final = 120.0
 CHECK: Final = Path(__file__).with_name("mcp_sdk_check.py")
 
 
-@pytest.mark.parametrize("pins", [(), (LOWEST,)], ids=["resolved", "lowest"])
+@pytest.mark.parametrize("pins", PINS, ids=["resolved", "lowest"])
 def test_the_installed_sdks_clients_drive_serve_and_the_relay(pins: tuple[str, ...]) -> None:
     python = sdk_venv(*pins)
     version = installed_version(python, "mcp")
