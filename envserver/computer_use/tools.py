@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import io
 import itertools
@@ -57,6 +58,10 @@ from .errors import ToolError
 DEFAULT_SETTLE_MS: Final = 10_000
 #: Most milliseconds a call may ask to wait for settling.
 MAX_SETTLE_MS: Final = 60_000
+#: Seconds an answer waits, in real time, for the episode after one that ended to begin
+#: (the remote's automatic reset: ~0.1 s for MiniWoB), so its screenshot is that
+#: episode's first, as docs/computer-use.md says.
+NEXT_EPISODE_WAIT: Final = 10.0
 #: Seconds a game's action waits for the frame that shows it.
 FRAME_TIMEOUT: Final = agent_port.STEP_TIMEOUT
 #: PNG's zlib level for screenshots: 1 is several times faster than 6 for a few % more bytes.
@@ -184,6 +189,8 @@ class Client:
         self.instruction: str | None = None
         self.settle: dict[str, Any] | None = None
         self.ended: int | None = None  # the episode that ended since the last answer
+        self.episode_began = asyncio.Event()  # set as each episode begins
+        self.last_begun = desk.remote.episode_id  # the newest episode begun (reset done)
         self.lock = asyncio.Lock()  # one call at a time per session
         self.taken_by: str | None = None  # who took the seat over from it
         #: The last screenshot this session was sent (as scaled), for "screenshot": "changed".
@@ -215,6 +222,8 @@ class Client:
 
     def _on_episode(self, episode_id: int, seed: int, text: str | None) -> None:
         self.instruction = text
+        self.last_begun = episode_id
+        self.episode_began.set()
         for old in [e for e in self.returns if e < episode_id - agent_port.MAX_PENDING_EPISODES]:
             del self.returns[old]
 
@@ -223,8 +232,8 @@ class Client:
         remote = self.desk.remote
         out: dict[str, Any] = {"reward": self.reward, "done": self.done, "episode_id": remote.episode_id,
                                "episode_return": self.returns.get(remote.episode_id, 0.0)}
-        if self.done and self.ended is not None and self.ended != remote.episode_id:
-            # Real time: the remote has begun the next episode; the screenshot is its first.
+        if self.done and self.ended is not None:
+            # (In real time the remote has begun the next one: the screenshot is its first.)
             out["ended_episode"] = {"episode_id": self.ended, "return": self.returns.get(self.ended, 0.0)}
         self.reward, self.done, self.ended = 0.0, False, None
         return out
@@ -396,6 +405,25 @@ class Desk:
         out["settled_s"] = round(time.monotonic() - started, 4)
         return out
 
+    async def _next_episode(self, client: Client) -> None:
+        """In real time, once an episode has ended, wait (at most NEXT_EPISODE_WAIT) for the
+        automatic reset to begin the next, so the answer shows that episode's first screen
+        (the answer raced the reset: its screenshot was the ended episode's, and no
+        ``ended_episode`` said so)."""
+        remote = self.remote
+        if remote.mode == LOCKSTEP or not client.done or client.ended is None:
+            return
+        deadline = time.monotonic() + NEXT_EPISODE_WAIT
+        while client.last_begun <= client.ended:  # (the id moves as a reset begins: the
+            # sink says it is done, its first frame drawn)
+            client.episode_began.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await client.episode_began.wait()
+
     async def _answer(
         self, client: Client, action: str, args: dict[str, Any], *, settle: bool
     ) -> list[dict[str, Any]]:
@@ -404,6 +432,7 @@ class Desk:
         info: dict[str, Any] = {"action": action}
         if settle:
             client.settle = info["settle"] = await self._settle(max_ms)
+            await self._next_episode(client)
         info.update(client.told())
         if client.instruction:
             info["instruction"] = client.instruction
