@@ -32,10 +32,10 @@ SCRIPT_TIMEOUT: Final = 180.0
 FREE_PORTS: Final = ("--vnc-port", "0", "--rewarder-port", "0")
 
 
-def banner_of(argv: Sequence[str]) -> tuple[list[str], str]:
-    """The banner lines of ``universe-remote ARGV`` (stopped once it is printed), and
-    its stderr."""
-    serve = subprocess.Popen([sys.executable, "-m", "universe_remote", *argv], cwd=ROOT,
+def banner_of(argv: Sequence[str], env: dict[str, str] | None = None) -> tuple[list[str], str]:
+    """The banner lines of ``universe-remote ARGV`` (stopped once it is printed; in
+    environment ``env``, else ours), and its stderr."""
+    serve = subprocess.Popen([sys.executable, "-m", "universe_remote", *argv], cwd=ROOT, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     try:
@@ -190,20 +190,8 @@ def test_a_password_is_named_where_it_is_needed_and_commands_are_ones_a_shell_fi
     venv, not activated)."""
     path = "/usr/bin:/bin"
     env = {**os.environ, "PATH": path, "UNIVERSE_REMOTE_PASSWORD": ""}
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "universe_remote", "serve", "builtin.Catch-v0", "--password", "pw",
-         "--http-port", "0", "--mcp-port", "0", *FREE_PORTS],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    try:
-        assert serve.stdout is not None
-        for line in serve.stdout:
-            lines.append(line.rstrip("\n"))
-            if "Ctrl-C to stop" in line:
-                break
-    finally:
-        serve.terminate()
-        serve.communicate(timeout=BANNER_TIMEOUT)
+    lines, _ = banner_of(["serve", "builtin.Catch-v0", "--password", "pw", "--http-port", "0",
+                          "--mcp-port", "0", *FREE_PORTS], env)
     text = "\n".join(lines)
     (viewer,) = [x for x in lines if x.startswith("  viewer")]
     assert "the browser asks for the --password" in viewer, text
