@@ -12,6 +12,7 @@ with ``--network=host`` is reachable from nothing but that script). FIELD-NOTES 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 DOCKERFILE: Final = ROOT / "docker" / "Dockerfile"
@@ -164,3 +165,12 @@ while not os.path.exists("{SERVICE_SOCKET}") and time.monotonic() < _deadline:
     time.sleep(0.05)  # a poll with a deadline: the socket appears when the service is up
 os.environ["DOCKER_HOST"] = "unix://{SERVICE_SOCKET}"
 """
+
+
+def service_scenario(script: str, image: str, timeout: float) -> dict[str, Any]:
+    """Run ``script`` (its ``sys.argv[1]`` being ``image``) after :data:`SERVICE_PRELUDE`
+    in a namespace (:func:`in_netns`); what it printed last, as JSON."""
+    done = in_netns(SERVICE_PRELUDE + script.replace("sys.argv[1]", repr(image)), timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found

@@ -203,10 +203,7 @@ START_DOCKER = textwrap.dedent(
 
 
 def test_start_docker_runs_four_remotes_a_vector_env_steps(image: str) -> None:
-    script = pm.SERVICE_PRELUDE + START_DOCKER.replace("sys.argv[1]", repr(image))
-    done = pm.in_netns(script, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = pm.service_scenario(START_DOCKER, image, timeout=300)
     assert out["running"] == 4
     assert out["steps_per_s_per_remote"] > 30  # real time at 60 fps: the figure goes in the note
     assert out["left"] == 0  # close() removed every container

@@ -6,7 +6,6 @@ who moves to another remote, and the pool starts a new container in its place.""
 
 from __future__ import annotations
 
-import json
 import textwrap
 from typing import Final
 
@@ -93,10 +92,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_a_pool_in_containers_replaces_a_removed_one_and_its_holder_follows(image: str) -> None:
-    script = pm.SERVICE_PRELUDE + SCRIPT.replace("sys.argv[1]", repr(image))
-    done = pm.in_netns(script, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = pm.service_scenario(SCRIPT, image, timeout=600)
     assert out["errors"], "the holder was not told its container went"
     assert out["back"] is not None and out["back"] != out["victim"]
     assert out["steps_after"] == 10
