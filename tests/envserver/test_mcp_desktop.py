@@ -10,7 +10,6 @@ import asyncio
 import base64
 import io
 import json
-import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from PIL import Image
 
 from benchmarks.mcp_agent import Served, info_of, session
+from tests.envserver.x11_program import served_program
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -34,9 +34,7 @@ ENTRY: Final = [40, 8]
 @pytest.fixture(scope="module")
 def desktop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Path]]:
     out = tmp_path_factory.mktemp("probe") / "report.json"
-    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(PROGRAM))} {shlex.quote(str(out))}"
-    served = Served("x11.Command-v0", "--option", "screen=1920x1080",
-                    env={"UNIVERSE_REMOTE_X11_COMMAND": command})
+    served = served_program([sys.executable, str(PROGRAM), str(out)], "--option", "screen=1920x1080")
     yield served, out
     served.close()
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from typing import Any, Final
 import pytest
 
 from benchmarks.mcp_agent import Served, info_of, session
+from tests.envserver.x11_program import served_program
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -49,9 +49,7 @@ def desktop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, 
     if (why := _missing()) is not None:
         pytest.skip(why)
     out = tmp_path_factory.mktemp("gtk") / "report.json"
-    command = f"{SYSTEM_PYTHON} {shlex.quote(str(PROGRAM))} {shlex.quote(str(out))}"
-    served = Served("x11.Command-v0", "--option", "accessibility=true",
-                    env={"UNIVERSE_REMOTE_X11_COMMAND": command})
+    served = served_program([SYSTEM_PYTHON, str(PROGRAM), str(out)], "--option", "accessibility=true")
     yield served, out
     served.close()
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shlex
 import socket
 import sys
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ import pytest
 
 from benchmarks.mcp_agent import Served, info_of, session
 from envserver.computer_use import keys
+from tests.envserver.x11_program import served_program
 from vncdriver import keysyms
 from vncdriver.errors import UnknownKey
 
@@ -70,8 +70,7 @@ def _pressed(names: list[str]) -> list[int]:
 def desktop() -> Iterator[tuple[Served, socket.socket]]:
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(PROGRAM))} {port}"
-    served = Served("x11.Command-v0", env={"UNIVERSE_REMOTE_X11_COMMAND": command})
+    served = served_program([sys.executable, str(PROGRAM), str(port)])
     yield served, listener
     served.close()
     listener.close()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import shlex
 import sys
 from collections.abc import Iterator
 from typing import Any, Final
@@ -18,6 +17,7 @@ from typing import Any, Final
 import pytest
 
 from benchmarks.mcp_agent import Served, info_of, session
+from tests.envserver.x11_program import served_program
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -104,8 +104,7 @@ async def test_observers_and_bad_input_are_refused_and_the_remote_serves_on(catc
 
 
 async def test_a_remote_that_cannot_snapshot_says_why() -> None:
-    idle = shlex.join([sys.executable, "-c", "import time; time.sleep(600)"])
-    served = Served("x11.Command-v0", env={"UNIVERSE_REMOTE_X11_COMMAND": idle})
+    served = served_program([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         async with session(served.url) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
