@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
 import pytest
+
+from tests.optional import need_program
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -43,9 +44,7 @@ class Served:
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
     pytest.importorskip("miniwob")
-    for program in ("Xvnc", "chromium"):
-        if shutil.which(program) is None:
-            pytest.fail(f"{program} is not installed (the browser extra's system packages)")
+    need_program("Xvnc", "chromium")  # (a skip, which CI counts as a failure)
     from remotes import start_local
     from runtimes.xdisplay import free_port
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import queue
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ import pytest
 from recordings.format import DONE
 from recordings.writer import RecordingWriter
 from remotes import RemoteEnv, RemoteVectorEnv
+from tests.optional import need_program
 
 #: The recording's screen (rows, columns) and rate.
 HEIGHT: Final = 48
@@ -207,9 +207,7 @@ def test_a_miniwob_task_s_instruction_stays_all_episode() -> None:
     with the reset's text, still has it at every step; and its click space begins with
     the no-op."""
     pytest.importorskip("miniwob")
-    for program in ("Xvnc", "chromium"):
-        if shutil.which(program) is None:
-            pytest.skip(f"{program} is not installed")
+    need_program("Xvnc", "chromium")
     env = gymnasium.make("universe-remote/miniwob.ClickTest-v0")
     try:
         points = env.get_wrapper_attr("points")

@@ -10,7 +10,6 @@ driven by one vector env per way of stepping in turn.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -21,6 +20,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from remotes import RemoteVectorEnv, start_local  # (importing remotes registers the ids)
+from tests.optional import need_program
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -43,9 +43,7 @@ WAYS: Final[dict[str, dict[str, Any]]] = {
 @pytest.fixture(scope="module")
 def group() -> Iterator[Any]:
     pytest.importorskip("miniwob")
-    for program in ("Xvnc", "chromium"):
-        if shutil.which(program) is None:
-            pytest.fail(f"{program} is not installed (the browser extra's system packages)")
+    need_program("Xvnc", "chromium")  # (a skip, which CI counts as a failure)
     local = start_local(ENV_ID, N, start_timeout=START_TIMEOUT)
     try:
         yield local

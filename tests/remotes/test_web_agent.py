@@ -12,7 +12,6 @@ remote for the module, switched from task to task by ``reset(options={"env_id": 
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -24,6 +23,7 @@ from gymnasium.utils.passive_env_checker import data_shares_objects
 
 import remotes  # noqa: F401 (registers the ids)
 from remotes.web import MAX_ACTION_CHARS
+from tests.optional import need_program
 from tests.remotes.web_ways import Env, envs_by_way, start
 
 pytestmark = pytest.mark.timeout(600)
@@ -233,9 +233,7 @@ def test_web_settings_are_refused_where_they_cannot_work() -> None:
 def test_a_desktop_remote_settles_too() -> None:
     """``step_mode="settle"`` on an X program (XEyes): a pointer move's step returns once
     the eyes stopped following it, and a step with no input afterwards sees nothing move."""
-    for program in ("Xvnc", "xeyes"):
-        if shutil.which(program) is None:
-            pytest.skip(f"{program} is not installed")
+    need_program("Xvnc", "xeyes")
     env = gymnasium.make("universe-remote/x11.XEyes-v0", step_mode="settle", discrete=False)
     try:
         before, _ = env.reset(seed=1)

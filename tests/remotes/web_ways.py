@@ -4,12 +4,13 @@ first use and closed with the module: what test_web_agent and test_browser_keys 
 from __future__ import annotations
 
 import contextlib
-import shutil
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import gymnasium
 import pytest
+
+from tests.optional import need_program
 
 Env = gymnasium.Env[Any, Any]
 
@@ -19,9 +20,7 @@ def envs_by_way(env_id: str, ways: Mapping[str, Mapping[str, Any]]) -> Iterator[
     """``get(way)``: the env of ``env_id`` made with ``ways[way]``'s keywords (web agents'
     observations and actions); skips when MiniWoB, Xvnc or Chromium is missing."""
     pytest.importorskip("miniwob")
-    for program in ("Xvnc", "chromium"):
-        if shutil.which(program) is None:
-            pytest.skip(f"{program} is not installed")
+    need_program("Xvnc", "chromium")
     made: dict[str, Env] = {}
 
     def get(way: str) -> Env:

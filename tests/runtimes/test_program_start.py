@@ -10,7 +10,6 @@ Python process SIGKILLed under the program it started.
 from __future__ import annotations
 
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import pytest
 
 from rewarder.client import RewarderClient
 from runtimes import xdisplay
+from tests.optional import need_program
 from tests.runtimes.display import alive
 
 if TYPE_CHECKING:
@@ -45,9 +45,7 @@ FORK_LINE: Final = "skipping fork() handlers"
 
 @pytest.fixture(autouse=True)
 def _programs_installed() -> None:
-    for program in ("Xvnc", "xeyes", "setpriv"):
-        if shutil.which(program) is None:
-            pytest.skip(f"{program} is not installed")
+    need_program("Xvnc", "xeyes", "setpriv")
 
 
 @pytest.fixture
