@@ -110,7 +110,68 @@ class FrameSegment:
             os.close(fd)
 
 
-class FrameReader:
+def segment_path(name: str) -> Path:
+    """Where the segment a reply names lives, once the name is one a segment can have (it
+    comes over a socket: no path, no NUL, our prefix)."""
+    if (not isinstance(name, str) or not name.startswith(PREFIX) or "/" in name
+            or "\0" in name or name in (".", "..")):
+        raise ValueError(f"{name!r} is not a frame segment name; {VNC_INSTEAD}")
+    return SHM_DIR / name
+
+
+def open_checked(path: Path) -> tuple[int, int]:
+    """Open an untrusted segment for reading (:class:`FrameReader` says how and why): its
+    fd and size, once it is a regular file of this process's user."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        what = ("is a symbolic link, which a segment never is" if exc.errno == errno.ELOOP
+                else f"cannot be opened ({exc.strerror})")
+        raise OSError(exc.errno, f"frame segment {path} {what}; {VNC_INSTEAD}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(
+                f"frame segment {path} is {_kind(st.st_mode)}, not a regular file; {VNC_INSTEAD}"
+            )
+        if st.st_uid != os.geteuid():
+            raise PermissionError(
+                errno.EACCES,
+                f"frame segment {path} belongs to uid {st.st_uid}, not to this process's user "
+                f"(uid {os.geteuid()}); {VNC_INSTEAD}",
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
+
+
+class OpenSegment:
+    """A segment an agent opened to read (its ``path`` and ``_fd``, -1 once closed): what
+    :class:`FrameReader` and ``shm_slots.SlotReader`` share of its life."""
+
+    path: Path
+    _fd: int
+
+    def remove_if_abandoned(self) -> bool:
+        """Remove the segment if its remote is gone (no process holds its lock), as the
+        agent does when the connection to that remote closed; whether it was removed. A
+        living remote's segment, or a file that is no longer the one of that name, stays."""
+        if self._fd < 0:
+            return False
+        return _remove_if_unlocked(self._fd, self.path)
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class FrameReader(OpenSegment):
     """The agent's side: the segment a step reply names, opened once, each frame read by
     copy.
 
@@ -130,43 +191,20 @@ class FrameReader:
 
     def __init__(self, name: str, height: int, width: int) -> None:
         self._fd = -1
-        if (not isinstance(name, str) or not name.startswith(PREFIX) or "/" in name
-                or "\0" in name or name in (".", "..")):
-            raise ValueError(f"{name!r} is not a frame segment name; {VNC_INSTEAD}")
+        path = segment_path(name)
         if not (0 < height <= MAX_SIDE and 0 < width <= MAX_SIDE):
             raise ValueError(
                 f"frame segment {name}: a {width}x{height} frame is not a screen (each side "
                 f"1..{MAX_SIDE}); {VNC_INSTEAD}"
             )
-        self.name, self.height, self.width = name, height, width
-        self.path = SHM_DIR / name
+        self.name, self.height, self.width, self.path = name, height, width, path
         #: Header and pixels: what one read needs.
         self.size = PIXELS_AT + height * width * 3
         self._header = bytearray(PIXELS_AT)
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:
-            what = ("is a symbolic link, which a segment never is" if exc.errno == errno.ELOOP
-                    else f"cannot be opened ({exc.strerror})")
-            raise OSError(exc.errno, f"frame segment {self.path} {what}; {VNC_INSTEAD}") from exc
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ValueError(
-                    f"frame segment {self.path} is {_kind(st.st_mode)}, not a regular file; "
-                    f"{VNC_INSTEAD}"
-                )
-            if st.st_uid != os.geteuid():
-                raise PermissionError(
-                    errno.EACCES,
-                    f"frame segment {self.path} belongs to uid {st.st_uid}, not to this "
-                    f"process's user (uid {os.geteuid()}); {VNC_INSTEAD}",
-                )
-            if st.st_size < self.size:
-                raise ValueError(self._truncated(st.st_size))
-        except BaseException:
+        fd, size = open_checked(path)
+        if size < self.size:
             os.close(fd)
-            raise
+            raise ValueError(self._truncated(size))
         self._fd = fd
 
     def read_into(self, dest: np.ndarray) -> tuple[int, int]:
@@ -200,22 +238,6 @@ class FrameReader:
             )
         return number, episode
 
-    def remove_if_abandoned(self) -> bool:
-        """Remove the segment if its remote is gone (no process holds its lock), as the
-        agent does when the connection to that remote closed; whether it was removed. A
-        living remote's segment, or a file that is no longer the one of that name, stays."""
-        if self._fd < 0:
-            return False
-        return _remove_if_unlocked(self._fd, self.path)
-
-    def close(self) -> None:
-        """Close the file (idempotent)."""
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-    def __del__(self) -> None:
-        self.close()
 
     def __enter__(self) -> Self:
         return self

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 from collections.abc import Sequence
 from typing import Final
 
@@ -26,7 +25,7 @@ import numpy as np
 
 from . import shm
 from .protocol import MAX_GAMES_PER_PROCESS
-from .shm import HEADER, MAGIC, MAX_SIDE, PIXELS_AT, PREFIX, VNC_INSTEAD
+from .shm import HEADER, MAGIC, MAX_SIDE, PIXELS_AT, VNC_INSTEAD
 
 #: Slots one segment may hold: a process serves at most this many games.
 MAX_SLOTS: Final = MAX_GAMES_PER_PROCESS
@@ -83,37 +82,22 @@ class SlotSegment:
             os.close(fd)
 
 
-class SlotReader:
+class SlotReader(shm.OpenSegment):
     """The agent's side of a :class:`SlotSegment` a reply names, opened once (its name is
     not trusted: :class:`rewarder.shm.FrameReader`'s checks). Failures are OSError or
     ValueError saying what was wrong; the caller takes those frames over VNC instead."""
 
     def __init__(self, name: str, height: int, width: int, stride: int) -> None:
         self._fd = -1
-        if (not isinstance(name, str) or not name.startswith(PREFIX) or "/" in name
-                or "\0" in name or name in (".", "..")):
-            raise ValueError(f"{name!r} is not a frame segment name; {VNC_INSTEAD}")
+        path = shm.segment_path(name)
         if not (0 < height <= MAX_SIDE and 0 < width <= MAX_SIDE) or stride != stride_of(height, width):
             raise ValueError(f"frame segment {name}: [{height}, {width}, {stride}] are not a "
                              f"screen's height, width and slot stride; {VNC_INSTEAD}")
         self.name, self.height, self.width, self.stride = name, height, width, stride
-        self.path = shm.SHM_DIR / name
+        self.path = path
         self._headers = [bytearray(PIXELS_AT)]
         self._pad = bytearray(stride - PIXELS_AT - height * width * 3)
-        # (the same checks as FrameReader's, on a file that must hold whole slots)
-        fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ValueError(f"frame segment {self.path} is not a regular file; {VNC_INSTEAD}")
-            if st.st_uid != os.geteuid():
-                raise PermissionError(f"frame segment {self.path} belongs to uid {st.st_uid}, not "
-                                      f"to this process's user; {VNC_INSTEAD}")
-            self.size = st.st_size
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
+        self._fd, self.size = shm.open_checked(path)  # (FrameReader's checks)
 
     @property
     def key(self) -> tuple[str, int, int, int]:
@@ -158,16 +142,3 @@ class SlotReader:
             out.append((number, episode))
         return out
 
-    def remove_if_abandoned(self) -> bool:
-        """Remove the segment if its remote is gone (:meth:`rewarder.shm.FrameReader.remove_if_abandoned`)."""
-        if self._fd < 0:
-            return False
-        return shm._remove_if_unlocked(self._fd, self.path)
-
-    def close(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-    def __del__(self) -> None:
-        self.close()
