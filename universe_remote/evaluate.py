@@ -48,7 +48,7 @@ from typing import Any, Final
 import orjson
 
 from recordings.trajectories import TrajectoryWriter, episode_dir, write_results
-from universe_remote.mcp_proxy import Down, Refused, Relay, RemoteLink
+from universe_remote.mcp_proxy import MAX_LINE_BYTES, Down, Refused, Relay, RemoteLink
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,6 @@ DEFAULT_MAX_SECONDS: Final = 120.0
 MAX_REMOTES: Final = 32
 #: Seconds the remotes may take to start (Chromium on a loaded machine).
 START_TIMEOUT: Final = 90.0
-#: Bytes of one line from a host (a tool call is small).
-MAX_LINE_BYTES: Final = 4 << 20
 
 Agent = Callable[["Episode"], Any]
 Judge = Callable[["Episode", dict[str, Any]], bool]
