@@ -83,12 +83,16 @@ def frame_cpu_ms(env_id: str, games: int) -> float:
     return DEFAULT_FRAME_CPU_MS[1 if games == 1 else 8]
 
 
+def cores_per_remote(env_id: str, games: int, fps: float | None = None) -> float:
+    """Cores one real-time remote of ``env_id`` (``games`` per process) takes at ``fps``."""
+    return frame_cpu_ms(env_id, games) * (fps or DEFAULT_FPS) / 1e3
+
+
 def capacity(env_id: str, games: int, fps: float | None = None, cores: int | None = None) -> int:
     """Real-time remotes of ``env_id`` (``games`` per process) this machine holds at
     ``fps`` with :data:`REMOTES_SHARE` of its ``cores`` (default: all of them)."""
     cores = cores or os.cpu_count() or 1
-    per_remote = frame_cpu_ms(env_id, games) * (fps or DEFAULT_FPS) / 1e3
-    return max(1, int(cores * REMOTES_SHARE / per_remote))
+    return max(1, int(cores * REMOTES_SHARE / cores_per_remote(env_id, games, fps)))
 
 
 def overload_warning(env_id: str, n: int, held: int, games: int, nice: int,

@@ -55,7 +55,7 @@ from rewarder.throttle import AuthThrottle
 from rewarder.tls import client_context
 
 from ..address import RemoteAddress, parse_remotes
-from ..capacity import DEFAULT_FPS, OVERLOAD_NICE, REMOTES_SHARE, frame_cpu_ms
+from ..capacity import OVERLOAD_NICE, REMOTES_SHARE, cores_per_remote
 from ..group import RemoteGroup
 from ..local import LocalRemotes, astart_local, default_games_per_process, probe_remote
 from .table import DEFAULT_DEADLINE, DEFAULT_MAX_AGE, Kind, NoSuchKind, PoolTable, Warmth
@@ -100,10 +100,7 @@ def capacity_warning(specs: Sequence[PoolSpec], cores: int) -> str | None:
     """What to say before a pool overcommits this machine (its real-time remotes past what
     :mod:`remotes.capacity` says the cores hold), or None."""
     realtime = [s for s in specs if s.kind.mode == "realtime"]
-    need = sum(
-        s.size * frame_cpu_ms(s.kind.env_id, default_games_per_process(s.size)) * DEFAULT_FPS / 1e3
-        for s in realtime
-    )
+    need = sum(s.size * cores_per_remote(s.kind.env_id, default_games_per_process(s.size)) for s in realtime)
     if need <= cores * REMOTES_SHARE:
         return None
     return (
