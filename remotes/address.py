@@ -1,6 +1,8 @@
 """Universe's remote address grammar, parsed and checked.
 
-Holds :class:`RemoteAddress`, :func:`parse_remotes` and :func:`format_remotes`.
+Holds :class:`RemoteAddress`, :func:`parse_remotes`, :func:`format_remotes`,
+:func:`resolve_addresses` (what every env's ``remotes`` argument may be) and
+:func:`tls_context` (the one verifying context an address's TLS remotes share).
 
     vnc://host:5900+15900,host2:5901+15901?password=secret
     vnc://host:5900              VNC only (no rewards)
@@ -15,11 +17,15 @@ As in Universe, either every entry names a rewarder port or none does.
 
 from __future__ import annotations
 
+import os
 import re
+import ssl
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
+
+from rewarder.tls import client_context
 
 #: More remotes than this in one address is a typo (or a cluster, which wants a scheduler).
 MAX_REMOTES: Final = 1024
@@ -163,3 +169,29 @@ def format_remotes(remotes: Sequence[RemoteAddress], password: str | None = None
     query = "?" + urllib.parse.urlencode({"password": password}) if password else ""
     scheme = TLS_SCHEME if remotes and remotes[0].tls else SCHEME
     return scheme + ",".join(r.entry for r in remotes) + query
+
+
+def resolve_addresses(
+    spec: str | RemoteAddress | Sequence[str] | Sequence[RemoteAddress],
+) -> tuple[list[RemoteAddress], str | None]:
+    """Remotes and password from an address string, a list of them, or RemoteAddresses."""
+    if isinstance(spec, RemoteAddress):
+        return [spec], None
+    if spec and not isinstance(spec, str) and all(isinstance(a, RemoteAddress) for a in spec):
+        return list(spec), None  # type: ignore[arg-type]
+    return parse_remotes(spec)  # type: ignore[arg-type]
+
+
+def tls_context(
+    remotes: Sequence[RemoteAddress], tls_ca: str | os.PathLike[str] | None
+) -> ssl.SSLContext | None:
+    """The one verifying context the ``vnc+tls://`` remotes among ``remotes`` share
+    (``tls_ca``, else $UNIVERSE_REMOTE_TLS_CA, else the system's trust store), or None."""
+    if any(r.tls for r in remotes):
+        return client_context(tls_ca)
+    if tls_ca is not None:
+        raise ValueError(
+            f"tls_ca={str(tls_ca)!r} was given, but no remote in the address serves TLS: "
+            "write vnc+tls://host:5900+15900 for a remote served with --tls-cert"
+        )
+    return None

@@ -38,18 +38,11 @@ from gymnasium.envs.registration import EnvSpec
 from rewarder.protocol import LOCKSTEP
 from runtimes.errors import UnknownEnvironment
 
-from .address import RemoteAddress
+from .address import RemoteAddress, resolve_addresses, tls_context
 from .group import RemoteGroup
 from .loop import LoopThread, shared_loop
 from .options import PAGE, WEB_ACTIONS, EnvOptions, check_env_id
-from .session import (
-    RemoteSession,
-    RemoteSnapshot,
-    RemoteUnavailable,
-    VNCOptions,
-    resolve_addresses,
-    tls_context,
-)
+from .session import RemoteSession, RemoteSnapshot, RemoteUnavailable, VNCOptions
 from .spaces import VNCActionSpace
 from .states import AgentParts, EnvState, SnapshotPart, make_state, restore_args
 from .stepper import DEFAULT_FPS, Batch, Stepper

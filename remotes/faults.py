@@ -24,7 +24,8 @@ from rewarder.protocol import HEARTBEAT_INTERVAL, LOCKSTEP
 from rewarder.reward_buffer import ARTIFICIAL_DONE, DISCONNECTED, EpisodeResult
 
 from .group import Unplaced
-from .session import RemoteSession, RemoteUnavailable, answers
+from .listening import answers
+from .session import RemoteSession, RemoteUnavailable
 from .slot import Slot
 from .slot_state import Phase, SlotEvent, fire
 

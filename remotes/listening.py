@@ -1,8 +1,9 @@
 """Is a remote on this machine there, or about to be? Decides whether a first connect on
 loopback may give up at once instead of retrying for ``start_timeout``.
 
-Holds :func:`nothing_listens` and :func:`starting_here` (the processes that could be
-starting a remote on given ports).
+Holds :func:`nothing_listens`, :func:`starting_here` (the processes that could be
+starting a remote on given ports) and :func:`answers` (is a remote there and alive: how a
+lost remote is probed until it is back).
 
 Connecting retries for ``start_timeout`` (30 s) because a remote may still be starting:
 ``make run`` installs first, a supervisor restarts a crashed one, a test starts one and
@@ -57,6 +58,11 @@ SERVING_COMMANDS: Final = frozenset({"serve", "replay"})
 #: loaded machine: it is read again this often, for at most this long.
 EXEC_SETTLE_INTERVAL: Final = 0.01
 EXEC_SETTLE_TIMEOUT: Final = 1.0
+#: Seconds :func:`answers` waits for a VNC greeting: a live remote greets at once, a
+#: stopped (SIGSTOP) or wedged one never; short, because a reconnect polls with it.
+PROBE_TIMEOUT: Final = 0.5
+#: The RFB greeting every VNC server sends first (``RFB 003.008\n``): 12 bytes.
+_RFB_GREETING_BYTES: Final = 12
 
 
 class NothingListens(ConnectionRefusedError):
@@ -218,3 +224,25 @@ async def nothing_listens(address: RemoteAddress) -> str | None:
         "remote there: start it first (make run, or universe-remote serve ENV_ID), or check "
         "the ports against the 'agent address' its banner printed"
     )
+
+
+async def answers(address: RemoteAddress, timeout: float = PROBE_TIMEOUT) -> bool:
+    """True if the remote at ``address`` accepts a connection and is alive: its VNC
+    server greets within ``timeout`` (a stopped process accepts into its backlog but
+    never greets), or, without VNC, its rewarder port accepts."""
+    port = address.vnc_port if address.vnc_port is not None else address.rewarder_port
+    if port is None:
+        return False
+    writer = None
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(address.host, port)
+            if address.vnc_port is not None:
+                greeting = await reader.readexactly(_RFB_GREETING_BYTES)
+                return greeting.startswith(b"RFB ")
+            return True
+    except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        return False
+    finally:
+        if writer is not None:
+            writer.transport.abort()  # no close handshake to wait for on a dead peer

@@ -45,13 +45,13 @@ from pettingzoo import ParallelEnv
 from rewarder.client import RewarderClient
 from rewarder.protocol import LOCKSTEP
 
-from .address import RemoteAddress
+from .address import RemoteAddress, resolve_addresses, tls_context
 from .env import close_all
 from .faults import STALL_TIMEOUT
 from .group import RemoteGroup
 from .loop import LoopThread, shared_loop
 from .options import EnvOptions
-from .session import RemoteSession, resolve_addresses, tls_context
+from .session import RemoteSession
 from .stepper import Stepper
 
 #: Frames each step advances unless ``frameskip`` says otherwise.

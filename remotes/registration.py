@@ -40,14 +40,13 @@ import gymnasium
 from runtimes import registry
 
 from . import ale
-from .address import RemoteAddress
+from .address import RemoteAddress, resolve_addresses
 from .ale import RemoteAtariEnv, RemoteAtariVectorEnv
 from .env import ENV_ID, RemoteEnv
 from .group import RemoteGroup
 from .local import start_local
 from .options import WEB_ACTIONS
 from .pool.client import claim_remotes, is_pool
-from .session import resolve_addresses
 from .vector import RemoteVectorEnv
 from .wrappers import DiscreteClicks, DiscreteKeys
 

@@ -1,13 +1,12 @@
 """One remote's two channels, paired: what the stepping core drives.
 
 Holds :class:`RemoteSession`, :class:`RemoteSnapshot` (a frozen snapshot of a session for
-the agent's thread) and :func:`answers` (is a remote listening and alive?);
-:class:`~remotes.unavailable.RemoteUnavailable` is re-exported. A session owns a
-:class:`~vncdriver.client.VNCClient` and a rewarder channel — a real-time
-:class:`~rewarder.client.RewarderClient` or a lockstep
-:class:`~rewarder.blocking.BlockingRewarder` (either client may be absent for VNC-only
-or rewarder-only addresses) — connects them together, resets through the rewarder's
-episode handshake and reads frame + reward per step.
+the agent's thread) and :class:`VNCOptions`; :class:`~remotes.unavailable.RemoteUnavailable`
+is re-exported. A session owns a :class:`~vncdriver.client.VNCClient` and a rewarder
+channel — a real-time :class:`~rewarder.client.RewarderClient` or a lockstep
+:class:`~rewarder.blocking.BlockingRewarder` (either may be absent for VNC-only or
+rewarder-only addresses) — connects them, resets through the rewarder's episode
+handshake and reads frame + reward per step (its address: :mod:`remotes.address`).
 
 **Whose thread.** A real-time session's fields change on the env's event loop (a
 reconnect sets ``vnc``/``rewarder`` to None and back): read them only from coroutines
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -50,7 +48,7 @@ from vncdriver.errors import (
 )
 from vncdriver.messages import FrameTag
 
-from .address import RemoteAddress, parse_remotes
+from .address import RemoteAddress
 from .holders import process_client_id, take_slot
 from .listening import NothingListens, nothing_listens
 from .loop import LoopThread
@@ -63,41 +61,11 @@ log = logging.getLogger(__name__)
 RESET_TIMEOUT: Final = 60.0
 #: Seconds between "still waiting" lines while a remote does not answer.
 WAIT_REPORT_INTERVAL: Final = 5.0
-#: Seconds :func:`answers` waits for a VNC greeting: a live remote greets at once, a
-#: stopped (SIGSTOP) or wedged one never; short, because a reconnect polls with it.
-PROBE_TIMEOUT: Final = 0.5
 #: A real-time agent's next VNC update request waits up to this long (cut to end before
 #: the remote's next frame) for the step's input, to travel in one packet with it: one
 #: send and one wake-up of the remote fewer per step (VNCClient request_hold;
 #: `python -m benchmarks remotes_realtime` and `density` run with it).
 REQUEST_HOLD: Final = 0.012
-#: The RFB greeting every VNC server sends first (``RFB 003.008\n``): 12 bytes.
-_RFB_GREETING_BYTES: Final = 12
-
-def resolve_addresses(
-    spec: str | RemoteAddress | Sequence[str] | Sequence[RemoteAddress],
-) -> tuple[list[RemoteAddress], str | None]:
-    """Remotes and password from an address string, a list of them, or RemoteAddresses."""
-    if isinstance(spec, RemoteAddress):
-        return [spec], None
-    if spec and not isinstance(spec, str) and all(isinstance(a, RemoteAddress) for a in spec):
-        return list(spec), None  # type: ignore[arg-type]
-    return parse_remotes(spec)  # type: ignore[arg-type]
-
-
-def tls_context(
-    remotes: Sequence[RemoteAddress], tls_ca: str | os.PathLike[str] | None
-) -> ssl.SSLContext | None:
-    """The one verifying context the ``vnc+tls://`` remotes among ``remotes`` share
-    (``tls_ca``, else $UNIVERSE_REMOTE_TLS_CA, else the system's trust store), or None."""
-    if any(r.tls for r in remotes):
-        return client_context(tls_ca)
-    if tls_ca is not None:
-        raise ValueError(
-            f"tls_ca={str(tls_ca)!r} was given, but no remote in the address serves TLS: "
-            "write vnc+tls://host:5900+15900 for a remote served with --tls-cert"
-        )
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,28 +94,6 @@ class RemoteSnapshot:
     def describe_body(self) -> dict[str, Any]:
         """A copy of :attr:`describe` (as :meth:`RemoteSession.describe_body` gives)."""
         return dict(self.describe)
-
-
-async def answers(address: RemoteAddress, timeout: float = PROBE_TIMEOUT) -> bool:
-    """True if the remote at ``address`` accepts a connection and is alive: its VNC
-    server greets within ``timeout`` (a stopped process accepts into its backlog but
-    never greets), or, without VNC, its rewarder port accepts."""
-    port = address.vnc_port if address.vnc_port is not None else address.rewarder_port
-    if port is None:
-        return False
-    writer = None
-    try:
-        async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(address.host, port)
-            if address.vnc_port is not None:
-                greeting = await reader.readexactly(_RFB_GREETING_BYTES)
-                return greeting.startswith(b"RFB ")
-            return True
-    except (OSError, TimeoutError, asyncio.IncompleteReadError):
-        return False
-    finally:
-        if writer is not None:
-            writer.transport.abort()  # no close handshake to wait for on a dead peer
 
 
 @dataclass(frozen=True, slots=True)

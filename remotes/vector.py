@@ -45,12 +45,12 @@ from gymnasium.vector.utils import batch_space
 
 from runtimes.errors import UnknownEnvironment
 
-from .address import RemoteAddress
+from .address import RemoteAddress, resolve_addresses
 from .env import CONNECT_GRACE, action_space, claim_from_pool, close_all, sessions, spaces_differ
 from .group import RemoteGroup
 from .loop import LoopThread, shared_loop
 from .options import PAGE, WEB_ACTIONS, EnvOptions, check_env_id
-from .session import RemoteSession, RemoteSnapshot, resolve_addresses
+from .session import RemoteSession, RemoteSnapshot
 from .states import AgentParts, EnvState, SnapshotPart, make_state, restore_args
 from .stepper import DEFAULT_FPS, Batch, Stepper
 from .web import MAX_ACTION_CHARS, AnyText, check_served, dict_observation, observation_space

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from remotes import RemoteEnv, start_local
-from remotes.address import AddressError, RemoteAddress, format_remotes, parse_remotes
+from remotes.address import AddressError, RemoteAddress, format_remotes, parse_remotes, tls_context
 from remotes.local import LocalRemotes
-from remotes.session import RemoteSession, RemoteUnavailable, tls_context
+from remotes.session import RemoteSession, RemoteUnavailable
 from rewarder.server import RewarderServer
 from rewarder.tls import CA_ENV, client_context
 from tests.tls import Certs, certs_fixture, other_ca_fixture, tls_rewarder_fixture  # noqa: F401
