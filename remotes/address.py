@@ -86,7 +86,18 @@ def _port(text: str, entry: str) -> int:
 
 
 def parse_remotes(spec: str | Sequence[str]) -> tuple[list[RemoteAddress], str | None]:
-    """The remotes an address names, and the password it carries (or None)."""
+    """The remotes an address names, and the password it carries (or None).
+
+    Args:
+        spec: an address string (``vnc://host:5900+15900,...?password=...``) or a list of
+            them.
+
+    Returns:
+        The remotes, and the password (None when none is given).
+
+    Raises:
+        AddressError: the address cannot be read; the message shows the grammar.
+    """
     if not isinstance(spec, str):
         parsed = [_parse(s) for s in spec]
         passwords = {password for _, password in parsed if password is not None}
@@ -174,7 +185,17 @@ def format_remotes(remotes: Sequence[RemoteAddress], password: str | None = None
 def resolve_addresses(
     spec: str | RemoteAddress | Sequence[str] | Sequence[RemoteAddress],
 ) -> tuple[list[RemoteAddress], str | None]:
-    """Remotes and password from an address string, a list of them, or RemoteAddresses."""
+    """Remotes and password from an address string, a list of them, or RemoteAddresses.
+
+    Args:
+        spec: an address string, a list of them, a RemoteAddress or a list of them.
+
+    Returns:
+        The remotes, and the password the strings carry (None for RemoteAddresses).
+
+    Raises:
+        AddressError: a string cannot be read.
+    """
     if isinstance(spec, RemoteAddress):
         return [spec], None
     if spec and not isinstance(spec, str) and all(isinstance(a, RemoteAddress) for a in spec):
@@ -186,7 +207,18 @@ def tls_context(
     remotes: Sequence[RemoteAddress], tls_ca: str | os.PathLike[str] | None
 ) -> ssl.SSLContext | None:
     """The one verifying context the ``vnc+tls://`` remotes among ``remotes`` share
-    (``tls_ca``, else $UNIVERSE_REMOTE_TLS_CA, else the system's trust store), or None."""
+    (``tls_ca``, else $UNIVERSE_REMOTE_TLS_CA, else the system's trust store), or None.
+
+    Args:
+        remotes: the env's remotes.
+        tls_ca: a CA bundle to verify them with (None: the default).
+
+    Returns:
+        The context, or None when no remote serves TLS.
+
+    Raises:
+        ValueError: ``tls_ca`` was given but no remote serves TLS.
+    """
     if any(r.tls for r in remotes):
         return client_context(tls_ca)
     if tls_ca is not None:

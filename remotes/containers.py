@@ -109,6 +109,13 @@ class DockerRemotes(RemoteGroup):
     """Running remote containers; :attr:`address` is their ``vnc://...`` address string."""
 
     def __init__(self, containers: list[str], addresses: list[RemoteAddress], password: str) -> None:
+        """Built by :func:`start_docker`, not by hand.
+
+        Args:
+            containers: the containers' ids.
+            addresses: every remote's address, in order.
+            password: the remotes' password.
+        """
         super().__init__(addresses, password)
         self.containers = containers
 
@@ -160,6 +167,22 @@ def start_docker(
     or a fresh random one (VNC uses 8 characters). Ports are published on 127.0.0.1 only.
     ``games_per_container``: remotes one container serves (``serve --games``; module
     docstring); the last container takes the rest.
+
+    Args:
+        env_id: what the remotes serve.
+        n: how many remotes.
+        image: the image to run.
+        password: the remotes' password (default: a fresh random one).
+        start_timeout: seconds to wait for every remote to answer.
+        args: more ``serve`` arguments.
+        games_per_container: remotes each container serves.
+
+    Returns:
+        The running containers; closing them removes them.
+
+    Raises:
+        DockerUnavailable: no Docker engine, no image, or not enough free ports (the
+            message says what to do).
     """
     if not 1 <= games_per_container <= MAX_GAMES_PER_CONTAINER:
         raise ValueError(

@@ -263,6 +263,18 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
 
         A remote that is away (dropped, stalled, or taken by a newer env) is reconnected
         first, waiting up to ``start_timeout``; :class:`RemoteUnavailable` if it is not back.
+
+        Args:
+            seed: the episode's seed, sent with the reset (the remote's runtime seeds with it).
+            options: ``{"env_id": ...}`` to switch environment; nothing else is read.
+
+        Returns:
+            The first observation and its info (``info["episode_id"]``, diagnostics).
+
+        Raises:
+            RemoteUnavailable: the remote is not back within ``start_timeout``, or the reset
+                failed; the message says which and what to do.
+            RuntimeError: the env is closed.
         """
         if self._closed:
             raise RuntimeError("reset() on a closed RemoteEnv")
@@ -280,7 +292,20 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
     ) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """One step. With ``actions="web"`` an action is an action string (``""``: none)
         or, as always, a list of VNC events; a string the remote cannot run comes back in
-        ``info["last_action_error"]``, not as an exception."""
+        ``info["last_action_error"]``, not as an exception.
+
+        Args:
+            action: a list of VNC events (``[("KeyEvent", "Left", True)]``), or an action
+                string with ``actions="web"``.
+
+        Returns:
+            ``(observation, reward, terminated, truncated, info)`` as gymnasium's; a lost remote
+            ends its episode (``truncated``, ``info["remote.error"]`` says why) rather than raise.
+
+        Raises:
+            ValueError: the action is not one the space allows (the message says what is wrong).
+            RuntimeError: the env is closed.
+        """
         if self._closed:
             raise RuntimeError("step() on a closed RemoteEnv")
         sent: Any
@@ -308,7 +333,12 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
 
     def keep_with_snapshots(self, part: SnapshotPart) -> None:
         """Save ``part``'s agent-side state (a wrapper's held keys) in every state this env
-        clones, and set it back on every restore (docs/snapshots.md)."""
+        clones, and set it back on every restore (docs/snapshots.md).
+
+        Args:
+            part: a :class:`~remotes.states.SnapshotPart` (``snapshot_name``,
+                ``snapshot_value``, ``restore_value``).
+        """
         self.snapshot_parts.keep(part)
 
     def clone_state(self, include_rng: bool = True, export: bool = False) -> EnvState:
@@ -316,7 +346,20 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         what the agent's side keeps (the episode's steps; wrappers' held keys); refused
         (ValueError) once the episode has ended: reset first. The generator is always
         included (``include_rng`` is accepted for ale-py's callers); ``export``: with the
-        state's bytes, so it restores on other remotes too."""
+        state's bytes, so it restores on other remotes too.
+
+        Args:
+            include_rng: accepted for ale-py's callers; the generator is always included.
+            export: carry the state's bytes too, so it restores on other remotes.
+
+        Returns:
+            An :class:`~remotes.states.EnvState` for :meth:`restore_state`.
+
+        Raises:
+            ValueError: not lockstep, or the episode ended in the last step.
+            RemoteError: the remote refused (its runtime cannot save states; the message says why).
+            RuntimeError: the env is closed or not connected.
+        """
         if self._closed:
             raise RuntimeError("clone_state() on a closed RemoteEnv")
         with self._stepping:
@@ -329,7 +372,17 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
     def restore_state(self, state: EnvState) -> None:
         """Go back to ``state`` (a new episode, the branch: ``info["episode_id"]`` of the
         next step says so), the agent's side with it; :meth:`render` shows the restored
-        frame, the next :meth:`step` plays on from it as it did after the clone."""
+        frame, the next :meth:`step` plays on from it as it did after the clone.
+
+        Args:
+            state: what :meth:`clone_state` returned (here or, exported, on a remote of the
+                same env id).
+
+        Raises:
+            ValueError: not lockstep, or the state lacks a part this env's wrappers keep.
+            RemoteError: the remote refused the state (the message says why).
+            RuntimeError: the env is closed.
+        """
         if self._closed:
             raise RuntimeError("restore_state() on a closed RemoteEnv")
         args = restore_args(state, self._state.name)
@@ -344,7 +397,11 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
 
     def render(self) -> np.ndarray | None:  # type: ignore[override]
         """``"rgb_array"``: the last frame. ``"human"``: a window on the remote (or where to
-        watch it, printed), opened by the first call (:mod:`remotes.human`)."""
+        watch it, printed), opened by the first call (:mod:`remotes.human`).
+
+        Returns:
+            The last frame (H, W, 3) with ``"rgb_array"``; None with ``"human"`` or no render mode.
+        """
         if self.render_mode == "human":
             from .human import show
 

@@ -47,12 +47,23 @@ class RemoteGroup:
         Fixed for remotes restarted on their old ports; a group whose remotes come back
         elsewhere (:class:`~remotes.ray.RayRemotes`) asks where they are now. A
         :class:`~remotes.vector.RemoteVectorEnv` made from a group asks before each probe
-        of a dropped remote."""
+        of a dropped remote.
+
+        Args:
+            index: the remote (0-based).
+
+        Returns:
+            Its address now.
+        """
         return self.addresses[index]
 
     def follow(self, sessions: Sequence[RemoteSession]) -> None:
         """Have the sessions of an env made from this group follow its remotes
-        (:func:`follow`; a pool's leases also give each session its client id)."""
+        (:func:`follow`; a pool's leases also give each session its client id).
+
+        Args:
+            sessions: the env's sessions, one per remote of the group, in order.
+        """
         follow(self, sessions)
 
     def close(self) -> None:

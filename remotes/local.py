@@ -184,6 +184,18 @@ class LocalRemotes(RemoteGroup):
     def __init__(self, processes: list[subprocess.Popen[bytes]], addresses: list[RemoteAddress],
                  password: str | None, logs: list[Path], command: list[str],
                  env: dict[str, str], nice: int = 0, games: Sequence[int] | None = None) -> None:
+        """Built by :func:`start_local`, not by hand.
+
+        Args:
+            processes: the ``serve`` processes.
+            addresses: every remote's address, in order.
+            password: the remotes' password (None: none).
+            logs: each process's log file.
+            command: the ``serve`` command line, to restart a process.
+            env: its environment variables.
+            nice: its CPU priority offset.
+            games: remotes each process serves (None: one each).
+        """
         super().__init__(addresses, password)
         self.processes = processes
         self.command, self.env, self.nice = command, env, nice
@@ -200,15 +212,36 @@ class LocalRemotes(RemoteGroup):
         self.measure: tuple[str, float | None, float, list[float | None], tuple[int, int]] | None = None
 
     def process_index(self, index: int) -> int:
-        """Which of :attr:`processes` serves remote ``index``."""
+        """Which of :attr:`processes` serves remote ``index``.
+
+        Args:
+            index: the remote.
+
+        Returns:
+            The index into :attr:`processes`.
+        """
         return self._process_index[index]
 
     def process_of(self, index: int) -> subprocess.Popen[bytes]:
-        """The process that serves remote ``index`` (and its siblings: :meth:`siblings`)."""
+        """The process that serves remote ``index`` (and its siblings: :meth:`siblings`).
+
+        Args:
+            index: the remote.
+
+        Returns:
+            Its ``serve`` process.
+        """
         return self.processes[self._process_index[index]]
 
     def siblings(self, index: int) -> list[int]:
-        """The remotes served by remote ``index``'s process, ``index`` among them."""
+        """The remotes served by remote ``index``'s process, ``index`` among them.
+
+        Args:
+            index: the remote.
+
+        Returns:
+            The indices of the remotes its process serves.
+        """
         process = self._process_index[index]
         return [i for i, p in enumerate(self._process_index) if p == process]
 
@@ -239,7 +272,11 @@ class LocalRemotes(RemoteGroup):
     def kill(self, index: int) -> None:
         """Kill remote ``index``'s process at once (for tests of what agents do when a
         remote dies). A process serving several games takes its siblings
-        (:meth:`siblings`) down with it: that is what a crash of it costs."""
+        (:meth:`siblings`) down with it: that is what a crash of it costs.
+
+        Args:
+            index: the remote.
+        """
         proc = self.process_of(index)
         proc.kill()
         proc.wait()
@@ -249,7 +286,12 @@ class LocalRemotes(RemoteGroup):
         a crash), with every game it served.
 
         Safe from any thread: the new process is started by the spawner thread, so it
-        outlives the caller's thread and still dies with this process."""
+        outlives the caller's thread and still dies with this process.
+
+        Args:
+            index: the remote.
+            timeout: seconds to wait for it to answer.
+        """
         at = self._process_index[index]
         proc = self.processes[at]
         self.measure = None  # a new process's CPU since start is not its siblings' since ready
@@ -422,6 +464,25 @@ def start_local(
     wake-up per frame for all of them); None picks :func:`default_games_per_process`'s
     (in lockstep: one process per core); 1 gives each remote a process of its own.
     :meth:`LocalRemotes.kill` of one remote kills its process and its siblings.
+
+    Args:
+        env_id: what the remotes serve.
+        n: how many remotes.
+        password: the remotes' password (None: none, on loopback).
+        fps: the remotes' frame rate (None: the env's own).
+        start_timeout: seconds to wait for every remote to answer.
+        extra_args: more ``serve`` arguments.
+        nice: the remotes' CPU priority offset (None: chosen as above).
+        host: where they listen.
+        games_per_process: remotes each ``serve`` process runs.
+        capacity: real-time remotes this machine holds (None: measured).
+
+    Returns:
+        The running remotes (a context manager; closing stops them).
+
+    Raises:
+        RuntimeError: a remote exited or did not answer within ``start_timeout`` (its log's
+            tail says why).
     """
     games = _checked(env_id, n, extra_args, games_per_process)
     nice = _priority(env_id, n, games, fps, extra_args, nice, capacity)

@@ -124,7 +124,20 @@ class EnvOptions:
     def of(cls, options: EnvOptions | None, settings: dict[str, Any], **given: Any) -> EnvOptions:
         """``options`` with ``settings`` (keywords of the same names) on top, and ``given``
         (the envs' positional ``password`` and ``fps``) where not None; an unknown name is
-        a TypeError that lists the known ones."""
+        a TypeError that lists the known ones.
+
+        Args:
+            options: the base (None: the defaults).
+            settings: keyword settings, which win over ``options``.
+            **given: the positional ``password`` and ``fps``, used where not None.
+
+        Returns:
+            The merged, checked options.
+
+        Raises:
+            TypeError: a setting has no such name.
+            ValueError: a setting is out of range (the message says which).
+        """
         settings = {**settings, **{k: v for k, v in given.items() if v is not None}}
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(settings) - names)
@@ -144,7 +157,11 @@ class EnvOptions:
 
     def changed(self) -> dict[str, Any]:
         """The settings that differ from the defaults (what ``gymnasium.make`` must repeat
-        to build the env again), paths as strings."""
+        to build the env again), paths as strings.
+
+        Returns:
+            ``{name: value}`` of each setting not at its default.
+        """
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)

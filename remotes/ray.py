@@ -357,6 +357,14 @@ class RayRemotes(RemoteGroup):
         self, actors: list[Any], placements: Sequence[Placement], password: str,
         placement_group: Any = None,
     ) -> None:
+        """Built by :func:`start_ray`, not by hand.
+
+        Args:
+            actors: the Ray actors, one per remote.
+            placements: where each remote serves.
+            password: the remotes' password.
+            placement_group: the ``SPREAD`` placement group, if any (removed on close).
+        """
         super().__init__([p.address for p in placements], password)
         self.actors = actors
         self.placements = list(placements)
@@ -372,7 +380,15 @@ class RayRemotes(RemoteGroup):
     def placement_of(self, index: int, timeout: float = ADDRESS_WAIT) -> Placement:
         """Ask actor ``index`` where its remote serves; after ``timeout`` seconds without an
         answer (it is restarting) the last known placement. One question per actor is in
-        flight at a time: a later call waits for the same answer."""
+        flight at a time: a later call waits for the same answer.
+
+        Args:
+            index: the remote.
+            timeout: seconds to wait for the actor's answer.
+
+        Returns:
+            Its placement (node and address).
+        """
         ray = _ray()
         with self._lock:
             ref = self._asking[index]
@@ -397,11 +413,25 @@ class RayRemotes(RemoteGroup):
         return placement
 
     def address_of(self, index: int) -> RemoteAddress:
-        """Where remote ``index`` serves now (see :meth:`placement_of`)."""
+        """Where remote ``index`` serves now (see :meth:`placement_of`).
+
+        Args:
+            index: the remote.
+
+        Returns:
+            Its address now.
+        """
         return self.placement_of(index).address
 
     def refresh(self, timeout: float = ADDRESS_WAIT) -> list[Placement]:
-        """Ask every actor where its remote serves (concurrently)."""
+        """Ask every actor where its remote serves (concurrently).
+
+        Args:
+            timeout: seconds to wait for each actor's answer.
+
+        Returns:
+            Every remote's placement, in order (also kept in :attr:`placements`).
+        """
         ray = _ray()
         refs = [a.where.remote() for a in self.actors]
         ray.wait(refs, num_returns=len(refs), timeout=timeout)
@@ -468,6 +498,26 @@ def start_ray(
     ``resources``: what each remote reserves (:data:`DEFAULT_RESOURCES`; custom names
     too, ``{"CPU": 0.25, "gpu_node": 1}``). ``spread``: one ``SPREAD`` placement group
     (module docstring). ``max_restarts``: Ray's, per actor. ``extra_args`` go to ``serve``.
+
+    Args:
+        env_id: what the remotes serve.
+        n: how many remotes.
+        address: the Ray cluster (see above).
+        password: every remote's password.
+        tls: (certificate, key) files for TLS.
+        resources: what each remote reserves.
+        spread: place the remotes on different nodes where Ray can.
+        max_restarts: Ray's restarts per actor.
+        start_timeout: seconds to wait for every remote to answer.
+        extra_args: more ``serve`` arguments.
+        init_timeout: seconds to wait for ``ray.init``.
+
+    Returns:
+        The running remotes (closing kills the actors).
+
+    Raises:
+        RayUnavailable: Ray is not installed, or the cluster does not answer (the message
+            says what to do).
     """
     if not 1 <= n <= MAX_RAY_REMOTES:
         raise ValueError(f"n must be 1..{MAX_RAY_REMOTES}, not {n}")

@@ -209,6 +209,25 @@ def make_env(
     with them, remotes given by address must run them already. ``render_mode="human"``
     opens a window on the remote (:mod:`remotes.human`). Other keyword arguments go to
     :class:`~remotes.env.RemoteEnv`.
+
+    Args:
+        env_id: a registered id (``builtin.Catch-v0``, ``atari.Pong-v0``...).
+        remotes: remotes to start here (an int), or the address of running ones
+            (``vnc://...``, ``pool://...``, ``ray:N``).
+        mode: ``"realtime"`` or ``"lockstep"``.
+        frameskip: frames each lockstep step advances.
+        password: the remotes' password.
+        discrete: the family's discrete action space (``False``: VNC events).
+        render_mode: ``"rgb_array"`` or ``"human"``.
+        **kwargs: :class:`~remotes.env.RemoteEnv`'s settings, and the family's own.
+
+    Returns:
+        The env, wrapped in its family's action wrapper; closing it stops the remotes it
+        started.
+
+    Raises:
+        UnknownEnvironment: ``env_id`` is not registered (the message names the closest ids).
+        RemoteUnavailable: the remote did not answer.
     """
     options = ale.runtime_options(env_id, kwargs)
     extra = _serve_args(mode, options, render_mode)
@@ -254,7 +273,26 @@ def make_vector_env(
     """``num_envs`` remotes of ``env_id`` as one :class:`RemoteVectorEnv`
     (``gymnasium.make_vec``'s entry point), with the action space ``make`` gives each env
     (:func:`action_wrapper`'s vector form: ``MultiDiscrete`` where ``make`` gives
-    ``Discrete``; ``discrete=False`` keeps VNC events). Takes :func:`make_env`'s keywords."""
+    ``Discrete``; ``discrete=False`` keeps VNC events). Takes :func:`make_env`'s keywords.
+
+    Args:
+        env_id: a registered id.
+        num_envs: how many remotes.
+        remotes: as :func:`make_env`'s, naming ``num_envs`` remotes (None: start them here).
+        mode: ``"realtime"`` or ``"lockstep"``.
+        frameskip: frames each lockstep step advances.
+        password: the remotes' password.
+        discrete: the family's discrete action space (``False``: VNC events).
+        render_mode: ``"rgb_array"`` or ``"human"``.
+        **kwargs: :class:`~remotes.vector.RemoteVectorEnv`'s settings.
+
+    Returns:
+        The vector env, wrapped in its family's vector action wrapper.
+
+    Raises:
+        UnknownEnvironment: ``env_id`` is not registered.
+        RemoteUnavailable: remotes did not answer.
+    """
     options = ale.runtime_options(env_id, kwargs)
     extra = _serve_args(mode, options, render_mode)
     addresses, password, local = _addresses(

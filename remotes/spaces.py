@@ -64,7 +64,15 @@ class VNCActionSpace(spaces.Space[list[Event]]):
 
         Every number comes from one ``random`` call (benchmarks and agents draw an action
         per step, so drawing one number at a time would cost more than the step's own
-        bookkeeping: ``python -m benchmarks atari_lockstep``, part 1b)."""
+        bookkeeping: ``python -m benchmarks atari_lockstep``, part 1b).
+
+        Args:
+            mask: unsupported (gymnasium's signature); ignored.
+            probability: unsupported (gymnasium's signature); ignored.
+
+        Returns:
+            Up to :data:`MAX_SAMPLED_EVENTS` events.
+        """
         keys, buttons = self.keys, self.buttons
         if not keys and not buttons:
             return []
@@ -80,10 +88,25 @@ class VNCActionSpace(spaces.Space[list[Event]]):
         return events
 
     def contains(self, x: Any) -> bool:
+        """Whether ``x`` is an action this space allows (:meth:`check` says why not).
+
+        Args:
+            x: a candidate action.
+
+        Returns:
+            True when it is a list of valid events.
+        """
         return self.check(x) is None
 
     def check(self, action: Any) -> str | None:
-        """None if ``action`` is valid, else what is wrong with it (for error messages)."""
+        """None if ``action`` is valid, else what is wrong with it (for error messages).
+
+        Args:
+            action: a candidate action: a list of ``KeyEvent``/``PointerEvent`` tuples.
+
+        Returns:
+            None, or the first problem found, naming the event.
+        """
         if not isinstance(action, list | tuple):
             return f"an action is a list of events, not {type(action).__name__}"
         for i, event in enumerate(action):

@@ -39,6 +39,14 @@ class RemoteUnavailable(ConnectionError):
     """A remote could not be reached or dropped; the message says which and what to do."""
 
     def __init__(self, name: str, what: str, cause: BaseException | None = None) -> None:
+        """The error's message is built from these: which remote, what, and why.
+
+        Args:
+            name: the remote (its address).
+            what: what failed ("cannot connect", "reset failed").
+            cause: the error underneath, if any: whether it explains itself decides whether
+                the message adds the hint.
+        """
         self.name, self.what, self.cause = name, what, cause
         #: With :meth:`several`: each remote's own error.
         self.errors: list[BaseException] = [self]
@@ -63,7 +71,15 @@ class RemoteUnavailable(ConnectionError):
 
     @classmethod
     def several(cls, errors: Sequence[BaseException], total: int) -> RemoteUnavailable:
-        """One error for the remotes of an env that did not answer, each with its reason."""
+        """One error for the remotes of an env that did not answer, each with its reason.
+
+        Args:
+            errors: each failed remote's error.
+            total: how many remotes the env has.
+
+        Returns:
+            One error naming them all; :attr:`errors` keeps each.
+        """
         names = ", ".join(getattr(e, "name", "?") for e in errors)
         reasons = "; ".join(
             e.problem if isinstance(e, RemoteUnavailable) else str(e) for e in errors

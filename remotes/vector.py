@@ -117,6 +117,23 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
     :class:`~remotes.options.EnvOptions`, or its settings as keywords), and ``autoreset_mode``
     (``NEXT_STEP``, the default, or ``SAME_STEP``). All remotes must share one screen
     size (the observations are stacked).
+
+    Args:
+        addresses: Universe's grammar naming every remote (``?password=`` may carry the
+            password), a list of such strings or of RemoteAddresses, a
+            ``pool://HOST:PORT`` address, or a :class:`~remotes.group.RemoteGroup`.
+        password: the remotes' password (overrides the address's).
+        fps: real-time steps per second (default: the remotes' own fps).
+        options: an :class:`~remotes.options.EnvOptions`; keywords of the same names win.
+        render_mode: ``"rgb_array"`` or ``"human"``.
+        loop: the loop thread for this env's sockets (default: the process's).
+        autoreset_mode: ``NEXT_STEP`` or ``SAME_STEP`` (gymnasium's).
+        num_envs: remotes to claim from a ``pool://`` address (only there).
+        **settings: :class:`~remotes.options.EnvOptions` fields as keywords.
+
+    Raises:
+        RemoteUnavailable: remotes did not answer within ``start_timeout`` (names each).
+        ValueError: a bad setting, address or mode (the message says which).
     """
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": ["human", "rgb_array"]}
@@ -267,6 +284,18 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
 
         Remotes that are away are reconnected first (each waiting up to
         ``start_timeout``); :class:`RemoteUnavailable` names any that are not back.
+
+        Args:
+            seed: one seed (env *i* gets ``seed + i``), one per env, or None.
+            options: ``{"env_id": ...}`` to switch every remote's environment.
+
+        Returns:
+            The stacked observations and the batched info.
+
+        Raises:
+            RemoteUnavailable: remotes not back within ``start_timeout`` (each named).
+            ValueError: a list of seeds of another length than ``num_envs``.
+            RuntimeError: the env is closed.
         """
         if self._closed:
             raise RuntimeError("reset() on a closed RemoteVectorEnv")
@@ -291,7 +320,21 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """One step of every remote. With ``actions="web"`` each remote's action is an
         action string (``""``: none) or a list of VNC events; a string a remote cannot
-        run comes back in its ``info["last_action_error"]``, not as an exception."""
+        run comes back in its ``info["last_action_error"]``, not as an exception.
+
+        Args:
+            actions: one action per remote (a list of VNC events, or with ``actions="web"`` an
+                action string).
+
+        Returns:
+            ``(observations, rewards, terminated, truncated, infos)`` batched as gymnasium's; a
+            lost remote ends its episode (``truncated``; its info says why) rather than raise.
+
+        Raises:
+            ValueError: not one action per remote, or an action the space does not allow.
+            AlreadyPendingCallError: a :meth:`step_async` waits for its :meth:`step_wait`.
+            RuntimeError: the env is closed.
+        """
         if self._closed:
             raise RuntimeError("step() on a closed RemoteVectorEnv")
         if isinstance(actions, str) or len(actions) != self.num_envs:
@@ -310,7 +353,16 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
     def step_async(self, actions: Sequence[Sequence[tuple[Any, ...]]]) -> None:
         """Lockstep: send every remote its step and return at once (gymnasium's
         ``AsyncVectorEnv.step_async``): the remotes step while the agent computes; the
-        step's results come from :meth:`step_wait`."""
+        step's results come from :meth:`step_wait`.
+
+        Args:
+            actions: one list of VNC events per remote.
+
+        Raises:
+            AlreadyPendingCallError: called twice without :meth:`step_wait`.
+            ValueError: not one action per remote, or an invalid action.
+            RuntimeError: the env is closed.
+        """
         if self._closed:
             raise RuntimeError("step_async() on a closed RemoteVectorEnv")
         if self._step_sent is not None:
@@ -323,7 +375,14 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             self._step_sent = self._core.step_send(sent, same_step)
 
     def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """The results of the step :meth:`step_async` sent, as :meth:`step` returns them."""
+        """The results of the step :meth:`step_async` sent, as :meth:`step` returns them.
+
+        Returns:
+            What :meth:`step` returns.
+
+        Raises:
+            NoAsyncCallError: no :meth:`step_async` before it.
+        """
         if self._step_sent is None:
             raise NoAsyncCallError("step_wait() without a step_async() before it", "step")
         with self._stepping:
@@ -360,7 +419,11 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
 
     def keep_with_snapshots(self, part: SnapshotPart) -> None:
         """Save ``part``'s agent-side state of an env (a wrapper's held keys) in every
-        state cloned from it, and set it back on every restore (docs/snapshots.md)."""
+        state cloned from it, and set it back on every restore (docs/snapshots.md).
+
+        Args:
+            part: a :class:`~remotes.states.SnapshotPart` holding one value per env.
+        """
         self.snapshot_parts.keep(part)
 
     def clone_state(self, index: int, export: bool = False) -> EnvState:
@@ -368,7 +431,21 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         (the episode's steps; wrappers' held keys); ``export``: with its bytes, so it
         restores on the other remotes too. Refused (ValueError) while env ``index``'s
         episode has ended: its next step starts a new one, which no state of the ended
-        one would replay."""
+        one would replay.
+
+        Args:
+            index: the env.
+            export: carry the state's bytes, so it restores on other remotes.
+
+        Returns:
+            An :class:`~remotes.states.EnvState` for :meth:`restore_state`,
+            :meth:`set_states` or another env's ``restore_state``.
+
+        Raises:
+            ValueError: not lockstep, or env ``index``'s episode ended in the last step.
+            RemoteError: the remote refused (the message says why).
+            RuntimeError: the env is closed or remote ``index`` not connected.
+        """
         if self._closed:
             raise RuntimeError("clone_state() on a closed RemoteVectorEnv")
         with self._stepping:
@@ -380,14 +457,28 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         return make_state(name, self._states[index].describe.get("env_id", ""), reply, steps, agent)
 
     def restore_state(self, index: int, state: EnvState) -> None:
-        """Set remote ``index`` to ``state`` (a new episode there, the branch)."""
+        """Set remote ``index`` to ``state`` (a new episode there, the branch).
+
+        Args:
+            index: the env.
+            state: an :class:`~remotes.states.EnvState` (exported, if it was cloned elsewhere).
+        """
         self.set_states({index: state})
 
     def set_states(self, states: dict[int, EnvState]) -> None:
         """Set each remote named to its state, all at once, the agent's side with it (the
         episode's steps, wrappers' held keys; an env whose episode had ended is running
         the restored one: its next step sends its action); :meth:`render` and the next
-        step's observations show the restored frames."""
+        step's observations show the restored frames.
+
+        Args:
+            states: ``{env index: state}``; exported states for envs other than their own.
+
+        Raises:
+            ValueError: not lockstep, or a state lacks a part this env's wrappers keep.
+            RemoteError: a remote refused its state (the message says why).
+            RuntimeError: the env is closed.
+        """
         if self._closed:
             raise RuntimeError("set_states() on a closed RemoteVectorEnv")
         sent = {i: restore_args(state, self._states[i].name) for i, state in states.items()}
@@ -404,7 +495,15 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
     def fork(self, index: int, to: Sequence[int] | None = None) -> EnvState:
         """Put remote ``index``'s state on the remotes ``to`` (default: all the others),
         at once: k attempts from one state (GRPO's groups, Go-Explore's returns). The
-        state moves as exported bytes; remote ``index`` goes on as it was. The state."""
+        state moves as exported bytes; remote ``index`` goes on as it was. The state.
+
+        Args:
+            index: the env whose state is copied.
+            to: the envs that take it (default: every other).
+
+        Returns:
+            The exported state, to fork from again later.
+        """
         targets = [i for i in range(self.num_envs) if i != index] if to is None else list(to)
         state = self.clone_state(index, export=True)
         self.set_states(dict.fromkeys(targets, state))
@@ -412,7 +511,11 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
 
     def render(self) -> np.ndarray | None:  # type: ignore[override]
         """``"rgb_array"``: a copy of the last observations. ``"human"``: a window on each
-        remote (or where to watch it, printed), opened by the first call (:mod:`remotes.human`)."""
+        remote (or where to watch it, printed), opened by the first call (:mod:`remotes.human`).
+
+        Returns:
+            The stacked last observations with ``"rgb_array"``; None otherwise.
+        """
         if self.render_mode == "human":
             from .human import show
 
@@ -423,7 +526,11 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close every connection and stop reconnecting (idempotent); stop what this env
-        started."""
+        started.
+
+        Args:
+            **kwargs: gymnasium's; unused.
+        """
         core = None if self._closed else self._core
         self._closed = True
         owned, self.owned = self.owned, None

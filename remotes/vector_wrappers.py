@@ -67,7 +67,15 @@ class EachEnv(VectorActionWrapper):  # type: ignore[type-arg]
         return [self.env_action(i, action) for i, action in enumerate(self._rows(actions))]
 
     def env_action(self, index: int, action: Any) -> list[Event]:
-        """Env ``index``'s action as its VNC events."""
+        """Env ``index``'s action as its VNC events.
+
+        Args:
+            index: the env.
+            action: its row of the batch, already checked against the space.
+
+        Returns:
+            The events to send it (none for an env whose action this step drops).
+        """
         raise NotImplementedError
 
 
@@ -91,6 +99,18 @@ class VectorDiscreteKeys(EachEnv):
         keep_with_snapshots(env, self)
 
     def snapshot_value(self, index: int) -> tuple[str, ...]:
+        """The keys env ``index`` holds now: a clone saves them.
+
+        Args:
+            index: the env.
+
+        Returns:
+            Its held key names, sorted.
+
+        Raises:
+            ValueError: env ``index``'s episode ended in the last step (its next step starts a
+                new one and drops its action, so no clone of it would replay).
+        """
         if self._resetting[index]:  # (the env refuses first; a wrapper over another env)
             raise ValueError(
                 f"env {index}'s episode ended in the last step: its next step starts a new one "
@@ -99,11 +119,24 @@ class VectorDiscreteKeys(EachEnv):
         return tuple(sorted(self._held[index]))
 
     def restore_value(self, index: int, value: Any) -> None:
-        """Env ``index`` runs the restored episode, holding what it held at the clone."""
+        """Env ``index`` runs the restored episode, holding what it held at the clone.
+
+        Args:
+            index: the env restored.
+            value: what :meth:`snapshot_value` returned.
+        """
         self._held[index] = held_keys(value)
         self._resetting[index] = False
 
     def reset(self, **kwargs: Any) -> Any:
+        """Forget every env's held keys (the remotes release every key on reset) and reset.
+
+        Args:
+            **kwargs: ``seed`` and ``options``, for the vector env's :meth:`reset`.
+
+        Returns:
+            The vector env's observations and info.
+        """
         self._held = [frozenset[str]()] * self.num_envs
         self._resetting[:] = False
         return super().reset(**kwargs)
@@ -118,6 +151,14 @@ class VectorDiscreteKeys(EachEnv):
         return events
 
     def step(self, actions: Any) -> Any:
+        """Step, then forget the keys of envs whose episode ended (their remote released them).
+
+        Args:
+            actions: one combination index per env.
+
+        Returns:
+            The vector env's ``(observations, rewards, terminated, truncated, infos)``.
+        """
         obs, rewards, terminated, truncated, infos = super().step(actions)
         ended = np.logical_or(terminated, truncated)
         for i in np.flatnonzero(ended):

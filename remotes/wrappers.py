@@ -66,6 +66,17 @@ class DiscreteKeys(_OneOrMany, gymnasium.ActionWrapper[np.ndarray, np.int64, lis
     vector_form = "VectorDiscreteKeys"
 
     def __init__(self, env: gymnasium.Env[Any, Any], combos: Sequence[Sequence[str]]) -> None:
+        """One action per key combination.
+
+        Args:
+            env: a remote env (or a wrapper of one) taking lists of VNC events.
+            combos: the key names each action holds (``[]``: none); names as
+                :mod:`vncdriver.keysyms` reads them.
+
+        Raises:
+            ValueError: no combination, or one names an unknown key
+                (:class:`~vncdriver.errors.UnknownKey`).
+        """
         super().__init__(env)
         self.combos = key_combos(combos)
         self.action_space = spaces.Discrete(len(self.combos))
@@ -73,12 +84,34 @@ class DiscreteKeys(_OneOrMany, gymnasium.ActionWrapper[np.ndarray, np.int64, lis
         keep_with_snapshots(env, self)
 
     def snapshot_value(self, index: int) -> tuple[str, ...]:
+        """The keys held now: a clone saves them, so a restore holds them again.
+
+        Args:
+            index: unused (one env); the vector form's env index.
+
+        Returns:
+            The held key names, sorted.
+        """
         return tuple(sorted(self._held))
 
     def restore_value(self, index: int, value: Any) -> None:
+        """Hold what was held at the clone, so the next action sends only the difference.
+
+        Args:
+            index: unused (one env).
+            value: what :meth:`snapshot_value` returned.
+        """
         self._held = held_keys(value)
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Forget the held keys (the remote releases every key on reset) and reset.
+
+        Args:
+            **kwargs: ``seed`` and ``options``, for the env's :meth:`reset`.
+
+        Returns:
+            The env's first observation and info.
+        """
         self._held = frozenset()  # the remote releases everything on reset
         return super().reset(**kwargs)
 
@@ -104,12 +137,31 @@ class DiscreteClicks(_OneOrMany, gymnasium.ActionWrapper[np.ndarray, np.int64, l
         self, env: gymnasium.Env[Any, Any], points: Sequence[tuple[int, int]], button: int = 1,
         *, noop: bool = False,
     ) -> None:
+        """One action per point to click.
+
+        Args:
+            env: a remote env (or a wrapper of one) taking lists of VNC events.
+            points: the (x, y) screen pixel each action clicks.
+            button: the button mask a click presses (1: left).
+            noop: add action 0, which sends nothing.
+        """
         super().__init__(env)
         self.points, self.button, self.noop = click_points(points), button, noop
         self.action_space = click_space(self.points, noop)
 
     @classmethod
     def grid(cls, env: Any, columns: int, rows: int, *, noop: bool = False) -> DiscreteClicks:
+        """The centres of a ``columns`` x ``rows`` grid over the screen, row by row.
+
+        Args:
+            env: a remote env (its screen size decides the points).
+            columns: points across.
+            rows: points down.
+            noop: add action 0, which sends nothing.
+
+        Returns:
+            A :class:`DiscreteClicks` of ``columns * rows`` points (``+ 1`` with ``noop``).
+        """
         height, width = screen_size(env)
         xs = (np.arange(columns) + 0.5) * width / columns
         ys = (np.arange(rows) + 0.5) * height / rows
@@ -125,6 +177,11 @@ class PointerBox(_OneOrMany, gymnasium.ActionWrapper[np.ndarray, np.ndarray, lis
     vector_form = "VectorPointerBox"
 
     def __init__(self, env: gymnasium.Env[Any, Any]) -> None:
+        """A pointer box over ``env``'s screen.
+
+        Args:
+            env: a remote env (or a wrapper of one); its screen size bounds the box.
+        """
         super().__init__(env)
         self.action_space = pointer_box(*screen_size(env))
 
