@@ -113,6 +113,20 @@ class BlockingRewarder(ClientState):
         calibration_pings: int = CALIBRATION_PINGS,
         local: bool = True,
     ) -> None:
+        """Nothing is dialled until :meth:`connect`.
+
+        Args:
+            address: ``host:port`` of the rewarder.
+            password: the remote's password (Universe's Basic ``Authorization``).
+            start_timeout: seconds :meth:`connect` keeps dialling.
+            name: how log lines and errors name the remote (default: ``address``).
+            client_id: the ``openai-client-id`` header: a newer connection with the same id
+                takes the active slot.
+            tls: a verifying client context: ``host:port`` then means ``wss://``.
+            player: the player to hold on a multi-player remote (None: player 0).
+            calibration_pings: pings that measure the clock skew after connecting.
+            local: dial the remote's Unix socket first when it runs here.
+        """
         self.address = address
         #: Dial the remote's local Unix socket first when it runs here (:mod:`.local_socket`).
         self.local = local
@@ -161,19 +175,37 @@ class BlockingRewarder(ClientState):
         return Counters(self._messages, self._rewards, self._remote_errors)
 
     def forked(self) -> bool:
-        """Whether this object was made by another process (a fork's parent)."""
+        """Whether this object was made by another process (a fork's parent).
+
+        Returns:
+            True in a child process: it must not use the parent's socket.
+        """
         return os.getpid() != self._pid
 
     def fileno(self) -> int:
-        """The socket's descriptor (-1 when not connected): for waiting on several."""
+        """The socket's descriptor (-1 when not connected): for waiting on several.
+
+        Returns:
+            The descriptor, or -1.
+        """
         sock = self._sock
         return sock.fileno() if sock is not None else -1
 
     def pop(self) -> EpisodeResult:
+        """The current episode's reward, done, info and text since the last pop (consumed).
+
+        Returns:
+            An :class:`~.reward_buffer.EpisodeResult`.
+        """
         with self._lock:
             return self.buffer.pop()
 
     def peek(self) -> EpisodeResult:
+        """What :meth:`pop` would return, without consuming it.
+
+        Returns:
+            An :class:`~.reward_buffer.EpisodeResult`.
+        """
         with self._lock:
             return self.buffer.peek()
 
@@ -297,7 +329,23 @@ class BlockingRewarder(ClientState):
         self, env_id: str | None = None, seed: int | None = None, fps: float | None = None,
         mode: str | None = None, timeout: float = 60.0,
     ) -> int:
-        """Ask for a new episode; its id once the server replied (the buffer switches)."""
+        """Ask for a new episode; its id once the server replied (the buffer switches).
+
+        Args:
+            env_id: switch to this environment (None: keep it).
+            seed: the episode's seed.
+            fps: the remote's new frame rate (None: keep it).
+            mode: ``"realtime"`` or ``"lockstep"`` (None: keep it).
+            timeout: seconds to wait for the reply.
+
+        Returns:
+            The new episode's id.
+
+        Raises:
+            RemoteError: the server refused (an unknown env id, say).
+            ConnectionClosed: the connection ended first.
+            TimeoutError: no reply within ``timeout``.
+        """
         with self._lock:
             deadline = time.monotonic() + timeout
             message_id = self.send_reset(env_id, seed, fps, mode, timeout=timeout)
@@ -310,7 +358,19 @@ class BlockingRewarder(ClientState):
     ) -> int:
         """Send ``v0.env.reset`` (past the newest episode this channel saw); its message id,
         for :meth:`wait_reply` or :meth:`take_reply`. ``obs="shm"``: the reply names the
-        shared-memory segment holding the new episode's first frame, as a step's does."""
+        shared-memory segment holding the new episode's first frame, as a step's does.
+
+        Args:
+            env_id: switch to this environment (None: keep it).
+            seed: the episode's seed.
+            fps: the remote's new frame rate (None: keep it).
+            mode: ``"realtime"`` or ``"lockstep"`` (None: keep it).
+            obs: ``"vnc"`` or ``"shm"``.
+            timeout: seconds the send may take.
+
+        Returns:
+            The request's message id.
+        """
         with self._lock:
             newest = self.buffer.newest_episode_id or 0
             request = self._need_proto().reset(newest, env_id, seed, fps, mode, obs)
@@ -318,7 +378,19 @@ class BlockingRewarder(ClientState):
 
     def write_property(self, key: str, value: Any, timeout: float = PING_TIMEOUT) -> dict[str, Any]:
         """Write the remote's property ``key`` (our extension); the reply's body.
-        :class:`RemoteError` names an unknown key, a read-only one or a bad value."""
+        :class:`RemoteError` names an unknown key, a read-only one or a bad value.
+
+        Args:
+            key: the property.
+            value: its new value.
+            timeout: seconds to wait for the reply.
+
+        Returns:
+            The reply's body (``{"key", "value"}``).
+
+        Raises:
+            RemoteError: the remote refused the write.
+        """
         with self._lock:
             request = self._need_proto().properties("write", key, value)
             reply, _ = self._call(protocol.PROPERTIES_WRITE, request, timeout)
@@ -326,7 +398,18 @@ class BlockingRewarder(ClientState):
 
     def snapshot(self, export: bool = False, timeout: float = PING_TIMEOUT) -> SnapshotReply:
         """Save the remote's state (``v0.env.snapshot``, docs/snapshots.md): its token, and
-        its bytes when ``export``. :class:`RemoteError` says why a remote cannot."""
+        its bytes when ``export``. :class:`RemoteError` says why a remote cannot.
+
+        Args:
+            export: carry the state's bytes too.
+            timeout: seconds to wait for the reply.
+
+        Returns:
+            The :class:`~.snapshot_messages.SnapshotReply` (token, bytes when exported).
+
+        Raises:
+            RemoteError: the remote cannot save its state (the message says why).
+        """
         with self._lock:
             reply, _ = self._call(SNAPSHOT, self._need_proto().snapshot(export), timeout)
             return reply  # type: ignore[no-any-return]
@@ -334,13 +417,35 @@ class BlockingRewarder(ClientState):
     def send_restore(self, token: str | None, state: bytes | None, obs: str = protocol.OBS_VNC,
                      timeout: float = SEND_TIMEOUT) -> int:
         """Send ``v0.env.restore`` of a token or exported bytes; its message id: the reply
-        is a :class:`ResetReply` (a new episode id, the branch) for :meth:`wait_reply`."""
+        is a :class:`ResetReply` (a new episode id, the branch) for :meth:`wait_reply`.
+
+        Args:
+            token: a snapshot's token (or None with ``state``).
+            state: exported bytes (or None with ``token``).
+            obs: ``"vnc"`` or ``"shm"``.
+            timeout: seconds the send may take.
+
+        Returns:
+            The request's message id.
+        """
         with self._lock:
             return self._send_request(RESTORE, self._need_proto().restore(token, state, obs), timeout)
 
     def restore(self, token: str | None = None, state: bytes | None = None,
                 timeout: float = 60.0) -> ResetReply:
-        """Go back to a snapshot's state; the reply (a new episode id, the restored frame)."""
+        """Go back to a snapshot's state; the reply (a new episode id, the restored frame).
+
+        Args:
+            token: a snapshot's token (or None with ``state``).
+            state: exported bytes (or None with ``token``).
+            timeout: seconds to wait for the reply.
+
+        Returns:
+            The :class:`~.protocol.ResetReply`.
+
+        Raises:
+            RemoteError: a dropped token, bytes of another env, or not a snapshot.
+        """
         with self._lock:
             deadline = time.monotonic() + timeout
             message_id = self.send_restore(token, state, timeout=timeout)
@@ -348,7 +453,20 @@ class BlockingRewarder(ClientState):
             return reply
 
     def wait_for_state(self, state: str, episode_id: int | None, timeout: float) -> Describe:
-        """Wait for a describe with ``env_state == state`` (episode >= ``episode_id``)."""
+        """Wait for a describe with ``env_state == state`` (episode >= ``episode_id``).
+
+        Args:
+            state: the ``env_state`` awaited (``"running"``).
+            episode_id: the oldest episode that counts (None: any).
+            timeout: seconds to wait.
+
+        Returns:
+            That :class:`~.protocol.Describe`.
+
+        Raises:
+            TimeoutError: not within ``timeout``.
+            ConnectionClosed: the connection ended first.
+        """
         deadline = time.monotonic() + timeout
         with self._lock:
             while True:
@@ -365,7 +483,21 @@ class BlockingRewarder(ClientState):
     ) -> int:
         """Send ``v0.env.step`` (input events, or a browser remote's action string; ``settle``:
         the remote answers once its screen is still); its message id, for :meth:`take_reply`.
-        A remote that takes not all of it within ``timeout`` s is lost (:class:`SendTimeout`)."""
+        A remote that takes not all of it within ``timeout`` s is lost (:class:`SendTimeout`).
+
+        Args:
+            action: input events, or an action string.
+            frames: frames to advance.
+            obs: ``"vnc"`` or ``"shm"``.
+            settle: answer once the screen is still instead.
+            timeout: seconds the send may take.
+
+        Returns:
+            The request's message id.
+
+        Raises:
+            SendTimeout: the remote did not take it all within ``timeout``.
+        """
         with self._lock:
             message_id, data = self._need_proto().step(self.episode_id or 0, action, frames, obs, settle)
             self.outstanding[message_id] = protocol.STEP  # first: an interrupt after the send
@@ -378,7 +510,14 @@ class BlockingRewarder(ClientState):
 
     def send_batch_step(self, steps: list[tuple[int, int | None, list[list[Any]], int]]) -> int:
         """Send a ``v0.batch.step`` of ``steps`` (:func:`rewarder.batch_messages.request_body`):
-        its message id, whose reply (a ``BatchStepReply``) :meth:`take_reply` gives."""
+        its message id, whose reply (a ``BatchStepReply``) :meth:`take_reply` gives.
+
+        Args:
+            steps: one ``(game, episode id, events, frames)`` per game of the remote's process.
+
+        Returns:
+            The request's message id.
+        """
         with self._lock:
             request = self._need_proto()._request(BATCH_STEP, request_body(steps))
             return self._send_request(BATCH_STEP, request)
@@ -393,7 +532,19 @@ class BlockingRewarder(ClientState):
         """The reply to ``message_id`` if it arrived (raising :class:`RemoteError` if the
         server refused the request), else None. ``read``: first read what the socket
         holds (never waiting); else only look at the replies already read. ``ready``: a
-        poll just said the socket has bytes (read them without asking again)."""
+        poll just said the socket has bytes (read them without asking again).
+
+        Args:
+            message_id: the request's id.
+            read: read the socket first.
+            ready: the socket is known to have bytes.
+
+        Returns:
+            The reply, or None while it has not arrived.
+
+        Raises:
+            RemoteError: the server refused the request.
+        """
         with self._lock:
             self.used_at = time.monotonic()
             if read and message_id not in self._replies:
@@ -402,7 +553,20 @@ class BlockingRewarder(ClientState):
 
     def wait_reply(self, message_id: Any, deadline: float) -> Any:
         """The reply to ``message_id``, waiting until ``deadline`` (monotonic):
-        TimeoutError past it, ConnectionClosed if the connection ends first."""
+        TimeoutError past it, ConnectionClosed if the connection ends first.
+
+        Args:
+            message_id: the request's id.
+            deadline: ``time.monotonic()`` to give up at.
+
+        Returns:
+            The reply.
+
+        Raises:
+            TimeoutError: past ``deadline``.
+            ConnectionClosed: the connection ended first.
+            RemoteError: the server refused the request.
+        """
         with self._lock:
             while message_id not in self._replies:
                 self._read_some(deadline)
@@ -412,7 +576,22 @@ class BlockingRewarder(ClientState):
         self, events: Sequence[Sequence[Any]] = (), frames: int = 1, obs: str = protocol.OBS_VNC,
         timeout: float = 60.0,
     ) -> StepReply:
-        """Lockstep: hold ``events`` and advance exactly ``frames`` frames; the reply."""
+        """Lockstep: hold ``events`` and advance exactly ``frames`` frames; the reply.
+
+        Args:
+            events: input events held for the step.
+            frames: frames to advance.
+            obs: ``"vnc"`` or ``"shm"`` (the frame in a shared-memory segment).
+            timeout: seconds to wait for the reply.
+
+        Returns:
+            The :class:`~.protocol.StepReply`: the reward and done of exactly those frames.
+
+        Raises:
+            RemoteError: the remote refused (not in lockstep, say).
+            ConnectionClosed: the connection ended first.
+            TimeoutError: no reply within ``timeout``.
+        """
         with self._lock:
             deadline = time.monotonic() + timeout
             message_id = self.send_step(events, frames, obs, timeout=timeout)
@@ -420,7 +599,14 @@ class BlockingRewarder(ClientState):
             return reply
 
     def ping(self, timeout: float = PING_TIMEOUT) -> float:
-        """Round trip in seconds."""
+        """Round trip in seconds.
+
+        Args:
+            timeout: seconds to wait for the pong.
+
+        Returns:
+            The round trip in seconds.
+        """
         with self._lock:
             started = time.perf_counter()
             self._call(protocol.PING, self._need_proto().ping(), timeout)
@@ -428,7 +614,11 @@ class BlockingRewarder(ClientState):
             return self._rtt
 
     def outstanding_step(self) -> Any:
-        """The id of the newest step request whose reply nobody took, or None."""
+        """The id of the newest step request whose reply nobody took, or None.
+
+        Returns:
+            A message id, or None.
+        """
         if not self.outstanding:  # (every lockstep step asks; most have nothing out)
             return None
         with self._lock:
@@ -437,7 +627,11 @@ class BlockingRewarder(ClientState):
 
     def drop_outstanding(self) -> list[Any]:
         """Forget the requests whose replies nobody took (their replies are dropped as they
-        come); returns their ids."""
+        come); returns their ids.
+
+        Returns:
+            The ids forgotten.
+        """
         with self._lock:
             ids = list(self.outstanding)
             self.outstanding.clear()

@@ -125,7 +125,21 @@ class RewarderClient(ClientChannel):
         (:func:`rewarder.tls.client_context`); ``host:port`` then means ``wss://``, and a
         certificate it does not trust raises :class:`~.errors.Untrusted`. ``player``
         (header ``openai-player``): the player to hold on a multi-player remote (none:
-        player 0)."""
+        player 0).
+
+        Args:
+            address: ``host:port`` of the rewarder.
+            password: the remote's password (Universe's Basic ``Authorization``).
+            observer: connect as an observer: rewards and describes, never the active slot.
+            start_timeout: seconds :meth:`start` keeps dialling.
+            reconnect: dial again after a drop (with backoff).
+            name: how log lines and errors name the remote (default: ``address``).
+            calibration_pings: pings that measure the clock skew after connecting.
+            calibration_interval: seconds between recalibrations.
+            client_id: see above.
+            tls: see above.
+            player: see above.
+        """
         headers = handshake_headers(observer, password, client_id, player)
         super().__init__(
             parse_address(address, tls=tls is not None),
@@ -218,17 +232,29 @@ class RewarderClient(ClientChannel):
         )
 
     def pop(self) -> EpisodeResult:
-        """The current episode's reward, done, info, text since the last pop (consumed)."""
+        """The current episode's reward, done, info, text since the last pop (consumed).
+
+        Returns:
+            An :class:`~.reward_buffer.EpisodeResult`.
+        """
         return self.buffer.pop()
 
     def peek(self) -> EpisodeResult:
-        """What :meth:`pop` would return, without consuming it."""
+        """What :meth:`pop` would return, without consuming it.
+
+        Returns:
+            An :class:`~.reward_buffer.EpisodeResult`.
+        """
         return self.buffer.peek()
 
     # Waiting -----------------------------------------------------------------------------
 
     async def wait_connected(self, timeout: float | None = None) -> None:
-        """Wait until connected and calibrated; raises the reason if that cannot happen."""
+        """Wait until connected and calibrated; raises the reason if that cannot happen.
+
+        Args:
+            timeout: seconds to wait (None: for ever).
+        """
         await self._wait(lambda: True if self._ready else None, timeout, "a connection")
 
     async def wait_for_state(
@@ -241,6 +267,18 @@ class RewarderClient(ClientChannel):
 
         Returns that :class:`~.protocol.Describe`. Raises :class:`TimeoutError`, or
         :class:`ConnectionClosed` if the client stops for good meanwhile.
+
+        Args:
+            state: the ``env_state`` awaited.
+            episode_id: the oldest episode that counts (None: any).
+            timeout: seconds to wait (None: for ever).
+
+        Returns:
+            The describe.
+
+        Raises:
+            TimeoutError: not within ``timeout``.
+            ConnectionClosed: the client stopped for good first.
         """
 
         def match() -> Describe | None:
@@ -294,6 +332,21 @@ class RewarderClient(ClientChannel):
         server's new id is past everything we know of. The buffer switches to the new
         episode as the reply arrives. Raises :class:`RemoteError` if the server refused
         (an unknown ``env_id``, say), :class:`ConnectionClosed`, or :class:`TimeoutError`.
+
+        Args:
+            env_id: switch to this environment (None: keep it).
+            seed: the episode's seed.
+            fps: the remote's new frame rate (None: keep it).
+            timeout: seconds to wait for the reply (None: for ever).
+            mode: ``"realtime"`` or ``"lockstep"`` (None: keep it).
+
+        Returns:
+            The new episode's id.
+
+        Raises:
+            RemoteError: the server refused.
+            ConnectionClosed: the connection ended first.
+            TimeoutError: no reply within ``timeout``.
         """
         ws, proto = self._connection()
         message_id, data = proto.reset(
@@ -316,6 +369,20 @@ class RewarderClient(ClientChannel):
         lockstep mode (``reset(mode="lockstep")``), else :class:`RemoteError`. With
         ``obs="shm"`` the frame is in the shared-memory segment ``reply.shm`` names
         (read it with :class:`~rewarder.shm.FrameReader`) instead of a VNC update.
+
+        Args:
+            events: input events held for the step.
+            frames: frames to advance.
+            timeout: seconds to wait for the reply (None: for ever).
+            obs: ``"vnc"`` or ``"shm"``.
+
+        Returns:
+            The :class:`~rewarder.protocol.StepReply`.
+
+        Raises:
+            RemoteError: the remote refused (not in lockstep, say).
+            ConnectionClosed: the connection ended first.
+            TimeoutError: no reply within ``timeout``.
         """
         ws, proto = self._connection()
         message_id, data = proto.step(self.episode_id or 0, list(events), frames, obs)
@@ -329,7 +396,20 @@ class RewarderClient(ClientChannel):
         """The remote's properties (our extension): ``op`` ``"list"`` gives
         ``{"properties": [{"key", "type", "description", "readable", "writable"}, ...]}``,
         ``"read"`` and ``"write"`` give ``{"key", "value"}``. :class:`RemoteError` names an
-        unknown key, a read-only one or a bad value."""
+        unknown key, a read-only one or a bad value.
+
+        Args:
+            op: ``"list"``, ``"read"`` or ``"write"``.
+            key: the property (read, write).
+            value: its new value (write).
+            timeout: seconds to wait for the reply.
+
+        Returns:
+            The reply's body.
+
+        Raises:
+            RemoteError: the remote refused.
+        """
         if op not in ("list", "read", "write"):
             raise ValueError(f"op must be list, read or write, not {op!r}")
         ws, proto = self._connection()
@@ -340,7 +420,18 @@ class RewarderClient(ClientChannel):
     async def snapshot(self, export: bool = False, timeout: float | None = RESET_TIMEOUT) -> SnapshotReply:
         """Save the remote's state (``v0.env.snapshot``, docs/snapshots.md): a token the
         remote keeps, and the bytes when ``export`` (restorable on any remote of the same
-        env id, version and key). :class:`RemoteError` says why a remote cannot."""
+        env id, version and key). :class:`RemoteError` says why a remote cannot.
+
+        Args:
+            export: carry the state's bytes too.
+            timeout: seconds to wait for the reply.
+
+        Returns:
+            The :class:`~.snapshot_messages.SnapshotReply`.
+
+        Raises:
+            RemoteError: the remote cannot save its state.
+        """
         ws, proto = self._connection()
         message_id, data = proto.snapshot(export)
         reply, _ = await self._request(ws, SNAPSHOT, message_id, data, timeout)
@@ -352,14 +443,33 @@ class RewarderClient(ClientChannel):
     ) -> int:
         """Go back to a snapshot's state (its token, or exported bytes): a new episode,
         the branch; its id once the remote replied. :class:`RemoteError` for a dropped
-        token, bytes of another env, anything not a snapshot."""
+        token, bytes of another env, anything not a snapshot.
+
+        Args:
+            token: a snapshot's token (or None with ``state``).
+            state: exported bytes (or None with ``token``).
+            timeout: seconds to wait for the reply.
+
+        Returns:
+            The new episode's id.
+
+        Raises:
+            RemoteError: the remote refused the state.
+        """
         ws, proto = self._connection()
         message_id, data = proto.restore(token, state)
         reply, _ = await self._request(ws, RESTORE, message_id, data, timeout)
         return int(reply.episode_id)
 
     async def ping(self, timeout: float | None = PING_TIMEOUT) -> float:
-        """Round trip to the server in seconds; also narrows :attr:`clock_skew`."""
+        """Round trip to the server in seconds; also narrows :attr:`clock_skew`.
+
+        Args:
+            timeout: seconds to wait for the pong.
+
+        Returns:
+            The round trip in seconds.
+        """
         rtt, lo, hi = await self._ping_once(timeout)
         self._rtt = rtt
         self._skew = intersect_skew(self._skew, (lo, hi))
@@ -367,7 +477,11 @@ class RewarderClient(ClientChannel):
 
     async def send_action(self, events: Sequence[Sequence[Any]]) -> None:
         """Send ``v0.agent.action`` (``("KeyEvent", key, down)``, ``("PointerEvent", x, y,
-        mask)``); nothing waits for an answer, a refusal is logged and counted."""
+        mask)``); nothing waits for an answer, a refusal is logged and counted.
+
+        Args:
+            events: the input events.
+        """
         ws, proto = self._connection()
         _, data = proto.action(events)
         try:
@@ -383,7 +497,15 @@ class RewarderClient(ClientChannel):
         observing, docs/rewarder.md); its message id and the future of its answer, the
         body of the ``v0.env.observation`` whose ``action_id`` is that id. A
         ``v0.reply.error`` for it raises :class:`RemoteError` there, the connection's end
-        :class:`ConnectionClosed`. Call :meth:`forget_action` when you stop waiting."""
+        :class:`ConnectionClosed`. Call :meth:`forget_action` when you stop waiting.
+
+        Args:
+            action: an action string, or input events.
+            settle: answer once the screen is still.
+
+        Returns:
+            The message id and the future of the answer's body.
+        """
         ws, proto = self._connection()
         message_id, data = proto.action(action, settle)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -397,7 +519,11 @@ class RewarderClient(ClientChannel):
         return message_id, future
 
     def forget_action(self, message_id: Any) -> None:
-        """Stop waiting for the answer of :meth:`send_answered_action`'s ``message_id``."""
+        """Stop waiting for the answer of :meth:`send_answered_action`'s ``message_id``.
+
+        Args:
+            message_id: what :meth:`send_answered_action` returned.
+        """
         self._pending.pop(message_id, None)
         self._answers.pop(message_id, None)
 
@@ -406,6 +532,17 @@ async def connect(address: str, **kwargs: Any) -> RewarderClient:
     """Connect to the rewarder at ``address``; takes :class:`RewarderClient`'s keywords.
 
     Returns a started client (use it in ``async with`` to close it).
+
+    Args:
+        address: ``host:port`` of the rewarder.
+        **kwargs: :class:`RewarderClient`'s keywords.
+
+    Returns:
+        The started client.
+
+    Raises:
+        ConnectTimeout: nothing answered within ``start_timeout``.
+        Refused: the remote said no (wrong password, busy, not a rewarder).
     """
     client = RewarderClient(address, **kwargs)
     try:

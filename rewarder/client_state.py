@@ -92,7 +92,16 @@ class ClientState:
         """Handle one server message read on the connection ``proto`` parses: file and
         count what it carries, and return what the shell acts on (None: nothing).
         ``waiting(message_id)``: whether the shell waits for that request's answer (an
-        answer nobody waits for is dropped; a refusal of it is logged)."""
+        answer nobody waits for is dropped; a refusal of it is logged).
+
+        Args:
+            proto: the connection that parsed ``data``.
+            data: one message's text.
+            waiting: whether a request's answer is awaited.
+
+        Returns:
+            An :class:`Answer`, a :class:`Closing`, or None.
+        """
         self._messages += 1
         try:
             event = proto.receive(data)
@@ -131,7 +140,15 @@ class ClientState:
         to a request in ``waiting``, with one ``orjson.loads`` and direct reads (counted as
         :meth:`receive` counts it). None for anything else or unusual (a refusal, a
         Universe server's string id, a field of the wrong type): the caller hands it to
-        :meth:`receive`, whose full parser files it or says what is wrong."""
+        :meth:`receive`, whose full parser files it or says what is wrong.
+
+        Args:
+            data: one message's bytes.
+            waiting: the ids of step requests awaited.
+
+        Returns:
+            The reply, or None for the full parser.
+        """
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:

@@ -100,7 +100,14 @@ def handshake_headers(
 
 
 def basic_auth(password: str) -> str:
-    """Universe's ``Authorization`` value: the password in the username field."""
+    """Universe's ``Authorization`` value: the password in the username field.
+
+    Args:
+        password: the remote's password.
+
+    Returns:
+        The header's value, ``Basic ...``.
+    """
     return "Basic " + base64.b64encode(f"{password}:".encode()).decode("ascii")
 
 

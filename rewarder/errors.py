@@ -31,6 +31,12 @@ class BadRequest(RewarderError):
     """
 
     def __init__(self, message: str, parent_message_id: int | str | None = None) -> None:
+        """A refusal to send back.
+
+        Args:
+            message: what was wrong, sent back in the ``v0.reply.error``.
+            parent_message_id: the offending message's id, if it could be read.
+        """
         self.message = message
         self.parent_message_id = parent_message_id
         super().__init__(message)
@@ -68,6 +74,12 @@ class RemoteError(RewarderError):
     """The server answered a request with ``v0.reply.error``; ``message`` is its words."""
 
     def __init__(self, message: str, method: str = "") -> None:
+        """The server's refusal, as the agent's side raises it.
+
+        Args:
+            message: the server's words.
+            method: the request it refused (``v0.env.reset``...), to name in the message.
+        """
         self.message, self.method = message, method
         super().__init__(f"{method} failed on the remote: {message}" if method else message)
 
@@ -78,6 +90,12 @@ class ConnectionClosed(RewarderError):
     the one this client closed with because the server broke the protocol)."""
 
     def __init__(self, reason: str, code: int | None = None) -> None:
+        """The end of a connection, and why.
+
+        Args:
+            reason: why the connection ended.
+            code: the WebSocket close code, if a close frame gave one.
+        """
         self.reason, self.code = reason, None if code is None else int(code)
         super().__init__(reason)
 

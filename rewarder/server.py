@@ -111,7 +111,11 @@ class EnvHandler(Protocol):
     episode_id: int
 
     def describe(self) -> dict[str, Any]:
-        """The current ``v0.env.describe`` body: env_id, env_state, fps and extensions."""
+        """The current ``v0.env.describe`` body: env_id, env_state, fps and extensions.
+
+        Returns:
+            The body (a dict the server sends as JSON).
+        """
 
     async def reset(
         self, request: protocol.ResetRequest, reply: Callable[..., None]
@@ -120,22 +124,59 @@ class EnvHandler(Protocol):
         running (``body``: the first frame's number and, for ``obs="shm"``, its segment).
 
         Raise :class:`BadRequest` (for example for an unknown env id) to refuse.
+
+        Args:
+            request: the parsed ``v0.env.reset``.
+            reply: sends the reply; call it once, before the new episode runs.
+
+        Raises:
+            BadRequest: to refuse the reset (the message goes back to the agent).
         """
 
     def action(self, request: protocol.ActionRequest) -> None:
-        """Queue the events for the next tick; raise :class:`BadRequest` if one is bad."""
+        """Queue the events for the next tick; raise :class:`BadRequest` if one is bad.
+
+        Args:
+            request: the parsed ``v0.agent.action``.
+
+        Raises:
+            BadRequest: an event is bad.
+        """
 
     async def step(self, request: protocol.StepRequest) -> tuple[int, dict[str, Any]]:
         """Lockstep: advance as asked; return the episode id and the reply body.
 
         Raise :class:`BadRequest` to refuse (or to report a runtime failure).
+
+        Args:
+            request: the parsed ``v0.env.step``.
+
+        Returns:
+            The episode id and the reply's body.
+
+        Raises:
+            BadRequest: to refuse, or to report a runtime failure.
         """
 
     async def properties(self, request: protocol.PropertiesRequest) -> dict[str, Any]:
-        """List, read or write properties; the reply body. :class:`BadRequest` to refuse."""
+        """List, read or write properties; the reply body. :class:`BadRequest` to refuse.
+
+        Args:
+            request: the parsed ``v0.env.properties``.
+
+        Returns:
+            The reply's body.
+
+        Raises:
+            BadRequest: to refuse (an unknown key, a read-only one, a bad value).
+        """
 
     def client_left(self, observer: bool) -> None:
-        """A client disconnected (release what the active client held)."""
+        """A client disconnected (release what the active client held).
+
+        Args:
+            observer: whether the client was an observer (then it held nothing).
+        """
 
 
 class RewarderServer:
@@ -170,7 +211,23 @@ class RewarderServer:
         holding the remote (the dm_env_rpc port's): agents are refused as busy meanwhile.
         ``players`` says how many players the environment has: above 1 an agent may ask
         for one (header ``openai-player``), and several agents are active at once, one a
-        player; ``seat_held_by`` names who holds a player on another front end."""
+        player; ``seat_held_by`` names who holds a player on another front end.
+
+        Args:
+            handler: the environment side: what each request is served by.
+            password: the password agents must give (None: none).
+            max_message_bytes: the largest message most methods take.
+            max_buffered_bytes: bytes a client may leave unread before it is dropped.
+            allow_origins: see above.
+            auth_guard: see above.
+            held_by: see above.
+            tls: see above.
+            players: see above.
+            seat_held_by: see above.
+            keepalive_interval: seconds between pings (None: the default).
+            keepalive_timeout: seconds to wait for each pong.
+            open_timeout: seconds a connection has for its opening handshake.
+        """
         self.handler = handler
         self.held_by = held_by
         self.password = password
@@ -226,7 +283,15 @@ class RewarderServer:
     async def start(self, host: str = "127.0.0.1", port: int = 15900) -> None:
         """Listen on ``host:port``; with ``tls``, every connection goes through
         :class:`~.tls.TLSPort`, which answers a plain ``ws://`` handshake with a 400
-        saying the port speaks ``wss://`` (TLS) instead of closing it silently."""
+        saying the port speaks ``wss://`` (TLS) instead of closing it silently.
+
+        Args:
+            host: the address to listen on.
+            port: the port (0: any free one; read it back from :attr:`port`).
+
+        Raises:
+            OSError: the port cannot be bound (taken, say).
+        """
         factory: Callable[[], asyncio.Protocol] = self._new_link
         if self.tls is not None:
             self.tls_port = TLSPort(
@@ -249,7 +314,11 @@ class RewarderServer:
         return link
 
     async def close(self, reason: str = "the remote is shutting down") -> None:
-        """Tell every client why, give them :data:`CLOSE_TIMEOUT` to hear it, and stop."""
+        """Tell every client why, give them :data:`CLOSE_TIMEOUT` to hear it, and stop.
+
+        Args:
+            reason: what ``v0.connection.close`` tells every client.
+        """
         if self._closing:
             return
         self._closing = True
@@ -301,7 +370,16 @@ class RewarderServer:
     ) -> None:
         """Send a reward to every client, or (``observers_only``) to all but the active
         ones: a lockstep reward reaches the stepping client in its step reply, once.
-        ``rewards`` (multi-player): each seated client gets its own player's."""
+        ``rewards`` (multi-player): each seated client gets its own player's.
+
+        Args:
+            episode_id: the episode the reward belongs to.
+            reward: the reward.
+            done: whether the episode ended.
+            info: Universe's info dict.
+            observers_only: skip the active clients.
+            rewards: each player's reward (multi-player).
+        """
         if rewards is not None:
             info = {**info, protocol.REWARDS_INFO_KEY: list(rewards)}
         for client in self.clients:
@@ -315,10 +393,24 @@ class RewarderServer:
             client.send(data)
 
     def broadcast_text(self, episode_id: int, text: str) -> None:
+        """Send a ``v0.env.text`` (what the environment says, e.g. a task's instruction) to every
+        client.
+
+        Args:
+            episode_id: the episode it belongs to.
+            text: the text.
+        """
         for client in self.clients:
             client.send(client.proto.text(episode_id, text))
 
     def broadcast_observation(self, episode_id: int, observation: Any) -> None:
+        """Send a ``v0.env.observation`` (an observation that is not pixels: a page's structure)
+        to every client.
+
+        Args:
+            episode_id: the episode it belongs to.
+            observation: its JSON-able value (sent as the message's ``observation``).
+        """
         for client in self.clients:
             client.send(client.proto.observation(episode_id, observation))
 
@@ -326,7 +418,15 @@ class RewarderServer:
 
     def handshake(self, link: ServerLink, request: Request) -> Response | None:
         """Plain HTTP for Universe's viewer URL; web pages refused; the rest goes on to the
-        WebSocket."""
+        WebSocket.
+
+        Args:
+            link: the connection.
+            request: its HTTP request.
+
+        Returns:
+            The HTTP response to send instead of the WebSocket upgrade, or None to upgrade.
+        """
         origin = request.headers.get("Origin")
         if origin is not None and origin.rstrip("/").lower() not in self.allow_origins:
             log.info("refusing a handshake from a web page (Origin %s)", origin[:200])
@@ -357,7 +457,11 @@ class RewarderServer:
         return response
 
     def opened(self, link: ServerLink) -> None:
-        """Admit the client (seat an agent, send the describe) or say why not and close."""
+        """Admit the client (seat an agent, send the describe) or say why not and close.
+
+        Args:
+            link: the connection whose WebSocket opened.
+        """
         assert link.request is not None, "opened before the handshake's request"
         get = link.request.headers.get
         observer = get(protocol.OBSERVER_HEADER, "false").strip().lower() == "true"
@@ -396,7 +500,11 @@ class RewarderServer:
 
     def ended(self, link: ServerLink) -> None:
         """The client left or was dropped: free its seat now; the handler hears of it once
-        its request under way (if any) is done, as when messages were served by a task."""
+        its request under way (if any) is done, as when messages were served by a task.
+
+        Args:
+            link: the connection that ended.
+        """
         if not link.admitted:
             return
         was_active = link.player is not None and self.seated.get(link.player) is link
@@ -508,7 +616,12 @@ class RewarderServer:
     # Messages, in order per client -------------------------------------------------------
 
     def received(self, link: ServerLink, data: str | bytes) -> None:
-        """Serve ``data`` now, or after the request of this client under way."""
+        """Serve ``data`` now, or after the request of this client under way.
+
+        Args:
+            link: the connection.
+            data: one WebSocket message.
+        """
         if link.busy:
             link.pending.append(data)
             if len(link.pending) >= MAX_PENDING_MESSAGES and link.transport is not None:
