@@ -88,7 +88,11 @@ class StepResult:
 
     def add(self, later: StepResult) -> None:
         """Fold the frames that came after into this total: rewards and frames summed,
-        info merged (later wins), the last text and observation kept, done once done."""
+        info merged (later wins), the last text and observation kept, done once done.
+
+        Args:
+            later: the result of the frames that followed.
+        """
         self.reward += later.reward
         if later.rewards is not None:
             self.rewards = (
@@ -186,11 +190,22 @@ class Runtime(abc.ABC):
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> None:
-        """Start a new episode and draw its first frame. Same seed, same episode."""
+        """Start a new episode and draw its first frame. Same seed, same episode.
+
+        Args:
+            seed: the episode's seed (None: the runtime picks one).
+        """
 
     @abc.abstractmethod
     def step(self, events: Sequence[InputEvent]) -> StepResult:
-        """Apply ``events`` (in order), advance one frame, draw it, say what it earned."""
+        """Apply ``events`` (in order), advance one frame, draw it, say what it earned.
+
+        Args:
+            events: the input that arrived since the last frame.
+
+        Returns:
+            The frame's reward, done, info (and text or observation, if any).
+        """
 
     def advance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
         """Apply ``events``, hold that input for ``frames`` frames, say what they earned.
@@ -199,6 +214,13 @@ class Runtime(abc.ABC):
         info merged (later frames win), the last text and observation kept. This default
         steps frame by frame; runtimes that can skip drawing the frames in between
         override it, giving the same frames and rewards.
+
+        Args:
+            events: the input, applied before the first frame.
+            frames: frames to run (1 or more).
+
+        Returns:
+            Their :class:`StepResult`, summed.
         """
         check_frames(frames)
         total = StepResult(frames=0)
@@ -212,12 +234,20 @@ class Runtime(abc.ABC):
     def take_damage(self) -> list[tuple[int, int, int, int]] | None:
         """The rectangles (x, y, w, h) of :attr:`framebuffer` drawn since the last call,
         if the runtime knows them (an X display does); None: unknown, the VNC server
-        compares the frame itself."""
+        compares the frame itself.
+
+        Returns:
+            The rectangles, or None.
+        """
         return None
 
     def instruction(self) -> str | None:
         """The new episode's text known at reset (a task's instruction), taken once: the
-        remote sends it before the reset's reply, so an agent has it from ``reset()``."""
+        remote sends it before the reset's reply, so an agent has it from ``reset()``.
+
+        Returns:
+            The text, or None (none, or already taken).
+        """
         return None
 
     def close(self) -> None:  # noqa: B027 (a hook: most runtimes hold nothing)
@@ -233,11 +263,22 @@ class Runtime(abc.ABC):
     async def atake_over(self, old: Runtime) -> bool:
         """Start by taking over what ``old`` runs (an env switch: a browser loads the new
         task in the old one's browser); False, as here, when it cannot: the caller then
-        closes ``old`` and calls :meth:`astart`. On True, ``old`` holds nothing more."""
+        closes ``old`` and calls :meth:`astart`. On True, ``old`` holds nothing more.
+
+        Args:
+            old: the runtime this one replaces.
+
+        Returns:
+            Whether it took ``old``'s resources over.
+        """
         return False
 
     async def areset(self, seed: int | None = None) -> None:
-        """Start a new episode; runtimes whose reset must wait on I/O override this."""
+        """Start a new episode; runtimes whose reset must wait on I/O override this.
+
+        Args:
+            seed: the episode's seed (None: the runtime picks one).
+        """
         self.reset(seed)
 
     async def arun_action(
@@ -246,34 +287,79 @@ class Runtime(abc.ABC):
         """Run an action string (:attr:`action_strings`); ``send`` queues input as the
         remote's agent sent it (recorded, shown to viewers). Returns the observation keys
         it reports: ``last_action``, ``last_action_error`` (never raises for the action's
-        own failure: an unknown element is an error value)."""
+        own failure: an unknown element is an error value).
+
+        Args:
+            text: the action string.
+            send: queues input events as the agent's.
+
+        Returns:
+            The observation keys it reports.
+        """
         raise NotImplementedError(f"{self.env_id} takes no action strings")
 
     def settle_watch(self) -> float:
         """Start watching the screen for a settling action, before its input is sent (the
-        next :meth:`asettle` counts from here); the time.monotonic() it started."""
+        next :meth:`asettle` counts from here); the time.monotonic() it started.
+
+        Returns:
+            The ``time.monotonic()`` it started watching.
+
+        Raises:
+            NotImplementedError: the runtime cannot tell when its screen settles.
+        """
         raise NotImplementedError(f"{self.env_id} cannot tell when its screen settles")
 
     async def asettle(self) -> dict[str, Any]:
         """Wait until the screen is still again (:attr:`settles`), watching from the last
-        :meth:`settle_watch` (none: from now); how long it took."""
+        :meth:`settle_watch` (none: from now); how long it took.
+
+        Returns:
+            What to report of the wait (how long it took).
+
+        Raises:
+            NotImplementedError: the runtime cannot tell when its screen settles.
+        """
         raise NotImplementedError(f"{self.env_id} cannot tell when its screen settles")
 
     async def aobservation(self, parts: frozenset[str] | None = None) -> dict[str, Any]:
         """The observation keys :attr:`observe` (or ``parts``) asks for, now (``page``);
-        {} for none."""
+        {} for none.
+
+        Args:
+            parts: the observation keys wanted (None: :attr:`observe`).
+
+        Returns:
+            ``{key: value}`` of each.
+        """
         return {}
 
     def take_observation(self) -> dict[str, Any] | None:
-        """An observation the runtime made since it was last taken (a reset's), if any."""
+        """An observation the runtime made since it was last taken (a reset's), if any.
+
+        Returns:
+            The observation, or None.
+        """
         return None
 
     def forward(self, events: Sequence[InputEvent]) -> None:
-        """Real-time input of a runtime with :attr:`forwards_input`, as it arrives."""
+        """Real-time input of a runtime with :attr:`forwards_input`, as it arrives.
+
+        Args:
+            events: the input, in order.
+        """
         raise NotImplementedError(f"{self.env_id} takes its input in advance()")
 
     async def aadvance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
-        """A lockstep step of a runtime with :attr:`async_advance`: as :meth:`advance`."""
+        """A lockstep step of a runtime with :attr:`async_advance`: as :meth:`advance`.
+
+        Args:
+            events: the input, applied before the first frame.
+            frames: frames to run.
+
+        Returns:
+            Their :class:`StepResult`, summed.
+        """
         return self.advance(events, frames)
 
     async def aclose(self) -> None:
@@ -286,41 +372,83 @@ class Runtime(abc.ABC):
 
     def snapshot(self) -> bytes:
         """The runtime's whole state (frame, game, RNG) in its own format, never pickle:
-        :meth:`restore` of these bytes continues exactly where this left off."""
+        :meth:`restore` of these bytes continues exactly where this left off.
+
+        Returns:
+            The state's bytes.
+
+        Raises:
+            SnapshotUnsupported: the runtime cannot save its state (:attr:`snapshot_refusal`).
+        """
         raise SnapshotUnsupported(self.snapshot_refusal)
 
     def restore(self, state: bytes) -> None:
         """Return to a state :meth:`snapshot` made, redrawing :attr:`framebuffer`; bytes
-        that are not one are refused field by field with :class:`BadSnapshot`."""
+        that are not one are refused field by field with :class:`BadSnapshot`.
+
+        Args:
+            state: bytes :meth:`snapshot` made.
+
+        Raises:
+            BadSnapshot: ``state`` is not a state of this runtime (the message names the field).
+            SnapshotUnsupported: the runtime cannot save its state.
+        """
         raise SnapshotUnsupported(self.snapshot_refusal)
 
     def state_digest(self) -> bytes:
         """A cheap digest of the state that matters (frame and game state): equal after a
-        restore to the snapshot's, which is how restores are verified."""
+        restore to the snapshot's, which is how restores are verified.
+
+        Returns:
+            The digest's bytes.
+
+        Raises:
+            SnapshotUnsupported: the runtime cannot save its state.
+        """
         raise SnapshotUnsupported(self.snapshot_refusal)
 
     def held_input(self) -> tuple[frozenset[str], tuple[int, int, int]]:
         """What the game holds down now, as its state has it: keys, and the pointer
         ``(x, y, buttons)``. After a restore it is what was held at the snapshot; the
         remote records it as its agent's, to let go of when the agent leaves. A runtime
-        whose state keeps none holds nothing."""
+        whose state keeps none holds nothing.
+
+        Returns:
+            The held key names and the pointer ``(x, y, buttons)``.
+        """
         return frozenset(), (0, 0, 0)
 
     async def asnapshot(self) -> bytes:
-        """:meth:`snapshot` for the remote's event loop; runtimes behind I/O override it."""
+        """:meth:`snapshot` for the remote's event loop; runtimes behind I/O override it.
+
+        Returns:
+            The state's bytes.
+        """
         return self.snapshot()
 
     async def arestore(self, state: bytes) -> None:
-        """:meth:`restore` for the remote's event loop; runtimes behind I/O override it."""
+        """:meth:`restore` for the remote's event loop; runtimes behind I/O override it.
+
+        Args:
+            state: bytes :meth:`asnapshot` (or :meth:`snapshot`) made.
+        """
         self.restore(state)
 
     async def astate_digest(self) -> bytes:
-        """:meth:`state_digest` for the remote's event loop."""
+        """:meth:`state_digest` for the remote's event loop.
+
+        Returns:
+            The digest's bytes.
+        """
         return self.state_digest()
 
     @classmethod
     def describe(cls) -> dict[str, Any]:
-        """Additive ``v0.env.describe`` keys: what a client needs to act on this runtime."""
+        """Additive ``v0.env.describe`` keys: what a client needs to act on this runtime.
+
+        Returns:
+            The keys (screen size, keys and buttons it reads, players, ...) as a dict.
+        """
         return {
             "width": cls.width,
             "height": cls.height,

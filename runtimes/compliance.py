@@ -62,7 +62,11 @@ class RuntimeCompliance:
     # Hooks ---------------------------------------------------------------------------
 
     def make_runtime(self) -> Runtime:
-        """A new runtime under test; override to pass arguments."""
+        """A new runtime under test; override to pass arguments.
+
+        Returns:
+            A runtime, not yet reset.
+        """
         return registry.make(self.env_id)
 
     def script(self, runtime: Runtime, frames: int) -> list[list[InputEvent]]:
@@ -72,6 +76,13 @@ class RuntimeCompliance:
         presses and releases of declared buttons, from a fixed seed; now and then a key
         tapped or a button clicked within one frame (down and up in the same list), which
         must count for that frame only.
+
+        Args:
+            runtime: the runtime under test (its declared keys and buttons).
+            frames: how many frames.
+
+        Returns:
+            One list of events per frame.
         """
         rng = random.Random(SCRIPT_SEED)
         keys = list(runtime.keys)
@@ -96,7 +107,16 @@ class RuntimeCompliance:
     def play(
         self, runtime: Runtime, seed: int | None, script: Sequence[Sequence[InputEvent]]
     ) -> Trace:
-        """Reset with ``seed``, play ``script``; one (frame hash, reward, done, info) a frame."""
+        """Reset with ``seed``, play ``script``; one (frame hash, reward, done, info) a frame.
+
+        Args:
+            runtime: the runtime under test.
+            seed: the episode's seed.
+            script: one list of events per frame.
+
+        Returns:
+            The trace, the first row the reset's frame.
+        """
         runtime.reset(seed)
         trace: Trace = [(_digest(runtime.framebuffer), 0.0, False, "")]
         for events in script:
@@ -107,6 +127,15 @@ class RuntimeCompliance:
         return trace
 
     def declared_max_frames(self, runtime: Runtime) -> int | None:
+        """The frames an episode may last: the class's ``max_frames``, else the runtime's
+        ``max_episode_frames`` describe key.
+
+        Args:
+            runtime: the runtime under test.
+
+        Returns:
+            The limit, or None when neither says one.
+        """
         if self.max_frames is not None:
             return self.max_frames
         value = runtime.describe().get("max_episode_frames")
@@ -218,6 +247,17 @@ class RuntimeCompliance:
 
         A row is what an advance of k reports (frames summed, info merged, the last text
         and observation) and the hash of the frame drawn at its end.
+
+        Args:
+            runtime: the runtime under test.
+            seed: the episode's seed.
+            chunks: the events of each chunk.
+            k: frames each chunk holds its input for.
+            how: ``"advance k"``, ``"k x advance 1"`` or ``"k x step"``.
+            limit: the most chunks played.
+
+        Returns:
+            One row per chunk played.
         """
         runtime.reset(seed)
         trace: AdvanceTrace = []

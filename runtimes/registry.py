@@ -122,12 +122,27 @@ def _family(name: str) -> dict[str, Callable[..., Runtime]]:
 
 
 def env_ids() -> list[str]:
-    """Every env id this installation can serve, sorted."""
+    """Every env id this installation can serve, sorted.
+
+    Returns:
+        The ids (``builtin.Catch-v0``...).
+    """
     return sorted(env_id for family in FAMILIES for env_id in _family(family))
 
 
 def lookup(env_id: str) -> Callable[..., Runtime]:
-    """The runtime class (or factory) for ``env_id``; raises :class:`UnknownEnvironment`."""
+    """The runtime class (or factory) for ``env_id``; raises :class:`UnknownEnvironment`.
+
+    Args:
+        env_id: an id (``family.Name-vN``).
+
+    Returns:
+        The class or factory; call it (or :func:`make`) for a runtime.
+
+    Raises:
+        UnknownEnvironment: no installed family serves ``env_id`` (the message names the
+            closest ids, or what to install).
+    """
     family = env_id.split(".", 1)[0]
     factory = _family(family).get(env_id) if family in FAMILIES else None
     if factory is None:
@@ -136,7 +151,18 @@ def lookup(env_id: str) -> Callable[..., Runtime]:
 
 
 def make(env_id: str, **kwargs: object) -> Runtime:
-    """A new runtime for ``env_id``."""
+    """A new runtime for ``env_id``.
+
+    Args:
+        env_id: an id (``family.Name-vN``).
+        **kwargs: the runtime's own options (``serve --option``).
+
+    Returns:
+        The runtime, its :meth:`~runtimes.base.Runtime.astart` not yet called.
+
+    Raises:
+        UnknownEnvironment: no installed family serves ``env_id``.
+    """
     return lookup(env_id)(**kwargs)
 
 

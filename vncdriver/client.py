@@ -111,15 +111,30 @@ class VNCClient:
     :meth:`key_event`, :meth:`pointer_event` or :meth:`send_events`; ``await
     client.close()`` at the end (idempotent).
 
-    ``encoding`` is ``"tight"``, ``"zrle"`` or ``"raw"`` (that encoding first, with
-    fallbacks) or an exact list of names/numbers, best first. ``quality`` (0-9) turns on
-    Tight JPEG (lossy); None keeps every encoding lossless. ``compress_level`` (0-9),
-    ``fine_quality`` (0-100) and ``subsample`` are TurboVNC's refinements (other servers
-    ignore what they do not know). ``name`` labels logs and errors (default: the address).
-    ``on_update(client, update)`` is called after each applied update. ``tls`` (an
-    ``ssl.SSLContext`` that verifies the server, e.g. ``ssl.create_default_context(
-    cafile=...)``) insists on VeNCrypt: the session runs over TLS or not at all, and an
-    untrusted certificate raises :class:`TLSFailed` at once.
+    Args:
+        address: ``host:N`` (display N, port 5900+N for N < 100), ``host::port``, or a
+            Unix socket's path.
+        password: the VNC password (only its first 8 characters count).
+        encoding: ``"tight"``, ``"zrle"`` or ``"raw"`` (that encoding first, with
+            fallbacks) or an exact list of names/numbers, best first.
+        quality: 0-9 turns on Tight JPEG (lossy); None keeps every encoding lossless.
+        compress_level: 0-9, TurboVNC's refinement (other servers ignore it).
+        fine_quality: 0-100, TurboVNC's JPEG quality.
+        subsample: TurboVNC's JPEG chroma subsampling.
+        start_timeout: seconds :meth:`start` keeps dialling.
+        shared: let other viewers stay connected (RFB's shared flag).
+        name: labels logs and errors (default: the address).
+        on_update: ``on_update(client, update)``, called after each applied update.
+        frame_tags: ask a universe-remote server to tag each update with its frame
+            (:meth:`wait_frame`); other servers ignore it.
+        tls: an ``ssl.SSLContext`` that verifies the server (e.g.
+            ``ssl.create_default_context(cafile=...)``): the session runs over VeNCrypt
+            TLS or not at all, and an untrusted certificate raises :class:`TLSFailed`.
+        request_hold: seconds the next update request may wait for the input that
+            answers an update, to go in one packet with it (None: ask at once).
+
+    Raises:
+        ValueError: ``request_hold`` is out of range.
     """
 
     def __init__(
@@ -317,7 +332,11 @@ class VNCClient:
         return self._protocol().framebuffer
 
     def frame(self) -> np.ndarray:
-        """A copy of the latest framebuffer (``uint8[H, W, 3]``, RGB) the caller may keep."""
+        """A copy of the latest framebuffer (``uint8[H, W, 3]``, RGB) the caller may keep.
+
+        Returns:
+            The copy.
+        """
         return self._protocol().framebuffer.copy()
 
     @property
@@ -359,7 +378,20 @@ class VNCClient:
 
     async def wait_frame(self, frame: int, timeout: float | None = None) -> FrameTag:
         """Wait until the framebuffer shows frame ``frame`` or a later one (needs
-        ``frame_tags=True`` and a universe-remote server); returns its tag."""
+        ``frame_tags=True`` and a universe-remote server); returns its tag.
+
+        Args:
+            frame: the frame number awaited.
+            timeout: seconds to wait (None: for ever).
+
+        Returns:
+            The tag of the frame shown.
+
+        Raises:
+            TimeoutError: not within ``timeout``.
+            ConnectionLost: the connection ended first.
+            LocalProtocolError: the client was made without ``frame_tags=True``.
+        """
         if Encoding.FRAME_TAG not in self.encodings:
             raise LocalProtocolError("wait_frame needs VNCClient(..., frame_tags=True)")
         async with asyncio.timeout(timeout):
@@ -374,6 +406,17 @@ class VNCClient:
         if a newer update is already in. Servers send updates only when the screen
         changes, so a still screen makes this time out (:class:`TimeoutError`). Raises
         the connection's :class:`ConnectionLost` if it ends first.
+
+        Args:
+            after: the update number to wait past (None: the current one).
+            timeout: seconds to wait (None: for ever).
+
+        Returns:
+            The number of the newest update applied.
+
+        Raises:
+            TimeoutError: no update within ``timeout``.
+            ConnectionLost: the connection ended first.
         """
         if after is None:
             after = self._updates
@@ -408,6 +451,13 @@ class VNCClient:
 
         Written to the socket at once (no await). TigerVNC adds Shift for capital letters
         itself: send unshifted keys plus Shift to type a capital.
+
+        Args:
+            key: a keysym number or name (``"Left"``, ``"a"``, ``"ctrl"``).
+            down: True to press, False to release.
+
+        Raises:
+            UnknownKey: ``key`` is no name :mod:`.keysyms` knows.
         """
         proto = self._live()
         proto.key_event(key, down)
@@ -415,7 +465,13 @@ class VNCClient:
 
     def pointer_event(self, x: int, y: int, buttons: int = 0) -> None:
         """Move the pointer to (x, y) with ``buttons`` down (bit 0 left, 1 middle, 2 right,
-        3/4 wheel up/down); written at once."""
+        3/4 wheel up/down); written at once.
+
+        Args:
+            x: column, in screen pixels.
+            y: row, in screen pixels.
+            buttons: the button mask.
+        """
         proto = self._live()
         proto.pointer_event(x, y, buttons)
         self._flush(proto)
@@ -426,6 +482,13 @@ class VNCClient:
 
         Every event is checked before any is sent: a bad one raises ValueError (or
         :class:`~.errors.UnknownKey`) and nothing goes out.
+
+        Args:
+            events: the actions, in order.
+
+        Raises:
+            ValueError: an event is malformed (nothing is sent).
+            UnknownKey: a key name is unknown (nothing is sent).
         """
         proto = self._live()
         checked: list[tuple[bool, int, int, int]] = []
@@ -450,7 +513,11 @@ class VNCClient:
         self._flush(proto)
 
     def cut_text(self, text: str) -> None:
-        """Set the server's clipboard (Latin-1 text, as RFB requires)."""
+        """Set the server's clipboard (Latin-1 text, as RFB requires).
+
+        Args:
+            text: the clipboard's new text.
+        """
         proto = self._live()
         proto.cut_text(text)
         self._flush(proto)
@@ -617,7 +684,20 @@ class VNCClient:
 
 
 async def connect(address: str, **kwargs: Any) -> VNCClient:
-    """Make a :class:`VNCClient` for ``address`` (keywords as its constructor) and start it."""
+    """Make a :class:`VNCClient` for ``address`` (keywords as its constructor) and start it.
+
+    Args:
+        address: the server (as :class:`VNCClient` reads it).
+        **kwargs: :class:`VNCClient`'s keywords.
+
+    Returns:
+        The started client (close it, or use it in ``async with``).
+
+    Raises:
+        ConnectTimeout: no server completed a handshake within ``start_timeout``.
+        AuthenticationFailed: the server refused the password.
+        ServerRefused: the server refused the connection.
+    """
     client = VNCClient(address, **kwargs)
     try:
         await client.start()

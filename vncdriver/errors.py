@@ -27,6 +27,11 @@ class UnknownKey(VNCError, ValueError):
     """A key name that is neither an X keysym name, an alias nor a printable character."""
 
     def __init__(self, key: str) -> None:
+        """The message lists the names that work.
+
+        Args:
+            key: the name given.
+        """
         self.key = key
         super().__init__(
             f"unknown key {key!r}: use an X keysym name (Left, Return, space, a, F1, "
@@ -54,6 +59,11 @@ class AuthenticationFailed(VNCError):
     """The server refused the security handshake; ``reason`` is its words when it gave any."""
 
     def __init__(self, reason: str) -> None:
+        """The message adds the usual cause when the server says only "failed".
+
+        Args:
+            reason: the server's words.
+        """
         self.reason = reason
         # RFB servers (ours, TigerVNC) say only "authentication failed" to a wrong password.
         hint = " (a wrong password? VNC checks its first 8 characters)" if reason.lower().startswith(
@@ -65,6 +75,11 @@ class ServerRefused(VNCError):
     """The server refused the connection before authentication, giving ``reason``."""
 
     def __init__(self, reason: str) -> None:
+        """The server's refusal, as the client raises it.
+
+        Args:
+            reason: the server's words.
+        """
         self.reason = reason
         super().__init__(f"VNC server refused the connection: {reason}")
 
@@ -85,6 +100,13 @@ class ConnectTimeout(VNCError, TimeoutError):
     """
 
     def __init__(self, address: str, timeout: float, last_error: BaseException | None) -> None:
+        """The message says what to check.
+
+        Args:
+            address: where the client dialled.
+            timeout: seconds it tried.
+            last_error: what the last attempt ran into, if anything.
+        """
         self.address, self.timeout, self.last_error = address, timeout, last_error
         last = f" (last attempt: {_describe(last_error)})" if last_error is not None else ""
         super().__init__(
@@ -102,6 +124,12 @@ class ConnectionLost(VNCError):
     """
 
     def __init__(self, address: str, reason: str) -> None:
+        """The end of a connection, and why.
+
+        Args:
+            address: the server's address.
+            reason: why it ended.
+        """
         self.address, self.reason = address, reason
         super().__init__(f"VNC connection to {address} lost: {reason}")
 

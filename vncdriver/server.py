@@ -109,7 +109,26 @@ class VNCServer:
         """``player_passwords`` (multi-player remotes): player -> a password whose viewers
         drive that player; :meth:`player_of` says which a client gave.
         ``handshake_timeout`` and ``max_write_buffer`` default to :data:`HANDSHAKE_TIMEOUT`
-        and :data:`MAX_WRITE_BUFFER` as they are when the server is made."""
+        and :data:`MAX_WRITE_BUFFER` as they are when the server is made.
+
+        Args:
+            frame: the first frame, ``uint8[H, W, 3]``; its size is the screen's.
+            name: the desktop name clients show.
+            password: the VNC password (None: none).
+            view_only_password: a password whose viewers only watch.
+            on_input: ``on_input(client_id, events)`` for each client's key and pointer events.
+            on_disconnect: ``on_disconnect(client_id)`` when a client leaves.
+            auth_guard: throttles wrong passwords per address.
+            encodings: the encoding numbers offered, Raw always among them (None: all we have).
+            max_clients: the old single cap on clients (overrides the next two).
+            max_viewers: clients that are not agents.
+            agent_slots: clients kept for agents beyond ``max_viewers``.
+            max_handshaking: connections still in the handshake.
+            tls: a server context: every socket client goes through VeNCrypt.
+            player_passwords: see above.
+            handshake_timeout: see above.
+            max_write_buffer: see above.
+        """
         self.frame = frame
         #: The certificate's server context: every socket client goes through VeNCrypt.
         self.tls = tls
@@ -156,7 +175,14 @@ class VNCServer:
         return bool(self.password or self.player_passwords)
 
     def player_of(self, client_id: int) -> int:
-        """The player whose password client ``client_id`` gave (0 for the full password)."""
+        """The player whose password client ``client_id`` gave (0 for the full password).
+
+        Args:
+            client_id: the client.
+
+        Returns:
+            The player its input drives.
+        """
         connection = self.connections.get(client_id)
         player = connection.player if connection is not None else None
         return player or 0
@@ -167,6 +193,15 @@ class VNCServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self, host: str = "127.0.0.1", port: int = 5900) -> None:
+        """Listen for clients.
+
+        Args:
+            host: the address to listen on.
+            port: the port (0: any free one; read it back from :attr:`port`).
+
+        Raises:
+            OSError: the port cannot be bound.
+        """
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: ServerConnection(self, next(self._ids)), host, port
@@ -184,7 +219,11 @@ class VNCServer:
     def wanted(self) -> bool:
         """Whether any client has an update request outstanding (else a new frame would
         only be diffed and marked for clients that may never ask: a lockstep agent's own
-        paused client, or nobody)."""
+        paused client, or nobody).
+
+        Returns:
+            True while a client waits for an update.
+        """
         return any(c.proto is not None and c.proto.requested for c in self.connections.values())
 
     def frame_ready(
@@ -201,6 +240,11 @@ class VNCServer:
         rectangles that changed since the previous call, when the caller knows (an X
         display's damage, a built-in game's sprites): the screen is not compared, and
         clients get those rectangles themselves (:meth:`ServerProtocol.mark_damage`).
+
+        Args:
+            frame: the new frame array, if it is another object than before.
+            tag: the frame's tag.
+            damage: the rectangles that changed, if known.
         """
         self.shared = {}  # the frame changed: nothing encoded before is valid
         if tag is not None:
@@ -284,6 +328,18 @@ class VNCServer:
         that reason. ``player``: on a multi-player remote, the player its input drives
         (as if it had given that player's password; ignored with ``view_only``). Call
         from the server's event loop; the server need not listen on TCP at all.
+
+        Args:
+            write: queues bytes for the client.
+            close: ends the client's transport.
+            view_only: drop its input.
+            lossless: ignore its JPEG quality levels.
+            peer: names it in logs.
+            refuse_reason: refuse it with this reason.
+            player: the player its input drives.
+
+        Returns:
+            The client's :class:`~.server_attached.AttachedClient`: feed it what the client sends.
         """
         if self._closed and refuse_reason is None:
             refuse_reason = "the remote is shutting down"
@@ -293,6 +349,10 @@ class VNCServer:
         )
 
     def stats(self) -> dict[int, int]:
-        """Updates sent so far to each client (by client id), for diagnostics."""
+        """Updates sent so far to each client (by client id), for diagnostics.
+
+        Returns:
+            ``{client id: updates sent}``.
+        """
         return {cid: c.updates for cid, c in self.connections.items()}
 
