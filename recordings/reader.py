@@ -48,10 +48,23 @@ class RecordedEvent(NamedTuple):
 
     @classmethod
     def from_json(cls, item: Sequence[Any], player: int = 0) -> RecordedEvent:
+        """One event as ``steps.jsonl`` holds it.
+
+        Args:
+            item: ``[source, kind, *args]``.
+            player: whose it was.
+
+        Returns:
+            The event.
+        """
         return cls(str(item[0]), str(item[1]), tuple(item[2:]), player)
 
     def action(self) -> list[Any]:
-        """The event as a rewarder action (``["KeyEvent", key, down]``)."""
+        """The event as a rewarder action (``["KeyEvent", key, down]``).
+
+        Returns:
+            ``[kind, *args]``.
+        """
         return [self.kind, *self.args]
 
 
@@ -82,6 +95,14 @@ class Step:
 
     @classmethod
     def from_json(cls, item: dict[str, Any]) -> Step:
+        """One line of ``steps.jsonl``, read with its defaults for older recordings.
+
+        Args:
+            item: the line's object.
+
+        Returns:
+            The step.
+        """
         return cls(
             index=int(item["i"]), frame=int(item["frame"]), frames=int(item.get("frames", 1)),
             time=float(item.get("t", 0.0)),
@@ -103,6 +124,14 @@ class Episode:
     """One recorded episode (a directory). Cheap to make: files are read when asked for."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Reads only the episode's ``meta.json`` (and ``end.json``) now.
+
+        Args:
+            path: the episode's directory.
+
+        Raises:
+            FormatError: no ``meta.json``, or not JSON.
+        """
         self.path = Path(path)
         try:
             self.meta: dict[str, Any] = orjson.loads((self.path / META_FILE).read_bytes())
@@ -190,7 +219,11 @@ class Episode:
         return out
 
     def frames(self) -> Iterator[np.ndarray]:
-        """The frames, in step order, each a new HxWx3 uint8 array (decoded as you go)."""
+        """The frames, in step order, each a new HxWx3 uint8 array (decoded as you go).
+
+        Yields:
+            Each frame.
+        """
         previous: np.ndarray | None = None
         for chunk in read_chunks(self._data(), str(self.path / CHUNKS_FILE)):
             for frame in decode_frames(chunk, self.shape, previous):
@@ -198,7 +231,11 @@ class Episode:
                 yield frame
 
     def frame_array(self) -> np.ndarray:
-        """All frames as one (steps, H, W, 3) array: mind the memory for big screens."""
+        """All frames as one (steps, H, W, 3) array: mind the memory for big screens.
+
+        Returns:
+            The frames.
+        """
         out = np.empty((len(self.steps), *self.shape), np.uint8)
         for i, frame in enumerate(self.frames()):
             out[i] = frame
@@ -213,6 +250,14 @@ class Recording(Sequence[Episode]):
     """A recording directory: its episodes in the order they were recorded."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Finds the episodes; each reads its files when asked for.
+
+        Args:
+            path: the directory ``serve --record`` wrote.
+
+        Raises:
+            FormatError: ``path`` is not a directory, or an episode has no readable ``meta.json``.
+        """
         self.path = Path(path)
         if not self.path.is_dir():
             raise FormatError(f"{self.path} is not a directory: pass the DIR given to serve --record")
@@ -238,7 +283,19 @@ class Recording(Sequence[Episode]):
     def select(self, numbers: Sequence[int] = (), *, min_steps: int, use: str) -> list[Episode]:
         """The episodes ``numbers`` (default: all) with at least ``min_steps`` steps, all of
         one env and screen; :class:`FormatError` names what is missing or mixed and says
-        what to do (``use``: what they are for, e.g. "replay", "export")."""
+        what to do (``use``: what they are for, e.g. "replay", "export").
+
+        Args:
+            numbers: the episodes wanted (default: all).
+            min_steps: the fewest steps an episode may have.
+            use: what they are for, to say in errors.
+
+        Returns:
+            The episodes.
+
+        Raises:
+            FormatError: none has enough steps, or they mix envs or screens.
+        """
         chosen = [self.episode(n) for n in numbers] if numbers else list(self.episodes)
         chosen = [e for e in chosen if len(e.steps) >= min_steps]
         if not chosen:
@@ -253,7 +310,17 @@ class Recording(Sequence[Episode]):
         return chosen
 
     def episode(self, number: int) -> Episode:
-        """The episode of that number (its directory's, ``episode-000003`` is 3)."""
+        """The episode of that number (its directory's, ``episode-000003`` is 3).
+
+        Args:
+            number: the episode's number.
+
+        Returns:
+            The episode.
+
+        Raises:
+            FormatError: no episode has that number (the message lists those there are).
+        """
         for episode in self.episodes:
             if episode.number == number:
                 return episode
@@ -262,5 +329,15 @@ class Recording(Sequence[Episode]):
 
 
 def open_recording(path: str | os.PathLike[str]) -> Recording:
-    """The recording in ``path`` (what ``serve --record DIR`` wrote)."""
+    """The recording in ``path`` (what ``serve --record DIR`` wrote).
+
+    Args:
+        path: the recording's directory.
+
+    Returns:
+        The :class:`Recording`.
+
+    Raises:
+        FormatError: ``path`` is not a recording.
+    """
     return Recording(path)

@@ -62,6 +62,14 @@ class PoolError(RuntimeError):
 
 
 def is_pool(spec: object) -> bool:
+    """Whether an env's ``remotes=``/address names a pool rather than remotes.
+
+    Args:
+        spec: what the env was given.
+
+    Returns:
+        True for a ``pool://`` or ``pool+tls://`` string.
+    """
     return isinstance(spec, str) and spec.strip().startswith((POOL_SCHEME, POOL_TLS_SCHEME))
 
 
@@ -77,7 +85,17 @@ class PoolAddress:
 
 
 def parse_pool(spec: str) -> PoolAddress:
-    """``pool://HOST:PORT[?password=PW]`` (``pool+tls://`` for a pool served with TLS)."""
+    """``pool://HOST:PORT[?password=PW]`` (``pool+tls://`` for a pool served with TLS).
+
+    Args:
+        spec: the pool's address.
+
+    Returns:
+        Its host, port, TLS flag and password.
+
+    Raises:
+        ValueError: ``spec`` is not a pool address (the message shows the form).
+    """
     text = spec.strip()
     tls = text.startswith(POOL_TLS_SCHEME)
     if not tls and not text.startswith(POOL_SCHEME):
@@ -96,13 +114,33 @@ class PoolClient:
 
     def __init__(self, address: PoolAddress, password: str | None = None,
                  tls_ca: str | None = None) -> None:
+        """Nothing is sent until a call.
+
+        Args:
+            address: the pool (:func:`parse_pool`).
+            password: the pool's password (None: the address's).
+            tls_ca: a CA bundle to verify a ``pool+tls://`` pool with (None: the default).
+        """
         self.address = address
         self.password = password if password is not None else address.password
         self._tls: ssl.SSLContext | None = client_context(tls_ca) if address.tls else None
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None,
              timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
-        """One request; its JSON reply, or :class:`PoolError` with the pool's message."""
+        """One request; its JSON reply, or :class:`PoolError` with the pool's message.
+
+        Args:
+            method: ``"GET"`` or ``"POST"``.
+            path: the API path (``/v1/claim``...).
+            body: the JSON body, if any.
+            timeout: seconds for the whole request.
+
+        Returns:
+            The reply's JSON object.
+
+        Raises:
+            PoolError: the pool did not answer, or refused.
+        """
         a = self.address
         conn = (http.client.HTTPSConnection(a.host, a.port, timeout=timeout, context=self._tls)
                 if a.tls else http.client.HTTPConnection(a.host, a.port, timeout=timeout))
@@ -130,19 +168,65 @@ class PoolClient:
               seed: int | None = None, wait: float = CLAIM_WAIT,
               deadline: float | None = None) -> dict[str, Any]:
         """Lease a remote (waiting up to ``wait`` s for a warm one); ``deadline``: a shorter
-        renewal deadline than the pool's, so an abandoned lease frees its remote sooner."""
+        renewal deadline than the pool's, so an abandoned lease frees its remote sooner.
+
+        Args:
+            env_id: what the remote must serve.
+            mode: ``"realtime"`` or ``"lockstep"`` (None: the pool's).
+            options: the runtime's ``serve --option`` values.
+            seed: the first episode's seed.
+            wait: seconds to wait for a warm remote.
+            deadline: seconds between renewals before the lease ends (None: the pool's).
+
+        Returns:
+            The lease: its id, client id, address, password and deadline.
+
+        Raises:
+            PoolError: no remote within ``wait``, or the pool refused.
+        """
         body: dict[str, Any] = {"env_id": env_id, "wait": wait}
         extra = (("mode", mode), ("options", options), ("seed", seed), ("deadline", deadline))
         body.update({k: v for k, v in extra if v is not None})
         return self.call("POST", "/v1/claim", body, REQUEST_TIMEOUT + wait)
 
     def renew(self, leases: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Renew leases (an env's renewer does, every few seconds).
+
+        Args:
+            leases: the lease ids.
+
+        Returns:
+            ``{lease: {"alive": True, "expires_in": s}}``, or ``{"alive": False, "reason": why}``
+            for a lease that ended.
+
+        Raises:
+            PoolError: the pool did not answer, or refused.
+        """
         return self.call("POST", "/v1/renew", {"leases": list(leases)})["leases"]  # type: ignore[no-any-return]
 
     def release(self, leases: Sequence[str]) -> dict[str, Any]:
+        """Give leases back to the pool, which takes their remotes back.
+
+        Args:
+            leases: the lease ids.
+
+        Returns:
+            The pool's answer (``released``, ``ended``).
+
+        Raises:
+            PoolError: the pool did not answer, or refused.
+        """
         return self.call("POST", "/v1/release", {"leases": list(leases)})
 
     def status(self) -> dict[str, Any]:
+        """The pool's state: its remotes by kind and state, claim latencies, every lease's age.
+
+        Returns:
+            The pool's status object.
+
+        Raises:
+            PoolError: the pool did not answer, or refused.
+        """
         return self.call("GET", "/v1/status")
 
 
@@ -169,6 +253,13 @@ class PooledRemotes(RemoteGroup):
     def __init__(
         self, client: PoolClient, request: dict[str, Any], replies: Sequence[dict[str, Any]]
     ) -> None:
+        """Built by :func:`claim_remotes`, not by hand; starts renewing the leases.
+
+        Args:
+            client: the pool's client.
+            request: the claim's arguments, to claim a replacement with.
+            replies: each lease, as :meth:`PoolClient.claim` returned it.
+        """
         self.client = client
         self.request = request
         self.held = [_held(r) for r in replies]
@@ -184,7 +275,11 @@ class PooledRemotes(RemoteGroup):
 
     def follow(self, sessions: Sequence[RemoteSession]) -> None:
         """Have session *i* dial remote *i* with its lease's client id, explain a loss by
-        its lease, and ask :meth:`address_of` where it is before it reconnects."""
+        its lease, and ask :meth:`address_of` where it is before it reconnects.
+
+        Args:
+            sessions: the env's sessions, one per lease, in order.
+        """
         super().follow(sessions)
         for i, session in enumerate(sessions):
             self._sessions[i] = session
@@ -202,7 +297,17 @@ class PooledRemotes(RemoteGroup):
     def address_of(self, index: int) -> RemoteAddress:
         """Remote ``index``'s address, asked before each probe of a dropped remote
         (blocking: a worker thread). Renews its lease; if the lease ended, claims another
-        remote and returns its address; :class:`Unplaced` if none could be claimed."""
+        remote and returns its address; :class:`Unplaced` if none could be claimed.
+
+        Args:
+            index: the remote.
+
+        Returns:
+            Its address now.
+
+        Raises:
+            Unplaced: its lease ended and no other remote could be claimed.
+        """
         with self._lock:
             held = self.held[index]
         if held.lost is None:
@@ -265,7 +370,24 @@ def claim_remotes(
     spec: str, n: int, env_id: str | None, mode: str = "realtime", options: dict[str, Any] | None = None,
     password: str | None = None, tls_ca: str | None = None,
 ) -> PooledRemotes:
-    """Claim ``n`` remotes of ``env_id`` from the pool at ``spec`` (``pool://HOST:PORT``)."""
+    """Claim ``n`` remotes of ``env_id`` from the pool at ``spec`` (``pool://HOST:PORT``).
+
+    Args:
+        spec: the pool's address.
+        n: how many remotes.
+        env_id: what they must serve.
+        mode: ``"realtime"`` or ``"lockstep"``.
+        options: the runtime's ``serve --option`` values.
+        password: the pool's password (None: the address's).
+        tls_ca: a CA bundle for a ``pool+tls://`` pool.
+
+    Returns:
+        The leased remotes; closing them releases the leases.
+
+    Raises:
+        ValueError: no ``env_id``, or ``spec`` is not a pool address.
+        PoolError: the pool refused or had no remote in time (those claimed are released).
+    """
     if not env_id:
         raise ValueError(f"a pool address ({spec}) serves remotes by env id: give env_id=...")
     client = PoolClient(parse_pool(spec), password, tls_ca)
