@@ -140,7 +140,24 @@ class RemoteParallelEnv(ParallelEnv[AgentID, np.ndarray, int]):  # type: ignore[
         (``start_local("builtin.Duel-v0")``). ``env_id``: switch the remotes to it at each
         reset. ``max_cycles``: truncate every agent after that many steps.
         ``stall_timeout``: seconds a joint step may wait for a remote's reply before the
-        remote is truncated and reconnected."""
+        remote is truncated and reconnected.
+
+        Args:
+            remotes: see above.
+            password: the remotes' password (None: the address's or group's).
+            frameskip: frames each joint step advances.
+            env_id: see above.
+            max_cycles: see above.
+            start_timeout: seconds to wait for the remotes to answer.
+            tls_ca: a CA bundle for ``vnc+tls://`` remotes.
+            render_mode: ``"rgb_array"`` or None.
+            stall_timeout: see above.
+            loop: the loop thread for this env's sockets (default: the process's).
+
+        Raises:
+            ValueError: a bad ``frameskip`` or address.
+            RemoteUnavailable: the remotes did not answer within ``start_timeout``.
+        """
         if not (isinstance(frameskip, int) and frameskip >= 1):
             raise ValueError(f"frameskip must be a positive integer, not {frameskip!r}")
         group = remotes if isinstance(remotes, RemoteGroup) else None
@@ -201,11 +218,25 @@ class RemoteParallelEnv(ParallelEnv[AgentID, np.ndarray, int]):  # type: ignore[
     # Spaces ------------------------------------------------------------------------------
 
     def observation_space(self, agent: AgentID) -> spaces.Box:
-        """The agent's screen (one object per agent, as PettingZoo asks)."""
+        """The agent's screen (one object per agent, as PettingZoo asks).
+
+        Args:
+            agent: the agent's name.
+
+        Returns:
+            Its ``Box`` of the screen.
+        """
         return self.observation_spaces[agent]
 
     def action_space(self, agent: AgentID) -> spaces.Discrete:
-        """0: hold nothing; k: hold the runtime's ``keys[k - 1]``."""
+        """0: hold nothing; k: hold the runtime's ``keys[k - 1]``.
+
+        Args:
+            agent: the agent's name.
+
+        Returns:
+            Its ``Discrete(1 + len(keys))``.
+        """
         return self.action_spaces[agent]
 
     # Episodes ----------------------------------------------------------------------------
@@ -214,7 +245,19 @@ class RemoteParallelEnv(ParallelEnv[AgentID, np.ndarray, int]):  # type: ignore[
         self, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[AgentID, np.ndarray], dict[AgentID, dict[str, Any]]]:
         """A new episode on every remote (remote ``i`` under ``seed + i``; a remote that is
-        away is reconnected first)."""
+        away is reconnected first).
+
+        Args:
+            seed: the first remote's seed (None: the runtimes pick).
+            options: unused (PettingZoo's signature).
+
+        Returns:
+            Each agent's observation and info.
+
+        Raises:
+            RemoteUnavailable: a remote is not back within ``start_timeout``.
+            RuntimeError: the env is closed.
+        """
         if self._closed:
             raise RuntimeError("reset() on a closed RemoteParallelEnv")
         seeds: list[int | None] = []
@@ -239,7 +282,19 @@ class RemoteParallelEnv(ParallelEnv[AgentID, np.ndarray, int]):  # type: ignore[
         dict[AgentID, bool], dict[AgentID, dict[str, Any]],
     ]:
         """One joint step of every remote whose game goes on; agents of a game that
-        ended (or was truncated by ``max_cycles``, or lost its remote) leave :attr:`agents`."""
+        ended (or was truncated by ``max_cycles``, or lost its remote) leave :attr:`agents`.
+
+        Args:
+            actions: ``{agent: action}`` for agents now playing (one left out keeps holding
+                what it held).
+
+        Returns:
+            ``(observations, rewards, terminations, truncations, infos)``, each by agent.
+
+        Raises:
+            ValueError: an action for an agent not playing, or outside its space.
+            RuntimeError: the env is closed.
+        """
         if self._closed:
             raise RuntimeError("step() on a closed RemoteParallelEnv")
         unknown = set(actions) - set(self.agents)
@@ -281,7 +336,11 @@ class RemoteParallelEnv(ParallelEnv[AgentID, np.ndarray, int]):  # type: ignore[
         return observations, rewards, terminations, truncations, infos
 
     def render(self) -> np.ndarray | None:
-        """The first remote's screen as of the last reset or step."""
+        """The first remote's screen as of the last reset or step.
+
+        Returns:
+            A copy of the screen, or None before the first reset.
+        """
         return None if self._last is None else self._last.copy()
 
     def close(self) -> None:

@@ -22,9 +22,18 @@ from .vector import RemoteVectorEnv
 #: Seconds between progress lines.
 PROGRESS_INTERVAL = 1.0
 
+__all__ = ["AGENTS", "noop_agent", "play", "random_agent"]
+
 
 def random_agent(env: RemoteVectorEnv) -> Callable[[np.ndarray], list[Any]]:
-    """Samples each remote's action space: keys pressed and released, clicks anywhere."""
+    """Samples each remote's action space: keys pressed and released, clicks anywhere.
+
+    Args:
+        env: the vector env played.
+
+    Returns:
+        The agent: observations in, one action per remote out.
+    """
     spaces = [env.single_action_space] * env.num_envs
     for i, space in enumerate(spaces):
         space.seed(i)
@@ -32,7 +41,14 @@ def random_agent(env: RemoteVectorEnv) -> Callable[[np.ndarray], list[Any]]:
 
 
 def noop_agent(env: RemoteVectorEnv) -> Callable[[np.ndarray], list[Any]]:
-    """Does nothing: how the game goes on by itself."""
+    """Does nothing: how the game goes on by itself.
+
+    Args:
+        env: the vector env played.
+
+    Returns:
+        The agent: observations in, an empty action per remote out.
+    """
     return lambda observations: [[] for _ in range(env.num_envs)]
 
 
@@ -62,6 +78,29 @@ def play(
     ``dashboard``: serve the live dashboard (:mod:`remotes.dashboard`) on this port of
     127.0.0.1 (0 picks a free one) while playing. ``ray``: start the remotes on this Ray
     cluster instead ("" for $RAY_ADDRESS or a new local one; :func:`remotes.ray.start_ray`).
+
+    Args:
+        env_id: what to start here (None with ``remote``).
+        remote: the address of running remotes, instead of starting them.
+        n: remotes to start (or to lease from a ``pool://`` ``remote``).
+        agent: a name in :data:`AGENTS`.
+        steps: steps to play (None: until ``seconds``, or Ctrl-C).
+        seconds: seconds to play.
+        fps: the remotes' frame rate.
+        password: the remotes' password.
+        dashboard: see above.
+        out: where progress goes.
+        tls_ca: a CA bundle for ``vnc+tls://`` remotes.
+        ray: see above.
+
+    Returns:
+        ``steps``, ``remotes``, ``steps_per_second``, ``episodes`` and each finished
+        episode's return (``returns``).
+
+    Raises:
+        ValueError: ``remote`` with ``ray``, neither ``env_id`` nor ``remote``, or a
+            dashboard port that cannot be served.
+        KeyboardInterrupt: Ctrl-C, after the summary is printed.
     """
     local: RemoteGroup | None = None
     if remote is not None and ray is not None:

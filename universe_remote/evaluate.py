@@ -64,6 +64,8 @@ MAX_REMOTES: Final = 32
 #: Seconds the remotes may take to start (Chromium on a loaded machine).
 START_TIMEOUT: Final = 90.0
 
+__all__ = ["Episode", "EpisodeOver", "evaluate", "load_agent", "parse_seeds"]
+
 Agent = Callable[["Episode"], Any]
 Judge = Callable[["Episode", dict[str, Any]], bool]
 
@@ -102,7 +104,20 @@ class Episode:
 
     def call(self, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
         """The remote's answer to ``tool`` (its MCP result: ``content``, ``isError``), from any
-        thread but the harness's loop; :class:`EpisodeOver` once the episode has ended."""
+        thread but the harness's loop; :class:`EpisodeOver` once the episode has ended.
+
+        Args:
+            tool: the tool's name (``"computer"``, ``"reset"``...).
+            arguments: its arguments (None: none).
+
+        Returns:
+            The MCP result as a dict (``content``: the screenshot and the JSON text;
+            ``isError``).
+
+        Raises:
+            EpisodeOver: the episode ended (done, or its budget spent).
+            TypeError: called from the harness's own loop (an async agent awaits :meth:`acall`).
+        """
         if self.loop.is_closed():  # an agent left running after its run
             raise EpisodeOver("the eval run is over")
         with contextlib.suppress(RuntimeError):
@@ -115,7 +130,19 @@ class Episode:
         return future.result()
 
     async def acall(self, tool: str, arguments: dict[str, Any], by: str = "agent") -> dict[str, Any]:
-        """:meth:`call` on the harness's loop (an async agent's)."""
+        """:meth:`call` on the harness's loop (an async agent's).
+
+        Args:
+            tool: the tool's name.
+            arguments: its arguments.
+            by: ``"agent"`` (counted against the budget) or ``"harness"`` (the reset).
+
+        Returns:
+            The MCP result as a dict.
+
+        Raises:
+            EpisodeOver: an agent's call after the episode ended.
+        """
         if by == "agent" and (why := self.refusal()) is not None:
             raise EpisodeOver(why)
         if by == "agent":
@@ -150,7 +177,11 @@ class Episode:
         return dict(result)
 
     def refusal(self) -> str | None:
-        """Why a call would not be made now, or None."""
+        """Why a call would not be made now, or None.
+
+        Returns:
+            The reason, said as the agent reads it.
+        """
         if self.status == "done":
             return "the episode is over (the remote said done); the harness resets the next one"
         if self.status == "step_budget":
@@ -163,6 +194,11 @@ class Episode:
         return None
 
     def end(self, status: str) -> None:
+        """End the episode with ``status`` (the first end wins) and wake the harness.
+
+        Args:
+            status: ``"done"``, ``"step_budget"``, ``"time_budget"`` or how the agent ended.
+        """
         if self.status is None:
             self.status = status
             with contextlib.suppress(RuntimeError):  # the run is over (an agent left running)
@@ -427,7 +463,30 @@ def evaluate(agent: Agent | Sequence[str], tasks: Sequence[str], seeds: Sequence
              password: str | None = None, stop_grace: float = STOP_GRACE) -> list[dict[str, Any]]:
     """Run ``agent`` (a callable, or a host command's argv) over ``tasks`` x ``seeds``; the
     results rows. Without ``urls`` (running remotes' MCP ports) it starts ``remotes`` local
-    remotes of ``tasks[0]`` in ``mode`` and stops them after."""
+    remotes of ``tasks[0]`` in ``mode`` and stops them after.
+
+    Args:
+        agent: ``agent(episode)``, or an MCP host's command line (a string or argv) with
+            ``{mcp}`` where its server's command goes.
+        tasks: env ids, each played with every seed.
+        seeds: the seeds.
+        out: the directory the trajectories and results go to.
+        remotes: local remotes to start (without ``urls``).
+        mode: ``"realtime"`` or ``"lockstep"``.
+        max_steps: tool calls an episode may make.
+        max_seconds: seconds an episode may last.
+        urls: the MCP URLs of running remotes, instead of starting them.
+        judge: ``judge(episode, info)`` decides success instead of the remote.
+        games_per_process: remotes each local ``serve`` runs.
+        password: the remotes' password.
+        stop_grace: seconds an agent gets to stop once its episode is over.
+
+    Returns:
+        One results row per (task, seed) played (also in ``out``).
+
+    Raises:
+        ValueError: bad settings (``remotes`` out of range, no tasks or seeds...).
+    """
     if isinstance(agent, str):
         agent = shlex.split(agent)
     name = getattr(agent, "__qualname__", repr(agent)) if callable(agent) else shlex.join(agent)
@@ -451,7 +510,17 @@ def evaluate(agent: Agent | Sequence[str], tasks: Sequence[str], seeds: Sequence
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
-    """``0-4`` or ``0,3,7`` (or both: ``0-2,9``)."""
+    """``0-4`` or ``0,3,7`` (or both: ``0-2,9``).
+
+    Args:
+        text: the ``--seeds`` value.
+
+    Returns:
+        The seeds, in order.
+
+    Raises:
+        ValueError: ``text`` is not that form, or names no seed.
+    """
     seeds: list[int] = []
     try:
         for part in text.split(","):
@@ -465,7 +534,17 @@ def parse_seeds(text: str) -> tuple[int, ...]:
 
 
 def load_agent(spec: str) -> Agent:
-    """``module:function`` -> the callable."""
+    """``module:function`` -> the callable.
+
+    Args:
+        spec: ``module:function``.
+
+    Returns:
+        The function.
+
+    Raises:
+        ValueError: not that form, or the module has no such callable.
+    """
     import importlib
 
     module, _, name = spec.partition(":")
