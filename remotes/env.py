@@ -140,6 +140,12 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
         render_mode: ``"rgb_array"`` (render() returns the last frame) or ``"human"``
             (render() shows the remote: a viewer window, else where to watch it).
         loop: the loop thread for this env's sockets (default: the process's).
+        **settings: :class:`~remotes.options.EnvOptions` fields as keywords.
+
+    Raises:
+        RemoteUnavailable: the remote did not answer within ``start_timeout`` (the
+            message says why and what to do).
+        ValueError: a bad setting, or an address naming other than one remote.
     """
 
     metadata = {"render_modes": ["human", "rgb_array"], "render_fps": DEFAULT_FPS}

@@ -35,10 +35,17 @@ def _pick(u: float, n: int) -> int:
 class VNCActionSpace(spaces.Space[list[Event]]):
     """Lists of key and pointer events a remote accepts.
 
-    ``keys``: the X keysym names the remote reacts to (from ``v0.env.describe``);
-    ``width``/``height``: the screen, for pointer events; ``buttons``: the button mask
-    bits the remote uses (0 means no pointer events are sampled); ``any_key``: the remote
-    takes any X key (a desktop), ``keys`` being the common ones :meth:`sample` draws.
+    Args:
+        keys: the X keysym names the remote reacts to (from ``v0.env.describe``).
+        width: the screen's width, for pointer events.
+        height: the screen's height.
+        buttons: the button mask bits the remote uses (0: no pointer events are sampled).
+        seed: seeds :meth:`sample`'s generator (gymnasium's).
+        any_key: the remote takes any X key (a desktop), ``keys`` being the common ones
+            :meth:`sample` draws.
+
+    Raises:
+        UnknownKey: a name in ``keys`` is no key.
     """
 
     def __init__(

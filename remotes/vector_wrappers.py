@@ -81,7 +81,12 @@ class EachEnv(VectorActionWrapper):  # type: ignore[type-arg]
 
 class VectorDiscreteKeys(EachEnv):
     """``MultiDiscrete([len(combos)] * num_envs)``: env *i*'s action holds ``combos[a_i]``.
-    Each env's held keys go with its snapshots (``clone_state``, ``set_states``, ``fork``)."""
+    Each env's held keys go with its snapshots (``clone_state``, ``set_states``, ``fork``).
+
+    Args:
+        env: a remote vector env (or a wrapper of one) taking lists of VNC events.
+        combos: the key names each action holds, as :class:`~remotes.wrappers.DiscreteKeys`'s.
+    """
 
     #: Its part of a snapshot (:class:`~remotes.states.SnapshotPart`).
     snapshot_name = HELD_KEYS
@@ -170,7 +175,14 @@ class VectorDiscreteKeys(EachEnv):
 class VectorDiscreteClicks(EachEnv):
     """``MultiDiscrete([len(points)] * num_envs)``: env *i* clicks at ``points[a_i]``; with
     ``noop=True``, ``MultiDiscrete([len(points) + 1] * num_envs)``: 0 sends env *i*
-    nothing, ``a_i > 0`` clicks at ``points[a_i - 1]``."""
+    nothing, ``a_i > 0`` clicks at ``points[a_i - 1]``.
+
+    Args:
+        env: a remote vector env (or a wrapper of one) taking lists of VNC events.
+        points: the (x, y) screen pixel each action clicks.
+        button: the button mask a click presses (1: left).
+        noop: add action 0, which sends nothing.
+    """
 
     def __init__(
         self, env: gymnasium.vector.VectorEnv, points: Sequence[tuple[int, int]], button: int = 1,

@@ -1,5 +1,5 @@
 """The public API explains itself as gymnasium's does: every public callable that takes
-arguments says what they are in an ``Args:`` section, and every one that returns something
+arguments says what each is in an ``Args:`` section, and every one that returns something
 says what in ``Returns:`` (``Yields:`` for a generator).
 
 Public means what users import: each package's ``__all__`` (resolved lazily, as the
@@ -38,6 +38,10 @@ PUBLIC: Final[dict[str, str | None]] = {
 ROOT: Final = Path(__file__).resolve().parent.parent
 #: A section header as Google style (and gymnasium) writes it, alone on its line.
 _SECTION: Final = re.compile(r"^\s*(Args|Returns|Yields|Raises):\s*$", re.MULTILINE)
+#: An ``Args:`` section: the indented lines after its header.
+_ARGS: Final = re.compile(r"^\s*Args:\s*\n((?:[ \t]+\S.*\n?|[ \t]*\n)*)", re.MULTILINE)
+#: One argument in it, at the section's first indent: ``name:`` or ``**name:``.
+_ARG: Final = re.compile(r"^ {4}\**(\w+)\s*(?:\([^)]*\))?:", re.MULTILINE)
 #: Return annotations that mean "nothing is returned".
 _NOTHING: Final = frozenset({"None", "NoReturn", "Never", "typing.NoReturn"})
 
@@ -107,6 +111,11 @@ def _sections(doc: str | None) -> set[str]:
     return set(_SECTION.findall(doc or ""))
 
 
+def _listed(doc: str) -> set[str]:
+    """The argument names the ``Args:`` sections of ``doc`` describe."""
+    return {name for section in _ARGS.findall(doc) for name in _ARG.findall(section)}
+
+
 def missing_sections(module: Any) -> list[str]:
     """``name: section`` for each section a public callable of ``module`` lacks."""
     missing = []
@@ -116,8 +125,11 @@ def missing_sections(module: Any) -> list[str]:
         if name.endswith(".__init__"):
             doc = (doc or "") + "\n" + (inspect.getdoc(getattr(module, name.split(".")[0])) or "")
         sections = _sections(doc)
-        if _parameters(func) and "Args" not in sections:
+        parameters = _parameters(func)
+        if parameters and "Args" not in sections:
             missing.append(f"{name}: Args")
+        elif unlisted := [p for p in parameters if p not in _listed(doc or "")]:
+            missing.append(f"{name}: Args of {', '.join(unlisted)}")
         if _returns(func) and not sections & {"Returns", "Yields"}:
             missing.append(f"{name}: Returns")
     return missing
@@ -134,24 +146,37 @@ def test_every_public_callable_says_its_args_and_returns(package: str) -> None:
 
 
 def test_the_check_sees_a_missing_section() -> None:
-    """The walk itself: a function with a parameter and no ``Args:`` is named, one with
-    both sections is not."""
+    """The walk itself: a function with a parameter and no ``Args:`` is named, and one
+    whose ``Args:`` leaves a parameter out; one with both sections whole is not."""
 
     def bare(x: int) -> int:
         """Doubles."""
         return 2 * x
 
-    def told(x: int) -> int:
-        """Doubles.
+    def told(x: int, *, times: int = 2) -> int:
+        """Multiplies.
 
         Args:
-            x: what to double.
+            x: what to multiply.
+            times: by what.
 
         Returns:
-            Twice ``x``.
+            ``x`` times ``times``.
         """
-        return 2 * x
+        return times * x
 
-    names = {"__all__": ["bare", "told"], "bare": staticmethod(bare), "told": staticmethod(told)}
+    def half_told(x: int, times: int = 2) -> int:
+        """Multiplies.
+
+        Args:
+            x: what to multiply.
+
+        Returns:
+            The product.
+        """
+        return times * x
+
+    names = {"__all__": ["bare", "told", "half_told"], "bare": staticmethod(bare),
+             "told": staticmethod(told), "half_told": staticmethod(half_told)}
     module = type("M", (), names)
-    assert missing_sections(module) == ["bare: Args", "bare: Returns"]
+    assert missing_sections(module) == ["bare: Args", "bare: Returns", "half_told: Args of times"]
