@@ -163,26 +163,28 @@ def start_docker(
     """Start ``n`` remotes serving ``env_id`` in containers of ``image``; wait until each
     answers.
 
-    A container listens on all its interfaces, so it always has a password: ``password``
-    or a fresh random one (VNC uses 8 characters). Ports are published on 127.0.0.1 only.
-    ``games_per_container``: remotes one container serves (``serve --games``; module
-    docstring); the last container takes the rest.
+    Ports are published on 127.0.0.1 only.
 
     Args:
         env_id: what the remotes serve.
         n: how many remotes.
         image: the image to run.
-        password: the remotes' password (default: a fresh random one).
+        password: the remotes' password, or None: a fresh random one (VNC uses 8
+            characters). A container listens on all its interfaces, so it always has one.
         start_timeout: seconds to wait for every remote to answer.
         args: more ``serve`` arguments.
-        games_per_container: remotes each container serves.
+        games_per_container: remotes one container serves (``serve --games``; module
+            docstring); the last container takes the rest.
 
     Returns:
         The running containers; closing them removes them.
 
     Raises:
-        DockerUnavailable: no Docker engine, no image, or not enough free ports (the
-            message says what to do).
+        DockerUnavailable: no Docker engine, ``docker run`` failed, or not enough free
+            ports (the message says what to do).
+        ConnectionError: a container did not answer within ``start_timeout`` (see its
+            ``docker logs``).
+        ValueError: ``games_per_container`` out of range.
     """
     if not 1 <= games_per_container <= MAX_GAMES_PER_CONTAINER:
         raise ValueError(

@@ -449,20 +449,6 @@ def start_local(
 ) -> LocalRemotes:
     """Start ``n`` remotes serving ``env_id`` on ``host`` (127.0.0.1) and wait until each answers.
 
-    ``nice`` lowers the remotes' CPU priority: with more remotes than cores, the kernel
-    otherwise hands the agent only its per-process share and steps come late (hand-measured
-    with 32 remotes on 2 cores: benchmarks/RESULTS.md). None (the default): 0 while
-    ``n`` real-time remotes fit in ``capacity`` (default: what this machine holds,
-    :func:`remotes.capacity.capacity`), else a WARNING and
-    :data:`~remotes.capacity.OVERLOAD_NICE`, so the agent keeps its CPU past the limit.
-    ``extra_args`` go to ``serve``; with ``--tls-cert``/``--tls-key`` the remotes serve TLS
-    (``vnc+tls://`` addresses), checked against $UNIVERSE_REMOTE_TLS_CA or the system's CAs.
-    ``host`` other than loopback: ``serve`` refuses it without a password, and without TLS
-    or ``--insecure`` in ``extra_args`` (docs/security.md); :func:`remotes.ray.start_ray`'s
-    actors bind their node's address this way.
-    ``games_per_process``: remotes one ``serve`` process runs (``serve --games``; one
-    wake-up per frame for all of them); None picks :func:`default_games_per_process`'s
-    (in lockstep: one process per core); 1 gives each remote a process of its own.
     :meth:`LocalRemotes.kill` of one remote kills its process and its siblings.
 
     Args:
@@ -471,18 +457,35 @@ def start_local(
         password: the remotes' password (None: none, on loopback).
         fps: the remotes' frame rate (None: the env's own).
         start_timeout: seconds to wait for every remote to answer.
-        extra_args: more ``serve`` arguments.
-        nice: the remotes' CPU priority offset (None: chosen as above).
-        host: where they listen.
-        games_per_process: remotes each ``serve`` process runs.
-        capacity: real-time remotes this machine holds (None: measured).
+        extra_args: more ``serve`` arguments; with ``--tls-cert``/``--tls-key`` the
+            remotes serve TLS (``vnc+tls://`` addresses), checked against
+            $UNIVERSE_REMOTE_TLS_CA or the system's CAs.
+        nice: lowers the remotes' CPU priority: with more remotes than cores, the kernel
+            otherwise hands the agent only its per-process share and steps come late
+            (hand-measured with 32 remotes on 2 cores: benchmarks/RESULTS.md). None (the
+            default): 0 while ``n`` real-time remotes fit in ``capacity``, else a WARNING
+            and :data:`~remotes.capacity.OVERLOAD_NICE`, so the agent keeps its CPU past
+            the limit.
+        host: where they listen. Other than loopback, ``serve`` refuses it without a
+            password, and without TLS or ``--insecure`` in ``extra_args``
+            (docs/security.md); :func:`remotes.ray.start_ray`'s actors bind their node's
+            address this way.
+        games_per_process: remotes one ``serve`` process runs (``serve --games``; one
+            wake-up per frame for all of them); None picks
+            :func:`default_games_per_process`'s (in lockstep: one process per core); 1
+            gives each remote a process of its own.
+        capacity: real-time remotes this machine holds (None:
+            :func:`remotes.capacity.capacity`, measured).
 
     Returns:
         The running remotes (a context manager; closing stops them).
 
     Raises:
-        RuntimeError: a remote exited or did not answer within ``start_timeout`` (its log's
-            tail says why).
+        RuntimeError: a remote exited before it served (its log's tail says why).
+        TimeoutError: a remote did not answer within ``start_timeout``.
+        ValueError: ``n`` or ``games_per_process`` out of range.
+        UnknownEnvironment: ``env_id`` is not served here (the message says the closest
+            ids, or what to install).
     """
     games = _checked(env_id, n, extra_args, games_per_process)
     nice = _priority(env_id, n, games, fps, extra_args, nice, capacity)

@@ -136,27 +136,29 @@ class RemoteParallelEnv(ParallelEnv[AgentID, np.ndarray, int]):  # type: ignore[
         stall_timeout: float = STALL_TIMEOUT,
         loop: LoopThread | None = None,
     ) -> None:
-        """``remotes``: an address (``vnc://host:5900+15900``), a list of them, or a group
-        (``start_local("builtin.Duel-v0")``). ``env_id``: switch the remotes to it at each
-        reset. ``max_cycles``: truncate every agent after that many steps.
-        ``stall_timeout``: seconds a joint step may wait for a remote's reply before the
-        remote is truncated and reconnected.
+        """Connects to every player of every remote, and reads what each serves.
 
         Args:
-            remotes: see above.
+            remotes: an address (``vnc://host:5900+15900``), a list of them, or a group
+                (``start_local("builtin.Duel-v0")``).
             password: the remotes' password (None: the address's or group's).
             frameskip: frames each joint step advances.
-            env_id: see above.
-            max_cycles: see above.
+            env_id: switch the remotes to it at each reset.
+            max_cycles: truncate every agent after that many steps.
             start_timeout: seconds to wait for the remotes to answer.
             tls_ca: a CA bundle for ``vnc+tls://`` remotes.
             render_mode: ``"rgb_array"`` or None.
-            stall_timeout: see above.
+            stall_timeout: seconds a joint step may wait for a remote's reply before the
+                remote is truncated and reconnected.
             loop: the loop thread for this env's sockets (default: the process's).
 
         Raises:
-            ValueError: a bad ``frameskip`` or address.
-            RemoteUnavailable: the remotes did not answer within ``start_timeout``.
+            ValueError: a bad ``frameskip`` or address, or a remote that is not ours or
+                takes no keys.
+            ConnectTimeout: a remote's rewarder did not answer within ``start_timeout``
+                (:class:`rewarder.errors.ConnectTimeout`).
+            Refused: a remote refused (wrong password, busy: the message says).
+            RemoteUnavailable: a player's seat could not be connected.
         """
         if not (isinstance(frameskip, int) and frameskip >= 1):
             raise ValueError(f"frameskip must be a positive integer, not {frameskip!r}")

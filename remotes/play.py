@@ -75,10 +75,6 @@ def play(
 ) -> dict[str, Any]:
     """Run ``agent`` for ``steps`` steps (or ``seconds``); print progress; return a summary.
 
-    ``dashboard``: serve the live dashboard (:mod:`remotes.dashboard`) on this port of
-    127.0.0.1 (0 picks a free one) while playing. ``ray``: start the remotes on this Ray
-    cluster instead ("" for $RAY_ADDRESS or a new local one; :func:`remotes.ray.start_ray`).
-
     Args:
         env_id: what to start here (None with ``remote``).
         remote: the address of running remotes, instead of starting them.
@@ -88,10 +84,12 @@ def play(
         seconds: seconds to play.
         fps: the remotes' frame rate.
         password: the remotes' password.
-        dashboard: see above.
+        dashboard: serve the live dashboard (:mod:`remotes.dashboard`) on this port of
+            127.0.0.1 (0 picks a free one) while playing.
         out: where progress goes.
         tls_ca: a CA bundle for ``vnc+tls://`` remotes.
-        ray: see above.
+        ray: start the remotes on this Ray cluster instead ("" for $RAY_ADDRESS or a new
+            local one; :func:`remotes.ray.start_ray`).
 
     Returns:
         ``steps``, ``remotes``, ``steps_per_second``, ``episodes`` and each finished

@@ -487,37 +487,34 @@ def start_ray(
 ) -> RayRemotes:
     """Start ``n`` remotes of ``env_id`` as Ray actors and wait until each answers.
 
-    ``address``: the cluster (``ray.init``'s: ``"auto"``, ``"ray://head:10001"``, ``"local"``
-    for a new local one; None: $RAY_ADDRESS, else the cluster ``ray start`` started last,
-    else a new local one); ignored when Ray is already initialised. A cluster that does
-    not answer is :class:`RayUnavailable` within :data:`PROBE_TIMEOUT` (or, if its port
-    answers but Ray does not join, ``init_timeout``) seconds, saying what to do.
-    ``password``: every remote's (default: a fresh random one, in :attr:`password`).
-    ``tls``: (certificate, key) files present on every node: the remotes serve TLS
-    (``vnc+tls://``); without it a remote off loopback serves in clear with ``--insecure``.
-    ``resources``: what each remote reserves (:data:`DEFAULT_RESOURCES`; custom names
-    too, ``{"CPU": 0.25, "gpu_node": 1}``). ``spread``: one ``SPREAD`` placement group
-    (module docstring). ``max_restarts``: Ray's, per actor. ``extra_args`` go to ``serve``.
-
     Args:
         env_id: what the remotes serve.
         n: how many remotes.
-        address: the Ray cluster (see above).
-        password: every remote's password.
-        tls: (certificate, key) files for TLS.
-        resources: what each remote reserves.
-        spread: place the remotes on different nodes where Ray can.
-        max_restarts: Ray's restarts per actor.
+        address: the cluster (``ray.init``'s: ``"auto"``, ``"ray://head:10001"``,
+            ``"local"`` for a new local one; None: $RAY_ADDRESS, else the cluster ``ray
+            start`` started last, else a new local one); ignored when Ray is already
+            initialised.
+        password: every remote's (default: a fresh random one, in :attr:`password`).
+        tls: (certificate, key) files present on every node: the remotes serve TLS
+            (``vnc+tls://``); without it a remote off loopback serves in clear with
+            ``--insecure``.
+        resources: what each remote reserves (:data:`DEFAULT_RESOURCES`; custom names
+            too, ``{"CPU": 0.25, "gpu_node": 1}``).
+        spread: one ``SPREAD`` placement group for the remotes (module docstring).
+        max_restarts: Ray's, per actor.
         start_timeout: seconds to wait for every remote to answer.
         extra_args: more ``serve`` arguments.
-        init_timeout: seconds to wait for ``ray.init``.
+        init_timeout: seconds to wait for Ray to join a cluster whose port answers.
 
     Returns:
         The running remotes (closing kills the actors).
 
     Raises:
-        RayUnavailable: Ray is not installed, or the cluster does not answer (the message
-            says what to do).
+        RayUnavailable: Ray is not installed, or the cluster does not answer within
+            :data:`PROBE_TIMEOUT` (or ``init_timeout``) seconds; the message says what
+            to do.
+        ValueError: ``n`` out of range.
+        UnknownEnvironment: ``env_id`` is not registered.
     """
     if not 1 <= n <= MAX_RAY_REMOTES:
         raise ValueError(f"n must be 1..{MAX_RAY_REMOTES}, not {n}")

@@ -119,13 +119,7 @@ class RewarderClient(ClientChannel):
         tls: ssl.SSLContext | None = None,
         player: int | None = None,
     ) -> None:
-        """``client_id`` (header ``openai-client-id``): a connection of ours with the same
-        id may take the active slot from the one holding it (the server closes that one
-        for good with close code 4010). ``tls``: a verifying client context
-        (:func:`rewarder.tls.client_context`); ``host:port`` then means ``wss://``, and a
-        certificate it does not trust raises :class:`~.errors.Untrusted`. ``player``
-        (header ``openai-player``): the player to hold on a multi-player remote (none:
-        player 0).
+        """Nothing is dialled until :meth:`start`.
 
         Args:
             address: ``host:port`` of the rewarder.
@@ -136,9 +130,14 @@ class RewarderClient(ClientChannel):
             name: how log lines and errors name the remote (default: ``address``).
             calibration_pings: pings that measure the clock skew after connecting.
             calibration_interval: seconds between recalibrations.
-            client_id: see above.
-            tls: see above.
-            player: see above.
+            client_id: header ``openai-client-id``: a connection of ours with the same id
+                may take the active slot from the one holding it (the server closes that
+                one for good with close code 4010).
+            tls: a verifying client context (:func:`rewarder.tls.client_context`);
+                ``host:port`` then means ``wss://``, and a certificate it does not trust
+                raises :class:`~.errors.Untrusted`.
+            player: header ``openai-player``: the player to hold on a multi-player remote
+                (None: player 0).
         """
         headers = handshake_headers(observer, password, client_id, player)
         super().__init__(

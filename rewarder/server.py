@@ -203,27 +203,24 @@ class RewarderServer:
         keepalive_timeout: float = KEEPALIVE_TIMEOUT,
         open_timeout: float = OPEN_TIMEOUT,
     ) -> None:
-        """``tls``: a server context (:func:`rewarder.tls.server_tls`) serves ``wss://``
-        only. ``allow_origins``: web pages (``Origin`` values, ``https://host``) whose
-        WebSocket handshakes are accepted; any other handshake with an ``Origin`` header
-        is refused, because browsers send one and agents don't. ``auth_guard`` throttles
-        wrong passwords per address. ``held_by`` names an agent of another front end
-        holding the remote (the dm_env_rpc port's): agents are refused as busy meanwhile.
-        ``players`` says how many players the environment has: above 1 an agent may ask
-        for one (header ``openai-player``), and several agents are active at once, one a
-        player; ``seat_held_by`` names who holds a player on another front end.
+        """Nothing listens until :meth:`start`.
 
         Args:
             handler: the environment side: what each request is served by.
             password: the password agents must give (None: none).
             max_message_bytes: the largest message most methods take.
             max_buffered_bytes: bytes a client may leave unread before it is dropped.
-            allow_origins: see above.
-            auth_guard: see above.
-            held_by: see above.
-            tls: see above.
-            players: see above.
-            seat_held_by: see above.
+            allow_origins: web pages (``Origin`` values, ``https://host``) whose WebSocket
+                handshakes are accepted; any other handshake with an ``Origin`` header is
+                refused, because browsers send one and agents don't.
+            auth_guard: throttles wrong passwords per address.
+            held_by: names an agent of another front end holding the remote (the
+                dm_env_rpc port's): agents are refused as busy meanwhile.
+            tls: a server context (:func:`rewarder.tls.server_tls`): serves ``wss://`` only.
+            players: how many players the environment has: above 1 an agent may ask for
+                one (header ``openai-player``), and several agents are active at once,
+                one a player.
+            seat_held_by: names who holds a player on another front end.
             keepalive_interval: seconds between pings (None: the default).
             keepalive_timeout: seconds to wait for each pong.
             open_timeout: seconds a connection has for its opening handshake.

@@ -106,10 +106,7 @@ class VNCServer:
         handshake_timeout: float | None = None,
         max_write_buffer: int | None = None,
     ) -> None:
-        """``player_passwords`` (multi-player remotes): player -> a password whose viewers
-        drive that player; :meth:`player_of` says which a client gave.
-        ``handshake_timeout`` and ``max_write_buffer`` default to :data:`HANDSHAKE_TIMEOUT`
-        and :data:`MAX_WRITE_BUFFER` as they are when the server is made.
+        """Nothing listens until :meth:`start` (or a client is :meth:`attach`-ed).
 
         Args:
             frame: the first frame, ``uint8[H, W, 3]``; its size is the screen's.
@@ -120,14 +117,18 @@ class VNCServer:
             on_disconnect: ``on_disconnect(client_id)`` when a client leaves.
             auth_guard: throttles wrong passwords per address.
             encodings: the encoding numbers offered, Raw always among them (None: all we have).
-            max_clients: the old single cap on clients (overrides the next two).
+            max_clients: the old single cap on clients (overrides the next two: all of
+                it for viewers).
             max_viewers: clients that are not agents.
             agent_slots: clients kept for agents beyond ``max_viewers``.
             max_handshaking: connections still in the handshake.
             tls: a server context: every socket client goes through VeNCrypt.
-            player_passwords: see above.
-            handshake_timeout: see above.
-            max_write_buffer: see above.
+            player_passwords: multi-player remotes: player -> a password whose viewers
+                drive that player (:meth:`player_of` says which a client gave).
+            handshake_timeout: seconds a client has for the handshake (None:
+                :data:`HANDSHAKE_TIMEOUT` as it is when the server is made).
+            max_write_buffer: bytes queued for one client before the server stops
+                encoding for it (None: :data:`MAX_WRITE_BUFFER` as it is then).
         """
         self.frame = frame
         #: The certificate's server context: every socket client goes through VeNCrypt.
