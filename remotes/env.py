@@ -385,7 +385,10 @@ class RemoteEnv(gymnasium.Env[np.ndarray, list[tuple[Any, ...]]]):
                 same env id).
 
         Raises:
-            ValueError: not lockstep, or the state lacks a part this env's wrappers keep.
+            ValueError: not lockstep; a state holding only its token, taken on another
+                remote (clone with ``export=True``); or one taken without a part this env's
+                wrappers keep.
+            TypeError: ``state`` is not what :meth:`clone_state` returned.
             RemoteError: the remote refused the state (the message says why).
             RuntimeError: the env is closed.
         """

@@ -462,6 +462,10 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         Args:
             index: the env.
             state: an :class:`~remotes.states.EnvState` (exported, if it was cloned elsewhere).
+
+        Raises:
+            ValueError: as :meth:`set_states` (not lockstep, a state that cannot go there).
+            RemoteError: the remote refused the state.
         """
         self.set_states({index: state})
 
@@ -475,7 +479,10 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             states: ``{env index: state}``; exported states for envs other than their own.
 
         Raises:
-            ValueError: not lockstep, or a state lacks a part this env's wrappers keep.
+            ValueError: not lockstep; a state holding only its token, for another remote
+                than its own (clone with ``export=True``); or one taken without a part this
+                env's wrappers keep.
+            TypeError: a state is not what :meth:`clone_state` returned.
             RemoteError: a remote refused its state (the message says why).
             RuntimeError: the env is closed.
         """

@@ -214,9 +214,12 @@ class BlockingRewarder(ClientState):
     def connect(self) -> None:
         """Dial with backoff until ``start_timeout``, then calibrate the clock.
 
-        Raises :class:`~.errors.ConnectTimeout`, :class:`~.errors.Refused` (the remote said
-        no: wrong password, busy past the timeout, not a rewarder) or
-        :class:`~.errors.Untrusted`.
+        Raises:
+            ConnectTimeout: nothing answered within ``start_timeout``.
+            Refused: the remote said no (wrong password, busy past the timeout, not a
+                rewarder).
+            Untrusted: TLS: the remote's certificate did not verify.
+            ConnectionClosed: the client was closed.
         """
         with self._lock:
             if self._closed:

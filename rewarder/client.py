@@ -165,8 +165,10 @@ class RewarderClient(ClientChannel):
     async def start(self) -> None:
         """Connect and calibrate the clock; returns once ready.
 
-        Raises :class:`ConnectTimeout` if nothing answered within ``start_timeout``, or
-        :class:`ConnectionClosed` with the server's reason if it refused us.
+        Raises:
+            ConnectTimeout: nothing answered within ``start_timeout``.
+            ConnectionClosed: the server refused us (:class:`Refused`, with its reason),
+                or the client was closed.
         """
         if self._closed:
             raise ConnectionClosed(f"rewarder client {self.name} is closed")
@@ -253,6 +255,11 @@ class RewarderClient(ClientChannel):
 
         Args:
             timeout: seconds to wait (None: for ever).
+
+        Raises:
+            TimeoutError: not within ``timeout`` (:class:`ConnectTimeout` when dialling
+                gave up first).
+            ConnectionClosed: the client stopped for good (refused, or closed).
         """
         await self._wait(lambda: True if self._ready else None, timeout, "a connection")
 
@@ -504,6 +511,9 @@ class RewarderClient(ClientChannel):
 
         Returns:
             The message id and the future of the answer's body.
+
+        Raises:
+            ConnectionClosed: not connected, or the connection ended while sending.
         """
         ws, proto = self._connection()
         message_id, data = proto.action(action, settle)

@@ -295,6 +295,9 @@ class Runtime(abc.ABC):
 
         Returns:
             The observation keys it reports.
+
+        Raises:
+            NotImplementedError: the runtime takes no action strings.
         """
         raise NotImplementedError(f"{self.env_id} takes no action strings")
 

@@ -218,10 +218,13 @@ class VNCClient:
     async def start(self) -> None:
         """Connect and finish the RFB handshake; returns once the first update is requested.
 
-        Raises :class:`ConnectTimeout` if no server completed a handshake within
-        ``start_timeout`` (retrying with backoff meanwhile), or at once
-        :class:`AuthenticationFailed` / :class:`ServerRefused` (with the server's reason)
-        or :class:`ProtocolError` (not a VNC server we can talk to).
+        Raises:
+            ConnectTimeout: no server completed a handshake within ``start_timeout``
+                (retrying with backoff meanwhile).
+            AuthenticationFailed: at once: the server refused the password.
+            ServerRefused: at once, with the server's reason.
+            ProtocolError: at once: not a VNC server we can talk to.
+            ConnectionLost: the client was closed (make a new one).
         """
         if self._closed:
             raise ConnectionLost(self.address, "the client is closed; make a new one")
