@@ -359,20 +359,19 @@ class BlockingRewarder(ClientState):
         self, env_id: str | None = None, seed: int | None = None, fps: float | None = None,
         mode: str | None = None, obs: str = protocol.OBS_VNC, timeout: float = SEND_TIMEOUT,
     ) -> int:
-        """Send ``v0.env.reset`` (past the newest episode this channel saw); its message id,
-        for :meth:`wait_reply` or :meth:`take_reply`. ``obs="shm"``: the reply names the
-        shared-memory segment holding the new episode's first frame, as a step's does.
+        """Send ``v0.env.reset`` (past the newest episode this channel saw) without waiting.
 
         Args:
             env_id: switch to this environment (None: keep it).
             seed: the episode's seed.
             fps: the remote's new frame rate (None: keep it).
             mode: ``"realtime"`` or ``"lockstep"`` (None: keep it).
-            obs: ``"vnc"`` or ``"shm"``.
+            obs: ``"shm"``: the reply names the shared-memory segment holding the new
+                episode's first frame, as a step's does (else ``"vnc"``).
             timeout: seconds the send may take.
 
         Returns:
-            The request's message id.
+            The request's message id, for :meth:`wait_reply` or :meth:`take_reply`.
         """
         with self._lock:
             newest = self.buffer.newest_episode_id or 0
@@ -380,8 +379,7 @@ class BlockingRewarder(ClientState):
             return self._send_request(protocol.RESET, request, timeout)
 
     def write_property(self, key: str, value: Any, timeout: float = PING_TIMEOUT) -> dict[str, Any]:
-        """Write the remote's property ``key`` (our extension); the reply's body.
-        :class:`RemoteError` names an unknown key, a read-only one or a bad value.
+        """Write the remote's property ``key`` (our extension).
 
         Args:
             key: the property.
@@ -392,7 +390,7 @@ class BlockingRewarder(ClientState):
             The reply's body (``{"key", "value"}``).
 
         Raises:
-            RemoteError: the remote refused the write.
+            RemoteError: an unknown key, a read-only one or a bad value.
         """
         with self._lock:
             request = self._need_proto().properties("write", key, value)
@@ -400,8 +398,7 @@ class BlockingRewarder(ClientState):
             return dict(reply.body)
 
     def snapshot(self, export: bool = False, timeout: float = PING_TIMEOUT) -> SnapshotReply:
-        """Save the remote's state (``v0.env.snapshot``, docs/snapshots.md): its token, and
-        its bytes when ``export``. :class:`RemoteError` says why a remote cannot.
+        """Save the remote's state (``v0.env.snapshot``, docs/snapshots.md).
 
         Args:
             export: carry the state's bytes too.
@@ -419,8 +416,7 @@ class BlockingRewarder(ClientState):
 
     def send_restore(self, token: str | None, state: bytes | None, obs: str = protocol.OBS_VNC,
                      timeout: float = SEND_TIMEOUT) -> int:
-        """Send ``v0.env.restore`` of a token or exported bytes; its message id: the reply
-        is a :class:`ResetReply` (a new episode id, the branch) for :meth:`wait_reply`.
+        """Send ``v0.env.restore`` of a token or exported bytes without waiting.
 
         Args:
             token: a snapshot's token (or None with ``state``).
@@ -429,7 +425,8 @@ class BlockingRewarder(ClientState):
             timeout: seconds the send may take.
 
         Returns:
-            The request's message id.
+            The request's message id: its reply, for :meth:`wait_reply`, is a
+            :class:`ResetReply` (a new episode id, the branch).
         """
         with self._lock:
             return self._send_request(RESTORE, self._need_proto().restore(token, state, obs), timeout)
@@ -484,22 +481,20 @@ class BlockingRewarder(ClientState):
         self, action: str | Sequence[Sequence[Any]], frames: int, obs: str, settle: bool = False,
         timeout: float = SEND_TIMEOUT,
     ) -> int:
-        """Send ``v0.env.step`` (input events, or a browser remote's action string; ``settle``:
-        the remote answers once its screen is still); its message id, for :meth:`take_reply`.
-        A remote that takes not all of it within ``timeout`` s is lost (:class:`SendTimeout`).
+        """Send ``v0.env.step`` without waiting.
 
         Args:
-            action: input events, or an action string.
+            action: input events, or a browser remote's action string.
             frames: frames to advance.
             obs: ``"vnc"`` or ``"shm"``.
-            settle: answer once the screen is still instead.
+            settle: the remote answers once its screen is still instead.
             timeout: seconds the send may take.
 
         Returns:
-            The request's message id.
+            The request's message id, for :meth:`take_reply`.
 
         Raises:
-            SendTimeout: the remote did not take it all within ``timeout``.
+            SendTimeout: the remote did not take it all within ``timeout``: it is lost.
         """
         with self._lock:
             message_id, data = self._need_proto().step(self.episode_id or 0, action, frames, obs, settle)
@@ -512,14 +507,13 @@ class BlockingRewarder(ClientState):
             return message_id
 
     def send_batch_step(self, steps: list[tuple[int, int | None, list[list[Any]], int]]) -> int:
-        """Send a ``v0.batch.step`` of ``steps`` (:func:`rewarder.batch_messages.request_body`):
-        its message id, whose reply (a ``BatchStepReply``) :meth:`take_reply` gives.
+        """Send a ``v0.batch.step`` (:func:`rewarder.batch_messages.request_body`).
 
         Args:
             steps: one ``(game, episode id, events, frames)`` per game of the remote's process.
 
         Returns:
-            The request's message id.
+            The request's message id; :meth:`take_reply` gives its ``BatchStepReply``.
         """
         with self._lock:
             request = self._need_proto()._request(BATCH_STEP, request_body(steps))
@@ -532,15 +526,12 @@ class BlockingRewarder(ClientState):
         return message_id
 
     def take_reply(self, message_id: Any, read: bool = True, ready: bool = False) -> StepReply | None:
-        """The reply to ``message_id`` if it arrived (raising :class:`RemoteError` if the
-        server refused the request), else None. ``read``: first read what the socket
-        holds (never waiting); else only look at the replies already read. ``ready``: a
-        poll just said the socket has bytes (read them without asking again).
+        """The reply to ``message_id`` if it arrived, never waiting.
 
         Args:
             message_id: the request's id.
-            read: read the socket first.
-            ready: the socket is known to have bytes.
+            read: first read what the socket holds (else only look at the replies read).
+            ready: a poll just said the socket has bytes (read them without asking again).
 
         Returns:
             The reply, or None while it has not arrived.
@@ -555,8 +546,7 @@ class BlockingRewarder(ClientState):
             return self._pop_reply(message_id)
 
     def wait_reply(self, message_id: Any, deadline: float) -> Any:
-        """The reply to ``message_id``, waiting until ``deadline`` (monotonic):
-        TimeoutError past it, ConnectionClosed if the connection ends first.
+        """The reply to ``message_id``, waiting for it.
 
         Args:
             message_id: the request's id.
@@ -602,7 +592,7 @@ class BlockingRewarder(ClientState):
             return reply
 
     def ping(self, timeout: float = PING_TIMEOUT) -> float:
-        """Round trip in seconds.
+        """Measure the round trip.
 
         Args:
             timeout: seconds to wait for the pong.
@@ -630,7 +620,7 @@ class BlockingRewarder(ClientState):
 
     def drop_outstanding(self) -> list[Any]:
         """Forget the requests whose replies nobody took (their replies are dropped as they
-        come); returns their ids.
+        come).
 
         Returns:
             The ids forgotten.
