@@ -57,7 +57,9 @@ def _ours(obj: Any) -> bool:
             source = inspect.getsourcefile(obj) or ""
         except TypeError:
             return False
-    return Path(source).is_file() and Path(source).resolve().is_relative_to(ROOT)
+    path = Path(source).resolve()
+    # The venv may live inside the checkout (make's .venv): a library there is not ours.
+    return path.is_file() and path.is_relative_to(ROOT) and "site-packages" not in path.parts
 
 
 def _callables(module: Any) -> Iterator[tuple[str, Callable[..., Any]]]:
