@@ -202,6 +202,17 @@ def test_an_mcp_session_killed_mid_session_gives_its_remote_back(pool: str) -> N
         assert not failed, said  # it drives at once
         (now,) = client.status()["leases"]
         assert now["address"] == address  # the same remote, reset, not restarted
+        # The lease ends while the relay lives (here: released behind its back): the next
+        # call is a tool error naming the lease and why, then the relay is on a new lease.
+        client.release([now["lease"]])
+        wait_for(lambda: all_warm(client), TIMEOUT, "taken back")
+        failed, said = second.tool("computer", {"action": "key", "text": "Left", "screenshot": False})
+        assert failed and f"pool lease {now['lease']} ended" in said["text"], said
+        assert "the call was not made" in said["text"] and "claimed another remote" in said["text"], said
+        failed, said = second.tool("computer", {"action": "key", "text": "Left", "screenshot": False})
+        assert not failed, said
+        (moved,) = client.status()["leases"]
+        assert moved["lease"] != now["lease"]
     finally:
         second.close()
     wait_for(lambda: all_warm(client), TIMEOUT, "released at stdin's end")
