@@ -18,7 +18,10 @@ another session may take it over (``take_over``).
 rewarder's Basic form) on every request; wrong ones count toward the remote's
 failed-password throttle (HTTP 429 says for how long). **Web pages** (an ``Origin``
 header) are refused unless ``serve --allow-origin`` names them. **TLS**: the remote's
-certificate (https://). **Connections** that idle or whose request never finishes arriving
+certificate (https://). **Client ids**: a session opened with ``openai-client-id``
+replaces open ones with that id; ``DELETE`` with the id and ``universe-remote-take-back:
+true`` (a warm pool taking its remote back) ends them and retires the id (a later
+``initialize`` with it is refused, 409). **Connections** that idle or whose request never finishes arriving
 are closed (:mod:`envserver.http_deadlines`). The listener, TLS and those checks are
 :mod:`envserver.http_port`'s, shared with the viewer and OpenEnv.
 """

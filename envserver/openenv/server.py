@@ -29,7 +29,10 @@ messages and bodies over MAX_MESSAGE_BYTES are answered ``TOO_LARGE`` (413), a b
 does not arrive within the port's request deadline ``TOO_SLOW`` (408). **Connections**
 that idle or whose request never finishes arriving are closed
 (:mod:`envserver.http_deadlines`). The listener, TLS and those checks are
-:mod:`envserver.http_port`'s, shared with the viewer and MCP.
+:mod:`envserver.http_port`'s, shared with the viewer and MCP. **Client ids**: a session
+opened with ``openai-client-id`` replaces an open one with that id (as on the rewarder);
+with ``universe-remote-take-back: true`` too (a warm pool taking its remote back) the id's
+sessions end, the id is retired and no session is opened (docs/cluster.md).
 """
 
 from __future__ import annotations
