@@ -114,6 +114,42 @@ def test_an_openenv_session_claims_and_releases_and_hears_of_a_lost_lease(pool: 
     assert the_remote(client) == address  # taken back by a reset, not a restart
 
 
+def test_a_newer_session_with_a_client_id_replaces_the_older(pool: str) -> None:
+    """On the remote's OpenEnv and MCP ports, as on its rewarder: the same client id again
+    (an agent that reconnected) wins, and the older session is told why."""
+    import asyncio
+
+    import aiohttp
+
+    async def both(lease: Any) -> None:
+        async with aiohttp.ClientSession(headers=lease.headers) as http:
+            url = lease.openenv_url + "/ws"
+            async with http.ws_connect(url) as older:
+                await older.send_json({"type": "reset", "data": {"seed": 0, "screen": "none"}})
+                assert (await older.receive_json(timeout=TIMEOUT))["type"] == "observation"
+                async with http.ws_connect(url) as newer:
+                    said = await older.receive_json(timeout=TIMEOUT)
+                    assert said["type"] == "error", said
+                    assert "replaced by a newer connection" in said["data"]["message"], said
+                    await newer.send_json({"type": "reset", "data": {"seed": 1, "screen": "none"}})
+                    assert (await newer.receive_json(timeout=TIMEOUT))["type"] == "observation"  # it drives
+            hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"}}}
+            ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+            ids = []
+            for _ in range(2):
+                async with http.post(lease.mcp_url, json=hello) as answer:
+                    ids.append(answer.headers["Mcp-Session-Id"])
+            async with http.post(lease.mcp_url, json=ping, headers={"Mcp-Session-Id": ids[0]}) as gone:
+                assert gone.status == 404 and "replaced by a newer connection" in await gone.text()
+            async with http.post(lease.mcp_url, json=ping, headers={"Mcp-Session-Id": ids[1]}) as alive:
+                assert alive.status == 200
+
+    with claim_session(pool, CATCH, needs=("openenv", "mcp")) as lease:
+        asyncio.run(both(lease))
+
+
 class Relay:
     """``universe-remote mcp pool://...`` as a host launches it: JSON-RPC lines on stdio."""
 
