@@ -86,6 +86,12 @@ def _cmd_pool(args: argparse.Namespace) -> int:
     from .service import DEFAULT_NICE, parse_spec, serve_pool
 
     try:
+        if args.mcp:
+            try:
+                import PIL  # noqa: F401  (the MCP port's screenshots: said now, not by every remote)
+            except ModuleNotFoundError:
+                raise ValueError("--mcp: the remotes' MCP ports need Pillow: pip install "
+                                 "'universe-remote[mcp]'") from None
         specs = [parse_spec(text, args.size, args.mode) for text in args.env_ids]
         for spec in specs:
             registry.check(spec.kind.env_id)
