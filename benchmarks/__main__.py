@@ -1,6 +1,8 @@
-"""``python -m benchmarks [--quick [--all]] [--list] [NAME ...]``: run every benchmark module
+"""``python -m benchmarks [--quick [--all]] [--list] [NAME ...] [-- OPTIONS]``: run every benchmark module
 (or the named ones), saying before each how long it is expected to take and after it how
-long it took and how long the rest should.
+long it took and how long the rest should. ``python -m benchmarks NAME -- OPTIONS`` gives
+one benchmark its own options (``pool -- --churn-only --agents 64``), as ``python -m
+benchmarks.NAME OPTIONS`` does.
 
 ``--quick`` (``make bench-quick``) runs one short round (module constants read
 :func:`benchmarks.common.quick`) of the :data:`HEADLINES`, one benchmark per area, for
@@ -158,7 +160,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--all", action="store_true",
                         help="with --quick: a short round of every benchmark, not only the headlines")
     parser.add_argument("--list", action="store_true", help="print each with its expected time")
+    argv, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     args = parser.parse_args(argv)
+    if extra and len(args.names) != 1:
+        parser.error("options after -- go to one benchmark: python -m benchmarks NAME -- OPTIONS")
     available = discover()
     unknown = [n for n in args.names if n not in available]
     if unknown:
@@ -185,6 +190,7 @@ def main(argv: list[str]) -> int:
             module = importlib.import_module(f"benchmarks.{name}")
             doc = (module.__doc__ or "").strip().splitlines()
             print(f"== [{i}/{len(names)}] {name}{about}: {doc[0] if doc else ''}", flush=True)
+            sys.argv = [f"benchmarks.{name}", *extra]  # (a module with options reads them)
             module.main()
             outcome = "took"
         except Exception:  # one broken benchmark must not cost the others' figures

@@ -14,10 +14,17 @@
    warm again: 0 expected) and the pool process's memory before and after.
 
 Every figure is from this run; the pool and the agents share the machine's cores.
+
+Options (``python -m benchmarks pool -- OPTIONS`` or ``python -m benchmarks.pool
+OPTIONS``): ``--churn-only`` skips (1); ``--agents``, ``--size``, ``--steps`` and
+``--seconds`` set the churn. Issue 44's run, 64 agents on a pool of 32 for 10 minutes::
+
+    python -m benchmarks pool -- --churn-only --agents 64 --size 32 --seconds 600
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -51,10 +58,11 @@ SANDBOX_MS: Final = (92.0, 376.0)
 WARM_TIMEOUT: Final = 120.0
 
 
-def _start_pool() -> tuple[subprocess.Popen[bytes], str]:
+def _start_pool(churn_size: int, churn_only: bool) -> tuple[subprocess.Popen[bytes], str]:
+    kinds = [] if churn_only else [CATCH, PONG]
     command = [
-        sys.executable, "-m", "universe_remote", "pool", CATCH, PONG,
-        f"{CATCH},mode=lockstep,size={CHURN_SIZE}", "--size", str(SIZE), "--port", "0", "--nice", "0",
+        sys.executable, "-m", "universe_remote", "pool", *kinds,
+        f"{CATCH},mode=lockstep,size={churn_size}", "--size", str(SIZE), "--port", "0", "--nice", "0",
     ]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
@@ -113,18 +121,21 @@ def _own_remote(env_id: str) -> list[float]:
     return times
 
 
-def _churn(pool: str) -> dict[str, Any]:
+def _churn(pool: str, agents: int, steps: int, seconds: float) -> dict[str, Any]:
     from remotes import RemoteEnv
 
-    stop = time.monotonic() + CHURN_SECONDS
-    counts = {"leases": 0, "steps": 0, "lost": 0, "errors": 0}
+    stop = time.monotonic() + seconds
+    counts: dict[str, Any] = {"leases": 0, "steps": 0, "lost": 0, "errors": 0}
     lock = threading.Lock()
     problems: list[str] = []
+    claims: list[float] = []  # seconds each claim took, as the agent saw it
 
     def agent() -> None:
         while time.monotonic() < stop:
             try:
+                began = time.perf_counter()
                 env = RemoteEnv(pool, env_id=CATCH, mode="lockstep")
+                took = time.perf_counter() - began
             except Exception as exc:  # counted: a claim that failed
                 with lock:
                     counts["errors"] += 1
@@ -133,37 +144,74 @@ def _churn(pool: str) -> dict[str, Any]:
             lost = 0
             try:
                 env.reset(seed=0)
-                for _ in range(CHURN_STEPS):
+                for _ in range(steps):
                     _, _, _, _, info = env.step([])
                     lost += "remote.error" in info
             finally:
                 env.close()
             with lock:
                 counts["leases"] += 1
-                counts["steps"] += CHURN_STEPS
+                counts["steps"] += steps
                 counts["lost"] += lost
+                claims.append(took)
 
     started = time.perf_counter()
-    threads = [threading.Thread(target=agent) for _ in range(AGENTS)]
+    threads = [threading.Thread(target=agent) for _ in range(agents)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     counts["seconds"] = time.perf_counter() - started
     counts["problems"] = problems[:3]
+    counts["claims"] = claims
     return counts
+
+
+def _options() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks pool --", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--churn-only", action="store_true", help="only the churn, not claim -> observation")
+    parser.add_argument("--agents", type=int, default=AGENTS, help=f"churning agents (default {AGENTS})")
+    parser.add_argument("--size", type=int, default=CHURN_SIZE,
+                        help=f"the churn's pool of lockstep Catch remotes (default {CHURN_SIZE})")
+    parser.add_argument("--steps", type=int, default=CHURN_STEPS,
+                        help=f"steps a lease (default {CHURN_STEPS})")
+    parser.add_argument("--seconds", type=float, default=CHURN_SECONDS,
+                        help=f"how long the churn runs (default {CHURN_SECONDS:g})")
+    args = parser.parse_args(sys.argv[1:])
+    if args.agents < 1 or args.size < 1 or args.steps < 1 or args.seconds <= 0:
+        parser.error("--agents, --size, --steps and --seconds are positive")
+    return args
+
+
+def _rss_tree_kib(pid: int) -> int:
+    """The pool's memory with its remotes' (every process below it)."""
+    total = 0
+    pids = [pid]
+    while pids:
+        p = pids.pop()
+        try:
+            total += _rss_kib(p)
+            for task in os.listdir(f"/proc/{p}/task"):  # (a child is its starting thread's)
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    pids += [int(c) for c in f.read().split()]
+        except (OSError, StopIteration):
+            continue
+    return total
 
 
 def main() -> None:
     from remotes.pool.client import PoolClient, parse_pool
 
-    proc, pool = _start_pool()
+    args = _options()
+    proc, pool = _start_pool(args.size, args.churn_only)
     try:
         client = PoolClient(parse_pool(pool))
         _all_warm(client, WARM_TIMEOUT)
-        rss_before = _rss_kib(proc.pid)
+        rss_before, tree_before = _rss_kib(proc.pid), _rss_tree_kib(proc.pid)
+        own_before = _rss_kib(os.getpid())
         rows = []
-        for env_id in (CATCH, PONG):
+        for env_id in () if args.churn_only else (CATCH, PONG):
             warm = np.array(_claim_to_observation(pool, env_id, client)) * 1000
             own = np.array(_own_remote(env_id)) * 1000
             for how, times in (("warm pool (claim + connect + reset)", warm),
@@ -171,25 +219,32 @@ def main() -> None:
                 p50, p99 = np.percentile(times, [50, 99])
                 rows.append([env_id, how, f"{p50:.1f}", f"{p99:.1f}", str(len(times))])
         sandbox = [f"{ms:.0f}" for ms in SANDBOX_MS]
-        rows.append(["(published)", "agent-sandbox warm pool claim", *sandbox, "-"])
-        print("claim -> first observation (ms); targets p50 <= 20, p99 <= 100")
-        table(["env", "how", "p50 ms", "p99 ms", "runs"], rows)
-        server = client.status()["claims"]
-        print(f"the pool's own claim handling: p50 {server.get('p50_ms')} ms, p99 {server.get('p99_ms')} ms "
-              f"over {server['count']} claims")
-        churn = _churn(pool)
+        if rows:
+            rows.append(["(published)", "agent-sandbox warm pool claim", *sandbox, "-"])
+            print("claim -> first observation (ms); targets p50 <= 20, p99 <= 100")
+            table(["env", "how", "p50 ms", "p99 ms", "runs"], rows)
+            server = client.status()["claims"]
+            print(f"the pool's own claim handling: p50 {server.get('p50_ms')} ms, "
+                  f"p99 {server.get('p99_ms')} ms over {server['count']} claims")
+        churn = _churn(pool, args.agents, args.steps, args.seconds)
+        # (a claim still waiting when the churn stopped is released by now; every remote back)
         _all_warm(client, 60)
         status = client.status()
         orphans = len(status["leases"]) + sum(k["size"] - k["warm"] for k in status["kinds"])
-        rss_after = _rss_kib(proc.pid)
-        print(f"\nchurn: {AGENTS} agents on a pool of {CHURN_SIZE} lockstep Catch remotes, "
-              f"{CHURN_STEPS} steps a lease, {churn['seconds']:.0f} s")
+        rss_after, tree_after, own_after = _rss_kib(proc.pid), _rss_tree_kib(proc.pid), _rss_kib(os.getpid())
+        waits = np.array(churn["claims"] or [0.0]) * 1000
+        c50, c99 = np.percentile(waits, [50, 99])
+        print(f"\nchurn: {args.agents} agents on a pool of {args.size} lockstep Catch remotes, "
+              f"{args.steps} steps a lease, {churn['seconds']:.0f} s")
         table(["leases", "claims/s", "env-steps/s", "lost steps", "failed claims", "orphans",
-               "pool claim p50/p99 ms", "pool RSS KiB before/after"],
+               "claim p50/p99 ms (agent)", "pool claim p50/p99 ms"],
               [[str(churn["leases"]), f"{churn['leases'] / churn['seconds']:.1f}",
                 f"{churn['steps'] / churn['seconds']:.0f}", str(churn["lost"]), str(churn["errors"]),
-                str(orphans), f"{status['claims'].get('p50_ms')}/{status['claims'].get('p99_ms')}",
-                f"{rss_before}/{rss_after}"]])
+                str(orphans), f"{c50:.0f}/{c99:.0f}",
+                f"{status['claims'].get('p50_ms')}/{status['claims'].get('p99_ms')}"]])
+        print("memory (RSS KiB) at start -> end: the pool process "
+              f"{rss_before} -> {rss_after}, the pool with its remotes {tree_before} -> {tree_after}, "
+              f"the agents' process {own_before} -> {own_after}")
         if churn["problems"]:
             print("failed claims:", churn["problems"])
     finally:

@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ssl
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
 from aiohttp import web
 
 from rewarder.auth import given_password
+from rewarder.protocol import CLIENT_ID_HEADER, MAX_CLIENT_ID_CHARS, TAKE_BACK_HEADER
 from rewarder.tls import TLSPort
 from vncdriver.server import AuthGuard
 
@@ -32,6 +34,21 @@ from .http_deadlines import Deadlines
 HEARTBEAT: Final = 30.0
 #: Seconds a stopping HTTP port gives its handlers, sessions and requests to finish.
 SHUTDOWN_TIMEOUT: Final = 2.0
+
+#: What a session is told when a newer one with its client id (``openai-client-id``, as on
+#: the rewarder) replaced it: how a warm pool takes a remote back from a session whose
+#: lease ended (docs/cluster.md), and what an agent that connected again does.
+REPLACED: Final = ("replaced by a newer connection with the same client id (openai-client-id): a "
+                   "pool took this remote back because this session's lease ended, or the same agent "
+                   "connected again")
+
+#: What a session is told when a pool's take-back (``TAKE_BACK_HEADER`` with its client id)
+#: ended it, and a later session with that id: the port retires the id, so a client that
+#: reconnects by itself (OpenEnv's does) cannot come back to a remote given to someone else.
+TAKEN_BACK: Final = ("a pool took this remote back: this session's lease ended (its holder released it, "
+                     "stopped renewing it, or it passed its maximum age); claim another remote from the pool")
+#: Client ids a port remembers as retired (the newest): a pool's leases, each retired once.
+MAX_RETIRED: Final = 4096
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -106,6 +123,33 @@ def origin_refusal(request: web.BaseRequest, allowed: frozenset[str]) -> str | N
 def allowed_origins(origins: Iterable[str]) -> frozenset[str]:
     """``serve --allow-origin``'s origins, as :func:`origin_refusal` compares them."""
     return frozenset(o.rstrip("/").lower() for o in origins)
+
+
+def client_id(request: web.Request) -> str:
+    """The request's ``openai-client-id`` ("" without one, or past its length limit)."""
+    value = request.headers.get(CLIENT_ID_HEADER, "").strip()
+    return value if len(value) <= MAX_CLIENT_ID_CHARS else ""
+
+
+def taking_back(request: web.Request) -> bool:
+    """Whether ``request`` is a pool's take-back (:data:`TAKE_BACK_HEADER`)."""
+    return request.headers.get(TAKE_BACK_HEADER, "").strip().lower() == "true"
+
+
+class Retired:
+    """Client ids a pool took back on this port (at most :data:`MAX_RETIRED`, the newest)."""
+
+    def __init__(self) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, ident: str) -> None:
+        self._ids[ident] = None
+        self._ids.move_to_end(ident)
+        while len(self._ids) > MAX_RETIRED:
+            self._ids.popitem(last=False)
+
+    def __contains__(self, ident: object) -> bool:
+        return ident in self._ids
 
 
 def password_refusal(request: web.BaseRequest, password: str, guard: AuthGuard | None,

@@ -76,6 +76,10 @@ _ADDRESS_LINE = re.compile(
 #: A game's MCP port in the banner (``serve --mcp-port``): game 0's own line, the others'
 #: ``(..., mcp N)`` on their address line.
 _MCP_LINE = re.compile(rb"^\s*mcp\s+https?://[^\s]+:(?P<port>\d+)/mcp|[(,]\s*mcp (?P<other>\d+)\)")
+#: A game's OpenEnv port in the banner (``serve --openenv-port``), likewise.
+_OPENENV_LINE = re.compile(
+    rb"^\s*openenv\s+https?://[^\s]+:(?P<port>\d+)\s|[(,]\s*openenv (?P<other>\d+)[,)]"
+)
 
 
 def _child_prefix(nice: int) -> list[str]:
@@ -204,6 +208,8 @@ class LocalRemotes(RemoteGroup):
         self.logs = logs
         #: Each remote's MCP port (``serve --mcp-port`` in ``extra_args``), else None.
         self.mcp_ports: list[int | None] = []
+        #: Each remote's OpenEnv port (``serve --openenv-port`` in ``extra_args``), else None.
+        self.openenv_ports: list[int | None] = []
         #: Games of each process, in order: remotes 0..k0-1 are process 0's, and so on.
         self.games = list(games) if games is not None else [1] * len(processes)
         self._process_index = [p for p, k in enumerate(self.games) for _ in range(k)]
@@ -350,12 +356,15 @@ def _spawn(
 async def _await_ready(
     proc: subprocess.Popen[bytes], log_path: Path, password: str | None, timeout: float,
     games: int = 1, mcp_ports: list[int | None] | None = None,
+    openenv_ports: list[int | None] | None = None,
 ) -> list[RemoteAddress]:
     """The addresses of the ``games`` games ``proc`` printed, once both channels of each
-    answer (their MCP ports, when they serve one, appended to ``mcp_ports``)."""
+    answer (their MCP and OpenEnv ports, when they serve them, appended to ``mcp_ports``
+    and ``openenv_ports``)."""
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(timeout):
-        addresses = await loop.run_in_executor(None, _read_addresses, proc, log_path, games, mcp_ports)
+        addresses = await loop.run_in_executor(
+            None, _read_addresses, proc, log_path, games, mcp_ports, openenv_ports)
     await asyncio.gather(*(probe_remote(address, password, timeout) for address in addresses))
     return addresses
 
@@ -393,12 +402,14 @@ async def _start(
         raise failed[0]
     try:
         mcp_ports: list[list[int | None]] = [[] for _ in processes]
+        openenv_ports: list[list[int | None]] = [[] for _ in processes]
         addresses = await asyncio.gather(*(
-            _await_ready(p, path, password, start_timeout, k, ports)
-            for p, path, k, ports in zip(processes, logs, split, mcp_ports, strict=True)
+            _await_ready(p, path, password, start_timeout, k, ports, more)
+            for p, path, k, ports, more in zip(processes, logs, split, mcp_ports, openenv_ports, strict=True)
         ))
         remotes.addresses = [address for group in addresses for address in group]
         remotes.mcp_ports = [port for group in mcp_ports for port in group]
+        remotes.openenv_ports = [port for group in openenv_ports for port in group]
     except BaseException:
         remotes.close()
         raise
@@ -406,21 +417,28 @@ async def _start(
 
 
 def _read_addresses(proc: subprocess.Popen[bytes], log_path: Path, games: int = 1,
-                    mcp_ports: list[int | None] | None = None) -> list[RemoteAddress]:
+                    mcp_ports: list[int | None] | None = None,
+                    openenv_ports: list[int | None] | None = None) -> list[RemoteAddress]:
     """Read the banner for the addresses of its ``games`` games (one ``agent address``
-    line each; their MCP ports appended to ``mcp_ports``); then keep draining its stdout."""
+    line each; their MCP and OpenEnv ports appended to ``mcp_ports`` and
+    ``openenv_ports``); then keep draining its stdout."""
     assert proc.stdout is not None
     stdout = proc.stdout
     found: list[RemoteAddress] = []
     mcp: int | None = None
+    openenv: int | None = None
     for line in stdout:
         if (port := _MCP_LINE.search(line)) is not None:
             mcp = int(port["port"] or port["other"])
+        if (port := _OPENENV_LINE.search(line)) is not None:
+            openenv = int(port["port"] or port["other"])
         match = _ADDRESS_LINE.search(line)
         if match:
             if mcp_ports is not None:
                 mcp_ports.append(mcp)
-            mcp = None
+            if openenv_ports is not None:
+                openenv_ports.append(openenv)
+            mcp = openenv = None
             found.append(RemoteAddress(
                 match["host"].decode(), int(match["vnc"]), int(match["rew"]), tls=bool(match["tls"])
             ))

@@ -68,6 +68,10 @@ OBSERVER_HEADER: Final = "openai-observer"
 CLIENT_ID_HEADER: Final = "openai-client-id"
 #: Longest client id accepted; longer ids are ignored (treated as none).
 MAX_CLIENT_ID_CHARS: Final = 128
+#: The header a warm pool's take-back sends (``true``) beside a lease's client id to a
+#: remote's MCP and OpenEnv ports: that id's sessions end and the id is retired there
+#: (``envserver.http_port``), so a client that reconnects by itself cannot come back.
+TAKE_BACK_HEADER: Final = "universe-remote-take-back"
 #: Key in a reward's ``info``: the number of the frame that earned it (the same numbers
 #: as the VNC frame tags), so an agent can pair the reward with the exact frame.
 FRAME_INFO_KEY: Final = "remote.frame"

@@ -16,6 +16,16 @@ answers, while the host's session with the relay goes on. A call made while the 
 is down is a tool error at once saying so; a call the remote dropped mid-way says it may
 or may not have been done.
 
+**From a warm pool** (``universe-remote mcp pool://HOST:PORT --env-id ENV_ID``, a pool
+started with ``--mcp``): the relay claims a remote for its session and holds the lease
+(:mod:`remotes.pool.sessions`: renewed in the background, released when the host closes
+stdin), its requests carrying the lease's client id. A relay that dies frees its remote
+within the pool's deadline: the pool takes it back (ending the session by that id) and
+resets it. A lease that ended while the relay lives (the pool's maximum age, a renewal
+that came too late) is told to the host at its next call, as a tool error naming the
+lease and why; the relay then claims another remote (a new episode) and never calls the
+old one again.
+
 Both sides are plain JSON-RPC (MCP's stdio framing: a message per line; its streamable
 HTTP: ``POST``/``GET``/``DELETE`` on ``/mcp``), spoken here with aiohttp: no MCP SDK, so
 the relay works beside any SDK major a host has installed.
@@ -88,11 +98,17 @@ class Refused(Exception):
 class RemoteLink:
     """The relay's session with the remote, opened again whenever the remote lost it."""
 
-    def __init__(self, url: str, password: str | None = None, ca: str | None = None) -> None:
+    def __init__(self, url: str, password: str | None = None, ca: str | None = None,
+                 headers: dict[str, str] | None = None, reopen: bool = True) -> None:
+        """``headers``: sent with every request besides the password's. ``reopen``: open a
+        new session when the remote lost this one (False for a pooled remote: a session
+        the pool ended must not come back on a remote it gave to someone else)."""
         import aiohttp
 
         self.url = url
         self.headers = {"Authorization": f"Bearer {password}"} if password else {}
+        self.headers.update(headers or {})
+        self.reopen = reopen
         self.ssl: Any = ssl.create_default_context(cafile=ca) if ca else None
         self.http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE),
@@ -150,7 +166,7 @@ class RemoteLink:
         try:
             answer, _ = await self._post(method, params)
         except Refused as exc:
-            if exc.status != 404:
+            if exc.status != 404 or not self.reopen:
                 raise
             await self.open(lost=used)  # the remote forgot the session (restarted, lease ran out)
             answer, _ = await self._post(method, params)
@@ -198,9 +214,13 @@ class RemoteLink:
         while True:
             try:
                 if self.session_id is None:
+                    if not self.reopen:
+                        return  # (a pooled remote's session ended: the lease says why)
                     await self.open()
                 async with self.http.get(self.url, headers=self._headers(), ssl=self.ssl,
                                          timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT)) as r:
+                    if r.status == 404 and not self.reopen:
+                        return
                     if r.status == 404:
                         await self.open(lost=r.request_info.headers.get(SESSION_HEADER))
                         continue
@@ -212,6 +232,84 @@ class RemoteLink:
                 log.debug("the remote's event stream: %s", exc)
             await asyncio.sleep(pause)  # a retry's pace, not a synchronisation
             pause = min(MAX_RECONNECT_INTERVAL, pause * 2)
+
+
+class LeaseLost(Down):
+    """The pool ended this session's lease: the call was not made (the message says why
+    and what the relay did about it)."""
+
+
+class LeasedLink:
+    """The relay's session on a remote leased from a pool (``mcp pool://...``): a
+    :class:`RemoteLink` to the lease's remote, moved to another remote when the lease ends
+    (:class:`LeaseLost` for the call that finds it)."""
+
+    def __init__(self, lease: Any, ca: str | None = None) -> None:
+        self.lease, self.ca = lease, ca
+        self.link = self._connect()
+        self._moving = asyncio.Lock()
+
+    def _connect(self) -> RemoteLink:
+        from rewarder.protocol import CLIENT_ID_HEADER
+
+        lease = self.lease
+        return RemoteLink(lease.mcp_url, lease.password, self.ca,
+                          headers={CLIENT_ID_HEADER: lease.client_id}, reopen=False)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return self.link.info
+
+    @property
+    def tools(self) -> dict[str, Any] | None:
+        return self.link.tools
+
+    @tools.setter
+    def tools(self, value: dict[str, Any] | None) -> None:
+        self.link.tools = value
+
+    async def open(self) -> None:
+        await self.link.open()
+
+    async def close(self) -> None:
+        await self.link.close()
+        await asyncio.to_thread(self.lease.close)
+
+    async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """The remote's answer; :class:`LeaseLost` when the lease ended (before or during)."""
+        held = self.lease.lease
+        if self.lease.lost is None:
+            try:
+                return await self.link.request(method, params)
+            except (Down, Refused) as exc:  # a session ended or a remote gone: the pool's doing?
+                if await asyncio.to_thread(self.lease.check) is None:
+                    if isinstance(exc, Refused) and exc.status == 404:
+                        raise Down(f"{exc}; the lease {held} is alive: the call was not made") from None
+                    raise
+        await self._move(held)
+        raise AssertionError("unreachable")
+
+    async def _move(self, held: str) -> None:
+        """Say the lease ended and claim another remote (once, however many calls saw it)."""
+        from remotes.pool.client import PoolError
+
+        async with self._moving:
+            why, old = self.lease.lost, self.link
+            if self.lease.lease != held:  # another call moved already
+                raise LeaseLost(f"this session's pool lease {held} ended: the call was not made; the "
+                                f"relay moved to another remote ({self.lease.address}): reset it to go on")
+            with contextlib.suppress(Exception):
+                await old.close()
+            try:
+                await asyncio.to_thread(self.lease.replace)
+                self.link = self._connect()
+                await self.link.open()
+                then = (f"the relay claimed another remote ({self.lease.address}; a new episode): reset "
+                        "it to go on")
+            except (PoolError, Down, Refused) as exc:
+                then = f"no other remote could be claimed yet ({exc}); the next call tries again"
+            raise LeaseLost(f"this session's pool lease {held} ended ({why}): the pool took its remote "
+                            f"back, and the call was not made; {then}")
 
 
 def _said(status: int, body: bytes) -> str:
@@ -231,7 +329,7 @@ def _short(exc: BaseException) -> str:
 class Relay:
     """The MCP server on stdio: each host request answered from the remote's."""
 
-    def __init__(self, link: RemoteLink, write: Any) -> None:
+    def __init__(self, link: RemoteLink | LeasedLink, write: Any) -> None:
         self.link, self.write = link, write
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -304,11 +402,13 @@ class _Flow(asyncio.Protocol):
             self.closed.set_result(None)
 
 
-async def relay(url: str, password: str | None = None, ca: str | None = None) -> None:
+async def relay(url: str, password: str | None = None, ca: str | None = None,
+                lease: Any = None) -> None:
     """Serve the remote at ``url``'s tools on stdio until stdin closes (:class:`Down`,
-    :class:`Refused`: the remote could not be reached at the start)."""
+    :class:`Refused`: the remote could not be reached at the start); with ``lease`` (a
+    :class:`remotes.pool.sessions.PoolSession`) the leased remote's, released at the end."""
     loop = asyncio.get_running_loop()
-    link = RemoteLink(url, password, ca)
+    link: RemoteLink | LeasedLink = RemoteLink(url, password, ca) if lease is None else LeasedLink(lease, ca)
     try:
         await link.open()  # a wrong address or password is said at once, not at the first call
         reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
@@ -333,13 +433,21 @@ async def relay(url: str, password: str | None = None, ca: str | None = None) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    lease = None
     try:
-        url = mcp_url(args.address)
+        if args.address.startswith(("pool://", "pool+tls://")):
+            lease = _claim(args)
+            url = lease.mcp_url
+        else:
+            url = mcp_url(args.address)
     except ValueError as exc:
         print(f"universe-remote mcp: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # (the pool's PoolError)
+        print(f"universe-remote mcp: {exc}", file=sys.stderr)
+        return 1
     try:
-        asyncio.run(relay(url, args.password, args.ca))
+        asyncio.run(relay(url, args.password, args.ca, lease))
     except (Down, Refused) as exc:
         print(f"universe-remote mcp: {url}: {exc} (is the remote serving --mcp-port there?)", file=sys.stderr)
         return 1
@@ -349,15 +457,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _claim(args: argparse.Namespace) -> Any:
+    """A pooled remote for the relay's session (``mcp pool://...``)."""
+    if not args.env_id:
+        raise ValueError(f"a pool ({args.address}) serves remotes by env id: give --env-id ENV_ID")
+    from remotes.pool.sessions import claim_session
+
+    return claim_session(args.address, args.env_id, mode=args.mode, needs=("mcp",), password=args.password,
+                         tls_ca=args.ca)
+
+
 def add_commands(sub: Any) -> None:
     what = ("relay a running remote's computer-use tools (its --mcp-port) over stdio, for MCP "
             "hosts that launch tools as processes; it reconnects when the remote restarts "
             "(docs/computer-use.md)")
     parser = sub.add_parser("mcp", help=what, description=what[0].upper() + what[1:] + ".")
     parser.add_argument("address", metavar="ADDRESS",
-                        help="the remote's MCP port: HOST:PORT or http(s)://HOST:PORT/mcp")
+                        help="the remote's MCP port: HOST:PORT or http(s)://HOST:PORT/mcp; or a warm "
+                        "pool, pool://HOST:PORT (started with --mcp), to lease a remote of --env-id")
     parser.add_argument("--password", default=os.environ.get(PASSWORD_ENV) or None,
-                        help=f"the remote's password (default: ${PASSWORD_ENV})")
+                        help=f"the remote's password, or the pool's (default: ${PASSWORD_ENV})")
+    parser.add_argument("--env-id", default=None, help="with pool://: the env id to lease a remote of")
+    parser.add_argument("--mode", choices=["realtime", "lockstep"], default=None,
+                        help="with pool://: the leased remote's mode (default: what the pool serves)")
     parser.add_argument("--ca", default=None, metavar="PEM",
                         help="the certificate (or CA) to trust for an https:// remote")
     parser.set_defaults(func=run)

@@ -55,6 +55,7 @@ class Lease(Generic[T]):
     calls: int = 0  # requests in flight
     streams: int = 0  # open event streams
     ended: str | None = field(default=None)  # why it ended, once it has
+    client_id: str = ""  # its host's openai-client-id: a newer session with it replaces this one
 
     def alive(self) -> bool:
         return self.calls > 0 or self.streams > 0
@@ -102,8 +103,8 @@ class Leases(Generic[T]):
                           f"{when} (a session ends {self.lease:g} s after its last request when it "
                           f"has no open event stream); try again in {wait} s")
 
-    def add(self, holder: T, now: float) -> Lease[T]:
-        session = Lease(secrets.token_hex(16), holder, now)
+    def add(self, holder: T, now: float, client_id: str = "") -> Lease[T]:
+        session = Lease(secrets.token_hex(16), holder, now, client_id=client_id)
         self.sessions[session.id] = session
         return session
 
@@ -113,6 +114,10 @@ class Leases(Generic[T]):
             return False
         session.ended = why
         return True
+
+    def with_client_id(self, client_id: str) -> list[Lease[T]]:
+        """The open sessions a new one with ``client_id`` replaces (none without an id)."""
+        return [s for s in self.sessions.values() if client_id and s.client_id == client_id]
 
     def begin(self, session: Lease[T], now: float, stream: bool = False) -> None:
         """A request (or an event stream) of ``session`` starts: it is alive."""

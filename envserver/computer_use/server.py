@@ -18,7 +18,10 @@ another session may take it over (``take_over``).
 rewarder's Basic form) on every request; wrong ones count toward the remote's
 failed-password throttle (HTTP 429 says for how long). **Web pages** (an ``Origin``
 header) are refused unless ``serve --allow-origin`` names them. **TLS**: the remote's
-certificate (https://). **Connections** that idle or whose request never finishes arriving
+certificate (https://). **Client ids**: a session opened with ``openai-client-id``
+replaces open ones with that id; ``DELETE`` with the id and ``universe-remote-take-back:
+true`` (a warm pool taking its remote back) ends them and retires the id (a later
+``initialize`` with it is refused, 409). **Connections** that idle or whose request never finishes arriving
 are closed (:mod:`envserver.http_deadlines`). The listener, TLS and those checks are
 :mod:`envserver.http_port`'s, shared with the viewer and OpenEnv.
 """
@@ -30,6 +33,7 @@ import contextlib
 import logging
 import ssl
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -42,7 +46,17 @@ from vncdriver.server import AuthGuard
 from .. import version
 from ..agent_port import RemoteLike
 from ..http_deadlines import IDLE_TIMEOUT as CONNECTION_IDLE, REQUEST_TIMEOUT, Deadlines
-from ..http_port import HTTPPort, allowed_origins, origin_refusal, password_refusal
+from ..http_port import (
+    REPLACED,
+    TAKEN_BACK,
+    HTTPPort,
+    Retired,
+    allowed_origins,
+    client_id,
+    origin_refusal,
+    password_refusal,
+    taking_back,
+)
 from . import jsonrpc
 from .leases import LEASE, Full, Lease, Leases, heartbeat
 from .tools import Client, Desk
@@ -57,6 +71,8 @@ PATH: Final = "/mcp"
 MAX_SESSIONS: Final = 16
 #: Bytes of one request's body (a tool call is small; a long ``type`` text is 2000 chars).
 MAX_REQUEST_BYTES: Final = 1 << 20
+#: Ended sessions whose reason a late request is told (the newest).
+MAX_ENDED_REMEMBERED: Final = 256
 #: What the 400 to plain http:// on a TLS port says to do.
 TLS_HINT: Final = "use {url} (the MCP host must trust the remote's certificate)"
 SERVER_NAME: Final = "universe-remote"
@@ -92,6 +108,10 @@ class MCPServer:
         self._reaper: asyncio.TimerHandle | None = None
         self._closing: str | None = None
         self._ended = asyncio.Event()  # set (and replaced) whenever a session ends
+        #: Why recently ended sessions ended, for their hosts' next request (the 404 says).
+        self._why_ended: OrderedDict[str, str] = OrderedDict()
+        #: Client ids a pool took back here: their sessions are refused.
+        self.retired = Retired()
 
     def held_by(self) -> str | None:
         """Which MCP client drives the remote (the other front ends ask)."""
@@ -123,6 +143,9 @@ class MCPServer:
 
     def _end(self, session: Lease[Client], why: str) -> None:
         if self.leases.end(session, why):
+            self._why_ended[session.id] = why
+            while len(self._why_ended) > MAX_ENDED_REMEMBERED:
+                self._why_ended.popitem(last=False)
             session.holder.close()
             self._ended.set()
             self._ended = asyncio.Event()
@@ -151,6 +174,8 @@ class MCPServer:
             return await self._post(request)
         if request.method == "GET":
             return await self._stream(request)
+        if request.method == "DELETE" and SESSION_HEADER not in request.headers and taking_back(request):
+            return self._take_back(client_id(request))
         if request.method == "DELETE":
             session = self.leases.get(request.headers.get(SESSION_HEADER))
             if session is None:
@@ -192,7 +217,7 @@ class MCPServer:
                           ident=ident)
         session = self.leases.get(session_id)
         if session is None:
-            return _error(404, jsonrpc.INVALID_REQUEST, _UNKNOWN_SESSION, ident=ident)
+            return _error(404, jsonrpc.INVALID_REQUEST, self._unknown(session_id), ident=ident)
         if "id" not in message:  # a notification
             session.last = time.monotonic()
             return web.Response(status=202)
@@ -211,8 +236,26 @@ class MCPServer:
             self.leases.finish(session, time.monotonic())
         return web.Response(body=orjson.dumps(answer), content_type=_JSON)
 
+    def _take_back(self, ident: str) -> web.Response:
+        """A pool's take-back (``DELETE`` with the lease's client id and
+        ``universe-remote-take-back: true``): that id's sessions end and it is retired."""
+        if not ident:
+            return _error(400, jsonrpc.INVALID_REQUEST, "a take-back names the client id (openai-client-id)")
+        ended = self.leases.with_client_id(ident)
+        for session in ended:
+            self._end(session, TAKEN_BACK)
+        self.retired.add(ident)
+        return web.Response(body=orjson.dumps({"ended": len(ended)}), content_type=_JSON)
+
     async def _open(self, request: web.Request, message: dict[str, Any]) -> web.StreamResponse:
-        """``initialize`` without a session: a new session if there is room."""
+        """``initialize`` without a session: a new session if there is room. One with the
+        ``openai-client-id`` of open sessions replaces them (as on the rewarder): how a warm
+        pool takes its remote back from a session whose lease ended."""
+        ident = client_id(request)
+        if ident in self.retired:
+            return _error(409, jsonrpc.INTERNAL_ERROR, TAKEN_BACK, ident=message.get("id"))
+        for older in self.leases.with_client_id(ident):
+            self._end(older, REPLACED)
         room = self.leases.room(time.monotonic(), seat_free=self.desk.seat_free(), is_driver=self.desk.driver)
         if isinstance(room, Full):
             self.bad_input.log("full", logging.INFO, "MCP port: %s", room.message)
@@ -222,7 +265,7 @@ class MCPServer:
             self._end(room, f"the port was full ({MAX_SESSIONS} sessions) and nobody drove: the watcher "
                             "quiet longest made room for a new session")
         client = self.desk.client(str(request.remote or ""))
-        session = self.leases.add(client, time.monotonic())
+        session = self.leases.add(client, time.monotonic(), ident)
         body = orjson.dumps(jsonrpc.result(message.get("id"), self._initialized(message)))
         return web.Response(body=body, content_type=_JSON, headers={SESSION_HEADER: session.id})
 
@@ -261,6 +304,13 @@ class MCPServer:
         with contextlib.suppress(ConnectionError, RuntimeError):
             await response.write_eof()
         return response
+
+    def _unknown(self, session_id: str) -> str:
+        """What a request to a session that is not open is told (why it ended, if known)."""
+        why = self._why_ended.get(session_id)
+        if why is None:
+            return _UNKNOWN_SESSION
+        return f"this session ended: {why}; send initialize without a session id to open a new one"
 
     def _refusal(self, request: web.Request) -> tuple[int, str]:
         why = origin_refusal(request, self.allow_origins)

@@ -29,12 +29,16 @@ messages and bodies over MAX_MESSAGE_BYTES are answered ``TOO_LARGE`` (413), a b
 does not arrive within the port's request deadline ``TOO_SLOW`` (408). **Connections**
 that idle or whose request never finishes arriving are closed
 (:mod:`envserver.http_deadlines`). The listener, TLS and those checks are
-:mod:`envserver.http_port`'s, shared with the viewer and MCP.
+:mod:`envserver.http_port`'s, shared with the viewer and MCP. **Client ids**: a session
+opened with ``openai-client-id`` replaces an open one with that id (as on the rewarder);
+with ``universe-remote-take-back: true`` too (a warm pool taking its remote back) the id's
+sessions end, the id is retired and no session is opened (docs/cluster.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import ssl
@@ -51,7 +55,18 @@ from .. import version
 from ..agent_port import RemoteLike
 from ..computer_use.jsonrpc import OpenEnvTools
 from ..http_deadlines import Deadlines
-from ..http_port import HEARTBEAT, HTTPPort, allowed_origins, origin_refusal, password_refusal
+from ..http_port import (
+    HEARTBEAT,
+    REPLACED,
+    TAKEN_BACK,
+    HTTPPort,
+    Retired,
+    allowed_origins,
+    client_id,
+    origin_refusal,
+    password_refusal,
+    taking_back,
+)
 from . import frames, protocol
 from .protocol import Code, Refusal
 from .schemas import Spec
@@ -110,11 +125,17 @@ class OpenEnvServer:
         self.allow_origins = allowed_origins(allow_origins)
         self.description = description
         self.sessions: dict[web.WebSocketResponse, Session] = {}
+        #: Each session's ``openai-client-id`` (those that sent one): a newer session with
+        #: the same id replaces it, as on the rewarder (a warm pool takes its remote back so).
+        self.client_ids: dict[web.WebSocketResponse, str] = {}
+        #: Client ids a pool took back here: their sessions are refused.
+        self.retired = Retired()
         self.http = HTTPPort("the OpenEnv port", TLS_HINT, tls, deadlines)
         #: What clients send that is refused (and our bugs): one line per kind per interval.
         self.bad_input = RateLimitedLog(log)
         self._http_lock = asyncio.Lock()
         self._numbers = itertools.count(1)
+        self._telling: set[asyncio.Task[None]] = set()
         self._closing: str | None = None
         self.app = self._make_app()
 
@@ -207,8 +228,19 @@ class OpenEnvServer:
         ws = web.WebSocketResponse(max_msg_size=protocol.MAX_READ_BYTES, heartbeat=HEARTBEAT,
                                    compress=False)
         await ws.prepare(request)
+        ident = client_id(request)
+        back = bool(ident) and taking_back(request)
+        if ident:
+            for older in [w for w, i in self.client_ids.items() if i == ident]:
+                self._replace(older, TAKEN_BACK if back else REPLACED)
+        if back:  # a pool's take-back: the id is retired, and this is no session
+            self.retired.add(ident)
+            await ws.close()
+            return ws
         refusal = None
-        if self._closing is not None:
+        if ident in self.retired:
+            refusal = Refusal(Code.SESSION_ERROR, f"closed: {TAKEN_BACK}")
+        elif self._closing is not None:
             refusal = Refusal(Code.SESSION_ERROR, self._closing)
         elif len(self.sessions) >= MAX_SESSIONS:
             refusal = Refusal(Code.CAPACITY_REACHED, (
@@ -221,6 +253,8 @@ class OpenEnvServer:
             return ws
         session = Session(self.endpoint, f"session {next(self._numbers)} from {request.remote}")
         self.sessions[ws] = session
+        if ident:
+            self.client_ids[ws] = ident
         try:
             while True:
                 try:
@@ -241,10 +275,30 @@ class OpenEnvServer:
             log.debug("OpenEnv %s ended: %r", session.name, exc)
         finally:
             del self.sessions[ws]
+            self.client_ids.pop(ws, None)
             session.close()
             self.tools.forget(session)
             await ws.close()
         return ws
+
+    def _replace(self, ws: web.WebSocketResponse, why: str) -> None:
+        """A newer session with ``ws``'s client id came (or its pool took the remote back):
+        ``ws``'s lets go of its seat now, is told ``why`` and is closed."""
+        session = self.sessions.get(ws)
+        self.client_ids.pop(ws, None)
+        if session is None:
+            return
+        log.info("OpenEnv port: %s: %s", session.name, why)
+        session.close()
+
+        async def tell() -> None:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await ws.send_str(protocol.error(Refusal(Code.SESSION_ERROR, f"closed: {why}")).decode())
+                await ws.close(code=1000, message=b"replaced by a newer connection with its client id")
+
+        task = asyncio.get_running_loop().create_task(tell())  # (a gone client must not hold the new one)
+        self._telling.add(task)
+        task.add_done_callback(self._telling.discard)
 
     async def _idle(self, ws: web.WebSocketResponse, session: Session) -> None:
         """``session`` sent nothing for :attr:`idle_timeout` s: tell it why (OpenEnv's client

@@ -59,6 +59,12 @@ def add_commands(sub: Any) -> None:
         help="keep the remotes in containers of IMAGE (default universe-remote:latest), one each, "
         "through Docker's CLI (podman's Docker API too); ports published on 127.0.0.1",
     )
+    pool.add_argument("--mcp", action="store_true",
+                      help="the remotes also serve their MCP port; a claim answers its URL, and an MCP "
+                      "session is a lease (universe-remote mcp pool://HOST:PORT --env-id ENV_ID)")
+    pool.add_argument("--openenv", action="store_true",
+                      help="the remotes also serve their OpenEnv port; a claim answers its URL, and an "
+                      "OpenEnv session is a lease (remotes.pool.claim_session)")
     pool.add_argument("--password", default=None, help=f"the pool's password (default: ${PASSWORD_ENV})")
     pool.add_argument("--tls-cert", default=None, help="serve HTTPS with this certificate (PEM)")
     pool.add_argument("--tls-key", default=None, help="the certificate's key (PEM)")
@@ -80,6 +86,12 @@ def _cmd_pool(args: argparse.Namespace) -> int:
     from .service import DEFAULT_NICE, parse_spec, serve_pool
 
     try:
+        if args.mcp:
+            try:
+                import PIL  # noqa: F401  (the MCP port's screenshots: said now, not by every remote)
+            except ModuleNotFoundError:
+                raise ValueError("--mcp: the remotes' MCP ports need Pillow: pip install "
+                                 "'universe-remote[mcp]'") from None
         specs = [parse_spec(text, args.size, args.mode) for text in args.env_ids]
         for spec in specs:
             registry.check(spec.kind.env_id)
@@ -121,6 +133,7 @@ def _cmd_pool(args: argparse.Namespace) -> int:
             ready=ready, deadline=args.deadline, max_age=args.max_age,
             nice=DEFAULT_NICE if args.nice is None else args.nice, health_interval=args.health_interval,
             ray=args.ray, docker=args.docker,
+            fronts=[name for name, wanted in (("mcp", args.mcp), ("openenv", args.openenv)) if wanted],
         )
 
     try:

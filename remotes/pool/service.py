@@ -28,6 +28,15 @@ fails its health check (VNC greeting and a ``running`` describe, as an observer,
 :data:`HEALTH_INTERVAL`), or whose process exits is ``failed``: its process is restarted
 (with every game it serves: leases on its siblings end, saying why) and its remotes come
 back as new ones. A failed remote is never handed out.
+
+**Sessions of the remotes' own front ends** (``universe-remote pool --mcp --openenv``):
+the remotes serve their MCP and OpenEnv ports too, and a claim answers their URLs
+(``"mcp"``, ``"openenv"``). A session there is a lease like any other: its holder (the
+``universe-remote mcp pool://...`` relay, or :func:`remotes.pool.sessions.claim_session`
+for an OpenEnv client) sends the lease's client id as ``openai-client-id``, and taking
+the remote back opens a session with that id on each of those ports first, which ends
+the holder's (the newer session of an id wins there as on the rewarder; the ended one is
+told why) and frees its seat before the reset.
 """
 
 from __future__ import annotations
@@ -45,12 +54,14 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Final
 
+import aiohttp
 import orjson
 from aiohttp import web
 
 from rewarder.auth import given_password
 from rewarder.client import RewarderClient
 from rewarder.errors import RewarderError
+from rewarder.protocol import CLIENT_ID_HEADER, TAKE_BACK_HEADER
 from rewarder.throttle import AuthThrottle
 from rewarder.tls import client_context
 
@@ -90,6 +101,9 @@ MAX_LEASES_PER_REQUEST: Final = 4096
 MIN_DEADLINE: Final = 0.2
 #: Remotes per env id at most (start_local's limit).
 MAX_SIZE: Final = 256
+#: The remotes' own front ends a pool may have them serve (``serve --mcp-port`` and
+#: ``--openenv-port``; any free port each), whose URLs a claim answers.
+FRONT_ENDS: Final = {"mcp": "--mcp-port", "openenv": "--openenv-port"}
 #: The remotes' scheduling priority (``nice``): on a machine that also runs agents, the
 #: remotes yield to them instead of starving them (issue 44: 256 real-time remotes on 2
 #: cores left their agent 10 steps/s).
@@ -176,16 +190,27 @@ class PoolService:
         deadline: float = DEFAULT_DEADLINE, max_age: float = DEFAULT_MAX_AGE,
         nice: int = DEFAULT_NICE, health_interval: float = HEALTH_INTERVAL,
         clock: Callable[[], float] = time.monotonic, ray: str | None = None,
-        docker: str | None = None,
+        docker: str | None = None, fronts: Sequence[str] = (),
     ) -> None:
         """``ray``: keep the remotes on a Ray cluster instead (``start_ray``'s address:
         "" for $RAY_ADDRESS or the cluster this process joined), one actor per remote,
         which the pool restarts itself (Ray's own restarts are off: a remote that comes
         back elsewhere would hold a lease the pool no longer tracks). ``docker``: keep them
         in containers of this image instead (``start_docker``; podman through its Docker
-        API too), a container per remote."""
+        API too), a container per remote. ``fronts``: the remotes also serve these of
+        :data:`FRONT_ENDS` (local remotes only), their sessions leases too."""
         if ray is not None and docker is not None:
             raise ValueError("a pool keeps its remotes on Ray or in containers, not both")
+        unknown = sorted(set(fronts) - FRONT_ENDS.keys())
+        if unknown:
+            raise ValueError(f"no front end {', '.join(unknown)}: a pool's remotes may serve "
+                             f"{', '.join(FRONT_ENDS)}")
+        if fronts and (ray is not None or docker is not None):
+            raise ValueError("MCP and OpenEnv ports of pooled remotes are served by local remotes only "
+                             "(leave out --ray and --docker)")
+        self.fronts = tuple(sorted(set(fronts)))
+        #: Each remote's front-end URLs by name (``{"mcp": "http://...:P/mcp"}``).
+        self.front_urls: dict[int, dict[str, str]] = {}
         self.specs = list(specs)
         self.ray = ray
         self.docker = docker
@@ -205,6 +230,7 @@ class PoolService:
         self._warm = asyncio.Condition()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self._http: aiohttp.ClientSession | None = None  # taking back front-end sessions
 
     # Lifecycle -----------------------------------------------------------------------------
 
@@ -241,6 +267,8 @@ class PoolService:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._http is not None:
+            await self._http.close()
         groups = [p.group for p in self.processes if p.group is not None]
         await asyncio.gather(*(asyncio.to_thread(g.close) for g in groups), return_exceptions=True)
 
@@ -262,9 +290,11 @@ class PoolService:
             process.group = group
             now = self.clock()
             containers = getattr(group, "containers", None) or [None] * len(group)
-            for rid, address, pid, container in zip(process.remotes, group.addresses, _pids(group),
-                                                    containers, strict=True):
+            for i, (rid, address, pid, container) in enumerate(zip(
+                    process.remotes, group.addresses, _pids(group), containers, strict=True)):
                 self.table.started(rid, str(address), now, pid, container)
+                if isinstance(group, LocalRemotes) and self.fronts:
+                    self.front_urls[rid] = _front_urls(group, i)
             process.restarting = False
             log.info("warm: %s", ", ".join(str(a) for a in group.addresses))
             await self._notify()
@@ -290,9 +320,11 @@ class PoolService:
                     args=process.spec.serve_args(),
                 )
         if self.ray is None:
+            fronts = [arg for name in self.fronts for arg in (FRONT_ENDS[name], "0")]
             return await astart_local(
                 kind.env_id, process.games, password=self.remote_password, start_timeout=START_TIMEOUT,
-                extra_args=process.spec.serve_args(), nice=self.nice, games_per_process=process.games,
+                extra_args=[*process.spec.serve_args(), *fronts], nice=self.nice,
+                games_per_process=process.games,
             )
         from ..ray import start_ray
 
@@ -311,6 +343,7 @@ class PoolService:
             await asyncio.to_thread(group.close)
         for rid in process.remotes:
             self.table.retire(rid)
+            self.front_urls.pop(rid, None)
         process.restarts += 1
         log.warning("restarting a pool process of %s: %s", process.spec.kind.env_id, why)
         await self._start_process(process)
@@ -385,10 +418,12 @@ class PoolService:
             tls=client_context() if address.tls else None,
         )
         try:
+            async with asyncio.timeout(RESET_TIMEOUT):
+                await self._end_sessions(rid, self.table.last_client_id(rid))
             async with asyncio.timeout(RESET_TIMEOUT), client:
                 episode = await client.reset(env_id=remote.kind.env_id, mode=remote.kind.mode)
                 await client.wait_for_state("running", episode_id=episode)
-        except (OSError, TimeoutError, RewarderError, ConnectionError) as exc:
+        except (OSError, TimeoutError, RewarderError, ConnectionError, aiohttp.ClientError) as exc:
             remote = self.table.remotes.get(rid)
             if remote is None or remote.state is not Warmth.RESETTING:
                 return  # it died meanwhile: the process watch restarts it
@@ -401,6 +436,25 @@ class PoolService:
         if remote is not None and remote.state is Warmth.RESETTING:
             self.table.reset_done(rid, self.clock())
             await self._notify()
+
+    async def _end_sessions(self, rid: int, client_id: str | None) -> None:
+        """End the lease holder's sessions on the remote's MCP and OpenEnv ports, and retire
+        its client id there (:data:`rewarder.protocol.TAKE_BACK_HEADER`): a client that
+        reconnects by itself is refused, told that the pool took the remote back."""
+        urls = self.front_urls.get(rid)
+        if not urls or not client_id:
+            return
+        headers = {"Authorization": f"Bearer {self.remote_password}", CLIENT_ID_HEADER: client_id,
+                   TAKE_BACK_HEADER: "true"}
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        http = self._http
+        if "mcp" in urls:
+            async with http.delete(urls["mcp"], headers=headers) as answer:
+                answer.raise_for_status()
+        if "openenv" in urls:
+            async with http.ws_connect(urls["openenv"] + "/ws", headers=headers) as ws:
+                await ws.receive()  # (the port closes it once the id is retired)
 
     # Requests ------------------------------------------------------------------------------
 
@@ -443,7 +497,7 @@ class PoolService:
         return {
             "lease": lease.id, "address": remote.address, "password": self.remote_password,
             "client_id": lease.client_id, "deadline": lease.deadline, "max_age": lease.max_age,
-            **remote.kind.describe(), "seed": seed,
+            **remote.kind.describe(), "seed": seed, **self.front_urls.get(lease.remote, {}),
         }
 
     def _none_warm(self, env_id: str, wait: float) -> str:
@@ -537,6 +591,17 @@ class PoolService:
 
     async def _get_status(self, request: web.Request) -> web.Response:
         return web.Response(body=orjson.dumps(self.status()), content_type="application/json")
+
+
+def _front_urls(group: LocalRemotes, i: int) -> dict[str, str]:
+    """Remote ``i``'s MCP and OpenEnv URLs (those it serves)."""
+    host = group.addresses[i].host
+    urls = {}
+    if i < len(group.mcp_ports) and (port := group.mcp_ports[i]):
+        urls["mcp"] = f"http://{host}:{port}/mcp"
+    if i < len(group.openenv_ports) and (port := group.openenv_ports[i]):
+        urls["openenv"] = f"http://{host}:{port}"
+    return urls
 
 
 def _pids(group: RemoteGroup) -> list[int | None]:
