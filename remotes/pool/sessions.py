@@ -50,6 +50,13 @@ class PoolSession:
     background; :attr:`lost` says why the lease ended (None while it lives)."""
 
     def __init__(self, client: PoolClient, request: dict[str, Any], reply: dict[str, Any]) -> None:
+        """Hold the lease a claim granted (made by :func:`claim_session`).
+
+        Args:
+            client: The pool's client, which renews and releases the lease.
+            request: The claim's arguments, claimed again by :meth:`replace`.
+            reply: The pool's answer to the claim (lease, client id, address, URLs).
+        """
         self.client = client
         self.request = request
         self._lock = threading.Lock()
@@ -80,7 +87,11 @@ class PoolSession:
 
     def check(self) -> str | None:
         """Ask the pool now (blocking): why the lease ended, or None while it lives (a
-        pool that does not answer is not taken as an end)."""
+        pool that does not answer is not taken as an end).
+
+        Returns:
+            The pool's reason the lease ended, or None while it lives.
+        """
         lease = self.lease
         if self.lost is None:
             try:
@@ -93,7 +104,15 @@ class PoolSession:
         return self.lost
 
     def replace(self, wait: float = CLAIM_WAIT) -> None:
-        """After a loss: claim another remote of the same kind (blocking; :class:`PoolError`)."""
+        """After a loss: claim another remote of the same kind (blocking).
+
+        Args:
+            wait: Seconds to wait for a free remote.
+
+        Raises:
+            RuntimeError: The lease is still alive.
+            PoolError: The pool refused the claim or had no remote in time.
+        """
         if self.lost is None:
             raise RuntimeError("the lease is alive: replace() follows a lost one")
         self._take(self.client.claim(**self.request, wait=wait))
@@ -141,7 +160,26 @@ def claim_session(
 ) -> PoolSession:
     """Lease a remote of ``env_id`` from ``pool`` (``pool://HOST:PORT``) for a session of
     its ``needs`` front ends (``"openenv"``, ``"mcp"``); :class:`PoolError` when the pool
-    refuses or its remotes do not serve them (the lease is released)."""
+    refuses or its remotes do not serve them (the lease is released).
+
+    Args:
+        pool: The pool's address, ``pool://HOST:PORT``.
+        env_id: The env id to lease a remote of.
+        mode: ``"lockstep"`` or ``"realtime"``; None: the pool's mode for the id.
+        options: The env id's options the remote must have.
+        seed: The seed of the leased remote's first episode.
+        needs: The front ends the session uses, of ``"openenv"`` and ``"mcp"``.
+        password: The pool's password.
+        tls_ca: A CA file to check the pool's TLS certificate against.
+        wait: Seconds to wait for a free remote.
+
+    Returns:
+        The lease, renewed in the background until :meth:`PoolSession.close`.
+
+    Raises:
+        ValueError: ``needs`` names a front end there is none of.
+        PoolError: The pool refused, or its remotes do not serve ``needs``.
+    """
     unknown = sorted(set(needs) - FRONT_OPTIONS.keys())
     if unknown:
         raise ValueError(f"no front end {', '.join(unknown)}: a session needs {' or '.join(FRONT_OPTIONS)}")
