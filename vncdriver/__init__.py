@@ -5,7 +5,8 @@ Sans-I/O core (no asyncio, no sockets): :mod:`.errors`, :mod:`.limits`,
 :mod:`.encodings` (Raw, CopyRect, Tight, ZRLE), :mod:`.client_protocol`,
 :mod:`.server_protocol`, :mod:`.tiles` (the server's change tracking) and
 :mod:`.keysyms`. The asyncio shells own these objects and only move bytes: the client
-(:mod:`.client`, :mod:`.client_connection`) and the server (:mod:`.server`,
+(:mod:`.client`, :mod:`.client_connection`, :mod:`.client_updates`,
+:mod:`.client_stats`) and the server (:mod:`.server`,
 :mod:`.server_connection`, :mod:`.server_attached`).
 
 Public (imported lazily from here): :class:`VNCClient` and :func:`connect`,

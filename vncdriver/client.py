@@ -2,9 +2,11 @@
 
 Holds :class:`VNCClient`, its entry point :func:`connect` and :data:`CLOSE_TIMEOUT`.
 Below it, :mod:`.client_connection` holds the TCP connection and the dialling (backoff
-constants re-exported here) and :mod:`.client_stats` the counters and rates
-(:class:`VNCClientStats`, :data:`RATE_WINDOW`, re-exported); :func:`parse_address`
-(``addresses``) and :func:`encoding_list` are re-exported too.
+constants re-exported here), :mod:`.client_updates` the update requests (when the next
+goes out; :data:`MAX_REQUEST_HOLD`, re-exported) and the count of updates with its
+waiters, and :mod:`.client_stats` the counters and rates (:class:`VNCClientStats`,
+:data:`RATE_WINDOW`, re-exported); :func:`parse_address` (``addresses``) and
+:func:`encoding_list` are re-exported too.
 
 One client keeps one RFB connection to one VNC server (our remote, TigerVNC's Xvnc,
 x11vnc, ...). It is an ``asyncio.BufferedProtocol``: the event loop receives straight
@@ -17,15 +19,10 @@ Exactly one incremental FramebufferUpdateRequest is outstanding at any time: the
 one goes out as soon as an update is applied, so the server sends whatever changed since
 (and nothing while the screen stands still).
 
-Addresses, as VNC viewers write them (:func:`parse_address`):
-
-- ``host:N`` with N < 100 is display N, i.e. port 5900 + N (``localhost:1`` is 5901);
-- ``host:N`` with N >= 100 is port N (``127.0.0.1:5901``);
-- ``host::N`` is always port N (``host::99`` is port 99);
-- ``host`` alone is display 0 (port 5900); ``:N`` means 127.0.0.1; IPv6 hosts go in
-  brackets (``[::1]:5901``);
-- an absolute path (``/tmp/universe-xvnc-x/rfb.sock``) is a Unix socket, as in TigerVNC's
-  viewer (``Xvnc -rfbunixpath``).
+Addresses are read as VNC viewers write them (:func:`parse_address`: ``host:N`` is
+display N below 100 and port N from 100, ``host::N`` always port N, IPv6 hosts in
+brackets); an absolute path is a Unix socket, as in TigerVNC's viewer (``Xvnc
+-rfbunixpath``).
 
 Lifecycle:
 
@@ -57,7 +54,6 @@ from typing import Any, Final, Self
 
 import numpy as np
 
-from . import keysyms
 from .addresses import DEFAULT_PORT, DISPLAY_LIMIT, parse_address
 from .client_connection import (
     ATTEMPT_TIMEOUT,
@@ -71,6 +67,7 @@ from .client_connection import (
 )
 from .client_protocol import ClientProtocol, FramebufferUpdated
 from .client_stats import RATE_WINDOW, UpdateRates, VNCClientStats
+from .client_updates import MAX_REQUEST_HOLD, AppliedUpdates, UpdateRequests
 from .errors import ConnectionLost, LocalProtocolError
 from .messages import Bell, Encoding, FrameTag, ServerCutText, Subsampling
 
@@ -82,6 +79,7 @@ __all__ = [
     "DEFAULT_PORT",
     "DISPLAY_LIMIT",
     "ENCODING_PREFERENCES",
+    "MAX_REQUEST_HOLD",
     "RATE_WINDOW",
     "VNCClient",
     "VNCClientStats",
@@ -94,12 +92,6 @@ log = logging.getLogger(__name__)
 
 #: How long close() lets queued input drain before it drops the connection.
 CLOSE_TIMEOUT: Final = 2.0
-#: The longest ``request_hold`` a client takes (seconds): a hold is meant to last a
-#: fraction of a frame.
-MAX_REQUEST_HOLD: Final = 0.1
-#: A held request goes out at least this long before the server's next frame is due (by
-#: the frame tags' times), so holding it never delays that frame.
-REQUEST_HOLD_MARGIN: Final = 0.003
 UpdateCallback = Callable[["VNCClient", FramebufferUpdated], None]
 
 
@@ -160,9 +152,6 @@ class VNCClient:
                 f"request_hold must be None or in (0, {MAX_REQUEST_HOLD}] seconds, "
                 f"not {request_hold!r}"
             )
-        #: Seconds the next update request may wait for the input that answers an update
-        #: (see :meth:`_handle_events`); None asks for the next update at once.
-        self.request_hold = request_hold
         self.address = address
         self.tls = tls
         #: A Unix socket's path (an address that starts with "/", as TigerVNC's viewer
@@ -195,19 +184,20 @@ class VNCClient:
         self._error: ConnectionLost | None = None
         self._closed = False
         self._dial_task: asyncio.Task[Connection] | None = None
-        self._updates = 0
-        self._waiters: list[tuple[int, asyncio.Future[int]]] = []
+        self._requests = UpdateRequests(request_hold)
+        self._applied = AppliedUpdates()
         self._rates = UpdateRates()
         self._connected_at = 0.0
-        self._paused = False  # pause_updates(): no new update request
-        self._held: asyncio.TimerHandle | None = None  # a request waiting for input
-        self._input_since_update = False  # input was sent after the last update
-        self._tag_pace: tuple[int, float] | None = None  # (frame, server time) of a tag
-        self._frame_period: float | None = None  # between the server's frames, by its tags
+
+    @property
+    def request_hold(self) -> float | None:
+        """Seconds the next update request may wait for the input that answers an update;
+        None asks for the next update at once."""
+        return self._requests.hold
 
     def __repr__(self) -> str:
         if self.connected:
-            state = f"connected {self.width}x{self.height} updates={self._updates}"
+            state = f"connected {self.width}x{self.height} updates={self._applied.count}"
         else:
             state = "closed" if self._closed else "failed" if self._error else "not connected"
         where = self.unix_path or f"{self.host}:{self.port}"
@@ -270,9 +260,7 @@ class VNCClient:
         if self._closed:
             return
         self._closed = True
-        if self._held is not None:
-            self._held.cancel()
-            self._held = None
+        self._requests.stop()
         task = self._dial_task
         if task is not None:
             task.cancel()
@@ -285,7 +273,7 @@ class VNCClient:
                     await asyncio.shield(conn.lost)
             except TimeoutError:
                 conn.transport.abort()
-        self._fail_waiters(ConnectionLost(self.address, "the client was closed"))
+        self._applied.fail(ConnectionLost(self.address, "the client was closed"))
 
     async def __aenter__(self) -> Self:
         try:
@@ -360,7 +348,7 @@ class VNCClient:
     @property
     def updates(self) -> int:
         """Framebuffer updates applied so far; :meth:`wait_update` waits for it to grow."""
-        return self._updates
+        return self._applied.count
 
     @property
     def stats(self) -> VNCClientStats:
@@ -368,7 +356,7 @@ class VNCClient:
 
         Cheap (running sums, no pass over history) and safe to read from another thread.
         """
-        return self._rates.snapshot(self._proto, self._updates, self._connected_at)
+        return self._rates.snapshot(self._proto, self._applied.count, self._connected_at)
 
     @property
     def tag(self) -> FrameTag | None:
@@ -399,7 +387,7 @@ class VNCClient:
             raise LocalProtocolError("wait_frame needs VNCClient(..., frame_tags=True)")
         async with asyncio.timeout(timeout):
             while (tag := self.tag) is None or tag.frame < frame:
-                await self.wait_update(self._updates)
+                await self.wait_update(self._applied.count)
         return tag
 
     async def wait_update(self, after: int | None = None, timeout: float | None = None) -> int:
@@ -422,30 +410,11 @@ class VNCClient:
             ConnectionLost: the connection ended first.
         """
         if after is None:
-            after = self._updates
-        if self._updates > after:
-            return self._updates
+            after = self._applied.count
+        if self._applied.count > after:
+            return self._applied.count
         self._raise_if_stopped()
-        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        entry = (after, waiter)
-        self._waiters.append(entry)
-        try:
-            async with asyncio.timeout(timeout):
-                return await waiter
-        except TimeoutError:
-            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                return waiter.result()
-            raise TimeoutError(
-                f"{self.name}: no framebuffer update past #{after} within {timeout} s "
-                "(servers send updates only when the screen changes)"
-            ) from None
-        finally:
-            if not waiter.done():
-                waiter.cancel()
-            try:
-                self._waiters.remove(entry)
-            except ValueError:
-                pass
+        return await self._applied.wait(after, timeout, self.name)
 
     # Input -------------------------------------------------------------------------------
 
@@ -494,25 +463,7 @@ class VNCClient:
             UnknownKey: a key name is unknown (nothing is sent).
         """
         proto = self._live()
-        checked: list[tuple[bool, int, int, int]] = []
-        for i, event in enumerate(events):
-            kind = event[0] if isinstance(event, tuple | list) and event else None
-            if kind == "KeyEvent" and len(event) == 3:
-                key = event[1]
-                number = keysyms.keysym(key) if isinstance(key, str) else int(key)
-                checked.append((True, number, bool(event[2]), 0))
-            elif kind == "PointerEvent" and len(event) == 4:
-                checked.append((False, int(event[1]), int(event[2]), int(event[3])))
-            else:
-                raise ValueError(
-                    f"event {i} is {event!r}; events are ('KeyEvent', key, down) or "
-                    "('PointerEvent', x, y, buttonmask)"
-                )
-        for is_key, a, b, c in checked:
-            if is_key:
-                proto.key_event(a, bool(b))
-            else:
-                proto.pointer_event(a, b, c)
+        proto.send_events(events)
         self._flush(proto)
 
     def cut_text(self, text: str) -> None:
@@ -555,25 +506,14 @@ class VNCClient:
         frames another way (shared memory) saves the server's encoding and our decoding.
         :meth:`wait_update` and :meth:`wait_frame` wait in vain until
         :meth:`resume_updates`."""
-        self._paused = True
+        self._requests.pause()
 
     def resume_updates(self) -> None:
         """Ask for updates again: the next one brings everything that changed meanwhile."""
-        if not self._paused:
-            return
-        self._paused = False
-        proto, conn = self._proto, self._conn
-        if proto is not None and conn is not None and proto.pending_requests == 0:
-            proto.request_update()
-            conn.write(proto.data_to_send())
+        self._requests.resume(self._conn, self._proto)
 
     def _flush(self, proto: ClientProtocol) -> None:
-        self._input_since_update = True
-        if self._held is not None:  # the held request travels with this input
-            self._held.cancel()
-            self._held = None
-            if proto.pending_requests == 0 and not self._paused:
-                proto.request_update()
+        self._requests.input_queued(proto)
         data = proto.data_to_send()
         conn = self._conn
         if data and conn is not None and conn.transport is not None:
@@ -595,35 +535,12 @@ class VNCClient:
                     self.bells += 1
             if not updates:
                 return
-        if proto.pending_requests == 0 and not self._paused and self._held is None:
-            hold = self._hold_for(updates[-1])
-            if hold > 0:
-                # A real-time agent answers each update with input: its next request
-                # goes out with that input, one packet and one wake-up of the server
-                # instead of two, or alone when the hold ends, before the next frame.
-                self._held = asyncio.get_running_loop().call_later(
-                    hold, self._release_request, proto
-                )
-            else:
-                proto.request_update()
-        self._input_since_update = False
-        conn.write(proto.data_to_send())
-        self._updates += len(updates)
+        self._requests.applied(conn, proto, updates[-1])
         if len(updates) == 1:
             self._rates.record_one(time.monotonic(), updates[0])
         else:
             self._rates.record(time.monotonic(), updates)
-        number = self._updates
-        if self._waiters:
-            keep: list[tuple[int, asyncio.Future[int]]] = []
-            for waiting in self._waiters:
-                after, waiter = waiting
-                if after < number:
-                    if not waiter.done():
-                        waiter.set_result(number)
-                else:
-                    keep.append(waiting)
-            self._waiters = keep
+        self._applied.add(len(updates))
         callback = self.on_update
         if callback is not None:
             for update in updates:
@@ -632,39 +549,10 @@ class VNCClient:
                 except Exception:
                     log.exception("%s: on_update callback failed", self.name)
 
-    def _hold_for(self, update: FramebufferUpdated) -> float:
-        """How long to hold the request after ``update``: ``request_hold`` if input
-        followed the previous update (a real-time agent's way) and frame tags tell the
-        server's pace, cut to end REQUEST_HOLD_MARGIN before its next frame is due;
-        0: ask at once."""
-        tag = update.tag
-        if tag is not None:
-            pace = self._tag_pace
-            if pace is not None and tag.frame > pace[0] and tag.timestamp > pace[1]:
-                self._frame_period = (tag.timestamp - pace[1]) / (tag.frame - pace[0])
-            self._tag_pace = (tag.frame, tag.timestamp)
-        hold = self.request_hold
-        if hold is None or not self._input_since_update or self._frame_period is None:
-            return 0.0  # (no pace known: a server without tags is not held up)
-        return min(hold, self._frame_period - REQUEST_HOLD_MARGIN)
-
-    def _release_request(self, proto: ClientProtocol) -> None:
-        """The hold ended without input: ask for the next update now."""
-        self._held = None
-        conn = self._conn
-        if (
-            proto is self._proto and conn is not None and self._error is None
-            and not self._closed and not self._paused and proto.pending_requests == 0
-        ):
-            proto.request_update()
-            conn.write(proto.data_to_send())
-
     def _connection_lost(self, conn: Connection) -> None:
-        if self._held is not None and conn is self._conn:
-            self._held.cancel()
-            self._held = None
         if conn is not self._conn:
             return  # an attempt still in its handshake: _dial handles it
+        self._requests.stop()
         if self._closed:
             return
         if self._error is None:
@@ -677,13 +565,7 @@ class VNCClient:
             error.__cause__ = cause
             self._error = error
             log.info("%s: %s", self.name, error)
-        self._fail_waiters(self._error)
-
-    def _fail_waiters(self, error: BaseException) -> None:
-        waiters, self._waiters = self._waiters, []
-        for _, waiter in waiters:
-            if not waiter.done():
-                waiter.set_exception(error)
+        self._applied.fail(self._error)
 
 
 async def connect(address: str, **kwargs: Any) -> VNCClient:

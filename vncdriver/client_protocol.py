@@ -25,7 +25,7 @@ the counters in ``stats``.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,6 +241,30 @@ class ClientProtocol:
         x = min(max(0, x), 0xFFFF)
         y = min(max(0, y), 0xFFFF)
         self._out.append(PointerEvent(buttons & 0xFF, x, y).serialize())
+
+    def send_events(self, events: Iterable[Sequence[Any]]) -> None:
+        """Queue Universe-style actions: ``("KeyEvent", key, down)`` and ``("PointerEvent",
+        x, y, buttonmask)`` tuples (lists too, as JSON gives them). All are checked first:
+        a bad one raises ValueError (or UnknownKey) and none is queued."""
+        checked: list[tuple[bool, int, int, int]] = []
+        for i, event in enumerate(events):
+            kind = event[0] if isinstance(event, tuple | list) and event else None
+            if kind == "KeyEvent" and len(event) == 3:
+                key = event[1]
+                number = keysyms.keysym(key) if isinstance(key, str) else int(key)
+                checked.append((True, number, bool(event[2]), 0))
+            elif kind == "PointerEvent" and len(event) == 4:
+                checked.append((False, int(event[1]), int(event[2]), int(event[3])))
+            else:
+                raise ValueError(
+                    f"event {i} is {event!r}; events are ('KeyEvent', key, down) or "
+                    "('PointerEvent', x, y, buttonmask)"
+                )
+        for is_key, a, b, c in checked:
+            if is_key:
+                self.key_event(a, bool(b))
+            else:
+                self.pointer_event(a, b, c)
 
     def cut_text(self, text: str) -> None:
         """Set the server's clipboard (Latin-1 text, as RFB requires)."""

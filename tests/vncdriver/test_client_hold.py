@@ -105,7 +105,7 @@ async def test_a_held_request_goes_out_with_the_input_that_answers_the_update(
         client.key_event("Left", True)  # input after an update: a real-time agent
         await recorded.until(_key("Left", True))
         await _frame(recorded, client)
-        assert client._held is not None  # the request waits for the agent's answer
+        assert client._requests.held  # the request waits for the agent's answer
         client.key_event("Left", False)
         _, together = await recorded.until(_key("Left", False))
         # One packet, one wake-up of the server: the key, then the request.
@@ -126,7 +126,7 @@ async def test_without_input_the_hold_ends_before_the_next_frame_is_due(
         await recorded.until(_key("Right", True))
         mark, began = len(recorded.chunks), time.monotonic()
         await _frame(recorded, client)
-        assert client._held is not None  # input followed the last update: held ...
+        assert client._requests.held  # input followed the last update: held ...
         at, _ = await recorded.until(_request_alone, mark)  # ... but none comes now
         # The pace (1/60 s) cut the 0.1 s hold to end before the next frame was due.
         assert at - began < MAX_REQUEST_HOLD
@@ -141,14 +141,14 @@ async def test_no_hold_without_request_hold_or_without_input(recorded: Recorded)
         for _ in range(3):
             plain.key_event("Left", True)
             await _frame(recorded, plain)
-            assert plain._held is None  # asked at once, as every client did before
+            assert not plain._requests.held  # asked at once, as every client did before
     finally:
         await plain.close()
     idle = await _connect(recorded, hold=MAX_REQUEST_HOLD)
     try:
         for _ in range(3):
             await _frame(recorded, idle)
-            assert idle._held is None  # no input since the last update: nothing to wait for
+            assert not idle._requests.held  # no input since the last update: nothing to wait for
     finally:
         await idle.close()
 

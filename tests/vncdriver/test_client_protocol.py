@@ -89,6 +89,17 @@ def test_input_messages() -> None:
         proto.set_encodings([Encoding.HEXTILE])
 
 
+def test_universe_actions_are_all_checked_before_any_is_queued() -> None:
+    proto = client()
+    proto.send_events([("KeyEvent", "Return", True), ["PointerEvent", 7, 8, 1]])
+    assert proto.data_to_send() == (
+        KeyEvent(True, 0xFF0D).serialize() + PointerEvent(1, 7, 8).serialize()
+    )
+    with pytest.raises(ValueError, match="event 1 is"):
+        proto.send_events([("KeyEvent", "a", True), ("PointerEvent", 1, 2)])
+    assert proto.data_to_send() == b""  # the good first event was not queued either
+
+
 def test_raw_update_in_one_byte_chunks() -> None:
     proto = client()
     a, b = make_frame(5, 7, "noise", 1), make_frame(24, 32, "few3", 2)
