@@ -41,15 +41,21 @@ Event = tuple[Any, ...]
 class RemoteLike(Protocol):
     """What agent ports use of :class:`envserver.remote.Remote`."""
 
-    fps: float
-    episode_id: int
-    frame: int
-    result_sinks: list[Callable[[int, StepResult], None]]
-    episode_sinks: list[Callable[[int, int, str | None], None]]
     property_table: Properties
-    #: The runtime (``action_strings``, ``observe``, ``aobservation``: a page's).
-    runtime: Any
 
+    # (Read-only here: the remote's parts write them, never a front end.)
+    @property
+    def fps(self) -> float: ...
+    @property
+    def episode_id(self) -> int: ...
+    @property
+    def frame(self) -> int: ...
+    @property
+    def result_sinks(self) -> list[Callable[[int, StepResult], None]]: ...
+    @property
+    def episode_sinks(self) -> list[Callable[[int, int, str | None], None]]: ...
+    @property
+    def runtime(self) -> Any: ...  # (``action_strings``, ``observe``, ``aobservation``)
     @property
     def mode(self) -> str: ...
     @property
