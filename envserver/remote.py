@@ -20,8 +20,8 @@ part's; it owns only the servers, the secrets, the property table and who holds 
 
 - **Front ends** speak the game's language (:mod:`envserver.orders`): they step and
   reset through :class:`~envserver.players.Seats`, the barrier of multi-player lockstep,
-  which calls :meth:`Remote.step` and :meth:`Remote.reset` once per (joint) order, and
-  map its :class:`~envserver.orders.Refused` to their own errors.
+  which calls the core's :meth:`~envserver.game_core.GameCore.step` and ``reset`` once
+  per (joint) order, and map its :class:`~envserver.orders.Refused` to their own errors.
 - **Heartbeat**: a ``v0.env.describe`` at least every :data:`HEARTBEAT_INTERVAL` seconds,
   so a client can tell an idle remote from a stalled one.
 """
