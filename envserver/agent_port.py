@@ -19,9 +19,10 @@ from typing import Any, Final, Protocol
 
 import numpy as np
 
-from runtimes.base import StepResult
+from runtimes.base import Runtime, StepResult
 
 from .orders import ActOrder, ResetOrder, StepOrder
+from .players import Seats
 from .properties import Properties
 from .state import State
 
@@ -55,7 +56,7 @@ class RemoteLike(Protocol):
     @property
     def episode_sinks(self) -> list[Callable[[int, int, str | None], None]]: ...
     @property
-    def runtime(self) -> Any: ...  # (``action_strings``, ``observe``, ``aobservation``)
+    def runtime(self) -> Runtime: ...
     @property
     def mode(self) -> str: ...
     @property
@@ -65,7 +66,7 @@ class RemoteLike(Protocol):
     @property
     def players(self) -> int: ...
     @property
-    def seats(self) -> Any: ...  # envserver.players.Seats
+    def seats(self) -> Seats: ...
     def describe(self) -> dict[str, Any]: ...
     def screen(self) -> np.ndarray: ...
     def agent(self) -> str | None: ...
