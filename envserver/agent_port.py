@@ -19,9 +19,10 @@ from typing import Any, Final, Protocol
 
 import numpy as np
 
-from runtimes.base import StepResult
+from runtimes.base import Runtime, StepResult
 
 from .orders import ActOrder, ResetOrder, StepOrder
+from .players import Seats
 from .properties import Properties
 from .state import State
 
@@ -41,15 +42,21 @@ Event = tuple[Any, ...]
 class RemoteLike(Protocol):
     """What agent ports use of :class:`envserver.remote.Remote`."""
 
-    fps: float
-    episode_id: int
-    frame: int
-    result_sinks: list[Callable[[int, StepResult], None]]
-    episode_sinks: list[Callable[[int, int, str | None], None]]
     property_table: Properties
-    #: The runtime (``action_strings``, ``observe``, ``aobservation``: a page's).
-    runtime: Any
 
+    # (Read-only here: the remote's parts write them, never a front end.)
+    @property
+    def fps(self) -> float: ...
+    @property
+    def episode_id(self) -> int: ...
+    @property
+    def frame(self) -> int: ...
+    @property
+    def result_sinks(self) -> list[Callable[[int, StepResult], None]]: ...
+    @property
+    def episode_sinks(self) -> list[Callable[[int, int, str | None], None]]: ...
+    @property
+    def runtime(self) -> Runtime: ...
     @property
     def mode(self) -> str: ...
     @property
@@ -59,7 +66,7 @@ class RemoteLike(Protocol):
     @property
     def players(self) -> int: ...
     @property
-    def seats(self) -> Any: ...  # envserver.players.Seats
+    def seats(self) -> Seats: ...
     def describe(self) -> dict[str, Any]: ...
     def screen(self) -> np.ndarray: ...
     def agent(self) -> str | None: ...

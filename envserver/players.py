@@ -3,8 +3,8 @@ lockstep barrier in front of the remote that advances a frame once every seated 
 has stepped.
 
 Holds :class:`Seats` (one per remote), :class:`Game` (what the barrier drives: the
-remote) and the functions the remote uses to address input and replies by player. A
-*seat* is a player of the runtime (``Runtime.players``) held by an active agent: a
+remote's game core) and the functions the remote uses to address input and replies by
+player. A *seat* is a player of the runtime (``Runtime.players``) held by an active agent: a
 rewarder client (header ``openai-player: N``, none means player 0, so Universe's clients
 play player 0) or a dm_env_rpc agent (JoinWorld setting ``player``). VNC viewers drive a
 player through its VNC password and hold no seat (``docs/multiagent.md``).
@@ -112,7 +112,7 @@ def check_passwords(
 
 
 class Game(Protocol):
-    """What the barrier drives: the remote (:class:`envserver.remote.Remote`)."""
+    """What the barrier drives: the remote's game core (:class:`envserver.game_core.GameCore`)."""
 
     episode_id: int
     #: Called with the player whose agent left (a round waiting for it fails).

@@ -58,7 +58,18 @@ class Properties:
     """A table of properties, read and written by key."""
 
     def __init__(self, rows: Iterable[Property]) -> None:
-        self.rows: Mapping[str, Property] = {row.key: row for row in rows}
+        self._rows: dict[str, Property] = {row.key: row for row in rows}
+
+    @property
+    def rows(self) -> Mapping[str, Property]:
+        return self._rows
+
+    def add(self, *rows: Property) -> None:
+        """More rows (a recorder's ``recording``); a key the table has is refused."""
+        for row in rows:
+            if row.key in self._rows:
+                raise ValueError(f"the table already has a property {row.key!r}")
+            self._rows[row.key] = row
 
     def row(self, key: str) -> Property:
         row = self.rows.get(key)

@@ -27,7 +27,7 @@ from recordings.writer import RecordingWriter
 from runtimes.base import StepResult
 
 from .inputs import source_name
-from .properties import Properties, Property
+from .properties import Property
 from .version import server_version
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ class Recorder:
         remote.result_sinks.append(self._advanced)
         remote.restore_sinks.append(self._restored)
         remote.inputs.name_source = self._name_source
-        rows = [*remote.property_table.rows.values(), Property(
+        remote.property_table.add(Property(
             RECORDING_PROPERTY, int,
             f"1: record each episode to {self.root} (starting now), 0: stop; reads 0 after "
             f"the disk failed ({RECORDING_ERROR_PROPERTY} says why)", self._read, self._write,
@@ -87,8 +87,7 @@ class Recorder:
             RECORDING_ERROR_PROPERTY, str,
             "why recording stopped by itself (a full disk), until it is switched on again; "
             "empty when it did not", lambda: self._check() or "",
-        )]
-        remote.property_table = Properties(rows)
+        ))
 
     def close(self) -> None:
         """End the open episode (status ``closed``) and write everything queued."""

@@ -1,25 +1,28 @@
-"""A remote's error exit and recovery: failures never wedge it.
+"""A remote's recovery: a failed runtime never wedges it.
 
-Holds :class:`Recovery` (a part of :class:`envserver.remote.Remote`) and
-:class:`Progress`. Anything that raises between a reset's or a step's event and its
-completion (the runtime in reset, step, advance or an env switch; the frame's hand-off
-to shared memory or VNC; a send) gives the requester a :class:`~envserver.orders.Refused`
-and moves the remote by the state table's error exit
-(:meth:`~envserver.state.RemoteState.process_error`): to ``recovering`` once something
-changed, else back where it was. Recovering resets the runtime with backoff; after
-:data:`MAX_RUNTIME_FAILURES` failures in a row :attr:`Remote.failed` resolves and
-``serve`` exits non-zero, so a supervisor restarts it.
+Holds :class:`Recovery` (a part of a remote, holding its game core) and
+:class:`Recoverable` (what it uses of the core). The core's error exit
+(:meth:`envserver.game_core.GameCore.under_way_failed`) moves the remote to
+``recovering`` when a reset, step or tick failed after something changed, and tells its
+fault sinks; this part is one: it counts the failures in a row and resets the runtime
+with backoff until it works again. After :data:`MAX_RUNTIME_FAILURES` failures with no
+good frame in between :attr:`Recovery.failed` resolves and ``serve`` exits non-zero, so a
+supervisor restarts it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-from typing import Final
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, Protocol
 
-from .orders import Refused
-from .remote_base import RemoteBase, log
 from .state import Event, State
+
+if TYPE_CHECKING:
+    from rewarder.server import RewarderServer
+
+log = logging.getLogger("envserver.remote")
 
 #: Seconds before retrying a recovery reset that failed, doubling up to the max.
 RECOVER_DELAY: Final = 0.5
@@ -29,100 +32,79 @@ MAX_RECOVER_DELAY: Final = 8.0
 MAX_RUNTIME_FAILURES: Final = 5
 
 
-@dataclasses.dataclass(slots=True)
-class Progress:
-    """How far a reset or step under way got: the state its event moved the remote to,
-    what it is doing, and whether anything has changed (frames drawn, an episode begun)
-    that a failure now cannot take back."""
+class Recoverable(Protocol):
+    """What :class:`Recovery` uses of the game core (:class:`envserver.game_core.GameCore`)."""
 
-    state: State
-    what: str
-    changed: bool
-    #: The env a failure now is of, when not the runtime's (an env switch: the one it goes to).
-    env_id: str | None = None
+    frame: int
+    fault_sinks: list[Callable[[], None]]
+
+    @property
+    def state(self) -> State: ...
+    @property
+    def env_id(self) -> str: ...
+    @property
+    def rewarder(self) -> RewarderServer: ...
+    def fire(self, event: Event) -> State: ...
+    def shut_down(self) -> None: ...
+    async def begin_episode(self, seed: int | None) -> None: ...
 
 
-class Recovery(RemoteBase):
-    """The error exit of resets and steps under way, and recovery from a failed runtime."""
+class Recovery:
+    """Counts a core's failures in a row and resets its runtime with backoff, or gives up."""
 
-    def _under_way_failed(self, progress: Progress, exc: BaseException) -> BaseException:
-        """``exc`` raised between the event that began a reset or a step and the one that
-        completes it (the runtime, a hand-off, a send): take the machine out by its error
-        exit (``recovering`` once ``progress.changed``, else back) and return what to
-        raise — a :class:`Refused` for the requester (caused by ``exc``), or ``exc``
-        itself for a cancellation (a dm_env_rpc deadline), which takes the same exit.
-        (A try/except at each site, not a context manager: cheaper on the step's path,
-        ``python -m benchmarks atari_breakdown``.)"""
-        if self.state is not progress.state:  # shutting down meanwhile: nothing to take out
-            return exc
-        if not isinstance(exc, Exception):
-            log.warning("%s of %s cancelled under way (%r)", progress.what, self.env_id, exc)
-            if progress.changed:
-                self._fail()
-            else:
-                self._error_exit(changed=False)
-            return exc
-        failure = self._failed(progress, exc)
-        failure.__cause__ = exc
-        return failure
+    #: Resolves with the reason when the runtime failed past recovery (made in :meth:`start`).
+    failed: asyncio.Future[str]
 
-    def _failed(self, progress: Progress, exc: Exception) -> Refused:
-        """``exc`` raised while ``progress`` was under way: take the error exit and say so."""
-        said = exc.reason if isinstance(exc, Refused) else (
-            f"{progress.env_id or self.runtime.env_id} failed in {progress.what} "
-            f"({type(exc).__name__}: {exc})"
-        )
-        if not progress.changed:
-            log.warning("%s (nothing had changed: back to %s)", said, self.mode)
-            self._error_exit(changed=False)
-            return Refused(f"{said}; nothing changed: send it again")
-        log.error("%s", said, exc_info=exc)
-        self._fail()
-        return Refused(
-            f"{said}; the remote is recovering: wait for describe env_state 'running', then "
-            "reset"
-        )
+    def __init__(self, core: Recoverable) -> None:
+        self.core = core
+        #: Runtime failures in a row: a frame drawn since the last one starts again at 1.
+        self.failures = 0
+        self._failed_at_frame = -1
+        self._task: asyncio.Task[None] | None = None
+        core.fault_sinks.append(self.faulted)
 
-    def _runtime_failed(self, what: str, exc: Exception) -> None:
-        """The runtime raised in a tick: start recovering."""
-        log.error("runtime %s failed in %s: %r", self.runtime.env_id, what, exc, exc_info=exc)
-        self._fail()
+    def start(self) -> None:
+        """Make :attr:`failed` (on the running loop) before the core starts."""
+        self.failed = asyncio.get_running_loop().create_future()
 
-    def _fail(self) -> None:
-        self.runtime_failures += 1
-        self._error_exit(changed=True)
-        if self.state is State.RECOVERING and (self._recovery is None or self._recovery.done()):
-            self._recovery = asyncio.get_running_loop().create_task(self._recover())
-        self.rewarder.broadcast_describe()
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The recovery under way, to cancel on close."""
+        return [self._task] if self._task is not None else []
 
-    def _error_exit(self, changed: bool) -> None:
-        self._moved(self.machine.process_error(changed))
+    def faulted(self) -> None:
+        """The core's error exit moved it on a failure: count it; recover if it is
+        ``recovering`` and no recovery is under way."""
+        core = self.core
+        if core.frame != self._failed_at_frame:  # a good frame since the last failure
+            self.failures = 0
+        self._failed_at_frame = core.frame
+        self.failures += 1
+        if core.state is State.RECOVERING and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._recover())
 
     async def _recover(self) -> None:
         """Reset the runtime with backoff until it works again, or give up past
         :data:`MAX_RUNTIME_FAILURES` failures in a row."""
+        core = self.core
         delay = RECOVER_DELAY
-        while self.state is State.RECOVERING:
-            if self.runtime_failures >= MAX_RUNTIME_FAILURES:
+        while core.state is State.RECOVERING:
+            if self.failures >= MAX_RUNTIME_FAILURES:
                 reason = (
-                    f"{self.runtime.env_id} failed {self.runtime_failures} times in a row "
+                    f"{core.env_id} failed {self.failures} times in a row "
                     "(MAX_RUNTIME_FAILURES); giving up so a supervisor can restart the remote"
                 )
                 log.error("%s", reason)
-                self._fire(Event.SHUTDOWN)
-                if self._ticker is not None:
-                    self._ticker.discard(self)
+                core.shut_down()
                 if not self.failed.done():
                     self.failed.set_result(reason)
                 return
             try:
-                await self._begin_episode(seed=None)
+                await core.begin_episode(seed=None)
             except Exception as exc:
-                self.runtime_failures += 1
-                log.error("resetting %s failed (%r); again in %.1f s", self.runtime.env_id, exc,
-                          delay)
+                self.failures += 1
+                log.error("resetting %s failed (%r); again in %.1f s", core.env_id, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_RECOVER_DELAY)
             else:
-                self._fire(Event.RECOVERED)
-                self.rewarder.broadcast_describe()
+                core.fire(Event.RECOVERED)
+                core.rewarder.broadcast_describe()

@@ -1,7 +1,8 @@
 """A remote's snapshots and restores: its state saved, and a new branch of the episode
 begun from a saved state (docs/snapshots.md).
 
-Holds :class:`Restores` (a part of :class:`envserver.remote.Remote`). A snapshot is
+Holds :class:`Restores` (a part of a remote, holding its game core) and :class:`Branching`
+(what it uses of the core). A snapshot is
 taken between frames (the game loop runs one thing at a time, so no tick or step is
 half done) and kept in the remote's :class:`~envserver.snapshots.SnapshotStore` under a
 token, its bytes exported when asked. A restore goes through the state table as a reset
@@ -17,81 +18,111 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rewarder.snapshot_messages import SNAPSHOT_KEY_ENV
+from runtimes.base import Runtime
 from runtimes.errors import BadSnapshot, SnapshotUnsupported
 
-from .episodes import Episodes
-from .inputs import REWARDER_SOURCE
 from .orders import LOCKSTEP, OBS_SHM, Refused
-from .recovery import Progress
 from .snapshots import Snapshot, SnapshotError, SnapshotStore, export, open_export, seal_key
-from .state import Event, State
+from .state import Event, Progress, State
 from .version import server_version
+
+if TYPE_CHECKING:
+    from rewarder.server import RewarderServer
+
+    from .lockstep_frames import LockstepFrames
 
 #: The environment variable that turns on :attr:`Restores.verify_restores` (``1``), as
 #: ``serve --verify-restores`` would.
 VERIFY_ENV = "UNIVERSE_REMOTE_VERIFY_RESTORES"
 
 
-class Restores(Episodes):
-    """``v0.env.snapshot`` and ``v0.env.restore`` of one remote."""
+class Branching(Protocol):
+    """What :class:`Restores` uses of the game core (:class:`envserver.game_core.GameCore`)."""
 
-    snapshots: SnapshotStore
-    #: Compare the runtime's digest after every restore with the snapshot's (always in
-    #: tests; cheap, a hash of the frame and the game's state).
-    verify_restores: bool
-    #: Called with (new episode id, branch) when a restore begins a branch: the recorder.
-    restore_sinks: list[Callable[[int, dict[str, Any]], None]]
+    runtime: Runtime
+    episode_id: int
+    frame: int
+    episode_frame: int
 
-    def _init_snapshots(self, verify_restores: bool | None) -> None:
+    @property
+    def state(self) -> State: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def rewarder(self) -> RewarderServer: ...
+    @property
+    def lockstep_frames(self) -> LockstepFrames: ...
+    def fire(self, event: Event) -> State: ...
+    async def settle(self) -> None: ...
+    def branch(self, episode_frame: int) -> int: ...
+    def serve_frame(self) -> None: ...
+    def under_way_failed(self, progress: Progress, exc: BaseException) -> BaseException: ...
+
+
+class Restores:
+    """``v0.env.snapshot`` and ``v0.env.restore`` of one game core."""
+
+    def __init__(self, core: Branching, verify_restores: bool | None = None) -> None:
+        """``verify_restores``: check every restore against the snapshot's digest (None:
+        as the environment's :data:`VERIFY_ENV` says)."""
+        self.core = core
+        #: Tokens -> the snapshots this remote keeps.
         self.snapshots = SnapshotStore()
         if verify_restores is None:
             verify_restores = os.environ.get(VERIFY_ENV, "") not in ("", "0")
+        #: Compare the runtime's digest after every restore with the snapshot's (always in
+        #: tests; cheap, a hash of the frame and the game's state).
         self.verify_restores = verify_restores
-        self.restore_sinks = []
+        #: Called with (new episode id, branch) when a restore begins a branch: the recorder.
+        self.restore_sinks: list[Callable[[int, dict[str, Any]], None]] = []
         #: Exported bytes are sealed with the remotes' shared key (else one of our own:
         #: our bytes then restore here only).
         self._seal = seal_key(os.environ.get(SNAPSHOT_KEY_ENV) or secrets.token_hex(32))
         self._version = server_version()
 
     def _check_can(self) -> None:
-        refusal = self.runtime.snapshot_refusal
+        runtime = self.core.runtime
+        refusal = runtime.snapshot_refusal
         if refusal is not None:
-            raise Refused(f"{self.runtime.env_id} cannot snapshot: {refusal} (describe says so)")
+            raise Refused(f"{runtime.env_id} cannot snapshot: {refusal} (describe says so)")
 
     async def snapshot(self, export_bytes: bool = False) -> tuple[str, int, int, bytes | None]:
         """Save the state now: ``(token, episode id, frame, exported bytes or None)``."""
+        core = self.core
         self._check_can()
-        await self._settle()
-        if self.state is State.STEPPING:
+        await core.settle()
+        if core.state is State.STEPPING:
             raise Refused("a step is under way: snapshot after its reply")
+        runtime = core.runtime
         try:
-            state = await self.runtime.asnapshot()
-            digest = await self.runtime.astate_digest()
+            state = await runtime.asnapshot()
+            digest = await runtime.astate_digest()
         except SnapshotUnsupported as exc:
-            raise Refused(f"{self.runtime.env_id} cannot snapshot: {exc}") from None
-        snap = Snapshot(self.runtime.env_id, state, digest, self.episode_id, self.frame,
-                        self.episode_frame)
+            raise Refused(f"{runtime.env_id} cannot snapshot: {exc}") from None
+        snap = Snapshot(runtime.env_id, state, digest, core.episode_id, core.frame,
+                        core.episode_frame)
         try:
             token = self.snapshots.add(snap)
         except SnapshotError as exc:
             raise Refused(str(exc)) from None
         data = export(snap, self._version, self._seal) if export_bytes else None
-        return token, self.episode_id, self.frame, data
+        return token, core.episode_id, core.frame, data
 
     def _find(self, token: str | None, data: bytes | None) -> Snapshot:
+        env_id = self.core.runtime.env_id
         try:
             if token is not None:
                 snap = self.snapshots.get(token)
-                if snap.env_id != self.runtime.env_id:
+                if snap.env_id != env_id:
                     raise SnapshotError(
                         f"snapshot {token!r} is of {snap.env_id}; this remote now runs "
-                        f"{self.runtime.env_id} (reset with env_id {snap.env_id!r} first)"
+                        f"{env_id} (reset with env_id {snap.env_id!r} first)"
                     )
                 return snap
-            return open_export(data or b"", self.runtime.env_id, self._version, self._seal)
+            return open_export(data or b"", env_id, self._version, self._seal)
         except SnapshotError as exc:
             raise Refused(str(exc)) from None
 
@@ -100,47 +131,42 @@ class Restores(Episodes):
         """Go back to a token's or exported bytes' state: a new episode id (the branch),
         ``reply(its id, body)`` with the restored frame as a reset's reply, then running.
         :class:`Refused` (nothing changed) for what cannot be restored."""
+        core = self.core
         self._check_can()
         snap = self._find(token, data)
-        await self._settle()
-        progress = Progress(self._fire(Event.RESET), "restore", changed=False)
+        await core.settle()
+        progress = Progress(core.fire(Event.RESET), "restore", changed=False)
         try:
+            runtime = core.runtime
             try:
-                await self.runtime.arestore(snap.state)
+                await runtime.arestore(snap.state)
             except (BadSnapshot, SnapshotUnsupported) as exc:
                 # The runtime checks every field before it sets one: nothing changed.
-                self._fire(Event.RESET_DONE)
-                raise Refused(f"{self.runtime.env_id} refused this state: {exc}") from None
+                core.fire(Event.RESET_DONE)
+                raise Refused(f"{runtime.env_id} refused this state: {exc}") from None
             progress.changed = True
-            if self.verify_restores and await self.runtime.astate_digest() != snap.digest:
+            if self.verify_restores and await runtime.astate_digest() != snap.digest:
                 raise RuntimeError(
                     "the restored state's digest differs from the snapshot's: the runtime "
                     "did not come back to the state it saved"
                 )
-            self.episode_id += 1
-            self.inputs.clear()
-            # The game holds what was held at the snapshot: the agent that restored holds
-            # it now, and lets go of it if it leaves (else a key would stay down).
-            keys, pointer = self.runtime.held_input()
-            if keys or pointer[2]:
-                self.inputs.hold(REWARDER_SOURCE, keys, pointer)
-            self.episode_frame = snap.episode_frame
+            episode_id = core.branch(snap.episode_frame)
             branch = {
                 "from_episode": snap.episode_id, "from_frame": snap.frame,
                 "episode_frame": snap.episode_frame, "token": token,
             }
             for sink in self.restore_sinks:
-                sink(self.episode_id, {**branch, "state": export(snap, self._version, self._seal)})
-            self._frame_ready()
-            body: dict[str, Any] = {"frame": self.frame, "restored": branch}
-            if obs == OBS_SHM and self.mode == LOCKSTEP:
-                body["shm"] = self.lockstep_frames.deliver(
-                    obs, self.runtime.framebuffer, self.frame, self.episode_id
+                sink(episode_id, {**branch, "state": export(snap, self._version, self._seal)})
+            core.serve_frame()
+            body: dict[str, Any] = {"frame": core.frame, "restored": branch}
+            if obs == OBS_SHM and core.mode == LOCKSTEP:
+                body["shm"] = core.lockstep_frames.deliver(
+                    obs, runtime.framebuffer, core.frame, episode_id
                 )
-            reply(self.episode_id, body)
-            self._fire(Event.RESET_DONE)
+            reply(episode_id, body)
+            core.fire(Event.RESET_DONE)
         except Refused:
             raise
         except BaseException as exc:
-            raise self._under_way_failed(progress, exc)  # noqa: B904 (its cause is set)
-        self.rewarder.broadcast_describe()
+            raise core.under_way_failed(progress, exc)  # noqa: B904 (its cause is set)
+        core.rewarder.broadcast_describe()

@@ -37,10 +37,11 @@ class Served(Protocol):
     """What :class:`RewarderFront` drives of :class:`envserver.remote.Remote` (named here so
     this module, below the remote, never imports it)."""
 
-    episode_id: int
     #: The batch's games (:mod:`envserver.batch`), None until the remote serves a batch.
     batch_games: Any
 
+    @property
+    def episode_id(self) -> int: ...
     @property
     def mode(self) -> str: ...
     @property
@@ -97,7 +98,7 @@ class RewarderFront:
 
     @episode_id.setter
     def episode_id(self, value: int) -> None:
-        self.remote.episode_id = value
+        raise AttributeError("a remote numbers its own episodes (a reset or restore moves on)")
 
     def describe(self) -> dict[str, Any]:
         return self.remote.describe()

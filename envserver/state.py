@@ -1,7 +1,8 @@
 """The remote's states and what moves it between them, as transition tables.
 
 Holds :class:`State`, :class:`Event`, the tables :data:`REALTIME_TABLE` and
-:data:`LOCKSTEP_TABLE`, :class:`RemoteState` (the machine) and :class:`IllegalTransition`.
+:data:`LOCKSTEP_TABLE`, :class:`RemoteState` (the machine), :class:`IllegalTransition`
+and :class:`Progress` (how far a reset or step under way got, for the error exit).
 Sans-I/O: no asyncio, no sockets; the remote (:mod:`envserver.remote`) feeds events in
 and acts on the state that comes out, as h11's ``_state.py`` does for HTTP.
 
@@ -21,6 +22,7 @@ did (``ABORT``). No state is one that no event leaves.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from typing import Final
@@ -216,3 +218,17 @@ class RemoteState:
 
     def __repr__(self) -> str:
         return f"RemoteState({self.mode!r}, {self.state})"
+
+
+@dataclasses.dataclass(slots=True)
+class Progress:
+    """How far a reset or step under way got: the state its event moved the remote to,
+    what it is doing, and whether anything has changed (frames drawn, an episode begun)
+    that a failure now cannot take back (``changed``: the error exit goes to
+    ``recovering``, else back)."""
+
+    state: State
+    what: str
+    changed: bool
+    #: The env a failure now is of, when not the runtime's (an env switch: the one it goes to).
+    env_id: str | None = None

@@ -10,7 +10,9 @@ down into a module both import (``runtimes.builtin_rules``). Above them the same
 envserver's front ends, property table and rewarder front name what they use of the
 remote (``front_ends.Hosting``, ``agent_port.RemoteLike``, ``properties.Described``,
 ``rewarder_front.Served``) and ``envserver/remote.py`` checks ``Remote`` against each
-under mypy; in remotes, ``holders.Holder`` and ``lane_view.LaneView``.
+under mypy; the remote's parts likewise name what they use of its game core
+(``recovery.Recoverable``, ``restores.Branching``, ``acting.Actable``); in remotes,
+``holders.Holder`` and ``lane_view.LaneView``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ TOP_GRAPHS: Final = {package: Graph(modules([package])) for package in ("envserv
 #: alone is allowed; one that takes in any other module is not.
 BROWSER_PARTS: Final = frozenset(
     {"runtimes.browser", "runtimes.browser_agents", "runtimes.browser_snapshots"})
+#: The parts a remote is composed of (``envserver.remote.Remote`` builds them): each holds
+#: the game core and names what it uses of it in a protocol of its own.
+REMOTE_PARTS: Final = ("envserver.recovery", "envserver.restores", "envserver.acting")
+#: The modules that may name ``Remote`` (all above it): the serve path that builds remotes
+#: (games), the recorder attached to one, and the batch step over a process's remotes.
+ABOVE_THE_REMOTE: Final = frozenset({"envserver.games", "envserver.recorder", "envserver.batch"})
 
 
 def test_the_bottom_packages_import_each_other_without_a_circle() -> None:
@@ -72,3 +80,18 @@ def test_the_check_sees_a_type_only_arrow_back_to_the_remote() -> None:
     assert imported == {"envserver.remote"}
     edges = {**graph.edges, "envserver.front_ends": imported}
     assert any({"envserver.front_ends", "envserver.remote"} <= set(c) for c in circles(edges))
+
+
+def test_the_remotes_parts_and_front_ends_never_name_the_remote() -> None:
+    """Type-only imports count: the parts and the front ends depend on small protocols
+    (``Game``, ``Recoverable``, ``RemoteLike``...), never on ``Remote``; the parts never
+    on the core's module or on each other."""
+    edges = TOP_GRAPHS["envserver"].edges
+    assert "envserver.game_core" in edges["envserver.remote"]
+    naming = {module for module, imported in edges.items() if "envserver.remote" in imported}
+    assert naming <= ABOVE_THE_REMOTE, sorted(naming - ABOVE_THE_REMOTE)
+    for part in REMOTE_PARTS:
+        reached = edges[part] & {"envserver.game_core", *REMOTE_PARTS}
+        assert reached == set(), f"{part} imports {sorted(reached)}"
+    assert {module for module, imported in edges.items()
+            if "envserver.game_core" in imported} == {"envserver.remote"}

@@ -13,7 +13,7 @@ ENVSERVER = Path(__file__).resolve().parents[2] / "envserver"
 #: The game and the agent ports: they speak envserver.orders, never the rewarder's wire
 #: (remote.py, the composition root, builds the rewarder's server, and so imports it).
 GAME_MODULES = (
-    "remote_base.py", "episodes.py", "recovery.py", "acting.py", "players.py",
+    "game_core.py", "recovery.py", "restores.py", "acting.py", "players.py",
     "inputs.py", "lockstep_frames.py", "runtime_choice.py", "orders.py", "agent_port.py",
     "dmrpc/world.py", "dmrpc/session.py", "dmrpc/specs.py", "openenv/session.py",
     "openenv/schemas.py",

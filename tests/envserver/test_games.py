@@ -50,15 +50,15 @@ async def test_remotes_of_one_loop_share_one_timer_per_fps(start_remote: StartRe
     ticker = shared_ticker()
     assert len(ticker) == 3 and ticker.timers == 1
     games[1].set_fps(30.0)
-    assert ticker.timers == 2 and games[1] in ticker
+    assert ticker.timers == 2 and games[1].core in ticker
     lockstep = await start_remote("builtin.Catch-v0", mode=LOCKSTEP)
-    assert lockstep not in ticker and len(ticker) == 3
+    assert lockstep.core not in ticker and len(ticker) == 3
     rates = await asyncio.gather(*(_rate(g) for g in games))
     assert rates[0] >= HEALTHY_FPS and rates[2] >= HEALTHY_FPS, rates
     assert 20.0 <= rates[1] <= 32.0, rates
     assert lockstep.frame == 0
     await games[0].close()
-    assert games[0] not in ticker and len(ticker) == 2
+    assert games[0].core not in ticker and len(ticker) == 2
 
 
 def _serve_args(*extra: str) -> ServeConfig:

@@ -17,7 +17,7 @@ GRAPH: Final = Graph(modules(["envserver"]), type_checking=False)
 
 def test_envserver_modules_import_each_other_without_a_circle() -> None:
     graph = GRAPH.edges
-    assert len(graph) > 30 and "envserver.episodes" in graph["envserver.remote"]
+    assert len(graph) > 30 and "envserver.game_core" in graph["envserver.remote"]
     # (a package's __init__ names its modules in words; one that imported them would be
     # a circle with each module that imports the package)
     assert circles(graph) == []
@@ -30,9 +30,9 @@ def test_no_envserver_module_uses_anothers_private_names() -> None:
 def test_the_checks_see_a_circle_and_a_private_name() -> None:
     """The two checks on a made-up graph and a made-up module."""
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    text = ("from .episodes import _x\nfrom . import remote as r\nr._y\n"
+    text = ("from .game_core import _x\nfrom . import remote as r\nr._y\n"
             "if TYPE_CHECKING:\n    from .cli import Z\n")
     imported, private = GRAPH.imports("envserver.games", text)
-    assert imported == {"envserver.episodes", "envserver.remote"}
-    assert private == ["envserver.games:1: from envserver.episodes import _x",
+    assert imported == {"envserver.game_core", "envserver.remote"}
+    assert private == ["envserver.games:1: from envserver.game_core import _x",
                        "envserver.games:3: r._y"]

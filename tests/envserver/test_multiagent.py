@@ -232,13 +232,13 @@ async def test_a_joint_step_is_one_call_of_the_remote_with_every_players_request
     flag that stopped the recursion)."""
     remote = await start_remote(DUEL, mode="lockstep")
     calls: list[tuple[int, list[int]]] = []
-    real_step = remote.step
+    real_step = remote.core.step  # (the Game the seats drive)
 
     async def step(request, others=None):  # type: ignore[no-untyped-def]
         calls.append((PLAYER.get(), sorted(others or {})))
         return await real_step(request, others)
 
-    monkeypatch.setattr(remote, "step", step)
+    monkeypatch.setattr(remote.core, "step", step)
     async with rewarder(remote) as a, rewarder(remote, 1) as b:
         await asyncio.gather(a.reset(seed=1), b.reset(seed=1))
         before = list(remote.runtime.paddle_y)

@@ -135,7 +135,7 @@ async def test_bad_restores_are_refused_and_the_remote_serves_on(
 ) -> None:
     remote = await start_remote("builtin.Catch-v0", mode="lockstep")
     other = await start_remote("builtin.ClickTarget-v0", mode="lockstep")
-    remote.snapshots = SnapshotStore(max_snapshots=2)
+    remote.restores.snapshots = SnapshotStore(max_snapshots=2)
     pwned = tmp_path / "pwned"
 
     class Payload:  # what a pickle would run: a file created

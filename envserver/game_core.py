@@ -1,48 +1,64 @@
-"""A remote's episodes: resets, the lockstep step, the real-time tick.
+"""A remote's game core: the runtime, its state machine, its counters and waiters, and
+what moves them — resets, the lockstep step, the real-time tick, the error exit.
 
-Holds :class:`Episodes` (a part of :class:`envserver.remote.Remote`). Every method fires
-the state table's events (:mod:`envserver.state`) and acts on what comes out; what raises
-under way takes the error exit (:class:`envserver.recovery.Recovery`).
+Holds :class:`GameCore`, the :class:`~envserver.players.Game` the seats' barrier drives
+and the only writer of the remote's state (:mod:`envserver.state`), episode id and frame
+counts. The other parts of a remote hold a core and name what they use of it
+(:class:`envserver.recovery.Recovery`, :class:`envserver.restores.Restores`,
+:class:`envserver.acting.Acting`); :class:`envserver.remote.Remote` builds them all.
 
 - **Lockstep** (``serve --mode lockstep``, or a reset asking for it): the loop stands
   still and the active agent advances the runtime with a :class:`~envserver.orders.StepOrder`:
   exactly ``frames`` frames through :meth:`Runtime.advance`. **One way, two speeds**:
   one synchronous core — check, push inputs, advance, deliver, fire — done at once by
-  :meth:`Episodes.step_now` when the step fits one slice (at most
+  :meth:`GameCore.step_now` when the step fits one slice (at most
   :data:`MAX_SLICE_SECONDS` at the last measured speed per frame, no action string, a
-  runtime that advances in-process), and by :meth:`Episodes.step` around an advance in
+  runtime that advances in-process), and by :meth:`GameCore.step` around an advance in
   slices otherwise, yielding to the loop between them so pings and viewers are never held
   behind a long step. The reward goes to the stepper in its reply, and to observers.
 - **Real time** (Universe's semantics): the process's ticker (:mod:`envserver.ticker`)
-  calls :meth:`Episodes.tick_due` at ``fps``: one frame whether or not anyone acts, with
+  calls :meth:`GameCore.tick_due` at ``fps``: one frame whether or not anyone acts, with
   the input that arrived since the last tick, served over VNC, its reward sent at most
   once, a new episode by itself after ``done`` (in a task of its own, so the other games
   of the process tick on meanwhile).
+- **The error exit**: anything that raises between a reset's or a step's event and its
+  completion gives the requester a :class:`~envserver.orders.Refused` and moves the
+  machine by :meth:`~envserver.state.RemoteState.process_error` (:meth:`under_way_failed`):
+  to ``recovering`` once something changed, else back. Entering ``recovering`` tells the
+  :attr:`GameCore.fault_sinks` (the recovery part, which resets the runtime with backoff).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from rewarder.protocol import FRAME_INFO_KEY, MAX_SEED
+from rewarder.protocol import FRAME_INFO_KEY, MAX_FPS, MAX_SEED, MIN_FPS
 from runtimes.base import InputEvent, Runtime, StepResult
 from vncdriver.messages import FrameTag
 
-from .inputs import Inputs
-from .orders import LOCKSTEP, OBS_SHM, Refused, ResetOrder, StepOrder
+from .inputs import REWARDER_SOURCE, Inputs
+from .lockstep_frames import LockstepFrames
+from .orders import LOCKSTEP, OBS_SHM, REALTIME, Refused, ResetOrder, StepOrder
 from .players import Reply, address, agent_source
-from .recovery import Progress, Recovery
 from .runtime_choice import check_reset, construct
-from .state import Event, State
+from .state import Event, IllegalTransition, Progress, RemoteState, State
+from .ticker import Ticker, shared_ticker
+
+if TYPE_CHECKING:
+    from rewarder.server import RewarderServer
+    from vncdriver.server import VNCServer
+
+log = logging.getLogger("envserver.remote")
 
 #: Longest stretch a lockstep step runs the runtime without letting the event loop serve
 #: others: pings, viewers and frames wait at most about this long (the target is 20 ms).
-#: A step expected to fit it runs at once, in one piece (:meth:`Episodes.step_now`).
+#: A step expected to fit it runs at once, in one piece (:meth:`GameCore.step_now`).
 MAX_SLICE_SECONDS: Final = 0.005
 #: The pause between two slices of a long lockstep step. A bare yield (``sleep(0)``) gives
 #: the loop one turn, and answering a ping takes several (socket read, handler, write);
@@ -52,17 +68,213 @@ SLICE_PAUSE_SECONDS: Final = 0.0005
 MAX_RESET_WAIT: Final = 60.0
 
 
-class Episodes(Recovery):
-    """Resets, lockstep steps (at once or sliced) and real-time ticks of one remote."""
+class GameCore:
+    """One remote's runtime, state machine, counters and waiters; its episodes, steps and
+    ticks. Built by :class:`envserver.remote.Remote`, which then :meth:`attach`-es the
+    servers the core draws frames and sends rewards to."""
 
-    #: Frames per lockstep slice, aimed at MAX_SLICE_SECONDS from the last measured speed.
-    _slice_frames: int
-    #: Seconds per frame the last slice took.
-    _frame_seconds: float
-    #: The runtime's ``announced_info`` values real-time clients were last sent.
-    _announced: dict[str, Any]
-    #: The new episode after a real-time ``done`` (its runtime may reset over I/O).
-    _next_episode: asyncio.Task[None] | None
+    #: The VNC server frames are served from (set by :meth:`attach`).
+    vnc: VNCServer
+    #: The rewarder server rewards, text and describes go to (set by :meth:`attach`).
+    rewarder: RewarderServer
+    #: Where a lockstep frame goes (shared memory, owed VNC updates; set by :meth:`attach`).
+    lockstep_frames: LockstepFrames
+
+    def __init__(
+        self, runtime: Runtime, *, fps: float | None, mode: str,
+        runtime_options: dict[str, Any], ticker: Ticker | None,
+    ) -> None:
+        if mode == LOCKSTEP and not runtime.lockstep:
+            raise ValueError(f"{runtime.env_id} runs only in real time, not in lockstep")
+        if fps is not None and not MIN_FPS <= fps <= MAX_FPS:
+            raise ValueError(f"fps must be in [{MIN_FPS:g}, {MAX_FPS:g}], not {fps!r}")
+        self.runtime = runtime
+        #: Keyword arguments for the runtime, kept for runtimes a reset switches to.
+        self.runtime_options = runtime_options
+        self.fps = float(fps or runtime.fps)
+        self.machine = RemoteState(mode)
+        self.episode_id = 0
+        #: Frames drawn since the remote started; never goes back.
+        self.frame = 0
+        self.episode_frame = 0
+        #: Ticks that came too late to catch up (counted by the ticker).
+        self.late_ticks = 0
+        #: The input every source queued for the next frame.
+        self.inputs = Inputs()
+        #: Called with (episode id, result) after every advance, in either mode: how other
+        #: front ends (the dm_env_rpc port) see rewards, text and ends as they happen.
+        self.result_sinks: list[Callable[[int, StepResult], None]] = []
+        #: Called with (episode id, seed, its text) once an episode's first frame is drawn
+        #: (a recorder: ``envserver.recorder``).
+        self.episode_sinks: list[Callable[[int, int, str | None], None]] = []
+        #: Called with the player whose agent left, on either front end.
+        self.leave_sinks: list[Callable[[int], None]] = []
+        #: Called when a failure moved the remote to ``recovering`` (the recovery part).
+        self.fault_sinks: list[Callable[[], None]] = []
+        self._ticker = ticker
+        self._seeds = np.random.default_rng()
+        self._state_waiters: list[asyncio.Future[State]] = []  # resolved when the state moves
+        self._frame_waiters: list[asyncio.Future[int]] = []
+        #: Frames per lockstep slice, aimed at MAX_SLICE_SECONDS from the last measured speed.
+        self._slice_frames = 1
+        #: Seconds per frame the last slice took (not measured yet).
+        self._frame_seconds = float("inf")
+        #: The runtime's ``announced_info`` values real-time clients were last sent.
+        self._announced: dict[str, Any] = {}
+        #: The new episode after a real-time ``done`` (its runtime may reset over I/O).
+        self._next_episode: asyncio.Task[None] | None = None
+
+    def attach(self, vnc: VNCServer, rewarder: RewarderServer) -> None:
+        """Draw frames to ``vnc`` and send rewards, text and describes to ``rewarder``
+        (the composition root builds them after the core: their callbacks are its parts')."""
+        self.vnc, self.rewarder = vnc, rewarder
+        self.lockstep_frames = LockstepFrames(self.serve_frame, wanted=vnc.wanted)
+
+    # What it is ---------------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        return self.machine.state
+
+    @property
+    def mode(self) -> str:
+        return self.machine.mode
+
+    @property
+    def env_id(self) -> str:
+        return self.runtime.env_id
+
+    @property
+    def players(self) -> int:
+        return int(self.runtime.players)
+
+    def screen(self) -> np.ndarray:
+        """The runtime's screen as drawn last (read it before the next frame is drawn)."""
+        return self.runtime.framebuffer
+
+    # Lifecycle and clock ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the runtime and draw the first episode's first frame."""
+        await self.runtime.astart()
+        self.fire(Event.RESET)
+        await self.begin_episode(seed=None)
+        self.fire(Event.RESET_DONE)
+
+    def start_clock(self) -> None:
+        """Tick in real time from now on (the event loop's shared ticker unless given one)."""
+        if self._ticker is None:
+            self._ticker = shared_ticker()
+        self._clock_changed()
+
+    def shut_down(self) -> None:
+        """Closing: move to ``closing`` (once) and stop ticking."""
+        if self.machine.state is not State.CLOSING:
+            self.fire(Event.SHUTDOWN)
+        if self._ticker is not None:
+            self._ticker.discard(self)
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The tasks of the core's own still to cancel on close (a real-time new episode)."""
+        return [self._next_episode] if self._next_episode is not None else []
+
+    def set_fps(self, fps: float) -> None:
+        """Change the real-time rate now (the game loop does not finish a sleep at the old one)."""
+        if not MIN_FPS <= fps <= MAX_FPS:
+            raise ValueError(f"fps must be in [{MIN_FPS:g}, {MAX_FPS:g}], not {fps!r}")
+        self.fps = float(fps)
+        self._clock_changed()
+
+    def _clock_changed(self) -> None:
+        """The mode or fps changed: tick at the new fps in real time, not at all in
+        lockstep (the loop stands still until a reset switches back)."""
+        ticker = self._ticker
+        if ticker is None or self.state is State.CLOSING:  # not started, or gone
+            return
+        if self.mode == REALTIME:
+            ticker.add(self)
+        else:
+            ticker.discard(self)
+
+    # The state machine --------------------------------------------------------------------
+
+    def fire(self, event: Event) -> State:
+        """Move the machine; an illegal event is the requester's :class:`Refused`."""
+        try:
+            state = self.machine.fire(event)
+        except IllegalTransition as exc:
+            raise Refused(str(exc)) from None
+        self._moved(state)
+        return state
+
+    def _moved(self, state: State) -> None:
+        if not self._state_waiters:
+            return
+        waiters, self._state_waiters = self._state_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(state)
+
+    async def settle(self) -> None:
+        """Wait (bounded) until no automatic reset or recovery is under way (giving up
+        moves the remote to ``closing``, which ends the wait too)."""
+        deadline = time.monotonic() + MAX_RESET_WAIT
+        while self.state in (State.STARTING, State.RESETTING, State.RECOVERING):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Refused(
+                    f"the remote has been {self.state.value} for over {MAX_RESET_WAIT:g} s "
+                    "(MAX_RESET_WAIT); try again later, or restart it"
+                )
+            changed = asyncio.get_running_loop().create_future()
+            self._state_waiters.append(changed)
+            await asyncio.wait([changed], timeout=remaining)
+
+    # The error exit -----------------------------------------------------------------------
+
+    def under_way_failed(self, progress: Progress, exc: BaseException) -> BaseException:
+        """``exc`` raised between the event that began a reset or a step and the one that
+        completes it (the runtime, a hand-off, a send): take the machine out by its error
+        exit (``recovering`` once ``progress.changed``, else back) and return what to
+        raise — a :class:`Refused` for the requester (caused by ``exc``), or ``exc``
+        itself for a cancellation (a dm_env_rpc deadline), which takes the same exit.
+        (A try/except at each site, not a context manager: cheaper on the step's path,
+        ``python -m benchmarks atari_breakdown``.)"""
+        if self.state is not progress.state:  # shutting down meanwhile: nothing to take out
+            return exc
+        if not isinstance(exc, Exception):
+            log.warning("%s of %s cancelled under way (%r)", progress.what, self.env_id, exc)
+            self._error_exit(progress.changed)
+            return exc
+        said = exc.reason if isinstance(exc, Refused) else (
+            f"{progress.env_id or self.runtime.env_id} failed in {progress.what} "
+            f"({type(exc).__name__}: {exc})"
+        )
+        if not progress.changed:
+            log.warning("%s (nothing had changed: back to %s)", said, self.mode)
+            self._error_exit(changed=False)
+            failure = Refused(f"{said}; nothing changed: send it again")
+        else:
+            log.error("%s", said, exc_info=exc)
+            self._error_exit(changed=True)
+            failure = Refused(
+                f"{said}; the remote is recovering: wait for describe env_state 'running', "
+                "then reset"
+            )
+        failure.__cause__ = exc
+        return failure
+
+    def runtime_failed(self, what: str, exc: Exception) -> None:
+        """The runtime raised outside a reset or step under way (a tick): start recovering."""
+        log.error("runtime %s failed in %s: %r", self.runtime.env_id, what, exc, exc_info=exc)
+        self._error_exit(changed=True)
+
+    def _error_exit(self, changed: bool) -> None:
+        self._moved(self.machine.process_error(changed))
+        if changed:
+            for sink in self.fault_sinks:
+                sink()
+            self.rewarder.broadcast_describe()
 
     # Resets -------------------------------------------------------------------------------
 
@@ -70,13 +282,13 @@ class Episodes(Recovery):
         """A new episode (of another env, mode or fps if asked); ``reply(its id, body)``
         before the remote goes running (``body``: its first frame's number and, for
         ``obs="shm"`` in lockstep, the segment holding that frame). The front ends call it
-        through :attr:`seats`; :class:`Refused` says why not."""
-        await self._settle()
+        through the seats; :class:`Refused` says why not."""
+        await self.settle()
         factory = check_reset(self.runtime, order)
-        progress = Progress(self._fire(Event.RESET), "reset", changed=True)
+        progress = Progress(self.fire(Event.RESET), "reset", changed=True)
         try:
             if factory is not None:
-                self._fire(Event.ENV_SWITCH)
+                self.fire(Event.ENV_SWITCH)
                 # A failure now is of the env switched to, not of the one being left.
                 progress.env_id = order.env_id
                 progress.what = f"the switch to it from {self.runtime.env_id}"
@@ -88,7 +300,7 @@ class Episodes(Recovery):
             if order.fps is not None:
                 self.set_fps(order.fps)
             self.episode_id = max(self.episode_id, order.episode_id or 0)
-            await self._begin_episode(order.seed)
+            await self.begin_episode(order.seed)
             body: dict[str, Any] = {"frame": self.frame}
             if order.obs == OBS_SHM and self.mode == LOCKSTEP:
                 progress.what = "reset (handing its frame over)"
@@ -96,26 +308,10 @@ class Episodes(Recovery):
                     order.obs, self.runtime.framebuffer, self.frame, self.episode_id
                 )
             reply(self.episode_id, body)
-            self._fire(Event.RESET_DONE)
+            self.fire(Event.RESET_DONE)
         except BaseException as exc:
-            raise self._under_way_failed(progress, exc)  # noqa: B904 (its cause is set)
+            raise self.under_way_failed(progress, exc)  # noqa: B904 (its cause is set)
         self.rewarder.broadcast_describe()
-
-    async def _settle(self) -> None:
-        """Wait (bounded) until no automatic reset or recovery is under way."""
-        deadline = time.monotonic() + MAX_RESET_WAIT
-        while self.state in (State.STARTING, State.RESETTING, State.RECOVERING):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise Refused(
-                    f"the remote has been {self.state.value} for over {MAX_RESET_WAIT:g} s "
-                    "(MAX_RESET_WAIT); try again later, or restart it"
-                )
-            changed = asyncio.get_running_loop().create_future()
-            self._state_waiters.append(changed)
-            await asyncio.wait(
-                [changed, self.failed], timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-            )
 
     async def _switch_runtime(self, order: ResetOrder, factory: Callable[..., Runtime]) -> None:
         runtime = construct(factory, order.env_id or "", self.runtime_options)
@@ -131,7 +327,7 @@ class Episodes(Recovery):
             self.fps = float(runtime.fps)
             self._clock_changed()
 
-    async def _begin_episode(self, seed: int | None) -> None:
+    async def begin_episode(self, seed: int | None) -> None:
         """Move to a new episode id, tell everyone, and reset the runtime under ``seed``."""
         self.episode_id += 1
         self.rewarder.broadcast_describe()
@@ -151,7 +347,20 @@ class Episodes(Recovery):
         observation = self.runtime.take_observation()  # (a page's, when asked for)
         if observation is not None:
             self.rewarder.broadcast_observation(self.episode_id, {**observation, "frame": self.frame})
-        self._frame_ready()
+        self.serve_frame()
+
+    def branch(self, episode_frame: int) -> int:
+        """A restored state is on screen: its branch's new episode id (returned), input
+        cleared but what the game holds (the agent that restored holds it now, and lets go
+        of it if it leaves: else a key would stay down), the episode's frame count the
+        snapshot's."""
+        self.episode_id += 1
+        self.inputs.clear()
+        keys, pointer = self.runtime.held_input()
+        if keys or pointer[2]:
+            self.inputs.hold(REWARDER_SOURCE, keys, pointer)
+        self.episode_frame = episode_frame
+        return self.episode_id
 
     # The lockstep step: one core, two speeds ----------------------------------------------
 
@@ -167,22 +376,22 @@ class Episodes(Recovery):
         ):
             return None
         checked = self._check_step(order, None)
-        progress = Progress(self._fire(Event.STEP), "step", changed=False)
+        progress = Progress(self.fire(Event.STEP), "step", changed=False)
         try:
             self._push(checked)
             progress.changed = True  # from here on frames are drawn
             result = self._advance_slice(order.frames, self.inputs.take())
             return self._step_done(order, result, progress)
         except BaseException as exc:
-            raise self._under_way_failed(progress, exc)  # noqa: B904 (its cause is set)
+            raise self.under_way_failed(progress, exc)  # noqa: B904 (its cause is set)
 
     async def step(self, order: StepOrder, others: Mapping[int, StepOrder] | None = None) -> Reply:
         """Lockstep: apply the events, advance exactly ``frames`` frames (in slices when
         they take long), serve the frame; ``order.player``'s reply. ``others``: the other
         seated players' orders of a joint step (player -> order), applied in the same
-        frames. The front ends call it through :attr:`seats`; :class:`Refused` refuses."""
+        frames. The front ends call it through the seats; :class:`Refused` refuses."""
         checked = self._check_step(order, others)
-        progress = Progress(self._fire(Event.STEP), "step", changed=False)
+        progress = Progress(self.fire(Event.STEP), "step", changed=False)
         try:
             self._push(checked)
             progress.changed = True
@@ -194,7 +403,7 @@ class Episodes(Recovery):
             result = await self._advance_sliced(order.frames)
             return self._step_done(order, result, progress)
         except BaseException as exc:
-            raise self._under_way_failed(progress, exc)  # noqa: B904 (its cause is set)
+            raise self.under_way_failed(progress, exc)  # noqa: B904 (its cause is set)
 
     def _check_step(
         self, order: StepOrder, others: Mapping[int, StepOrder] | None
@@ -241,7 +450,7 @@ class Episodes(Recovery):
                 self.episode_id, result.reward, result.done, info, observers_only=True,
                 rewards=result.rewards,
             )
-        self._fire(Event.EPISODE_DONE if result.done else Event.STEP_DONE)
+        self.fire(Event.EPISODE_DONE if result.done else Event.STEP_DONE)
         body = {"reward": result.reward, "done": result.done, "info": info, "frame": self.frame}
         address(result, body, order.player)
         if shm is not None:
@@ -283,7 +492,7 @@ class Episodes(Recovery):
 
     # Frames -------------------------------------------------------------------------------
 
-    def _frame_ready(self, frame: np.ndarray | None = None) -> None:
+    def serve_frame(self, frame: np.ndarray | None = None) -> None:
         """Serve the frame just drawn (or ``frame``, a copy of it), tagged with its
         number, episode and time. A copy (an agent steps through shared memory) is served
         without the runtime's damage: nobody would read it, and a runtime whose damage is
@@ -302,7 +511,6 @@ class Episodes(Recovery):
         """Count the frames the runtime advanced, tell the sinks, send its text/observation."""
         self.frame += result.frames
         self.episode_frame += result.frames
-        self.runtime_failures = 0
         for sink in self.result_sinks:
             sink(self.episode_id, result)
         self._frame_drawn()
@@ -355,28 +563,28 @@ class Episodes(Recovery):
                 )
         except Exception as exc:  # a runtime bug must not take the servers down
             if self.state is not State.CLOSING:
-                self._runtime_failed("step", exc)
+                self.runtime_failed("step", exc)
 
     async def _next_episode_task(self) -> None:
         try:
             await self._begin_next_episode()
         except Exception as exc:
             if self.state is not State.CLOSING:
-                self._runtime_failed("reset", exc)
+                self.runtime_failed("reset", exc)
 
     async def _begin_next_episode(self) -> None:
         """Real time, after ``done``: the next episode, at once."""
-        await self._begin_episode(seed=None)
-        self._fire(Event.RESET_DONE)
+        await self.begin_episode(seed=None)
+        self.fire(Event.RESET_DONE)
         self.rewarder.broadcast_describe()
 
     def tick_frame(self) -> bool:
         """Real time: advance one frame, serve it, report its reward; whether the episode
         ended (the remote is then resetting: :meth:`_begin_next_episode` follows)."""
-        self._fire(Event.TICK)
+        self.fire(Event.TICK)
         events = self.inputs.take()  # (recorded as this frame's, forwarded or not)
         result = self._advance(1, () if self.runtime.forwards_input else events)
-        self._frame_ready()
+        self.serve_frame()
         announced = {k: result.info[k] for k in self.runtime.announced_info if k in result.info}
         if (
             result.reward or result.done or (result.rewards and any(result.rewards))
@@ -388,6 +596,6 @@ class Episodes(Recovery):
                 self.episode_id, result.reward, result.done, info, rewards=result.rewards
             )
         if result.done:
-            self._fire(Event.EPISODE_DONE)
+            self.fire(Event.EPISODE_DONE)
             return True
         return False
