@@ -96,7 +96,7 @@ async def _parts(env_id: str, ways: tuple[str, ...], steps: int,
                     t1 = time.perf_counter()
                     await runtime.clock.advance(FRAME_MS)
                     t2 = time.perf_counter()
-                    await runtime._take_screenshot()
+                    await runtime.take_screenshot()
                     t3 = time.perf_counter()
                     done = (await runtime.cdp.evaluate(STATE_EXPRESSION))[0]
                     t4 = time.perf_counter()

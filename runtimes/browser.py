@@ -7,9 +7,13 @@ Chromium starts: ``runtimes.chromium``). Importing this module raises
 ModuleNotFoundError when the ``browser`` extra (the ``miniwob`` wheel) is missing and
 :class:`~runtimes.xdisplay.ProgramMissing` (also a ModuleNotFoundError) when Xvnc or
 Chromium is, naming the Debian package; the registry then lists no ``miniwob.*`` ids and
-``serve`` says what to install. Here are the task's episodes (reset, lockstep steps, the
-poller, the outcome, rewards, snapshots); the browser's lifecycle on its display is
-:mod:`runtimes.browser_host`'s, what web agents read and do :mod:`runtimes.browser_agents`'s.
+``serve`` says what to install. :class:`MiniWoBRuntime` is the composition root of the
+runtime's parts, each the only writer of its state: the browser on its display
+(:mod:`runtimes.browser_host`), the task's episodes and what they pay
+(:mod:`runtimes.browser_episodes`), what web agents read and do
+(:mod:`runtimes.browser_agents`) and lockstep snapshots (:mod:`runtimes.browser_snapshots`).
+Here the parts are put together: a reset, a lockstep step, the poller and a settled action
+read the page and hand what they read to the part that owns it.
 
 **Screen.** Chromium runs in kiosk mode, no window manager, on a 640x480 Xvnc display
 the remote reads over a Unix socket (``runtimes.xruntime``), so the page fills the screen
@@ -54,8 +58,9 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final
 
 import numpy as np
@@ -63,26 +68,27 @@ import numpy as np
 from rewarder.protocol import LOCKSTEP
 from vncdriver import keysyms
 
-from . import browser_snapshots
-from .base import InputEvent, PointerEvent, StepResult
-from .browser_agents import BrowserForAgents
-from .browser_host import BLANK_PAGE, SCREEN_HEIGHT, SCREEN_WIDTH
-from .browser_snapshots import begin_log, fresh_seed, start_alike
-from .cdp import CDPError
+from .base import InputEvent, PointerEvent, Runtime, StepResult
+from .browser_agents import PageAgents
+from .browser_episodes import REWARDS, TaskEpisodes, reading
+from .browser_host import BLANK_PAGE, SCREEN_HEIGHT, SCREEN_WIDTH, BrowserHost
+from .browser_snapshots import REALTIME_REFUSAL, EpisodeLog, Snapshots, fresh_seed, start_alike
+from .cdp import CDPClient, CDPError
+from .cdp_input import CDPInput
 from .chromium import (
     CHROMIUM_ENV,
-    PAGE_TIMEOUT,
-    READY_EXPRESSION,
     STATE_EXPRESSION,
+    SWITCH_ENV,
     env_id_for,
     find_chromium,
     find_xvnc,
     html_dir,
 )
 from .errors import SnapshotUnsupported
-from .frame_witness import WITNESS_TIMEOUT, FrameWitness, agreed_screenshot, capture_way
-from .page_clock import EPOCH_MS, FRAME_MS
-from .xdisplay import ProgramMissing
+from .frame_witness import agreed_screenshot
+from .page_clock import FRAME_MS, PageClock
+from .xdisplay import ProgramMissing, XProgram
+from .xruntime import DisplayRuntime
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +98,6 @@ log = logging.getLogger(__name__)
 TASK_AREA: Final = (0, 0, 160, 210)
 #: ``serve --option screen=...``: the task area (the default) or the whole screen.
 SCREENS: Final = ("task", "full")
-#: ``serve --option reward=...``: what an ended episode pays (docs/browser.md): MiniWoB's
-#: reward discounted by the time taken (default), its raw one, or BrowserGym's 1.0 or 0.0.
-REWARDS: Final = ("discounted", "raw", "success")
 #: Seconds a real-time reset waits for the display to show the new page; past it, the
 #: reset's frame is the page's screenshot and the next frame takes the whole display.
 SETTLE_TIMEOUT: Final = 2.0
@@ -116,9 +119,6 @@ UTTERANCE_JS: Final = (
 #: Seconds between polls of the page's reward globals (20 Hz: a reward reaches the
 #: rewarder within ~50 ms plus a frame).
 POLL_INTERVAL: Final = 0.05
-#: Seconds a settled action waits for the episode it ended to be reported (the remote's
-#: next frame takes it): its answer then says done.
-OUTCOME_WAIT: Final = 0.25
 # Input -------------------------------------------------------------------------------------
 
 #: Keys the rewarder accepts: printable ASCII (typing tasks), editing and arrow keys,
@@ -135,8 +135,16 @@ KEYS: Final = tuple(
 BUTTONS: Final = 0b11001
 
 
-class MiniWoBRuntime(BrowserForAgents):
-    """One MiniWoB++ task in Chromium on an X display that the remote serves."""
+class MiniWoBRuntime(DisplayRuntime):
+    """One MiniWoB++ task in Chromium on an X display that the remote serves.
+
+    The composition root of its parts, each the only writer of its state: the display
+    (:class:`~runtimes.xruntime.DisplayRuntime`, what X programs share), :attr:`host`
+    (the browser on it: :class:`~runtimes.browser_host.BrowserHost`), :attr:`episodes`
+    (the task's episodes: :class:`~runtimes.browser_episodes.TaskEpisodes`),
+    :attr:`agents` (what web agents read and do: :class:`~runtimes.browser_agents.PageAgents`)
+    and :attr:`snapshots` (lockstep snapshots: :class:`~runtimes.browser_snapshots.Snapshots`).
+    """
 
     width: ClassVar[int] = TASK_AREA[2]
     height: ClassVar[int] = TASK_AREA[3]
@@ -151,6 +159,8 @@ class MiniWoBRuntime(BrowserForAgents):
     options: ClassVar[tuple[str, ...]] = ("screen", "marks", "reward")
     #: Which screen this class serves (one of :data:`SCREENS`).
     screen_kind: ClassVar[str] = "task"
+    #: The task page's file name (``click-test.html``); set per task's class.
+    page: ClassVar[str]
 
     def __new__(cls, screen: str = "task", marks: bool = False, reward: str = "discounted") -> MiniWoBRuntime:
         """``screen="full"`` makes the whole-screen form of the task's class (every
@@ -168,29 +178,154 @@ class MiniWoBRuntime(BrowserForAgents):
         super().__init__()
         if not isinstance(marks, bool | int):
             raise ValueError(f"marks must be true or false, not {marks!r}")
-        if reward not in REWARDS:
-            raise ValueError(f"reward must be one of {', '.join(REWARDS)}, not {reward!r}")
-        self.marks, self.reward = bool(marks), reward
-        self._generation = 0  # bumped by every reset: the poller drops older readings
-        #: WOB_EPISODE_ID when our episode started; None while a reset starts one.
-        self._wob_episode: int | None = 0
-        self._text: str | None = None  # the instruction, sent at the episode's first frame
-        self._outcome: tuple[float, dict[str, Any]] | None = None  # set by the poller
-        self._reported = False
-        self._taken: asyncio.Event | None = None  # set when outcome() reports an end (asettle)
-        self._failure: str | None = None  # set by the poller when the browser is lost
+        #: The browser on the display.
+        self.host = BrowserHost()
+        #: The task's episodes: ours, the instruction, the outcome.
+        self.episodes = TaskEpisodes(reward)
+        #: The lockstep episode's log, and the snapshots made of it.
+        self.snapshots = Snapshots()
+        #: What web agents read and do on the page.
+        self.agents = PageAgents(self.host, self.snapshots, (*self.origin, self.width, self.height),
+                                 bool(marks))
+        #: Seconds the last :meth:`astart` (or :meth:`atake_over`) took.
+        self.startup_seconds: float | None = None
+        self._poller: asyncio.Task[None] | None = None  # the page's reward poller
         # describe on an instance says whether it can snapshot in its mode, now
         self.describe = self._describe_now  # type: ignore[method-assign]
 
     @classmethod
+    def url(cls) -> str:
+        """``file://`` URL of the task page in the installed wheel."""
+        return (html_dir() / cls.page).as_uri()
+
+    @classmethod
     def describe(cls) -> dict[str, Any]:
         return {**super().describe(), "task_area": list(TASK_AREA), "screen": cls.screen_kind,
-                "snapshots": browser_snapshots.REALTIME_REFUSAL}
+                "snapshots": REALTIME_REFUSAL}
 
     def _describe_now(self) -> dict[str, Any]:
         """:meth:`describe` of this instance (the remote asks the runtime it serves):
         whether it can snapshot depends on its mode."""
         return {**type(self).describe(), "snapshots": self.snapshot_refusal}
+
+    # The parts' state, read here (each part writes its own) --------------------------------
+
+    @property
+    def marks(self) -> bool:
+        """Set-of-marks are drawn on every frame."""
+        return self.agents.marks
+
+    @property
+    def reward(self) -> str:
+        """Which reward an ended episode pays (one of :data:`REWARDS`)."""
+        return self.episodes.reward
+
+    @property
+    def browser(self) -> XProgram | None:
+        return self.host.browser
+
+    @property
+    def cdp(self) -> CDPClient | None:
+        return self.host.cdp
+
+    @property
+    def clock(self) -> PageClock | None:
+        return self.host.clock
+
+    @property
+    def page_input(self) -> CDPInput | None:
+        return self.host.page_input
+
+    @property
+    def episode_log(self) -> EpisodeLog | None:
+        return self.snapshots.log
+
+    # Lifecycle (the browser's: runtimes.browser_host) --------------------------------------
+
+    async def astart(self) -> None:
+        """Start the display, Chromium on it, and load the task."""
+        started = time.monotonic()
+        self.host.find_chromium()  # fail before starting anything if it is missing
+        await super().astart()
+        self.startup_seconds = time.monotonic() - started
+        log.info("%s started in %.2f s on %s", self.env_id, self.startup_seconds, self.display)
+
+    async def _on_display(self) -> None:
+        await self._start_browser()
+
+    async def _start_display(self) -> None:
+        """The display, the X pointer moved by our connection to the screen's corner:
+        TigerVNC draws the pointer into the frames of a client whose last pointer event
+        was elsewhere (the Cursor encoding notwithstanding), and the whole screen's
+        first frame kept it at the centre, where nothing draws again."""
+        self.host.key_guard.forget()  # a new X server holds nothing
+        await super()._start_display()
+        x0, y0 = self.origin
+        self.inject([PointerEvent(SCREEN_WIDTH - 1 - x0, SCREEN_HEIGHT - 1 - y0, 0)])
+
+    async def _start_browser(self) -> None:
+        assert self.display is not None
+        await self.host.start(self.display, self.fence, self.url(), self.page)
+        self.page_idle = self.host.page_idle
+
+    async def _stop_browser(self) -> None:
+        self.page_idle = None
+        await self.host.stop(self._stop_program)
+
+    async def _stop_programs(self) -> None:
+        await self._stop_browser()
+
+    async def atake_over(self, old: Runtime) -> bool:
+        """An env switch from another task: keep ``old``'s display and browser and load
+        this task's page in it (a page load, where starting Xvnc and Chromium again
+        took seconds: ``python -m benchmarks browser_switch``)."""
+        if not (
+            os.environ.get(SWITCH_ENV) != "restart"
+            and isinstance(old, MiniWoBRuntime) and old.display_size == self.display_size
+            and old.display is not None and old.screen is not None and old.screen.connected
+            and old.host.ready
+        ):
+            return False
+        started = time.monotonic()
+        await old._stop_poller()
+        # All of it at once (no await between): from here this runtime holds it all, and
+        # a failure below is this runtime's to recover (its reset loads the page again).
+        self.display, self.screen, old.display, old.screen = old.display, old.screen, None, None
+        self.host.take_from(old.host)
+        self.page_idle, old.page_idle = self.host.page_idle, None
+        self.screen.on_update = self._damaged
+        self._pending = self._damage = None  # a new page: take all of it
+        await self.host.switch(self.url(), self.page)
+        self.fence.restart()  # the new page counts its input from nought
+        self.capture()
+        self.startup_seconds = time.monotonic() - started
+        log.info("%s took over %s's browser in %.2f s", self.env_id, old.env_id,
+                 self.startup_seconds)
+        return True
+
+    def inject(self, events: Sequence[InputEvent]) -> None:
+        """Real X input without the browser's shortcuts (the host's key guard): whoever
+        sends it (a viewer, an agent, an action string), no key opens, closes, zooms,
+        reloads or leaves the page."""
+        super().inject(self.host.key_guard.filter(events))
+
+    async def _stop_poller(self) -> None:
+        """Stop the page's reward poller, if one runs."""
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+            self._poller = None
+
+    async def aclose(self) -> None:
+        """Stop the poller, the browser and Xvnc; remove their files. Idempotent."""
+        await self._stop_poller()
+        await super().aclose()
+
+    def close(self) -> None:
+        """Synchronous last resort (no event loop): kill the browser and Xvnc."""
+        super().close()
+        self.host.close()
 
     # Episodes ------------------------------------------------------------------------------
 
@@ -198,132 +333,100 @@ class MiniWoBRuntime(BrowserForAgents):
         """Seed the page and start a new episode, and take its first frame (not with
         ``draw`` false: a restore's replay draws only its last); bring the browser (and
         the display) back if it is lost."""
-        self._wob_episode = None  # before the bump: no poll may take the last end for ours
-        self._generation += 1
-        self._outcome, self._reported, self._failure = None, False, None
+        self.episodes.resetting()
         await self._revive_display()
         if self._poller is None:
             self._poller = asyncio.get_running_loop().create_task(
                 self._poll(), name=f"{self.env_id} reward poller"
             )
-        browser_alive = self.browser is not None and self.browser.running
-        if self.cdp is None or not self.cdp.connected or not browser_alive:
+        host = self.host
+        if host.cdp is None or not host.cdp.connected or host.browser is None or not host.browser.running:
             log.warning("%s: the browser is gone; starting it again", self.env_id)
             await self._stop_browser()
             await self._start_browser()
-        elif self.one_page is not None and not await self.one_page.restore():
+        elif not await host.restore():
             log.warning("%s: the zoom did not go back to 100 %%; starting the browser again",
                         self.env_id)
             await self._stop_browser()
             await self._start_browser()
-        assert self.cdp is not None and self.clock is not None and self.page_input is not None
-        if not await self.cdp.evaluate(
-            f"(() => {{ try {{ return {READY_EXPRESSION}; }} catch (e) {{ return false; }} }})()"
-        ):
-            log.warning("%s: the page is not the task any more; loading it again", self.env_id)
-            await self.cdp.navigate(self.url(), PAGE_TIMEOUT)
-            await self.cdp.wait_for(READY_EXPRESSION, PAGE_TIMEOUT)
-            self._paused = False  # a new document: its clock starts in real time
+        cdp = host.cdp
+        assert cdp is not None and host.page_input is not None
+        if await host.keep_task(self.url()):
+            log.warning("%s: the page was not the task any more; loaded it again", self.env_id)
         lockstep = self.mode == LOCKSTEP
-        self.episode_log = None
+        self.snapshots.forget()
         if lockstep:  # the same page time, date and input state at every episode's start
-            await self.clock.pause(at_ms=EPOCH_MS, restart=True)
-            await self.page_input.release()
-            await start_alike(self.cdp, self.page_input)  # pointer parked, nothing focused
-            self._action_pointer = None
+            await host.pause()
+            await start_alike(cdp, host.page_input)  # pointer parked, nothing focused
             seed = fresh_seed() if seed is None else seed  # every lockstep episode can be saved
-        elif self._paused:
-            await self.clock.resume()
+        elif await host.resume():
             self._pending = None  # the display went on meanwhile: take all of it again
-        self._paused = lockstep
         seed_call = f"Math.seedrandom({int(seed)})" if seed is not None else "Math.seedrandom()"
-        utterance, episode = await self.cdp.evaluate(
+        utterance, episode = await cdp.evaluate(
             f"(() => {{ {seed_call}; core.startEpisodeReal(); "
             f"return [{UTTERANCE_JS}, WOB_EPISODE_ID]; }})()"
         )
-        self._wob_episode = int(episode)
-        self._text = str(utterance)
-        self._last_action = None
+        self.episodes.began(int(episode), str(utterance))
         if lockstep:
             assert seed is not None
-            self.episode_log = await begin_log(self.cdp, seed)
+            await self.snapshots.begin(cdp, seed)
             if draw:
-                await self._take_screenshot()
+                await self.take_screenshot()
         else:
             await self._take_drawn_page()
         # Numbered afresh from a0 at every episode (the same seed, the same bids) by the
         # episode's first walk, whoever asks for it: this reset's, or a front end's page().
-        self._renumber = True
-        self._observation = await self._observe() if self.observe else None
+        self.agents.new_episode(lockstep)
+        self.agents.keep_observation(await self.agents.observe(self.observe) if self.observe else None)
         if self.marks and not self.observe:
-            await self._structure()
+            await self.agents.structure()
         if self.marks and not lockstep:
             self._draw_marks()
 
-    async def _take_screenshot(self) -> None:
+    async def take_screenshot(self) -> None:
         """Lockstep's frame, a function of the page alone: the first frame the display
         shows after the step (:mod:`runtimes.frame_witness`), else screenshots."""
-        assert self.clock is not None
+        assert self.host.clock is not None
         x0, y0 = self.origin
         area = (x0, y0, self.width, self.height)
-        shot = await self._display_frame(area)
+        shot = await self.host.display_frame(self.screen, self.display_size, area, self.env_id)
         if shot is None:
-            shot = await agreed_screenshot(self.clock, area, self._clean)
-        self._clean = shot
+            shot = await agreed_screenshot(self.host.clock, area, self.agents.clean)
+        self.agents.keep_clean(shot)
         self.framebuffer[...] = shot
         self._damage = None  # all of it may have changed: the VNC server compares
         if self.marks:
-            await self._structure()
+            await self.agents.structure()
             self._draw_marks()
-
-    async def _display_frame(self, area: tuple[int, int, int, int]) -> np.ndarray | None:
-        """The step's frame from the display, once it shows the page as it is now
-        (:mod:`runtimes.frame_witness`); None when it cannot (the whole screen served,
-        the old way asked for, the display stalled)."""
-        assert self.cdp is not None
-        witness, screen = self._witness, self.screen
-        if screen is None or capture_way() != "display":
-            return None
-        if witness is None or witness.cdp is not self.cdp or witness.screen is not screen:
-            witness = self._witness = FrameWitness(self.cdp, screen, self.display_size)
-        if not witness.usable_for(area):
-            return None
-        shot = await witness.capture(area)
-        if shot is None:
-            log.warning("%s: the display did not show the step's frame within %g s; taking "
-                        "screenshots", self.env_id, WITNESS_TIMEOUT)
-        return shot
 
     async def aadvance(self, events: Sequence[InputEvent], frames: int) -> StepResult:
         """A lockstep step: the input through DevTools (each event handled before the
         next), ``frames`` frames of page time, the new frame, and the outcome if the
         episode ended in them."""
-        if not self._paused:  # (the remote steps only in lockstep)
+        host = self.host
+        if not host.paused:  # (the remote steps only in lockstep)
             return self.advance(events, frames)
-        assert self.cdp is not None and self.clock is not None and self.page_input is not None
-        if self._reported:  # the episode already ended: it stays done until reset
+        assert host.cdp is not None and host.clock is not None and host.page_input is not None
+        if self.episodes.reported:  # the episode already ended: it stays done until reset
             return StepResult(frames=0)
-        if self.episode_log is not None:
-            self.episode_log.step(events, frames)
+        self.snapshots.step(events, frames)
         x0, y0 = self.origin
-        await self.page_input.send([
+        await host.page_input.send([
             e._replace(x=e.x + x0, y=e.y + y0) if isinstance(e, PointerEvent) else e
             for e in events
         ])
-        await self.clock.advance(frames * FRAME_MS)
-        await self._take_screenshot()
-        done, reward, raw, episode, reason = await self.cdp.evaluate(STATE_EXPRESSION)
-        result = StepResult(frames=frames, text=self._text)
-        self._text = None
-        if done and self._wob_episode is not None and int(episode) > self._wob_episode:
-            self._reported = True
-            result.reward, result.info = self._payment(reward, raw, reason, episode)
+        await host.clock.advance(frames * FRAME_MS)
+        await self.take_screenshot()
+        ended = self.episodes.step_end(reading(await host.cdp.evaluate(STATE_EXPRESSION)))
+        result = StepResult(frames=frames, text=self.episodes.take_text())
+        if ended is not None:
+            result.reward, result.info = ended
             result.done = True
-        observation = await self._observe() if self.observe else {}
-        if self._last_action is not None:  # the step's action string: its outcome
-            observation.update(self._last_action)
-            result.info.update({f"web.{k}": v for k, v in self._last_action.items()})
-            self._last_action = None
+        observation = await self.agents.observe(self.observe) if self.observe else {}
+        report = self.agents.take_step_report()
+        if report is not None:  # the step's action string: its outcome
+            observation.update(report)
+            result.info.update({f"web.{k}": v for k, v in report.items()})
         result.observation = observation or None
         return result
 
@@ -332,16 +435,16 @@ class MiniWoBRuntime(BrowserForAgents):
     @property
     def snapshot_refusal(self) -> str | None:  # type: ignore[override]
         """Per instance: it depends on the mode (lockstep can, real time cannot)."""
-        return None if self.mode == LOCKSTEP else browser_snapshots.REALTIME_REFUSAL
+        return None if self.mode == LOCKSTEP else REALTIME_REFUSAL
 
     def snapshot(self) -> bytes:
-        return browser_snapshots.snapshot(self)
+        return self.snapshots.save(self)
 
     async def arestore(self, state: bytes) -> None:
-        await browser_snapshots.restore(self, state)
+        await self.snapshots.restore(self, state)
 
     async def astate_digest(self) -> bytes:
-        return await browser_snapshots.digest(self)
+        return await self.snapshots.digest(self)
 
     def restore(self, state: bytes) -> None:
         raise SnapshotUnsupported(f"{self.env_id} restores through its page: await arestore()")
@@ -349,7 +452,7 @@ class MiniWoBRuntime(BrowserForAgents):
     def state_digest(self) -> bytes:
         raise SnapshotUnsupported(f"{self.env_id} reads its digest from its page: await astate_digest()")
 
-    # Frames, the instruction and the outcome ---------------------------------------------
+    # Frames, marks, the instruction and the outcome ----------------------------------------
 
     async def _take_drawn_page(self) -> None:
         """Take the frame once the display shows the new page: what a reset returns is
@@ -361,11 +464,10 @@ class MiniWoBRuntime(BrowserForAgents):
         measured wrong both ways: an update of the reward panel alone came first, and
         the page's own update had often arrived before the wait began.)
         """
-        assert self.clock is not None and self.screen is not None
-        if self._witness is not None:  # lockstep's witness is no part of real time
-            await self._witness.hide()
+        assert self.host.clock is not None and self.screen is not None
+        await self.host.hide_witness()  # lockstep's witness is no part of real time
         x0, y0 = self.origin
-        page = await self.clock.screenshot((x0, y0, self.width, self.height))
+        page = await self.host.clock.screenshot((x0, y0, self.width, self.height))
         tx, ty, tw, th = TASK_AREA
         task = page[ty - y0 : ty - y0 + th, tx - x0 : tx - x0 + tw]
         deadline = time.monotonic() + SETTLE_TIMEOUT
@@ -386,87 +488,97 @@ class MiniWoBRuntime(BrowserForAgents):
         self.framebuffer[...] = page
         self._pending = self._damage = None  # the next frame takes the whole display
 
+    def capture(self) -> bool:
+        """The display's changes, and the marks drawn anew over the served area."""
+        changed = super().capture()
+        if self.marks and (changed or self.agents.marks_stale):
+            self._draw_marks()
+        return changed
+
+    def _draw_marks(self) -> None:
+        """Redraw the served area from the display (or lockstep's screenshot) with marks."""
+        if self.screen is None:
+            return
+        x0, y0 = self.origin
+        frame = self.agents.marked_frame(self.screen.framebuffer[y0 : y0 + self.height, x0 : x0 + self.width])
+        if frame is not None:
+            self.framebuffer[...] = frame
+            self._damage = None  # marks move: the server compares
+
+    def _damaged(self, screen: Any, update: Any) -> None:
+        """Note the display's change, and the first one since an action string began."""
+        before = self.changed_at
+        super()._damaged(screen, update)
+        if self.changed_at != before:
+            self.agents.on_change(self.changed_at)
+
     def instruction(self) -> str | None:
-        text, self._text = self._text, None
-        return text
+        return self.episodes.take_text()
 
     def outcome(self) -> StepResult:
         """The instruction once, the episode's outcome once, and a page observation the
         poller made since the last frame."""
-        result = StepResult(text=self._text, observation=self.take_observation())
-        self._text = None
-        if self._outcome is not None and not self._reported:
-            self._reported = True
-            result.reward, result.info = self._outcome
-            result.done = True
-            if self._taken is not None:
-                self._taken.set()
-        elif self._failure is not None and not self._reported:
-            self._reported = True
-            result.done = True
-            result.info = {"browser.error": self._failure}
+        result = StepResult(text=self.episodes.take_text(), observation=self.agents.take_observation())
+        self.episodes.outcome(result)
         return result
 
     async def asettle(self) -> dict[str, Any]:
-        """Settled, and an episode the action ended already reported: the page is read at
-        once (the poller's next read may be :data:`POLL_INTERVAL` away) and the answer
-        waits for the remote's frame that reports the end, so it says done, not the next
-        call with the next episode's page."""
+        """Settled, counted from when the action string's input began (a change it made
+        while the actor waited for the page to take it is the screen reacting), and an
+        episode the action ended already reported: the page is read at once (the poller's
+        next read may be :data:`POLL_INTERVAL` away) and the answer waits for the
+        remote's frame that reports the end, so it says done, not the next call with the
+        next episode's page."""
+        acted, started = self.agents.acted_at, time.monotonic()
         settled = await super().asettle()
-        if self._paused or self.cdp is None or self._failure is not None:
+        self.agents.settled(settled, acted, started)
+        if self.host.paused or self.host.cdp is None or self.episodes.lost:
             return settled
-        generation, self._taken = self._generation, asyncio.Event()
-        if self._outcome is None and self._wob_episode is not None:
-            with contextlib.suppress(CDPError, TypeError, ValueError):  # (the poller's news)
-                self._note_end(generation, *await self.cdp.evaluate(STATE_EXPRESSION))
-        if self._outcome is not None and not self._reported and generation == self._generation:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(OUTCOME_WAIT):
-                    await self._taken.wait()
+        await self.episodes.wait_reported(self.host.cdp)
         return settled
+
+    async def aobservation(self, parts: frozenset[str] | None = None) -> dict[str, Any]:
+        self.agents.act_over()
+        wanted = self.observe if parts is None else parts
+        return await self.agents.observe(wanted) if wanted and self.host.cdp is not None else {}
+
+    def take_observation(self) -> dict[str, Any] | None:
+        return self.agents.take_observation()
+
+    async def arun_action(
+        self, text: str, send: Callable[[Sequence[InputEvent]], object]
+    ) -> dict[str, Any]:
+        """Run an action string (:meth:`PageAgents.run_action`)."""
+        return await self.agents.run_action(text, send)
 
     async def _poll(self) -> None:
         """Read the page's reward globals every POLL_INTERVAL; note an ended episode."""
+        episodes, host = self.episodes, self.host
         while True:
             await asyncio.sleep(POLL_INTERVAL)
-            generation, cdp = self._generation, self.cdp
-            if cdp is None or self._paused or self._outcome is not None or self._failure is not None:
+            generation, cdp = episodes.generation, host.cdp
+            if cdp is None or host.paused or not episodes.waiting:
                 continue  # (in lockstep each step reads the outcome itself)
             try:
-                done, reward, raw, episode, reason = await cdp.evaluate(STATE_EXPRESSION)
+                now_read = reading(await cdp.evaluate(STATE_EXPRESSION))
             except (CDPError, TypeError, ValueError) as exc:
-                if generation == self._generation and self._failure is None:
-                    self._failure = f"lost the task page: {exc}"
-                    log.warning("%s: %s", self.env_id, self._failure)
+                if episodes.note_lost(generation, f"lost the task page: {exc}"):
+                    log.warning("%s: lost the task page: %s", self.env_id, exc)
                 continue
-            if generation != self._generation:  # a reset ran meanwhile: this is stale
+            if generation != episodes.generation:  # a reset ran meanwhile: this is stale
                 continue
             now = time.monotonic()
-            if ((self.observe or self.marks) and self.changed_at > self._observed_at
-                    and now - self._observed_at >= OBSERVE_INTERVAL):
+            observed_at = self.agents.observed_at
+            if ((self.observe or self.marks) and self.changed_at > observed_at
+                    and now - observed_at >= OBSERVE_INTERVAL):
                 with contextlib.suppress(CDPError):  # (a lost page is the next poll's news)
                     if not self.observe:
-                        await self._structure()  # the marks' elements only
+                        await self.agents.structure()  # the marks' elements only
                     else:
-                        observation = await self._observe()
-                        if generation == self._generation and not self._paused:
-                            self._observation = observation
-            self._note_end(generation, done, reward, raw, episode, reason)
-
-    def _note_end(self, generation: int, done: Any, reward: float, raw: float, episode: Any,
-                  reason: Any) -> None:
-        """Keep the page's ended episode as ours to report, if it is ours (a reading from
-        before a reset, or of the episode before ours, is not)."""
-        if (generation == self._generation and done and self._outcome is None
-                and self._wob_episode is not None and int(episode) > self._wob_episode):
-            self._outcome = self._payment(reward, raw, reason, episode)
-
-    def _payment(self, reward: float, raw: float, reason: Any, episode: int) -> tuple[float, dict[str, Any]]:
-        """The reward an ended episode pays (:attr:`reward`'s kind) and its info."""
-        paid = {"discounted": float(reward), "raw": float(raw), "success": float(raw > 0)}
-        info = {"wob.reward": float(reward), "wob.raw_reward": float(raw),
-                "wob.reason": reason, "wob.episodes": int(episode)}
-        return paid[self.reward], info
+                        observation = await self.agents.observe(self.observe)
+                        if generation == episodes.generation and not host.paused:
+                            self.agents.keep_observation(observation)
+            episodes.note_end(generation, now_read)
 
 
 def _runtime_class(page: str) -> type[MiniWoBRuntime]:
@@ -511,6 +623,7 @@ __all__ = [
     "BLANK_PAGE",
     "CHROMIUM_ENV",
     "KEYS",
+    "REWARDS",
     "RUNTIMES",
     "SCREEN_HEIGHT",
     "SCREEN_WIDTH",

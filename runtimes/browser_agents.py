@@ -1,12 +1,14 @@
-"""What web agents read and do in a browser on a display (docs/browser.md).
+"""What web agents read and do in a browser on a display (docs/browser.md): a part of
+``runtimes.browser``'s runtime.
 
-Holds :class:`BrowserForAgents`, between :class:`~runtimes.browser_host.BrowserOnDisplay`
-(the browser's lifecycle) and :class:`~runtimes.browser.MiniWoBRuntime` (the task's
-episodes): the page's structure and the observations an agent asked for
+Holds :class:`PageAgents`: the page's structure and the observations an agent asked for
 (:mod:`runtimes.page_structure`), set-of-marks drawn over the served frames
-(:mod:`runtimes.marks`), the display's damage and settling after an action string, and
-action strings themselves (:mod:`runtimes.web_actor`): in real time as X input, in
-lockstep through DevTools before the step's frames.
+(:mod:`runtimes.marks`), when the screen first reacted to an action string, and action
+strings themselves (:mod:`runtimes.web_actor`): in real time as X input, in lockstep
+through DevTools before the step's frames. It reads the page through the runtime's
+:class:`~runtimes.browser_host.BrowserHost` and tells a :class:`Recorder` (the snapshot
+part) what numbers elements and what acts, so that a lockstep episode can be replayed.
+The runtime writes the frames: :meth:`PageAgents.marked_frame` only draws them.
 """
 
 from __future__ import annotations
@@ -14,25 +16,33 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from .base import InputEvent, PointerEvent
-from .browser_host import BrowserOnDisplay
-from .browser_snapshots import EpisodeLog
+from .browser_host import BrowserHost, Rect
 from .marks import draw_marks
 from .page_structure import Element, PageStructure, observe
 from .web_actor import WebActor
 
 
-class BrowserForAgents(BrowserOnDisplay):
-    """A browser on a display, with what web agents read and do on its page."""
+class Recorder(Protocol):
+    """What the agents' part tells of a lockstep episode (the snapshot part keeps it)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        #: Draw set-of-marks on every frame (the subclass's ``marks`` option).
-        self.marks = False
+    def walk(self, reset: bool) -> None: ...
+
+    def action(self, text: str) -> None: ...
+
+
+class PageAgents:
+    """What web agents read and do on the host's page, served at ``area`` (x, y, width,
+    height on the screen)."""
+
+    def __init__(self, host: BrowserHost, recorder: Recorder, area: Rect, marks: bool = False) -> None:
+        self.host, self.recorder, self.area = host, recorder, area
+        #: Draw set-of-marks on every frame (the runtime's ``marks`` option).
+        self.marks = marks
         self._marked: list[Element] | None = None  # the elements the marks show
         self._marks_stale = False  # new elements since the marks were drawn
         self._clean: np.ndarray | None = None  # lockstep's last screenshot, unmarked
@@ -48,90 +58,122 @@ class BrowserForAgents(BrowserOnDisplay):
         #: string's input began, and when the screen first changed after that.
         self._acted_at: float | None = None
         self._first_change: float | None = None
-        #: The lockstep episode's seed and inputs: its snapshot (runtimes.browser_snapshots).
-        self.episode_log: EpisodeLog | None = None
 
-    async def _structure(self, reset: bool = False) -> PageStructure:
+    # A new episode -------------------------------------------------------------------------
+
+    def new_episode(self, lockstep: bool) -> None:
+        """Elements numbered afresh from a0 by the episode's first walk, whoever asks for
+        it (the reset's, or a front end's ``page()``); no step's action string left; in
+        lockstep, no pointer left from the last episode (the reset parked it)."""
+        self._renumber, self._last_action = True, None
+        if lockstep:
+            self._action_pointer = None
+
+    # The page's structure and observations -------------------------------------------------
+
+    @property
+    def observed_at(self) -> float:
+        """time.monotonic() of the last walk of the page."""
+        return self._observed_at
+
+    async def structure(self, reset: bool = False) -> PageStructure:
         """The page's structure now; what the marks show."""
-        assert self.cdp is not None
+        cdp = self.host.cdp
+        assert cdp is not None
         reset, self._renumber = reset or self._renumber, False
-        if self._paused and self.episode_log is not None:  # it numbers elements: a snapshot's
-            self.episode_log.walk(reset)
-        structure = await observe(self.cdp, (0, 0), reset=reset)
+        if self.host.paused:  # it numbers elements: a snapshot's
+            self.recorder.walk(reset)
+        structure = await observe(cdp, (0, 0), reset=reset)
         self._observed_at = time.monotonic()
         if self.marks:
             self._marked, self._marks_stale = structure.elements, True
         return structure
 
-    async def _observe(
-        self, reset: bool = False, parts: frozenset[str] | None = None
-    ) -> dict[str, Any]:
-        """The page observation the agent asked for (``page``; or ``parts`` of it), now."""
-        parts = self.observe if parts is None else parts
-        structure = await self._structure(reset)
+    async def observe(self, parts: frozenset[str], reset: bool = False) -> dict[str, Any]:
+        """The page observation of ``parts`` (``tree``, ``elements``), now."""
+        structure = await self.structure(reset)
         return {"page": structure.observation(tree="tree" in parts, elements="elements" in parts)}
 
-    def capture(self) -> bool:
-        """The display's changes, and the marks drawn anew over the served area."""
-        changed = super().capture()
-        if self.marks and (changed or self._marks_stale):
-            self._draw_marks()
-        return changed
+    def keep_observation(self, observation: dict[str, Any] | None) -> None:
+        """An observation made for the next frame (None: none)."""
+        self._observation = observation
 
-    def _draw_marks(self) -> None:
-        """Redraw the served area from the display (or lockstep's screenshot) with marks."""
-        if self._marked is None or self.screen is None:
-            return
-        x0, y0 = self.origin
-        clean = (
-            self._clean if self._paused and self._clean is not None
-            else self.screen.framebuffer[y0 : y0 + self.height, x0 : x0 + self.width]
-        )
-        self.framebuffer[...] = draw_marks(clean, self._marked, frame_origin=(x0, y0))
-        self._damage, self._marks_stale = None, False  # marks move: the server compares
+    def take_observation(self) -> dict[str, Any] | None:
+        """The observation made since the last frame, once."""
+        observation, self._observation = self._observation, None
+        return observation
 
-    def _damaged(self, screen: Any, update: Any) -> None:
-        """Note the display's change, and the first one since an action string began."""
-        before = self.changed_at
-        super()._damaged(screen, update)
-        if self._acted_at is not None and self._first_change is None and self.changed_at != before:
-            self._first_change = self.changed_at
+    # Marks ---------------------------------------------------------------------------------
 
-    async def asettle(self) -> dict[str, Any]:
-        """After an action string, counted from when its input began: a change it made
-        while the actor waited for the page to take it is the screen reacting."""
-        acted, started = self._acted_at, time.monotonic()
-        settled = await super().asettle()
+    @property
+    def marks_stale(self) -> bool:
+        """Elements were walked since the marks were last drawn."""
+        return self._marks_stale
+
+    def keep_clean(self, shot: np.ndarray) -> None:
+        """Lockstep's frame before marks: what they are drawn over."""
+        self._clean = shot
+
+    @property
+    def clean(self) -> np.ndarray | None:
+        """Lockstep's last frame before marks (None: none yet)."""
+        return self._clean
+
+    def marked_frame(self, display: np.ndarray) -> np.ndarray | None:
+        """The served area with marks over it: drawn on lockstep's screenshot, else on
+        ``display`` (the display's served area); None before any walk."""
+        if self._marked is None:
+            return None
+        clean = self._clean if self.host.paused and self._clean is not None else display
+        self._marks_stale = False
+        return draw_marks(clean, self._marked, frame_origin=self.area[:2])
+
+    # Acting --------------------------------------------------------------------------------
+
+    def on_change(self, at: float) -> None:
+        """The served area changed at ``at``: the first change since an action string
+        began is the screen's reaction to it."""
+        if self._acted_at is not None and self._first_change is None:
+            self._first_change = at
+
+    @property
+    def acted_at(self) -> float | None:
+        """When the real-time action string being settled began its input."""
+        return self._acted_at
+
+    def settled(self, settled: dict[str, Any], acted: float | None, started: float) -> None:
+        """The settling's figures counted from ``acted`` (the action's input), not from
+        ``started`` (the wait): a change it made while the actor waited for the page to
+        take it is the screen reacting."""
         if acted is not None:
             first, self._acted_at = self._first_change, None
             settled["react_s"] = None if first is None else first - acted
             settled["settled_s"] += started - acted
-        return settled
 
-    async def aobservation(self, parts: frozenset[str] | None = None) -> dict[str, Any]:
-        self._acted_at = None  # the act is over (acting: action, settle, observation)
-        wanted = self.observe if parts is None else parts
-        return await self._observe(parts=wanted) if wanted and self.cdp is not None else {}
+    def act_over(self) -> None:
+        """The act (action, settle, observation) is over."""
+        self._acted_at = None
 
-    def take_observation(self) -> dict[str, Any] | None:
-        observation, self._observation = self._observation, None
-        return observation
+    def take_step_report(self) -> dict[str, Any] | None:
+        """A lockstep step's action string's report, once."""
+        report, self._last_action = self._last_action, None
+        return report
 
-    async def arun_action(
+    async def run_action(
         self, text: str, send: Callable[[Sequence[InputEvent]], object]
     ) -> dict[str, Any]:
         """Run an action string: in real time as X input ``send`` queues (recorded, seen
         by viewers); in lockstep through DevTools, before the step's frames (and then
         the step reports it, and ``noop`` moves page time instead of waiting)."""
-        assert self.cdp is not None and self.page_input is not None and self.clock is not None
-        x0, y0 = self.origin
+        host = self.host
+        assert host.cdp is not None and host.page_input is not None and host.clock is not None
+        x0, y0, width, height = self.area
         wait = None
-        if not self._paused:
-            self._acted_at, self._first_change = time.monotonic(), None  # (asettle)
+        if not host.paused:
+            self._acted_at, self._first_change = time.monotonic(), None  # (settled)
         else:
-            if self.episode_log is not None:
-                self.episode_log.action(text)
-            page_input, clock = self.page_input, self.clock
+            self.recorder.action(text)
+            page_input, clock = host.page_input, host.clock
 
             async def wait(seconds: float) -> None:
                 """``noop`` in lockstep: page time, at once (the wall clock is not it)."""
@@ -150,8 +192,8 @@ class BrowserForAgents(BrowserOnDisplay):
 
             send = send_now
         actor = WebActor(
-            self.cdp, send, origin=(0, 0), frame_origin=(x0, y0),
-            viewport=(x0, y0, self.width, self.height), wait=wait,
+            host.cdp, send, origin=(0, 0), frame_origin=(x0, y0),
+            viewport=(x0, y0, width, height), wait=wait,
         )
         actor.planner.pointer = self._action_pointer
         result = await actor.run(text)
@@ -161,6 +203,6 @@ class BrowserForAgents(BrowserOnDisplay):
             report["messages"] = result.messages
         if result.devtools:
             report["devtools"] = result.devtools  # what did not go as X input
-        if self._paused:
+        if host.paused:
             self._last_action = report
         return report

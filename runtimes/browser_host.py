@@ -1,17 +1,17 @@
-"""A browser on a TigerVNC display: its lifecycle (the base of ``runtimes.browser``).
+"""A browser on a TigerVNC display: its lifecycle, a part of ``runtimes.browser``'s runtime.
 
-Holds :class:`BrowserOnDisplay`: start the display and Chromium on it (kiosk mode, no
-window manager, the page filling the screen from (0, 0)), the page clock, page tracker,
-DevTools input and click hook installed on a blank page before the task page loads (so
-they run before the task's own scripts), load the task; take over another runtime's
-display and browser on an env switch (a page load instead of starting Xvnc and Chromium
-again); stop it all. The browser keeps its one page (docs/browser.md, "Keys the
-browser keeps"): the browser's shortcuts never reach it as X input (a
-:class:`~runtimes.browser_keys.KeyGuard` on :meth:`BrowserOnDisplay.inject`, as on
-DevTools input), a tab or window that opens anyway (a middle click on a link) is closed
-as it appears (:class:`OnePage`), and a reset brings the zoom back to 100 %. What a
-task's episodes are and what web agents read and do are the subclasses'
-(:mod:`runtimes.browser_agents`, :mod:`runtimes.browser`).
+Holds :class:`BrowserHost`: start Chromium on a display (kiosk mode, no window manager,
+the page filling the screen from (0, 0)), the page clock, page tracker, DevTools input
+and click hook installed on a blank page before the task page loads (so they run before
+the task's own scripts), load the task; hand the browser to another runtime's host on an
+env switch (a page load instead of starting Xvnc and Chromium again); stop it all. The
+display itself is the runtime's (:class:`~runtimes.xruntime.DisplayRuntime`). The browser
+keeps its one page (docs/browser.md, "Keys the browser keeps"): the browser's shortcuts
+never reach it as X input (:attr:`BrowserHost.key_guard`, which the runtime's ``inject``
+applies, as DevTools input does), a tab or window that opens anyway (a middle click on a
+link) is closed as it appears (:class:`OnePage`), and a reset brings the zoom back to
+100 %. What a task's episodes are and what web agents read and do are the other parts'
+(:mod:`runtimes.browser_episodes`, :mod:`runtimes.browser_agents`).
 """
 
 from __future__ import annotations
@@ -19,35 +19,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import shutil
 import tempfile
-import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
-from .base import InputEvent, PointerEvent, Runtime
+import numpy as np
+
+from vncdriver.client import VNCClient
+
 from .browser_keys import KeyGuard
 from .cdp import CDPClient, CDPError
 from .cdp_input import CTRL, CDPInput
 from .chromium import (
     PAGE_TIMEOUT,
     READY_EXPRESSION,
-    SWITCH_ENV,
     devtools_port,
     find_chromium,
-    html_dir,
     spawn_chromium,
 )
-from .frame_witness import FrameWitness
-from .page_clock import PageClock, no_caret_blink_env
+from .frame_witness import WITNESS_TIMEOUT, FrameWitness, capture_way
+from .page_clock import EPOCH_MS, PageClock, no_caret_blink_env
 from .page_structure import install_click_hook
+from .settle import InputFence
 from .settle_page import PageIdle
-from .xdisplay import XProgram, log_tail
-from .xruntime import DisplayRuntime
+from .xdisplay import XProgram, XvncDisplay, log_tail
 
 log = logging.getLogger(__name__)
+
+Rect = tuple[int, int, int, int]
 
 SCREEN_WIDTH: Final = 640
 SCREEN_HEIGHT: Final = 480
@@ -112,68 +113,55 @@ class OnePage:
         return bool(await self.cdp.evaluate("window.devicePixelRatio") == 1)
 
 
-class BrowserOnDisplay(DisplayRuntime):
-    """Chromium on an X display that the remote serves, showing one task page."""
-
-    #: The task page's file name (``click-test.html``); set per subclass.
-    page: ClassVar[str]
-    #: Lockstep's frames from the display (made at the first lockstep frame).
-    _witness: FrameWitness | None = None
+class BrowserHost:
+    """Chromium on an X display, showing one task page: the browser's process and profile,
+    its DevTools connection and what is installed in its page (clock, tracker, input, one
+    page, the frame witness), owned here and written only here. The runtime holds one
+    (:attr:`runtimes.browser.MiniWoBRuntime.host`) and, at an env switch, the new runtime's
+    host takes the old one's browser (:meth:`take_from`)."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.browser: XProgram | None = None
         self.cdp: CDPClient | None = None
         #: The page's clock (lockstep) and its DevTools input (lockstep's input).
         self.clock: PageClock | None = None
         self.page_input: CDPInput | None = None
-        self._paused = False  # the clock is in lockstep
-        #: Seconds the last :meth:`astart` took (Xvnc, Chromium, the page).
-        self.startup_seconds: float | None = None
-        self._chromium: str | None = None
-        self._profile: Path | None = None
-        #: The page's reward poller (a subclass starts it at a reset; stopped here).
-        self._poller: asyncio.Task[None] | None = None
+        #: The page's tracker (runtimes.settle_page): when the page is idle.
+        self.page_idle: PageIdle | None = None
         #: Takes the browser's shortcuts out of the X input (runtimes.browser_keys).
         self.key_guard = KeyGuard()
         #: Closes other pages as they open; a reset's zoom and page check.
         self.one_page: OnePage | None = None
+        #: Lockstep's frames from the display (made at the first lockstep frame).
+        self.witness: FrameWitness | None = None
+        self._paused = False  # the clock is in lockstep
+        self._chromium: str | None = None
+        self._profile: Path | None = None
 
-    @classmethod
-    def url(cls) -> str:
-        """``file://`` URL of the task page in the installed wheel."""
-        return (html_dir() / cls.page).as_uri()
+    @property
+    def paused(self) -> bool:
+        """The page's clock is paused: the page is in lockstep, its time moves by steps."""
+        return self._paused
+
+    @property
+    def ready(self) -> bool:
+        """The browser runs, its DevTools connection is up and the page's parts are in."""
+        return (self.browser is not None and self.browser.running and self.cdp is not None
+                and self.cdp.connected and self.clock is not None and self.page_input is not None)
 
     # Lifecycle -----------------------------------------------------------------------------
 
-    async def astart(self) -> None:
-        """Start the display, Chromium on it, and load the task."""
-        started = time.monotonic()
-        self._chromium = find_chromium()  # fail before starting anything if it is missing
-        await super().astart()
-        self.startup_seconds = time.monotonic() - started
-        log.info("%s started in %.2f s on %s", self.env_id, self.startup_seconds, self.display)
+    def find_chromium(self) -> None:
+        """Find Chromium (ProgramMissing, naming the package, before anything starts)."""
+        self._chromium = find_chromium()
 
-    async def _on_display(self) -> None:
-        await self._start_browser(self._chromium)
-
-    async def _start_display(self) -> None:
-        """The display, the X pointer moved by our connection to the screen's corner:
-        TigerVNC draws the pointer into the frames of a client whose last pointer event
-        was elsewhere (the Cursor encoding notwithstanding), and the whole screen's
-        first frame kept it at the centre, where nothing draws again."""
-        self.key_guard.forget()  # a new X server holds nothing
-        await super()._start_display()
-        x0, y0 = self.origin
-        self.inject([PointerEvent(SCREEN_WIDTH - 1 - x0, SCREEN_HEIGHT - 1 - y0, 0)])
-
-    async def _start_browser(self, chromium: str | None = None) -> None:
-        """Start Chromium on the display, then load the task page (:meth:`_load_task`)."""
-        assert self.display is not None
-        chromium = chromium or find_chromium()
+    async def start(self, display: XvncDisplay, fence: InputFence, url: str, page: str) -> None:
+        """Start Chromium on ``display``, install the page's parts on a blank page (the
+        tracker's count of input restarts ``fence``), then load the task (:meth:`load`)."""
+        chromium = self._chromium or find_chromium()
         self._profile = Path(tempfile.mkdtemp(prefix="universe-chromium-"))
         env = no_caret_blink_env(self._profile / "config")
-        self.browser = spawn_chromium(self.display, self._profile, BLANK_PAGE, SCREEN_WIDTH,
+        self.browser = spawn_chromium(display, self._profile, BLANK_PAGE, SCREEN_WIDTH,
                                       SCREEN_HEIGHT, env=env, chromium=chromium)
         port = await devtools_port(self._profile, self.browser)
         self.cdp = await CDPClient.connect(port)
@@ -182,7 +170,7 @@ class BrowserOnDisplay(DisplayRuntime):
         clock = self.clock = PageClock(self.cdp)
         await clock.install()
         self.page_idle = PageIdle(self.cdp)  # after the clock: it wraps the clock's timers
-        self.fence.restart(await self.page_idle.install())
+        fence.restart(await self.page_idle.install())
         self.page_input = CDPInput(
             self.cdp, now=lambda: clock.state.now if clock.state else 0.0,
             after_wheel=clock.rendered,
@@ -193,95 +181,117 @@ class BrowserOnDisplay(DisplayRuntime):
         # and goes with the window's mapping; a text field's caret (and focus/blur
         # handlers) then depended on when, and two lockstep runs drew different frames.
         await self.cdp.call("Emulation.setFocusEmulationEnabled", {"enabled": True})
-        await self._load_task()
+        await self.load(url, page)
 
-    async def _load_task(self) -> None:
-        """Load the task page in the browser, the page clock and the click hook running
-        before its own scripts; return once it is ready."""
+    async def load(self, url: str, page: str) -> None:
+        """Load the task page (``page`` its file name, for errors), the page clock and
+        the click hook running before its own scripts; return once it is ready."""
         assert self.cdp is not None and self.browser is not None
         try:
-            await self.cdp.navigate(self.url(), PAGE_TIMEOUT)
+            await self.cdp.navigate(url, PAGE_TIMEOUT)
             await self.cdp.wait_for(READY_EXPRESSION, PAGE_TIMEOUT)
         except CDPError as exc:
-            raise CDPError(
-                f"{self.page} did not get ready: {exc}{log_tail(self.browser.log)}"
-            ) from None
+            raise CDPError(f"{page} did not get ready: {exc}{log_tail(self.browser.log)}") from None
         self._paused = False  # a new document: its clock starts in real time
 
-    async def atake_over(self, old: Runtime) -> bool:
-        """An env switch from another task: keep ``old``'s display and browser and load
-        this task's page in it (a page load, where starting Xvnc and Chromium again
-        took seconds: ``python -m benchmarks browser_switch``)."""
-        if not (
-            os.environ.get(SWITCH_ENV) != "restart"
-            and isinstance(old, BrowserOnDisplay) and old.display_size == self.display_size
-            and old.display is not None and old.screen is not None and old.screen.connected
-            and old.browser is not None and old.browser.running
-            and old.cdp is not None and old.cdp.connected
-            and old.clock is not None and old.page_input is not None
+    async def keep_task(self, url: str) -> bool:
+        """Load the task page again if the browser left it; whether it had to."""
+        assert self.cdp is not None
+        if await self.cdp.evaluate(
+            f"(() => {{ try {{ return {READY_EXPRESSION}; }} catch (e) {{ return false; }} }})()"
         ):
             return False
-        started = time.monotonic()
-        await old._stop_poller()
-        # All of it at once (no await between): from here this runtime holds it all, and
-        # a failure below is this runtime's to recover (its reset loads the page again).
-        self.display, self.screen, self.browser, self.cdp = old.display, old.screen, old.browser, old.cdp
-        self.clock, self.page_input, self._witness = old.clock, old.page_input, old._witness
-        self._profile, self._chromium = old._profile, old._chromium
-        self.key_guard, self.one_page, old.one_page = old.key_guard, old.one_page, None
-        self.page_idle, old.page_idle = old.page_idle, None  # installed on every new document
-        old.display = old.screen = old.browser = old.cdp = None
-        old.clock, old.page_input, old._witness, old._profile = None, None, None, None
-        self.screen.on_update = self._damaged
-        self._pending = self._damage = None  # a new page: take all of it
-        if self._witness is not None:
-            await self._witness.hide()
-        await self.page_input.release()  # keys and buttons the old task held
-        await self._load_task()
-        self.fence.restart()  # the new page counts its input from nought
-        self.capture()
-        self.startup_seconds = time.monotonic() - started
-        log.info("%s took over %s's browser in %.2f s", self.env_id, old.env_id,
-                 self.startup_seconds)
+        await self.cdp.navigate(url, PAGE_TIMEOUT)
+        await self.cdp.wait_for(READY_EXPRESSION, PAGE_TIMEOUT)
+        self._paused = False  # a new document: its clock starts in real time
         return True
 
-    def inject(self, events: Sequence[InputEvent]) -> None:
-        """Real X input without the browser's shortcuts (:attr:`key_guard`): whoever sends
-        it (a viewer, an agent, an action string), no key opens, closes, zooms, reloads or
-        leaves the page."""
-        super().inject(self.key_guard.filter(events))
+    async def restore(self) -> bool:
+        """Close other pages and put the zoom back (:meth:`OnePage.restore`); False
+        when the zoom stays (the caller starts the browser again)."""
+        return self.one_page is None or await self.one_page.restore()
 
-    async def _stop_poller(self) -> None:
-        """Stop the page's reward poller, if one runs."""
-        if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
-            self._poller = None
+    def take_from(self, old: BrowserHost) -> None:
+        """An env switch: hold ``old``'s browser and all it installed (all at once, no
+        await between), and leave ``old`` holding nothing of it."""
+        self.browser, self.cdp, self.clock, self.page_input = old.browser, old.cdp, old.clock, old.page_input
+        self.page_idle, self.key_guard, self.one_page, self.witness = (
+            old.page_idle, old.key_guard, old.one_page, old.witness)
+        self._profile, self._chromium, self._paused = old._profile, old._chromium, old._paused
+        old.browser = old.cdp = old.clock = old.page_input = None
+        old.page_idle = old.one_page = old.witness = None
+        old._profile, old._paused, old.key_guard = None, False, KeyGuard()
 
-    async def _stop_browser(self) -> None:
+    async def switch(self, url: str, page: str) -> None:
+        """After :meth:`take_from`: the old task's witness hidden, the keys and buttons
+        it held released, and this task's page loaded."""
+        assert self.page_input is not None
+        if self.witness is not None:
+            await self.witness.hide()
+        await self.page_input.release()
+        await self.load(url, page)
+
+    async def stop(self, stop_program: Callable[[XProgram], Awaitable[None]]) -> None:
+        """Close DevTools, stop the browser (through ``stop_program``, the display's) and
+        remove its profile."""
         self.page_idle = self.one_page = None
         if self.cdp is not None:
             await self.cdp.close()
             self.cdp = None
         if self.browser is not None:
             browser, self.browser = self.browser, None
-            await self._stop_program(browser)
+            await stop_program(browser)
         if self._profile is not None:
             await asyncio.to_thread(shutil.rmtree, self._profile, True)
             self._profile = None
 
-    async def _stop_programs(self) -> None:
-        await self._stop_browser()
-
-    async def aclose(self) -> None:
-        """Stop the poller, the browser and Xvnc; remove their files. Idempotent."""
-        await self._stop_poller()
-        await super().aclose()
-
     def close(self) -> None:
-        """Synchronous last resort (no event loop): kill the browser and Xvnc."""
-        super().close()
+        """Synchronous last resort (the display's programs were killed): the profile."""
         if self._profile is not None:
             shutil.rmtree(self._profile, ignore_errors=True)
             self._profile = None
+
+    # Page time -----------------------------------------------------------------------------
+
+    async def pause(self) -> None:
+        """Lockstep: the page's time paused at the epoch, restarted; nothing held."""
+        assert self.clock is not None and self.page_input is not None
+        await self.clock.pause(at_ms=EPOCH_MS, restart=True)
+        await self.page_input.release()
+        self._paused = True
+
+    async def resume(self) -> bool:
+        """Real time: the page's own clock back; whether it was paused."""
+        if not self._paused:
+            return False
+        assert self.clock is not None
+        await self.clock.resume()
+        self._paused = False
+        return True
+
+    # Lockstep frames -----------------------------------------------------------------------
+
+    async def display_frame(
+        self, screen: VNCClient | None, display_size: tuple[int, int], area: Rect, env_id: str
+    ) -> np.ndarray | None:
+        """The step's frame from the display, once it shows the page as it is now
+        (:mod:`runtimes.frame_witness`); None when it cannot (the whole screen served,
+        the old way asked for, the display stalled)."""
+        assert self.cdp is not None
+        witness = self.witness
+        if screen is None or capture_way() != "display":
+            return None
+        if witness is None or witness.cdp is not self.cdp or witness.screen is not screen:
+            witness = self.witness = FrameWitness(self.cdp, screen, display_size)
+        if not witness.usable_for(area):
+            return None
+        shot = await witness.capture(area)
+        if shot is None:
+            log.warning("%s: the display did not show the step's frame within %g s; taking "
+                        "screenshots", env_id, WITNESS_TIMEOUT)
+        return shot
+
+    async def hide_witness(self) -> None:
+        """Real time: lockstep's witness is no part of it."""
+        if self.witness is not None:
+            await self.witness.hide()

@@ -3,9 +3,10 @@
 Holds :class:`BrowserState` (a snapshot: its bytes, our own versioned JSON document,
 parsed and checked field by field), :class:`EpisodeLog` (what a lockstep episode
 records as it goes), the entries it records (:class:`Step`, :class:`Walk`,
-:class:`Action`), and what the runtime calls: :func:`start_alike` and
-:func:`begin_log` at every lockstep reset, :func:`snapshot`, :func:`restore` and
-:func:`digest`.
+:class:`Action`), and :class:`Snapshots`, the runtime's snapshot part: it owns the episode's log and
+saves, restores and digests the runtime's state through the other parts' methods
+(:class:`Replaying` is what it uses of the runtime). The runtime calls
+:func:`start_alike` at every lockstep reset.
 
 **What the state is.** A page's own state cannot be saved: a DOM serialisation misses
 the task's JavaScript (closures, timers, the seeded random generator's position). What
@@ -39,22 +40,23 @@ import math
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
+import numpy as np
 import orjson
 
 from rewarder.protocol import LOCKSTEP, MAX_ACTION_EVENTS, MAX_ACTION_STRING_CHARS, MAX_STEP_FRAMES
 
 from .base import InputEvent, KeyEvent, PointerEvent
+from .browser_agents import PageAgents
+from .browser_episodes import TaskEpisodes
+from .browser_host import BrowserHost
 from .cdp import CDPClient
 from .cdp_input import CDPInput, InputMapper
 from .chromium import STATE_EXPRESSION
 from .errors import BadSnapshot, SnapshotUnsupported
 from .page_clock import CLOCK_GLOBAL, FRAME_MS
 from .page_structure import STATE_GLOBAL, observe
-
-if TYPE_CHECKING:
-    from .browser import MiniWoBRuntime
 
 #: What the document says it is, and its version: a restore refuses any other.
 FORMAT: Final = "universe-remote/browser-snapshot"
@@ -345,84 +347,147 @@ async def begin_log(cdp: CDPClient, seed: int) -> EpisodeLog:
     return EpisodeLog(seed=seed, history=history)
 
 
-def snapshot(runtime: MiniWoBRuntime) -> bytes:
-    """The runtime's lockstep episode as snapshot bytes; :class:`SnapshotUnsupported`
-    in real time, before a lockstep reset, or past the limits."""
-    if runtime.mode != LOCKSTEP:
-        raise SnapshotUnsupported(REALTIME_REFUSAL)
-    log = runtime.episode_log
-    if log is None:
-        raise SnapshotUnsupported(
-            f"{runtime.env_id} has no lockstep episode to save yet: reset it in lockstep first"
+class Replaying(Protocol):
+    """What the snapshot part uses of the runtime that holds it: who it is, how it is
+    served, its reset and its lockstep frame, and its other parts (each changed only
+    through its own methods)."""
+
+    @property
+    def env_id(self) -> str: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def keys(self) -> tuple[str, ...]: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def height(self) -> int: ...
+    @property
+    def origin(self) -> tuple[int, int]: ...
+    @property
+    def framebuffer(self) -> np.ndarray: ...
+    @property
+    def host(self) -> BrowserHost: ...
+    @property
+    def episodes(self) -> TaskEpisodes: ...
+    @property
+    def agents(self) -> PageAgents: ...
+
+    async def areset(self, seed: int | None = None, *, draw: bool = True) -> None: ...
+
+    async def take_screenshot(self) -> None: ...
+
+
+class Snapshots:
+    """The snapshot part of a browser runtime: owns the lockstep episode's log (what it
+    records as it goes: steps, walks, action strings), and saves, restores and digests
+    the runtime's state through the other parts' methods."""
+
+    def __init__(self) -> None:
+        #: The lockstep episode's seed and inputs (None: real time, or no reset yet).
+        self.log: EpisodeLog | None = None
+
+    # Recording (the agents' Recorder, and the runtime's resets and steps) -----------------
+
+    def forget(self) -> None:
+        """A reset: the last episode's log is gone (real time keeps none)."""
+        self.log = None
+
+    async def begin(self, cdp: CDPClient, seed: int) -> None:
+        """A lockstep reset, once the episode began: its log (:func:`begin_log`)."""
+        self.log = await begin_log(cdp, seed)
+
+    def step(self, events: Sequence[InputEvent], frames: int) -> None:
+        if self.log is not None:
+            self.log.step(events, frames)
+
+    def walk(self, reset: bool) -> None:
+        if self.log is not None:
+            self.log.walk(reset)
+
+    def action(self, text: str) -> None:
+        if self.log is not None:
+            self.log.action(text)
+
+    # Saving and restoring ------------------------------------------------------------------
+
+    def save(self, runtime: Replaying) -> bytes:
+        """The runtime's lockstep episode as snapshot bytes; :class:`SnapshotUnsupported`
+        in real time, before a lockstep reset, or past the limits."""
+        if runtime.mode != LOCKSTEP:
+            raise SnapshotUnsupported(REALTIME_REFUSAL)
+        if self.log is None:
+            raise SnapshotUnsupported(
+                f"{runtime.env_id} has no lockstep episode to save yet: reset it in lockstep first"
+            )
+        data = self.log.state(runtime.env_id, runtime.episodes.text_pending).to_bytes()
+        if len(data) > MAX_SNAPSHOT_BYTES:
+            raise SnapshotUnsupported(
+                f"this episode's snapshot would have {len(data)} bytes, over the limit of "
+                f"{MAX_SNAPSHOT_BYTES} (MAX_SNAPSHOT_BYTES): snapshot earlier in an episode"
+            )
+        return data
+
+    async def restore(self, runtime: Replaying, data: bytes) -> None:
+        """Bring the runtime to the state ``data`` holds: checked in full first (a bad one
+        changes nothing), then a reset to its seed and its inputs replayed without drawing,
+        and the last frame drawn."""
+        if runtime.mode != LOCKSTEP:
+            raise SnapshotUnsupported(REALTIME_REFUSAL)
+        state = BrowserState.parse(
+            data, env_id=runtime.env_id, keys=runtime.keys, width=runtime.width, height=runtime.height
         )
-    data = log.state(runtime.env_id, runtime._text is not None).to_bytes()
-    if len(data) > MAX_SNAPSHOT_BYTES:
-        raise SnapshotUnsupported(
-            f"this episode's snapshot would have {len(data)} bytes, over the limit of "
-            f"{MAX_SNAPSHOT_BYTES} (MAX_SNAPSHOT_BYTES): snapshot earlier in an episode"
+        await runtime.areset(state.seed, draw=False)
+        host, episodes, agents = runtime.host, runtime.episodes, runtime.agents
+        cdp, clock, page_input = host.cdp, host.clock, host.page_input
+        assert cdp is not None and clock is not None and page_input is not None
+        utterance = episodes.take_text()
+        history = state.history
+        await cdp.evaluate(
+            f"{_HISTORY_JS}({history.episodes}, {orjson.dumps(history.latest).decode()}, "
+            f"{orjson.dumps(list(history.scores)).decode()})"
         )
-    return data
+        episodes.began(history.episodes)
+        log = self.log = EpisodeLog(seed=state.seed, history=history)
+        x0, y0 = runtime.origin
+        last_step = max((i for i, e in enumerate(state.log) if isinstance(e, Step)), default=-1)
+        for i, entry in enumerate(state.log):
+            if isinstance(entry, Step):
+                log.step(entry.events, entry.frames)
+                await page_input.send([
+                    e._replace(x=e.x + x0, y=e.y + y0) if isinstance(e, PointerEvent) else e
+                    for e in entry.events
+                ])
+                await clock.advance(entry.frames * FRAME_MS)
+                episodes.take_text()  # (a step reports them)
+                agents.take_step_report()
+                if i == last_step:  # (no step is taken once the episode ended)
+                    done, _, _, episode, _ = await cdp.evaluate(STATE_EXPRESSION)
+                    episodes.replayed_end(done, episode)
+            elif isinstance(entry, Walk):
+                log.walk(entry.reset)
+                await observe(cdp, (0, 0), reset=entry.reset)
+            else:
+                await agents.run_action(entry.text, _never_called)  # (it logs itself)
+        episodes.put_text(utterance if state.text_pending else None)
+        agents.take_observation()
+        log.recording = False
+        try:
+            await runtime.take_screenshot()
+        finally:
+            log.recording = True
 
-
-async def restore(runtime: MiniWoBRuntime, data: bytes) -> None:
-    """Bring the runtime to the state ``data`` holds: checked in full first (a bad one
-    changes nothing), then a reset to its seed and its inputs replayed without drawing,
-    and the last frame drawn."""
-    if runtime.mode != LOCKSTEP:
-        raise SnapshotUnsupported(REALTIME_REFUSAL)
-    state = BrowserState.parse(
-        data, env_id=runtime.env_id, keys=runtime.keys, width=runtime.width, height=runtime.height
-    )
-    await runtime.areset(state.seed, draw=False)
-    cdp, clock, page_input = runtime.cdp, runtime.clock, runtime.page_input
-    assert cdp is not None and clock is not None and page_input is not None
-    utterance = runtime._text
-    history = state.history
-    await cdp.evaluate(
-        f"{_HISTORY_JS}({history.episodes}, {orjson.dumps(history.latest).decode()}, "
-        f"{orjson.dumps(list(history.scores)).decode()})"
-    )
-    runtime._wob_episode = history.episodes
-    log = runtime.episode_log = EpisodeLog(seed=state.seed, history=history)
-    x0, y0 = runtime.origin
-    last_step = max((i for i, e in enumerate(state.log) if isinstance(e, Step)), default=-1)
-    for i, entry in enumerate(state.log):
-        if isinstance(entry, Step):
-            log.step(entry.events, entry.frames)
-            await page_input.send([
-                e._replace(x=e.x + x0, y=e.y + y0) if isinstance(e, PointerEvent) else e
-                for e in entry.events
-            ])
-            await clock.advance(entry.frames * FRAME_MS)
-            runtime._text = runtime._last_action = None  # (a step reports them)
-            if i == last_step:  # (no step is taken once the episode ended)
-                done, _, _, episode, _ = await cdp.evaluate(STATE_EXPRESSION)
-                began = runtime._wob_episode
-                runtime._reported = bool(done) and began is not None and int(episode) > began
-        elif isinstance(entry, Walk):
-            log.walk(entry.reset)
-            await observe(cdp, (0, 0), reset=entry.reset)
-        else:
-            await runtime.arun_action(entry.text, _never_called)  # (it logs itself)
-    runtime._text = utterance if state.text_pending else None
-    runtime._observation = None
-    log.recording = False
-    try:
-        await runtime._take_screenshot()
-    finally:
-        log.recording = True
-
-
-async def digest(runtime: MiniWoBRuntime) -> bytes:
-    """SHA-256 of the frame and of what the page says of its state (clock, MiniWoB's
-    globals, instruction, focus, scrolling, bids): equal after a restore and at the
-    snapshot it restored, as long as the replay was exact."""
-    if runtime.cdp is None:
-        raise SnapshotUnsupported(f"{runtime.env_id} has no page yet: start it first")
-    page = await runtime.cdp.evaluate(_DIGEST_JS)
-    h = hashlib.sha256(runtime.framebuffer.tobytes())
-    h.update(orjson.dumps([page, runtime._reported, runtime._text is not None]))
-    return h.digest()
+    async def digest(self, runtime: Replaying) -> bytes:
+        """SHA-256 of the frame and of what the page says of its state (clock, MiniWoB's
+        globals, instruction, focus, scrolling, bids): equal after a restore and at the
+        snapshot it restored, as long as the replay was exact."""
+        cdp = runtime.host.cdp
+        if cdp is None:
+            raise SnapshotUnsupported(f"{runtime.env_id} has no page yet: start it first")
+        page = await cdp.evaluate(_DIGEST_JS)
+        h = hashlib.sha256(runtime.framebuffer.tobytes())
+        h.update(orjson.dumps([page, runtime.episodes.reported, runtime.episodes.text_pending]))
+        return h.digest()
 
 
 def _never_called(events: Sequence[InputEvent]) -> None:

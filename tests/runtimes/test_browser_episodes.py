@@ -209,10 +209,10 @@ def test_the_reward_option_names_each_kind_and_refuses_others() -> None:
     """``raw`` pays MiniWoB's undiscounted reward, ``discounted`` (the default) the
     time-discounted one; anything else is refused naming the kinds."""
     assert REWARDS == ("discounted", "raw", "success")
-    paid = {kind: MiniWoBRuntime(reward=kind)._payment(0.85, 1.0, None, 4)[0] for kind in REWARDS}
+    paid = {kind: MiniWoBRuntime(reward=kind).episodes.payment(0.85, 1.0, None, 4)[0] for kind in REWARDS}
     assert paid == {"discounted": 0.85, "raw": 1.0, "success": 1.0}
     assert MiniWoBRuntime().reward == "discounted"
-    assert MiniWoBRuntime(reward="raw")._payment(-1.0, -1.0, "timed out", 5)[0] == -1.0
+    assert MiniWoBRuntime(reward="raw").episodes.payment(-1.0, -1.0, "timed out", 5)[0] == -1.0
     with pytest.raises(ValueError, match="discounted, raw, success"):
         MiniWoBRuntime(reward="binary")
 

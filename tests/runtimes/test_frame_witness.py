@@ -46,7 +46,7 @@ async def test_display_frames_are_the_page_and_the_witness_is_not_in_it(
             frames.append(runtime.framebuffer.copy())
             assert np.array_equal(frames[-1], await runtime.clock.screenshot(area))
         assert len({f.tobytes() for f in frames}) > 2  # the clicks changed the page
-        witness = runtime._witness
+        witness = runtime.host.witness
         assert witness is not None and witness.shown  # the frames came from the display
         assert await runtime.cdp.evaluate("document.getElementsByTagName('*').length") == elements
         assert runtime.screen is not None
