@@ -3,9 +3,9 @@
 Holds :class:`BrowserState` (a snapshot: its bytes, our own versioned JSON document,
 parsed and checked field by field), :class:`EpisodeLog` (what a lockstep episode
 records as it goes), the entries it records (:class:`Step`, :class:`Walk`,
-:class:`Action`), and :class:`Snapshots`, the runtime's snapshot part: it owns the episode's log and
-saves, restores and digests the runtime's state through the other parts' methods
-(:class:`Replaying` is what it uses of the runtime). The runtime calls
+:class:`Action`), and :class:`Snapshots`, the runtime's snapshot part: it owns the
+episode's log and saves, restores and digests the runtime's state through the other
+parts' methods (:class:`Replaying` is what it uses of the runtime). The runtime calls
 :func:`start_alike` at every lockstep reset.
 
 **What the state is.** A page's own state cannot be saved: a DOM serialisation misses
