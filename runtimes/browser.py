@@ -72,7 +72,8 @@ from .base import InputEvent, PointerEvent, Runtime, StepResult
 from .browser_agents import PageAgents
 from .browser_episodes import REWARDS, TaskEpisodes, reading
 from .browser_host import BLANK_PAGE, SCREEN_HEIGHT, SCREEN_WIDTH, BrowserHost
-from .browser_snapshots import REALTIME_REFUSAL, EpisodeLog, Snapshots, fresh_seed, start_alike
+from .browser_snapshots import REALTIME_REFUSAL, Snapshots, fresh_seed, start_alike
+from .browser_state import EpisodeLog
 from .cdp import CDPClient, CDPError
 from .cdp_input import CDPInput
 from .chromium import (

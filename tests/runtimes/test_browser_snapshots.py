@@ -25,11 +25,11 @@ import pytest
 import pytest_asyncio
 
 from runtimes.base import InputEvent, KeyEvent, PointerEvent
-from runtimes.browser_snapshots import (
+from runtimes.browser_snapshots import PARK
+from runtimes.browser_state import (
     FORMAT,
     MAX_LOG_ENTRIES,
     MAX_SNAPSHOT_BYTES,
-    PARK,
     BrowserState,
     EpisodeLog,
     History,
