@@ -71,18 +71,31 @@ def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
 
     The array's type is the type of the first env's value, as ``_add_info`` picks it.
     """
-    keys: dict[str, None] = {}
-    for info in infos:
-        keys.update(dict.fromkeys(info))
+    keys: Any
+    same = bool(infos) and len(infos) == n
+    if same:  # (most steps: every env's info has the same keys)
+        keys = infos[0].keys()
+        same = all(info.keys() == keys for info in infos)
+    if not same:
+        keys = {}
+        for info in infos:
+            keys.update(dict.fromkeys(info))
     out: dict[str, Any] = {}
     whole = np.ones(n, dtype=np.bool_)
-    for key in keys:
-        values = [info[key] for info in infos if key in info]
+    for key in list(keys):
+        values = [info[key] for info in infos] if same else [info[key] for info in infos if key in info]
         first = values[0]
-        if len(values) == n == len(infos) and type(first) in _SCALARS and key != "final_obs":
-            # (most keys: every env has one, a Python scalar: one array made, one mask)
-            out[key], out[f"_{key}"] = np.array(values, dtype=type(first)), whole.copy()
-            continue
+        kind = type(first)
+        if same and key != "final_obs":
+            if kind in _SCALARS:  # (most keys: a Python scalar each: one array made, one mask)
+                out[key], out[f"_{key}"] = np.array(values, dtype=kind), whole.copy()
+                continue
+            if kind is not dict and kind is not np.ndarray and not isinstance(first, np.number):
+                column = np.empty(n, dtype=object)  # (a list or None each: texts, instructions)
+                for i, value in enumerate(values):
+                    column[i] = value
+                out[key], out[f"_{key}"] = column, whole.copy()
+                continue
         present = [i for i, info in enumerate(infos) if key in info]
         if key == "final_obs":
             array: Any = np.full(n, None, dtype=object)

@@ -376,7 +376,7 @@ class BlockingRewarder(ClientState):
                 self._send(data, timeout)
             return message_id
 
-    def send_batch_step(self, steps: list[tuple[int, int | None, list[list[Any]], int]]) -> int:
+    def send_batch_step(self, steps: list[tuple[int, int | None, Sequence[Sequence[Any]], int]]) -> int:
         """Send a ``v0.batch.step`` of ``steps`` (:func:`rewarder.batch_messages.request_body`):
         its message id, whose reply (a ``BatchStepReply``) :meth:`take_reply` gives."""
         with self._lock:
