@@ -3,8 +3,9 @@
 Holds :class:`LockstepSteps`, the stepping core's lane that runs a lockstep step (its
 replies are read by :mod:`remotes.lockstep_replies`). A lockstep step is a request and
 a reply per remote, back to back: each remote's
-:class:`~rewarder.blocking.BlockingRewarder` sends its step, then the replies are read as they come (one blocking read for a single remote; ``poll`` over
-all of them for a vector) and each frame goes from shared memory straight into the batch.
+:class:`~rewarder.blocking.BlockingRewarder` sends its step, then the replies are read
+as they come (one blocking read for a single remote; ``poll`` over all of them for a
+vector) and each frame goes from shared memory straight into the batch.
 No event loop is involved, so it works the same in a script, a thread of its own, a
 Jupyter kernel (whose loop runs in this thread) and a forked worker.
 
