@@ -301,7 +301,7 @@ class LockstepSteps:
         slot.progress_at = time.monotonic()
         self.replies.written.add(slot.index)
 
-    def _autoresets(
+    def autoresets(
         self, starting: Sequence[Slot], sent: dict[Slot, tuple[int, int | None]],
         truncated: np.ndarray | None, reconnected: set[Slot],
     ) -> dict[int, dict[str, Any]]:
@@ -350,10 +350,13 @@ class LockstepSteps:
         return self.finish(self.send(actions, same_step, active))
 
     def send(
-        self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
+        self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None,
+        in_place: bool = False,
     ) -> Sent:
         """A step's first half: every request sent (the remotes step meanwhile); what
-        :meth:`finish` needs to read the replies and make the batch."""
+        :meth:`finish` needs to read the replies and make the batch. ``in_place``: the
+        frames go into :attr:`Lane.frames` as it is, each row keeping its remote's newest
+        frame (send/recv, remotes.arrivals), not into a new batch."""
         lane = self.lane
         slots = lane.slots
         rewards, terminated, truncated, infos = lane.outcome()
@@ -369,8 +372,8 @@ class LockstepSteps:
         gate = lane.gate  # (lane.frames, without the property: every step)
         previous = gate.frames
         assert previous is not None
-        batch = np.empty_like(previous)
-        for slot in slots:
+        batch = previous if in_place else np.empty_like(previous)
+        for slot in () if in_place else slots:
             i = slot.index
             if slot.phase is not Phase.RUNNING or slot.pending is not None or slot.reply is not None or (
                 active is not None and not active[i]
@@ -469,7 +472,7 @@ class LockstepSteps:
                     "episode_id": slot.episode, "frame": slot.returned,
                 }
         if starting:
-            infos_of = self._autoresets(starting, resets, truncated, reconnected)
+            infos_of = self.autoresets(starting, resets, truncated, reconnected)
             for slot in starting:
                 infos[slot.index] = infos_of[slot.index]
         for slot in (*sent, *starting) if starting else sent:
@@ -502,7 +505,7 @@ class LockstepSteps:
                 starting.append(slot)
             else:
                 infos[slot.index] = self._away(slot, None)
-        resets = self._autoresets(starting, self._send_autoresets(starting), None, reconnected)
+        resets = self.autoresets(starting, self._send_autoresets(starting), None, reconnected)
         for slot in starting:
             infos[slot.index] = resets[slot.index]
         return lane.finish(rewards, terminated, truncated, infos, final, copy=False)

@@ -51,14 +51,22 @@ class Replies:
         self._poller: Any = None
         self._polled_fds: tuple[int, ...] = ()
 
-    def wait(self, sent: list[Slot], carried: list[Slot]) -> list[tuple[Slot, StepReply]]:
+    def wait(
+        self, sent: list[Slot], carried: list[Slot], enough: int | None = None,
+    ) -> list[tuple[Slot, StepReply]]:
         """Read replies until every remote sent this step answered (carried ones are taken
-        if in), a remote's deadline passes, or the stragglers' grace ends. Frames go
-        from shared memory into the batch as replies are taken; the (slot, reply) pairs
-        whose frame must come over VNC are returned."""
+        if in), a remote's deadline passes, or the stragglers' grace ends; ``enough``:
+        until that many of ``sent`` are no longer out (no grace: send/recv's ``recv``).
+        Frames go from shared memory into the batch as replies are taken; the (slot,
+        reply) pairs whose frame must come over VNC are returned."""
         over_vnc: list[tuple[Slot, StepReply]] = []
         out = [s for s in ((*sent, *carried) if carried else sent) if s.pending is not None]
-        if len(out) == 1 and sent and out[0].batch is None:  # one remote: one blocking read
+        if enough is not None:
+            enough -= len(sent) - len(out)  # (those already in count)
+            if not out:
+                return over_vnc
+        look = enough is not None and enough <= 0  # one look at what came, no wait
+        if len(out) == 1 and sent and out[0].batch is None and not look:  # one remote: a blocking read
             slot = out[0]
             self.taken(slot, self._wait_one(slot), over_vnc)
             return over_vnc
@@ -71,7 +79,8 @@ class Replies:
         poller = self._poller_of(tuple(by_fd))
         last_reply: float | None = None
         ready: list[Slot] = out  # first look: replies already read (the keeper's, a carried one)
-        read = polled = False
+        read = look  # (then that look reads what the sockets hold)
+        polled = False
         while True:
             for slot in ready:
                 if slot.pending is None:
@@ -92,11 +101,11 @@ class Replies:
                     self.taken(slot, reply, over_vnc)
                     last_reply = time.monotonic()
             missing = [s for s in out if s.pending is not None and s in hold]
-            if not missing:
+            if not missing or (enough is not None and len(out) - len(missing) >= enough):
                 break
             now = time.monotonic()
             limit = min(s.deadline for s in missing)
-            if last_reply is not None and len(hold) > 1:
+            if last_reply is not None and len(hold) > 1 and enough is None:
                 limit = min(limit, last_reply + STRAGGLER_GRACE)
             if now >= limit:
                 break
