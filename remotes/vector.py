@@ -130,7 +130,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
     Takes :class:`~remotes.env.RemoteEnv`'s arguments (an
     :class:`~remotes.options.EnvOptions`, or its settings as keywords), and ``autoreset_mode``
     (``NEXT_STEP``, the default, or ``SAME_STEP``). All remotes must share one screen
-    size (the observations are stacked).
+    size (the observations are stacked). ``batch_size`` (lockstep): the results a
+    :meth:`recv` returns, of whichever remotes answer first (remotes.arrivals); default
+    all of them.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": ["human", "rgb_array"]}
