@@ -180,7 +180,7 @@ class Batches:
                 reader = SlotReader(*reply.shm)
                 if token is not None:
                     self._readers[token] = reader
-            held = reader.read_into([frames[s.index] for s in call.slots])
+            held = reader.read_rows(frames, [s.index for s in call.slots])
         except (OSError, ValueError) as exc:
             self._failed(call, token, exc)
             return
