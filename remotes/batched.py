@@ -269,5 +269,5 @@ def _route(describe: Any, client_id: str | None) -> tuple[str | None, int]:
 
 
 def _episode(slot: Slot) -> int | None:
-    channel = slot.session.lockstep_channel
+    channel = slot.session.rewarder  # (a lockstep session's: its blocking channel)
     return channel.episode_id if channel is not None else None

@@ -401,7 +401,9 @@ class LockstepSteps:
             if slot.pending is not None or slot.reply is not None:
                 carried.append(slot)  # a step still out (a straggler, an interrupted step)
                 continue
-            reason = self.faults.lost_reason(slot, now)
+            # (lost_reason's lockstep answer is None for these: asked only for the others)
+            healthy = session.connected and not session.replaced
+            reason = None if healthy else self.faults.lost_reason(slot, now)
             if reason is not None:
                 infos[i] = self.faults.lose(slot, reason, rewards, truncated)
                 continue
