@@ -208,27 +208,39 @@ def print_single(results: dict[str, list[dict[str, float]]]) -> None:
 # 2. Many lockstep remotes vs AsyncVectorEnv ------------------------------------------------
 
 
-def measure_vector_ours(n: int, encoding: str, games_per_process: int | None = None) -> dict[str, float]:
+def measure_vector_ours(
+    n: int, encoding: str, games_per_process: int | None = None, batch_size: int | None = None,
+) -> dict[str, float]:
+    """``RemoteVectorEnv`` lockstep over ``n`` local remotes: per vector step (with
+    ``batch_size`` k < n, send/recv of k remotes at a time, given per n env-steps, so
+    that ``steps_per_s * n`` is env-steps/s either way)."""
     started = time.perf_counter()
+    k = batch_size or n
     with local_remotes(n, games_per_process=games_per_process) as remotes:
         env = RemoteVectorEnv(
-            remotes.address, mode="lockstep", frameskip=FRAMESKIP, encoding=encoding
+            remotes.address, mode="lockstep", frameskip=FRAMESKIP, encoding=encoding, batch_size=batch_size
         )
         try:
             env.reset(seed=0)
             start = time.perf_counter() - started
             space = env.single_action_space
             space.seed(0)
+            if k < n:
+                env.send([space.sample() for _ in range(n)])  # (after a reset all are ready)
+                env.recv()
             for _ in range(VECTOR_WARMUP):
-                env.step([space.sample() for _ in range(n)])
-            going, done = until(VECTOR_STEPS[n], VECTOR_SECONDS), 0
+                env.step([space.sample() for _ in range(k)])
+            going, done = until(VECTOR_STEPS[n] * n // k, VECTOR_SECONDS), 0
             with Run([p.pid for p in remotes.processes]) as run:
                 while going(done):
-                    env.step([space.sample() for _ in range(n)])
+                    env.step([space.sample() for _ in range(k)])
                     done += 1
         finally:
             env.close()
-    return {**step_rates(done, run), "start": start}
+    rates = step_rates(done, run)
+    scale = n / k  # (k env-steps a recv: n of them a vector step's worth)
+    return {**rates, "steps_per_s": rates["steps_per_s"] / scale, "own_cpu": rates["own_cpu"] * scale,
+            "others_cpu": rates["others_cpu"] * scale, "start": start}
 
 
 def measure_vector_async(n: int) -> dict[str, float]:

@@ -13,7 +13,8 @@ summed over every process it runs in (this one and its workers, servers or remot
   (what a local remote gets by default) and, for comparison, over VNC; then
   ``RemoteVectorEnv`` lockstep over n = 4 and 8 local remotes (``start_local``'s
   lockstep default: one ``serve --games K`` process per core, each stepped with one
-  ``v0.batch.step`` per vector step);
+  ``v0.batch.step`` per vector step), and each n stepped by ``send``/``recv`` with
+  ``batch_size`` n / 2 (the results of whichever half answered first, remotes.arrivals);
 - ALE's own ``ale_py.vector_env.AtariVectorEnv`` with n = 4 and 8 (RGB 210x160, no
   stacking, no max-pooling, frameskip 4; C++ threads in this process): the anchor a user
   picks for raw speed.
@@ -80,6 +81,9 @@ WARMUP: Final = quick(200, 50)
 #: Steps of the determinism check.
 CHECK_STEPS: Final = quick(300, 100)
 VECTOR_COUNTS: Final = quick((4, 8), (4,))
+#: send/recv beside ours at each n returns n // this many remotes a recv (half: at n = 8
+#: the games of one process, as start_local packs 4 a process on this machine's 2 cores).
+BATCH_PARTS: Final = 2
 
 
 def _drive(env: RemoteEnv, steps: int) -> None:
@@ -254,6 +258,8 @@ def main() -> None:
     for _ in range(ROUNDS):  # ours and the peers alternated, round by round
         for n in VECTOR_COUNTS:
             vector.setdefault(("ours", n), []).append(measure_vector_ours(n, "raw"))
+            vector.setdefault(("recv", n), []).append(
+                measure_vector_ours(n, "raw", batch_size=n // BATCH_PARTS))
             if n in ATARI_VECTOR_COUNTS:
                 atari = measure_atari_vector(n)
                 vector.setdefault(("atari", n), []).append(
@@ -261,7 +267,9 @@ def main() -> None:
             vector.setdefault(("async", n), []).append(measure_vector_async(n))
     rows: list[list[Any]] = []
     for n in VECTOR_COUNTS:
-        for key, name in (("ours", "ours: RemoteVectorEnv lockstep"), ("async", "gymnasium AsyncVectorEnv"),
+        for key, name in (("ours", "ours: RemoteVectorEnv lockstep"),
+                          ("recv", f"ours: send/recv, batch_size={n // BATCH_PARTS} of"),
+                          ("async", "gymnasium AsyncVectorEnv"),
                           ("atari", "ale_py.vector_env.AtariVectorEnv")):
             runs = vector.get((key, n))
             if not runs:
@@ -277,6 +285,10 @@ def main() -> None:
         theirs = _median(vector[("async", n)], "steps_per_s")
         if n in GOAL_VS_ASYNC:
             print(f"  ours n={n} vs AsyncVectorEnv n={n}:       {target(mine / theirs, GOAL_VS_ASYNC[n])}")
+        if ("recv", n) in vector:
+            recv = _median(vector[("recv", n)], "steps_per_s")
+            print(f"  ours send/recv k={n // BATCH_PARTS} of n={n} vs AsyncVectorEnv n={n}: "
+                  f"{recv / theirs:.2f}")
         if ("atari", n) in vector:
             atari_rate = _median(vector[("atari", n)], "steps_per_s")
             goal = GOAL_VS_ATARI_VECTOR if n == 8 else 0.0

@@ -108,27 +108,29 @@ class Batches:
         #: Each slot's process token as last seen (kept while the slot is away, so the
         #: remotes lost with one process come back together).
         self.token_of: dict[Slot, str] = {}
+        #: Each slot's (describe, client id, token, game) as last read from its describe
+        #: (read again when either changes: a reconnect, a lease).
+        self._routes: dict[Slot, tuple[Any, str | None, str | None, int]] = {}
 
     def queue(self, slot: Slot, action: Sequence[Any]) -> bool:
         """Hold ``slot``'s step for its process's batch; False when it steps alone."""
         session = slot.session
-        channel = session.lockstep_channel
+        channel = session.rewarder
         describe = channel.describe if channel is not None else None
         if describe is None or session.player or not session.shared.enabled:
             return False
-        batch = describe.body.get(DESCRIBE_KEY)
-        if type(batch) is not dict:
-            return False
-        token, game = batch.get("process"), batch.get("game")
-        if type(token) is not str or type(game) is not int:
-            return False
-        # A process steps in one request only the games one agent holds there: remotes
-        # leased from a pool are held under each lease's own client id (remotes.pool).
-        token = f"{token}#{session.client_id or ''}"
-        if token in self._off:
+        route = self._routes.get(slot)
+        if route is None or route[0] is not describe or route[1] is not session.client_id:
+            route = self._routes[slot] = (describe, session.client_id, *_route(describe, session.client_id))
+        token, game = route[2], route[3]
+        if token is None or token in self._off:
             return False
         self.token_of[slot] = token
-        self._queued.setdefault(token, []).append((slot, game, action))
+        queued = self._queued.get(token)
+        if queued is None:
+            self._queued[token] = [(slot, game, action)]
+        else:
+            queued.append((slot, game, action))
         return True
 
     def send(self, now: float) -> tuple[list[Slot], list[tuple[Slot, str]]]:
@@ -147,7 +149,7 @@ class Batches:
                     slot, _, action = group[0]
                     slot.pending = lead.send_step(action, lane.frameskip, slot.session.shared.obs)
                 else:
-                    steps = [(game, _episode(slot), [list(e) for e in action], lane.frameskip)
+                    steps = [(game, _episode(slot), action, lane.frameskip)
                              for slot, game, action in group]
                     message_id = lead.send_batch_step(steps)
                     call = BatchCall(lead, message_id, slots, self)
@@ -178,7 +180,7 @@ class Batches:
                 reader = SlotReader(*reply.shm)
                 if token is not None:
                     self._readers[token] = reader
-            held = reader.read_into([frames[s.index] for s in call.slots])
+            held = reader.read_rows(frames, [s.index for s in call.slots])
         except (OSError, ValueError) as exc:
             self._failed(call, token, exc)
             return
@@ -252,6 +254,20 @@ class Batches:
         self._readers.clear()
 
 
+def _route(describe: Any, client_id: str | None) -> tuple[str | None, int]:
+    """The batch token (process token and client id) and game index a describe names;
+    None: the game is not batched."""
+    batch = describe.body.get(DESCRIBE_KEY)
+    if type(batch) is not dict:
+        return None, 0
+    token, game = batch.get("process"), batch.get("game")
+    if type(token) is not str or type(game) is not int:
+        return None, 0
+    # A process steps in one request only the games one agent holds there: remotes
+    # leased from a pool are held under each lease's own client id (remotes.pool).
+    return f"{token}#{client_id or ''}", game
+
+
 def _episode(slot: Slot) -> int | None:
-    channel = slot.session.lockstep_channel
+    channel = slot.session.rewarder  # (a lockstep session's: its blocking channel)
     return channel.episode_id if channel is not None else None

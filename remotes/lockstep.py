@@ -1,10 +1,11 @@
 """Lockstep steps in the agent's own thread: the stepping lane's fast path.
 
-Holds :class:`LockstepSteps`, the stepping core's lane that runs a
-lockstep step, and its limits. A lockstep step is a request and a reply per remote, back
-to back: each remote's :class:`~rewarder.blocking.BlockingRewarder` sends its step, then
-the replies are read as they come (one blocking read for a single remote; ``poll`` over
-all of them for a vector) and each frame goes from shared memory straight into the batch.
+Holds :class:`LockstepSteps`, the stepping core's lane that runs a lockstep step (its
+replies are read by :mod:`remotes.lockstep_replies`). A lockstep step is a request and
+a reply per remote, back to back: each remote's
+:class:`~rewarder.blocking.BlockingRewarder` sends its step, then the replies are read
+as they come (one blocking read for a single remote; ``poll`` over all of them for a
+vector) and each frame goes from shared memory straight into the batch.
 No event loop is involved, so it works the same in a script, a thread of its own, a
 Jupyter kernel (whose loop runs in this thread) and a forked worker.
 
@@ -19,8 +20,8 @@ that finds it answering connects and resets it here; remotes.faults).
 **Per remote, not per step.** Each remote's step request has its own deadline
 (``stall_timeout``): a remote that misses it is lost (truncated, reconnected in the
 background). A vector step does not wait on one slow remote for the rest: once a reply
-came in, those still out get :data:`STRAGGLER_GRACE` more; a remote still out then
-returns its previous frame with reward 0 and ``info["remote.waiting"] = True``, gets no
+came in, those still out get :data:`~remotes.lockstep_replies.STRAGGLER_GRACE` more; a
+remote still out then returns its previous frame with reward 0 and ``info["remote.waiting"] = True``, gets no
 new action, and its reply is delivered by a later step (or its deadline passes). A step
 interrupted by Ctrl-C leaves the same state behind: the replies not yet returned are
 returned by the next step (whose actions are not sent to those remotes), so nothing is
@@ -30,25 +31,24 @@ lost and the env stays usable.
 from __future__ import annotations
 
 import asyncio
-import select
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rewarder.blocking import BlockingRewarder
-from rewarder.errors import ConnectionClosed, RemoteError, RewarderError
-from rewarder.protocol import ResetReply, StepReply
+from rewarder.errors import ConnectionClosed, RewarderError
+from rewarder.protocol import ResetReply
 from vncdriver.errors import VNCError
 
 from .batched import Batches
 from .faults import RECONNECT_ATTEMPT_TIMEOUT, Faults, error_text, relocate
+from .lockstep_replies import Replies, rewarder_of
 from .lockstep_vnc import LOOP_SLACK, MIN_FRAME_WAIT, frames_over_vnc, vnc_frame
 from .session import RESET_TIMEOUT, RemoteUnavailable
 from .slot import Slot
-from .slot_state import Phase, SlotEvent, fire
+from .slot_state import Phase
 from .web import work_seconds
 
 if TYPE_CHECKING:
@@ -56,16 +56,6 @@ if TYPE_CHECKING:
 
     from .lane import Batch, Lane
     from .web import WebSteps
-
-#: Seconds a vector step waits, after the latest reply of this step came in, for the
-#: remotes whose replies are still out before it returns without them (they are
-#: ``remote.waiting``): one stopped or slow remote does not hold up the others for its
-#: whole deadline. Far above a healthy remote's step on a loaded machine.
-STRAGGLER_GRACE: Final = 1.0
-#: Longest single wait for replies: each slice ends with a look at every channel, so the
-#: keepalive thread never takes a channel this step is reading.
-POLL_SLICE: Final = 0.1
-
 
 @dataclass(slots=True)
 class Sent:
@@ -92,13 +82,10 @@ class LockstepSteps:
 
     def __init__(self, lane: Lane, faults: Faults, web: WebSteps | None) -> None:
         self.lane, self.faults, self.web = lane, faults, web
-        #: Rows of this step's batch that a frame was written into.
-        self._written: set[int] = set()
-        #: The poll object of the last vector step's wait, and the descriptors it watches.
-        self._poller: Any = None
-        self._polled_fds: tuple[int, ...] = ()
         #: One request per remote process per step (remotes.batched); not for web envs.
         self.batches = Batches(lane) if web is None else None
+        #: Reads and delivers the replies (remotes.lockstep_replies).
+        self.replies = Replies(lane, self.batches)
 
     # Connecting ----------------------------------------------------------------------------
 
@@ -216,7 +203,7 @@ class LockstepSteps:
             info: dict[str, Any] = {"episode_id": reply.episode_id}
             if slot.returned is not None:
                 info["frame"] = slot.returned
-            info["text"] = list(_rewarder(slot).peek().text)  # the instruction a task sent with its reset
+            info["text"] = list(rewarder_of(slot).peek().text)  # the instruction a task sent with its reset
             infos.append(info)
         return infos
 
@@ -230,14 +217,14 @@ class LockstepSteps:
         for slot in slots:  # all sent first: the remotes restore at the same time
             self._drop_step(slot)
             slot.session.shared.new_episode()
-            sent[slot] = _rewarder(slot).send_restore(*states[slot.index], obs=slot.session.shared.obs,
+            sent[slot] = rewarder_of(slot).send_restore(*states[slot.index], obs=slot.session.shared.obs,
                                                       timeout=max(deadline - time.monotonic(), 0.0))
         previous = self.lane.frames
         assert previous is not None
         self.lane.frames = previous.copy()  # the last step's observations stay as returned
         infos = {}
         for slot in slots:
-            rewarder = _rewarder(slot)
+            rewarder = rewarder_of(slot)
             reply: ResetReply = rewarder.wait_reply(sent[slot], deadline)
             rewarder.wait_for_state("running", reply.episode_id, max(deadline - time.monotonic(), 0.0))
             self._begin(slot, reply, deadline)
@@ -256,7 +243,7 @@ class LockstepSteps:
         lane, session = self.lane, slot.session
         session.shared.new_episode()
         try:
-            return _rewarder(slot).send_reset(
+            return rewarder_of(slot).send_reset(
                 env_id=env_id or lane.env_id, seed=seed, fps=lane.requested_fps,
                 mode=session.mode_request(lane.mode), obs=session.shared.obs,
             )
@@ -269,7 +256,7 @@ class LockstepSteps:
         """The reply of the slot's reset, once the remote runs the new episode (a reset
         that switched to an env whose page nobody asked for yet is done again: web)."""
         session = slot.session
-        rewarder = _rewarder(slot)
+        rewarder = rewarder_of(slot)
         try:
             reply: ResetReply = rewarder.wait_reply(message_id, deadline)
             rewarder.wait_for_state("running", reply.episode_id, max(deadline - time.monotonic(), 0.0))
@@ -312,9 +299,9 @@ class LockstepSteps:
         else:
             frames[slot.index] = 0
         slot.progress_at = time.monotonic()
-        self._written.add(slot.index)
+        self.replies.written.add(slot.index)
 
-    def _autoresets(
+    def autoresets(
         self, starting: Sequence[Slot], sent: dict[Slot, tuple[int, int | None]],
         truncated: np.ndarray | None, reconnected: set[Slot],
     ) -> dict[int, dict[str, Any]]:
@@ -363,10 +350,13 @@ class LockstepSteps:
         return self.finish(self.send(actions, same_step, active))
 
     def send(
-        self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
+        self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None,
+        in_place: bool = False,
     ) -> Sent:
         """A step's first half: every request sent (the remotes step meanwhile); what
-        :meth:`finish` needs to read the replies and make the batch."""
+        :meth:`finish` needs to read the replies and make the batch. ``in_place``: the
+        frames go into :attr:`Lane.frames` as it is, each row keeping its remote's newest
+        frame (send/recv, remotes.arrivals), not into a new batch."""
         lane = self.lane
         slots = lane.slots
         rewards, terminated, truncated, infos = lane.outcome()
@@ -382,8 +372,8 @@ class LockstepSteps:
         gate = lane.gate  # (lane.frames, without the property: every step)
         previous = gate.frames
         assert previous is not None
-        batch = np.empty_like(previous)
-        for slot in slots:
+        batch = previous if in_place else np.empty_like(previous)
+        for slot in () if in_place else slots:
             i = slot.index
             if slot.phase is not Phase.RUNNING or slot.pending is not None or slot.reply is not None or (
                 active is not None and not active[i]
@@ -391,7 +381,7 @@ class LockstepSteps:
                 np.copyto(batch[i], previous[i])
         gate.frames = batch  # (after the copies: an interrupt before leaves the old batch)
         written: set[int] = set()
-        self._written = written
+        self.replies.written = written
         web = self.web
         for slot in slots:
             i = slot.index
@@ -407,11 +397,13 @@ class LockstepSteps:
             session = slot.session
             rewarder = session.lockstep_channel
             if slot.pending is None and slot.reply is None and rewarder is not None and rewarder.outstanding:
-                self._adopt(slot, rewarder, now)  # (most steps have nothing out: no call)
+                self.replies.adopt(slot, rewarder, now)  # (most steps have nothing out: no call)
             if slot.pending is not None or slot.reply is not None:
                 carried.append(slot)  # a step still out (a straggler, an interrupted step)
                 continue
-            reason = self.faults.lost_reason(slot, now)
+            # (lost_reason's lockstep answer is None for these: asked only for the others)
+            healthy = session.connected and not session.replaced
+            reason = None if healthy else self.faults.lost_reason(slot, now)
             if reason is not None:
                 infos[i] = self.faults.lose(slot, reason, rewards, truncated)
                 continue
@@ -455,13 +447,13 @@ class LockstepSteps:
         batch, previous, written, resets = step.batch, step.previous, step.written, step.resets
         lane.same_step = same_step
         failed: dict[Slot, str] = {}
-        over_vnc = self._wait(sent, carried)
+        over_vnc = self.replies.wait(sent, carried)
         if carried:
             over_vnc += [(s, s.reply) for s in carried  # an interrupted wait for VNC
                          if s.reply is not None and s.vnc_frame is not None
                          and all(s is not t for t, _ in over_vnc)]
         if over_vnc:
-            failed = frames_over_vnc(self.lane, over_vnc, self._written)
+            failed = frames_over_vnc(self.lane, over_vnc, self.replies.written)
         for slot in (*sent, *carried) if carried else sent:
             i = slot.index
             if slot in failed:  # the step happened, its frame did not come
@@ -469,7 +461,7 @@ class LockstepSteps:
                 infos[i] = self.faults.lose(slot, failed[slot], rewards, truncated)
                 rewards[i] += reply.reward  # what the step earned is not lost with the frame
             elif slot.reply is not None:
-                infos[i] = self._deliver(slot, rewards, terminated, truncated)
+                infos[i] = self.replies.deliver(slot, rewards, terminated, truncated)
             elif not slot.session.connected:
                 reason = slot.session.error or "connection lost"
                 infos[i] = self.faults.lose(slot, reason, rewards, truncated)
@@ -482,7 +474,7 @@ class LockstepSteps:
                     "episode_id": slot.episode, "frame": slot.returned,
                 }
         if starting:
-            infos_of = self._autoresets(starting, resets, truncated, reconnected)
+            infos_of = self.autoresets(starting, resets, truncated, reconnected)
             for slot in starting:
                 infos[slot.index] = infos_of[slot.index]
         for slot in (*sent, *starting) if starting else sent:
@@ -515,160 +507,10 @@ class LockstepSteps:
                 starting.append(slot)
             else:
                 infos[slot.index] = self._away(slot, None)
-        resets = self._autoresets(starting, self._send_autoresets(starting), None, reconnected)
+        resets = self.autoresets(starting, self._send_autoresets(starting), None, reconnected)
         for slot in starting:
             infos[slot.index] = resets[slot.index]
         return lane.finish(rewards, terminated, truncated, infos, final, copy=False)
-
-    def _wait(self, sent: list[Slot], carried: list[Slot]) -> list[tuple[Slot, StepReply]]:
-        """Read replies until every remote sent this step answered (carried ones are taken
-        if in), a remote's deadline passes, or the stragglers' grace ends. Frames go
-        from shared memory into the batch as replies are taken; the (slot, reply) pairs
-        whose frame must come over VNC are returned."""
-        over_vnc: list[tuple[Slot, StepReply]] = []
-        out = [s for s in ((*sent, *carried) if carried else sent) if s.pending is not None]
-        if len(out) == 1 and sent and out[0].batch is None:  # one remote: one blocking read
-            slot = out[0]
-            self._taken(slot, self._wait_one(slot), over_vnc)
-            return over_vnc
-        hold = set(sent) if sent else set(out)
-        by_fd: dict[int, list[Slot]] = {}
-        for slot in out:
-            fd = (slot.batch.channel if slot.batch is not None else _rewarder(slot)).fileno()
-            if fd >= 0:
-                by_fd.setdefault(fd, []).append(slot)
-        poller = self._poller_of(tuple(by_fd))
-        last_reply: float | None = None
-        ready: list[Slot] = out  # first look: replies already read (the keeper's, a carried one)
-        read = polled = False
-        while True:
-            for slot in ready:
-                if slot.pending is None:
-                    continue
-                try:
-                    call = slot.batch
-                    if call is None:
-                        reply = _rewarder(slot).take_reply(slot.pending, read, polled)
-                    else:
-                        reply = call.take(slot, read, polled)
-                except ConnectionClosed:
-                    slot.pending = None
-                    continue
-                except RemoteError:  # the remote refused the step: the agent hears why
-                    slot.pending = slot.batch = None
-                    raise
-                if reply is not None:
-                    self._taken(slot, reply, over_vnc)
-                    last_reply = time.monotonic()
-            missing = [s for s in out if s.pending is not None and s in hold]
-            if not missing:
-                break
-            now = time.monotonic()
-            limit = min(s.deadline for s in missing)
-            if last_reply is not None and len(hold) > 1:
-                limit = min(limit, last_reply + STRAGGLER_GRACE)
-            if now >= limit:
-                break
-            events = poller.poll(min(limit - now, POLL_SLICE) * 1000)
-            if events:
-                ready, read, polled = [s for fd, _ in events for s in by_fd[fd]], True, True
-                for fd, _ in events:  # bytes for a channel whose replies are all in (a
-                    # batch's, a ping): read them, or every poll returns at once until
-                    # the others' replies come
-                    if all(s.pending is None for s in by_fd[fd]):
-                        _rewarder(by_fd[fd][0]).serve_idle()
-            else:  # a quiet slice: look at every channel (so the keeper leaves them alone)
-                ready, read, polled = out, True, False
-        return over_vnc
-
-    def _poller_of(self, fds: tuple[int, ...]) -> Any:
-        """A poll object watching ``fds`` for input: the last step's when it watched the
-        same descriptors (a vector's steady steps), else a new one."""
-        if fds != self._polled_fds:
-            self._poller = select.poll()
-            for fd in fds:
-                self._poller.register(fd, select.POLLIN)
-            self._polled_fds = fds
-        return self._poller
-
-    def _adopt(self, slot: Slot, rewarder: BlockingRewarder, now: float) -> None:
-        """A step request sent by an interrupted step before the slot noted it (Ctrl-C
-        between the send and the bookkeeping) is the slot's step still out."""
-        sent = rewarder.outstanding_step()
-        if sent is not None:
-            slot.pending, slot.deadline = sent, now + self.lane.stall_timeout
-
-    def _wait_one(self, slot: Slot) -> StepReply | None:
-        """The lone remote's reply (None: its deadline passed or the connection ended)."""
-        try:
-            reply: StepReply = _rewarder(slot).wait_reply(slot.pending, slot.deadline)
-        except TimeoutError:
-            return None
-        except (ConnectionClosed, RemoteError):
-            slot.pending = None
-            if not _rewarder(slot).connected:
-                return None
-            raise
-        return reply
-
-    def _taken(self, slot: Slot, reply: StepReply | None, over_vnc: list[tuple[Slot, StepReply]]) -> None:
-        """A reply is in: keep it for delivery, its frame read into the batch."""
-        if reply is None:
-            return
-        slot.pending = None
-        slot.reply = reply
-        frames = self.lane.gate.frames
-        assert frames is not None
-        session = slot.session
-        slot.vnc_frame = None
-        batches = self.batches
-        if slot.batch is not None and batches is not None and batches.taken(slot, reply, self._written):
-            return  # (its frame came with its process's batch)
-        if session.shared.take(reply, frames[slot.index]):
-            self._written.add(slot.index)
-            if session.vnc is not None:
-                # Nobody looks at VNC frames meanwhile: the remote need not encode them, nor
-                # the loop thread decode them (a flag the loop thread reads; resumed when a
-                # frame must come over VNC, and at every reset).
-                session.vnc.pause_updates()
-        else:
-            slot.vnc_frame = reply.frame
-            over_vnc.append((slot, reply))
-
-    def _deliver(
-        self, slot: Slot, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
-    ) -> dict[str, Any]:
-        """The info of a remote whose reply this step returns (its frame is in the batch)."""
-        reply, slot.reply = slot.reply, None
-        assert reply is not None
-        i, session = slot.index, slot.session
-        rewards[i], terminated[i] = reply.reward, reply.done
-        slot.steps += 1
-        limit = self.lane.max_episode_steps
-        truncated[i] = limit is not None and slot.steps >= limit and not reply.done
-        slot.returned, slot.episode = reply.frame, reply.episode_id
-        if slot.seen is None or reply.frame > slot.seen:
-            slot.seen = reply.frame
-        slot.progress_at = time.monotonic()  # a reply is progress, whatever VNC shows
-        info = {**reply.info, "episode_id": reply.episode_id, "frame": reply.frame,
-                "remote.connected": True, "text": slot.take_texts()}
-        rewarder = session.rewarder
-        if session.shared.last is None or rewarder is None:
-            info.update(session.info())  # its frame came over VNC: the VNC stats too
-        else:  # session.info(vnc=False), without building a dict to merge
-            info["rewarder.rtt"], info["rewarder.clock_skew"] = rewarder.rtt, rewarder.clock_skew
-        if session.shared.error is not None:
-            info["shm.error"] = session.shared.pop_error()
-        if reply.done or truncated[i]:
-            fire(slot, SlotEvent.NEED_RESET)
-        return info
-
-
-def _rewarder(slot: Slot) -> BlockingRewarder:
-    rewarder = slot.session.lockstep_channel
-    if rewarder is None:
-        raise ConnectionClosed(f"{slot.session.name}: its rewarder channel is not connected")
-    return rewarder
 
 
 async def _all(futures: list[Future[Any]]) -> None:

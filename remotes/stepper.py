@@ -44,6 +44,7 @@ import numpy as np
 
 from rewarder.protocol import LOCKSTEP
 
+from .arrivals import Arrivals
 from .faults import RECONNECT_POLL, STALL_FRAMES, STALL_TIMEOUT, Faults
 from .lane import DEFAULT_FPS, Batch, Lane
 from .lockstep import LockstepSteps
@@ -196,6 +197,11 @@ class Stepper:
             raise ValueError("step_async() needs lockstep (mode='lockstep'): in real time a step "
                              "waits for frames that come whether or not anyone asks")
         return self._lockstep.send(actions, same_step, None)
+
+    def arrivals(self, batch_size: int) -> Arrivals:
+        """Lockstep: ``send``/``recv`` returning ``batch_size`` results each (remotes.arrivals)."""
+        self._check_lockstep("send/recv with batch_size")
+        return Arrivals(self._lockstep, batch_size)
 
     def step_finish(self, sent: Any) -> Batch:
         """Lockstep: the replies of :meth:`step_send`'s requests read, the batch made."""

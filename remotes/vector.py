@@ -43,6 +43,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from rewarder.protocol import LOCKSTEP
 from runtimes.errors import UnknownEnvironment
 
 from .address import RemoteAddress, resolve_addresses
@@ -71,18 +72,31 @@ def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
 
     The array's type is the type of the first env's value, as ``_add_info`` picks it.
     """
-    keys: dict[str, None] = {}
-    for info in infos:
-        keys.update(dict.fromkeys(info))
+    keys: Any
+    same = bool(infos) and len(infos) == n
+    if same:  # (most steps: every env's info has the same keys)
+        keys = infos[0].keys()
+        same = all(info.keys() == keys for info in infos)
+    if not same:
+        keys = {}
+        for info in infos:
+            keys.update(dict.fromkeys(info))
     out: dict[str, Any] = {}
     whole = np.ones(n, dtype=np.bool_)
-    for key in keys:
-        values = [info[key] for info in infos if key in info]
+    for key in list(keys):
+        values = [info[key] for info in infos] if same else [info[key] for info in infos if key in info]
         first = values[0]
-        if len(values) == n == len(infos) and type(first) in _SCALARS and key != "final_obs":
-            # (most keys: every env has one, a Python scalar: one array made, one mask)
-            out[key], out[f"_{key}"] = np.array(values, dtype=type(first)), whole.copy()
-            continue
+        kind = type(first)
+        if same and key != "final_obs":
+            if kind in _SCALARS:  # (most keys: a Python scalar each: one array made, one mask)
+                out[key], out[f"_{key}"] = np.array(values, dtype=kind), whole.copy()
+                continue
+            if kind is not dict and kind is not np.ndarray and not isinstance(first, np.number):
+                column = np.empty(n, dtype=object)  # (a list or None each: texts, instructions)
+                for i, value in enumerate(values):
+                    column[i] = value
+                out[key], out[f"_{key}"] = column, whole.copy()
+                continue
         present = [i for i, info in enumerate(infos) if key in info]
         if key == "final_obs":
             array: Any = np.full(n, None, dtype=object)
@@ -116,7 +130,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
     Takes :class:`~remotes.env.RemoteEnv`'s arguments (an
     :class:`~remotes.options.EnvOptions`, or its settings as keywords), and ``autoreset_mode``
     (``NEXT_STEP``, the default, or ``SAME_STEP``). All remotes must share one screen
-    size (the observations are stacked).
+    size (the observations are stacked). ``batch_size`` (lockstep): the results a
+    :meth:`recv` returns, of whichever remotes answer first (remotes.arrivals); default
+    all of them.
 
     Args:
         addresses: Universe's grammar naming every remote (``?password=`` may carry the
@@ -129,6 +145,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         loop: the loop thread for this env's sockets (default: the process's).
         autoreset_mode: ``NEXT_STEP`` or ``SAME_STEP`` (gymnasium's).
         num_envs: remotes to claim from a ``pool://`` address (only there).
+        batch_size: lockstep only: how many results a :meth:`recv` returns (default all).
         **settings: :class:`~remotes.options.EnvOptions` fields as keywords.
 
     Raises:
@@ -149,6 +166,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         loop: LoopThread | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         num_envs: int | None = None,
+        batch_size: int | None = None,
         **settings: Any,
     ) -> None:
         opts = EnvOptions.of(options, settings, password=password, fps=fps)
@@ -180,6 +198,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
                 )
             seen.add(str(remote))
         self.num_envs = len(remotes)
+        #: Results a :meth:`recv` returns (``batch_size`` < ``num_envs``: whichever remotes
+        #: answer first, remotes.arrivals); ``num_envs`` unless asked.
+        self.batch_size = self._batch_size(batch_size, opts, autoreset)
         if render_mode not in (None, "rgb_array", "human"):
             raise ValueError(f"render_mode {render_mode!r} is not supported; use 'rgb_array' or 'human'")
         self.render_mode = render_mode
@@ -222,6 +243,26 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         shape = self.screen_space.shape
         assert shape is not None
         self._frames = np.zeros((self.num_envs, *shape), np.uint8)
+        self._arrivals = self._core.arrivals(self.batch_size) if self.batch_size < self.num_envs else None
+
+    def _batch_size(self, batch_size: int | None, opts: EnvOptions, autoreset: AutoresetMode) -> int:
+        """``batch_size`` checked against what send/recv with fewer than all remotes needs."""
+        n = self.num_envs
+        if batch_size is None or batch_size == 0:
+            return n
+        if not isinstance(batch_size, int) or not 1 <= batch_size <= n:
+            raise ValueError(f"batch_size={batch_size!r}: give 1..{n} (the results a recv() returns), "
+                             "or None for all of them")
+        if batch_size < n:
+            if opts.mode != LOCKSTEP:
+                raise ValueError(f"batch_size={batch_size} < {n} remotes needs mode='lockstep': in real "
+                                 "time every remote moves on whether or not it is sent a step")
+            if opts.web:
+                raise ValueError(f"batch_size={batch_size} < {n} remotes is for VNC actions and frames; "
+                                 "browser remotes' pages and action strings step all together")
+            if autoreset is not AutoresetMode.NEXT_STEP:
+                raise ValueError(f"batch_size={batch_size} < {n} remotes autoresets with NEXT_STEP only")
+        return batch_size
 
     def _configure_spaces(self, states: tuple[RemoteSnapshot, ...]) -> None:
         """Spaces from snapshots of the remotes (taken on the loop thread)."""
@@ -310,6 +351,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         env_id = (options or {}).get("env_id")
         with self._stepping:
             batch, states = self._core.reset(seeds, env_id)
+            if self._arrivals is not None:
+                self._arrivals.restart()
         if any(spaces_differ(new, old) for new, old in zip(states, self._states, strict=True)):
             self._configure_spaces(states)
         self._states = states
@@ -320,11 +363,14 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """One step of every remote. With ``actions="web"`` each remote's action is an
         action string (``""``: none) or a list of VNC events; a string a remote cannot
-        run comes back in its ``info["last_action_error"]``, not as an exception.
+        run comes back in its ``info["last_action_error"]``, not as an exception. With
+        ``batch_size`` < ``num_envs``: :meth:`send` (to the remotes the last recv
+        returned) then :meth:`recv`, as ALE's ``AtariVectorEnv.step``.
 
         Args:
             actions: one action per remote (a list of VNC events, or with ``actions="web"`` an
-                action string).
+                action string); with ``batch_size`` < ``num_envs``, one per remote the last
+                :meth:`recv` returned.
 
         Returns:
             ``(observations, rewards, terminated, truncated, infos)`` batched as gymnasium's; a
@@ -337,6 +383,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         """
         if self._closed:
             raise RuntimeError("step() on a closed RemoteVectorEnv")
+        if self._arrivals is not None:  # (ALE's step with batch_size: send, then recv)
+            self.send(actions)
+            return self.recv()
         if isinstance(actions, str) or len(actions) != self.num_envs:
             raise ValueError(
                 f"{1 if isinstance(actions, str) else len(actions)} actions for "
@@ -367,6 +416,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             raise RuntimeError("step_async() on a closed RemoteVectorEnv")
         if self._step_sent is not None:
             raise AlreadyPendingCallError("step_async() twice: call step_wait() first", "step")
+        if self._arrivals is not None:
+            raise ValueError(f"step_async() steps all {self.num_envs} remotes; with batch_size="
+                             f"{self.batch_size} use send(actions, env_ids) and recv()")
         if isinstance(actions, str) or len(actions) != self.num_envs:
             raise ValueError(f"{len(actions)} actions for {self.num_envs} remotes: give one per remote")
         sent = [self._checked(i, action) for i, action in enumerate(actions)]
@@ -389,6 +441,53 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             sent, self._step_sent = self._step_sent, None
             batch: Batch = self._core.step_finish(sent)
         return self._stepped(batch)
+
+    def send(self, actions: Sequence[Any], env_ids: Sequence[int] | None = None) -> None:
+        """Lockstep: send ``actions[j]`` to remote ``env_ids[j]`` and return at once (ALE's
+        ``AtariVectorEnv.send``, EnvPool's); ``env_ids`` defaults to the remotes the last
+        :meth:`recv` (or :meth:`reset`) returned. With ``batch_size`` = ``num_envs``, a
+        :meth:`step_async` of all of them (``env_ids`` any order of all)."""
+        if self._closed:
+            raise RuntimeError("send() on a closed RemoteVectorEnv")
+        if isinstance(actions, str):
+            raise ValueError("send() takes a sequence of actions, one per env id")
+        arrivals = self._arrivals
+        if arrivals is None:
+            if env_ids is not None:
+                order = [int(i) for i in env_ids]
+                if sorted(order) != list(range(self.num_envs)) or len(actions) != len(order):
+                    raise ValueError(f"env_ids {order}: with batch_size = num_envs every remote "
+                                     f"steps; give all {self.num_envs} once, an action each")
+                placed: list[Any] = [None] * self.num_envs
+                for i, action in zip(order, actions, strict=True):
+                    placed[i] = action
+                actions = placed
+            self.step_async(actions)
+            return
+        ids = arrivals.ready if env_ids is None else [int(i) for i in env_ids]
+        if len(actions) != len(ids):
+            raise ValueError(f"{len(actions)} actions for env ids {list(ids)}: give one per env id")
+        checked = [self._checked(i, action) if 0 <= i < self.num_envs else action
+                   for i, action in zip(ids, actions, strict=True)]
+        with self._stepping:
+            arrivals.send(checked, list(ids))
+
+    def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Lockstep: the results of ``batch_size`` remotes once they are in, whichever
+        answered first (ALE's ``recv``): ``info["env_id"]`` names them, row by row."""
+        arrivals = self._arrivals
+        if arrivals is None:
+            obs, rewards, terminated, truncated, infos = self.step_wait()
+            infos["env_id"], infos["_env_id"] = np.arange(self.num_envs), np.ones(self.num_envs, bool)
+            return obs, rewards, terminated, truncated, infos
+        if self._closed:
+            raise RuntimeError("recv() on a closed RemoteVectorEnv")
+        with self._stepping:
+            frames, rewards, terminated, truncated, each, ids = arrivals.recv()
+            self._frames = self._core.frames if self._core.frames is not None else self._frames
+        infos = batch_infos(each, len(ids))
+        infos["env_id"], infos["_env_id"] = ids, np.ones(len(ids), bool)
+        return frames, rewards, terminated, truncated, infos
 
     def _stepped(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         page = PAGE in self.options.observations

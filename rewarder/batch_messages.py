@@ -19,10 +19,11 @@ slot i, so the agent reads them all with one ``preadv``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .protocol import MAX_GAMES_PER_PROCESS, ActionEvent, StepReply, is_number, parse_episode_id
+from .protocol import MAX_GAMES_PER_PROCESS, ActionEvent, StepReply, parse_episode_id
 
 BATCH_STEP: Final = "v0.batch.step"
 REPLY_BATCH_STEP: Final = "v0.reply.batch.step"
@@ -31,6 +32,8 @@ REPLY_BATCH_STEP: Final = "v0.reply.batch.step"
 DESCRIBE_KEY: Final = "batch"
 #: Steps one batch may hold: one per game of the process, which serves at most this many.
 MAX_BATCH_STEPS: Final = MAX_GAMES_PER_PROCESS
+#: The JSON number types orjson gives (a bool is not one).
+_NUMBERS: Final = (int, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +69,7 @@ class BatchStepReply:
     steps: tuple[StepReply | str, ...]
 
 
-def request_body(steps: list[tuple[int, int | None, list[list[Any]], int]]) -> dict[str, Any]:
+def request_body(steps: list[tuple[int, int | None, Sequence[Sequence[Any]], int]]) -> dict[str, Any]:
     """The request's body from ``(game, episode id, events, frames)`` per step."""
     return {"obs": "shm", "steps": [
         {"game": game, "episode_id": str(episode or 0), "action": action, "frames": frames}
@@ -104,17 +107,21 @@ def read_reply(parent: Any, body: dict[str, Any], sent_at: float, runtime: float
         shm = (raw_shm[0], raw_shm[1], raw_shm[2], raw_shm[3])
     steps: list[StepReply | str] = []
     for entry in raw_steps:
-        if not isinstance(entry, dict):
+        if type(entry) is not dict:
             raise ValueError(f"a batch step reply's step must be an object, got {entry!r:.200}")
         if "error" in entry:
             steps.append(str(entry["error"]))
             continue
-        reward, done, frame = entry.get("reward"), entry.get("done"), entry.get("frame")
-        info = entry.get("info", {})
-        if (not is_number(reward) or not isinstance(done, bool) or not isinstance(info, dict)
+        reward: Any = entry.get("reward")
+        done, frame = entry.get("done"), entry.get("frame")
+        info, episode = entry.get("info", {}), entry.get("episode_id")
+        if (type(reward) not in _NUMBERS or type(done) is not bool or type(info) is not dict
                 or type(frame) is not int):
             raise ValueError(f"a batch step reply's step needs reward, done, info and frame: {entry!r:.200}")
-        steps.append(StepReply(parent, parse_episode_id(entry.get("episode_id")), float(reward), done,
-                               info, frame, sent_at, runtime, None))
+        if type(episode) is str and episode.isdecimal() and episode.isascii():  # (as ids travel)
+            episode = int(episode)
+        elif type(episode) is not int:
+            episode = parse_episode_id(episode)  # (says what is wrong)
+        steps.append(StepReply(parent, episode, float(reward), done, info, frame, sent_at, runtime, None))
     return BatchStepReply(parent, sent_at, runtime, shm, tuple(steps))
 

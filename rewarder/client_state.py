@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import orjson
 
-from .batch_messages import BatchStepReply
+from .batch_messages import REPLY_BATCH_STEP, BatchStepReply, read_reply
 from .connections import ClientConnection
 from .errors import ProtocolError, RewarderError, UnknownMethod
 from .protocol import (
@@ -135,26 +135,27 @@ class ClientState:
             return Closing(event.message, self._describe is None)  # type: ignore[union-attr]
         return None
 
-    def receive_step(self, data: bytes, waiting: Container[Any]) -> StepReply | None:
+    def receive_step(self, data: bytes, waiting: Container[Any]) -> StepReply | BatchStepReply | None:
         """A lockstep step's usual message, read fast: a well-formed ``v0.reply.env.step``
-        to a request in ``waiting``, with one ``orjson.loads`` and direct reads (counted as
-        :meth:`receive` counts it). None for anything else or unusual (a refusal, a
-        Universe server's string id, a field of the wrong type): the caller hands it to
-        :meth:`receive`, whose full parser files it or says what is wrong.
+        or ``v0.reply.batch.step`` to a request in ``waiting``, with one ``orjson.loads``
+        and direct reads (counted as :meth:`receive` counts it). None for anything else or
+        unusual (a refusal, a Universe server's string id, a field of the wrong type): the
+        caller hands it to :meth:`receive`, whose full parser files it or says what is wrong.
 
         Args:
             data: one message's bytes.
             waiting: the ids of step requests awaited.
 
         Returns:
-            The reply, or None for the full parser.
+            The reply (a batch's for a batch step), or None for the full parser.
         """
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
             return None
-        if type(obj) is not dict or obj.get("method") != REPLY_STEP:
+        if type(obj) is not dict:
             return None
+        method = obj.get("method")
         headers: Any = obj.get("headers")
         body: Any = obj.get("body")
         if type(headers) is not dict or type(body) is not dict:
@@ -162,6 +163,17 @@ class ClientState:
         parent, episode = headers.get("parent_message_id"), headers.get("episode_id")
         sent_at: Any = headers.get("sent_at")
         runtime: Any = headers.get("parent_runtime")
+        if method != REPLY_STEP:
+            if (method != REPLY_BATCH_STEP or type(parent) is not int or parent not in waiting
+                    or type(sent_at) not in _NUMBERS):
+                return None
+            try:  # (one batch's reply: read here, not parsed a second time)
+                batch = read_reply(parent, body, float(sent_at),
+                                   float(runtime) if type(runtime) in _NUMBERS else 0.0)
+            except ValueError:
+                return None
+            self._messages += 1
+            return batch
         reward: Any = body.get("reward")
         done, info = body.get("done"), body.get("info", {})
         frame, shm = body.get("frame"), body.get("shm")

@@ -31,6 +31,8 @@ from .shm import HEADER, MAGIC, MAX_SIDE, PIXELS_AT, VNC_INSTEAD
 MAX_SLOTS: Final = MAX_GAMES_PER_PROCESS
 #: Slots start on multiples of this (aligned for numpy's copies, as a frame's pixels are).
 ALIGN: Final = 64
+#: The magic of a slot no frame was written to yet (zero bytes).
+_NEVER: Final = bytes(len(MAGIC))
 
 
 def stride_of(height: int, width: int) -> int:
@@ -108,7 +110,28 @@ class SlotReader(shm.OpenSegment):
         ``uint8[height, width, 3]``) with one ``preadv``; each slot's (frame number,
         episode id), None for a slot no frame was written to yet (its step was refused).
         ``dests`` may be partly written when it raises."""
-        count = len(dests)
+        shape = (self.height, self.width, 3)
+        for dest in dests:
+            if dest.shape != shape or dest.dtype != np.uint8 or not dest.flags.c_contiguous:
+                raise ValueError(f"frame segment {self.name} holds {self.width}x{self.height} "
+                                 f"frames, not {dest.dtype}{list(dest.shape)}; {VNC_INSTEAD}")
+        return self._read([dest.data.cast("B") for dest in dests])
+
+    def read_rows(self, batch: np.ndarray, rows: Sequence[int]) -> list[tuple[int, int] | None]:
+        """:meth:`read_into` rows ``rows`` of ``batch`` (a C-contiguous, writable
+        ``uint8[n, height, width, 3]``), slot j into row ``rows[j]``: the batch checked
+        once, not a row at a time (a vector step reads every process's slots so)."""
+        if (batch.shape[1:] != (self.height, self.width, 3) or batch.dtype != np.uint8
+                or not batch.flags.c_contiguous):
+            raise ValueError(f"frame segment {self.name} holds {self.width}x{self.height} "
+                             f"frames, not rows of {batch.dtype}{list(batch.shape)}; {VNC_INSTEAD}")
+        view = batch.data.cast("B")  # (C-contiguous: a flat view of every row)
+        size = self.height * self.width * 3
+        return self._read([view[row * size:(row + 1) * size] for row in rows])
+
+    def _read(self, pixels: list[memoryview]) -> list[tuple[int, int] | None]:
+        """One ``preadv`` of slots 0..len(pixels)-1, each slot's pixels into its view."""
+        count = len(pixels)
         if self._fd < 0:
             raise ValueError(f"frame segment {self.name}: the reader is closed; {VNC_INSTEAD}")
         if count * self.stride > self.size or count > MAX_SLOTS:
@@ -116,29 +139,25 @@ class SlotReader(shm.OpenSegment):
         headers = self._headers
         while len(headers) < count:
             headers.append(bytearray(PIXELS_AT))
-        shape = (self.height, self.width, 3)
         buffers: list[bytearray | memoryview] = []
-        for i, dest in enumerate(dests):
-            if dest.shape != shape or dest.dtype != np.uint8 or not dest.flags.c_contiguous:
-                raise ValueError(f"frame segment {self.name} holds {self.width}x{self.height} "
-                                 f"frames, not {dest.dtype}{list(dest.shape)}; {VNC_INSTEAD}")
+        pad = self._pad
+        for i, view in enumerate(pixels):
             buffers.append(headers[i])
-            buffers.append(dest.data.cast("B"))
-            if self._pad and i < count - 1:
-                buffers.append(self._pad)
-        want = count * self.stride - len(self._pad)
+            buffers.append(view)
+            if pad and i < count - 1:
+                buffers.append(pad)
+        want = count * self.stride - len(pad)
         got = os.preadv(self._fd, buffers, 0)
         if got < want:
             raise ValueError(f"frame segment {self.name} is truncated ({got} bytes of {want}); {VNC_INSTEAD}")
         out: list[tuple[int, int] | None] = []
         for i in range(count):
             magic, number, episode, height, width = HEADER.unpack_from(headers[i], 0)
-            if magic == bytes(len(MAGIC)):  # never written
+            if magic == _NEVER:  # never written
                 out.append(None)
                 continue
-            if magic != MAGIC or (height, width) != (self.height, self.width):
+            if magic != MAGIC or height != self.height or width != self.width:
                 raise ValueError(f"slot {i} of frame segment {self.name} holds no {self.width}x"
                                  f"{self.height} frame; {VNC_INSTEAD}")
             out.append((number, episode))
         return out
-

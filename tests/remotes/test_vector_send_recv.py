@@ -1,0 +1,166 @@
+"""``RemoteVectorEnv(batch_size=k)``'s send/recv (remotes/arrivals.py, issue 40): a recv
+returns the results of k remotes, whichever answered first, named in ``info["env_id"]``;
+each remote steps exactly as it does alone for the same seed and actions; a killed
+process is reported for each of its games in the result that sees it."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from remotes import RemoteVectorEnv, start_local
+from remotes.local import LocalRemotes
+
+N = 8
+GAMES = 4
+K = 3
+#: recv() calls of the comparison run; frames a step spans and each episode's step limit
+#: (episodes end, by Catch's own end or by the limit, several times a run).
+RECVS = 240
+FRAMESKIP = 30
+EPISODE_STEPS = 12
+SEED = 11
+LOCKSTEP = ("--mode", "lockstep")
+#: Seconds a restarted process may take to be back (a process start on a loaded machine).
+BACK_WITHIN = 60.0
+KEYS = [[("KeyEvent", "Left", True)], [("KeyEvent", "Left", False)],
+        [("KeyEvent", "Right", True)], [("KeyEvent", "Right", False)], []]
+
+
+@pytest.fixture(scope="module")
+def batched() -> Iterator[LocalRemotes]:
+    """8 Catch games in 2 processes of 4."""
+    with start_local("builtin.Catch-v0", N, extra_args=LOCKSTEP, games_per_process=GAMES) as local:
+        assert len(local.processes) == N // GAMES
+        yield local
+
+
+Digest = tuple[bytes, float, bool, bool]
+
+
+def _digest(obs: np.ndarray, reward: float, terminated: bool, truncated: bool) -> Digest:
+    return hashlib.sha256(obs.tobytes()).digest(), float(reward), bool(terminated), bool(truncated)
+
+
+def _alone(address: Any, seed: int, actions: list[Any]) -> list[Digest]:
+    """One remote's results for ``actions`` (a vector of one: the same autoreset seeds)."""
+    env = RemoteVectorEnv([address], mode="lockstep", max_episode_steps=EPISODE_STEPS, frameskip=FRAMESKIP)
+    try:
+        obs, _ = env.reset(seed=seed)
+        out = [_digest(obs[0], 0.0, False, False)]
+        for action in actions:
+            obs, rewards, terminated, truncated, _ = env.step([action])
+            out.append(_digest(obs[0], rewards[0], terminated[0], truncated[0]))
+    finally:
+        env.close()
+    return out
+
+
+def test_recv_returns_k_remotes_as_they_answer_and_each_steps_as_it_does_alone(batched: LocalRemotes) -> None:
+    env = RemoteVectorEnv(batched.addresses, mode="lockstep", max_episode_steps=EPISODE_STEPS,
+                          frameskip=FRAMESKIP, batch_size=K)
+    rngs = [np.random.default_rng(100 + i) for i in range(N)]
+    sent: list[list[Any]] = [[] for _ in range(N)]
+    seen: list[list[Digest]] = [[] for _ in range(N)]
+    counts: dict[int, int] = dict.fromkeys(range(N), 0)
+    try:
+        assert env.batch_size == K
+        obs, _ = env.reset(seed=SEED)
+        for i in range(N):
+            seen[i].append(_digest(obs[i], 0.0, False, False))
+        ready = list(range(N))
+        for _ in range(RECVS):
+            actions = [KEYS[int(rngs[i].integers(len(KEYS)))] for i in ready]
+            for i, action in zip(ready, actions, strict=True):
+                sent[i].append(action)
+            env.send(actions, ready)
+            obs, rewards, terminated, truncated, infos = env.recv()
+            ids = infos["env_id"].tolist()
+            assert len(ids) == K == len(set(ids)) and obs.shape[0] == K == len(rewards)
+            assert infos["remote.connected"].all()
+            for row, i in enumerate(ids):
+                seen[i].append(_digest(obs[row], rewards[row], terminated[row], truncated[row]))
+                counts[i] += 1
+            ready = ids
+        with pytest.raises(ValueError, match="not ready"):
+            env.send([[]], [next(i for i in range(N) if i not in ready)])
+        with pytest.raises(ValueError, match="send"):
+            env.step_async([[]] * N)
+    finally:
+        env.close()
+    assert min(counts.values()) > RECVS * K // N // 3  # every remote answered, many times
+    ends = sum(t or u for i in range(N) for _, _, t, u in seen[i][1:])
+    assert ends > N  # episodes ended (autoresets inside send/recv) on many remotes
+    for i in range(N):
+        steps = len(seen[i]) - 1
+        assert _alone(batched.addresses[i], SEED + i, sent[i][:steps]) == seen[i], f"env {i} differs"
+
+
+def test_a_killed_process_is_reported_for_each_of_its_games_in_the_result_that_sees_it(
+    batched: LocalRemotes,
+) -> None:
+    env = RemoteVectorEnv(batched.addresses, mode="lockstep", max_episode_steps=EPISODE_STEPS,
+                          batch_size=GAMES)
+    try:
+        env.reset(seed=2)
+        env.send([[]] * N)  # (after a reset every remote is ready)
+        _, _, _, _, infos = env.recv()
+        for _ in range(6):
+            # sent to the remotes the last recv returned, then recv
+            _, _, _, _, infos = env.step([[]] * GAMES)
+        ready = set(infos["env_id"].tolist())  # (the others' steps are out: maybe answered)
+        victims = batched.siblings(0)
+        batched.kill(0)
+        seen: dict[int, list[tuple[bool, bool, str]]] = {i: [] for i in range(N)}
+        deadline = time.monotonic() + BACK_WITHIN
+        while min(len(results) for results in seen.values()) < 2:
+            assert time.monotonic() < deadline, f"results so far: {seen}"
+            _, _, _, truncated, infos = env.step([[]] * GAMES)
+            errors = infos.get("_remote.error", np.zeros(GAMES, bool))
+            for row, i in enumerate(infos["env_id"].tolist()):
+                error = infos["remote.error"][row] if errors[row] else ""
+                seen[i].append((bool(infos["remote.connected"][row]), bool(truncated[row]), str(error)))
+        for i in victims:  # the result of the first step sent after the kill says so
+            lost = [not connected and cut and bool(error) for connected, cut, error in seen[i][:2]]
+            assert lost[0] if i in ready else lost[0] or lost[1], (i, seen[i])
+        assert all(connected for i in range(N) if i not in victims for connected, _, _ in seen[i])
+    finally:
+        env.close()
+        batched.restart(0)
+
+
+def test_batch_size_is_checked_before_anything_connects(batched: LocalRemotes) -> None:
+    for bad in (N + 1, -1):
+        with pytest.raises(ValueError, match="batch_size"):
+            RemoteVectorEnv(batched.addresses, mode="lockstep", batch_size=bad)
+    with pytest.raises(ValueError, match="lockstep"):
+        RemoteVectorEnv(batched.addresses, batch_size=2)
+
+
+def test_send_recv_misuse_is_refused_and_with_all_envs_they_are_step_async(batched: LocalRemotes) -> None:
+    env = RemoteVectorEnv(batched.addresses, mode="lockstep", batch_size=K)
+    try:
+        env.reset(seed=1)
+        with pytest.raises(ValueError, match="send"):
+            env.recv()  # nothing sent yet
+        with pytest.raises(ValueError, match="one per env"):
+            env.send([[]] * (N - 1))  # after a reset all N are ready
+        with pytest.raises(ValueError, match="not one of"):
+            env.send([[]], [N])
+    finally:
+        env.close()
+    whole = RemoteVectorEnv(batched.addresses, mode="lockstep")
+    try:
+        assert whole.batch_size == N
+        whole.reset(seed=1)
+        order = list(reversed(range(N)))
+        whole.send([KEYS[i % len(KEYS)] for i in order], order)
+        obs, rewards, _, _, infos = whole.recv()
+        assert obs.shape[0] == N and infos["env_id"].tolist() == list(range(N))
+    finally:
+        whole.close()
