@@ -446,7 +446,17 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         """Lockstep: send ``actions[j]`` to remote ``env_ids[j]`` and return at once (ALE's
         ``AtariVectorEnv.send``, EnvPool's); ``env_ids`` defaults to the remotes the last
         :meth:`recv` (or :meth:`reset`) returned. With ``batch_size`` = ``num_envs``, a
-        :meth:`step_async` of all of them (``env_ids`` any order of all)."""
+        :meth:`step_async` of all of them (``env_ids`` any order of all).
+
+        Args:
+            actions: one action per env id.
+            env_ids: the remotes to step (default: those the last recv returned).
+
+        Raises:
+            ValueError: not one action per env id, or (with ``batch_size`` = ``num_envs``)
+                env ids that are not all of the remotes.
+            RuntimeError: the env is closed.
+        """
         if self._closed:
             raise RuntimeError("send() on a closed RemoteVectorEnv")
         if isinstance(actions, str):
@@ -474,7 +484,15 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
 
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Lockstep: the results of ``batch_size`` remotes once they are in, whichever
-        answered first (ALE's ``recv``): ``info["env_id"]`` names them, row by row."""
+        answered first (ALE's ``recv``).
+
+        Returns:
+            ``(observations, rewards, terminated, truncated, infos)`` of ``batch_size`` rows;
+            ``infos["env_id"]`` names each row's remote.
+
+        Raises:
+            RuntimeError: the env is closed.
+        """
         arrivals = self._arrivals
         if arrivals is None:
             obs, rewards, terminated, truncated, infos = self.step_wait()
