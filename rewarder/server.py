@@ -4,7 +4,9 @@ Holds :class:`RewarderServer` and the :class:`EnvHandler` protocol it drives. Th
 knows the wire (auth, observers, the one active client, order, errors); the handler
 (the remote process) knows the environment (episodes, resets, input). The bytes of each
 connection are :class:`~.server_link.ServerLink`'s (websockets' sans-I/O protocol in our
-own :class:`asyncio.Protocol`).
+own :class:`asyncio.Protocol`); who gets in, and what a client's leaving sets off, are
+:class:`~.server_admission.Admission`'s, the part of the server a link calls about its
+connection.
 
 A client's messages are served in order, one at a time. What can be answered at once
 (pings, actions, a step the handler does synchronously: :meth:`EnvHandler.step_now`) is
@@ -19,30 +21,21 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import hmac
 import logging
 import os
 import ssl
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from http import HTTPStatus
 from typing import Any, Final, Protocol
 
-from websockets.http11 import Request, Response
-
-from . import connections, local_socket, protocol
-from .auth import basic_auth_password
+from . import local_socket, protocol
 from .batch_messages import REPLY_BATCH_STEP, BatchStepRequest
 from .errors import BadRequest
 from .lograte import RateLimitedLog
 from .protocol import (
-    CLOSE_BAD_PLAYER,
-    CLOSE_BUSY,
-    CLOSE_REPLACED,
-    CLOSE_THROTTLED,
     CLOSE_TOO_SLOW,
-    CLOSE_UNAUTHORIZED,
 )
+from .server_admission import Admission
 from .server_link import MAX_PENDING_MESSAGES, LinkLimits, ServerLink
 from .snapshot_messages import (
     MAX_RESTORE_MESSAGE_BYTES,
@@ -74,12 +67,6 @@ TLS_HINT: Final = (
     "connect to {url} (our agents: the address vnc+tls://HOST:VNC_PORT+REWARDER_PORT, with "
     "tls_ca= if the remote's CA is not in the system's trust store)"
 )
-
-#: Universe served a browser viewer at http://host:15900/viewer/; we redirect it.
-VIEWER_PATH: Final = "/viewer"
-#: The peer address a client of the local Unix socket counts as (the throttle's key):
-#: it runs on this machine, as a loopback TCP client does.
-LOCAL_PEER: Final = "127.0.0.1"
 
 #: Seconds between WebSocket pings to every client, and the wait for each pong: an
 #: active client that stops answering (hung, SIGSTOPped, its machine gone) frees the
@@ -179,7 +166,7 @@ class EnvHandler(Protocol):
         """
 
 
-class RewarderServer:
+class RewarderServer(Admission):
     """Serves one environment's rewarder channel to one active client and any observers.
 
     Call :meth:`start`, then the ``broadcast_*`` methods from the game loop (they never
@@ -265,11 +252,6 @@ class RewarderServer:
         #: The port's local twin (:mod:`.local_socket`), if this port has one.
         self._local: asyncio.Server | None = None
         self._closing = False
-
-    @property
-    def active(self) -> ServerLink | None:
-        """Player 0's client: Universe's one active client."""
-        return self.seated.get(0)
 
     @property
     def port(self) -> int:
@@ -410,205 +392,6 @@ class RewarderServer:
         """
         for client in self.clients:
             client.send(client.proto.observation(episode_id, observation))
-
-    # One connection (what a ServerLink tells us) -----------------------------------------------
-
-    def handshake(self, link: ServerLink, request: Request) -> Response | None:
-        """Plain HTTP for Universe's viewer URL; web pages refused; the rest goes on to the
-        WebSocket.
-
-        Args:
-            link: the connection.
-            request: its HTTP request.
-
-        Returns:
-            The HTTP response to send instead of the WebSocket upgrade, or None to upgrade.
-        """
-        origin = request.headers.get("Origin")
-        if origin is not None and origin.rstrip("/").lower() not in self.allow_origins:
-            log.info("refusing a handshake from a web page (Origin %s)", origin[:200])
-            return link.ws.reject(
-                HTTPStatus.FORBIDDEN,
-                f"this rewarder does not accept connections from web pages (Origin: "
-                f"{origin[:200]}): any site open in a browser here could drive the remote. "
-                "Agents send no Origin header. To allow this page, serve with "
-                f"--allow-origin {origin[:200]}\n",
-            )
-        if not request.path.startswith(VIEWER_PATH):
-            return None
-        if self.viewer_port is None:
-            return link.ws.reject(
-                HTTPStatus.NOT_FOUND,
-                "this remote serves no browser viewer; start it with "
-                "`universe-remote serve ENV_ID --http-port`\n",
-            )
-        # The address the request came in on, never its Host header (a client's words).
-        local = link.local_address
-        host = str(local[0]) if isinstance(local, tuple) else "127.0.0.1"  # (a Unix socket's: a name)
-        host = f"[{host}]" if ":" in host else host
-        response = link.ws.reject(
-            HTTPStatus.FOUND, f"the viewer is on port {self.viewer_port}\n"
-        )
-        scheme = "https" if self.tls is not None else "http"  # the viewer serves TLS with us
-        response.headers["Location"] = f"{scheme}://{host}:{self.viewer_port}{request.path}"
-        return response
-
-    def opened(self, link: ServerLink) -> None:
-        """Admit the client (seat an agent, send the describe) or say why not and close.
-
-        Args:
-            link: the connection whose WebSocket opened.
-        """
-        assert link.request is not None, "opened before the handshake's request"
-        get = link.request.headers.get
-        observer = get(protocol.OBSERVER_HEADER, "false").strip().lower() == "true"
-        link.observer = observer
-        link.proto = connections.ServerConnection(
-            observer=observer, max_message_bytes=self.max_message_bytes
-        )
-        client_id = get(protocol.CLIENT_ID_HEADER, "").strip()
-        if len(client_id) > protocol.MAX_CLIENT_ID_CHARS:
-            client_id = ""
-        link.client_id = client_id
-        address = link.remote_address
-        peer = address[0] if isinstance(address, tuple) else None if address is None else LOCAL_PEER
-        player = 0
-        refusal = self._refusal(get("authorization"), observer, client_id, peer)
-        if refusal is None and not observer:
-            player, refusal = self._seat_for(get(protocol.PLAYER_HEADER), client_id)
-        if refusal is None and self._closing:
-            refusal = 1001, "the remote is shutting down"
-        if refusal is not None:
-            code, reason = refusal
-            log.info("refusing %s: %s", address, reason)
-            link.send(link.proto.close(reason))
-            link.close(code, reason)
-            return
-        if not observer:
-            old = self.seated.get(player)
-            if old is not None:  # the same agent again (_refusal allowed it): it wins
-                self._replace(old)
-            self.seated[player] = link
-            link.player = player
-        link.admitted = True
-        self.clients.add(link)
-        log.info("%s connected from %s", "observer" if observer else "agent", address)
-        link.send(link.proto.describe(self.handler.episode_id, self.handler.describe()))
-
-    def ended(self, link: ServerLink) -> None:
-        """The client left or was dropped: free its seat now; the handler hears of it once
-        its request under way (if any) is done, as when messages were served by a task.
-
-        Args:
-            link: the connection that ended.
-        """
-        if not link.admitted:
-            return
-        was_active = link.player is not None and self.seated.get(link.player) is link
-        self._forget(link)  # (not if a newer one replaced it)
-        link.left_due = link.observer or was_active
-        if not link.busy:
-            self._tell_left(link)
-        log.info("%s from %s left", "observer" if link.observer else "agent", link.remote_address)
-
-    def _tell_left(self, link: ServerLink) -> None:
-        if link.left_due and not link.left_told:
-            link.left_told = True
-            self._left(link)
-
-    def _replace(self, old: ServerLink) -> None:
-        """Close the active client a newer connection with its client id replaces."""
-        reason = "replaced by a newer connection with the same client id"
-        log.info("%s: %s", old.remote_address, reason)
-        self._forget(old)
-        old.left_due = True
-        self._tell_left(old)
-        old.send(old.proto.close(reason))
-        old.close(CLOSE_REPLACED, reason)
-
-    def _forget(self, client: ServerLink) -> None:
-        self.clients.discard(client)
-        if client.player is not None and self.seated.get(client.player) is client:
-            del self.seated[client.player]
-
-    def _left(self, client: ServerLink) -> None:
-        """Tell the handler a client left; a multi-player handler hears which player."""
-        player_left = getattr(self.handler, "player_left", None)
-        if client.player and player_left is not None:
-            player_left(client.player)
-        else:
-            self.handler.client_left(client.observer)
-
-    def _seat_for(self, header: str | None, client_id: str) -> tuple[int, tuple[int, str] | None]:
-        """The player an agent asks for (``openai-player``; none: 0), or why it may not
-        have it. On a single-player remote only player 0 exists and ``_refusal`` already
-        checked its slot."""
-        players = self.players()
-        player = 0
-        if header is not None:
-            text = header.strip()
-            if not (text.isdigit() and int(text) < players):
-                return 0, (CLOSE_BAD_PLAYER, (
-                    f"{protocol.PLAYER_HEADER}: {header[:20]!r} names no player of this remote: "
-                    f"it has {players} player(s), 0..{players - 1}"
-                ))
-            player = int(text)
-        if players == 1:
-            return player, None
-        holder = self.seat_held_by(player)
-        seated = self.seated.get(player)
-        if seated is not None and not (client_id and seated.client_id == client_id):
-            holder = f"another agent on the rewarder{f' ({seated.client_id})' if seated.client_id else ''}"
-        if holder is None:
-            return player, None
-        free = [
-            p for p in range(players) if p not in self.seated and self.seat_held_by(p) is None
-        ]
-        hint = (
-            f"ask for a free one with header '{protocol.PLAYER_HEADER}: {free[0]}' (free: "
-            f"{', '.join(map(str, free))})" if free else "no player is free"
-        )
-        return player, (CLOSE_BUSY, (
-            f"player {player} is held by {holder}; {hint}, or connect with header "
-            "'openai-observer: true' to watch"
-        ))
-
-    def _refusal(
-        self, authorization: str | None, observer: bool, client_id: str = "",
-        peer: str | None = None,
-    ) -> tuple[int, str] | None:
-        """Why this handshake may not become a client, with the close code; None if it may."""
-        guard = self.auth_guard
-        if self.password is not None:
-            if guard is not None and (throttled := guard.refusal(peer)) is not None:
-                return CLOSE_THROTTLED, throttled
-            given = basic_auth_password(authorization)
-            if given is None:
-                return CLOSE_UNAUTHORIZED, (
-                    "this remote needs a password: send 'Authorization: Basic "
-                    "base64(\"<password>:\")' (the password in the username field)"
-                )
-            if not hmac.compare_digest(given.encode(), self.password.encode()):
-                if guard is not None:
-                    guard.failed(peer, "the rewarder port")
-                return CLOSE_UNAUTHORIZED, "wrong password for this remote"
-            if guard is not None:
-                guard.succeeded(peer)
-        multi = self.players() > 1  # seats are checked one by one (_seat_for)
-        holder = None if observer or multi else self.held_by()
-        if holder is not None:
-            return CLOSE_BUSY, (
-                f"{holder} holds this remote; connect with header 'openai-observer: true' to "
-                "watch, or use another remote"
-            )
-        active = self.active
-        if (not observer and not multi and active is not None
-                and not (client_id and active.client_id == client_id)):
-            return CLOSE_BUSY, (
-                "another agent is already connected to this remote as its active client; "
-                "connect with header 'openai-observer: true' to watch, or use another remote"
-            )
-        return None
 
     # Messages, in order per client -------------------------------------------------------
 

@@ -11,7 +11,8 @@ import websockets
 
 from rewarder import protocol
 from rewarder.auth import basic_auth_password
-from rewarder.server import CLOSE_BUSY, CLOSE_REPLACED, CLOSE_UNAUTHORIZED, MAX_FRAME_BYTES, RewarderServer
+from rewarder.protocol import CLOSE_BUSY, CLOSE_REPLACED, CLOSE_UNAUTHORIZED
+from rewarder.server import MAX_FRAME_BYTES, RewarderServer
 from rewarder.snapshot_messages import MAX_RESTORE_MESSAGE_BYTES
 from tests.conftest import StartRemote
 from tests.wire import WireClient, basic_auth
