@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from rewarder.link_reader import held_loop
+
 from .config import EXIT_CANNOT_LISTEN, EXIT_REFUSED, EXIT_RUNTIME_FAILED, ServeConfig
 from .ports import FLOAT_RANGE, REWARDER_BASE, VNC_BASE, Ports, busy_port_advice, choose_ports, is_free
 
@@ -310,7 +312,9 @@ def run(config: ServeConfig, tls: ServerTLS | None = None) -> int:
         print(f"universe-remote: cannot listen on {host}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_CANNOT_LISTEN
     try:
-        return asyncio.run(serve_games(config, tls, ports=ports))
+        # (its loop lets a lockstep connection be read on a thread: rewarder/link_reader.py)
+        with asyncio.Runner(loop_factory=held_loop) as runner:
+            return runner.run(serve_games(config, tls, ports=ports))
     except (RuntimeFailure, ValueError) as exc:  # unknown env, missing program, bad option, bad recording
         return _refused(exc)
     except BrokenPipeError:  # the banner's reader left (`| head`): universe_remote's main handles it

@@ -31,6 +31,7 @@ from typing import Any, Final, Protocol
 from . import local_socket, protocol
 from .batch_messages import REPLY_BATCH_STEP, BatchStepRequest
 from .errors import BadRequest
+from .link_reader import reader_for
 from .lograte import RateLimitedLog
 from .protocol import (
     CLOSE_TOO_SLOW,
@@ -466,6 +467,7 @@ class RewarderServer(Admission):
                         episode_id, body = done
                         runtime = time.perf_counter() - started
                         link.send(link.proto.reply_step(parent, episode_id, body, runtime))
+                        self._read_on_thread(link)
                         return None
             if isinstance(request, BatchStepRequest):
                 return self._batch_step(link, request, started)
@@ -473,6 +475,13 @@ class RewarderServer(Admission):
         except Exception as exc:
             self._failed(link, parent, exc, started)
             return None
+
+    @staticmethod
+    def _read_on_thread(link: ServerLink) -> None:
+        """A connection that steps in lockstep is read by a thread of its own from now
+        on, where the serve process's loop allows (rewarder/link_reader.py)."""
+        if link.reader is None and (reader := reader_for(link)) is not None:
+            reader.start()
 
     def _batch_step(
         self, link: ServerLink, request: BatchStepRequest, started: float
@@ -485,6 +494,7 @@ class RewarderServer(Admission):
         done = batch_step(request, link.client_id, link)
         if isinstance(done, dict):
             self._reply_batch(link, request, done, started)
+            self._read_on_thread(link)
             return None
         return self._batch_later(link, request, done, started)
 

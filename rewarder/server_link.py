@@ -165,6 +165,8 @@ class ServerLink(asyncio.Protocol):
         #: Whether the owner owes the handler a ``client_left`` once nothing is under way.
         self.left_due = False
         self.left_told = False
+        #: The thread reading this link while it steps (rewarder/link_reader.py), if any.
+        self.reader: Any = None
         self._batching = 0
         self._fragments: list[bytes] = []
         self._fragment_opcode: Opcode | None = None
@@ -229,6 +231,8 @@ class ServerLink(asyncio.Protocol):
         return False  # the WebSocket has its own closing handshake: nothing to write after EOF
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.reader is not None:  # (before asyncio closes the socket it polls)
+            self.reader.stop()
         self.ws.receive_eof()
         for timer in self._timers.values():
             timer.cancel()
