@@ -36,7 +36,7 @@ from .lograte import RateLimitedLog
 from .protocol import (
     CLOSE_TOO_SLOW,
 )
-from .server_admission import Admission
+from .server_admission import Admission, AuthGuard
 from .server_link import MAX_PENDING_MESSAGES, LinkLimits, ServerLink
 from .snapshot_messages import (
     MAX_RESTORE_MESSAGE_BYTES,
@@ -83,14 +83,6 @@ TEST_KEEPALIVE_INTERVAL_ENV: Final = "UNIVERSE_REMOTE_TEST_KEEPALIVE_INTERVAL"
 #: remote seated it elsewhere): set around each call into the handler for a client's
 #: message (and in the task of a request that waits), read by the handler.
 PLAYER: contextvars.ContextVar[int] = contextvars.ContextVar("player", default=0)
-
-
-class AuthGuard(Protocol):
-    """Failed-password throttling shared by a remote's ports (``rewarder.throttle``)."""
-
-    def refusal(self, address: str | None) -> str | None: ...
-    def failed(self, address: str | None, where: str) -> None: ...
-    def succeeded(self, address: str | None) -> None: ...
 
 
 class EnvHandler(Protocol):
@@ -173,6 +165,8 @@ class RewarderServer(Admission):
     Call :meth:`start`, then the ``broadcast_*`` methods from the game loop (they never
     block), and :meth:`close` at shutdown.
     """
+
+    handler: EnvHandler
 
     def __init__(
         self,

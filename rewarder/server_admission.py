@@ -16,7 +16,7 @@ import logging
 import ssl
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Final
+from typing import Any, Final, Protocol
 
 from websockets.http11 import Request, Response
 
@@ -24,9 +24,6 @@ from . import connections, protocol
 from .auth import basic_auth_password
 from .protocol import CLOSE_BAD_PLAYER, CLOSE_BUSY, CLOSE_REPLACED, CLOSE_THROTTLED, CLOSE_UNAUTHORIZED
 from .server_link import ServerLink
-
-if TYPE_CHECKING:
-    from .server import AuthGuard, EnvHandler
 
 log = logging.getLogger("rewarder.server")
 
@@ -37,10 +34,27 @@ VIEWER_PATH: Final = "/viewer"
 LOCAL_PEER: Final = "127.0.0.1"
 
 
+class AuthGuard(Protocol):
+    """Failed-password throttling shared by a remote's ports (``rewarder.throttle``)."""
+
+    def refusal(self, address: str | None) -> str | None: ...
+    def failed(self, address: str | None, where: str) -> None: ...
+    def succeeded(self, address: str | None) -> None: ...
+
+
+class Admitting(Protocol):
+    """What admission asks of the server's handler (a part of :class:`~.server.EnvHandler`)."""
+
+    episode_id: int
+
+    def describe(self) -> dict[str, Any]: ...
+    def client_left(self, observer: bool) -> None: ...
+
+
 class Admission:
     """Handshakes, admission and departures of one rewarder port's connections."""
 
-    handler: EnvHandler
+    handler: Admitting
     password: str | None
     tls: ssl.SSLContext | None
     allow_origins: frozenset[str]
