@@ -47,8 +47,10 @@ def _until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.01)
 
 
-def _agent(local: LocalRemotes, game: int, client_id: str = "agent-r") -> BlockingRewarder:
-    channel = BlockingRewarder(f"127.0.0.1:{local.addresses[game].rewarder_port}", client_id=client_id)
+def _agent(local: LocalRemotes, game: int, client_id: str = "agent-r", unix: bool = True) -> BlockingRewarder:
+    """A lockstep agent on ``game``: over the port's Unix twin, or (``unix`` False) TCP."""
+    channel = BlockingRewarder(f"127.0.0.1:{local.addresses[game].rewarder_port}", client_id=client_id,
+                               local=unix)
     channel.connect()
     channel.wait_reply(channel.send_reset(mode="lockstep"), time.monotonic() + WAIT)
     return channel
@@ -97,17 +99,18 @@ async def test_a_stepping_connection_is_read_on_a_thread_that_hands_over_for_a_r
 
 
 def test_a_connection_that_closes_mid_step_ends_cleanly(two_games: LocalRemotes) -> None:
-    """Closed with its request unanswered: the thread ends, the game serves the next agent."""
+    """Closed with its request unanswered (over TCP: the Unix twin's case is above): the
+    thread ends, the game serves the next agent."""
     pid = two_games.processes[0].pid
     base = _threads(pid)
     for _ in range(3):
-        channel = _agent(two_games, 0, "agent-gone")
+        channel = _agent(two_games, 0, "agent-gone", unix=False)
         for _ in range(2):
             _batch(channel, [channel.episode_id])
         assert _threads(pid) == base + 1
         channel.send_batch_step([(0, channel.episode_id, [], 2)])
         sock = channel._sock  # cut at once, the reply unread, without a closing handshake
-        assert isinstance(sock, socket.socket)
+        assert isinstance(sock, socket.socket) and sock.family == socket.AF_INET
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")  # (a reset)
         channel.close()
         _until(lambda: _threads(pid) == base, "the reader thread outlived its connection")
