@@ -1,7 +1,8 @@
 """A lockstep connection's reads on a thread of its own, blocking, not an asyncio wake per request.
 
 Holds :func:`held_loop` (the serve process's event loop: its thread holds one lock, the
-*loop lock*, whenever it runs, and lets go of it only while it waits in ``epoll``),
+*loop lock*, whenever it runs, and lets go of it only while it waits in ``epoll`` and a
+reader thread is alive),
 :class:`LinkReader` (the thread that reads one rewarder connection once it steps in
 lockstep) and :func:`reader_for` (whether a connection may have one).
 
@@ -67,8 +68,13 @@ class HeldSelector(selectors.EpollSelector):
         self.turn = threading.Event()
         #: Whether the loop is woken and waits for the lock.
         self.loop_wants = False
+        #: Reader threads alive (counted under the lock): with none, the loop keeps the
+        #: lock while it waits too, and a loop turn costs what asyncio's own does.
+        self.readers = 0
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if not self.readers:  # (only the loop's thread starts one: none can appear meanwhile)
+            return super().select(timeout)
         self.lock.release()
         self.turn.set()
         try:
@@ -136,6 +142,7 @@ class LinkReader:
         assert self.link.transport is not None
         self.link.reader = self
         self.link.transport.pause_reading()
+        self.loop.held.readers += 1
         self.thread.start()
 
     def stop(self) -> None:
@@ -151,10 +158,10 @@ class LinkReader:
     def _run(self) -> None:
         asyncio.events._set_running_loop(self.loop)  # (the link's code asks for its loop)
         held = self.loop.held
-        poller = select.poll()
-        poller.register(self.fd, select.POLLIN)
-        poller.register(self._wake_r, select.POLLIN)
         try:
+            poller = select.poll()
+            poller.register(self.fd, select.POLLIN)
+            poller.register(self._wake_r, select.POLLIN)
             while True:
                 try:
                     poller.poll()
@@ -179,6 +186,8 @@ class LinkReader:
                     if not going:
                         return
         finally:
+            with self.lock:
+                held.readers -= 1
             os.close(self._wake_r)
             os.close(self._wake_w)
 
