@@ -118,8 +118,8 @@ def reader_for(link: ServerLink) -> LinkReader | None:
         return None
     if not (hasattr(loop, "_ready") and hasattr(loop, "_scheduled")):  # (another asyncio)
         return None
-    if transport.get_extra_info("sslcontext") is not None:
-        return None
+    if any(transport.get_extra_info(key) is not None for key in ("sslcontext", "ssl_object")):
+        return None  # (TLS: its socket's bytes are the TLS layer's to read)
     sock = transport.get_extra_info("socket")
     if sock is None or not hasattr(transport, "pause_reading"):
         return None

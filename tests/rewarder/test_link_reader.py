@@ -2,7 +2,7 @@
 ``serve`` processes: the thread starts with the first step a connection sends, hands the
 socket back for a request that waits (a reset) and comes back after it, leaves other
 clients of the game a normal remote, and ends with its connection — closed mid-step, or
-the process stopped with Ctrl-C."""
+the process stopped with Ctrl-C; a TLS connection keeps the loop's reads."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from remotes.local import LocalRemotes
 from rewarder.batch_messages import BatchStepReply
 from rewarder.blocking import BlockingRewarder
 from rewarder.protocol import StepReply
+from rewarder.tls import CA_ENV, client_context
+from tests.tls import Certs, certs_fixture  # noqa: F401
 from tests.wire import WireClient
 
 WAIT = 10.0
@@ -150,3 +152,25 @@ def test_ctrl_c_stops_a_process_whose_connection_is_read_on_a_thread() -> None:
         if serve.poll() is None:
             serve.kill()
             serve.wait()
+
+
+def test_a_tls_connection_steps_with_the_loop_reading_it(certs: Certs) -> None:
+    """TLS bytes are the TLS layer's to read: its stepping connection keeps the loop's reads."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CA_ENV, str(certs.ca))  # (start_local's readiness probe verifies too)
+        local = start_local("builtin.Catch-v0", 1, extra_args=[
+            "--mode", "lockstep", "--tls-cert", str(certs.cert), "--tls-key", str(certs.key)])
+    with local:
+        pid = local.processes[0].pid
+        base = _threads(pid)
+        channel = BlockingRewarder(f"127.0.0.1:{local.addresses[0].rewarder_port}", client_id="agent-t",
+                                   tls=client_context(str(certs.ca)))
+        channel.connect()
+        try:
+            began = channel.wait_reply(channel.send_reset(mode="lockstep"), time.monotonic() + WAIT).frame
+            for _ in range(5):
+                reply = channel.step((), 2)
+            assert reply.frame == began + 10
+            assert _threads(pid) == base
+        finally:
+            channel.close()
