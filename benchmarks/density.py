@@ -34,7 +34,10 @@ target, measured in this run:
 
 ``python -m benchmarks.density`` (and ``python -m benchmarks``) runs k, n, latency and
 overload;
-``python -m benchmarks.density soak`` the soak; any of the names picks parts. The machine
+``python -m benchmarks.density soak`` the soak; any of the names picks parts. The overload
+part takes ``n=128,160,256`` (the n measured), ``ways=default`` (only start_local's
+default priority: to compare two trees of the code, run each alternated) and
+``seconds=6``, e.g. ``python -m benchmarks.density overload n=128,256 ways=default``. The machine
 is shared: every table prints how busy it was with other processes, and absolute figures
 drift +-30 % between runs.
 """
@@ -247,20 +250,23 @@ def print_vector(results: list[dict[str, float]], title: str) -> None:
 # overload: total env-steps/s past what the machine holds -------------------------------------
 
 
-def overload() -> None:
+def overload(counts: Sequence[int] = OVERLOAD_COUNTS, ways: Sequence[str] = tuple(OVERLOAD_WAYS),
+             seconds: float = OVERLOAD_SECONDS) -> None:
+    """The overload part over ``counts`` remotes, the ``ways`` named (keys of
+    :data:`OVERLOAD_WAYS`), ``seconds`` stepped each."""
     from remotes.capacity import capacity
 
     held = capacity(ENV_ID, 8, FPS)
-    results: dict[str, dict[int, dict[str, float]]] = {way: {} for way in OVERLOAD_WAYS}
-    for n in OVERLOAD_COUNTS:
-        for way, nice in OVERLOAD_WAYS.items():  # alternated: both ways at n before the next n
+    results: dict[str, dict[int, dict[str, float]]] = {way: {} for way in ways}
+    for n in counts:
+        for way in ways:  # alternated: both ways at n before the next n
             try:
-                results[way][n] = r = measure_vector(n, None, nice, OVERLOAD_SECONDS)
+                results[way][n] = r = measure_vector(n, None, OVERLOAD_WAYS[way], seconds)
                 print(f"  {way}, n={n}: {r['steps_per_s'] * n:,.0f} env-steps/s", flush=True)
             except Exception as exc:  # a busy machine: say which run failed, go on with the rest
                 print(f"  {way}, n={n}: failed: {str(exc)[:300]}", flush=True)
     print(f"\n  overload. Total env-steps/s, RemoteVectorEnv over n real-time {ENV_ID} remotes "
-          f"({OVERLOAD_SECONDS:g} s each), against the peak total of both ways; this machine holds "
+          f"({seconds:g} s each), against the peak total of the ways run; this machine holds "
           f"{held} by remotes.capacity")
     rows = []
     # the peak: the best total of either way at any n (the machine's, not one way's)
@@ -374,9 +380,29 @@ def soak(n: int = SOAK_N, seconds: float = SOAK_SECONDS) -> None:
           rows)
 
 
+def _options(args: Sequence[str]) -> dict[str, str]:
+    """``name=value`` arguments (the overload part's n, ways and seconds)."""
+    options = dict(a.split("=", 1) for a in args if "=" in a)
+    unknown = set(options) - {"n", "ways", "seconds"}
+    if unknown:
+        raise SystemExit(f"unknown option(s) {sorted(unknown)}: the overload part takes n=128,256, "
+                         f"ways={','.join(w.split()[0] for w in OVERLOAD_WAYS)}, seconds=6")
+    return options
+
+
+def _ways(names: str) -> tuple[str, ...]:
+    """Keys of OVERLOAD_WAYS from their first words (``default``, ``nice``)."""
+    picked = tuple(w for w in OVERLOAD_WAYS if w.split()[0] in names.split(","))
+    if not picked:
+        raise SystemExit(f"ways={names!r} names none of {[w.split()[0] for w in OVERLOAD_WAYS]}")
+    return picked
+
+
 def main(parts: list[str] | None = None) -> None:
-    """The parts named (k, n, latency, overload, soak); by default all but the soak."""
-    parts = parts or ["k", "n", "latency", "overload"]
+    """The parts named (k, n, latency, overload, soak); by default all but the soak;
+    ``name=value`` options for the overload part (module docstring)."""
+    options = _options(parts or [])
+    parts = [p for p in parts or [] if "=" not in p] or ["k", "n", "latency", "overload"]
     print(f"  {os.cpu_count()} CPUs, OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, "
           f"load average {os.getloadavg()[0]:.1f} at start, all on 127.0.0.1")
     if "k" in parts:
@@ -392,7 +418,11 @@ def main(parts: list[str] | None = None) -> None:
     if "latency" in parts:
         print_latency([measure_latency(n) for n in LATENCY_COUNTS])
     if "overload" in parts:
-        overload()
+        overload(
+            tuple(int(n) for n in options["n"].split(",")) if "n" in options else OVERLOAD_COUNTS,
+            _ways(options["ways"]) if "ways" in options else tuple(OVERLOAD_WAYS),
+            float(options.get("seconds", OVERLOAD_SECONDS)),
+        )
     if "soak" in parts:
         soak()
 

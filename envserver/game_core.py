@@ -115,6 +115,8 @@ class GameCore:
         self._seeds = np.random.default_rng()
         self._state_waiters: list[asyncio.Future[State]] = []  # resolved when the state moves
         self._frame_waiters: list[asyncio.Future[int]] = []
+        #: Real time: the newest frame was played, not drawn (nobody read it; draw_owed).
+        self._undrawn = False
         #: Frames per lockstep slice, aimed at MAX_SLICE_SECONDS from the last measured speed.
         self._slice_frames = 1
         #: Seconds per frame the last slice took (not measured yet).
@@ -149,8 +151,23 @@ class GameCore:
         return int(self.runtime.players)
 
     def screen(self) -> np.ndarray:
-        """The runtime's screen as drawn last (read it before the next frame is drawn)."""
+        """The runtime's screen, the current frame drawn if it was owed (read it before
+        the next frame is drawn)."""
+        self.draw_owed()
         return self.runtime.framebuffer
+
+    def draw_owed(self) -> None:
+        """Draw and serve the frame played while nobody read frames (:meth:`tick_frame`):
+        a VNC request or a front end's read of the screen gets the current frame."""
+        if self._undrawn:
+            self.runtime.draw()
+            self.serve_frame()
+
+    def serve_owed(self) -> None:
+        """A VNC client asks for an update (the server's ``on_request``): the frame owed
+        in real time (:meth:`draw_owed`) or in lockstep (``LockstepFrames.serve_owed``)."""
+        self.draw_owed()
+        self.lockstep_frames.serve_owed()
 
     # Lifecycle and clock ------------------------------------------------------------------
 
@@ -498,6 +515,7 @@ class GameCore:
         without the runtime's damage: nobody would read it, and a runtime whose damage is
         not taken stops working it out."""
         tag = FrameTag(self.frame, self.episode_id, time.time())
+        self._undrawn = False
         if frame is None:
             self.vnc.frame_ready(self.runtime.framebuffer, tag=tag, damage=self.runtime.take_damage())
         else:
@@ -580,11 +598,19 @@ class GameCore:
 
     def tick_frame(self) -> bool:
         """Real time: advance one frame, serve it, report its reward; whether the episode
-        ended (the remote is then resetting: :meth:`_begin_next_episode` follows)."""
+        ended (the remote is then resetting: :meth:`_begin_next_episode` follows). A frame
+        nobody reads (no VNC request out, nobody hearing each result) is played, not
+        drawn: :meth:`draw_owed` draws it when it is asked for (issue 44)."""
         self.fire(Event.TICK)
-        events = self.inputs.take()  # (recorded as this frame's, forwarded or not)
-        result = self._advance(1, () if self.runtime.forwards_input else events)
-        self.serve_frame()
+        taken = self.inputs.take()  # (recorded as this frame's, forwarded or not)
+        runtime = self.runtime
+        events = () if runtime.forwards_input else taken
+        if runtime.draws_on_demand and not self.result_sinks and not self.vnc.wanted():
+            result = self._advanced(runtime.play(events, 1))
+            self._undrawn = True
+        else:
+            result = self._advance(1, events)
+            self.serve_frame()
         announced = {k: result.info[k] for k in self.runtime.announced_info if k in result.info}
         if (
             result.reward or result.done or (result.rewards and any(result.rewards))

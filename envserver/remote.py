@@ -164,7 +164,7 @@ class Remote:
             player_passwords=player_passwords,
         )
         core.attach(self.vnc, self.rewarder)
-        self.vnc.on_request = core.lockstep_frames.serve_owed
+        self.vnc.on_request = core.serve_owed
         self.vnc_port: int | None = None
         #: The browser viewer (``start(http_port=...)``), or None.
         self.viewer: Viewer | None = None

@@ -6,7 +6,11 @@ peak's frames): the remotes took the cores, and the agent that steps them waited
 :func:`start_local` and the warm pool ask :func:`capacity` before they start remotes; past
 it they warn (:func:`overload_warning`) and start the remotes at :data:`OVERLOAD_NICE`, so
 the kernel serves the agent first and the remotes share what is left: each remote's frame
-rate falls, the total does not collapse.
+rate falls, the total does not collapse. What a remote costs past capacity is also less
+than a frame's full price: the agent asks each remote for the frames it reads (frames on
+demand, :attr:`vncdriver.client.VNCClient.on_demand`), and a built-in game plays the
+frames nobody reads without drawing them (``Runtime.draws_on_demand``), so an agent
+slower than its remotes no longer has them encode, and itself decode, every frame drawn.
 
 The estimate is CPU per frame (:func:`frame_cpu_ms`): measured from the remotes' own
 processes when a :class:`~remotes.local.LocalRemotes` closes (their CPU from ``/proc``

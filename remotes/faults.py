@@ -98,6 +98,11 @@ class Faults:
     def _progress(self, slot: Slot, now: float) -> float:
         """When the slot last showed life (frames, or without tags, any message)."""
         session = slot.session
+        vnc = session.vnc
+        if slot.tags and vnc is not None and vnc.on_demand:
+            # frames come when a step asks: silence counts only while a request is out
+            asked = vnc.asked_at
+            return now if asked is None else max(slot.progress_at, asked)
         if not slot.tags:
             if not slot.heartbeats:
                 return now  # a foreign remote: a still screen is no sign of trouble

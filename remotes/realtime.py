@@ -267,6 +267,7 @@ class RealtimeSteps:
         starting: list[Slot] = []
         lost: list[tuple[Slot, str]] = []
         late = np.zeros(self.lane.num)
+        asked: list[tuple[Slot, int]] = []  # on demand: the frame each was asked for
         clock = False
         for slot in self.lane.slots:
             i = slot.index
@@ -304,6 +305,8 @@ class RealtimeSteps:
                 else:
                     required = not slot.behind and not self.faults.stalled(slot, now)
                     self.lane.gate.expect(slot, target, required, capture=True)
+                    if slot.session.on_demand:
+                        asked.append((slot, target))
             else:
                 clock = True
         for slot, reason in lost:  # after the healthy remotes got their actions
@@ -323,6 +326,9 @@ class RealtimeSteps:
             await self.lane.gate.wait(deadline)
         for slot in starting:
             infos[slot.index] = starts[slot.index]
+        for slot, target in asked:  # on demand the newest frame comes when asked: how late
+            if slot.captured is not None and slot.captured > target:
+                late[slot.index] = (slot.captured - target) / self.lane.fps
         if self.web is not None and answered:
             await self.web.wait(answered, self.lane.gate)
         self._collect(running, rewards, terminated, truncated, infos, late)

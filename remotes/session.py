@@ -159,6 +159,9 @@ class RemoteSession:
         self.on_frame: Callable[[FrameTag], None] | None = None
         #: True once a newer session of this process took this remote's active slot.
         self.replaced = False
+        #: Real time: VNC updates only when a step reads one (:meth:`want_frame`), so
+        #: frames nobody reads are neither encoded nor decoded (issue 44).
+        self.on_demand = False
         #: Where the remote is now, for remotes that come back at another address (a
         #: restarted Ray actor): asked before each probe of a dropped remote.
         self.locate: Callable[[], Awaitable[RemoteAddress]] | None = None
@@ -296,12 +299,19 @@ class RemoteSession:
         addr = self.address
         if addr.vnc is None:
             return None
-        return VNCClient(
+        client = VNCClient(
             addr.vnc, password=self.password, start_timeout=timeout, name=self.name,
             frame_tags=True,  # servers that are not ours ignore the request
             on_update=self._vnc_update, **self.vnc_options.kwargs(addr.host), tls=self.tls,
             request_hold=REQUEST_HOLD,
         )
+        client.on_demand = self.on_demand
+        return client
+
+    def want_frame(self) -> None:
+        """On demand: ask VNC for the newest frame now (unless a request is out)."""
+        if self.vnc is not None:
+            self.vnc.want_update()
 
     def _client_id(self) -> str:
         return (self.client_id or process_client_id()) + ("" if not self.player else f":p{self.player}")

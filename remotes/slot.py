@@ -61,6 +61,9 @@ class Slot:
     captured_episode: int | None = None
     #: Missed its target frame at the last deadline and has not moved since.
     behind: bool = False
+    #: Real time: VNC sends a frame only when a step asks for one (:class:`FrameGate`),
+    #: once the remote's describe says it tags its frames (a tagless one streams).
+    demand: bool = False
     #: Why the slot is away, and what brings it back: real time, the loop's task that
     #: reconnects it; lockstep, the future of the loop's probe (True once the remote
     #: answers: the step that sees it connects). False for a replaced session.
@@ -102,6 +105,10 @@ class Slot:
         self.instruction = None
         self.heard(texts)
         self.tags, self.heartbeats = session.frame_tags, session.heartbeats
+        if self.demand:  # (frames on demand need tags: a step knows the one it asked for)
+            session.on_demand = self.tags
+            if session.vnc is not None:
+                session.vnc.on_demand = self.tags
         tag = session.tag
         self.seen = self.returned = tag.frame if tag is not None else None
         self.episode = tag.episode_id if tag is not None else None
@@ -150,6 +157,7 @@ class FrameGate:
         self._waiting = 0
         for slot in slots:
             slot.session.on_frame = self._hook(slot) if hooks else None
+            slot.demand = hooks
 
     def _hook(self, slot: Slot) -> Callable[[FrameTag], None]:
         def on_frame(tag: FrameTag) -> None:
@@ -169,6 +177,8 @@ class FrameGate:
                     gate = self._gate
                     if self._waiting <= 0 and gate is not None and not gate.done():
                         gate.set_result(None)
+            elif target is not None:
+                slot.session.want_frame()  # (on demand: not there yet, ask again)
 
         return on_frame
 
@@ -199,6 +209,7 @@ class FrameGate:
             slot.required = True
             self._waiting += 1
         slot.target = frame
+        slot.session.want_frame()  # (on demand; else one is always asked for)
 
     async def wait(self, deadline: float) -> None:
         """Wait until every required expected frame is in (every expected one, when none

@@ -168,6 +168,10 @@ class Runtime(abc.ABC):
     #: True when lockstep steps call :meth:`aadvance` (it awaits I/O: a browser's page),
     #: which the remote awaits once per step instead of slicing :meth:`advance`.
     async_advance: ClassVar[bool] = False
+    #: True when :meth:`play` advances like :meth:`advance` without drawing and
+    #: :meth:`draw` draws the state now: a real-time remote whose frames nobody reads
+    #: plays them and draws only when one is asked for (issue 44).
+    draws_on_demand: ClassVar[bool] = False
 
     #: Why this runtime cannot snapshot (None: it can). Shown in describe as "snapshots".
     snapshot_refusal: ClassVar[str | None] = "this environment cannot save its state"
@@ -180,10 +184,16 @@ class Runtime(abc.ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A subclass that redefines :meth:`step` but not :meth:`advance` gets the base
         advance (a loop of its ``step``): an advance inherited from a faster parent would
-        skip the subclass's step, in real time too, where the remote advances 1 frame."""
+        skip the subclass's step, in real time too, where the remote advances 1 frame.
+        One that redefines either but not :meth:`play` draws every frame (its play is
+        its advance)."""
         super().__init_subclass__(**kwargs)
         if "step" in vars(cls) and "advance" not in vars(cls):
             cls.advance = Runtime.advance  # type: ignore[method-assign]
+        if ("step" in vars(cls) or "advance" in vars(cls)) and "play" not in vars(cls):
+            # a parent's play would skip this class's own step or advance
+            cls.play = Runtime.play  # type: ignore[method-assign]
+            cls.draws_on_demand = False
 
     def __init__(self) -> None:
         self.framebuffer = np.zeros((self.height, self.width, 3), dtype=np.uint8)
@@ -230,6 +240,25 @@ class Runtime(abc.ABC):
             if result.done:
                 break
         return total
+
+    def play(self, events: Sequence[InputEvent], frames: int) -> StepResult:
+        """As :meth:`advance` (the same rules, rewards and ends), leaving
+        :attr:`framebuffer` as it was; :meth:`draw` catches it up. Only for a runtime with
+        :attr:`draws_on_demand`; this default draws.
+
+        Args:
+            events: the input, applied before the first frame.
+            frames: frames to run (1 or more).
+
+        Returns:
+            Their :class:`StepResult`, as :meth:`advance` gives it.
+        """
+        return self.advance(events, frames)
+
+    def draw(self) -> None:
+        """Draw the current state into :attr:`framebuffer` (after :meth:`play`), with its
+        damage; nothing for a runtime that always draws."""
+        return None
 
     def take_damage(self) -> list[tuple[int, int, int, int]] | None:
         """The rectangles (x, y, w, h) of :attr:`framebuffer` drawn since the last call,

@@ -214,6 +214,8 @@ class _Game(Runtime):
     max_misses: ClassVar[int]
     #: Snapshots hold every variable of the rules and the generator (runtimes/builtin_state.py).
     snapshot_refusal = None
+    #: The rules never read the screen: :meth:`play` skips drawing, :meth:`draw` catches up.
+    draws_on_demand = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -240,6 +242,16 @@ class _Game(Runtime):
         """Play ``frames`` frames with the input held; draw once, at the end: drawing is
         most of a frame's cost, so an advance of k frames costs little more than one
         step (``python -m benchmarks realtime_cpu`` measures a frame's cost)."""
+        result = self._play_frames(events, frames)
+        if result.frames:
+            self._draw()
+        return result
+
+    def play(self, events: Sequence[InputEvent], frames: int) -> StepResult:
+        """:meth:`advance` without the draw (the frame drawn last stays on screen)."""
+        return self._play_frames(events, frames)
+
+    def _play_frames(self, events: Sequence[InputEvent], frames: int) -> StepResult:
         check_frames(frames)
         if self.done:
             return StepResult(0.0, True, self._info(), frames=0)
@@ -248,8 +260,10 @@ class _Game(Runtime):
         while ran < frames and not self.done:
             reward += self._play(())
             ran += 1
-        self._draw()
         return StepResult(reward, self.done, self._info(), frames=ran)
+
+    def draw(self) -> None:
+        self._draw()
 
     @abc.abstractmethod
     def _play(self, events: Sequence[InputEvent]) -> float:
@@ -275,6 +289,7 @@ class _Game(Runtime):
         self._draw()
 
     def state_digest(self) -> bytes:
+        self._draw()  # (a frame played, not drawn: the screen is part of the state)
         digest = hashlib.blake2b(self.snapshot(), digest_size=16)
         digest.update(self.framebuffer.data)
         return digest.digest()

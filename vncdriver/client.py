@@ -190,6 +190,28 @@ class VNCClient:
         self._connected_at = 0.0
 
     @property
+    def on_demand(self) -> bool:
+        """Whether the client asks for an update only when a reader wants one
+        (:meth:`want_update`, :meth:`wait_update`, :meth:`wait_frame`, or input): a
+        real-time agent between its steps then has the server encode and send nothing."""
+        return self._requests.on_demand
+
+    @on_demand.setter
+    def on_demand(self, value: bool) -> None:
+        self._requests.on_demand = value
+
+    def want_update(self) -> None:
+        """On demand: ask for one update now (the newest frame), unless one is asked for
+        (nothing otherwise)."""
+        self._requests.want(self._conn, self._proto)
+
+    @property
+    def asked_at(self) -> float | None:
+        """Monotonic time the outstanding update request went out (None: none is): how
+        long an on-demand client has waited for the server."""
+        return self._requests.asked_at(self._proto)
+
+    @property
     def request_hold(self) -> float | None:
         """Seconds the next update request may wait for the input that answers an update;
         None asks for the next update at once."""
@@ -414,6 +436,8 @@ class VNCClient:
         if self._applied.count > after:
             return self._applied.count
         self._raise_if_stopped()
+        if self._requests.on_demand:
+            self.want_update()
         return await self._applied.wait(after, timeout, self.name)
 
     # Input -------------------------------------------------------------------------------

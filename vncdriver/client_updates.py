@@ -11,6 +11,7 @@ import nothing of it.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Final
 
 from .client_connection import Connection
@@ -31,6 +32,8 @@ class UpdateRequests:
     whatever changed since. With ``hold`` (seconds, None: never) a real-time agent's next
     request waits for the input that answers the update and goes out with it, in one
     packet. :meth:`pause` stops asking; :meth:`stop` for good (the connection ended).
+    :attr:`on_demand` asks only when a reader wants an update (:meth:`want`) or input
+    goes out: the server then neither encodes nor sends frames nobody reads (issue 44).
     """
 
     def __init__(self, hold: float | None) -> None:
@@ -43,15 +46,42 @@ class UpdateRequests:
         self._input_since_update = False  # input was sent after the last update
         self._tag_pace: tuple[int, float] | None = None  # (frame, server time) of a tag
         self._frame_period: float | None = None  # between the server's frames, by its tags
+        #: No request goes out after an update unless a reader asks (:meth:`want`).
+        self.on_demand = False
+        self._asked_at: float | None = None  # when the outstanding request went out
 
     @property
     def held(self) -> bool:
         """True while a request waits for input (or for its hold to end)."""
         return self._held is not None
 
+    def asked_at(self, proto: ClientProtocol | None) -> float | None:
+        """Monotonic time the outstanding request went out (None: none is out)."""
+        return self._asked_at if proto is not None and proto.pending_requests else None
+
+    def want(self, conn: Connection | None, proto: ClientProtocol | None) -> None:
+        """On demand: ask for one update now, unless one is out (nothing otherwise: a
+        streaming client always has one out, or held for input)."""
+        if (
+            not self.on_demand or self.paused or self._stopped or conn is None
+            or proto is None or conn.lost.done() or proto.pending_requests
+        ):
+            return
+        self._request(proto)
+        conn.write(proto.data_to_send())
+
+    def _request(self, proto: ClientProtocol) -> None:
+        if not proto.pending_requests:
+            self._asked_at = time.monotonic()
+        proto.request_update()
+
     def applied(self, conn: Connection, proto: ClientProtocol, last: FramebufferUpdated) -> None:
-        """Updates were applied (``last`` the newest): send the next request, or hold it."""
-        if proto.pending_requests == 0 and not self.paused and self._held is None:
+        """Updates were applied (``last`` the newest): send the next request, or hold it
+        (on demand: neither; a reader asks)."""
+        if (
+            proto.pending_requests == 0 and not self.paused and self._held is None
+            and not self.on_demand
+        ):
             hold = self._hold_for(last)
             if hold > 0:
                 # A real-time agent answers each update with input: its next request
@@ -73,7 +103,9 @@ class UpdateRequests:
             self._held.cancel()
             self._held = None
             if proto.pending_requests == 0 and not self.paused:
-                proto.request_update()
+                self._request(proto)
+        elif self.on_demand and not proto.pending_requests and not self.paused:
+            self._request(proto)  # input wants its effect seen: the request travels with it
 
     def pause(self) -> None:
         """Ask for no update after the one outstanding."""
@@ -85,7 +117,7 @@ class UpdateRequests:
             return
         self.paused = False
         if proto is not None and conn is not None and proto.pending_requests == 0:
-            proto.request_update()
+            self._request(proto)
             conn.write(proto.data_to_send())
 
     def stop(self) -> None:
