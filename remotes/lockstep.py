@@ -44,6 +44,7 @@ from vncdriver.errors import VNCError
 
 from .batched import Batches
 from .faults import RECONNECT_ATTEMPT_TIMEOUT, Faults, error_text, relocate
+from .lockstep_fast import FastSteps
 from .lockstep_replies import Replies, rewarder_of
 from .lockstep_vnc import LOOP_SLACK, MIN_FRAME_WAIT, frames_over_vnc, vnc_frame
 from .session import RESET_TIMEOUT, RemoteUnavailable
@@ -86,6 +87,8 @@ class LockstepSteps:
         self.batches = Batches(lane) if web is None else None
         #: Reads and delivers the replies (remotes.lockstep_replies).
         self.replies = Replies(lane, self.batches)
+        #: The batched lane's steady state in a few calls per process (remotes.lockstep_fast).
+        self.fast = FastSteps(self) if self.batches is not None else None
 
     # Connecting ----------------------------------------------------------------------------
 
@@ -237,6 +240,8 @@ class LockstepSteps:
         if rewarder is not None:
             rewarder.drop_outstanding()
         slot.pending = slot.reply = slot.batch = None
+        if self.fast is not None:
+            self.fast.forget()
 
     def _send_reset(self, slot: Slot, seed: int | None, env_id: str | None) -> int:
         """Send the slot's reset (its first frame into shared memory if it can)."""
@@ -347,6 +352,11 @@ class LockstepSteps:
     def step(
         self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
     ) -> Batch:
+        fast = self.fast
+        if fast is not None and not same_step and active is None:
+            batch = fast.step(actions)
+            if batch is not None:
+                return batch
         return self.finish(self.send(actions, same_step, active))
 
     def send(
@@ -358,6 +368,8 @@ class LockstepSteps:
         frames go into :attr:`Lane.frames` as it is, each row keeping its remote's newest
         frame (send/recv, remotes.arrivals), not into a new batch."""
         lane = self.lane
+        if self.fast is not None:
+            self.fast.forget()
         slots = lane.slots
         rewards, terminated, truncated, infos = lane.outcome()
         lane.same_step = same_step
