@@ -195,13 +195,22 @@ class FastSteps:
     def _finish(self, calls: list[BatchCall], sent: Sent) -> Batch:
         """Every group's reply in; delivered here if all are plain, else the general way."""
         steps = self.steps
-        lane = steps.lane
         replies = steps.replies
         by_fd = {call.channel.fileno(): call for call in calls}
         if -1 in by_fd:
             return self._general(sent)
         poller = replies._poller_of(tuple(by_fd))
         firsts: dict[BatchCall, StepReply] = {}
+        try:
+            return self._wait(calls, sent, firsts, poller, by_fd)
+        except BaseException:  # (an interrupt, a refusal: the replies in wait where the
+            self._put_back(calls, firsts)  # general step's next look finds them)
+            raise
+
+    def _wait(self, calls: list[BatchCall], sent: Sent, firsts: dict[BatchCall, StepReply],
+              poller: Any, by_fd: dict[int, BatchCall]) -> Batch:
+        """Read each group's reply (``firsts``: its first slot's share) until all are in."""
+        lane = self.steps.lane
         limit = min(c.slots[0].deadline for c in calls)
         ready: list[BatchCall] = calls  # first look: replies read already (the keeper's)
         read = False
@@ -217,7 +226,7 @@ class FastSteps:
                     lead.pending = lead.batch = None
                     raise
                 except ConnectionClosed:  # lost: the general step reports it, for each slot
-                    return self._general(sent)
+                    return self._restore(calls, firsts, sent)
                 if taken is not None:
                     lead.pending, lead.batch = None, None
                     lead.reply = taken
@@ -248,10 +257,12 @@ class FastSteps:
                 rewarder = session.rewarder
                 if (rewarder is None or not rewarder.buffer.quiet() or session.shared.error is not None):
                     return self._restore(calls, firsts, sent)
+        heads = dict(firsts)
+        firsts.clear()  # (delivered from here on: nothing to put back)
         rewards, infos = sent.rewards, sent.infos
         now = time.monotonic()
         for call in calls:
-            first = firsts[call]
+            first = heads[call]
             for slot in call.slots:
                 reply: Any = first if slot is call.slots[0] else call.replies.pop(slot)  # (plain: checked)
                 slot.pending = slot.batch = slot.reply = slot.vnc_frame = None
@@ -276,8 +287,12 @@ class FastSteps:
         return lane.finish(rewards, sent.terminated, sent.truncated, infos, copy=False)
 
     def _restore(self, calls: list[BatchCall], firsts: dict[BatchCall, StepReply], sent: Sent) -> Batch:
-        """A reply that is not plain: every group goes the general way, its first slot's
-        reply put back where the general wait finds it."""
+        """A reply that is not plain: every group goes the general way."""
+        self._put_back(calls, firsts)
+        return self._general(sent)
+
+    def _put_back(self, calls: list[BatchCall], firsts: dict[BatchCall, StepReply]) -> None:
+        """Each group's first slot's reply put back where the general wait finds it."""
         for call in calls:
             first = firsts.get(call)
             lead = call.slots[0]
@@ -285,4 +300,4 @@ class FastSteps:
                 lead.reply = None
                 lead.pending, lead.batch = call.message_id, call
                 call.replies[lead] = first
-        return self._general(sent)
+        firsts.clear()
