@@ -17,6 +17,10 @@ where VNC lives). The loop thread is asked for only what lives there: frames ove
 when shared memory cannot be used, and probing a lost remote until it answers (the step
 that finds it answering connects and resets it here; remotes.faults).
 
+**The steady state first.** A vector step whose remotes all go in batches of their
+processes, nothing unusual about any of them, is taken by :mod:`remotes.lockstep_fast`
+(a few calls per process); anything else, and every step it hands back, comes here.
+
 **Per remote, not per step.** Each remote's step request has its own deadline
 (``stall_timeout``): a remote that misses it is lost (truncated, reconnected in the
 background). A vector step does not wait on one slow remote for the rest: once a reply
@@ -418,6 +422,7 @@ class LockstepSteps:
             reason = None if healthy else self.faults.lost_reason(slot, now)
             if reason is not None:
                 infos[i] = self.faults.lose(slot, reason, rewards, truncated)
+                np.copyto(batch[i], previous[i])  # (lost: its last frame, as while away)
                 continue
             if slot.phase is not Phase.RUNNING:
                 starting.append(slot)
@@ -437,6 +442,7 @@ class LockstepSteps:
                     )
             except (ConnectionClosed, OSError) as exc:
                 infos[i] = self.faults.lose(slot, error_text(exc), rewards, truncated)
+                np.copyto(batch[i], previous[i])
                 continue
             # A step still running its action string is working, not stalled.
             slot.deadline = now + lane.stall_timeout + (work_seconds(actions[i]) if web is not None else 0.0)
@@ -446,6 +452,7 @@ class LockstepSteps:
             sent += batched
             for slot, reason in unsent:
                 infos[slot.index] = self.faults.lose(slot, reason, rewards, truncated)
+                np.copyto(batch[slot.index], previous[slot.index])
         resets = self._send_autoresets(starting) if starting else {}
         return Sent(same_step, rewards, terminated, truncated, infos, sent, carried, starting,
                     reconnected, batch, previous, written, resets)

@@ -147,7 +147,8 @@ class FastSteps:
         now = time.monotonic()
         previous = lane.gate.frames
         assert previous is not None
-        batch = np.empty_like(previous)  # (a new batch each step; every row is written below)
+        batch = np.empty_like(previous)  # (a new batch each step; each row written by its reply,
+        # or by the general step's copies of the previous frame)
         lane.gate.frames = batch
         written: set[int] = set()
         steps.replies.written = written
@@ -169,6 +170,7 @@ class FastSteps:
                         reason = (f"{exc}" if slot.session.lockstep_channel is lead
                                   else slot.session.error or f"{exc}")
                         infos[slot.index] = steps.faults.lose(slot, reason, rewards, truncated)
+                        np.copyto(batch[slot.index], previous[slot.index])
                     continue
                 call = BatchCall(lead, message_id, group.slots, batches)
                 calls.append(call)
