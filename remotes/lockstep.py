@@ -17,6 +17,10 @@ where VNC lives). The loop thread is asked for only what lives there: frames ove
 when shared memory cannot be used, and probing a lost remote until it answers (the step
 that finds it answering connects and resets it here; remotes.faults).
 
+**The steady state first.** A vector step whose remotes all go in batches of their
+processes, nothing unusual about any of them, is taken by :mod:`remotes.lockstep_fast`
+(a few calls per process); anything else, and every step it hands back, comes here.
+
 **Per remote, not per step.** Each remote's step request has its own deadline
 (``stall_timeout``): a remote that misses it is lost (truncated, reconnected in the
 background). A vector step does not wait on one slow remote for the rest: once a reply
@@ -44,6 +48,7 @@ from vncdriver.errors import VNCError
 
 from .batched import Batches
 from .faults import RECONNECT_ATTEMPT_TIMEOUT, Faults, error_text, relocate
+from .lockstep_fast import FastSteps
 from .lockstep_replies import Replies, rewarder_of
 from .lockstep_vnc import LOOP_SLACK, MIN_FRAME_WAIT, frames_over_vnc, vnc_frame
 from .session import RESET_TIMEOUT, RemoteUnavailable
@@ -86,6 +91,8 @@ class LockstepSteps:
         self.batches = Batches(lane) if web is None else None
         #: Reads and delivers the replies (remotes.lockstep_replies).
         self.replies = Replies(lane, self.batches)
+        #: The batched lane's steady state in a few calls per process (remotes.lockstep_fast).
+        self.fast = FastSteps(self) if self.batches is not None else None
 
     # Connecting ----------------------------------------------------------------------------
 
@@ -237,6 +244,8 @@ class LockstepSteps:
         if rewarder is not None:
             rewarder.drop_outstanding()
         slot.pending = slot.reply = slot.batch = None
+        if self.fast is not None:
+            self.fast.forget()
 
     def _send_reset(self, slot: Slot, seed: int | None, env_id: str | None) -> int:
         """Send the slot's reset (its first frame into shared memory if it can)."""
@@ -347,6 +356,11 @@ class LockstepSteps:
     def step(
         self, actions: Sequence[Sequence[Any]], same_step: bool, active: Sequence[bool] | None
     ) -> Batch:
+        fast = self.fast
+        if fast is not None and not same_step and active is None:
+            batch = fast.step(actions)
+            if batch is not None:
+                return batch
         return self.finish(self.send(actions, same_step, active))
 
     def send(
@@ -358,6 +372,8 @@ class LockstepSteps:
         frames go into :attr:`Lane.frames` as it is, each row keeping its remote's newest
         frame (send/recv, remotes.arrivals), not into a new batch."""
         lane = self.lane
+        if self.fast is not None:
+            self.fast.forget()
         slots = lane.slots
         rewards, terminated, truncated, infos = lane.outcome()
         lane.same_step = same_step
@@ -406,6 +422,7 @@ class LockstepSteps:
             reason = None if healthy else self.faults.lost_reason(slot, now)
             if reason is not None:
                 infos[i] = self.faults.lose(slot, reason, rewards, truncated)
+                np.copyto(batch[i], previous[i])  # (lost: its last frame, as while away)
                 continue
             if slot.phase is not Phase.RUNNING:
                 starting.append(slot)
@@ -425,6 +442,7 @@ class LockstepSteps:
                     )
             except (ConnectionClosed, OSError) as exc:
                 infos[i] = self.faults.lose(slot, error_text(exc), rewards, truncated)
+                np.copyto(batch[i], previous[i])
                 continue
             # A step still running its action string is working, not stalled.
             slot.deadline = now + lane.stall_timeout + (work_seconds(actions[i]) if web is not None else 0.0)
@@ -434,6 +452,7 @@ class LockstepSteps:
             sent += batched
             for slot, reason in unsent:
                 infos[slot.index] = self.faults.lose(slot, reason, rewards, truncated)
+                np.copyto(batch[slot.index], previous[slot.index])
         resets = self._send_autoresets(starting) if starting else {}
         return Sent(same_step, rewards, terminated, truncated, infos, sent, carried, starting,
                     reconnected, batch, previous, written, resets)

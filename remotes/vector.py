@@ -61,6 +61,13 @@ __all__ = ["DEFAULT_FPS", "RemoteVectorEnv"]
 _MODES = {AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP}
 #: Value types gymnasium batches into a typed array (others go in an object array).
 _SCALARS: Final = (int, float, bool)
+#: Events a vector remembers as checked (by identity: an agent that reuses its action
+#: objects is not checked again each step); past this many it forgets them all, so an
+#: agent that makes new events each step holds no more than this alive.
+MAX_CHECKED_EVENTS: Final = 4096
+#: What a checked event may hold to be remembered: immutable values only, so the same
+#: object is the same event for as long as it lives.
+_IMMUTABLE: Final = (str, int, bool, np.bool_, np.integer)
 
 
 def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
@@ -278,6 +285,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         strings = self.options.actions == WEB_ACTIONS
         self.single_action_space = AnyText(MAX_ACTION_CHARS) if strings else self.vnc_space
         self.action_space = spaces.Tuple([self.single_action_space] * self.num_envs)
+        #: Events found valid for this action space, by id (:meth:`_all_checked`).
+        self._good_events: dict[int, tuple[Any, ...]] = {}
         self.metadata = {**self.metadata, "render_fps": self.fps}
 
     def _observations(self, batch: Batch) -> Any:
@@ -393,7 +402,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
             )
         if self._step_sent is not None:
             raise AlreadyPendingCallError("step() while a step_async() waits for its step_wait()", "step")
-        sent = [self._checked(i, action) for i, action in enumerate(actions)]
+        sent = self._all_checked(actions)
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         with self._stepping:
             batch: Batch = self._core.step(sent, same_step)
@@ -421,7 +430,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
                              f"{self.batch_size} use send(actions, env_ids) and recv()")
         if isinstance(actions, str) or len(actions) != self.num_envs:
             raise ValueError(f"{len(actions)} actions for {self.num_envs} remotes: give one per remote")
-        sent = [self._checked(i, action) for i, action in enumerate(actions)]
+        sent = self._all_checked(actions)
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         with self._stepping:
             self._step_sent = self._core.step_send(sent, same_step)
@@ -516,6 +525,23 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         infos = batch_infos(per_remote, self.num_envs)
         return self._observations(batch), batch.rewards, batch.terminated, batch.truncated, infos
 
+    def _all_checked(self, actions: Sequence[Any]) -> list[Any]:
+        """Every remote's action checked (:meth:`_checked`), an action whose events were all
+        checked before (the same tuple objects) with one look at each."""
+        good = self._good_events
+        out = []
+        for i, action in enumerate(actions):
+            kind = type(action)
+            if kind is list or kind is tuple:
+                for event in action:
+                    if good.get(id(event)) is not event:
+                        break
+                else:
+                    out.append(list(action))
+                    continue
+            out.append(self._checked(i, action))
+        return out
+
     def _checked(self, i: int, action: Any) -> Any:
         """Remote ``i``'s action as the stepper takes it (a string, or a list of events),
         or a ValueError naming the remote and what is wrong."""
@@ -530,6 +556,12 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         problem = self.vnc_space.check(action)
         if problem is not None:
             raise ValueError(f"invalid action for remote {i} ({self._states[i].name}): {problem}")
+        good = self._good_events
+        if len(good) + len(action) > MAX_CHECKED_EVENTS:
+            good.clear()
+        for event in action:
+            if type(event) is tuple and all(isinstance(value, _IMMUTABLE) for value in event):
+                good[id(event)] = event  # (held here: its id is not reused while remembered)
         return list(action)
 
     # Snapshots (docs/snapshots.md) -------------------------------------------------------
