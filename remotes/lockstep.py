@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,7 +48,7 @@ from vncdriver.errors import VNCError
 from .batched import Batches
 from .faults import RECONNECT_ATTEMPT_TIMEOUT, Faults, error_text, relocate
 from .lockstep_fast import FastSteps
-from .lockstep_replies import Replies, rewarder_of
+from .lockstep_replies import Replies, Sent, rewarder_of
 from .lockstep_vnc import LOOP_SLACK, MIN_FRAME_WAIT, frames_over_vnc, vnc_frame
 from .session import RESET_TIMEOUT, RemoteUnavailable
 from .slot import Slot
@@ -61,25 +60,6 @@ if TYPE_CHECKING:
 
     from .lane import Batch, Lane
     from .web import WebSteps
-
-@dataclass(slots=True)
-class Sent:
-    """A lockstep step between its two halves (:meth:`LockstepSteps.send`, ``finish``)."""
-
-    same_step: bool
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    infos: list[dict[str, Any]]
-    sent: list[Slot]
-    carried: list[Slot]
-    starting: list[Slot]
-    reconnected: set[Slot]
-    batch: np.ndarray
-    previous: np.ndarray
-    written: set[int]
-    resets: dict[Slot, tuple[int, int | None]]
-
 
 class LockstepSteps:
     """Runs lockstep connects, resets and steps of ``lane``'s slots, all in the calling

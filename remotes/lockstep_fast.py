@@ -22,7 +22,7 @@ report) hands the whole step, its requests already out, to
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from rewarder.errors import ConnectionClosed, RemoteError
 from rewarder.protocol import StepReply
 
 from .batched import BatchCall
-from .lockstep_replies import POLL_SLICE
+from .lockstep_replies import POLL_SLICE, Sent
 from .slot_state import Phase
 
 if TYPE_CHECKING:
@@ -39,8 +39,9 @@ if TYPE_CHECKING:
     from rewarder.blocking import BlockingRewarder
 
     from .batched import Batches
-    from .lane import Batch
-    from .lockstep import LockstepSteps, Sent
+    from .faults import Faults
+    from .lane import Batch, Lane
+    from .lockstep_replies import Replies
     from .slot import Slot
 
 
@@ -57,12 +58,22 @@ class _Group:
             (slot, slot.session.rewarder, slot.session.vnc, slot.session) for slot in slots]
 
 
+class Stepping(Protocol):
+    """What the fast step uses of :class:`~remotes.lockstep.LockstepSteps` (which holds
+    it): the lane, its batches, replies and faults, and the general step's second half."""
+
+    lane: Lane
+    batches: Batches | None
+    replies: Replies
+    faults: Faults
+
+    def finish(self, sent: Sent) -> Batch: ...
+
+
 class FastSteps:
     """The steady-state batched step of ``steps``' lane (see the module docstring)."""
 
-    def __init__(self, steps: LockstepSteps) -> None:
-        from .lockstep import Sent  # (lockstep imports this module)
-
+    def __init__(self, steps: Stepping) -> None:
         self.steps = steps
         self._sent_type = Sent
         #: False forces the general step (tests compare the two).

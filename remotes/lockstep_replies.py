@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import select
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -37,6 +38,26 @@ STRAGGLER_GRACE: Final = 1.0
 #: keepalive thread never takes a channel this step is reading.
 POLL_SLICE: Final = 0.1
 
+
+
+
+@dataclass(slots=True)
+class Sent:
+    """A lockstep step between its two halves (:meth:`LockstepSteps.send`, ``finish``)."""
+
+    same_step: bool
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    infos: list[dict[str, Any]]
+    sent: list[Slot]
+    carried: list[Slot]
+    starting: list[Slot]
+    reconnected: set[Slot]
+    batch: np.ndarray
+    previous: np.ndarray
+    written: set[int]
+    resets: dict[Slot, tuple[int, int | None]]
 
 
 class Replies:
