@@ -217,6 +217,13 @@ class RewarderServer:
             handler, entry, closing=lambda: self._closing, held_by=held_by, players=players,
             seat_held_by=seat_held_by,
         )
+        # The admission's own containers, named here for the broadcasts and the remote's
+        # seats (asked before every multi-player step: a plain attribute, no call); only
+        # the admission changes them.
+        #: The admitted clients (agents and observers).
+        self.clients: set[ServerLink] = self.admission.clients
+        #: The active clients by player: one on a single-player remote, player 0's.
+        self.seated: dict[int, ServerLink] = self.admission.seated
         if keepalive_interval is None:  # the default, unless a test asks for quicker rounds
             keepalive_interval = float(os.environ.get(TEST_KEEPALIVE_INTERVAL_ENV) or KEEPALIVE_INTERVAL)
         self.limits = LinkLimits(
@@ -241,16 +248,6 @@ class RewarderServer:
         #: The port's local twin (:mod:`.local_socket`), if this port has one.
         self._local: asyncio.Server | None = None
         self._closing = False
-
-    @property
-    def clients(self) -> set[ServerLink]:
-        """The admitted clients (agents and observers): :attr:`Admission.clients`."""
-        return self.admission.clients
-
-    @property
-    def seated(self) -> dict[int, ServerLink]:
-        """The active clients by player: one on a single-player remote, player 0's."""
-        return self.admission.seated
 
     @property
     def active(self) -> ServerLink | None:
@@ -363,7 +360,7 @@ class RewarderServer:
     def broadcast_describe(self) -> None:
         body = self.handler.describe()
         episode_id = self.handler.episode_id
-        for client in self.admission.clients:
+        for client in self.clients:
             client.send(client.proto.describe(episode_id, body))
 
     def broadcast_reward(
@@ -390,7 +387,7 @@ class RewarderServer:
         """
         if rewards is not None:
             info = {**info, protocol.REWARDS_INFO_KEY: list(rewards)}
-        for client in self.admission.clients:
+        for client in self.clients:
             if observers_only and not client.observer:
                 continue
             if rewards is not None and client.player is not None:
@@ -408,7 +405,7 @@ class RewarderServer:
             episode_id: the episode it belongs to.
             text: the text.
         """
-        for client in self.admission.clients:
+        for client in self.clients:
             client.send(client.proto.text(episode_id, text))
 
     def broadcast_observation(self, episode_id: int, observation: Any) -> None:
@@ -419,7 +416,7 @@ class RewarderServer:
             episode_id: the episode it belongs to.
             observation: its JSON-able value (sent as the message's ``observation``).
         """
-        for client in self.admission.clients:
+        for client in self.clients:
             client.send(client.proto.observation(episode_id, observation))
 
     # Messages, in order per client -------------------------------------------------------
