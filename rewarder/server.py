@@ -5,8 +5,8 @@ knows the wire (auth, observers, the one active client, order, errors); the hand
 (the remote process) knows the environment (episodes, resets, input). The bytes of each
 connection are :class:`~.server_link.ServerLink`'s (websockets' sans-I/O protocol in our
 own :class:`asyncio.Protocol`); who gets in, and what a client's leaving sets off, are
-:class:`~.server_admission.Admission`'s, the part of the server a link calls about its
-connection.
+:class:`~.server_admission.Admission`'s, a part the server holds and each link tells
+about its connection coming and going; a link's messages (a step among them) come here.
 
 A client's messages are served in order, one at a time. What can be answered at once
 (pings, actions, a step the handler does synchronously: :meth:`EnvHandler.step_now`) is
@@ -36,7 +36,7 @@ from .lograte import RateLimitedLog
 from .protocol import (
     CLOSE_TOO_SLOW,
 )
-from .server_admission import Admission, AuthGuard
+from .server_admission import Admission, AuthGuard, Entry
 from .server_link import MAX_PENDING_MESSAGES, LinkLimits, ServerLink
 from .snapshot_messages import (
     MAX_RESTORE_MESSAGE_BYTES,
@@ -159,7 +159,7 @@ class EnvHandler(Protocol):
         """
 
 
-class RewarderServer(Admission):
+class RewarderServer:
     """Serves one environment's rewarder channel to one active client and any observers.
 
     Call :meth:`start`, then the ``broadcast_*`` methods from the game loop (they never
@@ -208,12 +208,22 @@ class RewarderServer(Admission):
             open_timeout: seconds a connection has for its opening handshake.
         """
         self.handler = handler
-        self.held_by = held_by
-        self.password = password
-        self.tls = tls
-        self.allow_origins = frozenset(o.rstrip("/").lower() for o in allow_origins)
-        self.auth_guard = auth_guard
-        self.max_message_bytes = max_message_bytes
+        entry = Entry(
+            password=password, tls=tls, auth_guard=auth_guard, max_message_bytes=max_message_bytes,
+            allow_origins=frozenset(o.rstrip("/").lower() for o in allow_origins),
+        )
+        #: Who gets in, who is in, and what their leaving sets off (the links' door).
+        self.admission = Admission(
+            handler, entry, closing=lambda: self._closing, held_by=held_by, players=players,
+            seat_held_by=seat_held_by,
+        )
+        # The admission's own containers, named here for the broadcasts and the remote's
+        # seats (asked before every multi-player step: a plain attribute, no call); only
+        # the admission changes them.
+        #: The admitted clients (agents and observers).
+        self.clients: set[ServerLink] = self.admission.clients
+        #: The active clients by player: one on a single-player remote, player 0's.
+        self.seated: dict[int, ServerLink] = self.admission.seated
         if keepalive_interval is None:  # the default, unless a test asks for quicker rounds
             keepalive_interval = float(os.environ.get(TEST_KEEPALIVE_INTERVAL_ENV) or KEEPALIVE_INTERVAL)
         self.limits = LinkLimits(
@@ -222,15 +232,6 @@ class RewarderServer(Admission):
             keepalive_timeout=keepalive_timeout, close_timeout=CLOSE_TIMEOUT,
             too_slow_code=CLOSE_TOO_SLOW,
         )
-        #: The admitted clients (agents and observers).
-        self.clients: set[ServerLink] = set()
-        self.players = players
-        self.seat_held_by = seat_held_by
-        #: The active clients by player: one on a single-player remote, player 0's.
-        self.seated: dict[int, ServerLink] = {}
-        #: The port of the remote's browser viewer, if it serves one: Universe's viewer URL
-        #: (``http://host:15900/viewer/``) is then redirected there.
-        self.viewer_port: int | None = None
         #: The TLS side of the port (with ``tls``), after :meth:`start`.
         self.tls_port: TLSPort | None = None
         #: Our bugs a client's message ran into: one line (with its traceback) per kind per
@@ -247,6 +248,36 @@ class RewarderServer(Admission):
         #: The port's local twin (:mod:`.local_socket`), if this port has one.
         self._local: asyncio.Server | None = None
         self._closing = False
+
+    @property
+    def active(self) -> ServerLink | None:
+        """Player 0's client: Universe's one active client."""
+        return self.admission.seated.get(0)
+
+    @property
+    def viewer_port(self) -> int | None:
+        """The port of the remote's browser viewer, if it serves one: Universe's viewer
+        URL (``http://host:15900/viewer/``) is then redirected there."""
+        return self.admission.viewer_port
+
+    @viewer_port.setter
+    def viewer_port(self, port: int | None) -> None:
+        self.admission.serve_viewer(port)
+
+    @property
+    def password(self) -> str | None:
+        """The password agents must give (None: none)."""
+        return self.admission.entry.password
+
+    @property
+    def tls(self) -> ssl.SSLContext | None:
+        """The port's TLS context (None: plain ``ws://``)."""
+        return self.admission.entry.tls
+
+    @property
+    def allow_origins(self) -> frozenset[str]:
+        """The web pages whose handshakes are accepted (normalised ``Origin`` values)."""
+        return self.admission.entry.allow_origins
 
     @property
     def port(self) -> int:
@@ -282,7 +313,7 @@ class RewarderServer(Admission):
                 log.warning("%s", local_socket.unavailable(self.port, exc))
 
     def _new_link(self) -> ServerLink:
-        link = ServerLink(self, self.limits, self.closes)
+        link = ServerLink(self, self.admission, self.limits, self.closes)
         self.links.add(link)
         link.closed.add_done_callback(lambda _: self.links.discard(link))
         return link
@@ -419,7 +450,7 @@ class RewarderServer(Admission):
         link.busy = False
         if link.ended:
             link.pending.clear()
-            self._tell_left(link)
+            self.admission.tell_left(link)
             return
         link.batch_begin()
         try:

@@ -1,12 +1,14 @@
 """Who becomes a client of the rewarder port, and what their leaving sets off.
 
-Holds :class:`Admission`, the part of :class:`~.server.RewarderServer` that a
-:class:`~.server_link.ServerLink` calls about its connection (the
-:class:`~.server_link.LinkOwner` calls but ``received``): Universe's viewer URL and web
-pages at the handshake; passwords (with the shared failed-password throttle), the one
-active agent (or one per player), observers and agents of other front ends when the
-WebSocket opens; and on the way out, the seat freed at once and the handler told once
-nothing of the client's is under way. The messages themselves are :mod:`.server`'s.
+Holds :class:`Admission`, a part :class:`~.server.RewarderServer` holds (not inherits): a
+:class:`~.server_link.ServerLink` tells it about its connection (the
+:class:`~.server_link.Door` calls): Universe's viewer URL and web pages at the handshake;
+passwords (with the shared failed-password throttle), the one active agent (or one per
+player), observers and agents of other front ends when the WebSocket opens; and on the
+way out, the seat freed at once and the handler told once nothing of the client's is
+under way. It owns who is in (:attr:`Admission.clients`, :attr:`Admission.seated`); it
+is given what it reads of the server (the handler, the port's settings, callables). The
+messages themselves are :mod:`.server`'s, and a step never comes through here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import hmac
 import logging
 import ssl
 from collections.abc import Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Final, Protocol
 
@@ -51,22 +54,74 @@ class Admitting(Protocol):
     def client_left(self, observer: bool) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """Who may come in through one rewarder port: its settings, fixed at start-up."""
+
+    #: The password agents must give (None: none).
+    password: str | None = None
+    #: The port's TLS context (None: plain ``ws://``); the viewer's URL follows it.
+    tls: ssl.SSLContext | None = None
+    #: Web pages (lower-case ``Origin`` values without a trailing ``/``) let in.
+    allow_origins: frozenset[str] = frozenset()
+    #: Throttles wrong passwords per address (shared with the remote's other ports).
+    auth_guard: AuthGuard | None = None
+    #: The largest message most methods take (each client's connection checks it).
+    max_message_bytes: int = protocol.MAX_MESSAGE_BYTES
+
+
+def _nobody() -> str | None:
+    return None
+
+
+def _one() -> int:
+    return 1
+
+
+def _no_seat(player: int) -> str | None:
+    return None
+
+
 class Admission:
     """Handshakes, admission and departures of one rewarder port's connections."""
 
-    handler: Admitting
-    password: str | None
-    tls: ssl.SSLContext | None
-    allow_origins: frozenset[str]
-    auth_guard: AuthGuard | None
-    max_message_bytes: int
-    held_by: Callable[[], str | None]
-    players: Callable[[], int]
-    seat_held_by: Callable[[int], str | None]
-    clients: set[ServerLink]
-    seated: dict[int, ServerLink]
-    viewer_port: int | None
-    _closing: bool
+    def __init__(
+        self,
+        handler: Admitting,
+        entry: Entry,
+        *,
+        closing: Callable[[], bool],
+        held_by: Callable[[], str | None] = _nobody,
+        players: Callable[[], int] = _one,
+        seat_held_by: Callable[[int], str | None] = _no_seat,
+    ) -> None:
+        """Nobody is in yet.
+
+        Args:
+            handler: the environment side (what it describes, and who hears of leavers).
+            entry: the port's settings (password, TLS, web pages, throttle, message limit).
+            closing: whether the port is shutting down (newcomers are then refused).
+            held_by: names an agent of another front end holding the remote.
+            players: how many players the environment has.
+            seat_held_by: names who holds a player on another front end.
+        """
+        self.handler, self.entry, self.closing = handler, entry, closing
+        self.held_by, self.players, self.seat_held_by = held_by, players, seat_held_by
+        #: The admitted clients (agents and observers).
+        self.clients: set[ServerLink] = set()
+        #: The active clients by player: one on a single-player remote, player 0's.
+        self.seated: dict[int, ServerLink] = {}
+        #: The port of the remote's browser viewer, if it serves one: Universe's viewer URL
+        #: (``http://host:15900/viewer/``) is then redirected there (:meth:`serve_viewer`).
+        self.viewer_port: int | None = None
+
+    def serve_viewer(self, port: int | None) -> None:
+        """Redirect Universe's viewer URL to the remote's browser viewer on ``port``.
+
+        Args:
+            port: the viewer's port (None: no viewer; the URL gets a 404 saying so).
+        """
+        self.viewer_port = port
 
     @property
     def active(self) -> ServerLink | None:
@@ -85,7 +140,7 @@ class Admission:
             The HTTP response to send instead of the WebSocket upgrade, or None to upgrade.
         """
         origin = request.headers.get("Origin")
-        if origin is not None and origin.rstrip("/").lower() not in self.allow_origins:
+        if origin is not None and origin.rstrip("/").lower() not in self.entry.allow_origins:
             log.info("refusing a handshake from a web page (Origin %s)", origin[:200])
             return link.ws.reject(
                 HTTPStatus.FORBIDDEN,
@@ -109,7 +164,7 @@ class Admission:
         response = link.ws.reject(
             HTTPStatus.FOUND, f"the viewer is on port {self.viewer_port}\n"
         )
-        scheme = "https" if self.tls is not None else "http"  # the viewer serves TLS with us
+        scheme = "https" if self.entry.tls is not None else "http"  # the viewer serves TLS with us
         response.headers["Location"] = f"{scheme}://{host}:{self.viewer_port}{request.path}"
         return response
 
@@ -124,7 +179,7 @@ class Admission:
         observer = get(protocol.OBSERVER_HEADER, "false").strip().lower() == "true"
         link.observer = observer
         link.proto = connections.ServerConnection(
-            observer=observer, max_message_bytes=self.max_message_bytes
+            observer=observer, max_message_bytes=self.entry.max_message_bytes
         )
         client_id = get(protocol.CLIENT_ID_HEADER, "").strip()
         if len(client_id) > protocol.MAX_CLIENT_ID_CHARS:
@@ -136,7 +191,7 @@ class Admission:
         refusal = self._refusal(get("authorization"), observer, client_id, peer)
         if refusal is None and not observer:
             player, refusal = self._seat_for(get(protocol.PLAYER_HEADER), client_id)
-        if refusal is None and self._closing:
+        if refusal is None and self.closing():
             refusal = 1001, "the remote is shutting down"
         if refusal is not None:
             code, reason = refusal
@@ -168,10 +223,16 @@ class Admission:
         self._forget(link)  # (not if a newer one replaced it)
         link.left_due = link.observer or was_active
         if not link.busy:
-            self._tell_left(link)
+            self.tell_left(link)
         log.info("%s from %s left", "observer" if link.observer else "agent", link.remote_address)
 
-    def _tell_left(self, link: ServerLink) -> None:
+    def tell_left(self, link: ServerLink) -> None:
+        """Tell the handler the client left, if it is owed that and not told yet (the
+        server calls this too, once a request of the client's under way is done).
+
+        Args:
+            link: the connection that left.
+        """
         if link.left_due and not link.left_told:
             link.left_told = True
             self._left(link)
@@ -182,7 +243,7 @@ class Admission:
         log.info("%s: %s", old.remote_address, reason)
         self._forget(old)
         old.left_due = True
-        self._tell_left(old)
+        self.tell_left(old)
         old.send(old.proto.close(reason))
         old.close(CLOSE_REPLACED, reason)
 
@@ -238,8 +299,8 @@ class Admission:
         peer: str | None = None,
     ) -> tuple[int, str] | None:
         """Why this handshake may not become a client, with the close code; None if it may."""
-        guard = self.auth_guard
-        if self.password is not None:
+        guard, password = self.entry.auth_guard, self.entry.password
+        if password is not None:
             if guard is not None and (throttled := guard.refusal(peer)) is not None:
                 return CLOSE_THROTTLED, throttled
             given = basic_auth_password(authorization)
@@ -248,7 +309,7 @@ class Admission:
                     "this remote needs a password: send 'Authorization: Basic "
                     "base64(\"<password>:\")' (the password in the username field)"
                 )
-            if not hmac.compare_digest(given.encode(), self.password.encode()):
+            if not hmac.compare_digest(given.encode(), password.encode()):
                 if guard is not None:
                     guard.failed(peer, "the rewarder port")
                 return CLOSE_UNAUTHORIZED, "wrong password for this remote"

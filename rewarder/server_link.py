@@ -2,9 +2,10 @@
 :class:`asyncio.Protocol`.
 
 Holds :class:`ServerLink` (the bytes of one client: opening handshake, frames to
-messages, keepalive pings, the write-buffer limit, the closing handshake), the
-:class:`LinkOwner` protocol it calls (:class:`~.server.RewarderServer`), and
-:class:`LinkLimits`.
+messages, keepalive pings, the write-buffer limit, the closing handshake), the two
+protocols it calls — :class:`LinkOwner` with its messages
+(:class:`~.server.RewarderServer`), :class:`Door` about its connection coming and going
+(:class:`~.server_admission.Admission`) — and :class:`LinkLimits`.
 
 Why not websockets' asyncio server: a lockstep step there wakes a reader task, goes
 through a queue to a writer task and takes two loop iterations. Here the loop calls
@@ -113,7 +114,14 @@ class LinkLimits:
 
 
 class LinkOwner(Protocol):
-    """What a :class:`ServerLink` tells its server."""
+    """What a :class:`ServerLink` hands its server: the messages (the step path)."""
+
+    def received(self, link: ServerLink, data: str | bytes) -> None:
+        """One whole message (text as str, binary as bytes) of an open link."""
+
+
+class Door(Protocol):
+    """What a :class:`ServerLink` tells about its connection coming and going."""
 
     def handshake(self, link: ServerLink, request: Request) -> Response | None:
         """A plain HTTP answer to the opening request, or None to accept the WebSocket."""
@@ -121,15 +129,12 @@ class LinkOwner(Protocol):
     def opened(self, link: ServerLink) -> None:
         """The WebSocket is open: admit the client or refuse it (:meth:`ServerLink.close`)."""
 
-    def received(self, link: ServerLink, data: str | bytes) -> None:
-        """One whole message (text as str, binary as bytes) of an open link."""
-
     def ended(self, link: ServerLink) -> None:
         """The client is gone or given up on (called once, before the socket may close)."""
 
 
 class ServerLink(asyncio.Protocol):
-    """The server's end of one rewarder connection; the owner's per-client state too.
+    """The server's end of one rewarder connection; its owner's and door's per-client state too.
 
     Sends (:meth:`send`) never block: bytes go to the transport, and a client whose unread
     bytes pass ``max_buffered_bytes`` is closed with ``too_slow_code`` and a reason
@@ -138,8 +143,10 @@ class ServerLink(asyncio.Protocol):
     written once at the end.
     """
 
-    def __init__(self, owner: LinkOwner, limits: LinkLimits, closes: RateLimitedLog | None = None) -> None:
-        self.owner, self.limits = owner, limits
+    def __init__(
+        self, owner: LinkOwner, door: Door, limits: LinkLimits, closes: RateLimitedLog | None = None
+    ) -> None:
+        self.owner, self.door, self.limits = owner, door, limits
         #: Where the reason of a close this end starts goes (:meth:`_say_why`).
         self.closes = closes if closes is not None else _CLOSES
         self.loop = asyncio.get_running_loop()
@@ -149,9 +156,9 @@ class ServerLink(asyncio.Protocol):
         self.request: Request | None = None
         #: Set when the socket is closed.
         self.closed: asyncio.Future[None] = self.loop.create_future()
-        #: Set once the owner was told (:meth:`LinkOwner.ended`): sends are dropped.
+        #: Set once the door was told (:meth:`Door.ended`): sends are dropped.
         self.ended = False
-        # The owner's state of this client (set when it admits one).
+        # The server's state of this client (set when its door admits one).
         self.proto = connections.ServerConnection()
         self.admitted = False
         self.observer = False
@@ -162,7 +169,7 @@ class ServerLink(asyncio.Protocol):
         self.busy = False
         #: Messages that came while busy, served in order when it is done.
         self.pending: deque[str | bytes] = deque()
-        #: Whether the owner owes the handler a ``client_left`` once nothing is under way.
+        #: Whether the door owes the handler a ``client_left`` once nothing is under way.
         self.left_due = False
         self.left_told = False
         #: The thread reading this link while it steps (rewarder/link_reader.py), if any.
@@ -348,7 +355,7 @@ class ServerLink(asyncio.Protocol):
 
     def _handshake(self, request: Request) -> None:
         self.request = request
-        response = self.owner.handshake(self, request)
+        response = self.door.handshake(self, request)
         if response is None:
             response = self.ws.accept(request)
         response.headers["Server"] = SERVER_HEADER
@@ -357,7 +364,7 @@ class ServerLink(asyncio.Protocol):
             return  # (send_response ended the stream: flush half-closes)
         self._cancel("open")
         self._later("ping", self.limits.keepalive_interval, self._ping)
-        self.owner.opened(self)
+        self.door.opened(self)
 
     def _frame(self, frame: Frame) -> None:
         opcode = frame.opcode
@@ -460,4 +467,4 @@ class ServerLink(asyncio.Protocol):
     def _end(self) -> None:
         if not self.ended:
             self.ended = True
-            self.owner.ended(self)
+            self.door.ended(self)

@@ -18,6 +18,8 @@ from envserver.game_core import GameCore
 from envserver.recovery import Recovery
 from envserver.remote import Remote
 from envserver.restores import Restores
+from rewarder.server import RewarderServer
+from rewarder.server_admission import Admission
 
 PARTS: Final = (Recovery, Restores, Acting)
 
@@ -77,3 +79,23 @@ def test_the_check_sees_a_field_written_through_the_core() -> None:
     assert [(ast.unparse(t), f) for t, f in _writes(Part)] == [
         ("self", "core"), ("self.core", "episode_id")]
     assert _is_core(_writes(Part)[1][0])
+
+
+def _reads_of_self(cls: type) -> set[str]:
+    """The attributes ``cls``'s own source reads or calls on ``self``."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    return {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and _is_self(node.value) and isinstance(node.ctx, ast.Load)}
+
+
+def test_each_part_reads_only_what_it_owns() -> None:
+    """A part reads its own fields and methods (what it uses of others it holds, as
+    ``self.core`` or callables it was given): a field it reads but no code of its own
+    writes is one it was assembled with, by inheritance. The rewarder port's admission
+    is such a part of its server (rewarder/server_admission.py)."""
+    for part in (*PARTS, Admission):
+        owned = {field for target, field in _writes(part) if _is_self(target)}
+        owned |= set(vars(part))
+        assert _reads_of_self(part) - owned == set(), f"{part.__name__} reads fields it does not own"
+    assert RewarderServer.__mro__ == (RewarderServer, object), "the server holds its parts"
+    assert {"clients", "seated", "viewer_port"} <= {f for t, f in _writes(Admission) if _is_self(t)}
