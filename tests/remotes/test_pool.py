@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium
@@ -26,6 +26,7 @@ import pytest
 
 from remotes import RemoteEnv, RemoteVectorEnv
 from remotes.pool.client import PoolClient, PoolError, parse_pool
+from tests.remotes.pool_process import all_warm, running_pool, wait_for
 
 #: Seconds a lease lives unrenewed in this pool: short, so lapses are quick to see.
 DEADLINE = 2.5
@@ -33,54 +34,15 @@ CATCH = "builtin.Catch-v0"
 CLICK = "builtin.ClickTarget-v0"
 
 
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``check`` until it returns something true (bounded)."""
-    end = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.05)
-
-
 def kinds(client: PoolClient) -> dict[tuple[str, str], dict[str, Any]]:
     return {(k["env_id"], k["mode"]): k for k in client.status()["kinds"]}
 
 
-def all_warm(client: PoolClient) -> bool:
-    status = client.status()
-    return not status["leases"] and all(k["warm"] == k["size"] for k in status["kinds"])
-
-
 @pytest.fixture(scope="module")
 def pool() -> Iterator[str]:
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    env.pop("UNIVERSE_REMOTE_PASSWORD", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "universe_remote", "pool", CATCH, f"{CATCH},mode=lockstep,size=4",
-         f"{CLICK},mode=lockstep,size=1", "--size", "2", "--port", "0", "--deadline", str(DEADLINE),
-         "--nice", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().decode()
-    match = re.search(r"pool address\s+(pool://\S+)", line)
-    died = proc.stderr.read().decode() if proc.poll() is not None else ""
-    assert match, f"no pool address in {line!r}{died}"
-    address = match[1]
-    client = PoolClient(parse_pool(address))
-    try:
-        wait_for(lambda: all_warm(client), 60, "every remote warm")
+    with running_pool([CATCH, f"{CATCH},mode=lockstep,size=4", f"{CLICK},mode=lockstep,size=1",
+                      "--size", "2", "--port", "0", "--deadline", str(DEADLINE), "--nice", "0"]) as address:
         yield address
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_claim_step_release(pool: str) -> None:

@@ -9,18 +9,17 @@ from __future__ import annotations
 import json
 import os
 import queue
-import re
-import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from remotes.pool import PoolClient, claim_session, parse_pool
+from tests.remotes.pool_process import all_warm, running_pool, wait_for
 
 #: Seconds a lease lives unrenewed in this pool: short, so lapses are quick to see.
 DEADLINE = 2.0
@@ -29,22 +28,6 @@ CATCH = "builtin.Catch-v0"
 TIMEOUT = 30.0
 
 pytest.importorskip("openenv")  # OpenEnv's own client (the openenv extra)
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    end = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.05)
-
-
-def all_warm(client: PoolClient) -> bool:
-    status = client.status()
-    return not status["leases"] and all(k["warm"] == k["size"] for k in status["kinds"])
 
 
 def the_remote(client: PoolClient) -> str:
@@ -56,29 +39,9 @@ def the_remote(client: PoolClient) -> str:
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[str]:
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    env.pop("UNIVERSE_REMOTE_PASSWORD", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "universe_remote", "pool", CATCH, "--size", "1", "--port", "0",
-         "--deadline", str(DEADLINE), "--nice", "0", "--openenv", "--mcp"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    line = proc.stdout.readline().decode()
-    match = re.search(r"pool address\s+(pool://\S+)", line)
-    died = proc.stderr.read().decode() if proc.poll() is not None else ""
-    assert match, f"no pool address in {line!r}{died}"
-    client = PoolClient(parse_pool(match[1]))
-    try:
-        wait_for(lambda: all_warm(client), 60, "the remote warm")
-        yield match[1]
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with running_pool([CATCH, "--size", "1", "--port", "0", "--deadline", str(DEADLINE), "--nice", "0",
+                      "--openenv", "--mcp"]) as address:
+        yield address
 
 
 def test_an_openenv_session_claims_and_releases_and_hears_of_a_lost_lease(pool: str) -> None:
