@@ -291,9 +291,10 @@ def main() -> None:
                   f"{recv / theirs:.2f}")
         if ("atari", n) in vector:
             atari_rate = _median(vector[("atari", n)], "steps_per_s")
-            goal = GOAL_VS_ATARI_VECTOR if n == 8 else 0.0
-            print(f"  ours n={n} vs AtariVectorEnv n={n}:       {target(mine / atari_rate, goal)}"
-                  + (f" (stretch {STRETCH_VS_ATARI_VECTOR:g})" if n == 8 else ""))
+            share = mine / atari_rate  # (issue 40 sets a target at n=8 only)
+            said = (f"{target(share, GOAL_VS_ATARI_VECTOR)} (stretch {STRETCH_VS_ATARI_VECTOR:g})"
+                    if n == 8 else f"{share:.2f}")
+            print(f"  ours n={n} vs AtariVectorEnv n={n}:       {said}")
     if ("ours", 8) in vector:
         cpu8 = statistics.median(_cpu(r, 8) for r in vector[("ours", 8)])
         print(f"  ours n=8 CPU per env-step, all processes: {cpu8 * 1e6:.0f} us (target <= "
