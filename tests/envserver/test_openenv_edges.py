@@ -105,13 +105,16 @@ async def test_an_over_size_ws_message_is_answered_and_the_session_goes_on(
         await ws.send_str('{"type": "step", "data": {"keys": ["Left"]}}')
         stepped = await ws.receive_json(timeout=TIMEOUT)
         assert stepped["type"] == "observation" and stepped["data"]["done"] is False
-        # Past MAX_READ_BYTES the message is not read: the connection closes with 1009
-        # (the port may close it while the client is still writing the message).
+        # Past MAX_READ_BYTES the message is not read: the port closes with 1009 and says
+        # why in its log. It may close while the client is still writing the message; the
+        # unread bytes then make the close a reset, which can reach the client before the
+        # close frame does (1006 on this side; seen once in ~10 clean-clone runs).
         with contextlib.suppress(ConnectionError):
             await ws.send_str("x" * (protocol.MAX_READ_BYTES + 1))
         closed = await ws.receive(timeout=TIMEOUT)
         assert closed.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
-        assert ws.close_code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+        assert ws.close_code in (aiohttp.WSCloseCode.MESSAGE_TOO_BIG, aiohttp.WSCloseCode.ABNORMAL_CLOSURE)
+        assert any("exceeds limit" in record.getMessage() for record in caplog.records), caplog.text
     assert not _tracebacks(caplog)
 
 
