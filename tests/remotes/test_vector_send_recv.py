@@ -7,37 +7,22 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from remotes import RemoteVectorEnv, start_local
+from remotes import RemoteVectorEnv
 from remotes.local import LocalRemotes
+from tests.remotes.test_batched_lane import BACK_WITHIN, FRAMESKIP, GAMES, KEYS, N, batched
 
-N = 8
-GAMES = 4
 K = 3
-#: recv() calls of the comparison run; frames a step spans and each episode's step limit
-#: (episodes end, by Catch's own end or by the limit, several times a run).
+#: recv() calls of the comparison run and each episode's step limit (episodes end, by
+#: Catch's own end or by the limit, several times a run).
 RECVS = 240
-FRAMESKIP = 30
 EPISODE_STEPS = 12
 SEED = 11
-LOCKSTEP = ("--mode", "lockstep")
-#: Seconds a restarted process may take to be back (a process start on a loaded machine).
-BACK_WITHIN = 60.0
-KEYS = [[("KeyEvent", "Left", True)], [("KeyEvent", "Left", False)],
-        [("KeyEvent", "Right", True)], [("KeyEvent", "Right", False)], []]
-
-
-@pytest.fixture(scope="module")
-def batched() -> Iterator[LocalRemotes]:
-    """8 Catch games in 2 processes of 4."""
-    with start_local("builtin.Catch-v0", N, extra_args=LOCKSTEP, games_per_process=GAMES) as local:
-        assert len(local.processes) == N // GAMES
-        yield local
+__all__ = ["batched"]  # (the fixture, imported from the batched lane's tests: 8 games in 2 processes)
 
 
 Digest = tuple[bytes, float, bool, bool]
