@@ -75,7 +75,6 @@ class FastSteps:
 
     def __init__(self, steps: Stepping) -> None:
         self.steps = steps
-        self._sent_type = Sent
         #: False forces the general step (tests compare the two).
         self.enabled = True
         #: The groups of the last plan; None: make it again before the next fast step.
@@ -147,7 +146,6 @@ class FastSteps:
                         or session.rewarder is not channel):
                     self.plan = None
                     return None
-        Sent = self._sent_type
         steps = self.steps
         lane = steps.lane
         batches = steps.batches
