@@ -55,7 +55,7 @@ class BatchGames:
         ``owner``: the sending connection (a ``closed`` future ends its segment)."""
         entries = request.steps
         remotes: list[Remote | str] = [self._held(e.game, client_id) for e in entries]
-        shape = next((r.core.runtime.framebuffer.shape for r in remotes if not isinstance(r, str)),
+        shape = next((r.core.runtime.frame_shape for r in remotes if not isinstance(r, str)),
                      None)
         segment = self._segment(owner, shape) if shape is not None else None
         results: list[Reply | str] = []
@@ -65,7 +65,7 @@ class BatchGames:
                 results.append(remote)
                 continue
             assert segment is not None
-            if remote.core.runtime.framebuffer.shape != shape:
+            if remote.core.runtime.frame_shape != shape:
                 results.append(f"game {entry.game}'s screen is not the size of the batch's first "
                                "game's: step games of other sizes in a batch of their own")
                 continue

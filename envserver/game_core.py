@@ -130,7 +130,9 @@ class GameCore:
         """Draw frames to ``vnc`` and send rewards, text and describes to ``rewarder``
         (the composition root builds them after the core: their callbacks are its parts')."""
         self.vnc, self.rewarder = vnc, rewarder
-        self.lockstep_frames = LockstepFrames(self.serve_frame, wanted=vnc.wanted)
+        self.lockstep_frames = LockstepFrames(
+            self.serve_frame, wanted=vnc.wanted, screen=lambda: self.runtime.framebuffer
+        )
 
     # What it is ---------------------------------------------------------------------------
 
@@ -397,8 +399,15 @@ class GameCore:
         try:
             self._push(checked)
             progress.changed = True  # from here on frames are drawn
-            result = self._advance_slice(order.frames, self.inputs.take())
-            return self._step_done(order, result, progress)
+            runtime, into = self.runtime, order.into
+            if into is not None:  # a batch step's slot: the runtime may draw straight there
+                runtime.into = into[0].pixels(into[1])
+            try:
+                result = self._advance_slice(order.frames, self.inputs.take())
+            finally:
+                drawn = into is not None and runtime.into is None
+                runtime.into = None
+            return self._step_done(order, result, progress, drawn)
         except BaseException as exc:
             raise self.under_way_failed(progress, exc)  # noqa: B904 (its cause is set)
 
@@ -453,12 +462,15 @@ class GameCore:
         for who, events in checked.items():
             self.inputs.push(agent_source(who), events)
 
-    def _step_done(self, order: StepOrder, result: StepResult, progress: Progress) -> Reply:
+    def _step_done(
+        self, order: StepOrder, result: StepResult, progress: Progress, drawn: bool = False
+    ) -> Reply:
         """The end of every step: hand the frame over, tell observers, fire its event;
-        the reply."""
+        the reply. ``drawn``: the runtime drew the frame into the batch's slot itself."""
         progress.what = "step (handing its frame over)"
         shm = self.lockstep_frames.deliver(
-            order.obs, self.runtime.framebuffer, self.frame, self.episode_id, order.into
+            order.obs, None if drawn else self.runtime.framebuffer, self.frame,
+            self.episode_id, order.into,
         )
         info = {**result.info, FRAME_INFO_KEY: self.frame}
         if result.reward or result.done or (result.rewards and any(result.rewards)):

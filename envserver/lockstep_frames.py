@@ -40,9 +40,14 @@ class LockstepFrames:
     """
 
     def __init__(
-        self, serve: Callable[[np.ndarray | None], None], wanted: Callable[[], bool] = lambda: True
+        self, serve: Callable[[np.ndarray | None], None], wanted: Callable[[], bool] = lambda: True,
+        screen: Callable[[], np.ndarray] | None = None,
     ) -> None:
         self._serve = serve
+        #: The runtime's framebuffer, read when a frame is served, not when it is stepped:
+        #: a batch step's runtime draws into its slot and brings the framebuffer up to
+        #: date only when it is read (runtimes/base.py ``into``).
+        self._screen = screen
         #: Whether any VNC client asks for frames now; when none does, a step's frame is
         #: owed (:attr:`_owed`) and served once one asks (:meth:`serve_owed`).
         self._wanted = wanted
@@ -51,20 +56,23 @@ class LockstepFrames:
         self._served_at = 0.0
         self._flush: asyncio.TimerHandle | None = None
         self._source: np.ndarray | None = None  # the runtime's framebuffer
+        self._stepped = False  # (a frame was delivered: there is one to serve)
         self._copy: np.ndarray | None = None  # what VNC serves meanwhile
 
     def deliver(
-        self, obs: str, frame: np.ndarray, number: int, episode_id: int,
+        self, obs: str, frame: np.ndarray | None, number: int, episode_id: int,
         into: tuple[SlotSegment, int] | None = None,
     ) -> list[str | int] | None:
         """The step's ``frame`` on its way; the reply's ``shm`` value, if any. ``into``: a
-        batch step's slot (envserver.batch), which its reply names (None here)."""
+        batch step's slot (envserver.batch), which its reply names (None here); ``frame``
+        None: the runtime drew it into that slot itself."""
         if into is not None:
             segment_of_batch, slot = into
             segment_of_batch.write(slot, frame, number, episode_id)
-            self._source = frame
+            self._source, self._stepped = frame, True
             self._serve_soon()
             return None
+        assert frame is not None, "only a batch step's frame is drawn into its slot"
         if obs != OBS_SHM:
             self._serve(None)
             return None
@@ -79,7 +87,7 @@ class LockstepFrames:
                 )
             self._segment = segment = shm.FrameSegment(frame.shape[0], frame.shape[1])
         segment.write(frame, number, episode_id)
-        self._source = frame
+        self._source, self._stepped = frame, True
         self._serve_soon()
         return segment.reply
 
@@ -105,6 +113,8 @@ class LockstepFrames:
             return
         self._served_at = time.monotonic()
         source, copy = self._source, self._copy
+        if self._screen is not None and self._stepped:
+            source = self._screen()
         if source is None:
             return
         if copy is None or copy.shape != source.shape:

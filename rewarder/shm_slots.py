@@ -66,10 +66,16 @@ class SlotSegment:
     def fits(self, slots: int, height: int, width: int) -> bool:
         return slots <= self.slots and (height, width) == (self.height, self.width)
 
-    def write(self, slot: int, frame: np.ndarray, number: int, episode_id: int) -> None:
-        """Put ``frame`` into ``slot``, then the header that names it."""
-        np.copyto(self._pixels[slot], frame)
+    def write(self, slot: int, frame: np.ndarray | None, number: int, episode_id: int) -> None:
+        """Put ``frame`` into ``slot`` (None: it is there, drawn into :meth:`pixels`),
+        then the header that names it."""
+        if frame is not None:
+            np.copyto(self._pixels[slot], frame)
         HEADER.pack_into(self._map, slot * self.stride, MAGIC, number, episode_id, self.height, self.width)
+
+    def pixels(self, slot: int) -> np.ndarray:
+        """``slot``'s pixels, ``uint8[height, width, 3]``, for a runtime to draw into."""
+        return self._pixels[slot]
 
     def close(self) -> None:
         """Remove the file and let go of its lock (idempotent)."""

@@ -237,6 +237,9 @@ class AtariRuntime(Runtime):
         # The class attributes give the unscaled size; an instance holds its own.
         self.width = screen_width * scale  # type: ignore[misc]
         self.height = screen_height * scale  # type: ignore[misc]
+        #: Whether ALE's screen went elsewhere (:attr:`into`) since :attr:`framebuffer`
+        #: was drawn: reading it draws it then (ALE still shows that screen).
+        self._stale = False
         super().__init__()  # allocates the framebuffer at the size just set
         if scale == 1:
             self._screen = self.framebuffer  # ALE draws straight into it
@@ -276,6 +279,29 @@ class AtariRuntime(Runtime):
         for key in keys:
             mask |= _KEY_BITS.get(key, 0)
         return self._action_names[mask]
+
+    @property  # type: ignore[override]
+    def framebuffer(self) -> np.ndarray:
+        """The screen (drawn now if the last one went only :attr:`into` a slot)."""
+        if self._stale:
+            self._fresh()
+        return self._frame
+
+    @framebuffer.setter
+    def framebuffer(self, frame: np.ndarray) -> None:
+        self._frame = frame
+        self._stale = False
+
+    @property
+    def frame_shape(self) -> tuple[int, ...]:
+        return self._frame.shape
+
+    def _fresh(self) -> None:
+        """Draw the framebuffer if the last screen went only :attr:`into` a slot: ALE
+        still shows it (whatever moves ALE on draws, or restores the screen it saved)."""
+        if self._stale:
+            self._stale = False
+            self.ale.getScreenRGB(self._frame)
 
     def describe(self) -> dict[str, Any]:  # type: ignore[override]
         """The base keys at this instance's (scaled) size, plus the game's own."""
@@ -351,6 +377,7 @@ class AtariRuntime(Runtime):
     # Snapshots (docs/snapshots.md) ------------------------------------------------------
 
     def snapshot(self) -> bytes:
+        self._fresh()
         ale_state: bytes = self.ale.cloneState(include_rng=True).serialize()
         indices = zlib.compress(self._shown.tobytes(), 1)  # (the screen last drawn)
         rgb = zlib.compress(self._screen.tobytes(), 1)
@@ -386,6 +413,7 @@ class AtariRuntime(Runtime):
         )
         np.copyto(self._shown, indices)
         np.copyto(self._screen, rgb)
+        self._stale = False  # (the saved screen, not ALE's: drawn here)
         self._show()
         self._damage = None  # the whole screen changed: the server compares it
 
@@ -457,8 +485,15 @@ class AtariRuntime(Runtime):
                 self._rows[:, row] = self._wide
 
     def _draw(self) -> None:
-        self.ale.getScreenRGB(self._screen)
-        self._show()
+        out = self.into
+        if out is not None and self.scale == 1:  # a batch step's slot: the framebuffer later
+            self.ale.getScreenRGB(out)
+            self.into = None
+            self._stale = True
+        else:
+            self.ale.getScreenRGB(self._screen)
+            self._stale = False
+            self._show()
         self.ale.getScreen(self._indices)
         damage = self._damage
         if damage is not None and len(damage) >= MAX_DAMAGE_RECTS:  # nobody takes it

@@ -177,6 +177,12 @@ class Runtime(abc.ABC):
     snapshot_refusal: ClassVar[str | None] = "this environment cannot save its state"
 
     framebuffer: np.ndarray
+    #: Where the next frame drawn goes instead of :attr:`framebuffer` (a batch step's
+    #: slot in shared memory), set by the remote just before one advance. A runtime that
+    #: can draw there sets it back to None when it did, and then brings its framebuffer
+    #: up to date only when it is read (one copy of the screen less a step); one that
+    #: cannot leaves it set, and the remote copies the framebuffer there.
+    into: np.ndarray | None = None
     #: The remote's mode (``"realtime"`` or ``"lockstep"``), set before every reset:
     #: runtimes whose time is not their own (a browser's page) read it in :meth:`areset`.
     mode: str = "realtime"
@@ -197,6 +203,11 @@ class Runtime(abc.ABC):
 
     def __init__(self) -> None:
         self.framebuffer = np.zeros((self.height, self.width, 3), dtype=np.uint8)
+
+    @property
+    def frame_shape(self) -> tuple[int, ...]:
+        """:attr:`framebuffer`'s shape, without bringing it up to date (see :attr:`into`)."""
+        return self.framebuffer.shape
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> None:

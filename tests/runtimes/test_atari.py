@@ -481,3 +481,40 @@ def test_the_damage_covers_every_pixel_a_frame_changed(env_id: str, scale: int) 
         assert 0 < reported < 600 * game.width * game.height / 2
     finally:
         game.close()
+
+
+def test_a_screen_drawn_into_a_slot_is_the_framebuffer_when_that_is_read() -> None:
+    """A batch step's frame goes straight into its slot (``runtime.into``); the
+    framebuffer, the snapshot's screen and the next draw all still show that frame, as
+    if it had been drawn there: what VNC viewers, recordings and snapshots read."""
+    into_runtime, plain = make(), make()
+    try:
+        into_runtime.reset(seed=3)
+        plain.reset(seed=3)
+        slot = np.zeros_like(plain.framebuffer)
+        for step in range(40):
+            events = [KeyEvent("Up", step % 10 < 5)]
+            into_runtime.into = slot
+            into_runtime.advance(events, 4)
+            plain.advance(events, 4)
+            assert into_runtime.into is None  # taken: the slot holds this step's screen
+            assert np.array_equal(slot, plain.framebuffer)
+            if step % 13 == 12:  # read now and then, stale in between
+                assert np.array_equal(into_runtime.framebuffer, plain.framebuffer)
+        assert into_runtime.frame_shape == plain.framebuffer.shape
+        state = into_runtime.snapshot()  # (its screen read while the framebuffer is stale)
+        other = make()
+        try:
+            other.restore(state)
+            assert np.array_equal(other.framebuffer, plain.framebuffer)
+        finally:
+            other.close()
+        saved = plain.framebuffer.copy()
+        into_runtime.into = slot
+        into_runtime.advance([], 4)  # stale again, and ALE's screen is a step on
+        into_runtime.restore(state)  # the saved screen, not ALE's
+        assert np.array_equal(into_runtime.framebuffer, saved)
+        assert not np.array_equal(slot, saved)
+    finally:
+        into_runtime.close()
+        plain.close()
