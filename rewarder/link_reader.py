@@ -45,7 +45,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Bytes one read takes at most: a whole batch request and more (a frame longer than
-#: this is read in pieces, as asyncio's own 256 KiB reads take it).
+#: this is read in pieces, as asyncio's own 256 KiB reads take it). Read into one buffer
+#: a thread keeps: ``os.read`` of this many bytes allocates (and maps) them each time,
+#: 10 us a message.
 READ_BYTES: Final = 256 * 1024
 #: Set ``UNIVERSE_REMOTE_LINK_READER=0`` to serve every connection from the loop
 #: (the old path, for comparison: ``python -m benchmarks lockstep_peers``).
@@ -135,6 +137,8 @@ class LinkReader:
         #: Set (under the loop lock) to end the thread: the link's socket is closing.
         self.stopped = False
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._buffer = bytearray(READ_BYTES)
+        self._view = memoryview(self._buffer)
         self.thread = threading.Thread(target=self._run, name=f"rewarder-reader-{fd}", daemon=True)
 
     def start(self) -> None:
@@ -195,14 +199,14 @@ class LinkReader:
         """Read what came and serve it; whether the thread goes on reading."""
         link = self.link
         try:
-            data = os.read(self.fd, READ_BYTES)
+            size = os.readv(self.fd, (self._buffer,))
         except (BlockingIOError, InterruptedError):
             return True  # (nothing after all)
         except OSError:
             return False  # (a reset: the loop reads the error and closes)
-        if not data:
+        if not size:
             return False  # EOF: the loop reads it and closes
-        link.data_received(data)
+        link.data_received(bytes(self._view[:size]))
         return not (link.busy or link.ended or link.transport is None or link.transport.is_closing())
 
     def _hand_back(self) -> None:
