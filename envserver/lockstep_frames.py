@@ -92,7 +92,11 @@ class LockstepFrames:
         return segment.reply
 
     def _serve_soon(self) -> None:
-        """Serve over VNC now if the last update is old enough, else once it is."""
+        """Serve over VNC now if the last update is old enough, else once it is; nothing
+        while a frame is owed: nobody asked since, and a client that asks is served the
+        newest then (:meth:`serve_owed`, the VNC server's ``on_request``)."""
+        if self._owed:
+            return
         wait = self._served_at + 1.0 / MAX_VIEWER_UPDATES - time.monotonic()
         if wait <= 0:
             self._serve_now()

@@ -81,14 +81,16 @@ def reply_body(
     steps: list[tuple[int, dict[str, Any]] | str], shm: list[str | int] | None
 ) -> dict[str, Any]:
     """The reply's body (the server's side) from each step's ``(episode id, step reply
-    body)`` or refusal."""
+    body)`` or refusal. Each step's body is the step's own (made for this reply): its
+    episode id goes into it, not into a copy."""
     out: list[dict[str, Any]] = []
     for step in steps:
         if isinstance(step, str):
             out.append({"error": step})
         else:
             episode_id, body = step
-            out.append({**body, "episode_id": str(episode_id)})
+            body["episode_id"] = str(episode_id)
+            out.append(body)
     return {"shm": shm, "steps": out}
 
 
