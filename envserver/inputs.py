@@ -89,7 +89,10 @@ class Inputs:
 
     def push(self, source: object, events: Sequence[InputEvent]) -> None:
         """Queue checked events from ``source`` for the next frame."""
-        keys, pointer = self._held.setdefault(source, (set(), [0, 0, 0]))
+        held = self._held.get(source)
+        if held is None:  # (not setdefault: that makes the set and list every step)
+            held = self._held[source] = (set(), [0, 0, 0])
+        keys, pointer = held
         for event in events:
             if isinstance(event, KeyEvent):
                 (keys.add if event.down else keys.discard)(event.key)
