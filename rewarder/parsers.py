@@ -84,19 +84,6 @@ from .snapshot_messages import (
 # Requests: what a server receives --------------------------------------------------------
 
 
-def _parse_event(index: int, event: object) -> ActionEvent:
-    # The shape nearly every step carries, as JSON gives it, accepted in a few tests; all
-    # else (and every refusal, with its message) is :func:`_parse_any_event`'s.
-    if type(event) is list and len(event) == 3 and event[0] == "KeyEvent":
-        key, down = event[1], event[2]
-        if down is True or down is False:
-            if type(key) is str and 0 < len(key) <= MAX_KEY_NAME_CHARS:
-                return ("KeyEvent", key, down)
-            if type(key) is int:
-                return ("KeyEvent", key, down)
-    return _parse_any_event(index, event)
-
-
 def _parse_any_event(index: int, event: object) -> ActionEvent:
     where = f"action[{index}]"
     if not isinstance(event, list | tuple) or not event or not isinstance(event[0], str):
@@ -192,7 +179,20 @@ def _parse_events(body: dict[str, Any]) -> tuple[ActionEvent, ...]:
             f"action has {len(action)} events, over the limit of {MAX_ACTION_EVENTS}; "
             "split it across messages"
         )
-    return tuple([_parse_event(i, e) for i, e in enumerate(action)])
+    events: list[ActionEvent] = []
+    for i, event in enumerate(action):
+        # The shape nearly every step carries, as JSON gives it, read inline (a call per
+        # event was a third of a batch step's parse); all else (and every refusal, with
+        # its message) is _parse_any_event's.
+        if type(event) is list and len(event) == 3 and event[0] == "KeyEvent":
+            key, down = event[1], event[2]
+            if (down is True or down is False) and (
+                type(key) is int or (type(key) is str and 0 < len(key) <= MAX_KEY_NAME_CHARS)
+            ):
+                events.append(("KeyEvent", key, down))
+                continue
+        events.append(_parse_any_event(i, event))
+    return tuple(events)
 
 
 def _parse_action(message_id: Any, sent_at: float, msg: Message) -> ActionRequest:
