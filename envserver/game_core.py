@@ -394,12 +394,14 @@ class GameCore:
             or self.runtime.async_advance or not self.machine.allows(Event.STEP)
         ):
             return None
-        checked = self._check_step(order, None)
+        runtime = self.runtime
+        self._check_episode("episode", order.episode_id)  # (_check_step's one-player case)
+        events = Inputs.check_action(runtime, order.events)
         progress = Progress(self.fire(Event.STEP), "step", changed=False)
         try:
-            self._push(checked)
+            self.inputs.push(agent_source(order.player), events)
             progress.changed = True  # from here on frames are drawn
-            runtime, into = self.runtime, order.into
+            into = order.into
             if into is not None:  # a batch step's slot: the runtime may draw straight there
                 runtime.into = into[0].pixels(into[1])
             try:
