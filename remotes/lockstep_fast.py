@@ -30,8 +30,10 @@ from rewarder.errors import ConnectionClosed, RemoteError
 from rewarder.protocol import StepReply
 
 from .batched import BatchCall
+from .lane import Batch
 from .lockstep_replies import POLL_SLICE, Sent
 from .slot_state import Phase
+from .vector_infos import SteadyRows, batch_infos, set_columns
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 
     from .batched import Batches
     from .faults import Faults
-    from .lane import Batch, Lane
+    from .lane import Lane
     from .lockstep_replies import Replies
     from .slot import Slot
 
@@ -268,12 +270,25 @@ class FastSteps:
                 rewarder = session.rewarder
                 if (rewarder is None or not rewarder.buffer.quiet() or session.shared.error is not None):
                     return self._restore(calls, firsts, sent)
-        heads = dict(firsts)
+        firsts_in = dict(firsts)
         firsts.clear()  # (delivered from here on: nothing to put back)
-        rewards, infos = sent.rewards, sent.infos
+        return self._deliver(calls, firsts_in, sent)
+
+    def _deliver(self, calls: list[BatchCall], firsts: dict[BatchCall, StepReply], sent: Sent) -> Batch:
+        """Every reply is in and plain: each slot's state moved on as the general step's
+        deliver moves it, and the vector's info built a key at a time
+        (:func:`~remotes.vector_infos.set_columns`), each remote's own made only if asked."""
+        lane = self.steps.lane
+        n = lane.num
+        rewards = sent.rewards
+        heads: list[dict[str, Any]] = [{}] * n  # (each row set below: the plan holds every slot)
+        episodes, frames = [0] * n, [0] * n
+        rtts: list[float | None] = [None] * n
+        skews: list[tuple[float, float] | None] = [None] * n
+        instructions: list[Any] = [None] * n
         now = time.monotonic()
         for call in calls:
-            first = heads[call]
+            first = firsts[call]
             for slot in call.slots:
                 reply: Any = first if slot is call.slots[0] else call.replies.pop(slot)  # (plain: checked)
                 slot.pending = slot.batch = slot.reply = slot.vnc_frame = None
@@ -290,12 +305,26 @@ class FastSteps:
                     slot.seen = frame
                 slot.progress_at = now
                 rewarder = session.rewarder
-                assert rewarder is not None
-                infos[i] = {**reply.info, "episode_id": episode, "frame": frame, "remote.connected": True,
-                            "text": [], "rewarder.rtt": rewarder.rtt,
-                            "rewarder.clock_skew": rewarder.clock_skew}
+                assert rewarder is not None  # (plain: checked)
+                heads[i], episodes[i], frames[i] = reply.info, episode, frame
+                rtts[i], skews[i] = rewarder.rtt, rewarder.clock_skew
+                instructions[i] = slot.instruction
+        columns: dict[str, list[Any]] = {
+            "episode_id": episodes, "frame": frames, "remote.connected": [True] * n,
+            "text": [[] for _ in range(n)], "rewarder.rtt": rtts, "rewarder.clock_skew": skews,
+            "instruction": instructions}
+        if any("instruction" in head for head in heads):  # (a remote's own: kept, as instruct keeps it)
+            columns["instruction"] = [head.get("instruction", own)
+                                      for head, own in zip(heads, instructions, strict=True)]
         self.taken += 1
-        return lane.finish(rewards, sent.terminated, sent.truncated, infos, copy=False)
+        rows = SteadyRows(heads, columns)
+        if lane.annotate is not None:  # (a browser's page and last action: each info, as ever)
+            return lane.finish(rewards, sent.terminated, sent.truncated, list(rows), copy=False)
+        infos = batch_infos(heads, n)
+        set_columns(infos, columns, n)
+        frames_now = lane.gate.frames
+        assert frames_now is not None
+        return Batch(frames_now, rewards, sent.terminated, sent.truncated, rows, columns=infos)
 
     def _restore(self, calls: list[BatchCall], firsts: dict[BatchCall, StepReply], sent: Sent) -> Batch:
         """A reply that is not plain: every group goes the general way."""
