@@ -90,16 +90,9 @@ class FastSteps:
 
     def _make_plan(self) -> list[_Group] | None:
         """The groups, if every slot may step here (else None: the general step)."""
-        steps = self.steps
-        batches = steps.batches
+        batches = self.steps.batches
         if batches is None:
             return None
-        try:
-            return self._groups(batches)
-        finally:
-            batches._queued.clear()  # (queue() was asked only for each slot's route)
-
-    def _groups(self, batches: Batches) -> list[_Group] | None:
         by_token: dict[str, _Group] = {}
         for slot in self.steps.lane.slots:
             session = slot.session
@@ -108,15 +101,13 @@ class FastSteps:
                     or slot.batch is not None or channel is None or channel.outstanding
                     or not session.connected or session.replaced or session.shared.error is not None):
                 return None
-            if not batches.queue(slot, ()):
+            route = batches.route(slot)
+            if route is None:
                 return None
-            token = batches.token_of[slot]
-            game = batches._queued[token][-1][1]
+            token, game = route
             group = by_token.get(token)
             if group is None:
-                lead = slot.session.lockstep_channel
-                assert lead is not None
-                by_token[token] = _Group(lead, [slot], [game])
+                by_token[token] = _Group(channel, [slot], [game])
             else:
                 group.slots.append(slot)
                 group.games.append(game)
@@ -143,7 +134,7 @@ class FastSteps:
                 return None
         for group in plan:  # (what may change between steps: connections, seats)
             for slot, channel, vnc, session in group.members:
-                if (channel._sock is None or channel.outstanding or vnc is None or not vnc.connected
+                if (not channel.connected or channel.outstanding or vnc is None or not vnc.connected
                         or session.replaced or slot.phase is not Phase.RUNNING or slot.pending is not None
                         or session.rewarder is not channel):
                     self.plan = None
@@ -176,7 +167,7 @@ class FastSteps:
                     message_id = lead.send_batch_step(body)
                 except (ConnectionClosed, OSError) as exc:  # as Batches.send reports it
                     failed = True
-                    batches._lost_channels(group.slots, lead)
+                    batches.lost_channels(group.slots, lead)
                     for slot in group.slots:
                         reason = (f"{exc}" if slot.session.lockstep_channel is lead
                                   else slot.session.error or f"{exc}")
@@ -212,7 +203,7 @@ class FastSteps:
         by_fd = {call.channel.fileno(): call for call in calls}
         if -1 in by_fd:
             return self._general(sent)
-        poller = replies._poller_of(tuple(by_fd))
+        poller = replies.poller_of(tuple(by_fd))
         firsts: dict[BatchCall, StepReply] = {}
         try:
             return self._wait(calls, sent, firsts, poller, by_fd)
@@ -225,7 +216,8 @@ class FastSteps:
         """Read each group's reply (``firsts``: its first slot's share) until all are in."""
         lane = self.steps.lane
         limit = min(c.slots[0].deadline for c in calls)
-        ready: list[BatchCall] = calls  # first look: replies read already (the keeper's)
+        # First look: replies read already (by the keeper), then each as its socket has bytes.
+        ready = [call for call in calls if call.channel.holds_reply(call.message_id)]
         read = False
         while True:
             for call in ready:
