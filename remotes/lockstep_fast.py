@@ -278,6 +278,7 @@ class FastSteps:
         rtts: list[float | None] = [None] * n
         skews: list[tuple[float, float] | None] = [None] * n
         instructions: list[Any] = [None] * n
+        own = False
         now = time.monotonic()
         for call in calls:
             first = firsts[call]
@@ -301,11 +302,13 @@ class FastSteps:
                 heads[i], episodes[i], frames[i] = reply.info, episode, frame
                 rtts[i], skews[i] = rewarder.rtt, rewarder.clock_skew
                 instructions[i] = slot.instruction
+                if "instruction" in reply.info:  # (a remote's own: kept, as instruct keeps it)
+                    own = True
         columns: dict[str, list[Any]] = {
             "episode_id": episodes, "frame": frames, "remote.connected": [True] * n,
             "text": [[] for _ in range(n)], "rewarder.rtt": rtts, "rewarder.clock_skew": skews,
             "instruction": instructions}
-        if any("instruction" in head for head in heads):  # (a remote's own: kept, as instruct keeps it)
+        if own:
             columns["instruction"] = [head.get("instruction", own)
                                       for head, own in zip(heads, instructions, strict=True)]
         self.taken += 1

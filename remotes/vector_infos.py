@@ -16,6 +16,8 @@ __all__ = ["SteadyRows", "batch_infos", "set_columns"]
 
 #: Value types gymnasium batches into a typed array (others go in an object array).
 _SCALARS: Final = (int, float, bool)
+#: A read-only mask of n Trues per vector size n, copied for each key (:func:`_whole`).
+_WHOLE: dict[int, np.ndarray] = {}
 
 def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
     """gymnasium's vector info — for each key an array over the ``n`` envs and a ``_key``
@@ -36,7 +38,7 @@ def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
         for info in infos:
             keys.update(dict.fromkeys(info))
     out: dict[str, Any] = {}
-    whole = np.ones(n, dtype=np.bool_)
+    whole = _whole(n)
     for key in list(keys):
         values = [info[key] for info in infos] if same else [info[key] for info in infos if key in info]
         first = values[0]
@@ -70,6 +72,15 @@ def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
     return out
 
 
+def _whole(n: int) -> np.ndarray:
+    """A mask of ``n`` Trues to copy (``np.ones`` costs ten copies; never handed out itself)."""
+    whole = _WHOLE.get(n)
+    if whole is None:
+        whole = _WHOLE[n] = np.ones(n, dtype=np.bool_)
+        whole.flags.writeable = False
+    return whole
+
+
 def _plain_column(values: list[Any], n: int) -> np.ndarray | None:
     """``values`` (one per env, each env has the key) as :func:`batch_infos` batches them
     when they are plain — a typed array for Python scalars (of the first one's type), an
@@ -91,7 +102,7 @@ def set_columns(out: dict[str, Any], columns: dict[str, list[Any]], n: int) -> N
     """Set keys that every env's info has (``columns``: each key's values, one per env)
     over the vector info ``out``, each batched as :func:`batch_infos` would batch it in
     infos holding those keys last (a key ``out`` has already keeps its place)."""
-    whole = np.ones(n, dtype=np.bool_)
+    whole = _whole(n)
     for key, values in columns.items():
         column = _plain_column(values, n)
         if column is None:

@@ -99,8 +99,8 @@ def read_reply(parent: Any, body: dict[str, Any], sent_at: float, runtime: float
         raise ValueError(f"batch step reply needs a list of steps, got {body!r:.200}")
     shm = None
     if raw_shm is not None:
-        if not (isinstance(raw_shm, list) and len(raw_shm) == 4 and isinstance(raw_shm[0], str)
-                and all(type(v) is int for v in raw_shm[1:])):
+        if not (type(raw_shm) is list and len(raw_shm) == 4 and type(raw_shm[0]) is str
+                and type(raw_shm[1]) is int and type(raw_shm[2]) is int and type(raw_shm[3]) is int):
             raise ValueError(
                 f"batch step reply's shm must be [name, height, width, stride], got {raw_shm!r:.200}"
             )
