@@ -309,8 +309,8 @@ class FastSteps:
             "text": [[] for _ in range(n)], "rewarder.rtt": rtts, "rewarder.clock_skew": skews,
             "instruction": instructions}
         if own:
-            columns["instruction"] = [head.get("instruction", own)
-                                      for head, own in zip(heads, instructions, strict=True)]
+            columns["instruction"] = [head.get("instruction", slots_own)
+                                      for head, slots_own in zip(heads, instructions, strict=True)]
         self.taken += 1
         rows = SteadyRows(heads, columns)
         if lane.annotate is not None:  # (a browser's page and last action: each info, as ever)
