@@ -52,6 +52,8 @@ class BatchCall:
 
     def __init__(self, channel: BlockingRewarder, message_id: int, slots: list[Slot], owner: Batches) -> None:
         self.channel, self.message_id, self.slots, self.owner = channel, message_id, slots, owner
+        #: The batch's row of each slot, in order.
+        self.rows = [slot.index for slot in slots]
         #: Each slot's reply (or refusal) once the batch's reply is in, until taken.
         self.replies: dict[Slot, StepReply | str] = {}
         #: Slots whose frame was read into the batch from the segment.
@@ -112,20 +114,29 @@ class Batches:
         #: (read again when either changes: a reconnect, a lease).
         self._routes: dict[Slot, tuple[Any, str | None, str | None, int]] = {}
 
-    def queue(self, slot: Slot, action: Sequence[Any]) -> bool:
-        """Hold ``slot``'s step for its process's batch; False when it steps alone."""
+    def route(self, slot: Slot) -> tuple[str, int] | None:
+        """``slot``'s batch token (its process's, noted in :attr:`token_of`) and its game
+        there; None when it steps alone."""
         session = slot.session
         channel = session.rewarder
         describe = channel.describe if channel is not None else None
         if describe is None or session.player or not session.shared.enabled:
-            return False
+            return None
         route = self._routes.get(slot)
         if route is None or route[0] is not describe or route[1] is not session.client_id:
             route = self._routes[slot] = (describe, session.client_id, *_route(describe, session.client_id))
         token, game = route[2], route[3]
         if token is None or token in self._off:
-            return False
+            return None
         self.token_of[slot] = token
+        return token, game
+
+    def queue(self, slot: Slot, action: Sequence[Any]) -> bool:
+        """Hold ``slot``'s step for its process's batch; False when it steps alone."""
+        route = self.route(slot)
+        if route is None:
+            return False
+        token, game = route
         queued = self._queued.get(token)
         if queued is None:
             self._queued[token] = [(slot, game, action)]
@@ -156,7 +167,7 @@ class Batches:
                     for slot in slots:
                         slot.pending, slot.batch = message_id, call
             except (ConnectionClosed, OSError) as exc:
-                self._lost_channels(slots, lead)
+                self.lost_channels(slots, lead)
                 failed += [(slot, f"{exc}" if slot.session.lockstep_channel is lead else
                             slot.session.error or f"{exc}") for slot in slots]
                 continue
@@ -180,14 +191,15 @@ class Batches:
                 reader = SlotReader(*reply.shm)
                 if token is not None:
                     self._readers[token] = reader
-            held = reader.read_rows(frames, [s.index for s in call.slots])
+            held = reader.read_rows(frames, call.rows)
         except (OSError, ValueError) as exc:
             self._failed(call, token, exc)
             return
-        for slot, frame in zip(call.slots, held, strict=True):
-            answer = call.replies.get(slot)
-            if isinstance(answer, StepReply) and (answer.frame, answer.episode_id) == frame:
-                call.read.add(slot)
+        read = call.read
+        for slot, frame, answer in zip(call.slots, held, reply.steps, strict=True):
+            if (type(answer) is StepReply and frame is not None and answer.frame == frame[0]
+                    and answer.episode_id == frame[1]):
+                read.add(slot)
 
     def _failed(self, call: BatchCall, token: str | None, exc: OSError | ValueError) -> None:
         """The segment cannot be read: this step's frames come over VNC, and the process's
@@ -223,9 +235,9 @@ class Batches:
         if reader is not None:
             reader.remove_if_abandoned()
             reader.close()
-        self._lost_channels(call.slots, call.channel)
+        self.lost_channels(call.slots, call.channel)
 
-    def _lost_channels(self, slots: list[Slot], lead: BlockingRewarder) -> None:
+    def lost_channels(self, slots: list[Slot], lead: BlockingRewarder) -> None:
         """Each channel of ``slots`` but ``lead``'s, read (or closed) after the lead's loss."""
         for slot in slots:
             channel = slot.session.lockstep_channel

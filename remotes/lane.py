@@ -36,14 +36,18 @@ class Batch:
 
     ``infos`` has one dict per remote. With ``SAME_STEP`` autoreset, ``final`` holds, for
     each remote whose episode ended in this step, ``(final observation, final info)``.
+    ``columns``: the vector's info (gymnasium's, a key at a time) when the step built it
+    itself (the batched lane's steady state, remotes.lockstep_fast); its ``infos`` are
+    then made only when read.
     """
 
     obs: np.ndarray
     rewards: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
-    infos: tuple[dict[str, Any], ...]
+    infos: Sequence[dict[str, Any]]
     final: dict[int, tuple[np.ndarray, dict[str, Any]]] = field(default_factory=dict)
+    columns: dict[str, Any] | None = None
 
 
 class Lane:

@@ -30,8 +30,10 @@ from rewarder.errors import ConnectionClosed, RemoteError
 from rewarder.protocol import StepReply
 
 from .batched import BatchCall
+from .lane import Batch
 from .lockstep_replies import POLL_SLICE, Sent
 from .slot_state import Phase
+from .vector_infos import SteadyRows, batch_infos, set_columns
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 
     from .batched import Batches
     from .faults import Faults
-    from .lane import Batch, Lane
+    from .lane import Lane
     from .lockstep_replies import Replies
     from .slot import Slot
 
@@ -88,16 +90,9 @@ class FastSteps:
 
     def _make_plan(self) -> list[_Group] | None:
         """The groups, if every slot may step here (else None: the general step)."""
-        steps = self.steps
-        batches = steps.batches
+        batches = self.steps.batches
         if batches is None:
             return None
-        try:
-            return self._groups(batches)
-        finally:
-            batches._queued.clear()  # (queue() was asked only for each slot's route)
-
-    def _groups(self, batches: Batches) -> list[_Group] | None:
         by_token: dict[str, _Group] = {}
         for slot in self.steps.lane.slots:
             session = slot.session
@@ -106,15 +101,13 @@ class FastSteps:
                     or slot.batch is not None or channel is None or channel.outstanding
                     or not session.connected or session.replaced or session.shared.error is not None):
                 return None
-            if not batches.queue(slot, ()):
+            route = batches.route(slot)
+            if route is None:
                 return None
-            token = batches.token_of[slot]
-            game = batches._queued[token][-1][1]
+            token, game = route
             group = by_token.get(token)
             if group is None:
-                lead = slot.session.lockstep_channel
-                assert lead is not None
-                by_token[token] = _Group(lead, [slot], [game])
+                by_token[token] = _Group(channel, [slot], [game])
             else:
                 group.slots.append(slot)
                 group.games.append(game)
@@ -141,7 +134,7 @@ class FastSteps:
                 return None
         for group in plan:  # (what may change between steps: connections, seats)
             for slot, channel, vnc, session in group.members:
-                if (channel._sock is None or channel.outstanding or vnc is None or not vnc.connected
+                if (not channel.connected or channel.outstanding or vnc is None or not vnc.connected
                         or session.replaced or slot.phase is not Phase.RUNNING or slot.pending is not None
                         or session.rewarder is not channel):
                     self.plan = None
@@ -174,7 +167,7 @@ class FastSteps:
                     message_id = lead.send_batch_step(body)
                 except (ConnectionClosed, OSError) as exc:  # as Batches.send reports it
                     failed = True
-                    batches._lost_channels(group.slots, lead)
+                    batches.lost_channels(group.slots, lead)
                     for slot in group.slots:
                         reason = (f"{exc}" if slot.session.lockstep_channel is lead
                                   else slot.session.error or f"{exc}")
@@ -210,7 +203,7 @@ class FastSteps:
         by_fd = {call.channel.fileno(): call for call in calls}
         if -1 in by_fd:
             return self._general(sent)
-        poller = replies._poller_of(tuple(by_fd))
+        poller = replies.poller_of(tuple(by_fd))
         firsts: dict[BatchCall, StepReply] = {}
         try:
             return self._wait(calls, sent, firsts, poller, by_fd)
@@ -223,7 +216,8 @@ class FastSteps:
         """Read each group's reply (``firsts``: its first slot's share) until all are in."""
         lane = self.steps.lane
         limit = min(c.slots[0].deadline for c in calls)
-        ready: list[BatchCall] = calls  # first look: replies read already (the keeper's)
+        # First look: replies read already (by the keeper), then each as its socket has bytes.
+        ready = [call for call in calls if call.channel.holds_reply(call.message_id)]
         read = False
         while True:
             for call in ready:
@@ -268,12 +262,26 @@ class FastSteps:
                 rewarder = session.rewarder
                 if (rewarder is None or not rewarder.buffer.quiet() or session.shared.error is not None):
                     return self._restore(calls, firsts, sent)
-        heads = dict(firsts)
+        firsts_in = dict(firsts)
         firsts.clear()  # (delivered from here on: nothing to put back)
-        rewards, infos = sent.rewards, sent.infos
+        return self._deliver(calls, firsts_in, sent)
+
+    def _deliver(self, calls: list[BatchCall], firsts: dict[BatchCall, StepReply], sent: Sent) -> Batch:
+        """Every reply is in and plain: each slot's state moved on as the general step's
+        deliver moves it, and the vector's info built a key at a time
+        (:func:`~remotes.vector_infos.set_columns`), each remote's own made only if asked."""
+        lane = self.steps.lane
+        n = lane.num
+        rewards = sent.rewards
+        heads: list[dict[str, Any]] = [{}] * n  # (each row set below: the plan holds every slot)
+        episodes, frames = [0] * n, [0] * n
+        rtts: list[float | None] = [None] * n
+        skews: list[tuple[float, float] | None] = [None] * n
+        instructions: list[Any] = [None] * n
+        own = False
         now = time.monotonic()
         for call in calls:
-            first = heads[call]
+            first = firsts[call]
             for slot in call.slots:
                 reply: Any = first if slot is call.slots[0] else call.replies.pop(slot)  # (plain: checked)
                 slot.pending = slot.batch = slot.reply = slot.vnc_frame = None
@@ -290,12 +298,28 @@ class FastSteps:
                     slot.seen = frame
                 slot.progress_at = now
                 rewarder = session.rewarder
-                assert rewarder is not None
-                infos[i] = {**reply.info, "episode_id": episode, "frame": frame, "remote.connected": True,
-                            "text": [], "rewarder.rtt": rewarder.rtt,
-                            "rewarder.clock_skew": rewarder.clock_skew}
+                assert rewarder is not None  # (plain: checked)
+                heads[i], episodes[i], frames[i] = reply.info, episode, frame
+                rtts[i], skews[i] = rewarder.rtt, rewarder.clock_skew
+                instructions[i] = slot.instruction
+                if "instruction" in reply.info:  # (a remote's own: kept, as instruct keeps it)
+                    own = True
+        columns: dict[str, list[Any]] = {
+            "episode_id": episodes, "frame": frames, "remote.connected": [True] * n,
+            "text": [[] for _ in range(n)], "rewarder.rtt": rtts, "rewarder.clock_skew": skews,
+            "instruction": instructions}
+        if own:
+            columns["instruction"] = [head.get("instruction", slots_own)
+                                      for head, slots_own in zip(heads, instructions, strict=True)]
         self.taken += 1
-        return lane.finish(rewards, sent.terminated, sent.truncated, infos, copy=False)
+        rows = SteadyRows(heads, columns)
+        if lane.annotate is not None:  # (a browser's page and last action: each info, as ever)
+            return lane.finish(rewards, sent.terminated, sent.truncated, list(rows), copy=False)
+        infos = batch_infos(heads, n)
+        set_columns(infos, columns, n)
+        frames_now = lane.gate.frames
+        assert frames_now is not None
+        return Batch(frames_now, rewards, sent.terminated, sent.truncated, rows, columns=infos)
 
     def _restore(self, calls: list[BatchCall], firsts: dict[BatchCall, StepReply], sent: Sent) -> Batch:
         """A reply that is not plain: every group goes the general way."""

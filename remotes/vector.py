@@ -457,6 +457,8 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         return frames, rewards, terminated, truncated, infos
 
     def _stepped(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        if batch.columns is not None and not batch.final:  # (built by the step: the batched lane's)
+            return self._observations(batch), batch.rewards, batch.terminated, batch.truncated, batch.columns
         page = PAGE in self.options.observations
         per_remote = list(batch.infos)
         for i, (final_obs, final_info) in batch.final.items():  # as SyncVectorEnv puts them

@@ -8,14 +8,16 @@ here, and it is the part of a step's agent cost that grows with the remotes' inf
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, overload
 
 import numpy as np
 
-__all__ = ["batch_infos"]
+__all__ = ["SteadyRows", "batch_infos", "set_columns"]
 
 #: Value types gymnasium batches into a typed array (others go in an object array).
 _SCALARS: Final = (int, float, bool)
+#: A read-only mask of n Trues per vector size n, copied for each key (:func:`_whole`).
+_WHOLE: dict[int, np.ndarray] = {}
 
 def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
     """gymnasium's vector info — for each key an array over the ``n`` envs and a ``_key``
@@ -36,19 +38,13 @@ def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
         for info in infos:
             keys.update(dict.fromkeys(info))
     out: dict[str, Any] = {}
-    whole = np.ones(n, dtype=np.bool_)
+    whole = _whole(n)
     for key in list(keys):
         values = [info[key] for info in infos] if same else [info[key] for info in infos if key in info]
         first = values[0]
-        kind = type(first)
         if same and key != "final_obs":
-            if kind in _SCALARS:  # (most keys: a Python scalar each: one array made, one mask)
-                out[key], out[f"_{key}"] = np.array(values, dtype=kind), whole.copy()
-                continue
-            if kind is not dict and kind is not np.ndarray and not isinstance(first, np.number):
-                column = np.empty(n, dtype=object)  # (a list or None each: texts, instructions)
-                for i, value in enumerate(values):
-                    column[i] = value
+            column = _plain_column(values, n)
+            if column is not None:
                 out[key], out[f"_{key}"] = column, whole.copy()
                 continue
         present = [i for i, info in enumerate(infos) if key in info]
@@ -74,3 +70,75 @@ def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
         mask[present] = True
         out[key], out[f"_{key}"] = array, mask
     return out
+
+
+def _whole(n: int) -> np.ndarray:
+    """A mask of ``n`` Trues to copy (``np.ones`` costs ten copies; never handed out itself)."""
+    whole = _WHOLE.get(n)
+    if whole is None:
+        whole = _WHOLE[n] = np.ones(n, dtype=np.bool_)
+        whole.flags.writeable = False
+    return whole
+
+
+def _plain_column(values: list[Any], n: int) -> np.ndarray | None:
+    """``values`` (one per env, each env has the key) as :func:`batch_infos` batches them
+    when they are plain — a typed array for Python scalars (of the first one's type), an
+    object array for anything but a dict, an ndarray or a numpy scalar; None for those
+    (the caller's general way)."""
+    first = values[0]
+    kind = type(first)
+    if kind in _SCALARS:  # (most keys: a Python scalar each: one array made, one mask)
+        return np.array(values, dtype=kind)
+    if kind is dict or kind is np.ndarray or isinstance(first, np.number):
+        return None
+    column = np.empty(n, dtype=object)  # (a list or None each: texts, instructions)
+    for i, value in enumerate(values):
+        column[i] = value
+    return column
+
+
+def set_columns(out: dict[str, Any], columns: dict[str, list[Any]], n: int) -> None:
+    """Set keys that every env's info has (``columns``: each key's values, one per env)
+    over the vector info ``out``, each batched as :func:`batch_infos` would batch it in
+    infos holding those keys last (a key ``out`` has already keeps its place)."""
+    whole = _whole(n)
+    for key, values in columns.items():
+        column = _plain_column(values, n)
+        if column is None:
+            column = batch_infos([{key: value} for value in values], n)[key]
+        out[key], out[f"_{key}"] = column, whole.copy()
+
+
+class SteadyRows(Sequence[dict[str, Any]]):
+    """Each env's own info of a step whose vector info was built a key at a time
+    (:func:`set_columns`), made only when asked (a vector's step never asks; a
+    wrapper, a final info may): ``heads[i]`` (the remote's info) with each of
+    ``columns``' keys set to its i-th value, as ``{**head, key: value, ...}`` is."""
+
+    __slots__ = ("_heads", "_columns", "_rows")
+
+    def __init__(self, heads: list[dict[str, Any]], columns: dict[str, list[Any]]) -> None:
+        self._heads, self._columns = heads, columns
+        self._rows: list[dict[str, Any] | None] = [None] * len(heads)
+
+    def __len__(self) -> int:
+        return len(self._heads)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        rows = self._rows
+        row = rows[index]
+        if row is None:  # (made once: asked twice, the same dict, as a tuple of dicts gives)
+            row = {**self._heads[index]}
+            for key, values in self._columns.items():
+                row[key] = values[index]
+            rows[index] = row
+        return row

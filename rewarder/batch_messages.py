@@ -101,25 +101,29 @@ def read_reply(parent: Any, body: dict[str, Any], sent_at: float, runtime: float
         raise ValueError(f"batch step reply needs a list of steps, got {body!r:.200}")
     shm = None
     if raw_shm is not None:
-        if not (isinstance(raw_shm, list) and len(raw_shm) == 4 and isinstance(raw_shm[0], str)
-                and all(type(v) is int for v in raw_shm[1:])):
+        if not (type(raw_shm) is list and len(raw_shm) == 4 and type(raw_shm[0]) is str
+                and type(raw_shm[1]) is int and type(raw_shm[2]) is int and type(raw_shm[3]) is int):
             raise ValueError(
                 f"batch step reply's shm must be [name, height, width, stride], got {raw_shm!r:.200}"
             )
         shm = (raw_shm[0], raw_shm[1], raw_shm[2], raw_shm[3])
     steps: list[StepReply | str] = []
-    for entry in raw_steps:
+    for entry in raw_steps:  # (every game of every vector step: subscripts, few calls)
         if type(entry) is not dict:
             raise ValueError(f"a batch step reply's step must be an object, got {entry!r:.200}")
         if "error" in entry:
             steps.append(str(entry["error"]))
             continue
-        reward: Any = entry.get("reward")
-        done, frame = entry.get("done"), entry.get("frame")
-        info, episode = entry.get("info", {}), entry.get("episode_id")
-        if (type(reward) not in _NUMBERS or type(done) is not bool or type(info) is not dict
-                or type(frame) is not int):
+        try:
+            reward: Any = entry["reward"]
+            done, frame = entry["done"], entry["frame"]
+        except KeyError:
+            reward = None  # (said below)
+        info: Any = entry["info"] if "info" in entry else {}
+        if ((type(reward) is not float and type(reward) is not int) or type(done) is not bool
+                or type(info) is not dict or type(frame) is not int):
             raise ValueError(f"a batch step reply's step needs reward, done, info and frame: {entry!r:.200}")
+        episode = entry.get("episode_id")
         if type(episode) is str and episode.isdecimal() and episode.isascii():  # (as ids travel)
             episode = int(episode)
         elif type(episode) is not int:

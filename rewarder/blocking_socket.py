@@ -72,6 +72,19 @@ class BlockingSocket(ClientState):
         finally:
             self._lock.release()
 
+    def holds_reply(self, message_id: Any) -> bool:
+        """Whether the reply to ``message_id`` was read already (by the keeper, say) and
+        waits to be taken: a look that neither reads nor waits.
+
+        Args:
+            message_id: the request's id.
+
+        Returns:
+            True when :meth:`~.blocking.BlockingRewarder.take_reply` would return it now
+            without reading.
+        """
+        return message_id in self._replies
+
     def _need_proto(self) -> ClientConnection:
         if self._failure is not None:
             raise self._gone()

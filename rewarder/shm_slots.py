@@ -102,14 +102,14 @@ class SlotReader(shm.OpenSegment):
             raise ValueError(f"frame segment {name}: [{height}, {width}, {stride}] are not a "
                              f"screen's height, width and slot stride; {VNC_INSTEAD}")
         self.name, self.height, self.width, self.stride = name, height, width, stride
+        #: What a reply names this segment by: ``(name, height, width, stride)``.
+        self.key = (name, height, width, stride)
         self.path = path
-        self._headers = [bytearray(PIXELS_AT)]
+        self._headers: list[bytearray] = []
         self._pad = bytearray(stride - PIXELS_AT - height * width * 3)
+        #: The ``preadv`` buffers of each slot count, the pixels' places empty (None).
+        self._templates: dict[int, list[bytearray | memoryview | None]] = {}
         self._fd, self.size = shm.open_checked(path)  # (FrameReader's checks)
-
-    @property
-    def key(self) -> tuple[str, int, int, int]:
-        return (self.name, self.height, self.width, self.stride)
 
     def read_into(self, dests: Sequence[np.ndarray]) -> list[tuple[int, int] | None]:
         """Copy slots 0..len(dests)-1 into ``dests`` (each a C-contiguous, writable
@@ -142,28 +142,37 @@ class SlotReader(shm.OpenSegment):
             raise ValueError(f"frame segment {self.name}: the reader is closed; {VNC_INSTEAD}")
         if count * self.stride > self.size or count > MAX_SLOTS:
             raise ValueError(f"frame segment {self.name} holds fewer than {count} slots; {VNC_INSTEAD}")
-        headers = self._headers
-        while len(headers) < count:
-            headers.append(bytearray(PIXELS_AT))
-        buffers: list[bytearray | memoryview] = []
-        pad = self._pad
-        for i, view in enumerate(pixels):
-            buffers.append(headers[i])
-            buffers.append(view)
-            if pad and i < count - 1:
-                buffers.append(pad)
-        want = count * self.stride - len(pad)
-        got = os.preadv(self._fd, buffers, 0)
+        template = self._templates.get(count)
+        if template is None:
+            template = self._templates[count] = self._template(count)
+        buffers = template.copy()
+        buffers[1::3 if self._pad else 2] = pixels  # (each slot: its header, its pixels, the pad)
+        want = count * self.stride - len(self._pad)
+        got = os.preadv(self._fd, buffers, 0)  # type: ignore[arg-type]  # (every None replaced)
         if got < want:
             raise ValueError(f"frame segment {self.name} is truncated ({got} bytes of {want}); {VNC_INSTEAD}")
         out: list[tuple[int, int] | None] = []
-        for i in range(count):
-            magic, number, episode, height, width = HEADER.unpack_from(headers[i], 0)
-            if magic == _NEVER:  # never written
+        unpack, height, width = HEADER.unpack_from, self.height, self.width
+        for header in self._headers[:count]:
+            magic, number, episode, h, w = unpack(header)
+            if magic == MAGIC and h == height and w == width:
+                out.append((number, episode))
+            elif magic == _NEVER:  # never written
                 out.append(None)
-                continue
-            if magic != MAGIC or height != self.height or width != self.width:
-                raise ValueError(f"slot {i} of frame segment {self.name} holds no {self.width}x"
-                                 f"{self.height} frame; {VNC_INSTEAD}")
-            out.append((number, episode))
+            else:
+                raise ValueError(f"slot {len(out)} of frame segment {self.name} holds no {width}x"
+                                 f"{height} frame; {VNC_INSTEAD}")
+        return out
+
+    def _template(self, count: int) -> list[bytearray | memoryview | None]:
+        """The buffers of a read of ``count`` slots: each slot's header, its pixels (None
+        here, the caller's view in each read), the pad to the next slot but after the last."""
+        headers = self._headers
+        while len(headers) < count:
+            headers.append(bytearray(PIXELS_AT))
+        out: list[bytearray | memoryview | None] = []
+        for i in range(count):
+            out += [headers[i], None]
+            if self._pad and i < count - 1:
+                out.append(self._pad)
         return out

@@ -44,8 +44,9 @@ COUNTED = ("episode_id", "frame", "remote.frame")
 
 
 def _record(infos: dict[str, Any], first: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The infos as comparable values (counted ones from the run's reset on)."""
-    out: dict[str, Any] = {}
+    """The infos as comparable values (counted ones from the run's reset on), their keys
+    in order (the steady state builds them its own way)."""
+    out: dict[str, Any] = {"(keys in order)": tuple(infos)}
     for key, value in infos.items():
         if key.lstrip("_") in MEASURED:
             out[key] = ("measured", type(value), getattr(value, "dtype", None), value.shape)

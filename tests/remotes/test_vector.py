@@ -9,6 +9,7 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 
 from remotes.vector import batch_infos
+from remotes.vector_infos import SteadyRows, set_columns
 
 
 def gymnasium_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
@@ -32,7 +33,7 @@ def assert_same(ours: Any, theirs: Any) -> None:
         for a, b in zip(ours, theirs, strict=True):
             assert a is b or (isinstance(a, np.ndarray) and np.array_equal(a, b)) or a == b
     else:
-        assert np.array_equal(ours, theirs)
+        assert np.array_equal(ours, theirs, equal_nan=ours.dtype.kind == "f")
 
 
 def test_batch_infos_matches_gymnasium() -> None:
@@ -62,3 +63,43 @@ def test_keys_every_env_has_batch_as_gymnasium_does() -> None:
         {"episode_id": 5, "score": -1, "remote.connected": True, "rtt": 0.5, "text": [], "big": 0},
     ]
     assert_same(batch_infos(infos, 3), gymnasium_infos(infos))
+
+
+def _merged(heads: list[dict[str, Any]], columns: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    return [{**head, **{key: values[i] for key, values in columns.items()}} for i, head in enumerate(heads)]
+
+
+def test_a_steady_steps_info_a_key_at_a_time_is_gymnasiums_of_the_merged_infos() -> None:
+    """The batched lane's steady step batches the remotes' own infos, then sets its own
+    keys over them (remotes.lockstep_fast): the same arrays, masks and key order as
+    gymnasium gives for ``{**remote_info, own keys...}``; each env's own info is that dict."""
+    skew = (-0.1, 0.2)
+    cases = [
+        # every remote the same keys, one of ours ("frame") among them: it keeps its place
+        ([{"lives": 3, "frame": 7, "remote.frame": 7}, {"lives": 2, "frame": 9, "remote.frame": 9}],
+         {"episode_id": [4, 5], "frame": [20, 21], "remote.connected": [True, True], "text": [[], []],
+          "rewarder.rtt": [0.5, None], "rewarder.clock_skew": [skew, None], "instruction": [None, "go"]}),
+        # remotes with different keys (a dict among them), a None rtt first
+        ([{"score": 1.5, "nested": {"a": 1}}, {}, {"score": 2}],
+         {"episode_id": [1, 2, 3], "frame": [4, 5, 6], "text": [[], ["hi"], []],
+          "rewarder.rtt": [None, 0.25, 0.5], "instruction": ["x", None, None]}),
+    ]
+    for heads, columns in cases:
+        n = len(heads)
+        ours = batch_infos(heads, n)
+        set_columns(ours, columns, n)
+        merged = _merged(heads, columns)
+        assert_same(ours, gymnasium_infos(merged))
+        rows = SteadyRows(heads, columns)
+        assert len(rows) == n and list(rows) == merged and rows[1:] == merged[1:]
+        assert all(list(row) == list(want) for row, want in zip(rows, merged, strict=True))  # key order
+        assert rows[0] is rows[0] and rows[0]["text"] is columns["text"][0]  # made once, not copied
+
+
+def test_a_steady_steps_own_value_of_a_kind_batched_apart_still_matches() -> None:
+    """A key of ours whose values are dicts or numpy scalars goes gymnasium's general way."""
+    heads: list[dict[str, Any]] = [{}, {}]
+    columns = {"stats": [{"a": 1}, {"a": 2}], "count": [np.int32(1), np.int32(2)]}
+    ours = batch_infos(heads, 2)
+    set_columns(ours, columns, 2)
+    assert_same(ours, gymnasium_infos(_merged(heads, columns)))
