@@ -13,7 +13,9 @@ remote skips no other remote's frame), with the rewards each episode earned sinc
 last step (a reward waits briefly for the frame that earned it). A remote that misses its
 frame by :data:`WAIT_SLACK_FRAMES` periods returns its newest frame and holds no step up
 until it moves again. An agent that comes late gets the newest frames
-(``info["step.late"]``). Remotes that send no tags (Xvnc) are paced by our clock at fps.
+(``info["step.late"]``); one slower than the frame clock only because its steps over
+many remotes take long asks for each next frame as a step returns (:meth:`RealtimeSteps.ask_ahead`).
+Remotes that send no tags (Xvnc) are paced by our clock at fps.
 """
 
 from __future__ import annotations
