@@ -354,6 +354,8 @@ class RealtimeSteps:
                 if slot.seen >= target:
                     late[i] = (slot.seen - target) / self.lane.fps
                     tag = slot.session.tag
+                    if tag is not None and self.ahead:  # asked ahead: and since it was drawn
+                        late[i] += self._since_next(slot, tag.timestamp, period)
                     if slot.seen == target and tag is not None:
                         self.lane.gate.capture(slot, tag)  # in just now: this one, not a later one
                 else:
@@ -465,6 +467,12 @@ class RealtimeSteps:
             if slot.returned is not None:
                 info["frame"] = slot.returned
             info.update(self._latency(slot))
+
+    def _since_next(self, slot: Slot, drawn: float, period: float) -> float:
+        """Seconds since the frame after the one drawn at ``drawn`` (the remote's clock)
+        was due: how late a step that returns a frame asked ahead came (0 if unknown)."""
+        skew = slot.session.clock_skew()
+        return 0.0 if skew is None else max(0.0, time.time() - (drawn - skew) - period)
 
     def _latency(self, slot: Slot) -> dict[str, float]:
         """Latencies read from the frame tag's server time (no pixels read): how long

@@ -101,6 +101,7 @@ def test_an_agent_slower_than_its_remotes_asks_for_the_next_frame_as_each_step_r
         assert any(any(o) for o in out), "no step returned with the next frame asked for"
         assert (sent <= AHEAD_STEPS + 2).all(), f"{sent} VNC updates for {AHEAD_STEPS} steps"
         assert (np.diff(np.array(frames), axis=0) >= 1).all(), "a step returned no newer frame"
+        assert np.isfinite(info["step.late"]).all() and (info["step.late"] >= 0).all()
     finally:
         env.close()
 
