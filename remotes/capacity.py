@@ -56,6 +56,13 @@ AGENT_CORES: Final = 1.0
 #: outweigh one agent ten to one; compared with 0 in `python -m benchmarks density
 #: overload` (issue 44; provisional figures on a busy machine).
 OVERLOAD_NICE: Final = 19
+#: Games a process serves past capacity (``start_local``'s default there): a process's
+#: wake-up a frame costs more than its games' frames, so 16 games cost 0.13 ms CPU a
+#: frame against 0.165 at 8 (benchmarks/RESULTS.md 2026-11-26), and 256 idle Catch
+#: remotes took 0.24 cores in 16 processes against 0.39 in 32 (issue 44, a loaded
+#: machine); the burst of 16 updates (+1-2 ms action -> pixel p99) matters less there,
+#: where every frame comes late.
+OVERLOAD_GAMES: Final = 16
 #: Seconds of a remote process's life a measurement needs: a shorter one is start-up.
 MIN_MEASURED_SECONDS: Final = 5.0
 #: A measurement is kept only when the remotes took less than this share of the cores
@@ -117,6 +124,13 @@ def capacity(env_id: str, games: int, fps: float | None = None, cores: int | Non
     agent = agent_cores_per_remote(fps)
     held = min(cores / (cores_per_remote(env_id, games, fps) + agent), AGENT_CORES / agent)
     return max(1, int(held))
+
+
+def overload_games(n: int) -> int:
+    """Games per process for ``n`` real-time remotes past capacity: at most
+    :data:`OVERLOAD_GAMES`, as even as they go."""
+    processes = -(-n // OVERLOAD_GAMES)
+    return -(-n // processes)
 
 
 def overload_warning(env_id: str, n: int, held: int, games: int, nice: int,

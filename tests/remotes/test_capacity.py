@@ -104,3 +104,16 @@ def test_a_starved_or_short_measurement_is_not_kept(cache: Path) -> None:
     assert capacity.record(CATCH, [1.0], [1.6], 10.0, [8], 60.0, machine_busy=0.95) is None
     assert capacity.record(CATCH, [1.0, None], [1.6, 2.0], 10.0, [8, 8], 60.0) == pytest.approx(0.125)
     assert capacity.frame_cpu_ms(CATCH, 8) == pytest.approx(0.125)
+
+
+def test_past_capacity_start_local_packs_more_games_a_process(cache: Path) -> None:
+    """Past capacity the remotes wake less: up to OVERLOAD_GAMES games a process (17
+    remotes: 2 processes, before 3 of up to 8); within it, and when games are given, as
+    asked or as before."""
+    n = 17
+    with start_local(CATCH, n, capacity=SMALL_CAPACITY) as local:
+        assert len(local.processes) == -(-n // capacity.OVERLOAD_GAMES)
+        assert sum(local.games) == n
+    assert capacity.overload_games(256) == 16 and capacity.overload_games(17) == 9
+    with start_local(CATCH, n, capacity=SMALL_CAPACITY, games_per_process=8) as local:
+        assert len(local.processes) == 3
