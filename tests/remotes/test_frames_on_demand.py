@@ -86,6 +86,7 @@ def test_an_agent_slower_than_its_remotes_asks_for_the_next_frame_as_each_step_r
     the agent thinks; its input then asks for none: one VNC update a step, a new frame
     each step (before: no request out between steps, the next step's input asked)."""
     monkeypatch.setattr(realtime, "AHEAD_PERIODS", 0.0)
+    monkeypatch.setattr(realtime, "AHEAD_THINK_PERIODS", 1e6)  # (a loaded machine's thread switches)
     env = RemoteVectorEnv(two_catches.address)
     try:
         env.reset(seed=0)
