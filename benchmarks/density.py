@@ -25,8 +25,7 @@ target, measured in this run:
              peak total over the n and ways measured, with ``start_local``'s defaults
              (past :func:`remotes.capacity.capacity`: nice
              :data:`~remotes.capacity.OVERLOAD_NICE` and up to
-             :data:`~remotes.capacity.OVERLOAD_GAMES` games a process; the agent asks
-             ahead, :meth:`remotes.realtime.RealtimeSteps.ask_ahead`) alternated with
+             :data:`~remotes.capacity.OVERLOAD_GAMES` games a process) alternated with
              nice 0 for all n, each n both ways before the next. Target at n = 256:
              >= 90 % of the peak (30 % before).
 ``soak``     **Soak at n = 32** for :data:`SOAK_SECONDS`: steps/s, the remotes' and the

@@ -13,9 +13,7 @@ remote skips no other remote's frame), with the rewards each episode earned sinc
 last step (a reward waits briefly for the frame that earned it). A remote that misses its
 frame by :data:`WAIT_SLACK_FRAMES` periods returns its newest frame and holds no step up
 until it moves again. An agent that comes late gets the newest frames
-(``info["step.late"]``); one slower than the frame clock only because its steps over
-many remotes take long asks for each next frame as a step returns (:meth:`RealtimeSteps.ask_ahead`).
-Remotes that send no tags (Xvnc) are paced by our clock at fps.
+(``info["step.late"]``). Remotes that send no tags (Xvnc) are paced by our clock at fps.
 """
 
 from __future__ import annotations
@@ -48,18 +46,6 @@ WAIT_SLACK_FRAMES: Final = 1
 #: Seconds a real-time step waits for the frame a reward names (rewarder and VNC travel
 #: separately), in frame periods.
 PAIRING_FRAMES: Final = 2
-#: An agent whose steps come more than this many frameskip periods apart (a running
-#: mean) reads frames slower than its remotes draw them; if it also thinks less than
-#: AHEAD_THINK_PERIODS between steps, its own steps (waiting on n remotes) are what
-#: slow it — past what the machine holds — and each step asks every remote for its next
-#: frame as it returns (:meth:`RealtimeSteps.ask_ahead`). Above 1: an agent that keeps
-#: pace never asks ahead.
-AHEAD_PERIODS: Final = 1.5
-#: An agent thinking longer than this between steps (frameskip periods, a running mean)
-#: gets frames asked with its input: asking ahead would age each by its thinking time.
-AHEAD_THINK_PERIODS: Final = 1.0
-#: Weight of the newest step in those running means (a few steps).
-AHEAD_SMOOTHING: Final = 0.25
 
 
 class RealtimeSteps:
@@ -72,13 +58,6 @@ class RealtimeSteps:
         self._sent_at = 0.0
         #: When the next step is due, pacing by our clock (remotes without frame tags).
         self.next_at: float | None = None
-        #: When the last step returned; running means of the time between steps and of
-        #: the agent's thinking (a step's return to the next step's call).
-        self._returned_at: float | None = None
-        self._interval: float | None = None
-        self._think: float | None = None
-        #: True while steps ask ahead (:meth:`ask_ahead`).
-        self.ahead = False
 
     async def connect(self) -> tuple[RemoteSnapshot, ...]:
         results = await asyncio.gather(
@@ -117,8 +96,7 @@ class RealtimeSteps:
         self, seeds: Sequence[int | None], env_id: str | None = None
     ) -> tuple[Batch, tuple[RemoteSnapshot, ...]]:
         """Start a new episode on every remote (see ``Stepper.reset``)."""
-        self.next_at = self._returned_at = self._interval = self._think = None
-        self.ahead = False
+        self.next_at = None
         if self.web is not None:
             self.web.answers.clear()  # an interrupted step's
         pairs = zip(self.lane.slots, seeds, strict=True)
@@ -174,37 +152,8 @@ class RealtimeSteps:
         rewards, terminated, truncated, infos = self.lane.outcome()
         self.lane.same_step = same_step
         self._sent_at = time.time()
-        if self._returned_at is not None:
-            self._think = _mean(self._think, time.monotonic() - self._returned_at)
         await self._step_realtime(actions, rewards, terminated, truncated, infos)
-        batch = await self._finish(rewards, terminated, truncated, infos, same_step)
-        self.ask_ahead()
-        return batch
-
-    def ask_ahead(self) -> None:
-        """An agent slower than its remotes' frame clock that thinks little between steps
-        (:data:`AHEAD_PERIODS`, :data:`AHEAD_THINK_PERIODS`): ask each remote for its next
-        frame now, as the step returns, not with the next step's input. The remotes draw
-        it while the agent thinks, and the next step finds it in instead of waiting for
-        the slowest of n remotes to wake, draw and send (issue 44: at 256 remotes on 2
-        cores that wait left 0.4 of a core idle). The frame is the newest when asked, so
-        it is older by the agent's thinking time (under a period) than one asked with the
-        input (``latency.frame_to_agent`` says by how much). Frames on demand only
-        (without it every frame comes anyway)."""
-        now = time.monotonic()
-        if self._returned_at is not None:
-            self._interval = _mean(self._interval, now - self._returned_at)
-        self._returned_at = now
-        period = self.lane.frameskip / self.lane.fps
-        self.ahead = (
-            self._interval is not None and self._interval > AHEAD_PERIODS * period
-            and self._think is not None and self._think < AHEAD_THINK_PERIODS * period
-        )
-        if not self.ahead:
-            return
-        for slot in self.lane.slots:
-            if slot.phase is Phase.RUNNING and slot.tags and slot.session.on_demand:
-                slot.session.want_frame()
+        return await self._finish(rewards, terminated, truncated, infos, same_step)
 
     async def _finish(
         self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
@@ -333,16 +282,11 @@ class RealtimeSteps:
                 starting.append(slot)
                 continue
             web = self.web is not None and self.web.answered(actions[i])
-            target = None
-            if not web and slot.tags and slot.seen is not None:
-                base = slot.returned if slot.returned is not None else slot.seen
-                target = base + self.lane.frameskip
             try:
                 if self.web is not None and web:
                     await self.web.send(slot, actions[i])
-                else:  # (its frame in already, asked ahead: the input asks for none)
-                    have = target is not None and slot.seen is not None and slot.seen >= target
-                    slot.session.send(actions[i], ask=not have)
+                else:
+                    slot.session.send(actions[i])
             except (VNCError, OSError, RewarderError) as exc:
                 lost.append((slot, error_text(exc)))
                 continue
@@ -350,12 +294,12 @@ class RealtimeSteps:
             slot.captured = None
             if web:
                 answered.append(slot)
-            elif target is not None and slot.seen is not None:
+            elif slot.tags and slot.seen is not None:
+                base = slot.returned if slot.returned is not None else slot.seen
+                target = base + self.lane.frameskip
                 if slot.seen >= target:
                     late[i] = (slot.seen - target) / self.lane.fps
                     tag = slot.session.tag
-                    if tag is not None and self.ahead:  # asked ahead: and since it was drawn
-                        late[i] += self._since_next(slot, tag.timestamp, period)
                     if slot.seen == target and tag is not None:
                         self.lane.gate.capture(slot, tag)  # in just now: this one, not a later one
                 else:
@@ -468,12 +412,6 @@ class RealtimeSteps:
                 info["frame"] = slot.returned
             info.update(self._latency(slot))
 
-    def _since_next(self, slot: Slot, drawn: float, period: float) -> float:
-        """Seconds since the frame after the one drawn at ``drawn`` (the remote's clock)
-        was due: how late a step that returns a frame asked ahead came (0 if unknown)."""
-        skew = slot.session.clock_skew()
-        return 0.0 if skew is None else max(0.0, time.time() - (drawn - skew) - period)
-
     def _latency(self, slot: Slot) -> dict[str, float]:
         """Latencies read from the frame tag's server time (no pixels read): how long
         after this step's action the returned frame was drawn, and how old it is now."""
@@ -498,7 +436,3 @@ class RealtimeSteps:
         await asyncio.sleep(-late)
         return 0.0
 
-
-def _mean(mean: float | None, value: float) -> float:
-    """A running mean of steps' times (:data:`AHEAD_SMOOTHING`)."""
-    return value if mean is None else mean + AHEAD_SMOOTHING * (value - mean)

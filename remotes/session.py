@@ -564,13 +564,12 @@ class RemoteSession:
         bounds = self.rewarder.clock_skew if self.rewarder is not None else None
         return None if bounds is None else (bounds[0] + bounds[1]) / 2
 
-    def send(self, events: Sequence[Sequence[Any]], ask: bool = True) -> None:
-        """Send input events: over VNC when there is VNC, else as ``v0.agent.action``;
-        on demand, with a request for the frame showing them unless ``ask`` is False."""
+    def send(self, events: Sequence[Sequence[Any]]) -> None:
+        """Send input events: over VNC when there is VNC, else as ``v0.agent.action``."""
         if not events:
             return
         if self.vnc is not None:
-            self.vnc.send_events(events, ask)
+            self.vnc.send_events(events)
         elif (rewarder := self.realtime_channel) is not None:
             task = asyncio.get_running_loop().create_task(rewarder.send_action(events))
             self._sends.add(task)

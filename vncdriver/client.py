@@ -472,11 +472,9 @@ class VNCClient:
         proto.pointer_event(x, y, buttons)
         self._flush(proto)
 
-    def send_events(self, events: Iterable[Sequence[Any]], ask: bool = True) -> None:
+    def send_events(self, events: Iterable[Sequence[Any]]) -> None:
         """Send Universe-style actions in one write: ``("KeyEvent", key, down)`` and
         ``("PointerEvent", x, y, buttonmask)`` tuples (lists too, as JSON gives them).
-        On demand (:attr:`on_demand`) a request for the update showing their effect goes
-        in the same write, unless ``ask`` is False (the caller has the frame it needs).
 
         Every event is checked before any is sent: a bad one raises ValueError (or
         :class:`~.errors.UnknownKey`) and nothing goes out.
@@ -490,7 +488,7 @@ class VNCClient:
         """
         proto = self._live()
         proto.send_events(events)
-        self._flush(proto, ask)
+        self._flush(proto)
 
     def cut_text(self, text: str) -> None:
         """Set the server's clipboard (Latin-1 text, as RFB requires).
@@ -538,8 +536,8 @@ class VNCClient:
         """Ask for updates again: the next one brings everything that changed meanwhile."""
         self._requests.resume(self._conn, self._proto)
 
-    def _flush(self, proto: ClientProtocol, ask: bool = True) -> None:
-        self._requests.input_queued(proto, ask)
+    def _flush(self, proto: ClientProtocol) -> None:
+        self._requests.input_queued(proto)
         data = proto.data_to_send()
         conn = self._conn
         if data and conn is not None and conn.transport is not None:

@@ -95,17 +95,16 @@ class UpdateRequests:
         self._input_since_update = False
         conn.write(proto.data_to_send())
 
-    def input_queued(self, proto: ClientProtocol, ask: bool = True) -> None:
+    def input_queued(self, proto: ClientProtocol) -> None:
         """Input waits in ``proto`` to be written: a held request joins it (the caller
-        writes both); on demand, a request joins it unless ``ask`` is False (the reader
-        already has the frame it needs: one asked ahead)."""
+        writes both)."""
         self._input_since_update = True
         if self._held is not None:  # the held request travels with this input
             self._held.cancel()
             self._held = None
             if proto.pending_requests == 0 and not self.paused:
                 self._request(proto)
-        elif ask and self.on_demand and not proto.pending_requests and not self.paused:
+        elif self.on_demand and not proto.pending_requests and not self.paused:
             self._request(proto)  # input wants its effect seen: the request travels with it
 
     def pause(self) -> None:

@@ -5,14 +5,12 @@ local remotes and a VNC viewer beside the agent."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from typing import Final
 
-import numpy as np
 import pytest
 
-from remotes import RemoteVectorEnv, realtime, start_local
+from remotes import RemoteVectorEnv, start_local
 from remotes.local import LocalRemotes
 from vncdriver.client import VNCClient
 
@@ -61,65 +59,3 @@ async def test_an_agent_between_steps_is_sent_no_frame_then_the_current_one(catc
     finally:
         env.close()
         await viewer.close()
-
-
-#: Steps of the asking-ahead agent counted.
-AHEAD_STEPS: Final = 12
-
-
-@pytest.fixture(scope="module")
-def two_catches() -> Iterator[LocalRemotes]:
-    with start_local("builtin.Catch-v0", 2, games_per_process=2) as local:
-        yield local
-
-
-def requests_out(env: RemoteVectorEnv) -> list[bool]:
-    """Whether each remote's VNC client has an update request out now."""
-    return [s.vnc is not None and s.vnc.asked_at is not None for s in env._core.sessions]
-
-
-def test_an_agent_slower_than_its_remotes_asks_for_the_next_frame_as_each_step_returns(
-    two_catches: LocalRemotes, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Past saturation (here: every agent counts as slower than the frame clock) each
-    step returns with the next frame already asked for, so the remotes draw it while
-    the agent thinks; its input then asks for none: one VNC update a step, a new frame
-    each step (before: no request out between steps, the next step's input asked)."""
-    monkeypatch.setattr(realtime, "AHEAD_PERIODS", 0.0)
-    monkeypatch.setattr(realtime, "AHEAD_THINK_PERIODS", 1e6)  # (a loaded machine's thread switches)
-    env = RemoteVectorEnv(two_catches.address)
-    try:
-        env.reset(seed=0)
-        _, _, _, _, info = env.step([[], []])
-        first = info["vnc.updates"].astype(int)
-        frames = [info["frame"].astype(int)]
-        out = []
-        for _ in range(AHEAD_STEPS):
-            _, _, _, _, info = env.step([[("KeyEvent", "Left", True)], [("KeyEvent", "Left", False)]])
-            out.append(requests_out(env))  # (the remotes answer within a frame: most still out)
-            frames.append(info["frame"].astype(int))
-        sent = info["vnc.updates"].astype(int) - first
-        assert any(any(o) for o in out), "no step returned with the next frame asked for"
-        assert (sent <= AHEAD_STEPS + 2).all(), f"{sent} VNC updates for {AHEAD_STEPS} steps"
-        assert (np.diff(np.array(frames), axis=0) >= 1).all(), "a step returned no newer frame"
-        assert np.isfinite(info["step.late"]).all() and (info["step.late"] >= 0).all()
-    finally:
-        env.close()
-
-
-def test_an_agent_that_thinks_between_steps_does_not_ask_ahead(
-    two_catches: LocalRemotes, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An agent thinking longer than a frame between steps gets the frame asked with its
-    input, the newest then, not one asked ahead and aged by its thinking."""
-    monkeypatch.setattr(realtime, "AHEAD_PERIODS", 0.0)
-    env = RemoteVectorEnv(two_catches.address)
-    thinking = threading.Event()
-    try:
-        env.reset(seed=0)
-        for _ in range(4):
-            env.step([[], []])
-            assert not any(requests_out(env)), "a thinking agent's step asked ahead"
-            thinking.wait(3 / 60)  # the agent thinks three frames (load, not a wait for anything)
-    finally:
-        env.close()
