@@ -22,11 +22,12 @@ target, measured in this run:
              over the processes and over positions in a process's tick order.
 ``overload`` **Overload without collapse** (issue 44): total env-steps/s of one
              :class:`RemoteVectorEnv` over n = 64 .. 256 real-time remotes against the
-             peak total over the n and ways measured, with ``start_local``'s default priority
+             peak total over the n and ways measured, with ``start_local``'s defaults
              (past :func:`remotes.capacity.capacity`: nice
-             :data:`~remotes.capacity.OVERLOAD_NICE`) alternated with the old one (nice 0
-             for all n), each n both ways before the next. Target at n = 256: >= 90 % of
-             the peak (30 % before).
+             :data:`~remotes.capacity.OVERLOAD_NICE` and up to
+             :data:`~remotes.capacity.OVERLOAD_GAMES` games a process) alternated with
+             nice 0 for all n, each n both ways before the next. Target at n = 256:
+             >= 90 % of the peak (30 % before).
 ``soak``     **Soak at n = 32** for :data:`SOAK_SECONDS`: steps/s, the remotes' and the
              agent's RSS and open file descriptors every :data:`SOAK_SAMPLE_SECONDS`, and
              late ticks (the remotes' own count, from describe) over frames drawn (target

@@ -3,6 +3,8 @@
 Issue 44: one ``RemoteVectorEnv`` over n real-time Catch remotes on 2 cores kept ~60
 steps/s per remote up to n = 160, then collapsed (n = 256: 10 steps/s, a third of the
 peak's frames): the remotes took the cores, and the agent that steps them waited for CPU.
+What a machine holds counts both: each remote's frames and the agent's work for it, in
+one process whose Python uses one core at most.
 :func:`start_local` and the warm pool ask :func:`capacity` before they start remotes; past
 it they warn (:func:`overload_warning`) and start the remotes at :data:`OVERLOAD_NICE`, so
 the kernel serves the agent first and the remotes share what is left: each remote's frame
@@ -37,14 +39,30 @@ log = logging.getLogger(__name__)
 DEFAULT_FRAME_CPU_MS: Final = {1: 0.70, 8: 0.165}
 #: Frames a second a real-time remote draws when ``serve --fps`` is not given.
 DEFAULT_FPS: Final = 60.0
-#: Share of the cores real-time remotes may take: the rest is the agents' (an agent
-#: stepping 128 Catch remotes takes most of a core: `python -m benchmarks density`, part n).
+#: Share of the cores real-time remotes may take when their agents run elsewhere (the
+#: warm pool's warning); :func:`capacity` counts the agent's own cost instead.
 REMOTES_SHARE: Final = 0.75
+#: CPU ms the agent's process spends per remote per real-time step (a RemoteVectorEnv:
+#: the action out, the frame in, the step's bookkeeping): 0.7 of a core at 7,600-8,050
+#: env-steps/s over 128-160 Catch remotes (`python -m benchmarks.density overload`,
+#: benchmarks/RESULTS.md 2026-12-06). Without it the capacity said 246 (464 once frames
+#: nobody reads went undrawn) where the total peaks at 128-160.
+AGENT_STEP_CPU_MS: Final = 0.09
+#: Cores one agent process can use: its Python runs one thread at a time (the GIL), so
+#: the remotes one agent steps at full rate are at most this over its cost per remote.
+AGENT_CORES: Final = 1.0
 #: ``nice`` of remotes started past capacity. 19 (the lowest priority, CFS weight 15
 #: against the agent's 1024) rather than 5 (weight 335): 32 processes at nice 5 still
 #: outweigh one agent ten to one; compared with 0 in `python -m benchmarks density
 #: overload` (issue 44; provisional figures on a busy machine).
 OVERLOAD_NICE: Final = 19
+#: Games a process serves past capacity (``start_local``'s default there): a process's
+#: wake-up a frame costs more than its games' frames, so 16 games cost 0.13 ms CPU a
+#: frame against 0.165 at 8 (benchmarks/RESULTS.md 2026-11-26), and 256 idle Catch
+#: remotes took 0.24 cores in 16 processes against 0.39 in 32 (issue 44, a loaded
+#: machine); the burst of 16 updates (+1-2 ms action -> pixel p99) matters less there,
+#: where every frame comes late.
+OVERLOAD_GAMES: Final = 16
 #: Seconds of a remote process's life a measurement needs: a shorter one is start-up.
 MIN_MEASURED_SECONDS: Final = 5.0
 #: A measurement is kept only when the remotes took less than this share of the cores
@@ -92,11 +110,27 @@ def cores_per_remote(env_id: str, games: int, fps: float | None = None) -> float
     return frame_cpu_ms(env_id, games) * (fps or DEFAULT_FPS) / 1e3
 
 
+def agent_cores_per_remote(fps: float | None = None) -> float:
+    """Cores the agent stepping one real-time remote at ``fps`` takes (:data:`AGENT_STEP_CPU_MS`)."""
+    return AGENT_STEP_CPU_MS * (fps or DEFAULT_FPS) / 1e3
+
+
 def capacity(env_id: str, games: int, fps: float | None = None, cores: int | None = None) -> int:
-    """Real-time remotes of ``env_id`` (``games`` per process) this machine holds at
-    ``fps`` with :data:`REMOTES_SHARE` of its ``cores`` (default: all of them)."""
+    """Real-time remotes of ``env_id`` (``games`` per process) that one agent on this
+    machine steps at ``fps``: the ``cores`` (default: all of them) over what a remote
+    and the agent's share of it cost, and no more than the agent's one core
+    (:data:`AGENT_CORES`) holds."""
     cores = cores or os.cpu_count() or 1
-    return max(1, int(cores * REMOTES_SHARE / cores_per_remote(env_id, games, fps)))
+    agent = agent_cores_per_remote(fps)
+    held = min(cores / (cores_per_remote(env_id, games, fps) + agent), AGENT_CORES / agent)
+    return max(1, int(held))
+
+
+def overload_games(n: int) -> int:
+    """Games per process for ``n`` real-time remotes past capacity: at most
+    :data:`OVERLOAD_GAMES`, as even as they go."""
+    processes = -(-n // OVERLOAD_GAMES)
+    return -(-n // processes)
 
 
 def overload_warning(env_id: str, n: int, held: int, games: int, nice: int,
@@ -107,7 +141,8 @@ def overload_warning(env_id: str, n: int, held: int, games: int, nice: int,
     return (
         f"{who}: {n} real-time {env_id} remotes exceed the {held} this machine's "
         f"{os.cpu_count()} cores hold (estimate: {frame_cpu_ms(env_id, games):.3f} ms CPU a "
-        f"frame at {games} games a process, {REMOTES_SHARE:.0%} of the cores for remotes); "
+        f"frame at {games} games a process and {AGENT_STEP_CPU_MS:g} ms of the agent's a "
+        "remote-step); "
         f"they start at nice {nice}"
         + (" so the agent keeps its CPU and each remote's frame rate drops instead" if nice > 0
            else ", level with the agent, which they will starve")

@@ -490,7 +490,8 @@ def start_local(
             address this way.
         games_per_process: remotes one ``serve`` process runs (``serve --games``; one
             wake-up per frame for all of them); None picks
-            :func:`default_games_per_process`'s (in lockstep: one process per core); 1
+            :func:`default_games_per_process`'s (in lockstep: one process per core; past
+            ``capacity`` in real time, up to :data:`~remotes.capacity.OVERLOAD_GAMES`); 1
             gives each remote a process of its own.
         capacity: real-time remotes this machine holds (None:
             :func:`remotes.capacity.capacity`, measured).
@@ -506,6 +507,10 @@ def start_local(
             ids, or what to install).
     """
     games = _checked(env_id, n, extra_args, games_per_process)
+    if not _lockstep(extra_args):
+        capacity = capacity if capacity is not None else _capacity.capacity(env_id, games, fps)
+        if games_per_process is None and n > capacity:  # fewer wake-ups: the agent's CPU
+            games = _capacity.overload_games(n)
     nice = _priority(env_id, n, games, fps, extra_args, nice, capacity)
     local = shared_loop().run(
         _start(env_id, n, password, fps, start_timeout, extra_args, nice, host, games),

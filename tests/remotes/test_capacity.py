@@ -79,7 +79,22 @@ def test_cpu_per_frame_is_measured_from_real_remotes_and_sets_the_capacity(
     measured = capacity.frame_cpu_ms(CATCH, 2)
     assert measured != capacity.DEFAULT_FRAME_CPU_MS[8] and 0.001 < measured < 50.0
     held = capacity.capacity(CATCH, 2, fps=60.0, cores=2)
-    assert held == max(1, int(2 * capacity.REMOTES_SHARE / (measured * 60.0 / 1e3)))
+    agent = capacity.AGENT_STEP_CPU_MS * 60.0 / 1e3
+    assert held == int(min(2 / (measured * 60.0 / 1e3 + agent), 1 / agent))
+
+
+def test_the_capacity_counts_the_agents_cost_and_its_one_core(cache: Path) -> None:
+    """A remote that costs next to nothing is still stepped by an agent whose Python uses
+    one core: the capacity stops there (before: cores over the remotes' cost alone, 464
+    Catch remotes on 2 cores once unread frames went undrawn, where the total peaks at
+    128-160); a costly remote leaves less for both."""
+    agent = capacity.AGENT_STEP_CPU_MS * 60.0 / 1e3
+    assert capacity.record(CATCH, [1.0], [1.0 + 1e-3], 10.0, [8], 60.0) is not None  # ~0 CPU a frame
+    assert capacity.capacity(CATCH, 8, fps=60.0, cores=2) == int(capacity.AGENT_CORES / agent)
+    assert capacity.capacity(CATCH, 8, fps=60.0, cores=64) == int(capacity.AGENT_CORES / agent)
+    costly = capacity.record(CATCH, [1.0], [1.0 + 8 * 60 * 10 * 0.5e-3], 10.0, [8], 60.0)
+    assert costly == pytest.approx(0.5)
+    assert capacity.capacity(CATCH, 8, fps=60.0, cores=2) == int(2 / (0.5 * 60.0 / 1e3 + agent))
 
 
 def test_a_starved_or_short_measurement_is_not_kept(cache: Path) -> None:
@@ -89,3 +104,16 @@ def test_a_starved_or_short_measurement_is_not_kept(cache: Path) -> None:
     assert capacity.record(CATCH, [1.0], [1.6], 10.0, [8], 60.0, machine_busy=0.95) is None
     assert capacity.record(CATCH, [1.0, None], [1.6, 2.0], 10.0, [8, 8], 60.0) == pytest.approx(0.125)
     assert capacity.frame_cpu_ms(CATCH, 8) == pytest.approx(0.125)
+
+
+def test_past_capacity_start_local_packs_more_games_a_process(cache: Path) -> None:
+    """Past capacity the remotes wake less: up to OVERLOAD_GAMES games a process (17
+    remotes: 2 processes, before 3 of up to 8); within it, and when games are given, as
+    asked or as before."""
+    n = 17
+    with start_local(CATCH, n, capacity=SMALL_CAPACITY) as local:
+        assert len(local.processes) == -(-n // capacity.OVERLOAD_GAMES)
+        assert sum(local.games) == n
+    assert capacity.overload_games(256) == 16 and capacity.overload_games(17) == 9
+    with start_local(CATCH, n, capacity=SMALL_CAPACITY, games_per_process=8) as local:
+        assert len(local.processes) == 3
