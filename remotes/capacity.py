@@ -43,11 +43,15 @@ DEFAULT_FPS: Final = 60.0
 #: warm pool's warning); :func:`capacity` counts the agent's own cost instead.
 REMOTES_SHARE: Final = 0.75
 #: CPU ms the agent's process spends per remote per real-time step (a RemoteVectorEnv:
-#: the action out, the frame in, the step's bookkeeping): 0.7 of a core at 7,600-8,050
-#: env-steps/s over 128-160 Catch remotes (`python -m benchmarks.density overload`,
-#: benchmarks/RESULTS.md 2026-12-06). Without it the capacity said 246 (464 once frames
-#: nobody reads went undrawn) where the total peaks at 128-160.
-AGENT_STEP_CPU_MS: Final = 0.09
+#: the action out, the frame in, the step's bookkeeping): its cores over the total
+#: env-steps/s at n = 128-160 Catch remotes, 0.100-0.116 ms in quiet runs (0.73-0.75 of a
+#: core at 6,300-7,500 env-steps/s; `python -m benchmarks.density overload`,
+#: benchmarks/RESULTS.md 2026-12-06, session three). 0.09 (a loaded machine's figure)
+#: said 185 Catch remotes, where 160 at nice 0 and 8 games a process fell to 38-40
+#: steps/s each (6,300 in total) against 50-54 (8,000-8,600) past capacity at 16 games
+#: a process. Without it at all the capacity said 246 (464 once frames nobody reads went
+#: undrawn).
+AGENT_STEP_CPU_MS: Final = 0.11
 #: Cores one agent process can use: its Python runs one thread at a time (the GIL), so
 #: the remotes one agent steps at full rate are at most this over its cost per remote.
 AGENT_CORES: Final = 1.0
