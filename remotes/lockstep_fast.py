@@ -50,11 +50,10 @@ if TYPE_CHECKING:
 class _Group:
     """One process's share of the plan: its lead channel, its slots, their games."""
 
-    __slots__ = ("channel", "slots", "games", "rows", "members")
+    __slots__ = ("channel", "slots", "games", "members")
 
     def __init__(self, channel: BlockingRewarder, slots: list[Slot], games: list[int]) -> None:
         self.channel, self.slots, self.games = channel, slots, games
-        self.rows = [slot.index for slot in slots]
         #: (slot, its own channel, its VNC client, its session) per slot.
         self.members: list[tuple[Slot, Any, Any, Any]] = [
             (slot, slot.session.rewarder, slot.session.vnc, slot.session) for slot in slots]
@@ -93,7 +92,7 @@ class FastSteps:
         batches = self.steps.batches
         if batches is None:
             return None
-        by_token: dict[str, _Group] = {}
+        by_token: dict[str, tuple[BlockingRewarder, list[Slot], list[int]]] = {}
         for slot in self.steps.lane.slots:
             session = slot.session
             channel = session.lockstep_channel
@@ -105,13 +104,10 @@ class FastSteps:
             if route is None:
                 return None
             token, game = route
-            group = by_token.get(token)
-            if group is None:
-                by_token[token] = _Group(channel, [slot], [game])
-            else:
-                group.slots.append(slot)
-                group.games.append(game)
-        groups = [_Group(g.channel, g.slots, g.games) for g in by_token.values()]
+            _, slots, games = by_token.setdefault(token, (channel, [], []))
+            slots.append(slot)
+            games.append(game)
+        groups = [_Group(*group) for group in by_token.values()]
         if not groups or any(len(g.slots) < 2 for g in groups):
             return None  # (a lone remote steps with its own v0.env.step: the general way)
         for slot in self.steps.lane.slots:
