@@ -13,6 +13,10 @@ that steps (remotes.loop).
 
 from __future__ import annotations
 
+import platform
+import sys
+import weakref
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -28,6 +32,13 @@ from .slot import FrameGate, Slot, instruct
 
 #: Steps per second when neither the caller nor the remote's describe says.
 DEFAULT_FPS: Final = 60.0
+#: Batches a lane keeps for :class:`Outputs` to write again once nobody holds them: the
+#: last one (the caller's and the vector's), one before it that the caller dropped, and one
+#: more for a wrapper that keeps the previous observation.
+KEPT_OUTPUTS: Final = 3
+#: References to a kept batch when only :class:`Outputs` holds it: its deque, the loop's
+#: name and ``sys.getrefcount``'s argument.
+_ONLY_OURS: Final = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +61,41 @@ class Batch:
     columns: dict[str, Any] | None = None
 
 
+class Outputs:
+    """The arrays a real-time step hands out, written again once nobody else holds them.
+
+    A fresh ``frames.copy()`` each step costs a new allocation whose pages the kernel
+    zeroes and maps on first touch (at 256 remotes, a 26 MB batch: about twice the copy
+    itself; benchmarks/RESULTS.md). A batch the caller dropped (the usual ``obs, ... =
+    env.step(...)`` drops the one before last) is written over instead. Held is anything
+    that keeps a reference: the caller's name, a view of it (``obs[0]`` holds its base), a
+    buffer export (``memoryview``, ``torch.from_numpy``), a weak reference; an array
+    made read-only is left alone too. Only where reference counts mean that (CPython);
+    elsewhere every step copies afresh.
+    """
+
+    def __init__(self, kept: int = KEPT_OUTPUTS) -> None:
+        self._kept: deque[np.ndarray] = deque(maxlen=kept)
+        self._counted = platform.python_implementation() == "CPython"
+
+    def copy(self, frames: np.ndarray) -> np.ndarray:
+        """A copy of ``frames`` in an array nobody else holds (a kept one when it can)."""
+        if self._counted:
+            for i in range(len(self._kept)):  # (no enumerate: its tuple holds one more)
+                kept = self._kept[i]
+                if (sys.getrefcount(kept) == _ONLY_OURS and kept.shape == frames.shape
+                        and kept.dtype == frames.dtype and kept.flags.writeable
+                        and not weakref.getweakrefcount(kept)):
+                    del self._kept[i]  # (ends the loop: the deque changed)
+                    np.copyto(kept, frames)
+                    self._kept.append(kept)
+                    return kept
+        out = frames.copy()
+        if self._counted:
+            self._kept.append(out)
+        return out
+
+
 class Lane:
     """The slots of ``sessions`` stepped together as ``options`` say, on ``loop``."""
 
@@ -67,6 +113,8 @@ class Lane:
         self.slots = [Slot(i, s) for i, s in enumerate(self.sessions)]
         #: Real time: waits for each remote's target frame (lockstep reads its own frames).
         self.gate = FrameGate(self.slots, hooks=self.mode != LOCKSTEP)
+        #: The arrays real-time batches are handed out in (written again once dropped).
+        self.outputs = Outputs()
         #: The loop thread the sockets of real-time steps, VNC clients and probes live on.
         self.loop = loop
         #: SAME_STEP autoreset in the step under way (a slot back from away then ends
@@ -135,8 +183,8 @@ class Lane:
             self.annotate(infos)
         frames = self.gate.frames
         assert frames is not None
-        return Batch(frames.copy() if copy else frames, rewards, terminated, truncated, tuple(infos),
-                     final or {})
+        return Batch(self.outputs.copy(frames) if copy else frames, rewards, terminated, truncated,
+                     tuple(infos), final or {})
 
     def copy_frame(self, slot: Slot) -> None:
         """The slot's newest VNC frame into the batch (its tag noted as returned)."""

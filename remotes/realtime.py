@@ -174,7 +174,7 @@ class RealtimeSteps:
                 for slot in ended:
                     infos[slot.index] = resets[slot.index]
                 self.lane.instruct(infos)
-        return Batch(frames.copy(), rewards, terminated, truncated, tuple(infos), final)
+        return Batch(self.lane.outputs.copy(frames), rewards, terminated, truncated, tuple(infos), final)
 
     async def _autoresets(
         self, slots: list[Slot], truncated: np.ndarray | None
