@@ -593,11 +593,8 @@ class RemoteSession:
             info["rewarder.rtt"] = self.rewarder.rtt
             info["rewarder.clock_skew"] = self.rewarder.clock_skew
         if vnc and self.vnc is not None:
-            stats = self.vnc.stats
-            info["vnc.updates"] = stats.updates
-            info["vnc.bytes"] = stats.bytes
-            info["vnc.pixels"] = stats.pixels
-            info["vnc.updates_per_second"] = stats.updates_per_second
+            (info["vnc.updates"], info["vnc.bytes"], info["vnc.pixels"],
+             info["vnc.updates_per_second"]) = self.vnc.counts
         return info
 
 

@@ -381,6 +381,21 @@ class VNCClient:
         return self._rates.snapshot(self._proto, self._applied.count, self._connected_at)
 
     @property
+    def counts(self) -> tuple[int, int, int, float]:
+        """The few figures of :attr:`stats` an agent's info shows each step, without the
+        rest (the rates by kind and by encoding) that :attr:`stats` builds.
+
+        Returns:
+            ``(updates, bytes, pixels, updates_per_second)``, as :attr:`stats` has them.
+        """
+        proto = self._proto
+        rate = self._rates.updates_per_second(self._connected_at)
+        if proto is None:
+            return self._applied.count, 0, 0, rate
+        stats = proto.stats
+        return self._applied.count, stats.bytes_received, stats.pixels, rate
+
+    @property
     def tag(self) -> FrameTag | None:
         """Which frame :attr:`framebuffer` shows (number, episode id, server time), when
         the client was made with ``frame_tags=True`` and the server is ours."""

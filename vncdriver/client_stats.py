@@ -87,11 +87,8 @@ class UpdateRates:
             window[1] -= nbytes
             window[2] -= pixels
 
-    def snapshot(
-        self, proto: ClientProtocol | None, updates: int, connected_at: float
-    ) -> VNCClientStats:
-        """``proto``'s counters and the rates now, for a connection made at
-        ``connected_at`` (``time.monotonic()``) that applied ``updates`` updates."""
+    def _span(self, connected_at: float) -> float:
+        """The seconds the window's updates count over, now."""
         now = time.monotonic()
         try:
             oldest = self._recent[0][0]
@@ -99,7 +96,18 @@ class UpdateRates:
             oldest = now
         # The window, or the connection's age if younger; if updates stopped, the entries
         # spread over a longer time and the rates fall instead of freezing.
-        span = max(min(RATE_WINDOW, max(now - connected_at, 1e-3)), now - oldest)
+        return max(min(RATE_WINDOW, max(now - connected_at, 1e-3)), now - oldest)
+
+    def updates_per_second(self, connected_at: float) -> float:
+        """The update rate :meth:`snapshot` gives, alone (an agent reads it every step)."""
+        return len(self._recent) / self._span(connected_at)
+
+    def snapshot(
+        self, proto: ClientProtocol | None, updates: int, connected_at: float
+    ) -> VNCClientStats:
+        """``proto``'s counters and the rates now, for a connection made at
+        ``connected_at`` (``time.monotonic()``) that applied ``updates`` updates."""
+        span = self._span(connected_at)
         count, rects, nbytes, pixels = len(self._recent), *self._window
         by_encoding: dict[str, int] = {}
         if proto is not None:

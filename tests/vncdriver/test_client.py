@@ -211,6 +211,9 @@ async def test_frames_match_the_server(serve: Serve, options: dict[str, Any]) ->
         assert stats.rectangles >= stats.updates
         assert stats.pixels >= 160 * 120
         assert stats.bytes > 0 and stats.updates_per_second > 0
+        updates, nbytes, pixels, rate = client.counts  # (what an agent's info shows)
+        assert (updates, nbytes, pixels) == (stats.updates, stats.bytes, stats.pixels)
+        assert rate == pytest.approx(stats.updates_per_second, rel=0.2)
         expected = options["encoding"].upper()
         assert stats.rectangles_by_encoding.get(expected, 0) > 0, stats.rectangles_by_encoding
 
