@@ -200,9 +200,10 @@ class Lane:
         else:
             if session.rewarder is not None:
                 frames[slot.index] = 0
+                slot.mirror = None
             return
         if pixels.shape == frames.shape[1:]:
-            np.copyto(frames[slot.index], pixels)
+            self.gate.mirror(slot, pixels, frames)
         if number is not None:
             slot.returned, slot.episode = number, episode
             if slot.seen is None or number > slot.seen:

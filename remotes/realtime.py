@@ -125,7 +125,8 @@ class RealtimeSteps:
             infos.append(info)
         self.lane.instruct(infos)
         n = self.lane.num
-        batch = Batch(frames.copy(), np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), tuple(infos))
+        no = np.zeros(n, bool)
+        batch = Batch(self.lane.outputs.copy(frames), np.zeros(n), no, no.copy(), tuple(infos))
         return batch, self.lane.states()
 
     async def _reset_slot(

@@ -154,9 +154,10 @@ class RemoteSession:
         self.player = player
         self.vnc: VNCClient | None = None
         self.rewarder: RewarderClient | BlockingRewarder | None = None
-        #: Called after each tagged VNC update is applied, with its frame tag (on the loop
-        #: thread): the stepping core's frame clock. Survives reconnects.
-        self.on_frame: Callable[[FrameTag], None] | None = None
+        #: Called after each VNC update of the current client is applied (on the loop
+        #: thread): the stepping core's frame clock, by the update's frame tag, and what
+        #: the update wrote. Survives reconnects.
+        self.on_frame: Callable[[FramebufferUpdated], None] | None = None
         #: True once a newer session of this process took this remote's active slot.
         self.replaced = False
         #: Real time: VNC updates only when a step reads one (:meth:`want_frame`), so
@@ -388,9 +389,8 @@ class RemoteSession:
         return vnc, rewarder
 
     def _vnc_update(self, client: VNCClient, update: FramebufferUpdated) -> None:
-        tag = update.tag
-        if tag is not None and self.on_frame is not None and client is self.vnc:
-            self.on_frame(tag)
+        if self.on_frame is not None and client is self.vnc:
+            self.on_frame(update)
 
     def state(self) -> RemoteSnapshot:
         """A snapshot for the agent's thread (call on the loop thread)."""

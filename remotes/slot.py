@@ -14,15 +14,20 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 import numpy as np
 
-from vncdriver.messages import FrameTag
+from vncdriver.client_protocol import FramebufferUpdated
+from vncdriver.messages import FrameTag, RectangleHeader
 
 from .session import RemoteSession
 from .slot_state import Phase, SlotEvent, fire
+
+#: Rectangles VNC may write into a framebuffer before the batch row that mirrors it is
+#: copied whole again instead of rectangle by rectangle (a few a frame is the usual).
+MAX_DIRTY_RECTS: Final = 64
 
 
 @dataclass(slots=True, eq=False)
@@ -89,6 +94,11 @@ class Slot:
     #: then worth waiting for).
     instruction: str | None = None
     instructs: bool = False
+    #: Real time: the framebuffer and the batch whose row of this slot shows that
+    #: framebuffer but for ``dirty``, the rectangles VNC updates wrote into it since
+    #: (:meth:`FrameGate.mirror`); None: not known, the next copy is whole.
+    mirror: tuple[np.ndarray, np.ndarray] | None = None
+    dirty: list[RectangleHeader] = field(default_factory=list)
 
     def next_seed(self) -> int | None:
         """The seed of the next episode the slot starts by itself (None: unseeded)."""
@@ -155,14 +165,24 @@ class FrameGate:
         self.frames: np.ndarray | None = None
         self._gate: asyncio.Future[None] | None = None
         self._waiting = 0
+        self.hooks = hooks
         for slot in slots:
             slot.session.on_frame = self._hook(slot) if hooks else None
             slot.demand = hooks
 
-    def _hook(self, slot: Slot) -> Callable[[FrameTag], None]:
-        def on_frame(tag: FrameTag) -> None:
-            """A VNC update was applied for ``slot`` (loop thread): note progress, capture
-            a target frame, open the gate when the last remote a step waits for is in."""
+    def _hook(self, slot: Slot) -> Callable[[FramebufferUpdated], None]:
+        def on_frame(update: FramebufferUpdated) -> None:
+            """A VNC update was applied for ``slot`` (loop thread): note what it wrote and
+            the progress, capture a target frame, open the gate when the last remote a step
+            waits for is in."""
+            if slot.mirror is not None:
+                if len(slot.dirty) + len(update.rects) > MAX_DIRTY_RECTS:
+                    slot.mirror = None
+                else:
+                    slot.dirty += update.rects
+            tag = update.tag
+            if tag is None:
+                return
             if tag.frame != slot.seen:
                 slot.seen = tag.frame
                 slot.progress_at = time.monotonic()
@@ -189,8 +209,27 @@ class FrameGate:
             return  # a frame of the next episode: the step decides (see Stepper._pair)
         buffer = vnc.framebuffer
         if buffer.shape == frames.shape[1:]:
-            np.copyto(frames[slot.index], buffer)
+            self.mirror(slot, buffer, frames)
             slot.captured, slot.captured_episode = tag.frame, tag.episode_id
+
+    def mirror(self, slot: Slot, buffer: np.ndarray, frames: np.ndarray) -> None:
+        """Make ``frames``' row of ``slot`` show ``buffer`` (its VNC framebuffer, of the
+        row's shape). When the row showed that framebuffer before, only the rectangles
+        updates wrote since are copied (a Catch frame: ~400 of its 33,600 pixels), else
+        all of it. Only with hooks (real time): they hear every write."""
+        row = frames[slot.index]
+        mirror = slot.mirror
+        if mirror is not None and mirror[0] is buffer and mirror[1] is frames:
+            height, width = buffer.shape[0], buffer.shape[1]
+            for rect in slot.dirty:
+                x, y = rect.x, rect.y
+                right, bottom = min(x + rect.width, width), min(y + rect.height, height)
+                if x < right and y < bottom:
+                    row[y:bottom, x:right] = buffer[y:bottom, x:right]
+        else:
+            np.copyto(row, buffer)
+        slot.dirty.clear()
+        slot.mirror = (buffer, frames) if self.hooks else None
 
     def expect(
         self, slot: Slot, frame: int, required: bool = True, capture: bool = False

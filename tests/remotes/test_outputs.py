@@ -18,6 +18,9 @@ from remotes.local import LocalRemotes
 #: Remotes of the vector; steps taken while observations are held.
 REMOTES: Final = 2
 STEPS: Final = 12
+#: Steps of the mirror test, and of its episodes (truncated: Catch's last a minute).
+MIRROR_STEPS: Final = 150
+EPISODE_STEPS: Final = 25
 
 
 def test_a_dropped_array_is_written_again_a_held_one_never() -> None:
@@ -82,5 +85,33 @@ def test_held_observations_stay_as_returned_and_dropped_ones_are_reused(catch: L
         assert any(not np.array_equal(later[0], frame) for frame in later[1:]), "frames never changed"
         seen = {id(env.step(none)[0]) for _ in range(STEPS)}
         assert len(seen) <= KEPT_OUTPUTS, f"{len(seen)} arrays for {STEPS} dropped observations"
+    finally:
+        env.close()
+
+
+def test_each_returned_frame_is_the_remotes_frame_of_that_number(catch: LocalRemotes) -> None:
+    """A batch row is copied rectangle by rectangle from what VNC updates wrote since the
+    row last showed that framebuffer (remotes.slot.FrameGate.mirror): over steps with
+    actions and episode ends (autoresets), every row equals the agent's VNC framebuffer whenever that
+    shows the very frame (number and episode) the step returned."""
+    env = RemoteVectorEnv(catch.address, max_episode_steps=EPISODE_STEPS)
+    try:
+        env.reset(seed=1)
+        env.single_action_space.seed(1)
+        sessions = env._core.lane.sessions  # (the frames VNC applied: the ground truth)
+        compared = ends = 0
+        for _ in range(MIRROR_STEPS):
+            obs, _, terminated, truncated, info = env.step(
+                [env.single_action_space.sample() for _ in range(REMOTES)])
+            ends += int(np.sum(terminated | truncated))
+            for i, session in enumerate(sessions):
+                vnc = session.vnc
+                tag = vnc.tag if vnc is not None else None
+                returned = (info["frame"][i], info["episode_id"][i])
+                if tag is not None and (tag.frame, tag.episode_id) == returned:
+                    assert np.array_equal(obs[i], vnc.framebuffer), f"remote {i}, frame {tag.frame}"
+                    compared += 1
+        assert compared >= MIRROR_STEPS, f"only {compared} rows could be compared"
+        assert ends >= REMOTES * (MIRROR_STEPS // EPISODE_STEPS - 1), "too few episodes ended"
     finally:
         env.close()
