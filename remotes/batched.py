@@ -50,10 +50,11 @@ log = logging.getLogger(__name__)
 class BatchCall:
     """One ``v0.batch.step`` in flight: its channel, its message id, its slots in order."""
 
-    def __init__(self, channel: BlockingRewarder, message_id: int, slots: list[Slot], owner: Batches) -> None:
+    def __init__(self, channel: BlockingRewarder, message_id: int, slots: list[Slot], owner: Batches,
+                 rows: list[int] | None = None) -> None:
         self.channel, self.message_id, self.slots, self.owner = channel, message_id, slots, owner
-        #: The batch's row of each slot, in order.
-        self.rows = [slot.index for slot in slots]
+        #: The batch's row of each slot, in order (``rows``: the caller knows them).
+        self.rows = [slot.index for slot in slots] if rows is None else rows
         #: Each slot's reply (or refusal) once the batch's reply is in, until taken.
         self.replies: dict[Slot, StepReply | str] = {}
         #: Slots whose frame was read into the batch from the segment.
@@ -184,14 +185,7 @@ class Batches:
             return
         token = self.token_of.get(call.slots[0])
         try:
-            reader = self._readers.get(token or "")
-            if reader is None or reader.key != reply.shm:
-                if reader is not None:
-                    reader.close()
-                reader = SlotReader(*reply.shm)
-                if token is not None:
-                    self._readers[token] = reader
-            held = reader.read_rows(frames, call.rows)
+            held = self.reader(token, reply.shm).read_rows(frames, call.rows)
         except (OSError, ValueError) as exc:
             self._failed(call, token, exc)
             return
@@ -200,6 +194,19 @@ class Batches:
             if (type(answer) is StepReply and frame is not None and answer.frame == frame[0]
                     and answer.episode_id == frame[1]):
                 read.add(slot)
+
+    def reader(self, token: str | None, shm: tuple[str, int, int, int]) -> SlotReader:
+        """The reader of the segment ``shm`` (a reply's ``(name, height, width, stride)``)
+        of process ``token``: opened once, again when the process names another segment;
+        OSError or ValueError when it cannot be (:class:`SlotReader` says why)."""
+        reader = self._readers.get(token or "")
+        if reader is None or reader.key != shm:
+            if reader is not None:
+                reader.close()
+            reader = SlotReader(*shm)
+            if token is not None:
+                self._readers[token] = reader
+        return reader
 
     def _failed(self, call: BatchCall, token: str | None, exc: OSError | ValueError) -> None:
         """The segment cannot be read: this step's frames come over VNC, and the process's

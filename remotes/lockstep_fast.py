@@ -4,41 +4,49 @@ Holds :class:`FastSteps`, which :class:`~remotes.lockstep.LockstepSteps` asks fi
 a vector step when every remote goes in a batch of its process (remotes.batched). The
 general step calls several functions per remote (queue, take, taken, deliver, the
 session's checks), about a hundred Python calls per env-step; this one keeps a plan of
-the groups (each process's lead channel, its slots and their game indices), sends one
-``v0.batch.step`` per group, takes each group's reply with the same
-:class:`~remotes.batched.BatchCall` the general step uses (so a lost connection or a
-refusal leaves the same state behind) and, when every reply is a plain step whose frame
-came through the segment, fills in the slots and the infos inline.
+the groups (each process's lead channel, its slots and their game indices, each game's
+entry of the request), sends one ``v0.batch.step`` per group, takes each group's reply
+as one parsed message (``take_raw`` of rewarder.blocking_socket), checks it and reads
+its frames from the segment with one ``preadv`` as soon as it is in (while the other
+processes still step), and, when every reply is a plain step whose frame came through
+the segment, fills in the slots and the infos inline. The checks and the columns go a
+process or a key at a time (``map`` over the plan's lists), not a remote at a time: on
+a busy machine each Python step of the agent's is paid for in cache misses.
 
 **The general step stays the one source of truth.** The plan is made again after any
 step, reset or restore that did not come this way. A step is taken here only while
 every remote is connected, running its episode, with nothing out and nothing pending;
 a reply that is anything else (an episode's end, a truncation due, a refusal, a lost
 connection, a frame not read from the segment, a text or a shared-memory error to
-report) hands the whole step, its requests already out, to
-:meth:`LockstepSteps.finish`, which does what it always does with them.
+report) is filed back as the channel files any reply (``untake``), and the whole step,
+its requests already out, goes to :meth:`LockstepSteps.finish`, which does what it
+always does with them.
 """
 
 from __future__ import annotations
 
+import operator
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from itertools import repeat
+from operator import attrgetter, itemgetter, methodcaller
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import numpy as np
 
-from rewarder.errors import ConnectionClosed, RemoteError
-from rewarder.protocol import StepReply
+from rewarder.batch_messages import BATCH_STEP, REPLY_BATCH_STEP, step_entry, steps_json
+from rewarder.errors import ConnectionClosed
 
 from .batched import BatchCall
 from .lane import Batch
-from .lockstep_replies import POLL_SLICE, Sent
+from .lockstep_replies import Sent
 from .slot_state import Phase
-from .vector_infos import SteadyRows, batch_infos, set_columns
+from .vector_infos import SteadyRows, steady_infos
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from rewarder.blocking import BlockingRewarder
+    from rewarder.shm_slots import SlotReader
 
     from .batched import Batches
     from .faults import Faults
@@ -46,17 +54,69 @@ if TYPE_CHECKING:
     from .lockstep_replies import Replies
     from .slot import Slot
 
+#: A plain step's fields, in the order they are read from each game's share of a reply.
+_ENTRY: Final = itemgetter("reward", "done", "frame", "episode_id", "info")
+#: How many keys a plain step has (those five: an "error", or anything new, is not plain).
+_ENTRY_KEYS: Final = frozenset({5})
+_NUMBERS: Final = frozenset({int, float})
+_BOOLS: Final = frozenset({bool})
+_INTS: Final = frozenset({int})
+_DICTS: Final = frozenset({dict})
+_RUNNING: Final = Phase.RUNNING
+_PHASE, _PENDING, _STEPS = attrgetter("phase"), attrgetter("pending"), attrgetter("steps")
+_CONNECTED, _OUTSTANDING = attrgetter("connected"), attrgetter("outstanding")
+_REPLACED, _REWARDER, _ERROR = attrgetter("replaced"), attrgetter("rewarder"), attrgetter("error")
+_EPISODE, _QUIET = attrgetter("episode_id"), methodcaller("quiet")
+_RTT, _SKEW, _INSTRUCTION = attrgetter("rtt"), attrgetter("clock_skew"), attrgetter("instruction")
+_SEEN, _SHM_FRAMES = attrgetter("seen"), attrgetter("shm_frames")
+
 
 class _Group:
-    """One process's share of the plan: its lead channel, its slots, their games."""
+    """One process's share of the plan: its lead channel, its slots, their games, each
+    slot's session parts, and what each step's request reuses (each game's entry, the
+    episode it names); a step's plain results once its reply is in."""
 
-    __slots__ = ("channel", "slots", "games", "members")
+    __slots__ = ("channel", "slots", "games", "rows", "token", "channels", "sessions", "shareds",
+                 "buffers", "frameskip", "entries", "episodes", "sent", "numbers", "shm", "reader",
+                 "rewards", "frames", "infos")
 
-    def __init__(self, channel: BlockingRewarder, slots: list[Slot], games: list[int]) -> None:
-        self.channel, self.slots, self.games = channel, slots, games
-        #: (slot, its own channel, its VNC client, its session) per slot.
-        self.members: list[tuple[Slot, Any, Any, Any]] = [
-            (slot, slot.session.rewarder, slot.session.vnc, slot.session) for slot in slots]
+    def __init__(self, channel: BlockingRewarder, slots: list[Slot], games: list[int], token: str) -> None:
+        self.channel, self.slots, self.games, self.token = channel, slots, games, token
+        #: The batch's row of each slot, in order.
+        self.rows = tuple(slot.index for slot in slots)
+        self.sessions = [slot.session for slot in slots]
+        #: Each slot's own channel (its session's rewarder), shared frames and reward buffer.
+        self.channels: list[Any] = [session.rewarder for session in self.sessions]
+        self.shareds = [session.shared for session in self.sessions]
+        self.buffers = [channel.buffer for channel in self.channels]
+        #: Each game's step in the request (its action set each step), and the episode it
+        #: names: as the buffer said it, as sent, as the remote reads it.
+        self.frameskip = -1
+        self.entries: list[dict[str, Any]] = []
+        self.episodes: list[int | None] = []
+        self.sent: tuple[str, ...] = ()
+        self.numbers: tuple[int, ...] = ()
+        #: The segment the last reply named (as it names it) and its reader.
+        self.shm: Any = None
+        self.reader: SlotReader | None = None
+        #: This step's plain results (:meth:`FastSteps._take`), in slot order.
+        self.rewards: tuple[float, ...] = ()
+        self.frames: tuple[int, ...] = ()
+        self.infos: tuple[dict[str, Any], ...] = ()
+
+    def request(self, actions: Sequence[Any], frameskip: int) -> bytes:
+        """The steps of this step's request (rewarder.batch_messages.steps_json)."""
+        entries = self.entries
+        episodes = list(map(_EPISODE, self.buffers))
+        if episodes != self.episodes or frameskip != self.frameskip:  # (a new plan's first step)
+            entries[:] = [step_entry(game, episode, frameskip)
+                          for game, episode in zip(self.games, episodes, strict=True)]
+            self.episodes, self.frameskip = episodes, frameskip
+            self.sent = tuple(entry["episode_id"] for entry in entries)
+            self.numbers = tuple(episode or 0 for episode in episodes)
+        for entry, row in zip(entries, self.rows, strict=True):
+            entry["action"] = actions[row]
+        return steps_json(entries)
 
 
 class Stepping(Protocol):
@@ -71,6 +131,23 @@ class Stepping(Protocol):
     def finish(self, sent: Sent) -> Batch: ...
 
 
+class _Plan:
+    """The groups, and every slot's parts over all of them (in the groups' order)."""
+
+    __slots__ = ("groups", "slots", "channels", "vncs", "sessions", "shareds", "inverse")
+
+    def __init__(self, groups: list[_Group], n: int) -> None:
+        self.groups = groups
+        self.slots = [slot for group in groups for slot in group.slots]
+        self.channels = [channel for group in groups for channel in group.channels]
+        self.sessions = [session for group in groups for session in group.sessions]
+        self.vncs = [session.vnc for session in self.sessions]
+        self.shareds = [shared for group in groups for shared in group.shareds]
+        #: Each row's place in the groups' order (None: the same, row i at place i).
+        order = [slot.index for slot in self.slots]
+        self.inverse = None if order == list(range(n)) else [order.index(i) for i in range(n)]
+
+
 class FastSteps:
     """The steady-state batched step of ``steps``' lane (see the module docstring)."""
 
@@ -78,8 +155,8 @@ class FastSteps:
         self.steps = steps
         #: False forces the general step (tests compare the two).
         self.enabled = True
-        #: The groups of the last plan; None: make it again before the next fast step.
-        self.plan: list[_Group] | None = None
+        #: The last plan; None: make it again before the next fast step.
+        self.plan: _Plan | None = None
         #: Steps delivered here (the rest went the general way).
         self.taken = 0
 
@@ -87,13 +164,14 @@ class FastSteps:
         """Something changed outside a fast step: the plan is made again."""
         self.plan = None
 
-    def _make_plan(self) -> list[_Group] | None:
+    def _make_plan(self) -> _Plan | None:
         """The groups, if every slot may step here (else None: the general step)."""
         batches = self.steps.batches
         if batches is None:
             return None
-        by_token: dict[str, tuple[BlockingRewarder, list[Slot], list[int]]] = {}
-        for slot in self.steps.lane.slots:
+        by_token: dict[str, tuple[BlockingRewarder, list[Slot], list[int], str]] = {}
+        lane = self.steps.lane
+        for slot in lane.slots:
             session = slot.session
             channel = session.lockstep_channel
             if (slot.phase is not Phase.RUNNING or slot.pending is not None or slot.reply is not None
@@ -104,20 +182,20 @@ class FastSteps:
             if route is None:
                 return None
             token, game = route
-            _, slots, games = by_token.setdefault(token, (channel, [], []))
+            _, slots, games, _ = by_token.setdefault(token, (channel, [], [], token))
             slots.append(slot)
             games.append(game)
         groups = [_Group(*group) for group in by_token.values()]
         if not groups or any(len(g.slots) < 2 for g in groups):
             return None  # (a lone remote steps with its own v0.env.step: the general way)
-        for slot in self.steps.lane.slots:
+        for slot in lane.slots:
             # Nobody looks at VNC frames while the plan holds (as Batches.taken pauses them
             # each step): only the general step resumes them (a frame over VNC, a reset's
             # first frame), and it drops the plan.
             vnc = slot.session.vnc
             if vnc is not None:
                 vnc.pause_updates()
-        return groups
+        return _Plan(groups, lane.num)
 
     def step(self, actions: Sequence[Sequence[Any]]) -> Batch | None:
         """The step, or None when it must go the general way (nothing sent then)."""
@@ -128,21 +206,23 @@ class FastSteps:
             plan = self.plan = self._make_plan()
             if plan is None:
                 return None
-        for group in plan:  # (what may change between steps: connections, seats)
-            for slot, channel, vnc, session in group.members:
-                if (not channel.connected or channel.outstanding or vnc is None or not vnc.connected
-                        or session.replaced or slot.phase is not Phase.RUNNING or slot.pending is not None
-                        or session.rewarder is not channel):
-                    self.plan = None
-                    return None
         steps = self.steps
         lane = steps.lane
+        n = lane.num
+        slots, channels, sessions, vncs = plan.slots, plan.channels, plan.sessions, plan.vncs
+        max_steps = lane.max_episode_steps
+        # What may change between steps (connections, seats), and a truncation due.
+        if (None in vncs or not all(map(_CONNECTED, channels)) or any(map(_OUTSTANDING, channels))
+                or not all(map(_CONNECTED, vncs)) or any(map(_REPLACED, sessions))
+                or list(map(_PHASE, slots)).count(_RUNNING) != n
+                or list(map(_PENDING, slots)).count(None) != n or list(map(_REWARDER, sessions)) != channels
+                or (max_steps is not None and max(map(_STEPS, slots)) + 1 >= max_steps)):
+            self.plan = None
+            return None
         batches = steps.batches
         assert batches is not None
         frameskip = lane.frameskip
-        rewards, terminated, truncated, infos = lane.outcome()
         lane.same_step = False
-        now = time.monotonic()
         previous = lane.gate.frames
         assert previous is not None
         batch = np.empty_like(previous)  # (a new batch each step; each row written by its reply,
@@ -150,19 +230,19 @@ class FastSteps:
         lane.gate.frames = batch
         written: set[int] = set()
         steps.replies.written = written
-        sent: list[Slot] = []
+        deadline = time.monotonic() + lane.stall_timeout
         calls: list[BatchCall] = []
-        deadline = now + lane.stall_timeout
-        failed = False
+        lost: tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]] | None = None
+        sent: list[Slot] = []
         try:
-            for group in plan:
+            for group in plan.groups:
                 lead = group.channel
-                body = [(game, channel.buffer.episode_id, actions[slot.index], frameskip)
-                        for (slot, channel, _, _), game in zip(group.members, group.games, strict=True)]
                 try:
-                    message_id = lead.send_batch_step(body)
+                    message_id = lead.send_batch_steps(group.request(actions, frameskip))
                 except (ConnectionClosed, OSError) as exc:  # as Batches.send reports it
-                    failed = True
+                    if lost is None:
+                        lost = lane.outcome()
+                    rewards, _, truncated, infos = lost
                     batches.lost_channels(group.slots, lead)
                     for slot in group.slots:
                         reason = (f"{exc}" if slot.session.lockstep_channel is lead
@@ -170,165 +250,176 @@ class FastSteps:
                         infos[slot.index] = steps.faults.lose(slot, reason, rewards, truncated)
                         np.copyto(batch[slot.index], previous[slot.index])
                     continue
-                call = BatchCall(lead, message_id, group.slots, batches)
+                call = BatchCall(lead, message_id, group.slots, batches, list(group.rows))
                 calls.append(call)
-                for slot in group.slots:
-                    slot.pending, slot.batch, slot.deadline = message_id, call, deadline
-                sent += group.slots
+                members = group.slots
+                any(map(setattr, members, repeat("pending"), repeat(message_id)))
+                any(map(setattr, members, repeat("batch"), repeat(call)))
+                any(map(setattr, members, repeat("deadline"), repeat(deadline)))
+                sent += members
         except BaseException:
             self.plan = None
             raise
-        step = Sent(False, rewards, terminated, truncated, infos, sent, [], [], set(), batch, previous,
-                    written, {})
-        if failed:
-            return self._general(step)
+        if lost is not None:
+            return self._general(sent, batch, previous, written, lost)
         try:
-            return self._finish(calls, step)
+            return self._wait(plan, calls, sent, batch, previous, written, deadline)
         except BaseException:
             self.plan = None
             raise
 
-    def _general(self, sent: Sent) -> Batch:
+    def _general(self, sent: list[Slot], batch: np.ndarray, previous: np.ndarray, written: set[int],
+                 outcome: tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]] | None = None,
+                 ) -> Batch:
+        """The step's second half the general way (its requests are out)."""
         self.plan = None
-        return self.steps.finish(sent)
+        rewards, terminated, truncated, infos = outcome or self.steps.lane.outcome()
+        return self.steps.finish(Sent(False, rewards, terminated, truncated, infos, sent, [], [], set(),
+                                      batch, previous, written, {}))
 
-    def _finish(self, calls: list[BatchCall], sent: Sent) -> Batch:
-        """Every group's reply in; delivered here if all are plain, else the general way."""
-        steps = self.steps
-        replies = steps.replies
-        by_fd = {call.channel.fileno(): call for call in calls}
-        if -1 in by_fd:
-            return self._general(sent)
-        poller = replies.poller_of(tuple(by_fd))
-        firsts: dict[BatchCall, StepReply] = {}
-        try:
-            return self._wait(calls, sent, firsts, poller, by_fd)
-        except BaseException:  # (an interrupt, a refusal: the replies in wait where the
-            self._put_back(calls, firsts)  # general step's next look finds them)
-            raise
-
-    def _wait(self, calls: list[BatchCall], sent: Sent, firsts: dict[BatchCall, StepReply],
-              poller: Any, by_fd: dict[int, BatchCall]) -> Batch:
-        """Read each group's reply (``firsts``: its first slot's share) until all are in."""
-        lane = self.steps.lane
-        limit = min(c.slots[0].deadline for c in calls)
-        # First look: replies read already (by the keeper), then each as its socket has bytes.
-        ready = [call for call in calls if call.channel.holds_reply(call.message_id)]
-        read = False
-        while True:
-            for call in ready:
-                if call in firsts:  # bytes for a channel whose reply is in (a ping)
-                    call.channel.serve_idle()
-                    continue
-                lead = call.slots[0]
-                try:
-                    taken = call.take(lead, read, read)
-                except RemoteError:
-                    lead.pending = lead.batch = None
-                    raise
-                except ConnectionClosed:  # lost: the general step reports it, for each slot
-                    return self._restore(calls, firsts, sent)
-                if taken is not None:
-                    lead.pending, lead.batch = None, None
-                    lead.reply = taken
-                    firsts[call] = taken
-                elif call.done:  # (the lead's step refused without a word: general)
-                    return self._restore(calls, firsts, sent)
-            if len(firsts) == len(calls):
-                break
-            now = time.monotonic()
-            if now >= limit:
-                return self._restore(calls, firsts, sent)
-            events = poller.poll(min(limit - now, POLL_SLICE) * 1000)
-            if not events:  # a quiet slice: the general wait, its looks and its grace
-                return self._restore(calls, firsts, sent)
-            ready, read = [by_fd[fd] for fd, _ in events], True
-        # Every reply is in: plain ones only here.
-        max_steps = lane.max_episode_steps
+    def _wait(self, plan: _Plan, calls: list[BatchCall], sent: list[Slot], batch: np.ndarray,
+              previous: np.ndarray, written: set[int], limit: float) -> Batch:
+        """Each group's reply taken in turn (every one is needed: one blocking read each,
+        rewarder.blocking_socket's ``take_raw``) and checked as it comes (:meth:`_take`),
+        while the later groups' processes still step; delivered here if all are plain,
+        else every one goes the general way."""
         for call in calls:
-            first = firsts[call]
-            if call.replies.keys() != set(call.slots[1:]) or len(call.read) != len(call.slots):
-                return self._restore(calls, firsts, sent)
-            for slot in call.slots:
-                answer = first if slot is call.slots[0] else call.replies[slot]
-                if (type(answer) is not StepReply or answer.done
-                        or (max_steps is not None and slot.steps + 1 >= max_steps)):
-                    return self._restore(calls, firsts, sent)
-                session = slot.session
-                rewarder = session.rewarder
-                if (rewarder is None or not rewarder.buffer.quiet() or session.shared.error is not None):
-                    return self._restore(calls, firsts, sent)
-        firsts_in = dict(firsts)
-        firsts.clear()  # (delivered from here on: nothing to put back)
-        return self._deliver(calls, firsts_in, sent)
+            if call.channel.holds_reply(call.message_id):  # (read already: the keeper's)
+                return self._general(sent, batch, previous, written)
+        taken: list[bytes | None] = [None] * len(calls)
+        plain = True
+        try:
+            for j, (call, group) in enumerate(zip(calls, plan.groups, strict=True)):
+                channel = call.channel
+                got = None
+                while got is None and time.monotonic() < limit:
+                    try:
+                        got = channel.take_raw(call.message_id, REPLY_BATCH_STEP, wait=True)
+                    except ConnectionClosed as exc:  # lost: the general step reports it (as BatchCall.take)
+                        call.failure = exc
+                        call.owner.lost_with(call)
+                        break
+                    except TimeoutError:  # a quiet slice: the general wait, its looks and its grace
+                        break
+                    if got is None and channel.holds_reply(call.message_id):  # filed: not plain
+                        break
+                if got is None:
+                    plain = False
+                    break
+                taken[j] = got[1]
+                if not self._take(group, got[0]["body"], batch):
+                    plain = False
+                    break
+        except BaseException:  # (an interrupt: the replies wait where the general step looks)
+            self._untake(calls, taken)
+            raise
+        if plain:
+            return self._deliver(plan, batch)  # (taken for good)
+        self._untake(calls, taken)
+        return self._general(sent, batch, previous, written)
 
-    def _deliver(self, calls: list[BatchCall], firsts: dict[BatchCall, StepReply], sent: Sent) -> Batch:
-        """Every reply is in and plain: each slot's state moved on as the general step's
-        deliver moves it, and the vector's info built a key at a time
-        (:func:`~remotes.vector_infos.set_columns`), each remote's own made only if asked."""
+    @staticmethod
+    def _untake(calls: list[BatchCall], taken: list[bytes | None]) -> None:
+        """Replies taken here filed where the general step takes them."""
+        for call, text in zip(calls, taken, strict=True):
+            if text is not None:
+                call.channel.untake(call.message_id, BATCH_STEP, text)
+        taken[:] = [None] * len(taken)
+
+    def _take(self, group: _Group, body: dict[str, Any], batch: np.ndarray) -> bool:
+        """Whether ``group``'s reply is plain (each game's step as the general step reads
+        it: no end, no refusal, the episode it was sent for, nothing else heard since,
+        its frame read from the segment into ``batch``); its results kept in ``group``.
+        False: nothing changed but rows of ``batch`` (the general way)."""
+        entries = body.get("steps")
+        if type(entries) is not list or len(entries) != len(group.slots):
+            return False
+        try:
+            fields = list(map(_ENTRY, entries))
+        except (KeyError, TypeError):
+            return False
+        rewards, dones, frames, episodes, infos = zip(*fields, strict=True)
+        if (episodes != group.sent or any(dones) or set(map(type, dones)) != _BOOLS
+                or not _NUMBERS.issuperset(map(type, rewards)) or set(map(type, frames)) != _INTS
+                or set(map(type, infos)) != _DICTS or set(map(len, entries)) != _ENTRY_KEYS
+                or not all(map(_QUIET, group.buffers))
+                or list(map(_ERROR, group.shareds)).count(None) != len(entries)):
+            return False
+        shm = body.get("shm")
+        reader = group.reader
+        if shm != group.shm or reader is None:
+            if type(shm) is not list or len(shm) != 4:
+                return False
+            batches = self.steps.batches
+            assert batches is not None
+            try:
+                reader = group.reader = batches.reader(group.token, (shm[0], shm[1], shm[2], shm[3]))
+            except (OSError, ValueError, TypeError):  # (the general step says why)
+                return False
+            group.shm = shm
+        try:
+            if not reader.read_plain(batch, group.rows, frames, group.numbers):
+                return False
+        except (OSError, ValueError):  # (the general step reads it again, and says why)
+            group.shm = group.reader = None
+            return False
+        group.rewards, group.frames, group.infos = rewards, frames, infos
+        return True
+
+    def _deliver(self, plan: _Plan, batch: np.ndarray) -> Batch:
+        """Each slot's state moved on as the general step's deliver moves it, and the
+        vector's info built (:func:`~remotes.vector_infos.steady_infos`; each remote's
+        own made only if asked)."""
         lane = self.steps.lane
         n = lane.num
-        rewards = sent.rewards
-        heads: list[dict[str, Any]] = [{}] * n  # (each row set below: the plan holds every slot)
-        episodes, frames = [0] * n, [0] * n
-        rtts: list[float | None] = [None] * n
-        skews: list[tuple[float, float] | None] = [None] * n
-        instructions: list[Any] = [None] * n
-        own = False
-        now = time.monotonic()
-        for call in calls:
-            first = firsts[call]
-            for slot in call.slots:
-                reply: Any = first if slot is call.slots[0] else call.replies.pop(slot)  # (plain: checked)
-                slot.pending = slot.batch = slot.reply = slot.vnc_frame = None
-                session = slot.session
-                frame, episode = reply.frame, reply.episode_id
-                shared = session.shared
-                shared.last = (frame, episode)
-                shared.shm_frames += 1
-                i = slot.index
-                rewards[i] = reply.reward
-                slot.steps += 1
-                slot.returned, slot.episode = frame, episode
-                if slot.seen is None or frame > slot.seen:
-                    slot.seen = frame
-                slot.progress_at = now
-                rewarder = session.rewarder
-                assert rewarder is not None  # (plain: checked)
-                heads[i], episodes[i], frames[i] = reply.info, episode, frame
-                rtts[i], skews[i] = rewarder.rtt, rewarder.clock_skew
-                instructions[i] = slot.instruction
-                if "instruction" in reply.info:  # (a remote's own: kept, as instruct keeps it)
-                    own = True
+        groups = plan.groups
+        frames: Any = ()
+        episodes: Any = ()
+        heads: Any = ()
+        rewards: Any = ()
+        for group in groups:
+            frames += group.frames
+            episodes += group.numbers
+            heads += group.infos
+            rewards += group.rewards
+        # Each slot's state moved on a field at a time over all of them (setattr is None:
+        # ``any`` runs each map through).
+        slots = plan.slots
+        for field in ("pending", "batch", "reply", "vnc_frame"):
+            any(map(setattr, slots, repeat(field), repeat(None)))
+        any(map(setattr, slots, repeat("steps"), map(operator.add, map(_STEPS, slots), repeat(1))))
+        any(map(setattr, slots, repeat("returned"), frames))
+        any(map(setattr, slots, repeat("episode"), episodes))
+        any(map(setattr, slots, repeat("progress_at"), repeat(time.monotonic())))
+        seen = list(map(_SEEN, slots))  # (the newest frame seen: this one, unless one was newer)
+        if None in seen:
+            seen = [frame if last is None else last for last, frame in zip(seen, frames, strict=True)]
+        any(map(setattr, slots, repeat("seen"), map(max, seen, frames)))
+        shareds = plan.shareds
+        any(map(setattr, shareds, repeat("last"), zip(frames, episodes, strict=True)))
+        any(map(setattr, shareds, repeat("shm_frames"),
+                map(operator.add, map(_SHM_FRAMES, shareds), repeat(1))))
+        rtts = list(map(_RTT, plan.channels))
+        skews = list(map(_SKEW, plan.channels))
+        instructions = list(map(_INSTRUCTION, plan.slots))
+        inverse = plan.inverse
+        if inverse is None:
+            frames, episodes, heads, rewards = list(frames), list(episodes), list(heads), list(rewards)
+        else:  # (rows in the groups' order: each list put in row order)
+            frames, episodes, heads, rewards, rtts, skews, instructions = (
+                [values[k] for k in inverse]
+                for values in (frames, episodes, heads, rewards, rtts, skews, instructions))
         columns: dict[str, list[Any]] = {
             "episode_id": episodes, "frame": frames, "remote.connected": [True] * n,
             "text": [[] for _ in range(n)], "rewarder.rtt": rtts, "rewarder.clock_skew": skews,
             "instruction": instructions}
-        if own:
-            columns["instruction"] = [head.get("instruction", slots_own)
+        if any(map(operator.contains, heads, repeat("instruction"))):  # (a remote's own: kept,
+            columns["instruction"] = [head.get("instruction", slots_own)  # as instruct keeps it)
                                       for head, slots_own in zip(heads, instructions, strict=True)]
         self.taken += 1
         rows = SteadyRows(heads, columns)
+        rewards_out = np.array(rewards, dtype=np.float64)
+        terminated, truncated = np.zeros(n, bool), np.zeros(n, bool)
         if lane.annotate is not None:  # (a browser's page and last action: each info, as ever)
-            return lane.finish(rewards, sent.terminated, sent.truncated, list(rows), copy=False)
-        infos = batch_infos(heads, n)
-        set_columns(infos, columns, n)
-        frames_now = lane.gate.frames
-        assert frames_now is not None
-        return Batch(frames_now, rewards, sent.terminated, sent.truncated, rows, columns=infos)
-
-    def _restore(self, calls: list[BatchCall], firsts: dict[BatchCall, StepReply], sent: Sent) -> Batch:
-        """A reply that is not plain: every group goes the general way."""
-        self._put_back(calls, firsts)
-        return self._general(sent)
-
-    def _put_back(self, calls: list[BatchCall], firsts: dict[BatchCall, StepReply]) -> None:
-        """Each group's first slot's reply put back where the general wait finds it."""
-        for call in calls:
-            first = firsts.get(call)
-            lead = call.slots[0]
-            if first is not None:
-                lead.reply = None
-                lead.pending, lead.batch = call.message_id, call
-                call.replies[lead] = first
-        firsts.clear()
+            return lane.finish(rewards_out, terminated, truncated, list(rows), copy=False)
+        return Batch(batch, rewards_out, terminated, truncated, rows, columns=steady_infos(heads, columns, n))

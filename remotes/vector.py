@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any, Final
 
 import numpy as np
@@ -64,6 +65,8 @@ _MODES = {AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP}
 #: objects is not checked again each step); past this many it forgets them all, so an
 #: agent that makes new events each step holds no more than this alive.
 MAX_CHECKED_EVENTS: Final = 4096
+#: The kinds of action whose events :meth:`RemoteVectorEnv._all_checked` looks up at once.
+_SEQUENCES: Final = frozenset({list, tuple})
 #: What a checked event may hold to be remembered: immutable values only, so the same
 #: object is the same event for as long as it lives.
 _IMMUTABLE: Final = (str, int, bool, np.bool_, np.integer)
@@ -468,21 +471,14 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         return self._observations(batch), batch.rewards, batch.terminated, batch.truncated, infos
 
     def _all_checked(self, actions: Sequence[Any]) -> list[Any]:
-        """Every remote's action checked (:meth:`_checked`), an action whose events were all
-        checked before (the same tuple objects) with one look at each."""
-        good = self._good_events
-        out = []
-        for i, action in enumerate(actions):
-            kind = type(action)
-            if kind is list or kind is tuple:
-                for event in action:
-                    if good.get(id(event)) is not event:
-                        break
-                else:
-                    out.append(list(action))
-                    continue
-            out.append(self._checked(i, action))
-        return out
+        """Every remote's action checked (:meth:`_checked`). Lists or tuples of events that
+        were all checked before (the same tuple objects) are looked at once, together: the
+        ids of events held in :attr:`_good_events` (held, so no other object has their id
+        meanwhile)."""
+        if _SEQUENCES.issuperset(map(type, actions)) and all(
+                map(self._good_events.__contains__, map(id, chain.from_iterable(actions)))):
+            return list(map(list, actions))
+        return [self._checked(i, action) for i, action in enumerate(actions)]
 
     def _checked(self, i: int, action: Any) -> Any:
         """Remote ``i``'s action as the stepper takes it (a string, or a list of events),

@@ -8,16 +8,21 @@ here, and it is the part of a step's agent cost that grows with the remotes' inf
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any, Final, overload
 
 import numpy as np
 
-__all__ = ["SteadyRows", "batch_infos", "set_columns"]
+__all__ = ["SteadyRows", "batch_infos", "set_columns", "steady_infos"]
 
 #: Value types gymnasium batches into a typed array (others go in an object array).
 _SCALARS: Final = (int, float, bool)
 #: A read-only mask of n Trues per vector size n, copied for each key (:func:`_whole`).
 _WHOLE: dict[int, np.ndarray] = {}
+#: Each info key's mask key (``_key``), kept for the keys a steady step sees every step.
+_MASK_NAMES: dict[str, str] = {}
+#: Mask names kept at most (a remote's info keys are a few dozen; more: made afresh).
+_MAX_MASK_NAMES: Final = 4096
 
 def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
     """gymnasium's vector info — for each key an array over the ``n`` envs and a ``_key``
@@ -108,6 +113,48 @@ def set_columns(out: dict[str, Any], columns: dict[str, list[Any]], n: int) -> N
         if column is None:
             column = batch_infos([{key: value} for value in values], n)[key]
         out[key], out[f"_{key}"] = column, whole.copy()
+
+
+def steady_infos(heads: list[dict[str, Any]], columns: dict[str, list[Any]], n: int) -> dict[str, Any]:
+    """What ``batch_infos(heads, n)`` then ``set_columns(out, columns, n)`` give (the
+    batched lane's steady step: the remotes' own infos, then the lane's keys over them),
+    in one pass over the keys: each key batched once (a key of both, ours, in the
+    remote's place), a typed array straight from a list of Python scalars, an object
+    array of Nones as numpy makes it. Remotes whose infos have different keys, and
+    values of other kinds (dicts, arrays, numpy scalars), go the general way."""
+    keys = heads[0].keys()
+    if any(map(keys.__ne__, map(dict.keys, heads))):
+        general = batch_infos(heads, n)
+        set_columns(general, columns, n)
+        return general
+    whole = _whole(n)
+    out: dict[str, Any] = {}
+    for key in (*keys, *columns):
+        if key in out:
+            continue
+        values = columns[key] if key in columns else list(map(itemgetter(key), heads))
+        first = values[0]
+        kind = type(first)
+        if kind in _SCALARS:
+            column: Any = np.array(values, dtype=kind)
+        elif first is None and values.count(None) == n:  # (instructions, mostly)
+            column = np.empty(n, dtype=object)
+        elif kind is dict or kind is np.ndarray or isinstance(first, np.number):
+            column = batch_infos([{key: value} for value in values], n)[key]
+        else:  # (a list, a tuple or a string each: texts, clock skews)
+            column = np.fromiter(values, dtype=object, count=n)
+        out[key], out[_MASK_NAMES.get(key) or _mask_name(key)] = column, whole.copy()
+    return out
+
+
+def _mask_name(key: str) -> str:
+    """``_key``, made once per key."""
+    name = _MASK_NAMES.get(key)
+    if name is None:
+        if len(_MASK_NAMES) >= _MAX_MASK_NAMES:
+            _MASK_NAMES.clear()
+        name = _MASK_NAMES[key] = f"_{key}"
+    return name
 
 
 class SteadyRows(Sequence[dict[str, Any]]):

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import orjson
+
 from .protocol import MAX_GAMES_PER_PROCESS, ActionEvent, StepReply, parse_episode_id
 
 BATCH_STEP: Final = "v0.batch.step"
@@ -75,6 +77,37 @@ def request_body(steps: list[tuple[int, int | None, Sequence[Sequence[Any]], int
         {"game": game, "episode_id": str(episode or 0), "action": action, "frames": frames}
         for game, episode, action, frames in steps
     ]}
+
+
+def step_entry(game: int, episode: int | None, frames: int) -> dict[str, Any]:
+    """One step of a request's body (:func:`request_body`), its ``action`` None: a caller
+    that sends the same games every step keeps these and sets only the action."""
+    return {"game": game, "episode_id": str(episode or 0), "action": None, "frames": frames}
+
+
+def steps_json(entries: list[dict[str, Any]]) -> bytes:
+    """The JSON of a request's steps (:func:`step_entry` each, its action set) as
+    :func:`request_bytes` takes it; TypeError names what an action held that JSON cannot
+    carry (numpy scalars and arrays go as numbers and lists, as every request's)."""
+    try:
+        return orjson.dumps(entries, option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError as exc:
+        raise TypeError(f"{BATCH_STEP}: the request holds a value JSON cannot carry ({exc}); "
+                        "send numbers, strings, booleans and lists of them") from None
+
+
+def request_bytes(message_id: int, sent_at: float, steps: bytes) -> bytes:
+    """The whole request, as ``orjson.dumps`` gives its message (its headers, then its body
+    ``{"obs": "shm", "steps": ...}``) but with ``steps`` (:func:`steps_json`) put in as it is:
+    a vector step sends one a process, and the envelope is the same bytes each time."""
+    return b"".join((_REQUEST_HEAD, b"%d" % message_id, _SENT_AT, orjson.dumps(sent_at), _BODY_HEAD,
+                     steps, _REQUEST_TAIL))
+
+
+_REQUEST_HEAD: Final = b'{"method":"' + BATCH_STEP.encode() + b'","headers":{"message_id":'
+_SENT_AT: Final = b',"sent_at":'
+_BODY_HEAD: Final = b'},"body":{"obs":"shm","steps":'
+_REQUEST_TAIL: Final = b"}}"
 
 
 def reply_body(

@@ -47,7 +47,7 @@ from websockets.protocol import State
 from websockets.uri import WebSocketURI, parse_uri
 
 from . import keeper, local_peer, local_socket, protocol
-from .batch_messages import BATCH_STEP, request_body
+from .batch_messages import BATCH_STEP, request_bytes, step_entry, steps_json
 from .blocking_socket import BlockingSocket
 from .client_channel import CALIBRATION_PINGS, PING_TIMEOUT, intersect_skew
 from .client_frames import ClientFrames
@@ -493,9 +493,39 @@ class BlockingRewarder(BlockingSocket):
         Returns:
             The request's message id; :meth:`take_reply` gives its ``BatchStepReply``.
         """
+        entries = []
+        for game, episode, action, frames in steps:
+            entry = step_entry(game, episode, frames)
+            entry["action"] = action
+            entries.append(entry)
+        return self.send_batch_steps(steps_json(entries))
+
+    def send_batch_steps(self, steps: bytes) -> int:
+        """Send a ``v0.batch.step`` whose steps are ``steps``
+        (:func:`rewarder.batch_messages.steps_json`): a vector's steady steps keep each
+        game's entry and send one of these a process.
+
+        Args:
+            steps: the JSON of the request's steps.
+
+        Returns:
+            The request's message id.
+
+        Raises:
+            SendTimeout: the remote did not take it all within :data:`SEND_TIMEOUT`.
+        """
         with self._lock:
-            request = self._need_proto()._request(BATCH_STEP, request_body(steps))
-            return self._send_request(BATCH_STEP, request)
+            numbering = self._need_proto().numbering  # (as ClientConnection numbers a request)
+            message_id = numbering.next_message_id
+            data = request_bytes(message_id, numbering.clock(), steps)
+            numbering.next_message_id = message_id + 1
+            self.outstanding[message_id] = BATCH_STEP  # first: an interrupt after the send
+            ws, framing = self._ws, self._frames
+            if ws is not None and framing is not None and ws.state is State.OPEN:
+                self._flush(framing.text_frame(data), SEND_TIMEOUT)  # (_send's usual case, flat)
+            else:
+                self._send(data, SEND_TIMEOUT)
+            return message_id
 
     def _send_request(self, method: str, request: tuple[int, bytes], timeout: float = SEND_TIMEOUT) -> int:
         message_id, data = request

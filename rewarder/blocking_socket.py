@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import socket
 import ssl
+import struct
 import threading
 import time
 from typing import Any, Final
 
+import orjson
 from websockets.client import ClientProtocol
 from websockets.protocol import State
 
@@ -33,6 +35,12 @@ from .reward_buffer import RewardBuffer
 #: Bytes one read takes from the socket: a step reply is a few hundred bytes, a describe
 #: a few KB; the server sends nothing large unasked.
 READ_BYTES: Final = 256 * 1024
+#: Seconds one blocking read of :meth:`BlockingSocket.take_raw` waits for bytes before
+#: its caller looks at its deadline again (as a lockstep step's poll slices its wait).
+READ_SLICE: Final = 0.1
+_READ_SLICE_TIMEVAL: Final = struct.pack("@ll", 0, int(READ_SLICE * 1_000_000))
+#: The JSON number types orjson gives (a bool is not one).
+_NUMBERS: Final = (int, float)
 #: WebSocket close codes that mean "refused", not "try again" (as :mod:`.dial` reads them).
 REFUSAL_CODES: Final = frozenset({1008, *range(4000, 5000)})
 
@@ -58,6 +66,8 @@ class BlockingSocket(ClientState):
         self.outstanding: dict[Any, str] = {}
         #: Monotonic time of the last call (the keeper serves only channels left idle).
         self.used_at = time.monotonic()
+        #: The socket whose blocking reads time out after READ_SLICE (:meth:`take_raw`).
+        self._timed: socket.socket | None = None
 
     def serve_idle(self) -> None:
         """The keeper's call: if nobody uses the channel, read what arrived (answering
@@ -190,13 +200,21 @@ class BlockingSocket(ClientState):
     def _receive(self, sock: socket.socket) -> bool:
         """Read once and handle what came; whether more may be waiting already (a full
         read, or TLS, whose records may hold more than one read took)."""
+        data = self._recv(sock)
+        return data is not None and self._handle(sock, data)
+
+    def _recv(self, sock: socket.socket) -> bytes | None:
+        """One read (None: TLS has no whole record yet); a broken connection is lost."""
         try:
-            data = sock.recv(READ_BYTES)
+            return sock.recv(READ_BYTES)
         except ssl.SSLWantReadError:
-            return False
+            return None
         except OSError as exc:
             self._lost(f"lost the connection to {self.url}: it dropped ({exc})")
             raise self._gone() from None
+
+    def _handle(self, sock: socket.socket, data: bytes) -> bool:
+        """What one read took (b"": the end), handled; whether more may be waiting."""
         more = len(data) >= READ_BYTES or isinstance(sock, ssl.SSLSocket)
         ws, frames = self._ws, self._frames
         assert ws is not None and frames is not None
@@ -221,6 +239,91 @@ class BlockingSocket(ClientState):
                 raise ws.handshake_exc
             raise self._gone()
         return more
+
+    def take_raw(self, message_id: int, method: str,
+                 wait: bool = False) -> tuple[dict[str, Any], bytes] | None:
+        """The reply to request ``message_id``, a ``method`` message (``v0.reply.batch.step``),
+        as its JSON object and its bytes, when the socket's next bytes are that reply's one
+        whole text frame, nothing else: taken (counted, its request no longer outstanding)
+        with one read and one parse. Anything else is read and filed as
+        :meth:`~.blocking.BlockingRewarder.take_reply` reads it (None then:
+        :meth:`holds_reply` says whether the reply came). :meth:`untake` files a reply
+        taken here the usual way after all (the caller's checks of it failed).
+
+        Args:
+            message_id: the request's id.
+            method: the reply's method.
+            wait: wait up to :data:`READ_SLICE` for bytes (one blocking read: no poll
+                first); else a poll just said the socket has some.
+
+        Returns:
+            ``(message, bytes)``, or None.
+
+        Raises:
+            TimeoutError: ``wait``, and nothing came within :data:`READ_SLICE`.
+        """
+        with self._lock:
+            self.used_at = time.monotonic()
+            sock, frames = self._sock, self._frames
+            held = message_id in self._replies
+            if held or sock is None or frames is None or type(sock) is not socket.socket:
+                if held:
+                    return None
+                if wait:
+                    self._read_some(self.used_at + READ_SLICE)
+                else:
+                    self._read_ready(True)
+                return None
+            if not wait:
+                data = self._recv(sock)
+            else:
+                if self._timed is not sock:  # (the kernel's own timeout on each blocking read)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _READ_SLICE_TIMEVAL)
+                    self._timed = sock
+                try:
+                    data = sock.recv(READ_BYTES)
+                except BlockingIOError:
+                    raise TimeoutError(f"{self.name}: no reply from {self.url} yet") from None
+                except OSError as exc:
+                    self._lost(f"lost the connection to {self.url}: it dropped ({exc})")
+                    raise self._gone() from None
+            assert data is not None  # (not TLS)
+            text = frames.whole_text(data)
+            if text is None:
+                if self._handle(sock, data):
+                    self._read_ready()
+                return None
+            try:
+                message = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                message = None
+            if type(message) is dict and message.get("method") == method:
+                headers = message.get("headers")
+                if (type(headers) is dict and type(message.get("body")) is dict
+                        and type(headers.get("parent_message_id")) is int
+                        and headers["parent_message_id"] == message_id
+                        and message_id in self.outstanding
+                        and type(headers.get("sent_at")) in _NUMBERS):
+                    del self.outstanding[message_id]
+                    self._messages += 1
+                    return message, text
+            self._message(text)
+            return None
+
+    def untake(self, message_id: int, method: str, text: bytes) -> None:
+        """A reply :meth:`take_raw` gave (``text``, the reply to ``message_id``, a request
+        of ``method``) handled the usual way after all: filed for ``take_reply``.
+
+        Args:
+            message_id: the request's id.
+            method: the request's method.
+            text: the reply's bytes.
+        """
+        with self._lock:
+            self.outstanding[message_id] = method
+            self._messages -= 1
+            if self._proto is not None:
+                self._message(text)
 
     def _flush_quietly(self) -> None:
         try:

@@ -63,6 +63,23 @@ class ClientFrames:
         self._handshake_bytes(data)
         return True
 
+    def whole_text(self, data: bytes) -> bytes | None:
+        """``data``'s payload when it is one whole unfragmented, unmasked text frame and
+        nothing else (a lockstep reply, read alone), taken as :meth:`receive` would take
+        it; None for anything else, which the caller then hands to :meth:`receive`."""
+        if not self.split or self._inbox or self._in_fragments or len(data) < 2 or data[0] != TEXT_FIN:
+            return None
+        length, head = data[1], 2
+        if length == LENGTH_16:
+            length, head = int.from_bytes(data[2:4], "big"), 4
+        elif length == LENGTH_64:
+            length, head = int.from_bytes(data[2:10], "big"), 10
+        elif length > LENGTH_64:  # (masked: websockets fails the connection on it)
+            return None
+        if head + length != len(data) or length > self.max_size or self.ws.state is not State.OPEN:
+            return None
+        return data[head:]
+
     def fail_not_utf8(self, exc: UnicodeDecodeError) -> None:
         """Fail the connection for a text message read here that is not UTF-8 (1007):
         websockets sends the close and reads nothing more; :meth:`receive` then says so."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 from collections.abc import Sequence
 from typing import Final
 
@@ -105,7 +106,15 @@ class SlotReader(shm.OpenSegment):
         #: What a reply names this segment by: ``(name, height, width, stride)``.
         self.key = (name, height, width, stride)
         self.path = path
-        self._headers: list[bytearray] = []
+        #: Every slot's header, read into one block (:meth:`read_plain` unpacks them at once).
+        self._block = bytearray(PIXELS_AT * MAX_SLOTS)
+        self._headers: list[memoryview] = []
+        #: Per slot count: the layout of that many headers, and the magics, heights and
+        #: widths they must hold.
+        self._runs: dict[int, tuple[struct.Struct, tuple[object, ...]]] = {}
+        #: Per tuple of rows read: each row's bytes in a batch (a vector reads the same rows
+        #: each step; a few tuples kept at most).
+        self._cuts: dict[tuple[int, ...], list[slice]] = {}
         self._pad = bytearray(stride - PIXELS_AT - height * width * 3)
         #: The ``preadv`` buffers of each slot count, the pixels' places empty (None).
         self._templates: dict[int, list[bytearray | memoryview | None]] = {}
@@ -135,8 +144,51 @@ class SlotReader(shm.OpenSegment):
         size = self.height * self.width * 3
         return self._read([view[row * size:(row + 1) * size] for row in rows])
 
+    def read_plain(self, batch: np.ndarray, rows: tuple[int, ...], numbers: Sequence[int],
+                   episodes: Sequence[int]) -> bool:
+        """:meth:`read_rows`, saying only whether slot j held frame ``numbers[j]`` of
+        episode ``episodes[j]`` (every header checked at once: a vector's steady step,
+        which goes the general way, reading again, when not)."""
+        if (batch.shape[1:] != (self.height, self.width, 3) or batch.dtype != np.uint8
+                or not batch.flags.c_contiguous):
+            raise ValueError(f"frame segment {self.name} holds {self.width}x{self.height} "
+                             f"frames, not rows of {batch.dtype}{list(batch.shape)}; {VNC_INSTEAD}")
+        cuts = self._cuts.get(rows)
+        if cuts is None:
+            if len(self._cuts) >= MAX_SLOTS:
+                self._cuts.clear()
+            size = self.height * self.width * 3
+            cuts = self._cuts[rows] = [slice(row * size, (row + 1) * size) for row in rows]
+        count = self._preadv(list(map(batch.data.cast("B").__getitem__, cuts)))
+        run = self._runs.get(count)
+        if run is None:
+            run = self._runs[count] = (
+                struct.Struct("<" + f"8sqqII{PIXELS_AT - HEADER.size}x" * count),
+                (MAGIC,) * count + (self.height,) * count + (self.width,) * count)
+        layout, fixed = run
+        held = layout.unpack_from(self._block)
+        return (held[1::5] == tuple(numbers) and held[2::5] == tuple(episodes)
+                and held[0::5] + held[3::5] + held[4::5] == fixed)
+
     def _read(self, pixels: list[memoryview]) -> list[tuple[int, int] | None]:
         """One ``preadv`` of slots 0..len(pixels)-1, each slot's pixels into its view."""
+        count = self._preadv(pixels)
+        out: list[tuple[int, int] | None] = []
+        unpack, height, width = HEADER.unpack_from, self.height, self.width
+        for header in self._headers[:count]:
+            magic, number, episode, h, w = unpack(header)
+            if magic == MAGIC and h == height and w == width:
+                out.append((number, episode))
+            elif magic == _NEVER:  # never written
+                out.append(None)
+            else:
+                raise ValueError(f"slot {len(out)} of frame segment {self.name} holds no {width}x"
+                                 f"{height} frame; {VNC_INSTEAD}")
+        return out
+
+    def _preadv(self, pixels: list[memoryview]) -> int:
+        """One ``preadv`` of slots 0..len(pixels)-1: headers into the block, each slot's
+        pixels into its view; the slot count."""
         count = len(pixels)
         if self._fd < 0:
             raise ValueError(f"frame segment {self.name}: the reader is closed; {VNC_INSTEAD}")
@@ -151,25 +203,15 @@ class SlotReader(shm.OpenSegment):
         got = os.preadv(self._fd, buffers, 0)  # type: ignore[arg-type]  # (every None replaced)
         if got < want:
             raise ValueError(f"frame segment {self.name} is truncated ({got} bytes of {want}); {VNC_INSTEAD}")
-        out: list[tuple[int, int] | None] = []
-        unpack, height, width = HEADER.unpack_from, self.height, self.width
-        for header in self._headers[:count]:
-            magic, number, episode, h, w = unpack(header)
-            if magic == MAGIC and h == height and w == width:
-                out.append((number, episode))
-            elif magic == _NEVER:  # never written
-                out.append(None)
-            else:
-                raise ValueError(f"slot {len(out)} of frame segment {self.name} holds no {width}x"
-                                 f"{height} frame; {VNC_INSTEAD}")
-        return out
+        return count
 
     def _template(self, count: int) -> list[bytearray | memoryview | None]:
         """The buffers of a read of ``count`` slots: each slot's header, its pixels (None
         here, the caller's view in each read), the pad to the next slot but after the last."""
         headers = self._headers
         while len(headers) < count:
-            headers.append(bytearray(PIXELS_AT))
+            at = len(headers) * PIXELS_AT
+            headers.append(memoryview(self._block)[at:at + PIXELS_AT])
         out: list[bytearray | memoryview | None] = []
         for i in range(count):
             out += [headers[i], None]

@@ -13,6 +13,7 @@ import pytest
 
 from remotes import RemoteVectorEnv
 from remotes.local import LocalRemotes
+from rewarder.blocking import BlockingRewarder
 from tests.remotes.test_batched_lane import BACK_WITHIN, EPISODE_STEPS, FRAMESKIP, KEYS, N, batched
 
 __all__ = ["batched"]  # (the fixture: 8 Catch games in 2 processes of 4)
@@ -143,5 +144,41 @@ def test_an_action_checked_once_is_not_taken_for_an_equal_bad_one(batched: Local
         env.step([good] * N)
         with pytest.raises(ValueError, match="remote 3"):
             env.step([good] * 3 + [bad] + [good] * (N - 4))
+    finally:
+        env.close()
+
+
+def test_a_steady_step_interrupted_between_two_replies_is_returned_by_the_next(
+    batched: LocalRemotes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the steady step waits for its second process's reply, the first's
+    taken already: the next step returns the interrupted one's frames (one step on, no
+    remote lost, nothing sent twice), and the steps after it are the steady state's again."""
+    env = _env(batched, True)
+    try:
+        env.reset(seed=6)
+        env.step([[]] * N)
+        assert _fast_steps(env) == 1
+        before = [slot.returned for slot in env._core.slots]
+        take = BlockingRewarder.take_raw
+        taken: list[BlockingRewarder] = []
+
+        def interrupted(channel: BlockingRewarder, *args: Any, **kwargs: Any) -> Any:
+            taken.append(channel)
+            if len(taken) == 2:  # (the second process's reply: the first's is in)
+                raise KeyboardInterrupt
+            return take(channel, *args, **kwargs)
+
+        monkeypatch.setattr(BlockingRewarder, "take_raw", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            env.step([[]] * N)
+        monkeypatch.undo()
+        _, _, terminated, truncated, infos = env.step([[]] * N)
+        assert infos["remote.connected"].all() and not (terminated.any() or truncated.any())
+        assert [int(f) for f in infos["frame"]] == [f + FRAMESKIP for f in before]  # type: ignore[operator]
+        assert _fast_steps(env) == 1  # (that one went the general way)
+        _, _, _, _, infos = env.step([[]] * N)
+        assert [int(f) for f in infos["frame"]] == [f + 2 * FRAMESKIP for f in before]  # type: ignore[operator]
+        assert _fast_steps(env) == 2
     finally:
         env.close()

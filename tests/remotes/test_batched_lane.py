@@ -45,17 +45,17 @@ def batched() -> Iterator[LocalRemotes]:
 
 
 class Counted:
-    """Counts the batch requests this process sends."""
+    """Counts the batch requests this process sends (each goes through ``send_batch_steps``)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sent = 0
-        send = BlockingRewarder.send_batch_step
+        send = BlockingRewarder.send_batch_steps
 
         def counted(channel: BlockingRewarder, *args: Any) -> int:
             self.sent += 1
             return send(channel, *args)
 
-        monkeypatch.setattr(BlockingRewarder, "send_batch_step", counted)
+        monkeypatch.setattr(BlockingRewarder, "send_batch_steps", counted)
 
 
 def _run(addresses: Any, steps: int) -> list[tuple[bytes, bytes, bytes, bytes]]:

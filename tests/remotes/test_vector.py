@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 
 from remotes.vector import batch_infos
-from remotes.vector_infos import SteadyRows, set_columns
+from remotes.vector_infos import SteadyRows, set_columns, steady_infos
 
 
 def gymnasium_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
@@ -90,6 +90,7 @@ def test_a_steady_steps_info_a_key_at_a_time_is_gymnasiums_of_the_merged_infos()
         set_columns(ours, columns, n)
         merged = _merged(heads, columns)
         assert_same(ours, gymnasium_infos(merged))
+        assert_same(steady_infos(heads, columns, n), ours)
         rows = SteadyRows(heads, columns)
         assert len(rows) == n and list(rows) == merged and rows[1:] == merged[1:]
         assert all(list(row) == list(want) for row, want in zip(rows, merged, strict=True))  # key order
@@ -103,3 +104,41 @@ def test_a_steady_steps_own_value_of_a_kind_batched_apart_still_matches() -> Non
     ours = batch_infos(heads, 2)
     set_columns(ours, columns, 2)
     assert_same(ours, gymnasium_infos(_merged(heads, columns)))
+    assert_same(steady_infos(heads, columns, 2), ours)
+
+
+def test_a_steady_steps_info_built_in_blocks_is_the_key_at_a_time_one() -> None:
+    """:func:`steady_infos` (keys of one kind batched together, the masks one array) gives
+    what ``batch_infos`` and ``set_columns`` give: kinds mixed within a key cast by the
+    first value's, every other kind of value the general way, key order kept; each key's
+    array and mask its own (writing one changes no other)."""
+    frame = np.arange(6, dtype=np.uint8).reshape(2, 3)
+    cases: list[tuple[list[dict[str, Any]], dict[str, list[Any]]]] = [
+        ([{"lives": 3, "frame": 7, "score": 1.5, "flag": True, "name": "a", "nested": {"x": 1},
+           "pixels": frame, "count": np.int32(2), "maybe": None, "pair": (1, 2)},
+          {"lives": 2.7, "frame": 9, "score": 2, "flag": False, "name": "b", "nested": {"x": 2},
+           "pixels": frame, "count": np.int32(3), "maybe": 4, "pair": [3]}],
+         {"episode_id": [4, 5], "frame": [20, 21], "remote.connected": [True, True],
+          "text": [[], ["hi"]], "rewarder.rtt": [0.5, 0.25], "rewarder.clock_skew": [(-0.1, 0.2), None],
+          "instruction": [None, "go"], "stats": [{"a": 1}, {"a": 2}]}),
+        ([{"only": 1}, {"only": 2}, {"only": 3}],
+         {"episode_id": [1, 2, 3], "rewarder.rtt": [None, 0.5, 1.0]}),
+        ([{}, {}], {"episode_id": [1, 2]}),
+        ([{"a": 1, "b": 2}, {"b": 3, "a": 4}], {"frame": [5, 6]}),  # same keys, another order
+        ([{"a": 1}, {"b": 2}], {"frame": [5, 6]}),  # different keys: the general way
+    ]
+    for heads, columns in cases:
+        n = len(heads)
+        want = batch_infos(heads, n)
+        set_columns(want, columns, n)
+        got = steady_infos(heads, columns, n)
+        assert_same(got, want)
+        if all(head.keys() == heads[0].keys() for head in heads):
+            assert_same(got, gymnasium_infos(_merged(heads, columns)))
+        arrays = list(got.values())
+        for array in arrays:
+            before = [a.copy() if isinstance(a, np.ndarray) else a for a in arrays]
+            if isinstance(array, np.ndarray) and array.dtype == np.bool_:
+                array[0] = not array[0]
+                assert all(b is a or np.array_equal(a, b) for a, b in zip(arrays, before, strict=True)
+                           if a is not array)

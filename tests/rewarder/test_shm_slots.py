@@ -33,6 +33,16 @@ def test_slots_go_into_the_rows_asked_each_named_by_its_header(size: tuple[int, 
             assert (batch[5] == 10).all() and (batch[0] == 11).all() and (batch[1] == 13).all()
             assert not batch[[2, 3, 4]].any()  # (slot 2's zero pixels; rows not asked for)
         assert reader.read_rows(np.zeros((1, height, width, 3), np.uint8), [0]) == [(100, 7)]
+        # read_plain: the same copies, and whether each slot held the frame named
+        batch = np.zeros((6, height, width, 3), np.uint8)
+        assert reader.read_plain(batch, (5, 0), [100, 101], [7, 7])
+        assert (batch[5] == 10).all() and (batch[0] == 11).all() and not batch[1:5].any()
+        assert reader.read_plain(batch, (1, 2, 3), [100, 101, 102], [7, 7, 7]) is False  # (slot 2: unwritten)
+        assert reader.read_plain(batch, (1, 2), [100, 102], [7, 7]) is False  # another frame
+        assert reader.read_plain(batch, (1, 2), [100, 101], [7, 8]) is False  # another episode
+        turned = SlotReader(segment.name, width, height, segment.stride)  # (slots as long, turned)
+        assert turned.read_plain(np.zeros((1, width, height, 3), np.uint8), (0,), [100], [7]) is False
+        turned.close()
         reader.close()
     finally:
         segment.close()
