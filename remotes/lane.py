@@ -65,8 +65,9 @@ class Outputs:
     """The arrays a real-time step hands out, written again once nobody else holds them.
 
     A fresh ``frames.copy()`` each step costs a new allocation whose pages the kernel
-    zeroes and maps on first touch (at 256 remotes, a 26 MB batch: about twice the copy
-    itself; benchmarks/RESULTS.md). A batch the caller dropped (the usual ``obs, ... =
+    zeroes and maps on first touch (at 256 remotes, a 26 MB batch: the agent's profile
+    gave 22 us a remote-step for it, 15 for the copy into a kept array;
+    benchmarks/RESULTS.md). A batch the caller dropped (the usual ``obs, ... =
     env.step(...)`` drops the one before last) is written over instead. Held is anything
     that keeps a reference: the caller's name, a view of it (``obs[0]`` holds its base), a
     buffer export (``memoryview``, ``torch.from_numpy``), a weak reference; an array
