@@ -477,11 +477,7 @@ class BlockingRewarder(BlockingSocket):
         with self._lock:
             message_id, data = self._need_proto().step(self.episode_id or 0, action, frames, obs, settle)
             self.outstanding[message_id] = protocol.STEP  # first: an interrupt after the send
-            ws, framing = self._ws, self._frames
-            if ws is not None and framing is not None and ws.state is State.OPEN:
-                self._flush(framing.text_frame(data), timeout)  # (_send's usual case, flat)
-            else:
-                self._send(data, timeout)
+            self._send_text(data, timeout)
             return message_id
 
     def send_batch_step(self, steps: list[tuple[int, int | None, Sequence[Sequence[Any]], int]]) -> int:
@@ -520,12 +516,17 @@ class BlockingRewarder(BlockingSocket):
             data = request_bytes(message_id, numbering.clock(), steps)
             numbering.next_message_id = message_id + 1
             self.outstanding[message_id] = BATCH_STEP  # first: an interrupt after the send
-            ws, framing = self._ws, self._frames
-            if ws is not None and framing is not None and ws.state is State.OPEN:
-                self._flush(framing.text_frame(data), SEND_TIMEOUT)  # (_send's usual case, flat)
-            else:
-                self._send(data, SEND_TIMEOUT)
+            self._send_text(data, SEND_TIMEOUT)
             return message_id
+
+    def _send_text(self, data: bytes, timeout: float) -> None:
+        """:meth:`_send`, its usual case (an open connection: one text frame) flat: the
+        steps' sends."""
+        ws, framing = self._ws, self._frames
+        if ws is not None and framing is not None and ws.state is State.OPEN:
+            self._flush(framing.text_frame(data), timeout)
+        else:
+            self._send(data, timeout)
 
     def _send_request(self, method: str, request: tuple[int, bytes], timeout: float = SEND_TIMEOUT) -> int:
         message_id, data = request
