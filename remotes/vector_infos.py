@@ -8,7 +8,8 @@ here, and it is the part of a step's agent cost that grows with the remotes' inf
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import itemgetter
+from itertools import repeat
+from operator import is_, itemgetter
 from typing import Any, Final, overload
 
 import numpy as np
@@ -95,12 +96,19 @@ def _plain_column(values: list[Any], n: int) -> np.ndarray | None:
     kind = type(first)
     if kind in _SCALARS:  # (most keys: a Python scalar each: one array made, one mask)
         return np.array(values, dtype=kind)
+    if first is None and all(map(is_, values, repeat(None))):  # (instructions, mostly; by
+        # identity: a later array's == would not give one bool)
+        return np.empty(n, dtype=object)
     if kind is dict or kind is np.ndarray or isinstance(first, np.number):
         return None
-    column = np.empty(n, dtype=object)  # (a list or None each: texts, instructions)
-    for i, value in enumerate(values):
-        column[i] = value
-    return column
+    return np.fromiter(values, dtype=object, count=n)  # (a list, a tuple or a string each: texts)
+
+
+def _column(key: str, values: list[Any], n: int) -> Any:
+    """``values`` (one per env) batched as :func:`batch_infos` batches a key every env has:
+    :func:`_plain_column`, else its general way."""
+    column = _plain_column(values, n)
+    return batch_infos([{key: value} for value in values], n)[key] if column is None else column
 
 
 def set_columns(out: dict[str, Any], columns: dict[str, list[Any]], n: int) -> None:
@@ -109,10 +117,7 @@ def set_columns(out: dict[str, Any], columns: dict[str, list[Any]], n: int) -> N
     infos holding those keys last (a key ``out`` has already keeps its place)."""
     whole = _whole(n)
     for key, values in columns.items():
-        column = _plain_column(values, n)
-        if column is None:
-            column = batch_infos([{key: value} for value in values], n)[key]
-        out[key], out[f"_{key}"] = column, whole.copy()
+        out[key], out[f"_{key}"] = _column(key, values, n), whole.copy()
 
 
 def steady_infos(heads: list[dict[str, Any]], columns: dict[str, list[Any]], n: int) -> dict[str, Any]:
@@ -133,17 +138,7 @@ def steady_infos(heads: list[dict[str, Any]], columns: dict[str, list[Any]], n: 
         if key in out:
             continue
         values = columns[key] if key in columns else list(map(itemgetter(key), heads))
-        first = values[0]
-        kind = type(first)
-        if kind in _SCALARS:
-            column: Any = np.array(values, dtype=kind)
-        elif first is None and values.count(None) == n:  # (instructions, mostly)
-            column = np.empty(n, dtype=object)
-        elif kind is dict or kind is np.ndarray or isinstance(first, np.number):
-            column = batch_infos([{key: value} for value in values], n)[key]
-        else:  # (a list, a tuple or a string each: texts, clock skews)
-            column = np.fromiter(values, dtype=object, count=n)
-        out[key], out[_MASK_NAMES.get(key) or _mask_name(key)] = column, whole.copy()
+        out[key], out[_MASK_NAMES.get(key) or _mask_name(key)] = _column(key, values, n), whole.copy()
     return out
 
 
