@@ -55,6 +55,11 @@ COUNTS: Final = quick((1, 4, 8), (2,))
 VECTOR_STEPS: Final = quick({1: 2000, 4: 800, 8: 400}, {1: 200, 2: 150, 4: 100, 8: 100})
 VECTOR_WARMUP: Final = 30
 VECTOR_SECONDS: Final = quick(10.0, 1.0)
+#: Random actions each vector row draws before it is timed, then steps through in turn:
+#: the rows time the envs, not their action samplers (one MultiDiscrete draw for
+#: gymnasium's and ALE's vectors, n VNC-event lists for ours), as an agent's policy
+#: hands each env an action it made, not one drawn in the step.
+ACTION_CYCLE: Final = 64
 GOAL_VS_ASYNC: Final = 1.2  # issue 32: RemoteVectorEnv lockstep at n = 4 and 8
 #: Measure 3: real-time steps sampled (after LATENCY_WARMUP) per loop.
 FPS: Final = 60.0
@@ -134,6 +139,14 @@ def lockstep_env(remotes: LocalRemotes, encoding: str, loop: LoopThread, warm: b
             env.close()
             raise
     return env
+
+
+def drawn(sample: Callable[[], Any], count: int = ACTION_CYCLE) -> Callable[[], Any]:
+    """``count`` actions drawn by ``sample`` now; the returned call gives them in turn,
+    round and round (:data:`ACTION_CYCLE`)."""
+    actions = [sample() for _ in range(count)]
+    turn = iter(range(1 << 62))
+    return lambda: actions[next(turn) % count]
 
 
 def drive(env: RemoteEnv, steps: int) -> int:

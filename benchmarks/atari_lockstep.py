@@ -81,6 +81,7 @@ from benchmarks.atari_common import (  # noqa: E402
     VECTOR_WARMUP,
     WARMUP_STEPS,
     Run,
+    drawn,
     drive,
     local_remotes,
     lockstep_env,
@@ -228,12 +229,13 @@ def measure_vector_ours(
             if k < n:
                 env.send([space.sample() for _ in range(n)])  # (after a reset all are ready)
                 env.recv()
+            actions = drawn(lambda: [space.sample() for _ in range(k)])
             for _ in range(VECTOR_WARMUP):
-                env.step([space.sample() for _ in range(k)])
+                env.step(actions())
             going, done = until(VECTOR_STEPS[n] * n // k, VECTOR_SECONDS), 0
             with Run([p.pid for p in remotes.processes]) as run:
                 while going(done):
-                    env.step([space.sample() for _ in range(k)])
+                    env.step(actions())
                     done += 1
         finally:
             env.close()
@@ -250,12 +252,13 @@ def measure_vector_async(n: int) -> dict[str, float]:
         envs.reset(seed=0)
         start = time.perf_counter() - started
         envs.action_space.seed(0)
+        actions = drawn(envs.action_space.sample)
         for _ in range(VECTOR_WARMUP):
-            envs.step(envs.action_space.sample())
+            envs.step(actions())
         going, done = until(VECTOR_STEPS[n], VECTOR_SECONDS), 0
         with Run([p.pid for p in envs.processes if p.pid is not None]) as run:
             while going(done):
-                envs.step(envs.action_space.sample())
+                envs.step(actions())
                 done += 1
     finally:
         envs.close(terminate=False)

@@ -1,7 +1,8 @@
 """Lockstep Pong against its peers in one run: raw ALE, AsyncVectorEnv, AtariVectorEnv, dm_env_rpc.
 
 Issue 40's table and targets, every row measured here and now on this machine (Pong,
-frameskip 4, an RGB frame every step, random actions), each row's CPU per env-step
+frameskip 4, an RGB frame every step, random actions drawn before the timed steps:
+``atari_common.ACTION_CYCLE``), each row's CPU per env-step
 summed over every process it runs in (this one and its workers, servers or remotes):
 
 - raw ``ale_py.ALEInterface`` in this process (the limit);
@@ -46,6 +47,7 @@ from benchmarks.atari_common import (
     VECTOR_STEPS,
     VECTOR_WARMUP,
     Run,
+    drawn,
     local_remotes,
     step_rates,
     until,
@@ -87,9 +89,9 @@ BATCH_PARTS: Final = 2
 
 
 def _drive(env: RemoteEnv, steps: int) -> None:
-    space = env.action_space
+    actions = drawn(env.action_space.sample)  # (as the AsyncVectorEnv rows': atari_common.ACTION_CYCLE)
     for _ in range(steps):
-        _, _, terminated, truncated, _ = env.step(space.sample())
+        _, _, terminated, truncated, _ = env.step(actions())
         if terminated or truncated:
             env.reset()
 
@@ -142,12 +144,13 @@ def measure_atari_vector(n: int) -> dict[str, float]:
     try:
         envs.reset(seed=0)
         envs.action_space.seed(0)
+        actions = drawn(envs.action_space.sample)
         for _ in range(VECTOR_WARMUP):
-            envs.step(envs.action_space.sample())
+            envs.step(actions())
         going, done = until(VECTOR_STEPS[n], VECTOR_SECONDS), 0
         with Run() as run:
             while going(done):
-                envs.step(envs.action_space.sample())
+                envs.step(actions())
                 done += 1
     finally:
         envs.close()
