@@ -152,7 +152,7 @@ class Batches:
         sent: list[Slot] = []
         failed: list[tuple[Slot, str]] = []
         queued, self._queued = self._queued, {}
-        for group in queued.values():
+        for token, group in queued.items():
             slots = [slot for slot, _, _ in group]
             lead = slots[0].session.lockstep_channel
             assert lead is not None
@@ -163,7 +163,7 @@ class Batches:
                 else:
                     steps = [(game, _episode(slot), action, lane.frameskip)
                              for slot, game, action in group]
-                    message_id = lead.send_batch_step(steps)
+                    message_id = lead.send_batch_step(steps, self.asks_memfd(token))
                     call = BatchCall(lead, message_id, slots, self)
                     for slot in slots:
                         slot.pending, slot.batch = message_id, call
@@ -185,7 +185,7 @@ class Batches:
             return
         token = self.token_of.get(call.slots[0])
         try:
-            held = self.reader(token, reply.shm).read_rows(frames, call.rows)
+            held = self.reader(token, reply.shm, reply.shm_fd).read_rows(frames, call.rows)
         except (OSError, ValueError) as exc:
             self._failed(call, token, exc)
             return
@@ -195,15 +195,23 @@ class Batches:
                     and answer.episode_id == frame[1]):
                 read.add(slot)
 
-    def reader(self, token: str | None, shm: tuple[str, int, int, int]) -> SlotReader:
-        """The reader of the segment ``shm`` (a reply's ``(name, height, width, stride)``)
-        of process ``token``: opened once, again when the process names another segment;
-        OSError or ValueError when it cannot be (:class:`SlotReader` says why)."""
+    def asks_memfd(self, token: str) -> bool:
+        """Whether process ``token``'s requests ask for a sealed memfd: its segment was
+        reached through ``/proc`` (:attr:`SlotReader.reachable`)."""
+        reader = self._readers.get(token)
+        return reader is not None and reader.reachable
+
+    def reader(self, token: str | None, shm: tuple[str, int, int, int],
+               held: tuple[int, int] | None = None) -> SlotReader:
+        """The reader of the segment ``shm`` (a reply's ``(name, height, width, stride)``;
+        ``held``: its ``shm_fd``) of process ``token``: opened once, again when the
+        process names another segment; OSError or ValueError when it cannot be
+        (:class:`SlotReader` says why)."""
         reader = self._readers.get(token or "")
         if reader is None or reader.key != shm:
             if reader is not None:
                 reader.close()
-            reader = SlotReader(*shm)
+            reader = SlotReader(*shm, held=held)
             if token is not None:
                 self._readers[token] = reader
         return reader
