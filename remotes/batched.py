@@ -104,8 +104,11 @@ class Batches:
     def __init__(self, lane: Lane) -> None:
         self.lane = lane
         self._queued: dict[str, list[tuple[Slot, int, Sequence[Any]]]] = {}
-        #: The segment reader of each process token (opened once).
+        #: The segment reader of each process token (opened once), and the one before it:
+        #: a batch goes on the first held game's connection, each connection has its own
+        #: segment, and around an autoreset the lead moves to another game and back.
         self._readers: dict[str, SlotReader] = {}
+        self._spares: dict[str, SlotReader] = {}
         #: Tokens whose segment failed: their remotes step one by one until they reconnect.
         self._off: set[str] = set()
         #: Each slot's process token as last seen (kept while the slot is away, so the
@@ -209,11 +212,17 @@ class Batches:
         (:class:`SlotReader` says why)."""
         reader = self._readers.get(token or "")
         if reader is None or reader.key != shm:
-            if reader is not None:
-                reader.close()
-            reader = SlotReader(*shm, held=held)
+            spare = self._spares.pop(token or "", None)
+            if spare is not None and spare.key == shm:
+                was, reader = reader, spare
+            else:
+                if spare is not None:
+                    spare.close()
+                was, reader = reader, SlotReader(*shm, held=held)
             if token is not None:
                 self._readers[token] = reader
+                if was is not None:
+                    self._spares[token] = was
         return reader
 
     def _failed(self, call: BatchCall, token: str | None, exc: OSError | ValueError) -> None:
@@ -246,10 +255,10 @@ class Batches:
         killed process's say so at once); one still open is closed, since the step it
         was sent may or may not have happened."""
         token = self.token_of.get(call.slots[0])
-        reader = self._readers.pop(token or "", None)
-        if reader is not None:
-            reader.remove_if_abandoned()
-            reader.close()
+        for reader in (self._readers.pop(token or "", None), self._spares.pop(token or "", None)):
+            if reader is not None:
+                reader.remove_if_abandoned()
+                reader.close()
         self.lost_channels(call.slots, call.channel)
 
     def lost_channels(self, slots: list[Slot], lead: BlockingRewarder) -> None:
@@ -276,8 +285,9 @@ class Batches:
                    if t == token and other is not slot and other.phase is Phase.AWAY)
 
     def close(self) -> None:
-        for reader in self._readers.values():
+        for reader in (*self._readers.values(), *self._spares.values()):
             reader.close()
+        self._spares.clear()
         self._readers.clear()
 
 
