@@ -166,11 +166,15 @@ def open_held(pid: object, fd: object, name: str) -> tuple[int, os.stat_result, 
     path = segment_path(name)
     if not (type(pid) is int and 0 < pid < MAX_PID and type(fd) is int and 0 <= fd < MAX_FD):
         raise ValueError(f"frame segment {name}: [{pid!r}, {fd!r}] is not a pid and an fd")
-    ours = os.open(PROC_FD.format(pid=pid, fd=fd), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    link = PROC_FD.format(pid=pid, fd=fd)
+    before = os.stat(link)  # (before opening: opening a device or a FIFO may do something)
+    if not stat.S_ISREG(before.st_mode) or before.st_uid != os.geteuid():
+        raise ValueError(f"fd {fd} of process {pid} is not a regular file of this user")
+    ours = os.open(link, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         st = os.fstat(ours)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            raise ValueError(f"fd {fd} of process {pid} is not a regular file of this user")
+        if not same_file(ours, before) or st.st_uid != os.geteuid():
+            raise ValueError(f"fd {fd} of process {pid} changed while it was opened")
         target = os.readlink(PROC_FD.format(pid="self", fd=ours))  # (ours: it cannot change)
         if target == str(path):
             return ours, st, "file"

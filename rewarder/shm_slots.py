@@ -204,7 +204,11 @@ class SlotReader(shm.OpenSegment):
         slots = min(self.size // self.stride, MAX_SLOTS)
         if slots < 1:
             return  # (too small for a slot: refused at the first read, as ever)
-        self._map = mmap.mmap(ours, slots * self.stride, prot=mmap.PROT_READ)
+        try:
+            self._map = mmap.mmap(ours, slots * self.stride, prot=mmap.PROT_READ)
+        except OSError as exc:  # (no address space left, a sandbox: read by copy)
+            _tell(f"frame segment {self.name} not mapped ({exc}): read by copy")
+            return
         whole = memoryview(self._map)
         pixels = self.height * self.width * 3
         self._mapped_pixels = [whole[i * self.stride + PIXELS_AT:i * self.stride + PIXELS_AT + pixels]
@@ -215,7 +219,8 @@ class SlotReader(shm.OpenSegment):
 
     def read_into(self, dests: Sequence[np.ndarray]) -> list[tuple[int, int] | None]:
         """Copy slots 0..len(dests)-1 into ``dests`` (each a C-contiguous, writable
-        ``uint8[height, width, 3]``) with one ``preadv``; each slot's (frame number,
+        ``uint8[height, width, 3]``) at once (out of the mapping, else one ``preadv``);
+        each slot's (frame number,
         episode id), None for a slot no frame was written to yet (its step was refused).
         ``dests`` may be partly written when it raises."""
         shape = (self.height, self.width, 3)
@@ -264,7 +269,7 @@ class SlotReader(shm.OpenSegment):
                 and held[0::5] + held[3::5] + held[4::5] == fixed)
 
     def _read(self, pixels: list[memoryview]) -> list[tuple[int, int] | None]:
-        """One ``preadv`` of slots 0..len(pixels)-1, each slot's pixels into its view."""
+        """Slots 0..len(pixels)-1 read (:meth:`_preadv`), each slot's pixels into its view."""
         count = self._preadv(pixels)
         out: list[tuple[int, int] | None] = []
         unpack, height, width = HEADER.unpack_from, self.height, self.width
@@ -280,8 +285,9 @@ class SlotReader(shm.OpenSegment):
         return out
 
     def _preadv(self, pixels: list[memoryview]) -> int:
-        """One ``preadv`` of slots 0..len(pixels)-1: headers into the block, each slot's
-        pixels into its view; the slot count."""
+        """Slots 0..len(pixels)-1 read (copies out of the mapping when :attr:`mapped`,
+        else one ``preadv``): headers into the block, each slot's pixels into its view;
+        the slot count."""
         count = len(pixels)
         if self._fd < 0:
             raise ValueError(f"frame segment {self.name}: the reader is closed; {VNC_INSTEAD}")

@@ -150,7 +150,7 @@ def test_a_memfd_that_can_shrink_is_read_by_copy_never_mapped(seals: int | None)
 def test_a_pid_and_fd_that_are_not_the_segment_are_refused_and_the_file_read_by_name() -> None:
     segment = SlotSegment(2, HEIGHT, WIDTH)
     sealed = SlotSegment(2, HEIGHT, WIDTH, sealed=True)
-    other, read_end, write_end = -1, -1, -1
+    other, read_end, write_end, null = -1, -1, -1, -1
     try:
         assert segment.path is not None and sealed.sealed and sealed.path is None
         fd = os.open(segment.path, os.O_RDWR)
@@ -165,11 +165,12 @@ def test_a_pid_and_fd_that_are_not_the_segment_are_refused_and_the_file_read_by_
             else:
                 other = os.open("/etc/passwd", os.O_RDONLY)
             read_end, write_end = os.pipe()
+            null = os.open(os.devnull, os.O_RDONLY)
             pid = os.getpid()
             wrong: list[Any] = [
                 sealed.held,  # a sealed memfd, but another segment's
                 [pid, other],  # not this user's
-                [pid, read_end],  # not a regular file
+                [pid, read_end], [pid, null],  # not a regular file (never opened again)
                 [pid, 999_999],  # no such fd
                 ["1", 3], [-5, 3], [pid, -1], [1 << 40, 0], [pid],  # not a pid and an fd
             ]
@@ -194,7 +195,7 @@ def test_a_pid_and_fd_that_are_not_the_segment_are_refused_and_the_file_read_by_
                 reader.read_rows(np.zeros((2, HEIGHT, WIDTH, 3), np.uint8), [0, 1])
             reader.close()
     finally:
-        for fd in (other, read_end, write_end):
+        for fd in (other, read_end, write_end, null):
             if fd >= 0:
                 os.close(fd)
         segment.close()
