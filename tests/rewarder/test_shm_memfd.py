@@ -3,13 +3,20 @@
 on a real ``serve`` process of two lockstep games (the remote makes the segments, the
 agent reaches them through ``/proc``), and by hand for what a remote must never get
 mapped: a memfd that can shrink, an fd that is not the segment, another user's file, a
-pid and fd that are not ones. Each of those is read the old way, by copy."""
+pid and fd that are not ones, a remote in another PID namespace whose pid names a
+process here. Each of those is read the old way, by copy."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import re
 import secrets
+import select
+import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -18,12 +25,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from remotes import start_local
+from remotes import RemoteVectorEnv, start_local
 from remotes.local import LocalRemotes
 from rewarder.batch_messages import REPLY_BATCH_STEP, read_held, step_entry, steps_json
 from rewarder.blocking import BlockingRewarder
 from rewarder.shm import HEADER, MAGIC, PIXELS_AT, PREFIX, SHM_DIR
 from rewarder.shm_slots import SlotReader, SlotSegment, stride_of
+from tests.envserver.test_frame_segments import NAMESPACE_INIT, children
+from tests.remotes.test_batched_lane import Counted
 
 WAIT = 10.0
 #: A small screen for the segments made by hand (slots padded to the next 64 bytes).
@@ -200,3 +209,46 @@ def test_a_pid_and_fd_that_are_not_the_segment_are_refused_and_the_file_read_by_
                 os.close(fd)
         segment.close()
         sealed.close()
+
+
+def test_a_remote_in_another_pid_namespace_keeps_its_file_though_its_pid_lives_here(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``serve --games 2`` in a PID namespace of its own as this test's pid (``docker
+    --ipc=host`` shares /dev/shm so): the ``shm_fd`` it names is this process's fd here,
+    never its segment, so a vector reads the file by name and never asks for a memfd."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a PID namespace needs root and unshare(1)")
+    command = ["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-c", NAMESPACE_INIT,
+               str(os.getpid()), "builtin.Catch-v0", "--mode", "lockstep", "--games", "2",
+               "--rewarder-port", "0", "--vnc-port", "0"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    serve = None
+    try:
+        assert process.stdout is not None
+        out, banner, deadline = process.stdout.fileno(), "", time.monotonic() + 30
+        while "Ctrl-C to stop" not in banner:
+            assert time.monotonic() < deadline and process.poll() is None, banner
+            if select.select([out], [], [], 1.0)[0]:
+                banner += os.read(out, 4096).decode()
+        (init,) = children(process.pid)  # unshare -> the namespace's init -> serve
+        (serve,) = children(init)
+        addresses = re.findall(r"vnc://127\.0\.0\.1:\d+\+\d+", banner)
+        assert len(addresses) == 2, banner
+        counted = Counted(monkeypatch)
+        env = RemoteVectorEnv(addresses, mode="lockstep", frameskip=2)
+        try:
+            env.reset(seed=3)
+            for _ in range(20):
+                obs, _, _, _, infos = env.step([[]] * 2)
+                assert "shm.error" not in infos and obs.any()
+        finally:
+            env.close()
+        assert counted.sent >= 19 and counted.memfd == 0  # batched, from the file, never asking
+        assert counted.mapped and not any(counted.mapped)
+    finally:
+        if serve is not None:
+            os.kill(serve, signal.SIGTERM)  # (its init, then unshare, end with it)
+        else:
+            process.kill()
+        process.wait(timeout=30)
