@@ -9,6 +9,7 @@ process here. Each of those is read the old way, by copy."""
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import secrets
@@ -27,6 +28,7 @@ import pytest
 
 from remotes import RemoteVectorEnv, start_local
 from remotes.local import LocalRemotes
+from rewarder import shm_slots
 from rewarder.batch_messages import REPLY_BATCH_STEP, read_held, step_entry, steps_json
 from rewarder.blocking import BlockingRewarder
 from rewarder.shm import HEADER, MAGIC, PIXELS_AT, PREFIX, SHM_DIR
@@ -156,7 +158,11 @@ def test_a_memfd_that_can_shrink_is_read_by_copy_never_mapped(seals: int | None)
         os.close(fd)
 
 
-def test_a_pid_and_fd_that_are_not_the_segment_are_refused_and_the_file_read_by_name() -> None:
+def test_a_pid_and_fd_that_are_not_the_segment_are_refused_and_the_file_read_by_name(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(shm_slots, "_told", False)  # (said once a process: this test's first)
+    caplog.set_level(logging.DEBUG)
     segment = SlotSegment(2, HEIGHT, WIDTH)
     sealed = SlotSegment(2, HEIGHT, WIDTH, sealed=True)
     other, read_end, write_end, null = -1, -1, -1, -1
@@ -190,6 +196,9 @@ def test_a_pid_and_fd_that_are_not_the_segment_are_refused_and_the_file_read_by_
                 assert reader.read_rows(batch, [1, 0]) == [(5, 1), (6, 1)], at  # by name
                 assert (batch[1] == 1).all() and (batch[0] == 2).all()
                 reader.close()
+        said = [r for r in caplog.records if r.name == shm_slots.__name__]
+        assert [r.levelno for r in said] == [logging.DEBUG]  # once, quietly
+        assert "not reached through /proc" in said[0].getMessage()
         with pytest.raises(FileNotFoundError):  # a memfd: reached only where it is held
             SlotReader(*sealed.reply)
         reader = SlotReader(*sealed.reply, held=sealed.held)
