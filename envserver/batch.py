@@ -12,7 +12,8 @@ the game's seats (:meth:`envserver.players.Seats.step_now`, or the sliced
 :meth:`~envserver.players.Seats.step` when it does not fit one slice), the same state
 table, refusals, observers' rewards and VNC frames for viewers; only the frame goes into
 slot i of one shared segment for the batch (:class:`rewarder.shm_slots.SlotSegment`, one
-per connection that sends batches) instead of the game's own. A step refused (a stale
+per connection that sends batches: a sealed memfd while its requests ask for one, else a
+``/dev/shm`` file) instead of the game's own. A step refused (a stale
 episode, a game not held by the sender, a game in real time) is refused alone, with its
 reason in its place of the reply; the others step.
 """
@@ -57,7 +58,7 @@ class BatchGames:
         remotes: list[Remote | str] = [self._held(e.game, client_id) for e in entries]
         shape = next((r.core.runtime.frame_shape for r in remotes if not isinstance(r, str)),
                      None)
-        segment = self._segment(owner, shape) if shape is not None else None
+        segment = self._segment(owner, shape, request.memfd) if shape is not None else None
         results: list[Reply | str] = []
         later: list[tuple[int, Remote, StepOrder]] = []
         for slot, (entry, remote) in enumerate(zip(entries, remotes, strict=True)):
@@ -81,13 +82,14 @@ class BatchGames:
                 results.append("")
             else:
                 results.append(done)
-        shm = segment.reply if segment is not None else None
+        shm, held = (segment.reply, segment.held) if segment is not None else (None, None)
         if not later:
-            return reply_body(results, shm)
-        return self._step_later(results, later, shm)
+            return reply_body(results, shm, held)
+        return self._step_later(results, later, shm, held)
 
     async def _step_later(
         self, results: list[Reply | str], later: list[tuple[int, Remote, StepOrder]], shm: Any,
+        held: Any,
     ) -> dict[str, Any]:
         """The steps that run sliced (long ones), one after another."""
         for at, remote, order in later:
@@ -95,7 +97,7 @@ class BatchGames:
                 results[at] = await remote.seats.step(order)
             except Refused as exc:
                 results[at] = exc.reason
-        return reply_body(results, shm)
+        return reply_body(results, shm, held)
 
     def _held(self, game: int, client_id: str) -> Remote | str:
         """Game ``game`` if the batch's sender is its active agent, else why not."""
@@ -111,18 +113,19 @@ class BatchGames:
                     "its active client, with the same openai-client-id as this connection, first")
         return remote
 
-    def _segment(self, owner: Any, shape: tuple[int, ...]) -> SlotSegment:
-        """The sending connection's segment, made (again) for ``shape`` when needed."""
+    def _segment(self, owner: Any, shape: tuple[int, ...], sealed: bool) -> SlotSegment:
+        """The sending connection's segment, made (again) for ``shape`` when needed, and
+        when the request asks for a sealed memfd (``sealed``) or no longer does."""
         segment = self._segments.get(owner)
         height, width = shape[0], shape[1]
-        if segment is not None and segment.fits(len(self.remotes), height, width):
+        if segment is not None and segment.fits(len(self.remotes), height, width, sealed):
             return segment
         if segment is not None:
             segment.close()
         else:
             owner.closed.add_done_callback(lambda _: self._drop(owner))
         try:
-            segment = SlotSegment(len(self.remotes), height, width)
+            segment = SlotSegment(len(self.remotes), height, width, sealed)
         except OSError as exc:
             self._segments.pop(owner, None)
             raise BadRequest(f"no shared-memory segment for the batch's frames ({exc}): step "

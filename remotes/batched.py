@@ -104,8 +104,11 @@ class Batches:
     def __init__(self, lane: Lane) -> None:
         self.lane = lane
         self._queued: dict[str, list[tuple[Slot, int, Sequence[Any]]]] = {}
-        #: The segment reader of each process token (opened once).
+        #: The segment reader of each process token (opened once), and the one before it:
+        #: a batch goes on the first held game's connection, each connection has its own
+        #: segment, and around an autoreset the lead moves to another game and back.
         self._readers: dict[str, SlotReader] = {}
+        self._spares: dict[str, SlotReader] = {}
         #: Tokens whose segment failed: their remotes step one by one until they reconnect.
         self._off: set[str] = set()
         #: Each slot's process token as last seen (kept while the slot is away, so the
@@ -152,7 +155,7 @@ class Batches:
         sent: list[Slot] = []
         failed: list[tuple[Slot, str]] = []
         queued, self._queued = self._queued, {}
-        for group in queued.values():
+        for token, group in queued.items():
             slots = [slot for slot, _, _ in group]
             lead = slots[0].session.lockstep_channel
             assert lead is not None
@@ -163,7 +166,7 @@ class Batches:
                 else:
                     steps = [(game, _episode(slot), action, lane.frameskip)
                              for slot, game, action in group]
-                    message_id = lead.send_batch_step(steps)
+                    message_id = lead.send_batch_step(steps, self.asks_memfd(token))
                     call = BatchCall(lead, message_id, slots, self)
                     for slot in slots:
                         slot.pending, slot.batch = message_id, call
@@ -185,7 +188,7 @@ class Batches:
             return
         token = self.token_of.get(call.slots[0])
         try:
-            held = self.reader(token, reply.shm).read_rows(frames, call.rows)
+            held = self.reader(token, reply.shm, reply.shm_fd).read_rows(frames, call.rows)
         except (OSError, ValueError) as exc:
             self._failed(call, token, exc)
             return
@@ -195,17 +198,31 @@ class Batches:
                     and answer.episode_id == frame[1]):
                 read.add(slot)
 
-    def reader(self, token: str | None, shm: tuple[str, int, int, int]) -> SlotReader:
-        """The reader of the segment ``shm`` (a reply's ``(name, height, width, stride)``)
-        of process ``token``: opened once, again when the process names another segment;
-        OSError or ValueError when it cannot be (:class:`SlotReader` says why)."""
+    def asks_memfd(self, token: str) -> bool:
+        """Whether process ``token``'s requests ask for a sealed memfd: its segment was
+        reached through ``/proc`` (:attr:`SlotReader.reachable`)."""
+        reader = self._readers.get(token)
+        return reader is not None and reader.reachable
+
+    def reader(self, token: str | None, shm: tuple[str, int, int, int],
+               held: tuple[int, int] | None = None) -> SlotReader:
+        """The reader of the segment ``shm`` (a reply's ``(name, height, width, stride)``;
+        ``held``: its ``shm_fd``) of process ``token``: opened once, again when the
+        process names another segment; OSError or ValueError when it cannot be
+        (:class:`SlotReader` says why)."""
         reader = self._readers.get(token or "")
         if reader is None or reader.key != shm:
-            if reader is not None:
-                reader.close()
-            reader = SlotReader(*shm)
+            spare = self._spares.pop(token or "", None)
+            if spare is not None and spare.key == shm:
+                was, reader = reader, spare
+            else:
+                if spare is not None:
+                    spare.close()
+                was, reader = reader, SlotReader(*shm, held=held)
             if token is not None:
                 self._readers[token] = reader
+                if was is not None:
+                    self._spares[token] = was
         return reader
 
     def _failed(self, call: BatchCall, token: str | None, exc: OSError | ValueError) -> None:
@@ -238,10 +255,10 @@ class Batches:
         killed process's say so at once); one still open is closed, since the step it
         was sent may or may not have happened."""
         token = self.token_of.get(call.slots[0])
-        reader = self._readers.pop(token or "", None)
-        if reader is not None:
-            reader.remove_if_abandoned()
-            reader.close()
+        for reader in (self._readers.pop(token or "", None), self._spares.pop(token or "", None)):
+            if reader is not None:
+                reader.remove_if_abandoned()
+                reader.close()
         self.lost_channels(call.slots, call.channel)
 
     def lost_channels(self, slots: list[Slot], lead: BlockingRewarder) -> None:
@@ -268,8 +285,9 @@ class Batches:
                    if t == token and other is not slot and other.phase is Phase.AWAY)
 
     def close(self) -> None:
-        for reader in self._readers.values():
+        for reader in (*self._readers.values(), *self._spares.values()):
             reader.close()
+        self._spares.clear()
         self._readers.clear()
 
 

@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import numpy as np
 
-from rewarder.batch_messages import BATCH_STEP, REPLY_BATCH_STEP, step_entry, steps_json
+from rewarder.batch_messages import (
+    BATCH_STEP,
+    HELD_KEY,
+    REPLY_BATCH_STEP,
+    read_held,
+    step_entry,
+    steps_json,
+)
 from rewarder.errors import ConnectionClosed
 
 from .batched import BatchCall
@@ -238,7 +245,8 @@ class FastSteps:
             for group in plan.groups:
                 lead = group.channel
                 try:
-                    message_id = lead.send_batch_steps(group.request(actions, frameskip))
+                    message_id = lead.send_batch_steps(group.request(actions, frameskip),
+                                                       batches.asks_memfd(group.token))
                 except (ConnectionClosed, OSError) as exc:  # as Batches.send reports it
                     if lost is None:
                         lost = lane.outcome()
@@ -353,7 +361,8 @@ class FastSteps:
             batches = self.steps.batches
             assert batches is not None
             try:
-                reader = group.reader = batches.reader(group.token, (shm[0], shm[1], shm[2], shm[3]))
+                reader = group.reader = batches.reader(group.token, (shm[0], shm[1], shm[2], shm[3]),
+                                                       read_held(body.get(HELD_KEY)))
             except (OSError, ValueError, TypeError):  # (the general step says why)
                 return False
             group.shm = shm

@@ -14,7 +14,10 @@ game's active rewarder client is the same agent (the same ``openai-client-id``) 
 one that sends the batch, so a batch can drive only games its sender already holds.
 
 The frames go into one shared-memory segment (:mod:`rewarder.shm_slots`), step i's in
-slot i, so the agent reads them all with one ``preadv``.
+slot i, so the agent reads them all at once: out of a read-only mapping when the
+segment is a sealed memfd (the request's ``"memfd": true``, which an agent sends once it
+reached the remote's fds through ``/proc``: the reply's ``shm_fd``), else with one
+``preadv`` of the file.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ REPLY_BATCH_STEP: Final = "v0.reply.batch.step"
 DESCRIBE_KEY: Final = "batch"
 #: Steps one batch may hold: one per game of the process, which serves at most this many.
 MAX_BATCH_STEPS: Final = MAX_GAMES_PER_PROCESS
+#: The request's key asking for the frames in a sealed memfd (:mod:`rewarder.shm`).
+MEMFD_KEY: Final = "memfd"
+#: The reply's key saying where the remote holds the segment open: ``[pid, fd]``.
+HELD_KEY: Final = "shm_fd"
 #: The JSON number types orjson gives (a bool is not one).
 _NUMBERS: Final = (int, float)
 
@@ -55,6 +62,8 @@ class BatchStepRequest:
     message_id: Any
     sent_at: float
     steps: tuple[BatchEntry, ...]
+    #: The sender asks for the frames in a sealed memfd (it reaches this process's fds).
+    memfd: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,21 +71,29 @@ class BatchStepReply:
     """``v0.reply.batch.step``: per step, its game's :class:`StepReply` (its
     ``parent_message_id`` is the batch's, its ``shm`` None) or the reason it was refused;
     ``shm``: ``(name, height, width, stride)`` of the segment whose slot i holds step i's
-    frame (None when no step drew one)."""
+    frame (None when no step drew one); ``shm_fd``: ``(pid, fd)`` where the remote holds
+    that segment open (None: not said, or not a pid and an fd)."""
 
     parent_message_id: Any
     sent_at: float
     runtime: float
     shm: tuple[str, int, int, int] | None
     steps: tuple[StepReply | str, ...]
+    shm_fd: tuple[int, int] | None = None
 
 
-def request_body(steps: list[tuple[int, int | None, Sequence[Sequence[Any]], int]]) -> dict[str, Any]:
-    """The request's body from ``(game, episode id, events, frames)`` per step."""
-    return {"obs": "shm", "steps": [
+def request_body(steps: list[tuple[int, int | None, Sequence[Sequence[Any]], int]],
+                 memfd: bool = False) -> dict[str, Any]:
+    """The request's body from ``(game, episode id, events, frames)`` per step (``memfd``:
+    asking for a sealed memfd)."""
+    body: dict[str, Any] = {"obs": "shm"}
+    if memfd:
+        body[MEMFD_KEY] = True
+    body["steps"] = [
         {"game": game, "episode_id": str(episode or 0), "action": action, "frames": frames}
         for game, episode, action, frames in steps
-    ]}
+    ]
+    return body
 
 
 def step_entry(game: int, episode: int | None, frames: int) -> dict[str, Any]:
@@ -96,26 +113,29 @@ def steps_json(entries: list[dict[str, Any]]) -> bytes:
                         "send numbers, strings, booleans and lists of them") from None
 
 
-def request_bytes(message_id: int, sent_at: float, steps: bytes) -> bytes:
+def request_bytes(message_id: int, sent_at: float, steps: bytes, memfd: bool = False) -> bytes:
     """The whole request, as ``orjson.dumps`` gives its message (its headers, then its body
     ``{"obs": "shm", "steps": ...}``) but with ``steps`` (:func:`steps_json`) put in as it is:
     a vector step sends one a process, and the envelope is the same bytes each time."""
-    return b"".join((_REQUEST_HEAD, b"%d" % message_id, _SENT_AT, orjson.dumps(sent_at), _BODY_HEAD,
-                     steps, _REQUEST_TAIL))
+    return b"".join((_REQUEST_HEAD, b"%d" % message_id, _SENT_AT, orjson.dumps(sent_at),
+                     _MEMFD_HEAD if memfd else _BODY_HEAD, steps, _REQUEST_TAIL))
 
 
 _REQUEST_HEAD: Final = b'{"method":"' + BATCH_STEP.encode() + b'","headers":{"message_id":'
 _SENT_AT: Final = b',"sent_at":'
 _BODY_HEAD: Final = b'},"body":{"obs":"shm","steps":'
+_MEMFD_HEAD: Final = b'},"body":{"obs":"shm","' + MEMFD_KEY.encode() + b'":true,"steps":'
 _REQUEST_TAIL: Final = b"}}"
 
 
 def reply_body(
-    steps: list[tuple[int, dict[str, Any]] | str], shm: list[str | int] | None
+    steps: list[tuple[int, dict[str, Any]] | str], shm: list[str | int] | None,
+    held: list[int] | None = None,
 ) -> dict[str, Any]:
     """The reply's body (the server's side) from each step's ``(episode id, step reply
-    body)`` or refusal. Each step's body is the step's own (made for this reply): its
-    episode id goes into it, not into a copy."""
+    body)`` or refusal, and the segment (``held``: where this process holds it open,
+    ``shm_fd``: a key older agents do not read). Each step's body is the step's own (made
+    for this reply): its episode id goes into it, not into a copy."""
     out: list[dict[str, Any]] = []
     for step in steps:
         if isinstance(step, str):
@@ -124,7 +144,17 @@ def reply_body(
             episode_id, body = step
             body["episode_id"] = str(episode_id)
             out.append(body)
+    if held is not None:
+        return {"shm": shm, HELD_KEY: held, "steps": out}
     return {"shm": shm, "steps": out}
+
+
+def read_held(raw: object) -> tuple[int, int] | None:
+    """A reply's ``shm_fd`` as ``(pid, fd)``; None when absent or not two integers (it is
+    a hint: the segment's name still reaches the file)."""
+    if type(raw) is list and len(raw) == 2 and type(raw[0]) is int and type(raw[1]) is int:
+        return raw[0], raw[1]
+    return None
 
 
 def read_reply(parent: Any, body: dict[str, Any], sent_at: float, runtime: float) -> BatchStepReply:
@@ -162,5 +192,5 @@ def read_reply(parent: Any, body: dict[str, Any], sent_at: float, runtime: float
         elif type(episode) is not int:
             episode = parse_episode_id(episode)  # (says what is wrong)
         steps.append(StepReply(parent, episode, float(reward), done, info, frame, sent_at, runtime, None))
-    return BatchStepReply(parent, sent_at, runtime, shm, tuple(steps))
+    return BatchStepReply(parent, sent_at, runtime, shm, tuple(steps), read_held(body.get(HELD_KEY)))
 

@@ -480,11 +480,13 @@ class BlockingRewarder(BlockingSocket):
             self._send_text(data, timeout)
             return message_id
 
-    def send_batch_step(self, steps: list[tuple[int, int | None, Sequence[Sequence[Any]], int]]) -> int:
+    def send_batch_step(self, steps: list[tuple[int, int | None, Sequence[Sequence[Any]], int]],
+                        memfd: bool = False) -> int:
         """Send a ``v0.batch.step`` (:func:`rewarder.batch_messages.request_body`).
 
         Args:
             steps: one ``(game, episode id, events, frames)`` per game of the remote's process.
+            memfd: ask for the frames in a sealed memfd (:mod:`rewarder.shm`).
 
         Returns:
             The request's message id; :meth:`take_reply` gives its ``BatchStepReply``.
@@ -494,15 +496,16 @@ class BlockingRewarder(BlockingSocket):
             entry = step_entry(game, episode, frames)
             entry["action"] = action
             entries.append(entry)
-        return self.send_batch_steps(steps_json(entries))
+        return self.send_batch_steps(steps_json(entries), memfd)
 
-    def send_batch_steps(self, steps: bytes) -> int:
+    def send_batch_steps(self, steps: bytes, memfd: bool = False) -> int:
         """Send a ``v0.batch.step`` whose steps are ``steps``
         (:func:`rewarder.batch_messages.steps_json`): a vector's steady steps keep each
         game's entry and send one of these a process.
 
         Args:
             steps: the JSON of the request's steps.
+            memfd: ask for the frames in a sealed memfd (:mod:`rewarder.shm`).
 
         Returns:
             The request's message id.
@@ -513,7 +516,7 @@ class BlockingRewarder(BlockingSocket):
         with self._lock:
             numbering = self._need_proto().numbering  # (as ClientConnection numbers a request)
             message_id = numbering.next_message_id
-            data = request_bytes(message_id, numbering.clock(), steps)
+            data = request_bytes(message_id, numbering.clock(), steps, memfd)
             numbering.next_message_id = message_id + 1
             self.outstanding[message_id] = BATCH_STEP  # first: an interrupt after the send
             self._send_text(data, SEND_TIMEOUT)

@@ -14,6 +14,7 @@ from typing import Any, cast
 from .batch_messages import (
     BATCH_STEP,
     MAX_BATCH_STEPS,
+    MEMFD_KEY,
     REPLY_BATCH_STEP,
     BatchEntry,
     BatchStepRequest,
@@ -242,7 +243,10 @@ def parse_batch_step(message_id: Any, sent_at: float, msg: Message) -> BatchStep
         entries.append(BatchEntry(game, episode_id, _parse_events(step), frames))
     if len({e.game for e in entries}) != len(entries):
         raise ValueError("each game may appear once in a batch")
-    return BatchStepRequest(message_id, sent_at, tuple(entries))
+    memfd = msg.body.get(MEMFD_KEY, False)
+    if type(memfd) is not bool:
+        raise ValueError(f"{MEMFD_KEY} must be true or false (frames in a sealed memfd), not {memfd!r}")
+    return BatchStepRequest(message_id, sent_at, tuple(entries), memfd)
 
 
 def _parse_properties(message_id: Any, sent_at: float, msg: Message) -> PropertiesRequest:

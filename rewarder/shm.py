@@ -20,8 +20,23 @@ one read before its next request, so it never sees a torn frame.
 
 The agent does not trust the name a reply carries: :class:`FrameReader` refuses symbolic
 links, FIFOs (without blocking on them), anything but a regular file of its own user and
-files too small for the frame, and maps nothing, so a file truncated under it cannot kill
+files too small for the frame, and maps no file, so a file truncated under it cannot kill
 it with SIGBUS. Each refusal is an OSError or ValueError, and frames go over VNC instead.
+
+The agent maps only what cannot shrink: a batch's segment (:mod:`rewarder.shm_slots`)
+may instead be a sealed memfd (:func:`create_sealed`: ``F_SEAL_SHRINK | F_SEAL_GROW |
+F_SEAL_SEAL``, which the kernel enforces on every holder, the remote too), which the
+agent opens through the remote's ``/proc/PID/fd/FD`` (:func:`open_held`) and maps
+read-only once it has seen the seal: copying out of a mapping costs about a third of a
+``preadv`` of 800 KB. A tmpfs file cannot be sealed (its seals are fixed at
+``F_SEAL_SEAL``), and a memfd cannot be linked into ``/dev/shm`` (another mount:
+EXDEV), so one memory cannot be both: a segment is a file (reachable by name from any
+PID namespace that shares ``/dev/shm``, swept by its lock) or a memfd (reachable only
+through ``/proc`` by a process that may inspect the remote, i.e. of its user and PID
+namespace; it needs no sweeping: it goes with the last fd or mapping). The remote makes
+a memfd only for an agent that asks for one, and an agent asks only after it has reached
+a file segment's fd through ``/proc`` (the same file by device and inode), so an older
+agent, one in another PID namespace (``docker --ipc=host``) or off Linux keeps the file.
 
 The file is created mode 0600 (the remote's user) with its pages reserved
 (``posix_fallocate``: on a full tmpfs creation is an OSError, where a sparse file would
@@ -108,6 +123,77 @@ class FrameSegment:
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
+
+
+#: The seals of a batch segment made as a memfd (:func:`create_sealed`): fixed in size
+#: for good, so a mapping of it can never SIGBUS (0 off Linux, where none is made).
+SEALS: Final = (getattr(fcntl, "F_SEAL_SHRINK", 0) | getattr(fcntl, "F_SEAL_GROW", 0)
+                | getattr(fcntl, "F_SEAL_SEAL", 0))
+#: The seal without which an agent never maps a segment: what stops a truncation under it.
+MAP_SEAL: Final = getattr(fcntl, "F_SEAL_SHRINK", 0)
+#: Where a process's open fds are reachable (to processes that may inspect it).
+PROC_FD: Final = "/proc/{pid}/fd/{fd}"
+#: Bounds of a pid and an fd number a reply may name (Linux's pid_max and fd numbers are
+#: below these).
+MAX_PID: Final = 1 << 22
+MAX_FD: Final = 1 << 30
+
+
+def create_sealed(name: str, size: int) -> tuple[int, mmap.mmap]:
+    """A memfd named ``name`` (as ``/proc/*/fd`` shows it) of ``size`` bytes, its pages
+    reserved (a full memory is ENOSPC here, not SIGBUS at a write), sealed with
+    :data:`SEALS` and mapped for writing: its fd and the map. OSError where memfds or
+    seals are missing (off Linux, an old kernel, a sandbox): the caller makes a file."""
+    if not SEALS or not hasattr(os, "memfd_create"):
+        raise OSError(errno.ENOSYS, "sealed memfds are Linux's")
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.posix_fallocate(fd, 0, size)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+        return fd, mmap.mmap(fd, size)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_held(pid: object, fd: object, name: str) -> tuple[int, os.stat_result, str]:
+    """Open read-only the segment ``name`` as process ``pid`` holds it open (fd ``fd``,
+    both from a reply, untrusted): our fd, its stat and its kind: ``"sealed"`` (a memfd of
+    that name that cannot shrink: safe to map), ``"memfd"`` (one that can: read it by
+    copy) or ``"file"`` (the ``/dev/shm`` file of that name, by the path it shows). An
+    OSError (another PID namespace, no ``/proc``, a process we may not inspect) or a
+    ValueError (another file, not a regular one, another user's) otherwise."""
+    path = segment_path(name)
+    if not (type(pid) is int and 0 < pid < MAX_PID and type(fd) is int and 0 <= fd < MAX_FD):
+        raise ValueError(f"frame segment {name}: [{pid!r}, {fd!r}] is not a pid and an fd")
+    link = PROC_FD.format(pid=pid, fd=fd)
+    before = os.stat(link)  # (before opening: opening a device or a FIFO may do something)
+    if not stat.S_ISREG(before.st_mode) or before.st_uid != os.geteuid():
+        raise ValueError(f"fd {fd} of process {pid} is not a regular file of this user")
+    ours = os.open(link, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(ours)
+        if not same_file(ours, before) or st.st_uid != os.geteuid():
+            raise ValueError(f"fd {fd} of process {pid} changed while it was opened")
+        target = os.readlink(PROC_FD.format(pid="self", fd=ours))  # (ours: it cannot change)
+        if target == str(path):
+            return ours, st, "file"
+        if target != f"/memfd:{name} (deleted)":
+            raise ValueError(f"fd {fd} of process {pid} is {target!r}, not frame segment {name}")
+        try:
+            seals = fcntl.fcntl(ours, fcntl.F_GET_SEALS)
+        except OSError:
+            seals = 0
+        return ours, st, "sealed" if MAP_SEAL and seals & MAP_SEAL else "memfd"
+    except BaseException:
+        os.close(ours)
+        raise
+
+
+def same_file(fd: int, st: os.stat_result) -> bool:
+    """``fd`` is open on the file ``st`` describes (device and inode)."""
+    now = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
 
 
 def segment_path(name: str) -> Path:

@@ -48,6 +48,10 @@ async def test_a_universe_style_agent_holding_no_game_gets_each_step_refused(two
         reply = await client.recv_until("v0.reply.batch.step")
         steps = reply["body"]["steps"]
         assert [("not held by this agent" in s["error"]) for s in steps] == [True, True]
+        await client.send("v0.batch.step", {"obs": "shm", "memfd": "yes", "steps": [
+            {"game": 0, "action": [], "frames": 3}]})
+        refusal = await client.recv_until("v0.reply.error")
+        assert "memfd must be true or false" in refusal["body"]["message"]
         await client.send("v0.env.properties.read", {"key": "frame"})
         read = await client.recv_until("v0.reply.env.properties")
         assert read["body"]["value"] == frame  # nothing stepped

@@ -18,6 +18,7 @@ import pytest
 from remotes import RemoteVectorEnv, start_local
 from remotes.local import LocalRemotes
 from rewarder.blocking import BlockingRewarder
+from rewarder.shm_slots import SlotReader
 from tests.wire import WireClient
 from vncdriver.client import VNCClient
 
@@ -45,17 +46,27 @@ def batched() -> Iterator[LocalRemotes]:
 
 
 class Counted:
-    """Counts the batch requests this process sends (each goes through ``send_batch_steps``)."""
+    """Counts the batch requests this process sends (each goes through ``send_batch_steps``),
+    those that ask for a sealed memfd, and the segment readers that map one."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.sent = 0
+        self.sent = self.memfd = 0
+        #: Each segment reader's :attr:`SlotReader.mapped` as it was opened.
+        self.mapped: list[bool] = []
         send = BlockingRewarder.send_batch_steps
+        made = SlotReader.__init__
 
-        def counted(channel: BlockingRewarder, *args: Any) -> int:
+        def counted(channel: BlockingRewarder, steps: bytes, memfd: bool = False) -> int:
             self.sent += 1
-            return send(channel, *args)
+            self.memfd += memfd
+            return send(channel, steps, memfd)
+
+        def kept(reader: SlotReader, *args: Any, **kwargs: Any) -> None:
+            made(reader, *args, **kwargs)
+            self.mapped.append(reader.mapped)
 
         monkeypatch.setattr(BlockingRewarder, "send_batch_steps", counted)
+        monkeypatch.setattr(SlotReader, "__init__", kept)
 
 
 def _run(addresses: Any, steps: int) -> list[tuple[bytes, bytes, bytes, bytes]]:
@@ -83,6 +94,12 @@ def test_a_batched_vector_steps_as_single_remotes_do(
     counted = Counted(monkeypatch)
     through_batches = _run(batched.addresses, STEPS)
     assert counted.sent >= STEPS  # (2 processes: most steps are 2 batches, autoreset steps fewer)
+    # Each process's first segment is a file reached through /proc; then the agent asks
+    # for a sealed memfd, maps it, and reads every later batch's frames out of it.
+    assert counted.memfd >= counted.sent - N // GAMES
+    first = N // GAMES
+    assert counted.mapped[:first] == [False] * first
+    assert counted.mapped[first:] and all(counted.mapped[first:])
     sent = counted.sent
     with start_local("builtin.Catch-v0", N, extra_args=LOCKSTEP, games_per_process=1) as single:
         one_by_one = _run(single.addresses, STEPS)

@@ -116,6 +116,8 @@ def test_a_batch_request_is_the_bytes_its_message_encodes_to() -> None:
     message = {"method": BATCH_STEP, "headers": {"message_id": 17, "sent_at": 1796571107.3092258},
                "body": request_body(steps)}
     assert request_bytes(17, 1796571107.3092258, steps_json(entries)) == orjson.dumps(message)
+    message["body"] = request_body(steps, memfd=True)  # (asking for a sealed memfd)
+    assert request_bytes(17, 1796571107.3092258, steps_json(entries), memfd=True) == orjson.dumps(message)
     entries[0]["action"] = [("KeyEvent", object(), True)]
     with pytest.raises(TypeError, match="v0.batch.step: the request holds a value JSON cannot carry"):
         steps_json(entries)
