@@ -402,12 +402,14 @@ class GameCore:
             self.inputs.push(agent_source(order.player), events)
             progress.changed = True  # from here on frames are drawn
             into = order.into
-            if into is not None:  # a batch step's slot: the runtime may draw straight there
-                runtime.into = into[0].pixels(into[1])
+            # A batch step's slot, or this game's own segment: the runtime may draw there.
+            target = (into[0].pixels(into[1]) if into is not None
+                      else self.lockstep_frames.target(order.obs, runtime.frame_shape))
+            runtime.into = target
             try:
                 result = self._advance_slice(order.frames, self.inputs.take())
             finally:
-                drawn = into is not None and runtime.into is None
+                drawn = target is not None and runtime.into is None
                 runtime.into = None
             return self._step_done(order, result, progress, drawn)
         except BaseException as exc:
@@ -468,7 +470,8 @@ class GameCore:
         self, order: StepOrder, result: StepResult, progress: Progress, drawn: bool = False
     ) -> Reply:
         """The end of every step: hand the frame over, tell observers, fire its event;
-        the reply. ``drawn``: the runtime drew the frame into the batch's slot itself."""
+        the reply. ``drawn``: the runtime drew the frame into the batch's slot (or the
+        game's own segment) itself."""
         progress.what = "step (handing its frame over)"
         shm = self.lockstep_frames.deliver(
             order.obs, None if drawn else self.runtime.framebuffer, self.frame,

@@ -65,18 +65,24 @@ class LockstepFrames:
     ) -> list[str | int] | None:
         """The step's ``frame`` on its way; the reply's ``shm`` value, if any. ``into``: a
         batch step's slot (envserver.batch), which its reply names (None here); ``frame``
-        None: the runtime drew it into that slot itself."""
+        None: the runtime drew it into that slot itself, or (no ``into``) into this
+        step's own segment (:meth:`target`)."""
         if into is not None:
             segment_of_batch, slot = into
             segment_of_batch.write(slot, frame, number, episode_id)
             self._source, self._stepped = frame, True
             self._serve_soon()
             return None
-        assert frame is not None, "only a batch step's frame is drawn into its slot"
+        segment = self._segment
+        if frame is None:  # drawn into our segment itself (:meth:`target`)
+            assert segment is not None, "a frame is drawn into the segment only once it exists"
+            segment.write(None, number, episode_id)
+            self._source, self._stepped = None, True
+            self._serve_soon()
+            return segment.reply
         if obs != OBS_SHM:
             self._serve(None)
             return None
-        segment = self._segment
         if segment is None or (segment.height, segment.width) != frame.shape[:2]:
             if segment is not None:
                 segment.close()
@@ -90,6 +96,17 @@ class LockstepFrames:
         self._source, self._stepped = frame, True
         self._serve_soon()
         return segment.reply
+
+    def target(self, obs: str, shape: tuple[int, ...]) -> np.ndarray | None:
+        """Where a step asking for ``obs`` may have its runtime draw the frame itself
+        (``Runtime.into``): the pixels of the segment an earlier step made, when the step
+        asks for shared memory and the segment holds frames of ``shape``; None (the
+        frame is copied in by :meth:`deliver`) otherwise. One copy of the screen less a
+        step (``python -m benchmarks lockstep_peers``, the single-env rows)."""
+        segment = self._segment
+        if obs != OBS_SHM or segment is None or segment.shape != shape:
+            return None
+        return segment.pixels
 
     def _serve_soon(self) -> None:
         """Serve over VNC now if the last update is old enough, else once it is; nothing

@@ -106,9 +106,21 @@ class FrameSegment:
         """What a step reply carries: ``[name, height, width]``."""
         return [self.name, self.height, self.width]
 
-    def write(self, frame: np.ndarray, number: int, episode_id: int) -> None:
-        """Put ``frame`` (``uint8[height, width, 3]``) in, then the header that names it."""
-        np.copyto(self._pixels, frame)
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """The frames it holds: ``(height, width, 3)``."""
+        return (self.height, self.width, 3)
+
+    @property
+    def pixels(self) -> np.ndarray:
+        """Its frame's pixels, ``uint8[height, width, 3]``, for a runtime to draw into."""
+        return self._pixels
+
+    def write(self, frame: np.ndarray | None, number: int, episode_id: int) -> None:
+        """Put ``frame`` (``uint8[height, width, 3]``; None: it is there, drawn into
+        :attr:`pixels`) in, then the header that names it."""
+        if frame is not None:
+            np.copyto(self._pixels, frame)
         HEADER.pack_into(self._map, 0, MAGIC, number, episode_id, self.height, self.width)
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ from rewarder import shm
 from rewarder.blocking import BlockingRewarder
 from rewarder.client import RewarderClient
 from rewarder.errors import RemoteError
+from rewarder.protocol import OBS_SHM
 from tests.conftest import StartRemote
 from tests.wire import WireClient
 
@@ -176,3 +177,32 @@ async def test_a_lockstep_reset_can_hand_its_first_frame_over_through_shared_mem
         frame, episode = reader.read_into(seen)
     assert (frame, episode) == (remote.frame, remote.episode_id)
     assert np.array_equal(seen, remote.runtime.framebuffer)
+
+
+async def test_a_shared_memory_step_is_drawn_into_its_segment_not_copied_there(
+    start_remote: StartRemote,
+) -> None:
+    """Once a game's segment exists, an Atari step asking for ``obs="shm"`` has ALE draw
+    its frame straight into the segment (``Runtime.into``): the segment is written no
+    frame to copy, only its header, and still holds exactly the frame the runtime shows
+    (its framebuffer, brought up to date when read)."""
+    pytest.importorskip("ale_py")
+    remote = await start_remote("atari.Pong-v0", mode="lockstep")
+    copied: list[bool] = []
+    async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}") as client:
+        await client.reset(seed=3, mode="lockstep", timeout=WAIT)
+        await client.step([], frames=4, obs=OBS_SHM)  # (makes the segment: copied in)
+        segment = remote.core.lockstep_frames._segment
+        assert segment is not None
+        write = segment.write
+        segment.write = lambda frame, *rest: (  # type: ignore[method-assign]
+            copied.append(frame is not None), write(frame, *rest))[1]
+        for step in range(5):
+            reply = await client.step([("KeyEvent", "Up", step % 2 == 0)], frames=4, obs=OBS_SHM)
+            assert reply.shm is not None and remote.core.lockstep_frames._segment is segment
+            name, height, width = reply.shm
+            seen = np.empty((height, width, 3), np.uint8)
+            with shm.FrameReader(name, height, width) as reader:
+                assert reader.read_into(seen) == (remote.frame, remote.episode_id)
+            assert np.array_equal(seen, remote.runtime.framebuffer)
+    assert copied == [False] * 5

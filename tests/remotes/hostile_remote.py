@@ -95,6 +95,12 @@ class HostileSegment(shm.FrameSegment):
             if kind == "other-user":
                 os.chown(self.path, OTHER_UID, -1)
 
+    @property
+    def pixels(self) -> np.ndarray | None:  # type: ignore[override]
+        """None: nothing is mapped, so no runtime draws here; every frame comes through
+        :meth:`write`, which does the kind's harm."""
+        return None
+
     def write(self, frame: np.ndarray, number: int, episode_id: int) -> None:
         """Write the frame as a real segment would (into the file, if there is one), then
         do the kind's harm."""
