@@ -71,8 +71,10 @@ class LockstepSteps:
         self.batches = Batches(lane) if web is None else None
         #: Reads and delivers the replies (remotes.lockstep_replies).
         self.replies = Replies(lane, self.batches)
-        #: The batched lane's steady state in a few calls per process (remotes.lockstep_fast).
-        self.fast = FastSteps(self) if self.batches is not None else None
+        #: The batched lane's steady state in a few calls per process (remotes.lockstep_fast);
+        #: none for one remote (a lone remote's step is its own v0.env.step: a plan for it,
+        #: looked for each step, would never be made).
+        self.fast = FastSteps(self) if self.batches is not None and lane.num > 1 else None
 
     # Connecting ----------------------------------------------------------------------------
 
