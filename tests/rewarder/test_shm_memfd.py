@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from remotes import RemoteVectorEnv, start_local
+from remotes import RemoteVectorEnv
 from remotes.local import LocalRemotes
 from rewarder import shm_slots
 from rewarder.batch_messages import REPLY_BATCH_STEP, read_held, step_entry, steps_json
@@ -35,31 +35,18 @@ from rewarder.shm import HEADER, MAGIC, PIXELS_AT, PREFIX, SHM_DIR
 from rewarder.shm_slots import SlotReader, SlotSegment, stride_of
 from tests.envserver.test_frame_segments import NAMESPACE_INIT, children
 from tests.remotes.test_batched_lane import Counted
+from tests.rewarder.conftest import holding
 
 WAIT = 10.0
 #: A small screen for the segments made by hand (slots padded to the next 64 bytes).
 HEIGHT, WIDTH = 3, 5
 
 
-@pytest.fixture(scope="module")
-def two_games() -> Iterator[LocalRemotes]:
-    with start_local("builtin.Catch-v0", 2, extra_args=["--mode", "lockstep"], games_per_process=2) as local:
-        yield local
-
-
 @pytest.fixture
 def held(two_games: LocalRemotes) -> Iterator[list[BlockingRewarder]]:
-    """The process's two games, held by one agent (a batch goes on the first's channel)."""
-    channels = [BlockingRewarder(f"127.0.0.1:{address.rewarder_port}", client_id="agent-memfd")
-                for address in two_games.addresses]
-    try:
-        for channel in channels:
-            channel.connect()
-            channel.wait_reply(channel.send_reset(mode="lockstep"), time.monotonic() + WAIT)
+    """The shared process's two games, held by this module's agent."""
+    with holding(two_games, "agent-memfd") as channels:
         yield channels
-    finally:
-        for channel in channels:
-            channel.close()
 
 
 def _step(held: list[BlockingRewarder], memfd: bool) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from remotes import start_local
 from remotes.local import LocalRemotes
 from rewarder.batch_messages import (
     BATCH_STEP,
@@ -28,29 +27,16 @@ from rewarder.blocking import BlockingRewarder
 from rewarder.blocking_socket import READ_SLICE
 from rewarder.errors import RemoteError
 from rewarder.protocol import StepReply
+from tests.rewarder.conftest import holding
 
 WAIT = 10.0
 
 
-@pytest.fixture(scope="module")
-def two_games() -> Iterator[LocalRemotes]:
-    with start_local("builtin.Catch-v0", 2, extra_args=["--mode", "lockstep"], games_per_process=2) as local:
-        yield local
-
-
 @pytest.fixture
 def held(two_games: LocalRemotes) -> Iterator[list[BlockingRewarder]]:
-    """The process's two games, held by one agent (a batch goes on the first's channel)."""
-    channels = [BlockingRewarder(f"127.0.0.1:{address.rewarder_port}", client_id="agent-raw")
-                for address in two_games.addresses]
-    try:
-        for channel in channels:
-            channel.connect()
-            channel.wait_reply(channel.send_reset(mode="lockstep"), time.monotonic() + WAIT)
+    """The shared process's two games, held by this module's agent."""
+    with holding(two_games, "agent-raw") as channels:
         yield channels
-    finally:
-        for channel in channels:
-            channel.close()
 
 
 def _steps(held: list[BlockingRewarder], games: list[int]) -> bytes:
