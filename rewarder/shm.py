@@ -26,18 +26,18 @@ it with SIGBUS. Each refusal is an OSError or ValueError, and frames go over VNC
 The agent maps only what cannot shrink: a batch's segment (:mod:`rewarder.shm_slots`)
 may instead be a sealed memfd (:func:`create_sealed`: ``F_SEAL_SHRINK | F_SEAL_GROW |
 F_SEAL_SEAL``, which the kernel enforces on every holder, the remote too), which the
-agent opens through the remote's ``/proc/PID/fd/FD`` (:func:`open_held`) and maps read-
-only once it has seen the seal: copying out of a mapping costs the agent less than one
-``preadv`` of the same slots (benchmarks/RESULTS.md, 2026-12-06 session five). A tmpfs
-file cannot be sealed (its seals are fixed at ``F_SEAL_SEAL``), and a memfd cannot be
-linked into ``/dev/shm`` (another mount: EXDEV), so one memory cannot be both: a segment
-is a file (reachable by name from any PID namespace that shares ``/dev/shm``, swept by
-its lock) or a memfd (reachable only through ``/proc`` by a process that may inspect the
-remote, i.e. of its user and PID namespace; it needs no sweeping: it goes with the last
-fd or mapping). The remote makes a memfd only for an agent that asks for one, and an
-agent asks only after it has reached a file segment's fd through ``/proc`` (the same
-file by device and inode), so an older agent, one in another PID namespace (``docker
---ipc=host``) or off Linux keeps the file.
+agent opens through the remote's ``/proc/PID/fd/FD`` (:func:`open_held`) and maps
+read-only once it has seen the seal: copying out of a mapping costs the agent less than
+one ``preadv`` of the same slots (benchmarks/RESULTS.md, 2026-12-06 session five). A
+tmpfs file cannot be sealed (its seals are fixed at ``F_SEAL_SEAL``), and a memfd cannot
+be linked into ``/dev/shm`` (another mount: EXDEV), so one memory cannot be both: a
+segment is a file (reachable by name from any PID namespace that shares ``/dev/shm``,
+swept by its lock) or a memfd (reachable only through ``/proc`` by a process that may
+inspect the remote, i.e. of its user and PID namespace; it needs no sweeping: it goes
+with the last fd or mapping). The remote makes a memfd only for an agent that asks for
+one, and an agent asks only after it has reached a file segment's fd through ``/proc``
+(the same file by device and inode), so an older agent, one in another PID namespace
+(``docker --ipc=host``) or off Linux keeps the file.
 
 The file is created mode 0600 (the remote's user) with its pages reserved
 (``posix_fallocate``: on a full tmpfs creation is an OSError, where a sparse file would
