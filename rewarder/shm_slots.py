@@ -220,8 +220,8 @@ class SlotReader(shm.OpenSegment):
     def read_into(self, dests: Sequence[np.ndarray]) -> list[tuple[int, int] | None]:
         """Copy slots 0..len(dests)-1 into ``dests`` (each a C-contiguous, writable
         ``uint8[height, width, 3]``) at once (out of the mapping, else one ``preadv``);
-        each slot's (frame number,
-        episode id), None for a slot no frame was written to yet (its step was refused).
+        each slot's (frame number, episode id), None for a slot no frame was written to yet
+        (its step was refused).
         ``dests`` may be partly written when it raises."""
         shape = (self.height, self.width, 3)
         for dest in dests:
