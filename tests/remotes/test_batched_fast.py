@@ -42,6 +42,9 @@ def _fast_steps(env: RemoteVectorEnv) -> int:
 #: Info keys that count on from run to run (a remote's episodes and frames): compared
 #: from the run's reset on.
 COUNTED = ("episode_id", "frame", "remote.frame")
+#: Steps a test waits at most for one that goes the steady way (the first after a reset
+#: may meet the describes that follow it; any may meet a remote's ping).
+SETTLE_STEPS = 5
 
 
 def _record(infos: dict[str, Any], first: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -153,12 +156,18 @@ def test_a_steady_step_interrupted_between_two_replies_is_returned_by_the_next(
 ) -> None:
     """Ctrl-C while the steady step waits for its second process's reply, the first's
     taken already: the next step returns the interrupted one's frames (one step on, no
-    remote lost, nothing sent twice), and the steps after it are the steady state's again."""
+    remote lost, nothing sent twice), and the steps after it are the steady state's again.
+    (Any step may go the general way when something else came on a connection: the
+    describes after a reset, a remote's ping: so the steady state is waited for, bounded.)"""
     env = _env(batched, True)
     try:
         env.reset(seed=6)
-        env.step([[]] * N)
-        assert _fast_steps(env) == 1
+        for _ in range(SETTLE_STEPS):
+            env.step([[]] * N)
+            if _fast_steps(env):
+                break
+        steady = _fast_steps(env)
+        assert steady >= 1
         before = [slot.returned for slot in env._core.slots]
         take = BlockingRewarder.take_raw
         taken: list[BlockingRewarder] = []
@@ -176,9 +185,12 @@ def test_a_steady_step_interrupted_between_two_replies_is_returned_by_the_next(
         _, _, terminated, truncated, infos = env.step([[]] * N)
         assert infos["remote.connected"].all() and not (terminated.any() or truncated.any())
         assert [int(f) for f in infos["frame"]] == [f + FRAMESKIP for f in before]  # type: ignore[operator]
-        assert _fast_steps(env) == 1  # (that one went the general way)
-        _, _, _, _, infos = env.step([[]] * N)
-        assert [int(f) for f in infos["frame"]] == [f + 2 * FRAMESKIP for f in before]  # type: ignore[operator]
-        assert _fast_steps(env) == 2
+        assert _fast_steps(env) == steady  # (that one went the general way)
+        for k in range(2, SETTLE_STEPS + 2):  # the steady state again, one frame step a step
+            _, _, _, _, infos = env.step([[]] * N)
+            assert [int(f) for f in infos["frame"]] == [f + k * FRAMESKIP for f in before]  # type: ignore[operator]
+            if _fast_steps(env) > steady:
+                break
+        assert _fast_steps(env) == steady + 1
     finally:
         env.close()
