@@ -74,16 +74,12 @@ class LockstepFrames:
             self._serve_soon()
             return None
         segment = self._segment
-        if frame is None:  # drawn into our segment itself (:meth:`target`)
+        if frame is None:  # drawn into our segment itself (:meth:`target`): its header only
             assert segment is not None, "a frame is drawn into the segment only once it exists"
-            segment.write(None, number, episode_id)
-            self._source, self._stepped = None, True
-            self._serve_soon()
-            return segment.reply
-        if obs != OBS_SHM:
+        elif obs != OBS_SHM:
             self._serve(None)
             return None
-        if segment is None or (segment.height, segment.width) != frame.shape[:2]:
+        elif segment is None or (segment.height, segment.width) != frame.shape[:2]:
             if segment is not None:
                 segment.close()
             if not shm.available():
