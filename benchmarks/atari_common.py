@@ -12,6 +12,7 @@ and :mod:`~benchmarks.atari_breakdown` use.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
@@ -144,9 +145,7 @@ def lockstep_env(remotes: LocalRemotes, encoding: str, loop: LoopThread, warm: b
 def drawn(sample: Callable[[], Any], count: int = ACTION_CYCLE) -> Callable[[], Any]:
     """``count`` actions drawn by ``sample`` now; the returned call gives them in turn,
     round and round (:data:`ACTION_CYCLE`)."""
-    actions = [sample() for _ in range(count)]
-    turn = iter(range(1 << 62))
-    return lambda: actions[next(turn) % count]
+    return itertools.cycle([sample() for _ in range(count)]).__next__
 
 
 def drive(env: RemoteEnv, steps: int) -> int:
