@@ -18,7 +18,10 @@ summed over every process it runs in (this one and its workers, servers or remot
   ``batch_size`` n / 2 (the results of whichever half answered first, remotes.arrivals);
 - ALE's own ``ale_py.vector_env.AtariVectorEnv`` with n = 4 and 8 (RGB 210x160, no
   stacking, no max-pooling, frameskip 4; C++ threads in this process): the anchor a user
-  picks for raw speed.
+  picks for raw speed;
+- the bare design (:mod:`benchmarks.bare_lockstep`) at n = 1, 4 and 8: the lane's shape
+  with nothing of ours around it, the ceiling of this design on this machine today; what
+  ours spends beyond it is what the rest of ours costs.
 
 The vector rows are measured in rounds, ours and the peers alternated (the median is
 printed, and the load average before and after: the machine may be shared). Each target
@@ -53,6 +56,7 @@ from benchmarks.atari_common import (
     until,
 )
 from benchmarks.atari_lockstep import measure_vector_async, measure_vector_ours
+from benchmarks.bare_lockstep import measure_bare
 from benchmarks.common import quick, ratio, table
 from benchmarks.pong_rows import row_raw_ale
 from remotes import RemoteEnv
@@ -222,10 +226,11 @@ def main() -> None:
                 single.setdefault("dm", []).append(dm_row())
             single.setdefault("shm", []).append(row_ours(remotes, shm=True))
             single.setdefault("vnc", []).append(row_ours(remotes, shm=False))
+            single.setdefault("bare", []).append(measure_bare(1))
         same = trace(remotes, shm=True) == trace(remotes, shm=False)
     rate: Callable[[str], float] = lambda k: _median(single[k], "steps_per_s")  # noqa: E731
     cpu: Callable[[str], str] = lambda k: _us(statistics.median(_cpu(m) for m in single[k]))  # noqa: E731
-    raw, async1, shm, vnc = (rate(k) for k in ("raw", "async1", "shm", "vnc"))
+    raw, async1, shm, vnc, bare = (rate(k) for k in ("raw", "async1", "shm", "vnc", "bare"))
     dm = rate("dm") if "dm" in single else None
 
     def target(value: float, goal: float) -> str:
@@ -245,12 +250,15 @@ def main() -> None:
              ratio(shm, raw), cpu("shm"), _us(_median(single["shm"], "own_cpu"))],
             ["ours: RemoteEnv lockstep, frames over VNC (raw)", f"{vnc:,.0f}", ratio(vnc, raw),
              cpu("vnc"), _us(_median(single["vnc"], "own_cpu"))],
+            ["the bare design, one game (benchmarks.bare_lockstep)", f"{bare:,.0f}", ratio(bare, raw),
+             cpu("bare"), _us(_median(single["bare"], "own_cpu"))],
         ],
     )
     print(f"  ours vs AsyncVectorEnv n=1:            {target(shm / async1, GOAL_VS_ASYNC1)}")
     if dm:
         print(f"  ours vs minimal dm_env_rpc server:     {target(shm / dm, GOAL_VS_DM)}")
     print(f"  ours (shared memory) vs raw ALE:       {target(shm / raw, STRETCH_VS_RAW)} (stretch)")
+    print(f"  ours vs the bare design, one game:     {shm / bare:.2f}")
     agent_cpu = _median(single["shm"], "own_cpu")
     print(f"  agent CPU per lockstep env-step:       {agent_cpu * 1e6:.0f} us (target <= "
           f"{AIM_AGENT_CPU * 1e6:.0f} us: {'met' if agent_cpu <= AIM_AGENT_CPU else 'not met'})")
@@ -268,12 +276,14 @@ def main() -> None:
                 vector.setdefault(("atari", n), []).append(
                     {"steps_per_s": atari["env_steps_per_s"] / n, "own_cpu": atari["own_cpu"] * n})
             vector.setdefault(("async", n), []).append(measure_vector_async(n))
+            vector.setdefault(("bare", n), []).append(measure_bare(n))
     rows: list[list[Any]] = []
     for n in VECTOR_COUNTS:
         for key, name in (("ours", "ours: RemoteVectorEnv lockstep"),
                           ("recv", f"ours: send/recv, batch_size={n // BATCH_PARTS} of"),
                           ("async", "gymnasium AsyncVectorEnv"),
-                          ("atari", "ale_py.vector_env.AtariVectorEnv")):
+                          ("atari", "ale_py.vector_env.AtariVectorEnv"),
+                          ("bare", "the bare design (benchmarks.bare_lockstep)")):
             runs = vector.get((key, n))
             if not runs:
                 continue
@@ -298,6 +308,10 @@ def main() -> None:
             said = (f"{target(share, GOAL_VS_ATARI_VECTOR)} (stretch {STRETCH_VS_ATARI_VECTOR:g})"
                     if n == 8 else f"{share:.2f}")
             print(f"  ours n={n} vs AtariVectorEnv n={n}:       {said}")
+        bare_rate = _median(vector[("bare", n)], "steps_per_s")
+        print(f"  ours n={n} vs the bare design n={n}:   {mine / bare_rate:.2f} (CPU per env-step: ours "
+              f"{_us(statistics.median(_cpu(r, n) for r in vector[('ours', n)]))}, bare "
+              f"{_us(statistics.median(_cpu(r, n) for r in vector[('bare', n)]))})")
     if ("ours", 8) in vector:
         cpu8 = statistics.median(_cpu(r, 8) for r in vector[("ours", 8)])
         print(f"  ours n=8 CPU per env-step, all processes: {cpu8 * 1e6:.0f} us (target <= "
