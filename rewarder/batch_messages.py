@@ -82,18 +82,24 @@ class BatchStepReply:
     shm_fd: tuple[int, int] | None = None
 
 
-def request_body(steps: list[tuple[int, int | None, Sequence[Sequence[Any]], int]],
-                 memfd: bool = False) -> dict[str, Any]:
+#: One game's step as a caller gives it: ``(game, episode id, events, frames)``.
+StepTuple = tuple[int, int | None, Sequence[Sequence[Any]], int]
+
+
+def request_body(steps: list[StepTuple], memfd: bool = False) -> dict[str, Any]:
     """The request's body from ``(game, episode id, events, frames)`` per step (``memfd``:
     asking for a sealed memfd)."""
     body: dict[str, Any] = {"obs": "shm"}
     if memfd:
         body[MEMFD_KEY] = True
-    body["steps"] = [
-        {"game": game, "episode_id": str(episode or 0), "action": action, "frames": frames}
-        for game, episode, action, frames in steps
-    ]
+    body["steps"] = step_entries(steps)
     return body
+
+
+def step_entries(steps: Sequence[StepTuple]) -> list[dict[str, Any]]:
+    """A request's steps (:func:`step_entry` each, its action set)."""
+    return [{**step_entry(game, episode, frames), "action": action}
+            for game, episode, action, frames in steps]
 
 
 def step_entry(game: int, episode: int | None, frames: int) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from websockets.protocol import State
 from websockets.uri import WebSocketURI, parse_uri
 
 from . import keeper, local_peer, local_socket, protocol
-from .batch_messages import BATCH_STEP, request_bytes, step_entry, steps_json
+from .batch_messages import BATCH_STEP, StepTuple, request_bytes, step_entries, steps_json
 from .blocking_socket import BlockingSocket
 from .client_channel import CALIBRATION_PINGS, PING_TIMEOUT, intersect_skew
 from .client_frames import ClientFrames
@@ -480,8 +480,7 @@ class BlockingRewarder(BlockingSocket):
             self._send_text(data, timeout)
             return message_id
 
-    def send_batch_step(self, steps: list[tuple[int, int | None, Sequence[Sequence[Any]], int]],
-                        memfd: bool = False) -> int:
+    def send_batch_step(self, steps: list[StepTuple], memfd: bool = False) -> int:
         """Send a ``v0.batch.step`` (:func:`rewarder.batch_messages.request_body`).
 
         Args:
@@ -491,12 +490,7 @@ class BlockingRewarder(BlockingSocket):
         Returns:
             The request's message id; :meth:`take_reply` gives its ``BatchStepReply``.
         """
-        entries = []
-        for game, episode, action, frames in steps:
-            entry = step_entry(game, episode, frames)
-            entry["action"] = action
-            entries.append(entry)
-        return self.send_batch_steps(steps_json(entries), memfd)
+        return self.send_batch_steps(steps_json(step_entries(steps)), memfd)
 
     def send_batch_steps(self, steps: bytes, memfd: bool = False) -> int:
         """Send a ``v0.batch.step`` whose steps are ``steps``
