@@ -131,7 +131,12 @@ def test_a_killed_process_is_reported_as_the_general_step_reports_it(
             ended = bool(terminated.any() or truncated.any())
             steady += not (before or ended)
         assert steady >= 2  # (the two processes' episodes end about 20 steps apart)
-        assert (_fast_steps(env) - back >= steady) is fast  # the steady state again
+        taken = _fast_steps(env) - back
+        if fast:  # the steady state again (a step that meets the describes after the
+            # reconnect's reset, or a remote's ping, goes the general way: one may)
+            assert taken >= steady - 1 >= 1
+        else:
+            assert taken == 0
     finally:
         env.close()
 
