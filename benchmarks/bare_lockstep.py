@@ -116,7 +116,7 @@ class _Process:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.bare_lockstep", str(games), self.segment],
             stdout=subprocess.PIPE, text=True)
-        stack.callback(self.process.wait, START_SECONDS)
+        stack.callback(self._stop)
         assert self.process.stdout is not None
         port = int(self.process.stdout.readline())
         self.conn = socket.create_connection(("127.0.0.1", port), timeout=START_SECONDS)
@@ -125,6 +125,14 @@ class _Process:
         with open(f"/dev/shm/{self.segment}", "rb") as f:
             self.slots = np.frombuffer(mmap.mmap(f.fileno(), games * FRAME_BYTES, prot=mmap.PROT_READ),
                                        np.uint8).reshape(games, *SHAPE)
+
+    def _stop(self) -> None:
+        """The server ends at EOF (its connection closed first); killed if it does not."""
+        try:
+            self.process.wait(START_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
     def _unlink(self) -> None:
         try:
