@@ -53,7 +53,9 @@ from remotes.env import RemoteEnv
 from remotes.local import LocalRemotes
 from remotes.loop import LoopThread
 from remotes.session import RemoteSession
+from rewarder import interrupts
 from rewarder.blocking import BlockingRewarder
+from rewarder.link_reader import LinkReader
 from rewarder.protocol import StepReply
 
 #: Seconds the timed copy waits for a reply (the env's own stall_timeout is longer).
@@ -283,30 +285,35 @@ def _writes(*needles: str) -> Callable[[list[str]], bool]:
     return lambda frames: under(frames) and leaf(frames)
 
 
-def _at(function: Callable[..., Any], attribute: str) -> str:
-    """How py-spy names the line of ``function`` that calls ``attribute`` (a call into C:
-    py-spy's leaf is then this Python line), e.g. ``"_flush (rewarder/blocking.py:475)"``.
-    Read from the loaded code, not the file, which may have changed since."""
+def _at(function: Callable[..., Any], attribute: str) -> tuple[str, ...]:
+    """How py-spy names each line of ``function`` that calls ``attribute`` (a call into C:
+    py-spy's leaf is then that Python line), e.g. ``"_flush (rewarder/blocking.py:475)"``.
+    Read from the loaded code, not the file, which may have changed since; a function
+    that no longer makes the call is a ValueError that names it."""
     code = function.__code__
-    line = next(
+    lines = sorted({
         ins.positions.lineno for ins in dis.get_instructions(code)
         if ins.argval == attribute and ins.positions is not None and ins.positions.lineno
-    )
+    })
+    if not lines:
+        raise ValueError(f"{function.__qualname__} no longer calls {attribute}: "
+                         "point benchmarks/atari_breakdown.py's rules at where it went")
     module = inspect.getmodule(function)
     assert module is not None and module.__name__
     path = module.__name__.replace(".", "/") + ".py"
-    return f"{code.co_name} ({path}:{line})"
+    return tuple(f"{code.co_name} ({path}:{line})" for line in lines)
 
 
 def _blocking_rules() -> list[Rule]:
-    """The stepping thread's: where BlockingRewarder's calls into C sit."""
+    """The stepping thread's: where BlockingRewarder's calls into C sit (a send goes out
+    through rewarder/interrupts.py, which holds Ctrl-C while it writes)."""
     poll_wait = _at(BlockingRewarder._read_some, "poll")
-    send = _at(BlockingRewarder._flush, "sendall")
-    recv = _at(BlockingRewarder._receive, "recv")
+    send = _at(interrupts._send_some, "send")
+    recv = (*_at(BlockingRewarder._recv, "recv"), *_at(BlockingRewarder.take_raw, "recv"))
     return [
-        ("blocked: waiting for the reply (poll)", _leaf(poll_wait)),
-        ("rewarder: socket write (sendall)", _leaf(send)),
-        ("rewarder: socket read (recv)", _leaf(recv)),
+        ("blocked: waiting for the reply (poll)", _leaf(*poll_wait)),
+        ("rewarder: socket write (send)", _leaf(*send)),
+        ("rewarder: socket read (recv)", _leaf(*recv)),
         ("frame read (shared memory, preadv)", _any("(rewarder/shm.py", "(remotes/shared_frames.py")),
         ("rewarder: WebSocket framing (websockets)", _any("(websockets/")),
         ("rewarder: messages, JSON (rewarder/)", _any("(rewarder/")),
@@ -315,6 +322,8 @@ def _blocking_rules() -> list[Rule]:
     ]
 
 
+#: The names of a remote's reader threads (rewarder/link_reader.py), one a stepping connection.
+READER_THREADS: Final = "rewarder-reader-"
 REMOTE_RULES: Final[list[Rule]] = [
     ("idle (epoll wait)", _leaf("EpollSelector.select")),
     ("ALE: copy the screen (every frame)", _any("AtariRuntime._draw")),
@@ -415,8 +424,16 @@ def print_spy(result: dict[str, Any] | str) -> None:
     print(f"{result['steps_per_s']:.0f} steps/s while sampled ({_ms(per_step)} ms a step);"
           " share of each thread's wall time and ms per step")
     rows = []
+    remote = result["samples"]["remote"]
+    readers = Counter[str]()  # (a lockstep connection's reads: rewarder/link_reader.py)
+    for name in [name for name in remote if name.startswith(READER_THREADS)]:
+        readers.update(remote.pop(name))
+    if readers:
+        remote[f"{READER_THREADS}*"] = readers
+    reader_idle = _at(LinkReader._run, "poll")
     for process, thread, rules in (
         ("remote", "MainThread", REMOTE_RULES),
+        ("remote", f"{READER_THREADS}*", [("idle (poll wait)", _leaf(*reader_idle)), *REMOTE_RULES[1:]]),
         ("agent", "MainThread", _blocking_rules()),
         ("agent", "universe-remote-loop", LOOP_RULES),
         ("agent", "universe-remote-keepalive", KEEPER_RULES),
@@ -435,8 +452,9 @@ def print_spy(result: dict[str, Any] | str) -> None:
                              _ms(share * per_step)])
                 first = False
     _table(["process / thread", "where", "share", "ms/step"], rows)
-    idle = ("EpollSelector.select", _at(BlockingRewarder._read_some, "poll"))
-    for process, thread in (("remote", "MainThread"), ("agent", "MainThread")):
+    idle = ("EpollSelector.select", *_at(BlockingRewarder._read_some, "poll"), *reader_idle)
+    threads = (("remote", "MainThread"), ("remote", f"{READER_THREADS}*"), ("agent", "MainThread"))
+    for process, thread in threads:
         stacks = result["samples"][process].get(thread) or Counter()
         total = sum(stacks.values())
         if not total:
