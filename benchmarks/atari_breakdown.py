@@ -354,7 +354,8 @@ KEEPER_RULES: Final[list[Rule]] = [
 
 
 def _read_spy(path: Path) -> dict[str, Counter[str]]:
-    """py-spy raw output -> {thread name: Counter(stack frames -> samples)}."""
+    """py-spy raw output -> {thread name: Counter(stack frames -> samples)}; a remote's
+    reader threads together as ``rewarder-reader-*``."""
     threads: dict[str, Counter[str]] = {}
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -362,6 +363,8 @@ def _read_spy(path: Path) -> dict[str, Counter[str]]:
             continue
         frames = stack.split(";")
         name = frames[0].partition("): ")[2] or frames[0]
+        if name.startswith(READER_THREADS):  # (one a stepping connection: counted as one)
+            name = f"{READER_THREADS}*"
         rest = ";".join(f for f in frames[1:] if not f.startswith("thread ("))
         threads.setdefault(name, Counter())[rest] += int(count)
     return threads
@@ -424,12 +427,6 @@ def print_spy(result: dict[str, Any] | str) -> None:
     print(f"{result['steps_per_s']:.0f} steps/s while sampled ({_ms(per_step)} ms a step);"
           " share of each thread's wall time and ms per step")
     rows = []
-    remote = result["samples"]["remote"]
-    readers = Counter[str]()  # (a lockstep connection's reads: rewarder/link_reader.py)
-    for name in [name for name in remote if name.startswith(READER_THREADS)]:
-        readers.update(remote.pop(name))
-    if readers:
-        remote[f"{READER_THREADS}*"] = readers
     reader_idle = _at(LinkReader._run, "poll")
     for process, thread, rules in (
         ("remote", "MainThread", REMOTE_RULES),

@@ -4,7 +4,7 @@ Holds the constants of :mod:`benchmarks.atari_lockstep` (Pong, frameskip 4, step
 rounds per measure), :class:`Run` (wall time and CPU over a block) with
 :func:`step_rates` and :func:`median_run` (its figures per step, the median round),
 :func:`local_remotes`, :func:`lockstep_env`, and the random-action drivers
-(:func:`time_steps`, :func:`drive`, :func:`until`) and the in-process limit
+(:func:`time_steps`, :func:`time_vector`, :func:`drive`, :func:`until`) and the in-process limit
 (:func:`raw_ale_step`) both :mod:`~benchmarks.atari_lockstep`
 and :mod:`~benchmarks.atari_breakdown` use.
 """
@@ -115,6 +115,20 @@ def time_steps(step: Callable[[], None], steps: int) -> dict[str, float]:
         step()
     going, done = until(steps, RUN_SECONDS), 0
     with Run() as run:
+        while going(done):
+            step()
+            done += 1
+    return step_rates(done, run)
+
+
+def time_vector(step: Callable[[], object], steps: int, pids: Sequence[int] = ()) -> dict[str, float]:
+    """Warm up :data:`VECTOR_WARMUP` calls of ``step`` (one vector step each), then time
+    it for ``steps`` calls (or :data:`VECTOR_SECONDS`), counting the CPU of ``pids`` too:
+    every vector row's loop, ours and the peers' alike."""
+    for _ in range(VECTOR_WARMUP):
+        step()
+    going, done = until(steps, VECTOR_SECONDS), 0
+    with Run(pids) as run:
         while going(done):
             step()
             done += 1

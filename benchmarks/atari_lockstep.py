@@ -89,7 +89,7 @@ from benchmarks.atari_common import (  # noqa: E402
     raw_ale_step,
     step_rates,
     time_steps,
-    until,
+    time_vector,
 )
 
 # 1. One lockstep remote vs ale-py and gymnasium -------------------------------------------
@@ -230,16 +230,10 @@ def measure_vector_ours(
                 env.send([space.sample() for _ in range(n)])  # (after a reset all are ready)
                 env.recv()
             actions = drawn(lambda: [space.sample() for _ in range(k)])
-            for _ in range(VECTOR_WARMUP):
-                env.step(actions())
-            going, done = until(VECTOR_STEPS[n] * n // k, VECTOR_SECONDS), 0
-            with Run([p.pid for p in remotes.processes]) as run:
-                while going(done):
-                    env.step(actions())
-                    done += 1
+            rates = time_vector(lambda: env.step(actions()), VECTOR_STEPS[n] * n // k,
+                                [p.pid for p in remotes.processes])
         finally:
             env.close()
-    rates = step_rates(done, run)
     scale = n / k  # (k env-steps a recv: n of them a vector step's worth)
     return {**rates, "steps_per_s": rates["steps_per_s"] / scale, "own_cpu": rates["own_cpu"] * scale,
             "others_cpu": rates["others_cpu"] * scale, "start": start}
@@ -253,20 +247,15 @@ def measure_vector_async(n: int) -> dict[str, float]:
         start = time.perf_counter() - started
         envs.action_space.seed(0)
         actions = drawn(envs.action_space.sample)
-        for _ in range(VECTOR_WARMUP):
-            envs.step(actions())
-        going, done = until(VECTOR_STEPS[n], VECTOR_SECONDS), 0
-        with Run([p.pid for p in envs.processes if p.pid is not None]) as run:
-            while going(done):
-                envs.step(actions())
-                done += 1
+        rates = time_vector(lambda: envs.step(actions()), VECTOR_STEPS[n],
+                            [p.pid for p in envs.processes if p.pid is not None])
     finally:
         envs.close(terminate=False)
         for proc in envs.processes:  # close() joins them; never leave one behind
             if proc.is_alive():
                 proc.terminate()
                 proc.join(5)
-    return {**step_rates(done, run), "start": start}
+    return {**rates, "start": start}
 
 
 def print_vector(

@@ -28,17 +28,7 @@ from typing import Final
 import numpy as np
 import orjson
 
-from benchmarks.atari_common import (
-    FRAMESKIP,
-    ROM,
-    VECTOR_SECONDS,
-    VECTOR_STEPS,
-    VECTOR_WARMUP,
-    Run,
-    drawn,
-    step_rates,
-    until,
-)
+from benchmarks.atari_common import FRAMESKIP, ROM, VECTOR_STEPS, drawn, time_vector
 from remotes.local import default_games_per_process
 
 #: The frame's shape (Pong's RGB screen), and a slot's bytes.
@@ -49,6 +39,8 @@ PREFIX: Final = struct.Struct("<I")
 MAX_MESSAGE: Final = 1 << 16
 #: Seconds a server may take to start (import ALE, load the ROM) and print its port.
 START_SECONDS: Final = 60.0
+#: How the segments' names in /dev/shm begin (the agent's pid and the server's id follow).
+SEGMENT_PREFIX: Final = "bare-lockstep-"
 #: Pong's legal actions: the server plays the minimal action set's index it is sent.
 ACTIONS: Final = 6
 
@@ -111,7 +103,7 @@ class _Process:
 
     def __init__(self, games: int, stack: ExitStack) -> None:
         self.games = games
-        self.segment = f"bare-lockstep-{os.getpid()}-{id(self):x}"
+        self.segment = f"{SEGMENT_PREFIX}{os.getpid()}-{id(self):x}"
         stack.callback(self._unlink)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.bare_lockstep", str(games), self.segment],
@@ -176,14 +168,7 @@ def measure_bare(n: int) -> dict[str, float]:
     with bare_vector(n) as (step, pids):
         rng = np.random.default_rng(0)
         actions = drawn(lambda: rng.integers(0, ACTIONS, n).tolist())
-        for _ in range(VECTOR_WARMUP):
-            step(actions())
-        going, done = until(VECTOR_STEPS[n], VECTOR_SECONDS), 0
-        with Run(pids) as run:
-            while going(done):
-                step(actions())
-                done += 1
-    return step_rates(done, run)
+        return time_vector(lambda: step(actions()), VECTOR_STEPS[n], pids)
 
 
 if __name__ == "__main__":

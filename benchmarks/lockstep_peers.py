@@ -46,14 +46,12 @@ from benchmarks.atari_common import (
     ENV_ID,
     FRAMESKIP,
     ROM,
-    VECTOR_SECONDS,
     VECTOR_STEPS,
-    VECTOR_WARMUP,
     Run,
     drawn,
     local_remotes,
     step_rates,
-    until,
+    time_vector,
 )
 from benchmarks.atari_lockstep import measure_vector_async, measure_vector_ours
 from benchmarks.bare_lockstep import measure_bare
@@ -149,16 +147,9 @@ def measure_atari_vector(n: int) -> dict[str, float]:
         envs.reset(seed=0)
         envs.action_space.seed(0)
         actions = drawn(envs.action_space.sample)
-        for _ in range(VECTOR_WARMUP):
-            envs.step(actions())
-        going, done = until(VECTOR_STEPS[n], VECTOR_SECONDS), 0
-        with Run() as run:
-            while going(done):
-                envs.step(actions())
-                done += 1
+        rates = time_vector(lambda: envs.step(actions()), VECTOR_STEPS[n])
     finally:
         envs.close()
-    rates = step_rates(done, run)
     return {"env_steps_per_s": rates["steps_per_s"] * n, "own_cpu": rates["own_cpu"] / n}
 
 

@@ -11,14 +11,14 @@ from tests.optional import need_extra
 
 need_extra("atari")
 
-from benchmarks.bare_lockstep import SHAPE, bare_vector  # noqa: E402 (after the skip)
+from benchmarks.bare_lockstep import SEGMENT_PREFIX, SHAPE, bare_vector  # noqa: E402 (after the skip)
 
 #: Steps taken: Pong's first frames hardly change; its ball is served within these.
 STEPS = 120
 
 
 def _segments() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith(f"bare-lockstep-{os.getpid()}-")}
+    return {name for name in os.listdir("/dev/shm") if name.startswith(f"{SEGMENT_PREFIX}{os.getpid()}-")}
 
 
 def test_the_bare_design_steps_its_games_into_fresh_batches_and_leaves_nothing_behind() -> None:
