@@ -8,8 +8,9 @@ of those games' rewarder connections, for all of their steps (rewarder/batch_mes
 and gets one reply: K requests, K replies and K wake-ups of this process become one.
 
 Each step is its game's own ``v0.env.step`` in every other way: the same order through
-the game's seats (:meth:`envserver.players.Seats.step_now`, or the sliced
-:meth:`~envserver.players.Seats.step` when it does not fit one slice), the same state
+the game's core (:meth:`envserver.game_core.GameCore.step_now`: a game batched here has
+one player, so the seats' barrier has nothing to gather), or the sliced
+:meth:`~envserver.players.Seats.step` when it does not fit one slice, the same state
 table, refusals, observers' rewards and VNC frames for viewers; only the frame goes into
 slot i of one shared segment for the batch (:class:`rewarder.shm_slots.SlotSegment`, one
 per connection that sends batches: a sealed memfd while its requests ask for one, else a
@@ -72,8 +73,8 @@ class BatchGames:
                 continue
             order = StepOrder(events=entry.events, frames=entry.frames, obs=OBS_SHM,
                               episode_id=entry.episode_id, into=(segment, slot))
-            try:
-                done = remote.seats.step_now(order)
+            try:  # (the core's own: a game held here has one player, so no joint step)
+                done = remote.core.step_now(order)
             except Refused as exc:
                 results.append(exc.reason)
                 continue

@@ -223,7 +223,8 @@ class GameCore:
             state = self.machine.fire(event)
         except IllegalTransition as exc:
             raise Refused(str(exc)) from None
-        self._moved(state)
+        if self._state_waiters:
+            self._moved(state)
         return state
 
     def _moved(self, state: State) -> None:
@@ -389,17 +390,18 @@ class GameCore:
         state that does not take a step now, or more frames than one slice holds): then
         :meth:`step`. :class:`Refused` refuses it. Not for joint steps (the seats'
         barrier gathers those: :meth:`~envserver.players.Seats.joint`)."""
+        runtime = self.runtime
         if (
             order.frames > self._slice_frames or order.web is not None
-            or self.runtime.async_advance or not self.machine.allows(Event.STEP)
+            or runtime.async_advance or not self.machine.allows(Event.STEP)
         ):
             return None
-        runtime = self.runtime
         self._check_episode("episode", order.episode_id)  # (_check_step's one-player case)
-        events = Inputs.check_action(runtime, order.events)
+        inputs = self.inputs
+        events = inputs.checked(runtime, order.events)
         progress = Progress(self.fire(Event.STEP), "step", changed=False)
         try:
-            self.inputs.push(agent_source(order.player), events)
+            taken = inputs.push_take(agent_source(order.player), events)
             progress.changed = True  # from here on frames are drawn
             into = order.into
             # A batch step's slot, or this game's own segment: the runtime may draw there.
@@ -407,7 +409,7 @@ class GameCore:
                       else self.lockstep_frames.target(order.obs, runtime.frame_shape))
             runtime.into = target
             try:
-                result = self._advance_slice(order.frames, self.inputs.take())
+                result = self._advance_slice(order.frames, taken)
             finally:
                 drawn = target is not None and runtime.into is None
                 runtime.into = None
@@ -486,7 +488,8 @@ class GameCore:
             )
         self.fire(Event.EPISODE_DONE if result.done else Event.STEP_DONE)
         body = {"reward": result.reward, "done": result.done, "info": info, "frame": self.frame}
-        address(result, body, order.player)
+        if result.rewards is not None:
+            address(result, body, order.player)
         if shm is not None:
             body["shm"] = shm
         return self.episode_id, body
@@ -497,7 +500,7 @@ class GameCore:
         per frame: one slice the machine preempted must not send the next one-slice step
         down the sliced path."""
         started = time.perf_counter()
-        result = self._advance(frames, events)
+        result = self._advanced(self.runtime.advance(events, frames))  # (_advance, inline)
         per_frame = (time.perf_counter() - started) / max(result.frames, 1)
         fastest = min(per_frame, self._frame_seconds)
         self._frame_seconds = per_frame
@@ -548,7 +551,8 @@ class GameCore:
         self.episode_frame += result.frames
         for sink in self.result_sinks:
             sink(self.episode_id, result)
-        self._frame_drawn()
+        if self._frame_waiters:
+            self._frame_drawn()
         if result.text is not None:
             self.rewarder.broadcast_text(self.episode_id, result.text)
         if result.observation is not None:

@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 MAX_PENDING_EVENTS: Final = 4096
 #: The input source of the rewarder's active client (VNC clients are ``("vnc", id)``).
 REWARDER_SOURCE: Final = "rewarder"
+#: Distinct actions whose checked events :meth:`Inputs.checked` remembers (an agent steps
+#: with a few: a game's action set); past it the memory starts over.
+MAX_CHECKED_ACTIONS: Final = 1024
 
 
 def source_name(source: object) -> str:
@@ -49,7 +52,7 @@ class Inputs:
         self.name_source: Callable[[object], str] = source_name
         #: The sources of the events the last :meth:`take` returned, and how many takes
         #: there have been (a recorder tells a new take from the one it saw).
-        self.taken: list[InputEvent] = []
+        self.taken: Sequence[InputEvent] = []
         self.taken_sources: list[str] = []
         self.takes = 0
         #: VNC events dropped because too many were pending.
@@ -61,6 +64,10 @@ class Inputs:
         #: X program's input at once: ``Runtime.forwards_input``).
         self.on_queue: Callable[[Sequence[InputEvent]], None] | None = None
         self._held: dict[object, tuple[set[str], list[int]]] = {}
+        #: :meth:`checked`'s memory: an action (a tuple of event tuples) -> its events as
+        #: runtime input, for the runtime in :attr:`_checked_for` only.
+        self._checked: dict[tuple[Any, ...], tuple[InputEvent, ...]] = {}
+        self._checked_for: Runtime | None = None
 
     @property
     def held_keys(self) -> set[str]:
@@ -89,6 +96,11 @@ class Inputs:
 
     def push(self, source: object, events: Sequence[InputEvent]) -> None:
         """Queue checked events from ``source`` for the next frame."""
+        self._note_held(source, events)
+        self._queue(source, events)
+
+    def _note_held(self, source: object, events: Sequence[InputEvent]) -> None:
+        """What ``source`` holds down once ``events`` apply (:meth:`release` lets go)."""
         held = self._held.get(source)
         if held is None:  # (not setdefault: that makes the set and list every step)
             held = self._held[source] = (set(), [0, 0, 0])
@@ -98,7 +110,41 @@ class Inputs:
                 (keys.add if event.down else keys.discard)(event.key)
             else:
                 pointer[:] = event
-        self._queue(source, events)
+
+    def push_take(self, source: object, events: Sequence[InputEvent]) -> Sequence[InputEvent]:
+        """:meth:`push` then :meth:`take` (a lockstep step's own input, applied at once):
+        the same events and state after, without the queue when nothing else waits in it."""
+        if self.pending or self.player_of(source):
+            self.push(source, events)
+            return self.take()
+        if events:
+            self._note_held(source, events)
+            self.taken_sources = [self.name_source(source)] * len(events)
+            if self.on_queue is not None:
+                self.on_queue(events)
+        else:
+            self.taken_sources = []
+        self.taken = events  # (read, never changed)
+        self.takes += 1
+        return events
+
+    def checked(self, runtime: Runtime, events: Sequence[Sequence[Any]]) -> Sequence[InputEvent]:
+        """:meth:`check_action`, remembered for actions parsed as tuples of tuples (a
+        step's, which an agent repeats from a small set): the same events, or the same
+        :class:`Refused`, each time (they depend on the runtime only)."""
+        if type(events) is not tuple:
+            return self.check_action(runtime, events)
+        if self._checked_for is not runtime or len(self._checked) >= MAX_CHECKED_ACTIONS:
+            self._checked = {}
+            self._checked_for = runtime
+        try:
+            return self._checked[events]
+        except KeyError:
+            pass
+        except TypeError:  # (an event holding a list: not remembered)
+            return self.check_action(runtime, events)
+        done = self._checked[events] = tuple(self.check_action(runtime, events))
+        return done
 
     def _queue(self, source: object, events: Sequence[InputEvent]) -> None:
         player = self.player_of(source)

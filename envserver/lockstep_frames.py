@@ -71,7 +71,8 @@ class LockstepFrames:
             segment_of_batch, slot = into
             segment_of_batch.write(slot, frame, number, episode_id)
             self._source, self._stepped = frame, True
-            self._serve_soon()
+            if not self._owed:  # (_serve_soon's first look, here: most batch steps stop at it)
+                self._serve_soon()
             return None
         segment = self._segment
         if frame is None:  # drawn into our segment itself (:meth:`target`): its header only

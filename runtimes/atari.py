@@ -361,15 +361,19 @@ class AtariRuntime(Runtime):
         # A key pressed and released within the first frame still counts for that frame.
         first, held = self._joystick[self.held | tapped], self._joystick[self.held]
         ale, limit = self.ale, self.max_episode_frames
-        reward = 0.0
-        ran = 0
-        while ran < frames:
-            reward += ale.act(first if ran == 0 else held)
+        act, over = ale.act, ale.game_over
+        frame = self.frame + 1  # (counted in a local: one attribute write a step, not four)
+        reward = act(first)
+        ran = 1
+        done = over() or (limit is not None and frame >= limit)
+        while ran < frames and not done:
+            reward += act(held)
             ran += 1
-            self.frame += 1
-            if ale.game_over() or (limit is not None and self.frame >= limit):
-                self.done = True
-                break
+            frame += 1
+            done = over() or (limit is not None and frame >= limit)
+        self.frame = frame
+        if done:
+            self.done = True
         self._last_action = first if ran == 1 else held
         self._draw()
         return StepResult(float(reward), self.done, self._info(), frames=ran)

@@ -15,6 +15,7 @@ import re
 import pytest
 
 from envserver import agent_port
+from envserver.inputs import MAX_CHECKED_ACTIONS
 from envserver.orders import Refused, ResetOrder, StepOrder
 from envserver.remote import Remote
 from envserver.rewarder_front import RewarderFront
@@ -22,7 +23,7 @@ from envserver.state import Event, State
 from rewarder import protocol
 from rewarder.client import RewarderClient
 from rewarder.errors import BadRequest
-from runtimes.base import InputEvent, StepResult
+from runtimes.base import InputEvent, KeyEvent, StepResult
 from tests.conftest import StartRemote
 
 #: Seconds to wait for what a loaded 2-core machine does at once.
@@ -185,3 +186,48 @@ async def test_a_one_slice_step_through_the_wire_is_answered_as_before(
             frames.append(reply.frame)
     assert reply.episode_id == episode or reply.done
     assert frames == sorted(frames) and frames[-1] - frames[0] == 16
+
+
+async def test_a_one_slice_step_applies_a_viewers_pending_input_and_its_own_as_the_queue_did(
+    start_remote: StartRemote,
+) -> None:
+    """``Inputs.push_take``: the agent's events skip the queue only when nothing else waits
+    in it; what the recorder reads (taken, their sources, the take count) and what each
+    source holds down come out as a push then a take give them."""
+    remote = await start_remote("builtin.Catch-v0", mode="lockstep")
+    front = _front(remote)
+    await _fits_one_slice(front)
+    inputs = remote.core.inputs
+    takes = inputs.takes
+    assert front.step_now(_step(1, episode_id=remote.episode_id, events=(("KeyEvent", "left", True),)))
+    assert (list(inputs.taken), inputs.taken_sources, inputs.takes) == ([("Left", True)], ["agent"], takes + 1)
+    assert "Left" in remote.held_keys
+    inputs.push(("vnc", 7), [KeyEvent("Right", True)])  # a viewer's key, waiting for the frame
+    assert front.step_now(_step(1, episode_id=remote.episode_id, events=(("KeyEvent", "left", False),)))
+    assert list(inputs.taken) == [("Right", True), ("Left", False)]
+    assert inputs.taken_sources == ["vnc:7", "agent"] and inputs.pending == []
+    assert remote.held_keys == {"Right"}  # the viewer's still down, the agent's let go
+    assert front.step_now(_step(1, episode_id=remote.episode_id))
+    assert (list(inputs.taken), inputs.taken_sources, inputs.takes) == ([], [], takes + 3)
+
+
+async def test_an_action_is_checked_once_per_runtime_and_a_bad_one_every_time(
+    start_remote: StartRemote,
+) -> None:
+    """``Inputs.checked``: an action the agent repeats is checked once (its events kept,
+    the same each time), a refused one is refused each time, and the memory is bounded."""
+    remote = await start_remote("builtin.Catch-v0", mode="lockstep")
+    inputs, runtime = remote.core.inputs, remote.core.runtime
+    action = (("KeyEvent", "left", True), ("KeyEvent", 65361, False))
+    first = inputs.checked(runtime, action)
+    assert list(first) == [("Left", True), ("Left", False)]
+    assert inputs.checked(runtime, action) is first  # remembered
+    assert list(inputs.checked(runtime, list(action))) == list(first)  # a list: checked anew
+    for _ in range(2):
+        with pytest.raises(Refused, match="does not use key 'F12'"):
+            inputs.checked(runtime, (("KeyEvent", "F12", True),))
+    for i in range(MAX_CHECKED_ACTIONS + 5):
+        inputs.checked(runtime, (("PointerEvent", i % 3, 0, i % 256),) * (1 + i // 256))
+        assert len(inputs._checked) <= MAX_CHECKED_ACTIONS
+    other = type(runtime)()
+    assert inputs.checked(other, action) is not first  # another runtime: checked again
