@@ -172,7 +172,10 @@ class AtariRuntime(Runtime):
     one's, row by row: the changed rows, as full-width bands, are :meth:`take_damage`'s
     answer, and the VNC server skips its own compare: the read and the row compare cost
     less than the server's tile compare, and the bands hold fewer pixels than the tiles
-    they touch (benchmarks/RESULTS.md).
+    they touch (benchmarks/RESULTS.md). While nobody takes the damage (no viewer: a
+    lockstep agent's steps), a draw reads no indices: a snapshot or a digest reads those
+    of the screen shown when it needs them, and the first draw after a take compares none
+    (its damage is None: the server compares that screen whole).
     """
 
     #: ale-py's ROM id (``"pong"``).
@@ -257,6 +260,9 @@ class AtariRuntime(Runtime):
         unit = np.uint64 if screen_width % 8 == 0 else np.uint8
         self._rows_now, self._rows_shown = self._indices.view(unit), self._shown.view(unit)
         self._damage: list[tuple[int, int, int, int]] | None = None
+        #: Whether the screen shown has no indices read yet (:attr:`_shown` is older): read
+        #: only when asked (:meth:`_read_indices`), while nobody takes the damage.
+        self._unread = False
         #: The last state restored, read: restoring it again skips the reading.
         self._last_read: tuple[bytes, tuple[dict[str, Any], ALEState, np.ndarray, np.ndarray]] | None = None
 
@@ -303,6 +309,13 @@ class AtariRuntime(Runtime):
             self._stale = False
             self.ale.getScreenRGB(self._frame)
 
+    def _read_indices(self) -> None:
+        """Read the palette indices of the screen shown if :meth:`_draw` left them unread
+        (ALE still shows that screen: whatever moves ALE on draws, or restores its own)."""
+        if self._unread:
+            self._unread = False
+            self.ale.getScreen(self._shown)
+
     def describe(self) -> dict[str, Any]:  # type: ignore[override]
         """The base keys at this instance's (scaled) size, plus the game's own."""
         return {
@@ -337,6 +350,7 @@ class AtariRuntime(Runtime):
         self.frame = 0
         self.done = False
         self._draw()
+        self._read_indices()  # (a viewer's first frame after a reset gets rows compared)
         self._damage = None  # a new episode's screen: the server compares it whole
 
     def step(self, events: Sequence[InputEvent]) -> StepResult:
@@ -382,6 +396,7 @@ class AtariRuntime(Runtime):
 
     def snapshot(self) -> bytes:
         self._fresh()
+        self._read_indices()
         ale_state: bytes = self.ale.cloneState(include_rng=True).serialize()
         indices = zlib.compress(self._shown.tobytes(), 1)  # (the screen last drawn)
         rgb = zlib.compress(self._screen.tobytes(), 1)
@@ -416,6 +431,7 @@ class AtariRuntime(Runtime):
             fields["frame"], fields["held"], fields["done"], fields["noops"]
         )
         np.copyto(self._shown, indices)
+        self._unread = False
         np.copyto(self._screen, rgb)
         self._stale = False  # (the saved screen, not ALE's: drawn here)
         self._show()
@@ -459,6 +475,7 @@ class AtariRuntime(Runtime):
 
     def state_digest(self) -> bytes:
         """RAM, the frame counters and the screen shown: what a restore must bring back."""
+        self._read_indices()
         digest = hashlib.blake2b(self.ale.getRAM().tobytes(), digest_size=16)
         digest.update(bytes((self.held, self.done)))
         digest.update(self.frame.to_bytes(8, "big"))
@@ -498,19 +515,25 @@ class AtariRuntime(Runtime):
             self.ale.getScreenRGB(self._screen)
             self._stale = False
             self._show()
-        self.ale.getScreen(self._indices)
         damage = self._damage
         if damage is not None and len(damage) >= MAX_DAMAGE_RECTS:  # nobody takes it
             damage = self._damage = None
-        if damage is not None:
-            changed = np.flatnonzero((self._rows_now != self._rows_shown).any(axis=1)).tolist()
-            scale, start = self.scale, None
-            for i, row in enumerate(changed):  # runs of changed rows: full-width bands
-                if start is None:
-                    start = row
-                if i + 1 == len(changed) or changed[i + 1] != row + 1:
-                    damage.append((0, start * scale, self.width, (row + 1 - start) * scale))
-                    start = None
+        if damage is None:  # nobody compares rows now: the indices only when asked
+            self._unread = True
+            return
+        if self._unread:  # the last screen's were never read: no rows to compare with
+            self._read_indices()
+            self._damage = None  # (the server compares this screen whole, then rows again)
+            return
+        self.ale.getScreen(self._indices)
+        changed = np.flatnonzero((self._rows_now != self._rows_shown).any(axis=1)).tolist()
+        scale, start = self.scale, None
+        for i, row in enumerate(changed):  # runs of changed rows: full-width bands
+            if start is None:
+                start = row
+            if i + 1 == len(changed) or changed[i + 1] != row + 1:
+                damage.append((0, start * scale, self.width, (row + 1 - start) * scale))
+                start = None
         self._indices, self._shown = self._shown, self._indices
         self._rows_now, self._rows_shown = self._rows_shown, self._rows_now
 

@@ -518,3 +518,51 @@ def test_a_screen_drawn_into_a_slot_is_the_framebuffer_when_that_is_read() -> No
     finally:
         into_runtime.close()
         plain.close()
+
+
+def test_draws_nobody_takes_the_damage_of_read_no_indices_yet_snapshots_and_digests_hold() -> None:
+    """While nobody takes the damage (a lockstep agent's steps, no viewer), a draw leaves
+    ALE's palette indices unread; a snapshot, a digest and the next viewer's damage read
+    those of the screen shown, as if every draw had read them."""
+    game, twin = make(), make()
+    try:
+        for runtime in (game, twin):
+            runtime.reset(seed=3)
+        reads = 0
+        ale = game.ale
+
+        class Counting:  # (ALE's methods are read-only: a stand-in that counts the reads)
+            def __getattr__(self, name: str) -> object:
+                return getattr(ale, name)
+
+            def getScreen(self, out: np.ndarray) -> None:  # noqa: N802 (ALE's name)
+                nonlocal reads
+                reads += 1
+                ale.getScreen(out)
+
+        game.ale = Counting()  # type: ignore[assignment]
+        for frame in range(40):
+            for runtime in (game, twin):
+                runtime.advance([KeyEvent("Up", frame % 2 == 0)], 4)
+                if runtime is twin:
+                    twin.take_damage()  # (the twin's every draw compares rows: reads them)
+        assert reads == 0
+        assert game.state_digest() == twin.state_digest() and reads == 1
+        (fields, _, indices, rgb), (twin_fields, _, twin_indices, twin_rgb) = (
+            runtime._read_snapshot(runtime.snapshot()) for runtime in (game, twin))
+        assert fields == twin_fields and (indices == twin_indices).all() and (rgb == twin_rgb).all()
+        for runtime in (game, twin):  # unread again
+            runtime.advance([], 4)
+        twin.take_damage()
+        assert game.take_damage() is None  # nobody took it: the server compares whole
+        for runtime in (game, twin):
+            runtime.advance([], 4)
+        assert game.take_damage() is None and twin.take_damage() is not None  # none to compare
+        for runtime in (game, twin):
+            runtime.advance([KeyEvent("Down", True)], 4)
+        assert game.take_damage() == twin.take_damage()  # rows compared again
+        assert game.state_digest() == twin.state_digest()
+    finally:
+        game.ale = ale
+        game.close()
+        twin.close()
