@@ -48,6 +48,7 @@ from vncdriver.errors import VNCError
 from .batched import Batches
 from .faults import RECONNECT_ATTEMPT_TIMEOUT, Faults, error_text, relocate
 from .lockstep_fast import FastSteps
+from .lockstep_one import FastOne
 from .lockstep_replies import Replies, Sent, rewarder_of
 from .lockstep_vnc import LOOP_SLACK, MIN_FRAME_WAIT, frames_over_vnc, vnc_frame
 from .session import RESET_TIMEOUT, RemoteUnavailable
@@ -71,10 +72,11 @@ class LockstepSteps:
         self.batches = Batches(lane) if web is None else None
         #: Reads and delivers the replies (remotes.lockstep_replies).
         self.replies = Replies(lane, self.batches)
-        #: The batched lane's steady state in a few calls per process (remotes.lockstep_fast);
-        #: none for one remote (a lone remote's step is its own v0.env.step: a plan for it,
-        #: looked for each step, would never be made).
-        self.fast = FastSteps(self) if self.batches is not None and lane.num > 1 else None
+        #: The steady step in a few calls: the batched lane's, a plan per process
+        #: (remotes.lockstep_fast); a lone remote's, its own v0.env.step (remotes.lockstep_one).
+        self.fast: FastSteps | FastOne | None = (
+            FastOne(self) if lane.num == 1 and web is None
+            else FastSteps(self) if self.batches is not None else None)
 
     # Connecting ----------------------------------------------------------------------------
 

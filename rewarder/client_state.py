@@ -160,10 +160,10 @@ class ClientState:
         body: Any = obj.get("body")
         if type(headers) is not dict or type(body) is not dict:
             return None
-        parent, episode = headers.get("parent_message_id"), headers.get("episode_id")
-        sent_at: Any = headers.get("sent_at")
-        runtime: Any = headers.get("parent_runtime")
         if method != REPLY_STEP:
+            parent = headers.get("parent_message_id")
+            sent_at: Any = headers.get("sent_at")
+            runtime: Any = headers.get("parent_runtime")
             if (method != REPLY_BATCH_STEP or type(parent) is not int or parent not in waiting
                     or type(sent_at) not in _NUMBERS):
                 return None
@@ -174,25 +174,10 @@ class ClientState:
                 return None
             self._messages += 1
             return batch
-        reward: Any = body.get("reward")
-        done, info = body.get("done"), body.get("info", {})
-        frame, shm = body.get("frame"), body.get("shm")
-        if (type(parent) is not int or parent not in waiting or type(sent_at) not in _NUMBERS
-                or type(reward) not in _NUMBERS or type(done) is not bool
-                or type(info) is not dict or type(frame) is not int):
-            return None
-        if type(episode) is not int:
-            if type(episode) is not str or not episode.isdecimal() or not episode.isascii():
-                return None
-            episode = int(episode)
-        if shm is not None:
-            if (type(shm) is not list or len(shm) != 3 or type(shm[0]) is not str
-                    or type(shm[1]) is not int or type(shm[2]) is not int):
-                return None
-            shm = (shm[0], shm[1], shm[2])
-        self._messages += 1
-        return StepReply(parent, episode, float(reward), done, info, frame, float(sent_at),
-                         float(runtime) if type(runtime) in _NUMBERS else 0.0, shm)
+        step = step_reply(headers, body, waiting)
+        if step is not None:
+            self._messages += 1
+        return step
 
     @staticmethod
     def _answer(
@@ -257,3 +242,31 @@ class ClientState:
         ``server_time - hi <= local_time <= server_time - lo``.
         """
         return self._skew
+
+
+def step_reply(headers: dict[str, Any], body: dict[str, Any], waiting: Container[Any]) -> StepReply | None:
+    """A ``v0.reply.env.step``'s headers and body as its :class:`StepReply`, when it is
+    well-formed and answers a request in ``waiting`` (:meth:`ClientState.receive_step`'s
+    reading, shared with a lone remote's steady step, remotes.lockstep_one); None for
+    anything unusual (the full parser then files it or says what is wrong)."""
+    parent, episode = headers.get("parent_message_id"), headers.get("episode_id")
+    sent_at: Any = headers.get("sent_at")
+    runtime: Any = headers.get("parent_runtime")
+    reward: Any = body.get("reward")
+    done, info = body.get("done"), body.get("info", {})
+    frame, shm = body.get("frame"), body.get("shm")
+    if (type(parent) is not int or parent not in waiting or type(sent_at) not in _NUMBERS
+            or type(reward) not in _NUMBERS or type(done) is not bool
+            or type(info) is not dict or type(frame) is not int):
+        return None
+    if type(episode) is not int:
+        if type(episode) is not str or not episode.isdecimal() or not episode.isascii():
+            return None
+        episode = int(episode)
+    if shm is not None:
+        if (type(shm) is not list or len(shm) != 3 or type(shm[0]) is not str
+                or type(shm[1]) is not int or type(shm[2]) is not int):
+            return None
+        shm = (shm[0], shm[1], shm[2])
+    return StepReply(parent, episode, float(reward), done, info, frame, float(sent_at),
+                     float(runtime) if type(runtime) in _NUMBERS else 0.0, shm)
