@@ -20,10 +20,13 @@ __all__ = ["SteadyRows", "batch_infos", "set_columns", "steady_infos"]
 _SCALARS: Final = (int, float, bool)
 #: A read-only mask of n Trues per vector size n, copied for each key (:func:`_whole`).
 _WHOLE: dict[int, np.ndarray] = {}
-#: Each info key's mask key (``_key``), kept for the keys a steady step sees every step.
-_MASK_NAMES: dict[str, str] = {}
-#: Mask names kept at most (a remote's info keys are a few dozen; more: made afresh).
-_MAX_MASK_NAMES: Final = 4096
+#: :func:`steady_infos`' keys in order, each with its mask name and its values' getter
+#: (None: the lane's column), by the remotes' keys and ours: a steady step meets the same
+#: few sets over and over.
+_Order = tuple[tuple[str, str, Any], ...]
+_ORDERS: dict[tuple[tuple[str, ...], tuple[str, ...]], _Order] = {}
+#: Sets of keys whose order is kept at most (then the cache starts over).
+_MAX_ORDERS: Final = 256
 
 def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
     """gymnasium's vector info — for each key an array over the ``n`` envs and a ``_key``
@@ -126,30 +129,39 @@ def steady_infos(heads: list[dict[str, Any]], columns: dict[str, list[Any]], n: 
     in one pass over the keys: each key batched once (a key of both, ours, in the
     remote's place), a typed array straight from a list of Python scalars, an object
     array of Nones as numpy makes it. Remotes whose infos have different keys, and
-    values of other kinds (dicts, arrays, numpy scalars), go the general way."""
+    values of other kinds (dicts, arrays, numpy scalars), go the general way. The keys'
+    order (and each one's mask name) is worked out once per set of keys."""
     keys = heads[0].keys()
     if any(map(keys.__ne__, map(dict.keys, heads))):
         general = batch_infos(heads, n)
         set_columns(general, columns, n)
         return general
+    layout = (tuple(keys), tuple(columns))
+    order = _ORDERS.get(layout)
+    if order is None:
+        order = _order(layout, keys, columns)
     whole = _whole(n)
     out: dict[str, Any] = {}
-    for key in (*keys, *columns):
-        if key in out:
-            continue
-        values = columns[key] if key in columns else list(map(itemgetter(key), heads))
-        out[key], out[_MASK_NAMES.get(key) or _mask_name(key)] = _column(key, values, n), whole.copy()
+    for key, mask, getter in order:
+        values = columns[key] if getter is None else list(map(getter, heads))
+        kind = type(values[0])
+        out[key] = np.array(values, dtype=kind) if kind in _SCALARS else _column(key, values, n)
+        out[mask] = whole.copy()
     return out
 
 
-def _mask_name(key: str) -> str:
-    """``_key``, made once per key."""
-    name = _MASK_NAMES.get(key)
-    if name is None:
-        if len(_MASK_NAMES) >= _MAX_MASK_NAMES:
-            _MASK_NAMES.clear()
-        name = _MASK_NAMES[key] = f"_{key}"
-    return name
+def _order(layout: tuple[tuple[str, ...], tuple[str, ...]], keys: Any, columns: dict[str, Any]) -> _Order:
+    """The keys of :func:`steady_infos`' result in order, each with its mask name and
+    where its values come from (None: ``columns``; else the getter of each remote's),
+    kept for ``layout`` (the remotes' keys, then ours)."""
+    order: dict[str, tuple[str, str, Any]] = {}
+    for key in (*keys, *columns):
+        if key not in order:
+            order[key] = (key, f"_{key}", None if key in columns else itemgetter(key))
+    if len(_ORDERS) >= _MAX_ORDERS:
+        _ORDERS.clear()
+    found = _ORDERS[layout] = tuple(order.values())
+    return found
 
 
 class SteadyRows(Sequence[dict[str, Any]]):
