@@ -75,7 +75,7 @@ _CONNECTED, _OUTSTANDING = attrgetter("connected"), attrgetter("outstanding")
 _REPLACED, _REWARDER, _ERROR = attrgetter("replaced"), attrgetter("rewarder"), attrgetter("error")
 _EPISODE, _QUIET = attrgetter("episode_id"), methodcaller("quiet")
 _RTT, _SKEW, _INSTRUCTION = attrgetter("rtt"), attrgetter("clock_skew"), attrgetter("instruction")
-_SEEN, _SHM_FRAMES = attrgetter("seen"), attrgetter("shm_frames")
+_MEASURED = attrgetter("measured")
 
 
 class _Group:
@@ -166,7 +166,8 @@ class Stepping(Protocol):
 class _Plan:
     """The groups, and every slot's parts over all of them (in the groups' order)."""
 
-    __slots__ = ("groups", "slots", "channels", "vncs", "sessions", "shareds", "inverse", "fresh")
+    __slots__ = ("groups", "slots", "channels", "vncs", "sessions", "shareds", "inverse", "fresh",
+                 "measured", "rtts", "skews")
 
     def __init__(self, groups: list[_Group], n: int) -> None:
         self.groups = groups
@@ -180,6 +181,10 @@ class _Plan:
         self.inverse = None if order == list(range(n)) else [order.index(i) for i in range(n)]
         #: No step delivered yet (the first clears what the general step left).
         self.fresh = True
+        #: Each channel's ``measured`` count, round trip and clock skew when last read.
+        self.measured: list[int] = []
+        self.rtts: list[float | None] = []
+        self.skews: list[tuple[float, float] | None] = []
 
 
 class FastSteps:
@@ -432,8 +437,12 @@ class FastSteps:
                 slot.seen = frame
             shared.last = (frame, episode)
             shared.shm_frames += 1
-        rtts = list(map(_RTT, plan.channels))
-        skews = list(map(_SKEW, plan.channels))
+        channels = plan.channels
+        measured = list(map(_MEASURED, channels))
+        if measured != plan.measured:  # (a ping since: each channel's read again)
+            plan.measured = measured
+            plan.rtts, plan.skews = list(map(_RTT, channels)), list(map(_SKEW, channels))
+        rtts, skews = plan.rtts, plan.skews  # (lists nobody changes: the same each step)
         instructions = list(map(_INSTRUCTION, slots))
         inverse = plan.inverse
         if inverse is None:
