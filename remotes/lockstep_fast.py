@@ -66,9 +66,6 @@ _ENTRY: Final = itemgetter("reward", "done", "frame", "episode_id", "info")
 #: How many keys a plain step has (those five: an "error", or anything new, is not plain).
 _ENTRY_KEYS: Final = frozenset({5})
 _NUMBERS: Final = frozenset({int, float})
-_BOOLS: Final = frozenset({bool})
-_INTS: Final = frozenset({int})
-_DICTS: Final = frozenset({dict})
 _RUNNING: Final = Phase.RUNNING
 _PHASE, _PENDING, _STEPS = attrgetter("phase"), attrgetter("pending"), attrgetter("steps")
 _CONNECTED, _OUTSTANDING = attrgetter("connected"), attrgetter("outstanding")
@@ -85,7 +82,7 @@ class _Group:
 
     __slots__ = ("channel", "slots", "games", "rows", "token", "channels", "sessions", "shareds",
                  "buffers", "frameskip", "entries", "episodes", "sent", "numbers", "shm", "reader",
-                 "rewards", "frames", "infos")
+                 "rewards", "frames", "infos", "types")
 
     def __init__(self, channel: BlockingRewarder, slots: list[Slot], games: list[int], token: str) -> None:
         self.channel, self.slots, self.games, self.token = channel, slots, games, token
@@ -96,6 +93,8 @@ class _Group:
         self.channels: list[Any] = [session.rewarder for session in self.sessions]
         self.shareds = [session.shared for session in self.sessions]
         self.buffers = [channel.buffer for channel in self.channels]
+        #: The types of a plain reply's dones, frames and infos, in that order.
+        self.types = (bool,) * len(slots) + (int,) * len(slots) + (dict,) * len(slots)
         #: Each game's step in the request (its action set each step), and the episode it
         #: names: as the buffer said it, as sent, as the remote reads it.
         self.frameskip = -1
@@ -379,9 +378,8 @@ class FastSteps:
         except (KeyError, TypeError):
             return False
         rewards, dones, frames, episodes, infos = zip(*fields, strict=True)
-        if (episodes != group.sent or any(dones) or set(map(type, dones)) != _BOOLS
-                or not _NUMBERS.issuperset(map(type, rewards)) or set(map(type, frames)) != _INTS
-                or set(map(type, infos)) != _DICTS or set(map(len, entries)) != _ENTRY_KEYS
+        if (episodes != group.sent or any(dones) or tuple(map(type, dones + frames + infos)) != group.types
+                or not _NUMBERS.issuperset(map(type, rewards)) or set(map(len, entries)) != _ENTRY_KEYS
                 or not all(map(_QUIET, group.buffers))
                 or list(map(_ERROR, group.shareds)).count(None) != len(entries)):
             return False
