@@ -47,7 +47,7 @@ from .batched import BatchCall
 from .lane import Batch
 from .lockstep_replies import Sent
 from .slot_state import Phase
-from .vector_infos import SteadyRows, steady_infos
+from .vector_infos import SteadyRows, column, steady_infos
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -166,7 +166,7 @@ class _Plan:
     """The groups, and every slot's parts over all of them (in the groups' order)."""
 
     __slots__ = ("groups", "slots", "channels", "vncs", "sessions", "shareds", "inverse", "fresh",
-                 "measured", "rtts", "skews")
+                 "measured", "rtts", "skews", "trues", "fixed")
 
     def __init__(self, groups: list[_Group], n: int) -> None:
         self.groups = groups
@@ -180,10 +180,24 @@ class _Plan:
         self.inverse = None if order == list(range(n)) else [order.index(i) for i in range(n)]
         #: No step delivered yet (the first clears what the general step left).
         self.fresh = True
-        #: Each channel's ``measured`` count, round trip and clock skew when last read.
+        #: Each channel's ``measured`` count, round trip and clock skew when last read (in
+        #: row order), every remote connected, and those three batched (copied each step).
         self.measured: list[int] = []
         self.rtts: list[float | None] = []
         self.skews: list[tuple[float, float] | None] = []
+        self.trues = [True] * n
+        self.fixed: dict[str, np.ndarray] = {}
+
+    def remeasure(self, measured: list[int]) -> None:
+        """Each channel's round trip and clock skew read again (a ping set them: its
+        ``measured`` count moved), and the columns that do not change between pings made."""
+        rtts, skews = list(map(_RTT, self.channels)), list(map(_SKEW, self.channels))
+        if self.inverse is not None:
+            rtts, skews = [rtts[k] for k in self.inverse], [skews[k] for k in self.inverse]
+        self.measured, self.rtts, self.skews = measured, rtts, skews
+        n = len(self.trues)
+        self.fixed = {key: column(key, values, n) for key, values in (
+            ("remote.connected", self.trues), ("rewarder.rtt", rtts), ("rewarder.clock_skew", skews))}
 
 
 class FastSteps:
@@ -410,7 +424,7 @@ class FastSteps:
         vector's info built (:func:`~remotes.vector_infos.steady_infos`; each remote's
         own made only if asked)."""
         lane = self.steps.lane
-        n = lane.num
+        n = len(slots := plan.slots)
         frames: Any = ()
         episodes: Any = ()
         heads: Any = ()
@@ -420,7 +434,6 @@ class FastSteps:
             episodes += group.numbers
             heads += group.infos
             rewards += group.rewards
-        slots = plan.slots
         if plan.fresh:  # (the plan's first step: what the general step left cleared, as its
             plan.fresh = False  # deliver clears it; nothing sets these while the plan holds)
             for slot in slots:
@@ -435,23 +448,19 @@ class FastSteps:
                 slot.seen = frame
             shared.last = (frame, episode)
             shared.shm_frames += 1
-        channels = plan.channels
-        measured = list(map(_MEASURED, channels))
+        measured = list(map(_MEASURED, plan.channels))
         if measured != plan.measured:  # (a ping since: each channel's read again)
-            plan.measured = measured
-            plan.rtts, plan.skews = list(map(_RTT, channels)), list(map(_SKEW, channels))
-        rtts, skews = plan.rtts, plan.skews  # (lists nobody changes: the same each step)
+            plan.remeasure(measured)
         instructions = list(map(_INSTRUCTION, slots))
         inverse = plan.inverse
         if inverse is None:
             frames, episodes, heads, rewards = list(frames), list(episodes), list(heads), list(rewards)
         else:  # (rows in the groups' order: each list put in row order)
-            frames, episodes, heads, rewards, rtts, skews, instructions = (
-                [values[k] for k in inverse]
-                for values in (frames, episodes, heads, rewards, rtts, skews, instructions))
-        columns: dict[str, list[Any]] = {
-            "episode_id": episodes, "frame": frames, "remote.connected": [True] * n,
-            "text": [[] for _ in range(n)], "rewarder.rtt": rtts, "rewarder.clock_skew": skews,
+            frames, episodes, heads, rewards, instructions = (
+                [values[k] for k in inverse] for values in (frames, episodes, heads, rewards, instructions))
+        columns: dict[str, list[Any]] = {  # (the plan's lists: nobody changes them)
+            "episode_id": episodes, "frame": frames, "remote.connected": plan.trues,
+            "text": [[] for _ in range(n)], "rewarder.rtt": plan.rtts, "rewarder.clock_skew": plan.skews,
             "instruction": instructions}
         if any(map(operator.contains, heads, repeat("instruction"))):  # (a remote's own: kept,
             columns["instruction"] = [head.get("instruction", slots_own)  # as instruct keeps it)
@@ -462,4 +471,6 @@ class FastSteps:
         terminated, truncated = np.zeros(n, bool), np.zeros(n, bool)
         if lane.annotate is not None:  # (a browser's page and last action: each info, as ever)
             return lane.finish(rewards_out, terminated, truncated, list(rows), copy=False)
-        return Batch(batch, rewards_out, terminated, truncated, rows, columns=steady_infos(heads, columns, n))
+        fixed = {key: array.copy() for key, array in plan.fixed.items()}  # (fresh: the agent's own)
+        return Batch(batch, rewards_out, terminated, truncated, rows,
+                     columns=steady_infos(heads, columns, n, fixed))
