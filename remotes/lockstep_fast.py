@@ -47,7 +47,7 @@ from .batched import BatchCall
 from .lane import Batch
 from .lockstep_replies import Sent
 from .slot_state import Phase
-from .vector_infos import SteadyRows, steady_infos
+from .vector_infos import SteadyRows, column, steady_infos
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -66,16 +66,13 @@ _ENTRY: Final = itemgetter("reward", "done", "frame", "episode_id", "info")
 #: How many keys a plain step has (those five: an "error", or anything new, is not plain).
 _ENTRY_KEYS: Final = frozenset({5})
 _NUMBERS: Final = frozenset({int, float})
-_BOOLS: Final = frozenset({bool})
-_INTS: Final = frozenset({int})
-_DICTS: Final = frozenset({dict})
 _RUNNING: Final = Phase.RUNNING
 _PHASE, _PENDING, _STEPS = attrgetter("phase"), attrgetter("pending"), attrgetter("steps")
 _CONNECTED, _OUTSTANDING = attrgetter("connected"), attrgetter("outstanding")
 _REPLACED, _REWARDER, _ERROR = attrgetter("replaced"), attrgetter("rewarder"), attrgetter("error")
 _EPISODE, _QUIET = attrgetter("episode_id"), methodcaller("quiet")
 _RTT, _SKEW, _INSTRUCTION = attrgetter("rtt"), attrgetter("clock_skew"), attrgetter("instruction")
-_SEEN, _SHM_FRAMES = attrgetter("seen"), attrgetter("shm_frames")
+_MEASURED = attrgetter("measured")
 
 
 class _Group:
@@ -85,7 +82,7 @@ class _Group:
 
     __slots__ = ("channel", "slots", "games", "rows", "token", "channels", "sessions", "shareds",
                  "buffers", "frameskip", "entries", "episodes", "sent", "numbers", "shm", "reader",
-                 "rewards", "frames", "infos")
+                 "rewards", "frames", "infos", "types")
 
     def __init__(self, channel: BlockingRewarder, slots: list[Slot], games: list[int], token: str) -> None:
         self.channel, self.slots, self.games, self.token = channel, slots, games, token
@@ -96,6 +93,8 @@ class _Group:
         self.channels: list[Any] = [session.rewarder for session in self.sessions]
         self.shareds = [session.shared for session in self.sessions]
         self.buffers = [channel.buffer for channel in self.channels]
+        #: The types of a plain reply's dones, frames and infos, in that order.
+        self.types = (bool,) * len(slots) + (int,) * len(slots) + (dict,) * len(slots)
         #: Each game's step in the request (its action set each step), and the episode it
         #: names: as the buffer said it, as sent, as the remote reads it.
         self.frameskip = -1
@@ -126,6 +125,31 @@ class _Group:
         return steps_json(entries)
 
 
+class _Out:
+    """A fast step's requests out: each group's and its message id, in send order, and
+    the :class:`~remotes.batched.BatchCall` of each, made only when the step leaves the
+    fast way (:meth:`calls`): a plain step, taken whole here, never needs them."""
+
+    __slots__ = ("groups", "ids", "made", "batches", "deadline")
+
+    def __init__(self, batches: Batches, deadline: float) -> None:
+        self.groups: list[_Group] = []
+        self.ids: list[int] = []
+        self.made: list[BatchCall] = []
+        self.batches, self.deadline = batches, deadline
+
+    def calls(self) -> list[BatchCall]:
+        """Each request's call, its slots' request noted on them (``pending``, ``batch``,
+        ``deadline``) as the general step notes it, for the general step (once each)."""
+        made, deadline = self.made, self.deadline
+        for group, message_id in zip(self.groups[len(made):], self.ids[len(made):], strict=True):
+            call = BatchCall(group.channel, message_id, group.slots, self.batches, list(group.rows))
+            for slot in group.slots:
+                slot.pending, slot.batch, slot.deadline = message_id, call, deadline
+            made.append(call)
+        return made
+
+
 class Stepping(Protocol):
     """What the fast step uses of :class:`~remotes.lockstep.LockstepSteps` (which holds
     it): the lane, its batches, replies and faults, and the general step's second half."""
@@ -141,7 +165,8 @@ class Stepping(Protocol):
 class _Plan:
     """The groups, and every slot's parts over all of them (in the groups' order)."""
 
-    __slots__ = ("groups", "slots", "channels", "vncs", "sessions", "shareds", "inverse")
+    __slots__ = ("groups", "slots", "channels", "vncs", "sessions", "shareds", "inverse", "fresh",
+                 "measured", "rtts", "skews", "trues", "fixed")
 
     def __init__(self, groups: list[_Group], n: int) -> None:
         self.groups = groups
@@ -153,6 +178,26 @@ class _Plan:
         #: Each row's place in the groups' order (None: the same, row i at place i).
         order = [slot.index for slot in self.slots]
         self.inverse = None if order == list(range(n)) else [order.index(i) for i in range(n)]
+        #: No step delivered yet (the first clears what the general step left).
+        self.fresh = True
+        #: Each channel's ``measured`` count, round trip and clock skew when last read (in
+        #: row order), every remote connected, and those three batched (copied each step).
+        self.measured: list[int] = []
+        self.rtts: list[float | None] = []
+        self.skews: list[tuple[float, float] | None] = []
+        self.trues = [True] * n
+        self.fixed: dict[str, np.ndarray] = {}
+
+    def remeasure(self, measured: list[int]) -> None:
+        """Each channel's round trip and clock skew read again (a ping set them: its
+        ``measured`` count moved), and the columns that do not change between pings made."""
+        rtts, skews = list(map(_RTT, self.channels)), list(map(_SKEW, self.channels))
+        if self.inverse is not None:
+            rtts, skews = [rtts[k] for k in self.inverse], [skews[k] for k in self.inverse]
+        self.measured, self.rtts, self.skews = measured, rtts, skews
+        n = len(self.trues)
+        self.fixed = {key: column(key, values, n) for key, values in (
+            ("remote.connected", self.trues), ("rewarder.rtt", rtts), ("rewarder.clock_skew", skews))}
 
 
 class FastSteps:
@@ -237,8 +282,7 @@ class FastSteps:
         lane.gate.frames = batch
         written: set[int] = set()
         steps.replies.written = written
-        deadline = time.monotonic() + lane.stall_timeout
-        calls: list[BatchCall] = []
+        out = _Out(batches, time.monotonic() + lane.stall_timeout)
         lost: tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]] | None = None
         sent: list[Slot] = []
         try:
@@ -248,6 +292,7 @@ class FastSteps:
                     message_id = lead.send_batch_steps(group.request(actions, frameskip),
                                                        batches.asks_memfd(group.token))
                 except (ConnectionClosed, OSError) as exc:  # as Batches.send reports it
+                    out.calls()
                     if lost is None:
                         lost = lane.outcome()
                     rewards, _, truncated, infos = lost
@@ -258,20 +303,18 @@ class FastSteps:
                         infos[slot.index] = steps.faults.lose(slot, reason, rewards, truncated)
                         np.copyto(batch[slot.index], previous[slot.index])
                     continue
-                call = BatchCall(lead, message_id, group.slots, batches, list(group.rows))
-                calls.append(call)
-                members = group.slots
-                any(map(setattr, members, repeat("pending"), repeat(message_id)))
-                any(map(setattr, members, repeat("batch"), repeat(call)))
-                any(map(setattr, members, repeat("deadline"), repeat(deadline)))
-                sent += members
+                out.groups.append(group)
+                out.ids.append(message_id)
+                sent += group.slots
         except BaseException:
+            out.calls()
             self.plan = None
             raise
         if lost is not None:
+            out.calls()
             return self._general(sent, batch, previous, written, lost)
         try:
-            return self._wait(plan, calls, sent, batch, previous, written, deadline)
+            return self._wait(plan, out, sent, batch, previous, written)
         except BaseException:
             self.plan = None
             raise
@@ -285,31 +328,31 @@ class FastSteps:
         return self.steps.finish(Sent(False, rewards, terminated, truncated, infos, sent, [], [], set(),
                                       batch, previous, written, {}))
 
-    def _wait(self, plan: _Plan, calls: list[BatchCall], sent: list[Slot], batch: np.ndarray,
-              previous: np.ndarray, written: set[int], limit: float) -> Batch:
+    def _wait(self, plan: _Plan, out: _Out, sent: list[Slot], batch: np.ndarray,
+              previous: np.ndarray, written: set[int]) -> Batch:
         """Each group's reply taken in turn (every one is needed: one blocking read each,
         rewarder.blocking_socket's ``take_raw``) and checked as it comes (:meth:`_take`),
         while the later groups' processes still step; delivered here if all are plain,
-        else every one goes the general way."""
-        for call in calls:
-            if call.channel.holds_reply(call.message_id):  # (read already: the keeper's)
-                return self._general(sent, batch, previous, written)
-        taken: list[bytes | None] = [None] * len(calls)
+        else every one goes the general way. A reply read already (by the keeper) makes
+        ``take_raw`` return None at once: the general way."""
+        taken: list[bytes | None] = [None] * len(out.ids)
+        limit = out.deadline
         plain = True
         try:
-            for j, (call, group) in enumerate(zip(calls, plan.groups, strict=True)):
-                channel = call.channel
+            for j, (group, message_id) in enumerate(zip(out.groups, out.ids, strict=True)):
+                channel = group.channel
                 got = None
                 while got is None and time.monotonic() < limit:
                     try:
-                        got = channel.take_raw(call.message_id, REPLY_BATCH_STEP, wait=True)
+                        got = channel.take_raw(message_id, REPLY_BATCH_STEP, wait=True)
                     except ConnectionClosed as exc:  # lost: the general step reports it (as BatchCall.take)
+                        call = out.calls()[j]
                         call.failure = exc
                         call.owner.lost_with(call)
                         break
                     except TimeoutError:  # a quiet slice: the general wait, its looks and its grace
                         break
-                    if got is None and channel.holds_reply(call.message_id):  # filed: not plain
+                    if got is None and channel.holds_reply(message_id):  # filed: not plain
                         break
                 if got is None:
                     plain = False
@@ -319,19 +362,21 @@ class FastSteps:
                     plain = False
                     break
         except BaseException:  # (an interrupt: the replies wait where the general step looks)
-            self._untake(calls, taken)
+            out.calls()
+            self._untake(out, taken)
             raise
         if plain:
             return self._deliver(plan, batch)  # (taken for good)
-        self._untake(calls, taken)
+        out.calls()
+        self._untake(out, taken)
         return self._general(sent, batch, previous, written)
 
     @staticmethod
-    def _untake(calls: list[BatchCall], taken: list[bytes | None]) -> None:
+    def _untake(out: _Out, taken: list[bytes | None]) -> None:
         """Replies taken here filed where the general step takes them."""
-        for call, text in zip(calls, taken, strict=True):
+        for group, message_id, text in zip(out.groups, out.ids, taken, strict=True):
             if text is not None:
-                call.channel.untake(call.message_id, BATCH_STEP, text)
+                group.channel.untake(message_id, BATCH_STEP, text)
         taken[:] = [None] * len(taken)
 
     def _take(self, group: _Group, body: dict[str, Any], batch: np.ndarray) -> bool:
@@ -347,9 +392,8 @@ class FastSteps:
         except (KeyError, TypeError):
             return False
         rewards, dones, frames, episodes, infos = zip(*fields, strict=True)
-        if (episodes != group.sent or any(dones) or set(map(type, dones)) != _BOOLS
-                or not _NUMBERS.issuperset(map(type, rewards)) or set(map(type, frames)) != _INTS
-                or set(map(type, infos)) != _DICTS or set(map(len, entries)) != _ENTRY_KEYS
+        if (episodes != group.sent or any(dones) or tuple(map(type, dones + frames + infos)) != group.types
+                or not _NUMBERS.issuperset(map(type, rewards)) or set(map(len, entries)) != _ENTRY_KEYS
                 or not all(map(_QUIET, group.buffers))
                 or list(map(_ERROR, group.shareds)).count(None) != len(entries)):
             return False
@@ -380,47 +424,43 @@ class FastSteps:
         vector's info built (:func:`~remotes.vector_infos.steady_infos`; each remote's
         own made only if asked)."""
         lane = self.steps.lane
-        n = lane.num
-        groups = plan.groups
+        n = len(slots := plan.slots)
         frames: Any = ()
         episodes: Any = ()
         heads: Any = ()
         rewards: Any = ()
-        for group in groups:
+        for group in plan.groups:
             frames += group.frames
             episodes += group.numbers
             heads += group.infos
             rewards += group.rewards
-        # Each slot's state moved on a field at a time over all of them (setattr is None:
-        # ``any`` runs each map through).
-        slots = plan.slots
-        for field in ("pending", "batch", "reply", "vnc_frame"):
-            any(map(setattr, slots, repeat(field), repeat(None)))
-        any(map(setattr, slots, repeat("steps"), map(operator.add, map(_STEPS, slots), repeat(1))))
-        any(map(setattr, slots, repeat("returned"), frames))
-        any(map(setattr, slots, repeat("episode"), episodes))
-        any(map(setattr, slots, repeat("progress_at"), repeat(time.monotonic())))
-        seen = list(map(_SEEN, slots))  # (the newest frame seen: this one, unless one was newer)
-        if None in seen:
-            seen = [frame if last is None else last for last, frame in zip(seen, frames, strict=True)]
-        any(map(setattr, slots, repeat("seen"), map(max, seen, frames)))
-        shareds = plan.shareds
-        any(map(setattr, shareds, repeat("last"), zip(frames, episodes, strict=True)))
-        any(map(setattr, shareds, repeat("shm_frames"),
-                map(operator.add, map(_SHM_FRAMES, shareds), repeat(1))))
-        rtts = list(map(_RTT, plan.channels))
-        skews = list(map(_SKEW, plan.channels))
-        instructions = list(map(_INSTRUCTION, plan.slots))
+        if plan.fresh:  # (the plan's first step: what the general step left cleared, as its
+            plan.fresh = False  # deliver clears it; nothing sets these while the plan holds)
+            for slot in slots:
+                slot.reply = slot.vnc_frame = None
+        # (``pending``, ``batch`` and ``deadline`` were never set: see _Out)
+        now = time.monotonic()
+        for slot, shared, frame, episode in zip(slots, plan.shareds, frames, episodes, strict=True):
+            slot.steps += 1
+            slot.returned, slot.episode, slot.progress_at = frame, episode, now
+            seen = slot.seen  # (the newest frame seen: this one, unless one was newer)
+            if seen is None or seen < frame:
+                slot.seen = frame
+            shared.last = (frame, episode)
+            shared.shm_frames += 1
+        measured = list(map(_MEASURED, plan.channels))
+        if measured != plan.measured:  # (a ping since: each channel's read again)
+            plan.remeasure(measured)
+        instructions = list(map(_INSTRUCTION, slots))
         inverse = plan.inverse
         if inverse is None:
             frames, episodes, heads, rewards = list(frames), list(episodes), list(heads), list(rewards)
         else:  # (rows in the groups' order: each list put in row order)
-            frames, episodes, heads, rewards, rtts, skews, instructions = (
-                [values[k] for k in inverse]
-                for values in (frames, episodes, heads, rewards, rtts, skews, instructions))
-        columns: dict[str, list[Any]] = {
-            "episode_id": episodes, "frame": frames, "remote.connected": [True] * n,
-            "text": [[] for _ in range(n)], "rewarder.rtt": rtts, "rewarder.clock_skew": skews,
+            frames, episodes, heads, rewards, instructions = (
+                [values[k] for k in inverse] for values in (frames, episodes, heads, rewards, instructions))
+        columns: dict[str, list[Any]] = {  # (the plan's lists: nobody changes them)
+            "episode_id": episodes, "frame": frames, "remote.connected": plan.trues,
+            "text": [[] for _ in range(n)], "rewarder.rtt": plan.rtts, "rewarder.clock_skew": plan.skews,
             "instruction": instructions}
         if any(map(operator.contains, heads, repeat("instruction"))):  # (a remote's own: kept,
             columns["instruction"] = [head.get("instruction", slots_own)  # as instruct keeps it)
@@ -431,4 +471,6 @@ class FastSteps:
         terminated, truncated = np.zeros(n, bool), np.zeros(n, bool)
         if lane.annotate is not None:  # (a browser's page and last action: each info, as ever)
             return lane.finish(rewards_out, terminated, truncated, list(rows), copy=False)
-        return Batch(batch, rewards_out, terminated, truncated, rows, columns=steady_infos(heads, columns, n))
+        fixed = {key: array.copy() for key, array in plan.fixed.items()}  # (fresh: the agent's own)
+        return Batch(batch, rewards_out, terminated, truncated, rows,
+                     columns=steady_infos(heads, columns, n, fixed))

@@ -14,16 +14,20 @@ from typing import Any, Final, overload
 
 import numpy as np
 
-__all__ = ["SteadyRows", "batch_infos", "set_columns", "steady_infos"]
+__all__ = ["SteadyRows", "batch_infos", "column", "set_columns", "steady_infos"]
 
 #: Value types gymnasium batches into a typed array (others go in an object array).
 _SCALARS: Final = (int, float, bool)
 #: A read-only mask of n Trues per vector size n, copied for each key (:func:`_whole`).
 _WHOLE: dict[int, np.ndarray] = {}
-#: Each info key's mask key (``_key``), kept for the keys a steady step sees every step.
-_MASK_NAMES: dict[str, str] = {}
-#: Mask names kept at most (a remote's info keys are a few dozen; more: made afresh).
-_MAX_MASK_NAMES: Final = 4096
+#: :func:`steady_infos`' keys in order, each with its mask name, its values' getter
+#: (None: the lane's column) and whether the caller batched it, by the remotes' keys,
+#: ours and those batched: a steady step meets the same few sets over and over.
+_Layout = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+_Order = tuple[tuple[str, str, Any, bool], ...]
+_ORDERS: dict[_Layout, _Order] = {}
+#: Sets of keys whose order is kept at most (then the cache starts over).
+_MAX_ORDERS: Final = 256
 
 def batch_infos(infos: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
     """gymnasium's vector info — for each key an array over the ``n`` envs and a ``_key``
@@ -120,36 +124,59 @@ def set_columns(out: dict[str, Any], columns: dict[str, list[Any]], n: int) -> N
         out[key], out[f"_{key}"] = _column(key, values, n), whole.copy()
 
 
-def steady_infos(heads: list[dict[str, Any]], columns: dict[str, list[Any]], n: int) -> dict[str, Any]:
+def steady_infos(heads: list[dict[str, Any]], columns: dict[str, list[Any]], n: int,
+                 fixed: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """What ``batch_infos(heads, n)`` then ``set_columns(out, columns, n)`` give (the
     batched lane's steady step: the remotes' own infos, then the lane's keys over them),
     in one pass over the keys: each key batched once (a key of both, ours, in the
     remote's place), a typed array straight from a list of Python scalars, an object
     array of Nones as numpy makes it. Remotes whose infos have different keys, and
-    values of other kinds (dicts, arrays, numpy scalars), go the general way."""
+    values of other kinds (dicts, arrays, numpy scalars), go the general way. The keys'
+    order (and each one's mask name) is worked out once per set of keys. ``fixed``: keys
+    of ``columns`` the caller batched already (:func:`column`; fresh arrays, its own)."""
     keys = heads[0].keys()
     if any(map(keys.__ne__, map(dict.keys, heads))):
         general = batch_infos(heads, n)
         set_columns(general, columns, n)
         return general
+    made = {} if fixed is None else fixed
+    layout = (tuple(keys), tuple(columns), tuple(made))
+    order = _ORDERS.get(layout)
+    if order is None:
+        order = _order(layout)
     whole = _whole(n)
     out: dict[str, Any] = {}
-    for key in (*keys, *columns):
-        if key in out:
-            continue
-        values = columns[key] if key in columns else list(map(itemgetter(key), heads))
-        out[key], out[_MASK_NAMES.get(key) or _mask_name(key)] = _column(key, values, n), whole.copy()
+    for key, mask, getter, built in order:
+        if built:
+            out[key] = made[key]
+        else:
+            values = columns[key] if getter is None else list(map(getter, heads))
+            kind = type(values[0])
+            out[key] = np.array(values, dtype=kind) if kind in _SCALARS else _column(key, values, n)
+        out[mask] = whole.copy()
     return out
 
 
-def _mask_name(key: str) -> str:
-    """``_key``, made once per key."""
-    name = _MASK_NAMES.get(key)
-    if name is None:
-        if len(_MASK_NAMES) >= _MAX_MASK_NAMES:
-            _MASK_NAMES.clear()
-        name = _MASK_NAMES[key] = f"_{key}"
-    return name
+def column(key: str, values: list[Any], n: int) -> Any:
+    """``values`` (one per env) batched as :func:`batch_infos` batches a key ``key``
+    every env has."""
+    return _column(key, values, n)
+
+
+def _order(layout: _Layout) -> _Order:
+    """The keys of :func:`steady_infos`' result in order, each with its mask name, where
+    its values come from (None: the lane's columns; else the getter of each remote's) and
+    whether the caller batched it, kept for ``layout`` (the remotes' keys, ours, those
+    batched)."""
+    keys, columns, fixed = layout
+    order: dict[str, tuple[str, str, Any, bool]] = {}
+    for key in (*keys, *columns):
+        if key not in order:
+            order[key] = (key, f"_{key}", None if key in columns else itemgetter(key), key in fixed)
+    if len(_ORDERS) >= _MAX_ORDERS:
+        _ORDERS.clear()
+    found = _ORDERS[layout] = tuple(order.values())
+    return found
 
 
 class SteadyRows(Sequence[dict[str, Any]]):

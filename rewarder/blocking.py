@@ -131,6 +131,9 @@ class BlockingRewarder(BlockingSocket):
         self._headers = handshake_headers(False, password, client_id, player)
         BlockingSocket.__init__(self, self.url, name or address)
         self._pid = os.getpid()
+        #: Counts the pings that set :attr:`rtt` and :attr:`clock_skew`: a vector's steady
+        #: step reads those two again only when it moved (remotes.lockstep_fast).
+        self.measured = 0
 
     @property
     def over_unix(self) -> bool:
@@ -302,7 +305,9 @@ class BlockingRewarder(BlockingSocket):
             reply, received_wall = self._call(protocol.PING, self._need_proto().ping(), PING_TIMEOUT)
             self._rtt = time.perf_counter() - started
             skew = intersect_skew(skew, (reply.sent_at - received_wall, reply.sent_at - started_wall))
+            self.measured += 1
         self._skew = skew
+        self.measured += 1
 
     # Requests ------------------------------------------------------------------------------
 
@@ -610,6 +615,7 @@ class BlockingRewarder(BlockingSocket):
             started = time.perf_counter()
             self._call(protocol.PING, self._need_proto().ping(), timeout)
             self._rtt = time.perf_counter() - started
+            self.measured += 1
             return self._rtt
 
     def outstanding_step(self) -> Any:

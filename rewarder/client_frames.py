@@ -15,6 +15,7 @@ Feed it bytes (:meth:`ClientFrames.receive`, :meth:`ClientFrames.receive_eof`); 
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable
 from typing import Final
 
@@ -33,6 +34,8 @@ _OP_TEXT, _OP_BINARY, _OP_CONT = 0x1, 0x2, 0x0
 _HEADERS_END: Final = b"\r\n\r\n"
 #: WebSocket close code for a text message that is not UTF-8 (RFC 6455, 7.4.1).
 _INVALID_DATA: Final = 1007
+#: A frame header with a 16-bit length (:func:`~.ws_frames.text_header`'s, made inline).
+_MASKED_16: Final = struct.Struct("!BBH")
 
 
 class ClientFrames:
@@ -119,7 +122,10 @@ class ClientFrames:
         at = self._mask_at
         self._mask_at = at + 4
         mask = self._masks[at:at + 4]
-        return text_header(len(data), masked=True) + mask + apply_mask(data, mask)
+        size = len(data)  # (a step's request: 126 bytes to 64 KiB, its header made here)
+        head = _MASKED_16.pack(TEXT_FIN, MASK_BIT | LENGTH_16, size) if LENGTH_16 <= size < 1 << 16 \
+            else text_header(size, masked=True)
+        return b"".join((head, mask, apply_mask(data, mask)))
 
     def _handshake_bytes(self, data: bytes) -> None:
         """Bytes before split mode: websockets reads them, up to the end of the handshake

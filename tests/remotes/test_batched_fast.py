@@ -199,3 +199,30 @@ def test_a_steady_step_interrupted_between_two_replies_is_returned_by_the_next(
         assert _fast_steps(env) == steady + 1
     finally:
         env.close()
+
+
+def test_a_ping_between_steady_steps_shows_in_the_next_steady_steps_round_trip(batched: LocalRemotes) -> None:
+    """The steady step reads a connection's round trip and clock skew again only after a
+    ping set them: the next steady step's info shows the new ones, the steps before the old."""
+    env = _env(batched, True)
+    try:
+        env.reset(seed=4)
+        for _ in range(SETTLE_STEPS):
+            *_, infos = env.step([[]] * N)
+            if _fast_steps(env):
+                break
+        channel = env._core.slots[5].session.lockstep_channel
+        assert channel is not None and _fast_steps(env)
+        old = channel.rtt
+        assert infos["rewarder.rtt"][5] == old
+        rtt = channel.ping()
+        assert rtt != old
+        for _ in range(SETTLE_STEPS):
+            steady = _fast_steps(env)
+            *_, infos = env.step([[]] * N)
+            if _fast_steps(env) > steady:
+                break
+        assert _fast_steps(env) > steady
+        assert infos["rewarder.rtt"][5] == rtt and infos["rewarder.clock_skew"][5] == channel.clock_skew
+    finally:
+        env.close()
