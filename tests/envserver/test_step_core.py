@@ -200,7 +200,8 @@ async def test_a_one_slice_step_applies_a_viewers_pending_input_and_its_own_as_t
     inputs = remote.core.inputs
     takes = inputs.takes
     assert front.step_now(_step(1, episode_id=remote.episode_id, events=(("KeyEvent", "left", True),)))
-    assert (list(inputs.taken), inputs.taken_sources, inputs.takes) == ([("Left", True)], ["agent"], takes + 1)
+    taken = (list(inputs.taken), inputs.taken_sources, inputs.takes)
+    assert taken == ([("Left", True)], ["agent"], takes + 1)
     assert "Left" in remote.held_keys
     inputs.push(("vnc", 7), [KeyEvent("Right", True)])  # a viewer's key, waiting for the frame
     assert front.step_now(_step(1, episode_id=remote.episode_id, events=(("KeyEvent", "left", False),)))
