@@ -65,9 +65,9 @@ class Inputs:
         self.on_queue: Callable[[Sequence[InputEvent]], None] | None = None
         self._held: dict[object, tuple[set[str], list[int]]] = {}
         #: :meth:`checked`'s memory: an action (a tuple of event tuples) -> its events as
-        #: runtime input, for the runtime in :attr:`_checked_for` only.
+        #: runtime input, for the runtime (at the size) in :attr:`_checked_for` only.
         self._checked: dict[tuple[Any, ...], tuple[InputEvent, ...]] = {}
-        self._checked_for: Runtime | None = None
+        self._checked_for: tuple[Runtime, int, int] | None = None
 
     @property
     def held_keys(self) -> set[str]:
@@ -131,12 +131,14 @@ class Inputs:
     def checked(self, runtime: Runtime, events: Sequence[Sequence[Any]]) -> Sequence[InputEvent]:
         """:meth:`check_action`, remembered for actions parsed as tuples of tuples (a
         step's, which an agent repeats from a small set): the same events, or the same
-        :class:`Refused`, each time (they depend on the runtime only)."""
+        :class:`Refused`, each time (they depend on the runtime and its screen's size only)."""
         if type(events) is not tuple:
             return self.check_action(runtime, events)
-        if self._checked_for is not runtime or len(self._checked) >= MAX_CHECKED_ACTIONS:
+        made_for = self._checked_for
+        if (made_for is None or made_for[0] is not runtime or made_for[1] != runtime.width
+                or made_for[2] != runtime.height or len(self._checked) >= MAX_CHECKED_ACTIONS):
             self._checked = {}
-            self._checked_for = runtime
+            self._checked_for = (runtime, runtime.width, runtime.height)
         try:
             return self._checked[events]
         except KeyError:

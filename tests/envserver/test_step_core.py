@@ -230,5 +230,13 @@ async def test_an_action_is_checked_once_per_runtime_and_a_bad_one_every_time(
     for i in range(MAX_CHECKED_ACTIONS + 5):
         inputs.checked(runtime, (("PointerEvent", i % 3, 0, i % 256),) * (1 + i // 256))
         assert len(inputs._checked) <= MAX_CHECKED_ACTIONS
+    again = inputs.checked(runtime, action)
+    assert inputs.checked(runtime, action) is again
+    width = runtime.width
+    runtime.width = width - 1  # type: ignore[misc]  # (a screen resized: checked anew)
+    try:
+        assert inputs.checked(runtime, action) is not again
+    finally:
+        runtime.width = width  # type: ignore[misc]
     other = type(runtime)()
-    assert inputs.checked(other, action) is not first  # another runtime: checked again
+    assert inputs.checked(other, action) is not again  # another runtime: checked again
