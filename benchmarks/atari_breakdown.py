@@ -308,7 +308,7 @@ def _blocking_rules() -> list[Rule]:
     """The stepping thread's: where BlockingRewarder's calls into C sit (a send goes out
     through rewarder/interrupts.py, which holds Ctrl-C while it writes)."""
     poll_wait = _at(BlockingRewarder._read_some, "poll")
-    send = (*_at(interrupts.send_whole, "send"), *_at(interrupts._send_some, "send"))
+    send = _at(interrupts._send_some, "send")
     recv = (*_at(BlockingRewarder._recv, "recv"), *_at(BlockingRewarder.take_raw, "recv"))
     return [
         ("blocked: waiting for the reply (poll)", _leaf(*poll_wait)),

@@ -75,24 +75,10 @@ def send_whole(sock: socket.socket, data: bytes, timeout: float) -> None:
     TimeoutError past it, :class:`WriteInterrupted` on a Ctrl-C that came meanwhile,
     OSError when the connection breaks: in each case part of ``data`` may have gone out,
     so the stream is torn and the caller must drop the connection. A Ctrl-C held while a
-    write went out whole is raised after it (a plain KeyboardInterrupt).
-
-    Every lockstep step writes through here: the hold, the release and a plain socket's
-    one write are inline (:func:`hold_interrupts`, :func:`release_interrupts` and
-    :func:`_send_some` do the same, as calls)."""
-    caught: list[int] | None = None
-    if threading.get_ident() == _MAIN_IDENT and _signal.getsignal(_SIGINT) is _DEFAULT:
-        held: list[int] = []
-        _signal.signal(_SIGINT, lambda number, frame: held.append(number))
-        caught = held
+    write went out whole is raised after it (a plain KeyboardInterrupt)."""
+    caught = hold_interrupts()
     try:
-        if type(sock) is socket.socket:
-            try:
-                sent = sock.send(data, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                sent = 0
-        else:
-            sent = _send_some(sock, data)
+        sent = _send_some(sock, data)
         if sent < len(data):
             try:
                 _send_rest(sock, memoryview(data)[sent:], timeout, caught)
@@ -101,13 +87,9 @@ def send_whole(sock: socket.socket, data: bytes, timeout: float) -> None:
                     raise
                 raise WriteInterrupted from exc
     except BaseException:
-        if caught is not None:
-            _signal.signal(_SIGINT, _DEFAULT)
+        release_interrupts(caught, raise_held=False)
         raise
-    if caught is not None:
-        _signal.signal(_SIGINT, _DEFAULT)
-        if caught:
-            raise KeyboardInterrupt
+    release_interrupts(caught)
 
 
 def _send_some(sock: socket.socket, data: bytes | memoryview) -> int:
