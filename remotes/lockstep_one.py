@@ -8,8 +8,9 @@ batches, which remotes answered, a poll over the channels), about 150 Python cal
 step; the same step here is its request sent (``send_step``, as the general step sends
 it), its reply taken as one blocking read and one parse (``take_raw`` of
 rewarder.blocking_socket: no poll first, no filing), its frame read from the remote's
-segment (``SharedFrames.take``) and the reply delivered by the general step's own
-:meth:`~remotes.lockstep_replies.Replies.deliver` and :meth:`~remotes.lane.Lane.finish`.
+segment (``SharedFrames.take``) and a plain reply (no end, nothing heard before it)
+delivered inline as :meth:`~remotes.lockstep_replies.Replies.deliver` then
+:meth:`~remotes.lane.Lane.finish` deliver it; any other reply by those two.
 
 **The general step stays the one source of truth**, as :mod:`remotes.lockstep_fast`'s:
 a step is taken here only while the remote is connected, running its episode, with
@@ -32,6 +33,7 @@ from rewarder.errors import ConnectionClosed
 from rewarder.protocol import REPLY_STEP, STEP
 
 from .faults import error_text
+from .lane import Batch
 from .lockstep_replies import Sent
 from .slot_state import Phase
 
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .faults import Faults
-    from .lane import Batch, Lane
+    from .lane import Lane
     from .lockstep_replies import Replies
 
 _RUNNING = Phase.RUNNING
@@ -119,9 +121,24 @@ class FastOne:
         # Taken, as Replies.taken takes a reply whose frame came through shared memory.
         slot.pending, slot.reply, slot.vnc_frame = None, reply, None
         written.add(0)
-        if session.vnc is not None:
-            session.vnc.pause_updates()
-        rewards, terminated, truncated, infos = lane.outcome()
-        infos[0] = steps.replies.deliver(slot, rewards, terminated, truncated)
+        vnc = session.vnc
+        if vnc is not None:
+            vnc.pause_updates()
         self.taken += 1
-        return lane.finish(rewards, terminated, truncated, infos, copy=False)
+        if reply.done or not channel.buffer.quiet() or lane.annotate is not None:
+            rewards, terminated, truncated, infos = lane.outcome()
+            infos[0] = steps.replies.deliver(slot, rewards, terminated, truncated)
+            return lane.finish(rewards, terminated, truncated, infos, copy=False)
+        # A plain reply, delivered as Replies.deliver then Lane.finish deliver it.
+        slot.reply = None
+        slot.steps += 1
+        frame = reply.frame
+        slot.returned, slot.episode = frame, reply.episode_id
+        seen = slot.seen
+        if seen is None or frame > seen:
+            slot.seen = frame
+        slot.progress_at = time.monotonic()
+        info = {**reply.info, "episode_id": reply.episode_id, "frame": frame, "remote.connected": True,
+                "text": [], "rewarder.rtt": channel.rtt, "rewarder.clock_skew": channel.clock_skew}
+        info.setdefault("instruction", slot.instruction)
+        return Batch(batch, np.array((reply.reward,)), np.zeros(1, bool), np.zeros(1, bool), (info,), {})
