@@ -42,6 +42,7 @@ from rewarder.batch_messages import (
     steps_json,
 )
 from rewarder.errors import ConnectionClosed
+from rewarder.protocol import JSON_NUMBERS
 
 from .batched import BatchCall
 from .lane import Batch
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
 _ENTRY: Final = itemgetter("reward", "done", "frame", "episode_id", "info")
 #: How many keys a plain step has (those five: an "error", or anything new, is not plain).
 _ENTRY_KEYS: Final = frozenset({5})
-_NUMBERS: Final = frozenset({int, float})
+_NUMBERS: Final = frozenset(JSON_NUMBERS)
 _RUNNING: Final = Phase.RUNNING
 _PHASE, _PENDING, _STEPS = attrgetter("phase"), attrgetter("pending"), attrgetter("steps")
 _CONNECTED, _OUTSTANDING = attrgetter("connected"), attrgetter("outstanding")
@@ -324,9 +325,8 @@ class FastSteps:
                  ) -> Batch:
         """The step's second half the general way (its requests are out)."""
         self.plan = None
-        rewards, terminated, truncated, infos = outcome or self.steps.lane.outcome()
-        return self.steps.finish(Sent(False, rewards, terminated, truncated, infos, sent, [], [], set(),
-                                      batch, previous, written, {}))
+        return self.steps.finish(Sent.out(outcome or self.steps.lane.outcome(), sent, batch, previous,
+                                          written))
 
     def _wait(self, plan: _Plan, out: _Out, sent: list[Slot], batch: np.ndarray,
               previous: np.ndarray, written: set[int]) -> Batch:

@@ -97,11 +97,11 @@ class FastOne:
         try:
             message_id = channel.send_step(action, lane.frameskip, shared.obs, timeout=lane.stall_timeout)
         except (ConnectionClosed, OSError) as exc:  # as the general step's send reports it
-            rewards, terminated, truncated, infos = lane.outcome()
+            outcome = lane.outcome()
+            rewards, _, truncated, infos = outcome
             infos[0] = steps.faults.lose(slot, error_text(exc), rewards, truncated)
             np.copyto(batch[0], previous[0])
-            return steps.finish(Sent(False, rewards, terminated, truncated, infos, [], [], [], set(),
-                                     batch, previous, written, {}))
+            return steps.finish(Sent.out(outcome, [], batch, previous, written))
         slot.pending, slot.deadline = message_id, deadline
         got = None
         while got is None and time.monotonic() < deadline:
@@ -115,22 +115,20 @@ class FastOne:
         if reply is None or not shared.take(reply, batch[0]):
             if got is not None:  # (its frame not read: the general step reads it again, or over VNC)
                 channel.untake(message_id, STEP, got[1])
-            rewards, terminated, truncated, infos = lane.outcome()
-            return steps.finish(Sent(False, rewards, terminated, truncated, infos, [slot], [], [], set(),
-                                     batch, previous, written, {}))
+            return steps.finish(Sent.out(lane.outcome(), [slot], batch, previous, written))
         # Taken, as Replies.taken takes a reply whose frame came through shared memory.
-        slot.pending, slot.reply, slot.vnc_frame = None, reply, None
+        slot.pending = slot.vnc_frame = None
         written.add(0)
         vnc = session.vnc
         if vnc is not None:
             vnc.pause_updates()
         self.taken += 1
         if reply.done or not channel.buffer.quiet() or lane.annotate is not None:
+            slot.reply = reply  # (what deliver takes)
             rewards, terminated, truncated, infos = lane.outcome()
             infos[0] = steps.replies.deliver(slot, rewards, terminated, truncated)
             return lane.finish(rewards, terminated, truncated, infos, copy=False)
         # A plain reply, delivered as Replies.deliver then Lane.finish deliver it.
-        slot.reply = None
         slot.steps += 1
         frame = reply.frame
         slot.returned, slot.episode = frame, reply.episode_id

@@ -59,6 +59,15 @@ class Sent:
     written: set[int]
     resets: dict[Slot, tuple[int, int | None]]
 
+    @classmethod
+    def out(cls, outcome: tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]],
+            sent: list[Slot], batch: np.ndarray, previous: np.ndarray, written: set[int]) -> Sent:
+        """A steady step's (remotes.lockstep_fast, remotes.lockstep_one) handed to the
+        general second half: ``sent``'s requests out, no step carried, started or reset."""
+        rewards, terminated, truncated, infos = outcome
+        return cls(False, rewards, terminated, truncated, infos, sent, [], [], set(), batch, previous,
+                   written, {})
+
 
 class Replies:
     """Reads and delivers the replies of ``lane``'s lockstep steps (``batches``: the

@@ -108,11 +108,11 @@ def _plain_column(values: list[Any], n: int) -> np.ndarray | None:
     return np.fromiter(values, dtype=object, count=n)  # (a list, a tuple or a string each: texts)
 
 
-def _column(key: str, values: list[Any], n: int) -> Any:
+def column(key: str, values: list[Any], n: int) -> Any:
     """``values`` (one per env) batched as :func:`batch_infos` batches a key every env has:
     :func:`_plain_column`, else its general way."""
-    column = _plain_column(values, n)
-    return batch_infos([{key: value} for value in values], n)[key] if column is None else column
+    plain = _plain_column(values, n)
+    return batch_infos([{key: value} for value in values], n)[key] if plain is None else plain
 
 
 def set_columns(out: dict[str, Any], columns: dict[str, list[Any]], n: int) -> None:
@@ -121,7 +121,7 @@ def set_columns(out: dict[str, Any], columns: dict[str, list[Any]], n: int) -> N
     infos holding those keys last (a key ``out`` has already keeps its place)."""
     whole = _whole(n)
     for key, values in columns.items():
-        out[key], out[f"_{key}"] = _column(key, values, n), whole.copy()
+        out[key], out[f"_{key}"] = column(key, values, n), whole.copy()
 
 
 def steady_infos(heads: list[dict[str, Any]], columns: dict[str, list[Any]], n: int,
@@ -152,15 +152,9 @@ def steady_infos(heads: list[dict[str, Any]], columns: dict[str, list[Any]], n: 
         else:
             values = columns[key] if getter is None else list(map(getter, heads))
             kind = type(values[0])
-            out[key] = np.array(values, dtype=kind) if kind in _SCALARS else _column(key, values, n)
+            out[key] = np.array(values, dtype=kind) if kind in _SCALARS else column(key, values, n)
         out[mask] = whole.copy()
     return out
-
-
-def column(key: str, values: list[Any], n: int) -> Any:
-    """``values`` (one per env) batched as :func:`batch_infos` batches a key ``key``
-    every env has."""
-    return _column(key, values, n)
 
 
 def _order(layout: _Layout) -> _Order:

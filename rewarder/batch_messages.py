@@ -41,8 +41,6 @@ MAX_BATCH_STEPS: Final = MAX_GAMES_PER_PROCESS
 MEMFD_KEY: Final = "memfd"
 #: The reply's key saying where the remote holds the segment open: ``[pid, fd]``.
 HELD_KEY: Final = "shm_fd"
-#: The JSON number types orjson gives (a bool is not one).
-_NUMBERS: Final = (int, float)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from .connections import ClientConnection
 from .dial import Busy
 from .errors import ConnectionClosed, ProtocolError, Refused, RemoteError, SendTimeout
 from .interrupts import CONTROL_SEND_TIMEOUT, SEND_TIMEOUT, WriteInterrupted, send_whole
-from .protocol import CLOSE_BUSY, ErrorReply
+from .protocol import CLOSE_BUSY, JSON_NUMBERS, ErrorReply
 from .reward_buffer import RewardBuffer
 
 #: Bytes one read takes from the socket: a step reply is a few hundred bytes, a describe
@@ -41,8 +41,6 @@ READ_BYTES: Final = 64 * 1024
 #: its caller looks at its deadline again (as a lockstep step's poll slices its wait).
 READ_SLICE: Final = 0.1
 _READ_SLICE_TIMEVAL: Final = struct.pack("@ll", 0, int(READ_SLICE * 1_000_000))
-#: What :func:`~.protocol.is_number` accepts, as JSON parses it (no subclasses).
-_NUMBER_TYPES: Final = frozenset({int, float})
 #: WebSocket close codes that mean "refused", not "try again" (as :mod:`.dial` reads them).
 REFUSAL_CODES: Final = frozenset({1008, *range(4000, 5000)})
 
@@ -305,7 +303,7 @@ class BlockingSocket(ClientState):
                         and type(headers.get("parent_message_id")) is int
                         and headers["parent_message_id"] == message_id
                         and message_id in self.outstanding
-                        and type(headers.get("sent_at")) in _NUMBER_TYPES):  # (is_number, for JSON's)
+                        and type(headers.get("sent_at")) in JSON_NUMBERS):
                     del self.outstanding[message_id]
                     self._messages += 1
                     return message, text

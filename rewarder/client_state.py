@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Container
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
@@ -24,6 +24,7 @@ from .batch_messages import REPLY_BATCH_STEP, BatchStepReply, read_reply
 from .connections import ClientConnection
 from .errors import ProtocolError, RewarderError, UnknownMethod
 from .protocol import (
+    JSON_NUMBERS,
     REPLY_STEP,
     Close,
     Describe,
@@ -40,9 +41,6 @@ from .reward_buffer import RewardBuffer
 from .snapshot_messages import SnapshotReply
 
 log = logging.getLogger(__name__)
-
-#: The JSON number types orjson gives (a bool is not one).
-_NUMBERS: Final = (int, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +163,11 @@ class ClientState:
             sent_at: Any = headers.get("sent_at")
             runtime: Any = headers.get("parent_runtime")
             if (method != REPLY_BATCH_STEP or type(parent) is not int or parent not in waiting
-                    or type(sent_at) not in _NUMBERS):
+                    or type(sent_at) not in JSON_NUMBERS):
                 return None
             try:  # (one batch's reply: read here, not parsed a second time)
                 batch = read_reply(parent, body, float(sent_at),
-                                   float(runtime) if type(runtime) in _NUMBERS else 0.0)
+                                   float(runtime) if type(runtime) in JSON_NUMBERS else 0.0)
             except ValueError:
                 return None
             self._messages += 1
@@ -255,8 +253,8 @@ def step_reply(headers: dict[str, Any], body: dict[str, Any], waiting: Container
     reward: Any = body.get("reward")
     done, info = body.get("done"), body.get("info", {})
     frame, shm = body.get("frame"), body.get("shm")
-    if (type(parent) is not int or parent not in waiting or type(sent_at) not in _NUMBERS
-            or type(reward) not in _NUMBERS or type(done) is not bool
+    if (type(parent) is not int or parent not in waiting or type(sent_at) not in JSON_NUMBERS
+            or type(reward) not in JSON_NUMBERS or type(done) is not bool
             or type(info) is not dict or type(frame) is not int):
         return None
     if type(episode) is not int:
@@ -269,4 +267,4 @@ def step_reply(headers: dict[str, Any], body: dict[str, Any], waiting: Container
             return None
         shm = (shm[0], shm[1], shm[2])
     return StepReply(parent, episode, float(reward), done, info, frame, float(sent_at),
-                     float(runtime) if type(runtime) in _NUMBERS else 0.0, shm)
+                     float(runtime) if type(runtime) in JSON_NUMBERS else 0.0, shm)
