@@ -28,6 +28,7 @@ from .config import (
     EXIT_RUNTIME_FAILED,
     ServeConfig,
 )
+from .cpus import parse_cpus, pin
 from .restores import VERIFY_ENV
 
 #: Seconds ``universe-remote health`` waits for the rewarder's describe.
@@ -54,6 +55,14 @@ def _cmd_list(args: argparse.Namespace) -> int:
         if why := registry.missing_hint(f"{family}."):
             print(f"({family}.* not available: {why})", file=sys.stderr)
     return 0
+
+
+def _cpus(text: str) -> frozenset[int]:
+    """``--cpus``: argparse's error names the option and what was wrong."""
+    try:
+        return parse_cpus(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _runtime_option(text: str) -> tuple[str, Any]:
@@ -141,6 +150,12 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from . import games
 
+    if args.cpus is not None:  # first: every thread started later inherits it
+        try:
+            pin(args.cpus)
+        except ValueError as exc:
+            print(f"universe-remote: {exc}", file=sys.stderr)
+            return EXIT_REFUSED
     config = serve_config(args)
     refusal = config.refusal()
     if refusal is not None:
@@ -221,6 +236,11 @@ def add_commands(sub: Any) -> None:
         help="serve K games in this one process, one game loop for all (each its own ports: "
         "the VNC and rewarder ports + i for game i, 0 free ones; its own episodes, seats and "
         "faults); a crash of the process ends them all (default 1)",
+    )
+    shared.add_argument(
+        "--cpus", type=_cpus, default=None, metavar="LIST",
+        help="run this process on these CPUs only (taskset's list: 0-3,6). start_local pins "
+        "each lockstep process of a vector to a core of its own so; default: any CPU",
     )
     shared.add_argument(
         "--game-ports", type=_game_ports, default=None, metavar="V+R,...",

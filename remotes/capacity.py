@@ -203,3 +203,37 @@ def record(env_id: str, before: Sequence[float | None], after: Sequence[float | 
     except OSError as exc:  # a read-only home: the default stays
         log.debug("cannot cache CPU per frame in %s: %s", path, exc)
     return ms
+
+
+def pinned_cpus(processes: int, lockstep: bool, pin: bool | None = None,
+                allowed: Sequence[int] | None = None) -> list[int | None]:
+    """The CPU each of ``processes`` ``serve`` processes is pinned to (``serve --cpus``),
+    or None for each: ``start_local``'s ``pin``.
+
+    By default (``pin`` None) a lockstep vector's processes are pinned one to a core when
+    they are as many as the cores this process may use (start_local's packing): unpinned,
+    the kernel often wakes two on one core and the vector step waits for it
+    (:mod:`envserver.cpus` has the figures). Fewer processes than cores stay unpinned:
+    another agent's vector on this machine would be pinned to the same first cores.
+
+    Args:
+        processes: ``serve`` processes to start.
+        lockstep: whether they step in lockstep.
+        pin: True pins them round the cores this process may use, False never.
+        allowed: the CPUs this process may use (None: :func:`os.sched_getaffinity`'s).
+
+    Returns:
+        One CPU (or None) per process.
+
+    Raises:
+        ValueError: ``pin`` is True where CPUs cannot be pinned (not Linux).
+    """
+    if allowed is None:
+        allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if pin and not allowed:
+        raise ValueError("pin=True needs Linux (sched_setaffinity): leave it None here")
+    if pin is None:
+        pin = lockstep and 2 <= processes == len(allowed)
+    if not pin:
+        return [None] * processes
+    return [allowed[i % len(allowed)] for i in range(processes)]

@@ -187,7 +187,8 @@ class LocalRemotes(RemoteGroup):
 
     def __init__(self, processes: list[subprocess.Popen[bytes]], addresses: list[RemoteAddress],
                  password: str | None, logs: list[Path], command: list[str],
-                 env: dict[str, str], nice: int = 0, games: Sequence[int] | None = None) -> None:
+                 env: dict[str, str], nice: int = 0, games: Sequence[int] | None = None,
+                 cpus: Sequence[int | None] | None = None) -> None:
         """Built by :func:`start_local`, not by hand.
 
         Args:
@@ -199,6 +200,7 @@ class LocalRemotes(RemoteGroup):
             env: its environment variables.
             nice: its CPU priority offset.
             games: remotes each process serves (None: one each).
+            cpus: the CPU each process is pinned to (None: none is).
         """
         super().__init__(addresses, password)
         self.processes = processes
@@ -212,6 +214,8 @@ class LocalRemotes(RemoteGroup):
         self.openenv_ports: list[int | None] = []
         #: Games of each process, in order: remotes 0..k0-1 are process 0's, and so on.
         self.games = list(games) if games is not None else [1] * len(processes)
+        #: The CPU each process is pinned to (``serve --cpus``), or None: a restart keeps it.
+        self.cpus = list(cpus) if cpus is not None else [None] * len(self.games)
         self._process_index = [p for p, k in enumerate(self.games) for _ in range(k)]
         #: Real time: (env id, fps, when ready, each process's CPU seconds then), for
         #: :func:`remotes.capacity.record` on close; None otherwise.
@@ -313,7 +317,7 @@ class LocalRemotes(RemoteGroup):
                 ports += ["--mcp-port", str(self.mcp_ports[index])]
         else:
             ports = ["--game-ports", ",".join(f"{a.vnc_port}+{a.rewarder_port}" for a in served)]
-        command = [*self.command, *ports]
+        command = [*self.command, *ports, *_pinned(self.cpus[at])]
         new = spawner().submit(partial(_spawn, command, self.env, self.logs[at], self.nice)).result()
         self.processes[at] = new
         mcp_ports: list[int | None] = []
@@ -372,6 +376,7 @@ async def _await_ready(
 async def _start(
     env_id: str, n: int, password: str | None, fps: float | None,
     start_timeout: float, extra_args: Sequence[str], nice: int, host: str, games: int,
+    pin: bool | None = None,
 ) -> LocalRemotes:
     command = [sys.executable, "-m", "universe_remote", "serve", env_id, "--host", host, *extra_args]
     if fps is not None:
@@ -387,15 +392,17 @@ async def _start(
     logs = [log_dir / (f"remote-{i}.log" if k == 1 else f"remotes-{i}-{i + k - 1}.log")
             for i, k in zip(first, split, strict=True)]
     free_ports = ["--vnc-port", "0", "--rewarder-port", "0"]
+    cpus = _capacity.pinned_cpus(len(split), _lockstep(extra_args), pin)
     started = [
         spawner().submit(partial(
-            _spawn, [*command, *free_ports, *(["--games", str(k)] if k > 1 else [])], env, path, nice
+            _spawn, [*command, *free_ports, *(["--games", str(k)] if k > 1 else []), *_pinned(cpu)],
+            env, path, nice
         ))
-        for path, k in zip(logs, split, strict=True)
+        for path, k, cpu in zip(logs, split, cpus, strict=True)
     ]
     spawned = await asyncio.gather(*map(asyncio.wrap_future, started), return_exceptions=True)
     processes = [p for p in spawned if isinstance(p, subprocess.Popen)]
-    remotes = LocalRemotes(processes, [], password, logs, command, env, nice, split)
+    remotes = LocalRemotes(processes, [], password, logs, command, env, nice, split, cpus)
     failed = [p for p in spawned if isinstance(p, BaseException)]
     if failed:
         remotes.close()
@@ -414,6 +421,11 @@ async def _start(
         remotes.close()
         raise
     return remotes
+
+
+def _pinned(cpu: int | None) -> list[str]:
+    """``serve``'s arguments that pin it to ``cpu`` (none for None)."""
+    return [] if cpu is None else ["--cpus", str(cpu)]
 
 
 def _read_addresses(proc: subprocess.Popen[bytes], log_path: Path, games: int = 1,
@@ -464,6 +476,7 @@ def start_local(
     host: str = "127.0.0.1",
     games_per_process: int | None = None,
     capacity: int | None = None,
+    pin: bool | None = None,
 ) -> LocalRemotes:
     """Start ``n`` remotes serving ``env_id`` on ``host`` (127.0.0.1) and wait until each answers.
 
@@ -495,6 +508,10 @@ def start_local(
             gives each remote a process of its own.
         capacity: real-time remotes this machine holds (None:
             :func:`remotes.capacity.capacity`, measured).
+        pin: run each ``serve`` process on one CPU of its own (``serve --cpus``). None
+            (the default) pins a lockstep vector's processes when there is one per core
+            (its step waits for the slowest process; unpinned, two often share a core:
+            :func:`remotes.capacity.pinned_cpus`); True always, round the cores; False never.
 
     Returns:
         The running remotes (a context manager; closing stops them).
@@ -502,7 +519,8 @@ def start_local(
     Raises:
         RuntimeError: a remote exited before it served (its log's tail says why).
         TimeoutError: a remote did not answer within ``start_timeout``.
-        ValueError: ``n`` or ``games_per_process`` out of range.
+        ValueError: ``n`` or ``games_per_process`` out of range, or ``pin`` True where
+            CPUs cannot be pinned.
         UnknownEnvironment: ``env_id`` is not served here (the message says the closest
             ids, or what to install).
     """
@@ -513,7 +531,7 @@ def start_local(
             games = _capacity.overload_games(n)
     nice = _priority(env_id, n, games, fps, extra_args, nice, capacity)
     local = shared_loop().run(
-        _start(env_id, n, password, fps, start_timeout, extra_args, nice, host, games),
+        _start(env_id, n, password, fps, start_timeout, extra_args, nice, host, games, pin),
         start_timeout + 10
     )
     if not _lockstep(extra_args):  # (the pool's warm remotes mostly idle: theirs would mislead)

@@ -12,7 +12,10 @@ import time
 from pathlib import Path
 from typing import Final
 
+import pytest
+
 from remotes import RemoteVectorEnv
+from remotes.capacity import pinned_cpus
 from remotes.local import (
     DEFAULT_GAMES,
     STOP_TIMEOUT,
@@ -131,6 +134,53 @@ def test_lockstep_remotes_share_one_process_per_core_by_default() -> None:
             assert not truncated.any()
         finally:
             env.close()
+
+
+def test_a_lockstep_vector_pins_one_process_to_each_core_when_it_has_one_per_core() -> None:
+    """start_local's ``pin`` (remotes.capacity.pinned_cpus): by default a lockstep
+    vector with a process per core is pinned one to a core; real time, a lone process, and
+    fewer processes than cores (another agent's vector would take the same first cores)
+    are not; True pins round the cores, False never."""
+    assert pinned_cpus(2, lockstep=True, allowed=[0, 1]) == [0, 1]
+    assert pinned_cpus(4, lockstep=True, allowed=[2, 3, 5, 7]) == [2, 3, 5, 7]
+    assert pinned_cpus(2, lockstep=False, allowed=[0, 1]) == [None, None]
+    assert pinned_cpus(1, lockstep=True, allowed=[0]) == [None]
+    assert pinned_cpus(2, lockstep=True, allowed=[0, 1, 2, 3]) == [None, None]
+    assert pinned_cpus(3, lockstep=False, pin=True, allowed=[4, 6]) == [4, 6, 4]
+    assert pinned_cpus(2, lockstep=True, pin=False, allowed=[0, 1]) == [None, None]
+    with pytest.raises(ValueError, match="needs Linux"):
+        pinned_cpus(2, lockstep=True, pin=True, allowed=[])
+
+
+def _affinities(pid: int) -> set[frozenset[int]]:
+    """The CPUs each thread of ``pid`` may run on (one set when all agree)."""
+    return {frozenset(os.sched_getaffinity(int(tid))) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+def test_pinned_processes_run_every_thread_on_their_core_and_a_restart_keeps_it() -> None:
+    """``pin=True`` (what a lockstep vector gets by default with a process per core): each
+    process and every thread it starts later (the rewarder's reader, once it steps) runs
+    on its own CPU; a restarted process is pinned as it was; ``pin=False`` leaves them be."""
+    allowed = sorted(os.sched_getaffinity(0))
+    with start_local("builtin.Catch-v0", 2, extra_args=["--mode", "lockstep"], games_per_process=1,
+                     pin=True) as local:
+        want = [{frozenset({allowed[i % len(allowed)]})} for i in range(2)]
+        assert local.cpus == [allowed[i % len(allowed)] for i in range(2)]
+        env = RemoteVectorEnv(local, mode="lockstep")
+        try:
+            env.reset(seed=0)
+            for _ in range(3):
+                env.step([[], []])
+            threads = [len(os.listdir(f"/proc/{p.pid}/task")) for p in local.processes]
+            assert [_affinities(p.pid) for p in local.processes] == want, threads
+            local.kill(1)
+            local.restart(1)
+            assert _affinities(local.processes[1].pid) == want[1]
+        finally:
+            env.close()
+    with start_local("builtin.Catch-v0", 2, extra_args=["--mode", "lockstep"], pin=False) as free:
+        assert free.cpus == [None] * len(free.processes)
+        assert all(_affinities(p.pid) == {frozenset(allowed)} for p in free.processes)
 
 
 def test_mcp_ports_are_read_and_kept_across_a_restart() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Final
 
 import gymnasium
@@ -67,6 +68,10 @@ def test_make_vec_gives_a_remote_vector_env() -> None:
         assert rewards.shape == (2,)
         local = envs.unwrapped.owned
         assert len(local.processes) == 2
+        # lockstep with a process per core (CI's 2): one to each (remotes.capacity.pinned_cpus)
+        allowed = sorted(os.sched_getaffinity(0))
+        want = [{allowed[0]}, {allowed[1]}] if len(allowed) == 2 else [set(allowed)] * 2
+        assert [os.sched_getaffinity(p.pid) for p in local.processes] == want
     finally:
         envs.close()
     assert all(p.poll() is not None for p in local.processes)
