@@ -98,11 +98,14 @@ def step_rates(steps: int, run: Run) -> dict[str, float]:
 
 @contextlib.contextmanager
 def local_remotes(
-    n: int, extra_args: Sequence[str] = LOCKSTEP_ARGS, games_per_process: int | None = None
+    n: int, extra_args: Sequence[str] = LOCKSTEP_ARGS, games_per_process: int | None = None,
+    pin: bool | None = None,
 ) -> Iterator[LocalRemotes]:
-    """``n`` local Pong remotes (``games_per_process`` to a ``serve`` process; None:
-    start_local's default), always stopped (their logs go unless one failed)."""
-    remotes = start_local(ENV_ID, n, extra_args=list(extra_args), games_per_process=games_per_process)
+    """``n`` local Pong remotes (``games_per_process`` to a ``serve`` process, pinned as
+    ``pin`` says; None: start_local's defaults), always stopped (their logs go unless one
+    failed)."""
+    remotes = start_local(ENV_ID, n, extra_args=list(extra_args), games_per_process=games_per_process,
+                          pin=pin)
     try:
         yield remotes
     finally:

@@ -211,13 +211,15 @@ def print_single(results: dict[str, list[dict[str, float]]]) -> None:
 
 def measure_vector_ours(
     n: int, encoding: str, games_per_process: int | None = None, batch_size: int | None = None,
+    pin: bool | None = None,
 ) -> dict[str, float]:
-    """``RemoteVectorEnv`` lockstep over ``n`` local remotes: per vector step (with
-    ``batch_size`` k < n, send/recv of k remotes at a time, given per n env-steps, so
-    that ``steps_per_s * n`` is env-steps/s either way)."""
+    """``RemoteVectorEnv`` lockstep over ``n`` local remotes (their processes pinned as
+    ``pin`` says: start_local's): per vector step (with ``batch_size`` k < n, send/recv of
+    k remotes at a time, given per n env-steps, so that ``steps_per_s * n`` is
+    env-steps/s either way)."""
     started = time.perf_counter()
     k = batch_size or n
-    with local_remotes(n, games_per_process=games_per_process) as remotes:
+    with local_remotes(n, games_per_process=games_per_process, pin=pin) as remotes:
         env = RemoteVectorEnv(
             remotes.address, mode="lockstep", frameskip=FRAMESKIP, encoding=encoding, batch_size=batch_size
         )

@@ -15,7 +15,9 @@ summed over every process it runs in (this one and its workers, servers or remot
   ``RemoteVectorEnv`` lockstep over n = 4 and 8 local remotes (``start_local``'s
   lockstep default: one ``serve --games K`` process per core, each stepped with one
   ``v0.batch.step`` per vector step), and each n stepped by ``send``/``recv`` with
-  ``batch_size`` n / 2 (the results of whichever half answered first, remotes.arrivals);
+  ``batch_size`` n / 2 (the results of whichever half answered first, remotes.arrivals),
+  and where start_local pins the processes one to a core (a process per core: both n on
+  2 cores) the same vector with ``pin=False``, to show what the pinning gives;
 - ALE's own ``ale_py.vector_env.AtariVectorEnv`` with n = 4 and 8 (RGB 210x160, no
   stacking, no max-pooling, frameskip 4; C++ threads in this process): the anchor a user
   picks for raw speed;
@@ -58,7 +60,8 @@ from benchmarks.bare_lockstep import measure_bare
 from benchmarks.common import quick, ratio, table
 from benchmarks.pong_rows import row_raw_ale
 from remotes import RemoteEnv
-from remotes.local import LocalRemotes
+from remotes.capacity import pinned_cpus
+from remotes.local import LocalRemotes, default_games_per_process
 
 #: Issue 40's targets for one lockstep Pong env: against AsyncVectorEnv n=1 and the
 #: dm_env_rpc peer; issue 32's stretch against raw ALE.
@@ -260,6 +263,8 @@ def main() -> None:
     for _ in range(ROUNDS):  # ours and the peers alternated, round by round
         for n in VECTOR_COUNTS:
             vector.setdefault(("ours", n), []).append(measure_vector_ours(n, "raw"))
+            if any(pinned_cpus(-(-n // default_games_per_process(n, lockstep=True)), lockstep=True)):
+                vector.setdefault(("free", n), []).append(measure_vector_ours(n, "raw", pin=False))
             vector.setdefault(("recv", n), []).append(
                 measure_vector_ours(n, "raw", batch_size=n // BATCH_PARTS))
             if n in ATARI_VECTOR_COUNTS:
@@ -271,6 +276,7 @@ def main() -> None:
     rows: list[list[Any]] = []
     for n in VECTOR_COUNTS:
         for key, name in (("ours", "ours: RemoteVectorEnv lockstep"),
+                          ("free", "ours, processes not pinned (pin=False)"),
                           ("recv", f"ours: send/recv, batch_size={n // BATCH_PARTS} of"),
                           ("async", "gymnasium AsyncVectorEnv"),
                           ("atari", "ale_py.vector_env.AtariVectorEnv"),
@@ -289,6 +295,9 @@ def main() -> None:
         theirs = _median(vector[("async", n)], "steps_per_s")
         if n in GOAL_VS_ASYNC:
             print(f"  ours n={n} vs AsyncVectorEnv n={n}:       {target(mine / theirs, GOAL_VS_ASYNC[n])}")
+        if ("free", n) in vector:
+            free = _median(vector[("free", n)], "steps_per_s")
+            print(f"  ours n={n}, pinned vs not (start_local's pin): {mine / free:.2f}")
         if ("recv", n) in vector:
             recv = _median(vector[("recv", n)], "steps_per_s")
             print(f"  ours send/recv k={n // BATCH_PARTS} of n={n} vs AsyncVectorEnv n={n}: "
