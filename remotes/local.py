@@ -392,7 +392,7 @@ async def _start(
     logs = [log_dir / (f"remote-{i}.log" if k == 1 else f"remotes-{i}-{i + k - 1}.log")
             for i, k in zip(first, split, strict=True)]
     free_ports = ["--vnc-port", "0", "--rewarder-port", "0"]
-    cpus = _capacity.pinned_cpus(len(split), _lockstep(extra_args), pin)
+    cpus = _cpus(len(split), extra_args, pin)
     started = [
         spawner().submit(partial(
             _spawn, [*command, *free_ports, *(["--games", str(k)] if k > 1 else []), *_pinned(cpu)],
@@ -421,6 +421,17 @@ async def _start(
         remotes.close()
         raise
     return remotes
+
+
+def _cpus(processes: int, extra_args: Sequence[str], pin: bool | None) -> list[int | None]:
+    """Each process's CPU (:func:`remotes.capacity.pinned_cpus`), none where ``extra_args``
+    pins them itself (``serve --cpus``: the caller's choice, which ``pin=True`` contradicts)."""
+    if any(arg == "--cpus" or arg.startswith("--cpus=") for arg in extra_args):
+        if pin:
+            raise ValueError("pin=True pins each process to a core of its own: leave --cpus out of "
+                             "extra_args, or pass pin=None to keep the CPUs it names")
+        return [None] * processes
+    return _capacity.pinned_cpus(processes, _lockstep(extra_args), pin)
 
 
 def _pinned(cpu: int | None) -> list[str]:
@@ -511,7 +522,8 @@ def start_local(
         pin: run each ``serve`` process on one CPU of its own (``serve --cpus``). None
             (the default) pins a lockstep vector's processes when there is one per core
             (its step waits for the slowest process; unpinned, two often share a core:
-            :func:`remotes.capacity.pinned_cpus`); True always, round the cores; False never.
+            :func:`remotes.capacity.pinned_cpus`) and ``extra_args`` names no ``--cpus``
+            of its own; True always, round the cores; False never.
 
     Returns:
         The running remotes (a context manager; closing stops them).
@@ -520,7 +532,7 @@ def start_local(
         RuntimeError: a remote exited before it served (its log's tail says why).
         TimeoutError: a remote did not answer within ``start_timeout``.
         ValueError: ``n`` or ``games_per_process`` out of range, or ``pin`` True where
-            CPUs cannot be pinned.
+            CPUs cannot be pinned or beside ``--cpus`` in ``extra_args``.
         UnknownEnvironment: ``env_id`` is not served here (the message says the closest
             ids, or what to install).
     """

@@ -181,6 +181,13 @@ def test_pinned_processes_run_every_thread_on_their_core_and_a_restart_keeps_it(
     with start_local("builtin.Catch-v0", 2, extra_args=["--mode", "lockstep"], pin=False) as free:
         assert free.cpus == [None] * len(free.processes)
         assert all(_affinities(p.pid) == {frozenset(allowed)} for p in free.processes)
+    # the caller's own --cpus: kept, not pinned over
+    mine = ["--mode", "lockstep", "--cpus", str(allowed[-1])]
+    with start_local("builtin.Catch-v0", 2, extra_args=mine, games_per_process=1) as chosen:
+        assert chosen.cpus == [None, None]
+        assert all(_affinities(p.pid) == {frozenset({allowed[-1]})} for p in chosen.processes)
+    with pytest.raises(ValueError, match="leave --cpus out of extra_args"):
+        start_local("builtin.Catch-v0", 2, extra_args=mine, pin=True)
 
 
 def test_mcp_ports_are_read_and_kept_across_a_restart() -> None:
