@@ -236,3 +236,31 @@ def test_killing_a_process_of_games_is_seen_and_reconnected_by_every_agent() -> 
             assert [r.connected for r in env.remotes] == [True] * 4
         finally:
             env.close()
+
+
+def test_once_every_game_serves_its_objects_are_left_to_live(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``serve`` freezes what it made to start (``gc.freeze`` when the games serve): the
+    collector's full passes stop walking every runtime and server (20 ms each with Pong).
+    Its path is ``games.run`` -> ``serve_games(started=...)``; the games are stubbed here."""
+    import gc
+
+    from envserver import games
+
+    seen: list[int] = []
+
+    async def serving(config: ServeConfig, tls: Any, *, ports: Any, started: Callable[[list[Remote]], None]
+                      ) -> int:
+        seen.append(gc.get_freeze_count())
+        started([])
+        seen.append(gc.get_freeze_count())
+        return 0
+
+    monkeypatch.setattr(games, "serve_games", serving)
+    config = serve_config(build_parser().parse_args(["serve", "builtin.Catch-v0", "--rewarder-port", "0",
+                                                      "--vnc-port", "0"]))
+    before = gc.get_freeze_count()
+    try:
+        assert games.run(config) == 0
+        assert seen[0] == before and seen[1] > before
+    finally:
+        gc.unfreeze()
