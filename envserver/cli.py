@@ -156,6 +156,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"universe-remote: {exc}", file=sys.stderr)
             return EXIT_REFUSED
+        log.info("running on CPU %s only (--cpus)", ",".join(map(str, sorted(args.cpus))))
     config = serve_config(args)
     refusal = config.refusal()
     if refusal is not None:

@@ -176,6 +176,7 @@ def test_pinned_processes_run_every_thread_on_their_core_and_a_restart_keeps_it(
             local.kill(1)
             local.restart(1)
             assert _affinities(local.processes[1].pid) == want[1]
+            assert f"running on CPU {local.cpus[1]} only (--cpus)" in local.logs[1].read_text()
         finally:
             env.close()
     with start_local("builtin.Catch-v0", 2, extra_args=["--mode", "lockstep"], pin=False) as free:
