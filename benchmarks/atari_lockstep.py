@@ -216,7 +216,7 @@ def measure_vector_ours(
     """``RemoteVectorEnv`` lockstep over ``n`` local remotes (their processes pinned as
     ``pin`` says: start_local's): per vector step (with ``batch_size`` k < n, send/recv of
     k remotes at a time, given per n env-steps, so that ``steps_per_s * n`` is
-    env-steps/s either way)."""
+    env-steps/s either way; ``pinned``: 1.0 when start_local pinned the processes)."""
     started = time.perf_counter()
     k = batch_size or n
     with local_remotes(n, games_per_process=games_per_process, pin=pin) as remotes:
@@ -238,7 +238,8 @@ def measure_vector_ours(
             env.close()
     scale = n / k  # (k env-steps a recv: n of them a vector step's worth)
     return {**rates, "steps_per_s": rates["steps_per_s"] / scale, "own_cpu": rates["own_cpu"] * scale,
-            "others_cpu": rates["others_cpu"] * scale, "start": start}
+            "others_cpu": rates["others_cpu"] * scale, "start": start,
+            "pinned": float(any(cpu is not None for cpu in remotes.cpus))}
 
 
 def measure_vector_async(n: int) -> dict[str, float]:

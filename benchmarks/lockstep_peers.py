@@ -60,8 +60,7 @@ from benchmarks.bare_lockstep import measure_bare
 from benchmarks.common import quick, ratio, table
 from benchmarks.pong_rows import row_raw_ale
 from remotes import RemoteEnv
-from remotes.capacity import pinned_cpus
-from remotes.local import LocalRemotes, default_games_per_process
+from remotes.local import LocalRemotes
 
 #: Issue 40's targets for one lockstep Pong env: against AsyncVectorEnv n=1 and the
 #: dm_env_rpc peer; issue 32's stretch against raw ALE.
@@ -262,8 +261,9 @@ def main() -> None:
     vector: dict[tuple[str, int], list[dict[str, float]]] = {}
     for _ in range(ROUNDS):  # ours and the peers alternated, round by round
         for n in VECTOR_COUNTS:
-            vector.setdefault(("ours", n), []).append(measure_vector_ours(n, "raw"))
-            if any(pinned_cpus(-(-n // default_games_per_process(n, lockstep=True)), lockstep=True)):
+            ours = measure_vector_ours(n, "raw")
+            vector.setdefault(("ours", n), []).append(ours)
+            if ours["pinned"]:  # (and the same vector unpinned, to show what pinning gives)
                 vector.setdefault(("free", n), []).append(measure_vector_ours(n, "raw", pin=False))
             vector.setdefault(("recv", n), []).append(
                 measure_vector_ours(n, "raw", batch_size=n // BATCH_PARTS))

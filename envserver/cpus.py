@@ -2,9 +2,9 @@
 
 Why: a lockstep vector's ``serve`` processes step their games while the agent waits, one
 process per core (``start_local``'s packing). Unpinned, the kernel often wakes two of them
-on one core, beside the agent that woke both (sampled on 2 cores at n = 8: a quarter to a
-third of the time), and the vector step then waits for one core to run both processes'
-games while the other idles: runs of the same vector went from 3,300 to 5,000 env-steps/s.
+on one core, beside the agent that woke both (sampled on 2 cores at n = 8: 14-34 % of the
+time), and the vector step then waits for one core to run both processes' games while
+the other idles: runs of the same vector went from 3,400 to 5,000 env-steps/s.
 Pinned one to a core they never share one (``python -m benchmarks lockstep_peers``,
 benchmarks/RESULTS.md). :func:`remotes.local.start_local` pins its lockstep processes so;
 an operator may pin any remote (a container's share, a cluster slot's cores).
