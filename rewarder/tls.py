@@ -256,9 +256,11 @@ class TLSPort:
     """A port that speaks TLS only, as :func:`asyncio.loop.create_server` with ``ssl=``
     would serve it, except that plain HTTP gets an answer instead of a silent close.
 
-    :meth:`protocol` wraps each new connection's protocol (websockets'
-    ``ServerConnection``, aiohttp's request handler): it reads nothing until the client's
-    first byte is there, peeks at it (``MSG_PEEK``), and then
+    :meth:`protocol` stands in for each new connection's protocol (websockets'
+    ``ServerConnection``, aiohttp's request handler), which it makes only once TLS is up
+    (a connection that never gets there never had one: nothing of it waits to be closed,
+    or is kept, by whoever made it): it reads nothing until the client's first byte is
+    there, peeks at it (``MSG_PEEK``), and then
 
     - ``0x16`` (a TLS handshake record): hands the connection to TLS
       (:meth:`asyncio.loop.start_tls`), and to the wrapped protocol once TLS is up;
@@ -289,13 +291,14 @@ class TLSPort:
         #: Plain HTTP requests answered with the 400.
         self.plain_answered = 0
 
-    def protocol(self, inner: asyncio.Protocol) -> asyncio.Protocol:
-        """The protocol asyncio gets for a new connection; ``inner`` gets it once TLS is up."""
-        return _FirstBytes(self, inner)
+    def protocol(self, make_inner: Callable[[], asyncio.Protocol]) -> asyncio.Protocol:
+        """The protocol asyncio gets for a new connection; ``make_inner()``'s gets it once
+        TLS is up, made then."""
+        return _FirstBytes(self, make_inner)
 
     def factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         """A ``protocol_factory`` for :meth:`asyncio.loop.create_server` (without ``ssl=``)."""
-        return lambda: self.protocol(inner())
+        return lambda: self.protocol(inner)
 
     def answer(self, local: tuple[str, int] | None) -> bytes:
         """The ``400`` for a plain HTTP request that came in on ``local`` (our address)."""
@@ -322,8 +325,8 @@ class TLSPort:
 class _FirstBytes(asyncio.Protocol):
     """A connection to a :class:`TLSPort` until its first byte says what it speaks."""
 
-    def __init__(self, port: TLSPort, inner: asyncio.Protocol) -> None:
-        self.port, self.inner = port, inner
+    def __init__(self, port: TLSPort, make_inner: Callable[[], asyncio.Protocol]) -> None:
+        self.port, self.make_inner = port, make_inner
         self.head = bytearray()
         self.head_read: asyncio.Future[None] | None = None
         self.task: asyncio.Task[None] | None = None
@@ -394,7 +397,7 @@ class _FirstBytes(asyncio.Protocol):
             if tls is None:  # (asyncio's typing allows it; a server-side start_tls has one)
                 transport.close()
                 return
-            early.hand_over(tls, self.inner)
+            early.hand_over(tls, self.make_inner())
         finally:
             port.pending.discard(self)
 

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from rewarder.blocking import BlockingRewarder
 from rewarder.client import RewarderClient
 from rewarder.errors import Refused, Untrusted
-from rewarder.server import RewarderServer
+from rewarder.server import CLOSE_TIMEOUT, RewarderServer
 from rewarder.tls import CA_ENV, MIN_VERSION, TLSSetupError, client_context, server_tls
 from tests.rewarder.test_client import FakeEnv
 from tests.tls import Certs, certs_fixture, make_certs, other_ca_fixture  # noqa: F401
@@ -283,6 +283,27 @@ async def test_closing_the_server_drops_connections_that_never_spoke(
         assert await asyncio.wait_for(reader.read(), 2.0) == b""
     finally:
         writer.close()
+
+
+async def test_connections_that_never_reached_tls_leave_nothing_for_close_to_wait_for(
+    make_server: MakeServer, certs: Certs, other_ca: Certs
+) -> None:
+    """A plain request answered 400, bytes that are neither TLS nor HTTP, a handshake the
+    client refused: none of them made a link. (Each had: kept while the server served,
+    and waited for at close, 2 x CLOSE_TIMEOUT, since a link that never connected never
+    closes: a TLS remote's shutdown after any such client took 4 s more.)"""
+    server = await make_server(certs.server().context)
+    assert (await _plain_request(server.port, WS_HANDSHAKE)).startswith(b"HTTP/1.1 400 ")
+    try:
+        assert await _plain_request(server.port, b"\x00\x01garbage") == b""
+    except ConnectionResetError:
+        pass
+    assert "not trusted" in await refusal(server, client_context(other_ca.ca))
+    assert not server.links
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await server.close("test over")
+    assert loop.time() - started < CLOSE_TIMEOUT
 
 
 async def test_a_blocking_plain_client_to_a_tls_rewarder_is_told_to_use_tls(
