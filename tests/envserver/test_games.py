@@ -83,6 +83,12 @@ async def _served(args: ServeConfig) -> AsyncIterator[tuple[list[Remote], asynci
             await asyncio.wait_for(task, TIMEOUT)
 
 
+#: What a failing runtime's every frame and reset raise from: a real-time frame nobody
+#: watches is played, not drawn (``play``, issue 44), so ``advance`` alone would fail only
+#: at the first episode's natural end, seconds later.
+_RUNTIME_METHODS = ("advance", "play", "reset")
+
+
 async def _refused(port: int) -> bool:
     try:
         _, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -108,8 +114,8 @@ async def test_a_failing_game_is_its_own_the_others_keep_60_fps_and_the_process_
         def fail(*_: object, **__: object) -> Any:
             raise RuntimeError("injected runtime failure")
 
-        monkeypatch.setattr(broken.runtime, "advance", fail)
-        monkeypatch.setattr(broken.runtime, "reset", fail)
+        for method in _RUNTIME_METHODS:
+            monkeypatch.setattr(broken.runtime, method, fail)
         rates = await asyncio.gather(_rate(games[0]), _rate(games[2]))  # while it fails
         assert min(rates) >= HEALTHY_FPS, rates
         reason = await asyncio.wait_for(broken.failed, TIMEOUT)
@@ -139,8 +145,8 @@ async def test_when_every_game_failed_the_process_exits_for_its_supervisor(
             raise RuntimeError("injected runtime failure")
 
         for game in games:
-            monkeypatch.setattr(game.runtime, "advance", fail)
-            monkeypatch.setattr(game.runtime, "reset", fail)
+            for method in _RUNTIME_METHODS:
+                monkeypatch.setattr(game.runtime, method, fail)
         assert await asyncio.wait_for(task, TIMEOUT) == EXIT_RUNTIME_FAILED
 
 
