@@ -45,6 +45,9 @@ async def test_every_port_serves_tls_only(tls_remote: Remote, certs: Certs) -> N
         async with RewarderClient(f"127.0.0.1:{remote.rewarder.port}", password=PASSWORD,
                                   observer=True, start_timeout=TIMEOUT):
             pass
+    # The plain client left no link that never connected (one would be kept while the
+    # remote serves, and waited for 2 x CLOSE_TIMEOUT when it stops).
+    assert all(link.transport is not None for link in remote.rewarder.links)
     # viewer, and Universe's viewer URL on the rewarder port redirecting to it
     assert remote.viewer is not None
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ca)) as https:
