@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import pytest
 
-from envserver import agent_port, recovery
+from envserver import agent_port, games, recovery
 from envserver.cli import serve_config
 from envserver.config import EXIT_RUNTIME_FAILED, ServeConfig
 from envserver.games import serve_games
@@ -86,7 +87,7 @@ async def _served(args: ServeConfig) -> AsyncIterator[tuple[list[Remote], asynci
 #: What a failing runtime's every frame and reset raise from: a real-time frame nobody
 #: watches is played, not drawn (``play``, issue 44), so ``advance`` alone would fail only
 #: at the first episode's natural end, seconds later.
-_RUNTIME_METHODS = ("advance", "play", "reset")
+_RUNTIME_METHODS: Final = ("advance", "play", "reset")
 
 
 async def _refused(port: int) -> bool:
@@ -248,10 +249,6 @@ def test_once_every_game_serves_its_objects_are_left_to_live(monkeypatch: pytest
     """``serve`` freezes what it made to start (``gc.freeze`` when the games serve): the
     collector's full passes stop walking every runtime and server (20 ms each with Pong).
     Its path is ``games.run`` -> ``serve_games(started=...)``; the games are stubbed here."""
-    import gc
-
-    from envserver import games
-
     seen: list[int] = []
 
     async def serving(config: ServeConfig, tls: Any, *, ports: Any, started: Callable[[list[Remote]], None]
@@ -262,8 +259,7 @@ def test_once_every_game_serves_its_objects_are_left_to_live(monkeypatch: pytest
         return 0
 
     monkeypatch.setattr(games, "serve_games", serving)
-    config = serve_config(build_parser().parse_args(["serve", "builtin.Catch-v0", "--rewarder-port", "0",
-                                                      "--vnc-port", "0"]))
+    config = _serve_args("--rewarder-port", "0", "--vnc-port", "0")
     before = gc.get_freeze_count()
     try:
         assert games.run(config) == 0
