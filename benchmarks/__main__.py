@@ -106,7 +106,7 @@ EXPECTED: Final[dict[str, tuple[float, float]]] = {
     # issue 44's warm pool: three full runs and a quick one beside other helpers' work
     # (load 11-24)
     "pool": (200, 55),
-    # 2026-12-07 09:18, quiet (load average 0.3)
+    # 2026-12-07 08:31, quiet (load average 0.3)
     "doorbell": (27, 2),
 }
 
