@@ -76,7 +76,7 @@ _RTT, _SKEW, _INSTRUCTION = attrgetter("rtt"), attrgetter("clock_skew"), attrget
 _MEASURED = attrgetter("measured")
 
 
-class _Group:
+class Group:
     """One process's share of the plan: its lead channel, its slots, their games, each
     slot's session parts, and what each step's request reuses (each game's entry, the
     episode it names); a step's plain results once its reply is in."""
@@ -134,7 +134,7 @@ class _Out:
     __slots__ = ("groups", "ids", "made", "batches", "deadline")
 
     def __init__(self, batches: Batches, deadline: float) -> None:
-        self.groups: list[_Group] = []
+        self.groups: list[Group] = []
         self.ids: list[int] = []
         self.made: list[BatchCall] = []
         self.batches, self.deadline = batches, deadline
@@ -169,7 +169,7 @@ class _Plan:
     __slots__ = ("groups", "slots", "channels", "vncs", "sessions", "shareds", "inverse", "fresh",
                  "measured", "rtts", "skews", "trues", "fixed")
 
-    def __init__(self, groups: list[_Group], n: int) -> None:
+    def __init__(self, groups: list[Group], n: int) -> None:
         self.groups = groups
         self.slots = [slot for group in groups for slot in group.slots]
         self.channels = [channel for group in groups for channel in group.channels]
@@ -201,6 +201,33 @@ class _Plan:
             ("remote.connected", self.trues), ("rewarder.rtt", rtts), ("rewarder.clock_skew", skews))}
 
 
+def plan_groups(batches: Batches, slots: Sequence[Slot]) -> list[Group] | None:
+    """``slots`` by the process that steps them, each group's lead channel its first
+    slot's; None unless every slot goes in a batch of two or more (a lone remote steps
+    with its own v0.env.step: the general way). Nobody looks at the slots' VNC frames
+    while a plan made of these holds (as Batches.taken pauses them each step): only the
+    general step resumes them (a frame over VNC, a reset's first frame), and it drops
+    the plan."""
+    by_token: dict[str, tuple[BlockingRewarder, list[Slot], list[int], str]] = {}
+    for slot in slots:
+        channel = slot.session.lockstep_channel
+        route = batches.route(slot)
+        if route is None or channel is None:
+            return None
+        token, game = route
+        _, members, games, _ = by_token.setdefault(token, (channel, [], [], token))
+        members.append(slot)
+        games.append(game)
+    groups = [Group(*group) for group in by_token.values()]
+    if not groups or any(len(g.slots) < 2 for g in groups):
+        return None
+    for slot in slots:
+        vnc = slot.session.vnc
+        if vnc is not None:
+            vnc.pause_updates()
+    return groups
+
+
 class FastSteps:
     """The steady-state batched step of ``steps``' lane (see the module docstring)."""
 
@@ -222,7 +249,6 @@ class FastSteps:
         batches = self.steps.batches
         if batches is None:
             return None
-        by_token: dict[str, tuple[BlockingRewarder, list[Slot], list[int], str]] = {}
         lane = self.steps.lane
         for slot in lane.slots:
             session = slot.session
@@ -231,23 +257,9 @@ class FastSteps:
                     or slot.batch is not None or channel is None or channel.outstanding
                     or not session.connected or session.replaced or session.shared.error is not None):
                 return None
-            route = batches.route(slot)
-            if route is None:
-                return None
-            token, game = route
-            _, slots, games, _ = by_token.setdefault(token, (channel, [], [], token))
-            slots.append(slot)
-            games.append(game)
-        groups = [_Group(*group) for group in by_token.values()]
-        if not groups or any(len(g.slots) < 2 for g in groups):
-            return None  # (a lone remote steps with its own v0.env.step: the general way)
-        for slot in lane.slots:
-            # Nobody looks at VNC frames while the plan holds (as Batches.taken pauses them
-            # each step): only the general step resumes them (a frame over VNC, a reset's
-            # first frame), and it drops the plan.
-            vnc = slot.session.vnc
-            if vnc is not None:
-                vnc.pause_updates()
+        groups = plan_groups(batches, lane.slots)
+        if groups is None:
+            return None
         return _Plan(groups, lane.num)
 
     def step(self, actions: Sequence[Sequence[Any]]) -> Batch | None:
@@ -358,7 +370,7 @@ class FastSteps:
                     plain = False
                     break
                 taken[j] = got[1]
-                if not self._take(group, got[0]["body"], batch):
+                if not take_plain(self.steps.batches, group, got[0]["body"], batch):
                     plain = False
                     break
         except BaseException:  # (an interrupt: the replies wait where the general step looks)
@@ -378,46 +390,6 @@ class FastSteps:
             if text is not None:
                 group.channel.untake(message_id, BATCH_STEP, text)
         taken[:] = [None] * len(taken)
-
-    def _take(self, group: _Group, body: dict[str, Any], batch: np.ndarray) -> bool:
-        """Whether ``group``'s reply is plain (each game's step as the general step reads
-        it: no end, no refusal, the episode it was sent for, nothing else heard since,
-        its frame read from the segment into ``batch``); its results kept in ``group``.
-        False: nothing changed but rows of ``batch`` (the general way)."""
-        entries = body.get("steps")
-        if type(entries) is not list or len(entries) != len(group.slots):
-            return False
-        try:
-            fields = list(map(_ENTRY, entries))
-        except (KeyError, TypeError):
-            return False
-        rewards, dones, frames, episodes, infos = zip(*fields, strict=True)
-        if (episodes != group.sent or any(dones) or tuple(map(type, dones + frames + infos)) != group.types
-                or not _NUMBERS.issuperset(map(type, rewards)) or set(map(len, entries)) != _ENTRY_KEYS
-                or not all(map(_QUIET, group.buffers))
-                or list(map(_ERROR, group.shareds)).count(None) != len(entries)):
-            return False
-        shm = body.get("shm")
-        reader = group.reader
-        if shm != group.shm or reader is None:
-            if type(shm) is not list or len(shm) != 4:
-                return False
-            batches = self.steps.batches
-            assert batches is not None
-            try:
-                reader = group.reader = batches.reader(group.token, (shm[0], shm[1], shm[2], shm[3]),
-                                                       read_held(body.get(HELD_KEY)))
-            except (OSError, ValueError, TypeError):  # (the general step says why)
-                return False
-            group.shm = shm
-        try:
-            if not reader.read_plain(batch, group.rows, frames, group.numbers):
-                return False
-        except (OSError, ValueError):  # (the general step reads it again, and says why)
-            group.shm = group.reader = None
-            return False
-        group.rewards, group.frames, group.infos = rewards, frames, infos
-        return True
 
     def _deliver(self, plan: _Plan, batch: np.ndarray) -> Batch:
         """Each slot's state moved on as the general step's deliver moves it, and the
@@ -474,3 +446,44 @@ class FastSteps:
         fixed = {key: array.copy() for key, array in plan.fixed.items()}  # (fresh: the agent's own)
         return Batch(batch, rewards_out, terminated, truncated, rows,
                      columns=steady_infos(heads, columns, n, fixed))
+
+
+def take_plain(batches: Batches | None, group: Group, body: dict[str, Any], batch: np.ndarray) -> bool:
+    """Whether ``group``'s reply is plain (each game's step as the general step reads
+    it: no end, no refusal, the episode it was sent for, nothing else heard since,
+    its frame read from the segment into ``batch``); its results kept in ``group``.
+    False: nothing changed but rows of ``batch`` (the general way)."""
+    entries = body.get("steps")
+    if type(entries) is not list or len(entries) != len(group.slots):
+        return False
+    try:
+        fields = list(map(_ENTRY, entries))
+    except (KeyError, TypeError):
+        return False
+    rewards, dones, frames, episodes, infos = zip(*fields, strict=True)
+    if (episodes != group.sent or any(dones) or tuple(map(type, dones + frames + infos)) != group.types
+            or not _NUMBERS.issuperset(map(type, rewards)) or set(map(len, entries)) != _ENTRY_KEYS
+            or not all(map(_QUIET, group.buffers))
+            or list(map(_ERROR, group.shareds)).count(None) != len(entries)):
+        return False
+    shm = body.get("shm")
+    reader = group.reader
+    if shm != group.shm or reader is None:
+        if type(shm) is not list or len(shm) != 4:
+            return False
+        if batches is None:
+            return False
+        try:
+            reader = group.reader = batches.reader(group.token, (shm[0], shm[1], shm[2], shm[3]),
+                                               read_held(body.get(HELD_KEY)))
+        except (OSError, ValueError, TypeError):  # (the general step says why)
+            return False
+        group.shm = shm
+    try:
+        if not reader.read_plain(batch, group.rows, frames, group.numbers):
+            return False
+    except (OSError, ValueError):  # (the general step reads it again, and says why)
+        group.shm = group.reader = None
+        return False
+    group.rewards, group.frames, group.infos = rewards, frames, infos
+    return True

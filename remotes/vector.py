@@ -429,8 +429,7 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         ids = arrivals.ready if env_ids is None else [int(i) for i in env_ids]
         if len(actions) != len(ids):
             raise ValueError(f"{len(actions)} actions for env ids {list(ids)}: give one per env id")
-        checked = [self._checked(i, action) if 0 <= i < self.num_envs else action
-                   for i, action in zip(ids, actions, strict=True)]
+        checked = self._all_checked(actions, ids)
         with self._stepping:
             arrivals.send(checked, list(ids))
 
@@ -470,15 +469,19 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         infos = batch_infos(per_remote, self.num_envs)
         return self._observations(batch), batch.rewards, batch.terminated, batch.truncated, infos
 
-    def _all_checked(self, actions: Sequence[Any]) -> list[Any]:
-        """Every remote's action checked (:meth:`_checked`). Lists or tuples of events that
-        were all checked before (the same tuple objects) are looked at once, together: the
-        ids of events held in :attr:`_good_events` (held, so no other object has their id
-        meanwhile)."""
+    def _all_checked(self, actions: Sequence[Any], ids: Sequence[int] | None = None) -> list[Any]:
+        """Every remote's action checked (:meth:`_checked`; ``ids``: the remotes they are
+        for, else one each in order; an id out of range is the caller's to refuse). Lists
+        or tuples of events that were all checked before (the same tuple objects) are
+        looked at once, together: the ids of events held in :attr:`_good_events` (held,
+        so no other object has their id meanwhile)."""
         if _SEQUENCES.issuperset(map(type, actions)) and all(
                 map(self._good_events.__contains__, map(id, chain.from_iterable(actions)))):
             return list(map(list, actions))
-        return [self._checked(i, action) for i, action in enumerate(actions)]
+        if ids is None:
+            return [self._checked(i, action) for i, action in enumerate(actions)]
+        return [self._checked(i, action) if 0 <= i < self.num_envs else action
+                for i, action in zip(ids, actions, strict=True)]
 
     def _checked(self, i: int, action: Any) -> Any:
         """Remote ``i``'s action as the stepper takes it (a string, or a list of events),

@@ -86,6 +86,59 @@ def test_recv_returns_k_remotes_as_they_answer_and_each_steps_as_it_does_alone(b
         assert _alone(batched.addresses[i], SEED + i, sent[i][:steps]) == seen[i], f"env {i} differs"
 
 
+def test_a_process_at_a_time_takes_the_steady_way_and_each_remote_steps_as_it_does_alone(
+    batched: LocalRemotes,
+) -> None:
+    """``batch_size`` = a process's games: each send is one process's batch and each recv
+    its reply, taken the steady way (remotes/arrivals_fast.py) but around episode ends,
+    which go the general way; each remote's results are still those it gives alone."""
+    env = RemoteVectorEnv(batched.addresses, mode="lockstep", max_episode_steps=EPISODE_STEPS,
+                          frameskip=FRAMESKIP, batch_size=GAMES)
+    fast = env._arrivals.fast  # type: ignore[union-attr]
+    rngs = [np.random.default_rng(200 + i) for i in range(N)]
+    sent: list[list[Any]] = [[] for _ in range(N)]
+    seen: list[list[Digest]] = [[] for _ in range(N)]
+    try:
+        obs, _ = env.reset(seed=SEED)
+        for i in range(N):
+            seen[i].append(_digest(obs[i], 0.0, False, False))
+        ready = list(range(N))
+        for turn in range(RECVS):
+            actions = [KEYS[int(rngs[i].integers(len(KEYS)))] for i in ready]
+            for i, action in zip(ready, actions, strict=True):
+                sent[i].append(action)
+            # Now and then a send goes the general way, whose batch the steady recv takes.
+            fast.enabled = turn % 5 != 4
+            env.send(actions, ready)
+            fast.enabled = True
+            obs, rewards, terminated, truncated, infos = env.recv()
+            ids = infos["env_id"].tolist()
+            assert len(ids) == GAMES == len(set(ids)) and infos["remote.connected"].all()
+            assert {tuple(batched.siblings(i)) for i in ids} == {tuple(batched.siblings(ids[0]))}
+            for row, i in enumerate(ids):
+                seen[i].append(_digest(obs[row], rewards[row], terminated[row], truncated[row]))
+            ready = ids
+        # A steady recv's info, either way: the same keys, of the same kinds.
+        steady: dict[bool, set[tuple[tuple[str, str], ...]]] = {True: set(), False: set()}
+        for enabled in (False, True, False, True):
+            fast.enabled = enabled
+            for _ in range(8):
+                env.send([[]] * GAMES, ready)
+                _, _, terminated, truncated, infos = env.recv()
+                ready = infos["env_id"].tolist()
+                if not (terminated.any() or truncated.any()) and infos.get("_text", np.zeros(1)).all():
+                    steady[enabled].add(tuple(sorted((key, infos[key].dtype.str) for key in infos)))
+    finally:
+        env.close()
+    assert len(steady[False]) == 1 and steady[True] == steady[False], steady
+    assert fast.sent > RECVS // 2 and fast.taken > RECVS // 2, (fast.sent, fast.taken)
+    assert fast.taken < RECVS  # (episode ends went the general way)
+    for i in range(N):
+        steps = len(seen[i]) - 1
+        assert steps > RECVS // 4
+        assert _alone(batched.addresses[i], SEED + i, sent[i][:steps]) == seen[i], f"env {i} differs"
+
+
 def test_a_killed_process_is_reported_for_each_of_its_games_in_the_result_that_sees_it(
     batched: LocalRemotes,
 ) -> None:
