@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from remotes import RemoteVectorEnv
+from remotes import RemoteVectorEnv, arrivals_fast
 from remotes.local import LocalRemotes
 from tests.remotes.test_batched_lane import BACK_WITHIN, FRAMESKIP, GAMES, KEYS, N, batched
 
@@ -137,6 +137,49 @@ def test_a_process_at_a_time_takes_the_steady_way_and_each_remote_steps_as_it_do
         steps = len(seen[i]) - 1
         assert steps > RECVS // 4
         assert _alone(batched.addresses[i], SEED + i, sent[i][:steps]) == seen[i], f"env {i} differs"
+
+
+def test_a_steady_recv_interrupted_after_its_reply_came_is_returned_by_the_next(
+    batched: LocalRemotes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C in a steady recv after it took a process's reply off the connection: the
+    reply is filed back, the next recv returns it (each remote one step on, none lost,
+    nothing stepped twice) the general way, and the steady way goes on after it."""
+    env = RemoteVectorEnv(batched.addresses, mode="lockstep", frameskip=FRAMESKIP, batch_size=GAMES)
+    fast = env._arrivals.fast  # type: ignore[union-attr]
+    try:
+        env.reset(seed=4)
+        env.send([[]] * N)
+        _, _, _, _, infos = env.recv()
+        ready = infos["env_id"].tolist()
+        for _ in range(6):
+            env.send([[]] * GAMES, ready)
+            _, _, _, _, infos = env.recv()
+            ready = infos["env_id"].tolist()
+        steady = fast.taken
+        assert steady >= 4
+        env.send([[]] * GAMES, ready)
+        before = {slot.index: slot.returned for slot in env._core.slots}
+
+        def interrupted(*args: Any, **kwargs: Any) -> bool:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(arrivals_fast, "take_plain", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            env.recv()
+        monkeypatch.undo()
+        _, _, terminated, truncated, infos = env.recv()
+        ids = infos["env_id"].tolist()
+        assert infos["remote.connected"].all() and not (terminated.any() or truncated.any())
+        assert [int(f) for f in infos["frame"]] == [before[i] + FRAMESKIP for i in ids]  # type: ignore[operator]
+        assert fast.taken == steady  # (that one went the general way)
+        for _ in range(4):
+            env.send([[]] * GAMES, ids)
+            _, _, _, _, infos = env.recv()
+            ids = infos["env_id"].tolist()
+        assert fast.taken > steady
+    finally:
+        env.close()
 
 
 def test_a_killed_process_is_reported_for_each_of_its_games_in_the_result_that_sees_it(
