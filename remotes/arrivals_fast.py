@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from .arrivals import Arrivals
 
-_CONNECTED, _OUTSTANDING = attrgetter("connected"), attrgetter("outstanding")
+_CONNECTED = attrgetter("connected")
 
 
 class FastArrivals:
@@ -185,7 +185,7 @@ class FastArrivals:
                     or any(s.batch is not call or s.pending != call.message_id or s.reply is not None
                            or s.session.shared.last is None for s in slots)
                     or (limit is not None and max(s.steps for s in slots) + 1 >= limit)):
-                return None  # (a truncation due: the general deliver says so)
+                return None  # (a truncation due among them: the general deliver says so)
             out.append((group, call))
             seen += k
         if not out or seen != len(self.arrivals.out):
