@@ -23,7 +23,6 @@ episode's end and its autoreset, a refusal, a lost process, a frame over VNC).
 
 from __future__ import annotations
 
-import select
 import time
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -55,9 +54,6 @@ class FastArrivals:
         #: The groups (None: make them again first) and each one by its rows.
         self.groups: list[Group] | None = None
         self._by_rows: dict[frozenset[int], Group] = {}
-        #: The poll object of the last wait, and the descriptors it watches.
-        self._poller: Any = None
-        self._polled: tuple[int, ...] = ()
         #: Requests sent and replies taken here (the rest went the general way).
         self.sent = self.taken = 0
 
@@ -157,7 +153,7 @@ class FastArrivals:
             by_fd[call.channel.fileno()] = (group, call)
         if any(fd < 0 for fd in by_fd):
             return False
-        poller = self._poller_of(tuple(by_fd))
+        poller = self.steps.replies.poller_of(tuple(by_fd))  # (the general wait's)
         limit = min(slot.deadline for group, _ in out for slot in group.slots)
         while True:
             now = time.monotonic()
@@ -240,12 +236,3 @@ class FastArrivals:
                     "text": slot.take_texts(), "rewarder.rtt": channel.rtt,
                     "rewarder.clock_skew": channel.clock_skew}
             arrivals.results[slot.index] = (float(reward), False, False, info)
-
-    def _poller_of(self, fds: tuple[int, ...]) -> Any:
-        """A poll object watching ``fds`` (the last one, when it watched the same)."""
-        if fds != self._polled:
-            self._poller = select.poll()
-            for fd in fds:
-                self._poller.register(fd, select.POLLIN)
-            self._polled = fds
-        return self._poller

@@ -106,7 +106,7 @@ class Replies:
             fd = (slot.batch.channel if slot.batch is not None else rewarder_of(slot)).fileno()
             if fd >= 0:
                 by_fd.setdefault(fd, []).append(slot)
-        poller = self._poller_of(tuple(by_fd))
+        poller = self.poller_of(tuple(by_fd))
         last_reply: float | None = None
         ready: list[Slot] = out  # first look: replies already read (the keeper's, a carried one)
         read = look  # (then that look reads what the sockets hold)
@@ -151,7 +151,7 @@ class Replies:
                 ready, read, polled = out, True, False
         return over_vnc
 
-    def _poller_of(self, fds: tuple[int, ...]) -> Any:
+    def poller_of(self, fds: tuple[int, ...]) -> Any:
         """A poll object watching ``fds`` for input: the last step's when it watched the
         same descriptors (a vector's steady steps), else a new one."""
         if fds != self._polled_fds:

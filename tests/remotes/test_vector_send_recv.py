@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -46,44 +47,66 @@ def _alone(address: Any, seed: int, actions: list[Any]) -> list[Digest]:
     return out
 
 
+class Rounds:
+    """Send/recv rounds of seeded random keys (``seed``: the first remote's key stream),
+    what each remote was sent and what it returned (its first frame, then each result)."""
+
+    def __init__(self, env: RemoteVectorEnv, seed: int) -> None:
+        self.env, self.k = env, env.batch_size
+        self.rngs = [np.random.default_rng(seed + i) for i in range(N)]
+        self.sent: list[list[Any]] = [[] for _ in range(N)]
+        self.seen: list[list[Digest]] = [[] for _ in range(N)]
+        obs, _ = env.reset(seed=SEED)
+        for i in range(N):
+            self.seen[i].append(_digest(obs[i], 0.0, False, False))
+        self.ready = list(range(N))
+        #: The remotes each recv returned, in order.
+        self.returned: list[list[int]] = []
+
+    def run(self, rounds: int, before_send: Callable[[int], None] = lambda turn: None,
+            after_send: Callable[[], None] = lambda: None) -> None:
+        env, k = self.env, self.k
+        for turn in range(rounds):
+            actions = [KEYS[int(self.rngs[i].integers(len(KEYS)))] for i in self.ready]
+            for i, action in zip(self.ready, actions, strict=True):
+                self.sent[i].append(action)
+            before_send(turn)
+            env.send(actions, self.ready)
+            after_send()
+            obs, rewards, terminated, truncated, infos = env.recv()
+            ids = infos["env_id"].tolist()
+            assert len(ids) == k == len(set(ids)) and obs.shape[0] == k == len(rewards)
+            assert infos["remote.connected"].all()
+            for row, i in enumerate(ids):
+                self.seen[i].append(_digest(obs[row], rewards[row], terminated[row], truncated[row]))
+            self.ready = ids
+            self.returned.append(ids)
+
+    def each_as_alone(self, addresses: list[Any]) -> None:
+        """Each remote's results are those it gives alone for the same seed and keys."""
+        for i in range(N):
+            steps = len(self.seen[i]) - 1
+            assert _alone(addresses[i], SEED + i, self.sent[i][:steps]) == self.seen[i], f"env {i} differs"
+
+
 def test_recv_returns_k_remotes_as_they_answer_and_each_steps_as_it_does_alone(batched: LocalRemotes) -> None:
     env = RemoteVectorEnv(batched.addresses, mode="lockstep", max_episode_steps=EPISODE_STEPS,
                           frameskip=FRAMESKIP, batch_size=K)
-    rngs = [np.random.default_rng(100 + i) for i in range(N)]
-    sent: list[list[Any]] = [[] for _ in range(N)]
-    seen: list[list[Digest]] = [[] for _ in range(N)]
-    counts: dict[int, int] = dict.fromkeys(range(N), 0)
     try:
         assert env.batch_size == K
-        obs, _ = env.reset(seed=SEED)
-        for i in range(N):
-            seen[i].append(_digest(obs[i], 0.0, False, False))
-        ready = list(range(N))
-        for _ in range(RECVS):
-            actions = [KEYS[int(rngs[i].integers(len(KEYS)))] for i in ready]
-            for i, action in zip(ready, actions, strict=True):
-                sent[i].append(action)
-            env.send(actions, ready)
-            obs, rewards, terminated, truncated, infos = env.recv()
-            ids = infos["env_id"].tolist()
-            assert len(ids) == K == len(set(ids)) and obs.shape[0] == K == len(rewards)
-            assert infos["remote.connected"].all()
-            for row, i in enumerate(ids):
-                seen[i].append(_digest(obs[row], rewards[row], terminated[row], truncated[row]))
-                counts[i] += 1
-            ready = ids
+        rounds = Rounds(env, 100)
+        rounds.run(RECVS)
         with pytest.raises(ValueError, match="not ready"):
-            env.send([[]], [next(i for i in range(N) if i not in ready)])
+            env.send([[]], [next(i for i in range(N) if i not in rounds.ready)])
         with pytest.raises(ValueError, match="send"):
             env.step_async([[]] * N)
     finally:
         env.close()
-    assert min(counts.values()) > RECVS * K // N // 3  # every remote answered, many times
-    ends = sum(t or u for i in range(N) for _, _, t, u in seen[i][1:])
+    counts = [len(seen) - 1 for seen in rounds.seen]
+    assert min(counts) > RECVS * K // N // 3  # every remote answered, many times
+    ends = sum(t or u for seen in rounds.seen for _, _, t, u in seen[1:])
     assert ends > N  # episodes ended (autoresets inside send/recv) on many remotes
-    for i in range(N):
-        steps = len(seen[i]) - 1
-        assert _alone(batched.addresses[i], SEED + i, sent[i][:steps]) == seen[i], f"env {i} differs"
+    rounds.each_as_alone(batched.addresses)
 
 
 def test_a_process_at_a_time_takes_the_steady_way_and_each_remote_steps_as_it_does_alone(
@@ -95,29 +118,18 @@ def test_a_process_at_a_time_takes_the_steady_way_and_each_remote_steps_as_it_do
     env = RemoteVectorEnv(batched.addresses, mode="lockstep", max_episode_steps=EPISODE_STEPS,
                           frameskip=FRAMESKIP, batch_size=GAMES)
     fast = env._arrivals.fast  # type: ignore[union-attr]
-    rngs = [np.random.default_rng(200 + i) for i in range(N)]
-    sent: list[list[Any]] = [[] for _ in range(N)]
-    seen: list[list[Digest]] = [[] for _ in range(N)]
     try:
-        obs, _ = env.reset(seed=SEED)
-        for i in range(N):
-            seen[i].append(_digest(obs[i], 0.0, False, False))
-        ready = list(range(N))
-        for turn in range(RECVS):
-            actions = [KEYS[int(rngs[i].integers(len(KEYS)))] for i in ready]
-            for i, action in zip(ready, actions, strict=True):
-                sent[i].append(action)
-            # Now and then a send goes the general way, whose batch the steady recv takes.
+        rounds = Rounds(env, 200)
+
+        def sometimes_general(turn: int) -> None:  # (a send the general way: the steady recv takes its batch)
             fast.enabled = turn % 5 != 4
-            env.send(actions, ready)
+
+        def back() -> None:
             fast.enabled = True
-            obs, rewards, terminated, truncated, infos = env.recv()
-            ids = infos["env_id"].tolist()
-            assert len(ids) == GAMES == len(set(ids)) and infos["remote.connected"].all()
-            assert {tuple(batched.siblings(i)) for i in ids} == {tuple(batched.siblings(ids[0]))}
-            for row, i in enumerate(ids):
-                seen[i].append(_digest(obs[row], rewards[row], terminated[row], truncated[row]))
-            ready = ids
+
+        rounds.run(RECVS, sometimes_general, back)
+        ready = rounds.ready
+        assert all(set(batched.siblings(ids[0])) == set(ids) for ids in rounds.returned)  # (a process a recv)
         # A steady recv's info, either way: the same keys, of the same kinds.
         steady: dict[bool, set[tuple[tuple[str, str], ...]]] = {True: set(), False: set()}
         for enabled in (False, True, False, True):
@@ -133,10 +145,8 @@ def test_a_process_at_a_time_takes_the_steady_way_and_each_remote_steps_as_it_do
     assert len(steady[False]) == 1 and steady[True] == steady[False], steady
     assert fast.sent > RECVS // 2 and fast.taken > RECVS // 2, (fast.sent, fast.taken)
     assert fast.taken < RECVS  # (episode ends went the general way)
-    for i in range(N):
-        steps = len(seen[i]) - 1
-        assert steps > RECVS // 4
-        assert _alone(batched.addresses[i], SEED + i, sent[i][:steps]) == seen[i], f"env {i} differs"
+    assert min(len(seen) for seen in rounds.seen) > RECVS // 4
+    rounds.each_as_alone(batched.addresses)
 
 
 def test_a_steady_recv_interrupted_after_its_reply_came_is_returned_by_the_next(
