@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rewarder.batch_messages import BATCH_STEP, REPLY_BATCH_STEP
 from rewarder.errors import ConnectionClosed
@@ -38,15 +38,34 @@ from .slot_state import Phase
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .arrivals import Arrivals
+    from .lane import Lane
+    from .lockstep import LockstepSteps
+    from .slot import Slot
 
 _CONNECTED = attrgetter("connected")
+
+
+def _sent_at(entry: tuple[Group, BatchCall]) -> float:
+    """When a batch out was sent (its remotes' deadline, a stall timeout after it)."""
+    return entry[0].slots[0].deadline
+
+
+class Arriving(Protocol):
+    """What the steady way uses of :class:`~remotes.arrivals.Arrivals` (which holds it):
+    its lane and steps, ``batch_size``, and each remote's state (ready, out, in)."""
+
+    steps: LockstepSteps
+    lane: Lane
+    batch_size: int
+    ready: list[int]
+    out: list[Slot]
+    results: dict[int, tuple[float, bool, bool, dict[str, Any]]]
 
 
 class FastArrivals:
     """The steady ``send``/``recv`` of ``arrivals`` (see the module docstring)."""
 
-    def __init__(self, arrivals: Arrivals) -> None:
+    def __init__(self, arrivals: Arriving) -> None:
         self.arrivals = arrivals
         self.steps, self.lane = arrivals.steps, arrivals.lane
         #: False forces the general path (tests compare the two).
@@ -160,8 +179,9 @@ class FastArrivals:
             if now >= limit:
                 return False  # (a stall: the general wait loses the remote, and says why)
             events = poller.poll(min(limit - now, POLL_SLICE) * 1000)
-            for fd, _ in events:
-                group, call = by_fd[fd]
+            # The batch sent first goes first when several replies are in (poll lists them
+            # in the order it watches them): one quick process never starves a slower one.
+            for group, call in sorted((by_fd[fd] for fd, _ in events), key=_sent_at):
                 taken = self._take(group, call)
                 if taken is not None:
                     return taken
