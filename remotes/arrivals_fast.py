@@ -179,6 +179,8 @@ class FastArrivals:
             if now >= limit:
                 return False  # (a stall: the general wait loses the remote, and says why)
             events = poller.poll(min(limit - now, POLL_SLICE) * 1000)
+            if not events and any(call.channel.holds_reply(call.message_id) for _, call in out):
+                return False  # (the keeper read one meanwhile: the general way takes it)
             # The batch sent first goes first when several replies are in (poll lists them
             # in the order it watches them): one quick process never starves a slower one.
             for group, call in sorted((by_fd[fd] for fd, _ in events), key=_sent_at):

@@ -179,6 +179,64 @@ def test_with_both_processes_answered_recv_returns_the_batch_sent_first(batched:
         env.close()
 
 
+def test_a_reply_the_keeper_reads_while_recv_polls_is_returned_at_once(
+    batched: LocalRemotes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keeper thread reads a channel nobody holds (its pings): if it reads a batch's
+    reply while a steady recv polls, the poll never sees those bytes; recv must find the
+    reply filed after that poll's slice, not poll on until some other bytes come (the
+    remote's next ping, a second later) or the stall timeout."""
+    env = RemoteVectorEnv(batched.addresses, mode="lockstep", frameskip=FRAMESKIP, batch_size=GAMES)
+    fast = env._arrivals.fast  # type: ignore[union-attr]
+    try:
+        env.reset(seed=3)
+        env.send([[]] * N)
+        _, _, _, _, infos = env.recv()
+        ready = infos["env_id"].tolist()
+        for _ in range(6):  # (the steady way: nothing in when recv looks, both batches its own)
+            env.send([[]] * GAMES, ready)
+            _, _, _, _, infos = env.recv()
+            ready = infos["env_id"].tolist()
+        taken = fast.taken
+        assert taken >= 4
+        others = [i for i in range(N) if i not in ready]
+        env.send([[]] * GAMES, ready)
+        assert not env._arrivals.results  # type: ignore[union-attr]
+        replies = env._core._lockstep.replies  # type: ignore[union-attr]
+        watched = replies.poller_of
+
+        polls: list[float] = []
+
+        def keeper_first(fds: tuple[int, ...]) -> Any:  # (as if the keeper ran just before the poll)
+            poller = watched(fds)
+
+            class Late:
+                def poll(self, timeout: float) -> Any:
+                    polls.append(timeout)
+                    for i in range(N):
+                        call = env._core.slots[i].batch
+                        if call is not None:
+                            call.channel.serve_idle()
+                    return poller.poll(timeout)
+
+            return Late()
+
+        waiting = select.poll()
+        for i in (ready[0], others[0]):
+            waiting.register(env._core.slots[i].batch.channel.fileno(), select.POLLIN)  # type: ignore[union-attr]
+        deadline = time.monotonic() + BACK_WITHIN
+        while len(waiting.poll(100)) < 2:  # both replies in, unread
+            assert time.monotonic() < deadline
+        monkeypatch.setattr(replies, "poller_of", keeper_first)
+        _, _, _, truncated, infos = env.recv()
+        monkeypatch.undo()
+        assert infos["env_id"].tolist() == others and not truncated.any()
+        assert len(polls) == 1, polls  # (one quiet slice, then the filed reply is seen)
+        assert fast.taken == taken  # (the keeper's filing: the general way took it)
+    finally:
+        env.close()
+
+
 def test_a_steady_recv_interrupted_after_its_reply_came_is_returned_by_the_next(
     batched: LocalRemotes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
