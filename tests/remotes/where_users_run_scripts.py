@@ -110,6 +110,33 @@ def notebook_vector(mode: str) -> dict[str, Any]:
     return {"steps": len(rewards), "distinct_obs": len(seen), "rewards": rewards, "frames": frames}
 
 
+def notebook_send_recv() -> dict[str, Any]:
+    """send/recv over 4 lockstep remotes in 2 processes, k = a process's games (its steady
+    way, remotes/arrivals_fast.py)."""
+    with start_local("builtin.Catch-v0", 4, extra_args=LOCKSTEP, games_per_process=2) as local:
+        env = RemoteVectorEnv(local, mode="lockstep", frameskip=2, batch_size=2)
+        try:
+            obs, info = env.reset(seed=1)
+            seen, rewards = {digest(obs)}, []
+            frames: dict[int, list[int]] = {i: [] for i in range(4)}
+            env.send([[]] * 4)
+            for i in range(NOTEBOOK_STEPS):
+                obs, reward, terminated, truncated, info = env.recv()
+                assert obs.shape[0] == 2 and reward.shape == (2,), (obs.shape, reward.shape)
+                assert not info.get("_remote.error", np.zeros(2, bool)).any(), info
+                ids = [int(e) for e in info["env_id"]]
+                seen.add(digest(obs))
+                rewards.append([float(r) for r in reward])
+                for row, e in enumerate(ids):
+                    frames[e].append(int(info["frame"][row]))
+                env.send([[("KeyEvent", "Left" if e % 2 else "Right", i % 2 == 0)] for e in ids], ids)
+            taken = env._arrivals.fast.taken  # type: ignore[union-attr]
+        finally:
+            env.close()
+    return {"steps": len(rewards), "distinct_obs": len(seen), "rewards": rewards, "env_frames": frames,
+            "steady": taken}
+
+
 def notebook_parallel() -> dict[str, Any]:
     from remotes.parallel import RemoteParallelEnv
 
@@ -137,6 +164,7 @@ NOTEBOOK_KINDS: Final[dict[str, Callable[[], dict[str, Any]]]] = {
     "RemoteEnv-realtime": lambda: notebook_env("realtime"),
     "RemoteVectorEnv-lockstep": lambda: notebook_vector("lockstep"),
     "RemoteVectorEnv-realtime": lambda: notebook_vector("realtime"),
+    "RemoteVectorEnv-send-recv": notebook_send_recv,
     "RemoteParallelEnv-Duel": notebook_parallel,
 }
 
