@@ -1,7 +1,9 @@
 """``RemoteVectorEnv(batch_size=k)``'s send/recv (remotes/arrivals.py, issue 40): a recv
 returns the results of k remotes, whichever answered first, named in ``info["env_id"]``;
 each remote steps exactly as it does alone for the same seed and actions; a killed
-process is reported for each of its games in the result that sees it."""
+process is reported for each of its games in the result that sees it. With k = a
+process's games, the steady way (remotes/arrivals_fast.py) gives the same, takes the
+batch sent first, and loses nothing to Ctrl-C or to the keeper thread's reads."""
 
 from __future__ import annotations
 
