@@ -26,8 +26,9 @@ K = 3
 RECVS = 240
 EPISODE_STEPS = 12
 SEED = 11
-#: send/recv rounds of the sent-first test (most of them find both batches out).
-SENT_FIRST_ROUNDS = 12
+#: Rounds of the sent-first test, and sends tried for one that leaves both batches out.
+SENT_FIRST_ROUNDS = 6
+BOTH_OUT_TRIES = 20
 __all__ = ["batched"]  # (the fixture, imported from the batched lane's tests: 8 games in 2 processes)
 
 
@@ -155,37 +156,62 @@ def test_a_process_at_a_time_takes_the_steady_way_and_each_remote_steps_as_it_do
     rounds.each_as_alone(batched.addresses)
 
 
+def _started(env: RemoteVectorEnv, seed: int, rounds: int = 0) -> list[int]:
+    """``env`` reset, every remote sent a step, one recv and ``rounds`` send/recv rounds
+    more (the steady way's, mostly); the remotes the last recv returned."""
+    env.reset(seed=seed)
+    env.send([[]] * N)
+    _, _, _, _, infos = env.recv()
+    ready: list[int] = infos["env_id"].tolist()
+    for _ in range(rounds):
+        env.send([[]] * GAMES, ready)
+        _, _, _, _, infos = env.recv()
+        ready = infos["env_id"].tolist()
+    return ready
+
+
+def _sent_with_both_out(env: RemoteVectorEnv, ready: list[int]) -> tuple[list[int], list[Any]]:
+    """Send ``ready`` their steps (and again after a recv, until it holds) so that both
+    processes' whole batches are out and nothing is in: what the steady recv takes. The
+    other process's remotes, and both batches (``ready``'s first)."""
+    arrivals, slots = env._arrivals, env._core.slots
+    assert arrivals is not None
+    for _ in range(BOTH_OUT_TRIES):
+        others = [i for i in range(N) if i not in ready]
+        env.send([[]] * GAMES, ready)
+        out = [slots[i].batch for i in (ready[0], others[0])]
+        if not arrivals.results and all(call is not None and len(call.slots) == GAMES for call in out):
+            return others, out
+        _, _, _, _, infos = env.recv()
+        ready = infos["env_id"].tolist()
+    raise AssertionError(f"no send of {BOTH_OUT_TRIES} left both processes' batches out")
+
+
+def _both_in(out: list[Any]) -> None:
+    """Wait until both batches' replies are in (unread)."""
+    waiting = select.poll()
+    for call in out:
+        waiting.register(call.channel.fileno(), select.POLLIN)
+    deadline = time.monotonic() + BACK_WITHIN
+    while len(waiting.poll(100)) < 2:
+        assert time.monotonic() < deadline
+
+
 def test_with_both_processes_answered_recv_returns_the_batch_sent_first(batched: LocalRemotes) -> None:
     """Both processes' replies in when recv looks: the one sent first comes first, whichever
     connection the poll lists first, so a quick process never starves a slower one."""
     env = RemoteVectorEnv(batched.addresses, mode="lockstep", frameskip=FRAMESKIP, batch_size=GAMES)
-    arrivals = env._arrivals
-    assert arrivals is not None
-    slots = env._core.slots
-    checked: list[tuple[int, ...]] = []  # (the batch sent first, each time both were out)
+    fast = env._arrivals.fast  # type: ignore[union-attr]
+    checked: list[tuple[int, ...]] = []  # (the batch sent first, each time the steady way took it)
     try:
-        env.reset(seed=5)
-        env.send([[]] * N)
-        _, _, _, _, infos = env.recv()
-        ready = infos["env_id"].tolist()
+        ready = _started(env, 5)
         for _ in range(SENT_FIRST_ROUNDS):
-            others = [i for i in range(N) if i not in ready]
-            env.send([[]] * GAMES, ready)
-            out = [slots[i].batch for i in (ready[0], others[0])]
-            if arrivals.results or None in out:  # (the others were read already: no race to look at)
-                _, _, _, _, infos = env.recv()
-                ready = infos["env_id"].tolist()
-                continue
-            waiting = select.poll()
-            for call in out:
-                waiting.register(call.channel.fileno(), select.POLLIN)  # type: ignore[union-attr]
-            deadline = time.monotonic() + BACK_WITHIN
-            while len(waiting.poll(100)) < 2:  # both replies in
-                assert time.monotonic() < deadline
-            taken = arrivals.fast.taken
+            others, out = _sent_with_both_out(env, ready)
+            _both_in(out)
+            taken = fast.taken
             _, _, _, _, infos = env.recv()
             assert infos["env_id"].tolist() == others
-            if arrivals.fast.taken > taken:  # (taken the steady way, not by the general one)
+            if fast.taken > taken:
                 checked.append(tuple(others))
             ready = others
     finally:
@@ -203,22 +229,11 @@ def test_a_reply_the_keeper_reads_while_recv_polls_is_returned_at_once(
     env = RemoteVectorEnv(batched.addresses, mode="lockstep", frameskip=FRAMESKIP, batch_size=GAMES)
     fast = env._arrivals.fast  # type: ignore[union-attr]
     try:
-        env.reset(seed=3)
-        env.send([[]] * N)
-        _, _, _, _, infos = env.recv()
-        ready = infos["env_id"].tolist()
-        for _ in range(6):  # (the steady way: nothing in when recv looks, both batches its own)
-            env.send([[]] * GAMES, ready)
-            _, _, _, _, infos = env.recv()
-            ready = infos["env_id"].tolist()
+        others, out = _sent_with_both_out(env, _started(env, 3, rounds=6))
         taken = fast.taken
         assert taken >= 4
-        others = [i for i in range(N) if i not in ready]
-        env.send([[]] * GAMES, ready)
-        assert not env._arrivals.results  # type: ignore[union-attr]
         replies = env._core._lockstep.replies  # type: ignore[union-attr]
         watched = replies.poller_of
-
         polls: list[float] = []
 
         def keeper_first(fds: tuple[int, ...]) -> Any:  # (as if the keeper ran just before the poll)
@@ -227,20 +242,13 @@ def test_a_reply_the_keeper_reads_while_recv_polls_is_returned_at_once(
             class Late:
                 def poll(self, timeout: float) -> Any:
                     polls.append(timeout)
-                    for i in range(N):
-                        call = env._core.slots[i].batch
-                        if call is not None:
-                            call.channel.serve_idle()
+                    for call in out:
+                        call.channel.serve_idle()
                     return poller.poll(timeout)
 
             return Late()
 
-        waiting = select.poll()
-        for i in (ready[0], others[0]):
-            waiting.register(env._core.slots[i].batch.channel.fileno(), select.POLLIN)  # type: ignore[union-attr]
-        deadline = time.monotonic() + BACK_WITHIN
-        while len(waiting.poll(100)) < 2:  # both replies in, unread
-            assert time.monotonic() < deadline
+        _both_in(out)  # (in, unread)
         monkeypatch.setattr(replies, "poller_of", keeper_first)
         _, _, _, truncated, infos = env.recv()
         monkeypatch.undo()
@@ -260,17 +268,9 @@ def test_a_steady_recv_interrupted_after_its_reply_came_is_returned_by_the_next(
     env = RemoteVectorEnv(batched.addresses, mode="lockstep", frameskip=FRAMESKIP, batch_size=GAMES)
     fast = env._arrivals.fast  # type: ignore[union-attr]
     try:
-        env.reset(seed=4)
-        env.send([[]] * N)
-        _, _, _, _, infos = env.recv()
-        ready = infos["env_id"].tolist()
-        for _ in range(6):
-            env.send([[]] * GAMES, ready)
-            _, _, _, _, infos = env.recv()
-            ready = infos["env_id"].tolist()
+        _sent_with_both_out(env, _started(env, 4, rounds=6))
         steady = fast.taken
         assert steady >= 4
-        env.send([[]] * GAMES, ready)
         before = {slot.index: slot.returned for slot in env._core.slots}
 
         def interrupted(*args: Any, **kwargs: Any) -> bool:
