@@ -31,7 +31,7 @@ from rewarder.batch_messages import BATCH_STEP, REPLY_BATCH_STEP
 from rewarder.errors import ConnectionClosed
 
 from .batched import BatchCall
-from .lockstep_fast import Group, plan_groups, take_plain
+from .lockstep_fast import Group, moved_on, plan_groups, take_plain
 from .lockstep_replies import POLL_SLICE
 from .slot_state import Phase
 
@@ -111,7 +111,7 @@ class FastArrivals:
         if not self.enabled or self._groups() is None:
             return False
         group = self._by_rows.get(frozenset(ids))
-        if group is None or len(ids) != len(group.slots) or not self._steady(group):
+        if group is None or not self._steady(group):  # (ids: no remote twice, the caller checked)
             return False
         lane, batches = self.lane, self.steps.batches
         assert batches is not None
@@ -240,20 +240,13 @@ class FastArrivals:
     def _deliver(self, group: Group) -> None:
         """Each remote's state moved on and its result filed, as the general deliver does."""
         arrivals = self.arrivals
-        now = time.monotonic()
         taken = set(group.slots)
         arrivals.out = [slot for slot in arrivals.out if slot not in taken]
-        for slot, session, channel, reward, frame, episode, head in zip(
-                group.slots, group.sessions, group.channels, group.rewards, group.frames, group.numbers,
-                group.infos, strict=True):
+        moved_on(group.slots, group.shareds, group.frames, group.numbers)
+        for slot, channel, reward, frame, episode, head in zip(
+                group.slots, group.channels, group.rewards, group.frames, group.numbers, group.infos,
+                strict=True):
             slot.pending = slot.batch = slot.reply = slot.vnc_frame = None
-            slot.steps += 1
-            slot.returned, slot.episode, slot.progress_at = frame, episode, now
-            if slot.seen is None or slot.seen < frame:
-                slot.seen = frame
-            shared = session.shared
-            shared.last = (frame, episode)
-            shared.shm_frames += 1
             info = {**head, "episode_id": episode, "frame": frame, "remote.connected": True,
                     "text": slot.take_texts(), "rewarder.rtt": channel.rtt,
                     "rewarder.clock_skew": channel.clock_skew}

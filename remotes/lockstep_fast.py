@@ -411,15 +411,7 @@ class FastSteps:
             for slot in slots:
                 slot.reply = slot.vnc_frame = None
         # (``pending``, ``batch`` and ``deadline`` were never set: see _Out)
-        now = time.monotonic()
-        for slot, shared, frame, episode in zip(slots, plan.shareds, frames, episodes, strict=True):
-            slot.steps += 1
-            slot.returned, slot.episode, slot.progress_at = frame, episode, now
-            seen = slot.seen  # (the newest frame seen: this one, unless one was newer)
-            if seen is None or seen < frame:
-                slot.seen = frame
-            shared.last = (frame, episode)
-            shared.shm_frames += 1
+        moved_on(slots, plan.shareds, frames, episodes)
         measured = list(map(_MEASURED, plan.channels))
         if measured != plan.measured:  # (a ping since: each channel's read again)
             plan.remeasure(measured)
@@ -448,6 +440,21 @@ class FastSteps:
                      columns=steady_infos(heads, columns, n, fixed))
 
 
+def moved_on(slots: Sequence[Slot], shareds: Sequence[Any], frames: Sequence[int],
+             episodes: Sequence[int]) -> None:
+    """Each slot one plain step on, its frame (of its episode) read from the segment: the
+    state the general deliver moves on (the steady step's, send/recv's steady recv)."""
+    now = time.monotonic()
+    for slot, shared, frame, episode in zip(slots, shareds, frames, episodes, strict=True):
+        slot.steps += 1
+        slot.returned, slot.episode, slot.progress_at = frame, episode, now
+        seen = slot.seen  # (the newest frame seen: this one, unless one was newer)
+        if seen is None or seen < frame:
+            slot.seen = frame
+        shared.last = (frame, episode)
+        shared.shm_frames += 1
+
+
 def take_plain(batches: Batches | None, group: Group, body: dict[str, Any], batch: np.ndarray) -> bool:
     """Whether ``group``'s reply is plain (each game's step as the general step reads
     it: no end, no refusal, the episode it was sent for, nothing else heard since,
@@ -469,13 +476,11 @@ def take_plain(batches: Batches | None, group: Group, body: dict[str, Any], batc
     shm = body.get("shm")
     reader = group.reader
     if shm != group.shm or reader is None:
-        if type(shm) is not list or len(shm) != 4:
-            return False
-        if batches is None:
+        if type(shm) is not list or len(shm) != 4 or batches is None:
             return False
         try:
             reader = group.reader = batches.reader(group.token, (shm[0], shm[1], shm[2], shm[3]),
-                                               read_held(body.get(HELD_KEY)))
+                                                   read_held(body.get(HELD_KEY)))
         except (OSError, ValueError, TypeError):  # (the general step says why)
             return False
         group.shm = shm

@@ -478,10 +478,9 @@ class RemoteVectorEnv(VectorEnv[np.ndarray, Any, np.ndarray]):
         if _SEQUENCES.issuperset(map(type, actions)) and all(
                 map(self._good_events.__contains__, map(id, chain.from_iterable(actions)))):
             return list(map(list, actions))
-        if ids is None:
-            return [self._checked(i, action) for i, action in enumerate(actions)]
+        rows = range(len(actions)) if ids is None else ids
         return [self._checked(i, action) if 0 <= i < self.num_envs else action
-                for i, action in zip(ids, actions, strict=True)]
+                for i, action in zip(rows, actions, strict=True)]
 
     def _checked(self, i: int, action: Any) -> Any:
         """Remote ``i``'s action as the stepper takes it (a string, or a list of events),
