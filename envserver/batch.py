@@ -14,7 +14,9 @@ one player, so the seats' barrier has nothing to gather), or the sliced
 table, refusals, observers' rewards and VNC frames for viewers; only the frame goes into
 slot i of one shared segment for the batch (:class:`rewarder.shm_slots.SlotSegment`, one
 per connection that sends batches: a sealed memfd while its requests ask for one, else a
-``/dev/shm`` file) instead of the game's own. A step refused (a stale
+``/dev/shm`` file) instead of the game's own, or, when the request names one, into the
+agent's own buffer (:class:`rewarder.shm_bank.BankTarget`: the rows it names, opened once
+per connection; where it cannot be, the connection's segment, the reply saying why). A step refused (a stale
 episode, a game not held by the sender, a game in real time) is refused alone, with its
 reason in its place of the reply; the others step.
 """
@@ -25,8 +27,9 @@ import secrets
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rewarder.batch_messages import BatchStepRequest, reply_body
+from rewarder.batch_messages import BankInto, BatchStepRequest, reply_body
 from rewarder.errors import BadRequest
+from rewarder.shm_bank import MAX_BUFFERS, BankTarget, peer_pid
 from rewarder.shm_slots import SlotSegment
 
 from .orders import OBS_SHM, Refused, StepOrder
@@ -44,8 +47,11 @@ class BatchGames:
         #: Names this process in the games' describes (a new one per process start).
         self.token = secrets.token_hex(8)
         self.remotes = list(remotes)
-        #: Each sending connection's segment, until that connection closes.
+        #: Each sending connection's segment, and the agent's buffers it named (or why
+        #: one cannot be used), until that connection closes.
         self._segments: dict[Any, SlotSegment] = {}
+        self._targets: dict[Any, dict[tuple[str, int, int], BankTarget | str]] = {}
+        self._owners: set[Any] = set()
         for i, remote in enumerate(self.remotes):
             remote.batch_describe = {"process": self.token, "game": i}
             remote.batch_games = self
@@ -59,10 +65,20 @@ class BatchGames:
         remotes: list[Remote | str] = [self._held(e.game, client_id) for e in entries]
         shape = next((r.core.runtime.frame_shape for r in remotes if not isinstance(r, str)),
                      None)
-        segment = self._segment(owner, shape, request.memfd) if shape is not None else None
+        segment: SlotSegment | BankTarget | None = None
+        slots: Sequence[int] = range(len(entries))
+        into, why = request.into, None
+        if shape is not None and into is not None:
+            target = self._target(owner, into, shape)
+            if isinstance(target, str):
+                why = target
+            else:
+                segment, slots = target, into.slots
+        if segment is None and shape is not None:
+            segment = self._segment(owner, shape, request.memfd)
         results: list[Reply | str] = []
         later: list[tuple[int, Remote, StepOrder]] = []
-        for slot, (entry, remote) in enumerate(zip(entries, remotes, strict=True)):
+        for slot, entry, remote in zip(slots, entries, remotes, strict=True):
             if isinstance(remote, str):
                 results.append(remote)
                 continue
@@ -83,14 +99,17 @@ class BatchGames:
                 results.append("")
             else:
                 results.append(done)
-        shm, held = (segment.reply, segment.held) if segment is not None else (None, None)
+        ends: tuple[Any, ...] = (None, None, None, why)
+        if isinstance(segment, BankTarget):
+            ends = (None, None, segment.name, None)
+        elif segment is not None:
+            ends = (segment.reply, segment.held, None, why)
         if not later:
-            return reply_body(results, shm, held)
-        return self._step_later(results, later, shm, held)
+            return reply_body(results, *ends)
+        return self._step_later(results, later, ends)
 
     async def _step_later(
-        self, results: list[Reply | str], later: list[tuple[int, Remote, StepOrder]], shm: Any,
-        held: Any,
+        self, results: list[Reply | str], later: list[tuple[int, Remote, StepOrder]], ends: tuple[Any, ...],
     ) -> dict[str, Any]:
         """The steps that run sliced (long ones), one after another."""
         for at, remote, order in later:
@@ -98,7 +117,7 @@ class BatchGames:
                 results[at] = await remote.seats.step(order)
             except Refused as exc:
                 results[at] = exc.reason
-        return reply_body(results, shm, held)
+        return reply_body(results, *ends)
 
     def _held(self, game: int, client_id: str) -> Remote | str:
         """Game ``game`` if the batch's sender is its active agent, else why not."""
@@ -123,8 +142,7 @@ class BatchGames:
             return segment
         if segment is not None:
             segment.close()
-        else:
-            owner.closed.add_done_callback(lambda _: self._drop(owner))
+        self._watch(owner)
         try:
             segment = SlotSegment(len(self.remotes), height, width, sealed)
         except OSError as exc:
@@ -134,13 +152,59 @@ class BatchGames:
         self._segments[owner] = segment
         return segment
 
+    def _target(self, owner: Any, into: BankInto, shape: tuple[int, ...]) -> BankTarget | str:
+        """The agent's buffer ``into`` names, opened once per sending connection (a few
+        kept: the agent takes turns between them), or why it cannot be (kept too: the
+        agent stops asking when told)."""
+        targets = self._targets.get(owner)
+        if targets is None:
+            targets = self._targets[owner] = {}
+            self._watch(owner)
+        key = (into.name, into.fd, into.inode)
+        height, width = shape[0], shape[1]
+        target = targets.get(key)
+        if isinstance(target, str) or (target is not None and target.fits(into.rows, height, width)):
+            return target
+        if target is not None:
+            target.close()
+        while len(targets) >= 2 * MAX_BUFFERS:  # (the oldest goes: the agent let go of it)
+            old = targets.pop(next(iter(targets)))
+            if not isinstance(old, str):
+                old.close()
+        sock = owner.transport.get_extra_info("socket") if getattr(owner, "transport", None) else None
+        pid = peer_pid(sock)
+        made: BankTarget | str
+        if pid is None:
+            made = ("frames in the agent's buffer need the rewarder's Unix socket (an agent on "
+                    "this machine): they are in this connection's segment")
+        else:
+            try:
+                made = BankTarget(pid, into.name, into.fd, into.inode, into.rows, height, width)
+            except (OSError, ValueError) as exc:
+                made = (f"the agent's buffer cannot be used ({exc}): the frames are in this "
+                        "connection's segment")
+        targets[key] = made
+        return made
+
+    def _watch(self, owner: Any) -> None:
+        """Drop ``owner``'s segment and buffers when its connection closes (once)."""
+        if owner not in self._owners:
+            self._owners.add(owner)
+            owner.closed.add_done_callback(lambda _: self._drop(owner))
+
     def _drop(self, owner: Any) -> None:
+        self._owners.discard(owner)
         segment = self._segments.pop(owner, None)
         if segment is not None:
             segment.close()
+        for target in self._targets.pop(owner, {}).values():
+            if not isinstance(target, str):
+                target.close()
 
     def close(self) -> None:
         """Remove every segment (the process ends)."""
+        for owner in list(self._owners):
+            self._drop(owner)
         for segment in self._segments.values():
             segment.close()
         self._segments.clear()

@@ -9,8 +9,9 @@ process); remotes whose describes name the same token, that step through shared 
 and are nothing but single-player games, go together. The request goes on the channel of
 the group's first remote; the reply's frames are read from the batch's segment straight
 into the rows of the vector's batch with one ``preadv``
-(:class:`rewarder.shm_slots.SlotReader`), and each remote's share becomes that remote's
-reply, which the lockstep lane delivers as if it had come alone.
+(:class:`rewarder.shm_slots.SlotReader`), or were written there by the remote when the
+steady step asked (:attr:`Batches.bank`, rewarder/shm_bank.py), and each remote's share
+becomes that remote's reply, which the lockstep lane delivers as if it had come alone.
 
 **What does not change.** Resets, autoresets and ``same_step`` episode ends go on each
 remote's own channel as before (first frames through its own segment); a remote alone in
@@ -34,6 +35,7 @@ from rewarder import batch_messages
 from rewarder.batch_messages import DESCRIBE_KEY, BatchStepReply
 from rewarder.errors import ConnectionClosed, RemoteError
 from rewarder.protocol import StepReply
+from rewarder.shm_bank import Bank
 from rewarder.shm_slots import SlotReader
 
 from .slot import Slot
@@ -117,6 +119,8 @@ class Batches:
         #: Each slot's (describe, client id, token, game) as last read from its describe
         #: (read again when either changes: a reconnect, a lease).
         self._routes: dict[Slot, tuple[Any, str | None, str | None, int]] = {}
+        #: The vector's own buffers the steady step has its remotes write frames into.
+        self.bank = Bank()
 
     def route(self, slot: Slot) -> tuple[str, int] | None:
         """``slot``'s batch token (its process's, noted in :attr:`token_of`) and its game
@@ -184,11 +188,18 @@ class Batches:
         """The batch's frames from its segment into the vector's batch, in one read."""
         frames = self.lane.gate.frames
         assert frames is not None
-        if reply.shm is None:
+        if reply.into_error is not None:
+            self.bank.stop(reply.into_error)
+        buffer = None if reply.into is None else self.bank.named(reply.into)
+        if reply.shm is None and buffer is None:
             return
         token = self.token_of.get(call.slots[0])
         try:
-            held = self.reader(token, reply.shm, reply.shm_fd).read_rows(frames, call.rows)
+            if buffer is not None:
+                held = buffer.read_rows(frames, call.rows)
+            else:
+                assert reply.shm is not None
+                held = self.reader(token, reply.shm, reply.shm_fd).read_rows(frames, call.rows)
         except (OSError, ValueError) as exc:
             self._failed(call, token, exc)
             return
@@ -285,6 +296,7 @@ class Batches:
                    if t == token and other is not slot and other.phase is Phase.AWAY)
 
     def close(self) -> None:
+        self.bank.close()
         for reader in (*self._readers.values(), *self._spares.values()):
             reader.close()
         self._spares.clear()

@@ -9,9 +9,11 @@ entry of the request), sends one ``v0.batch.step`` per group, takes each group's
 as one parsed message (``take_raw`` of rewarder.blocking_socket), checks it and reads
 its frames from the segment with one ``preadv`` as soon as it is in (while the other
 processes still step), and, when every reply is a plain step whose frame came through
-the segment, fills in the slots and the infos inline. The checks and the columns go a
-process or a key at a time (``map`` over the plan's lists), not a remote at a time: on
-a busy machine each Python step of the agent's is paid for in cache misses.
+the segment, fills in the slots and the infos inline. Where it can, it has the remotes
+write the frames straight into the batch it returns (a buffer of the vector's bank,
+rewarder/shm_bank.py): then only the frames' headers are read. The checks and the
+columns go a process or a key at a time (``map`` over the plan's lists), not a remote at
+a time: on a busy machine each Python step of the agent's is paid for in cache misses.
 
 **The general step stays the one source of truth.** The plan is made again after any
 step, reset or restore that did not come this way. A step is taken here only while
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import operator
 import time
+from dataclasses import replace
 from itertools import repeat
 from operator import attrgetter, itemgetter, methodcaller
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -36,6 +39,7 @@ import numpy as np
 from rewarder.batch_messages import (
     BATCH_STEP,
     HELD_KEY,
+    INTO_KEY,
     REPLY_BATCH_STEP,
     read_held,
     step_entry,
@@ -54,6 +58,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from rewarder.blocking import BlockingRewarder
+    from rewarder.shm_bank import BankBuffer
     from rewarder.shm_slots import SlotReader
 
     from .batched import Batches
@@ -131,13 +136,20 @@ class _Out:
     the :class:`~remotes.batched.BatchCall` of each, made only when the step leaves the
     fast way (:meth:`calls`): a plain step, taken whole here, never needs them."""
 
-    __slots__ = ("groups", "ids", "made", "batches", "deadline")
+    __slots__ = ("groups", "ids", "made", "batches", "deadline", "buffer")
 
-    def __init__(self, batches: Batches, deadline: float) -> None:
+    def __init__(self, batches: Batches, deadline: float, buffer: BankBuffer | None) -> None:
         self.groups: list[Group] = []
         self.ids: list[int] = []
         self.made: list[BatchCall] = []
         self.batches, self.deadline = batches, deadline
+        #: The bank's buffer the remotes write the frames into (None: their segments).
+        self.buffer = buffer
+
+    def answered(self) -> bool:
+        """Whether every request out has its reply in (no remote writes into
+        :attr:`buffer` any more)."""
+        return len(self.made) == len(self.ids) and all(c.done and c.failure is None for c in self.made)
 
     def calls(self) -> list[BatchCall]:
         """Each request's call, its slots' request noted on them (``pending``, ``batch``,
@@ -260,6 +272,7 @@ class FastSteps:
         groups = plan_groups(batches, lane.slots)
         if groups is None:
             return None
+        batches.bank.settle()  # (nothing is out: no remote writes into a buffer now)
         return _Plan(groups, lane.num)
 
     def step(self, actions: Sequence[Sequence[Any]]) -> Batch | None:
@@ -290,20 +303,23 @@ class FastSteps:
         lane.same_step = False
         previous = lane.gate.frames
         assert previous is not None
-        batch = np.empty_like(previous)  # (a new batch each step; each row written by its reply,
-        # or by the general step's copies of the previous frame)
+        buffer = self._buffer(plan, previous)
+        # A new batch each step (the bank's buffer nobody holds, else a fresh array); each
+        # row written by its reply, or by the general step's copies of the previous frame.
+        batch = np.empty_like(previous) if buffer is None else buffer.batch()
         lane.gate.frames = batch
         written: set[int] = set()
         steps.replies.written = written
-        out = _Out(batches, time.monotonic() + lane.stall_timeout)
+        out = _Out(batches, time.monotonic() + lane.stall_timeout, buffer)
         lost: tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]] | None = None
         sent: list[Slot] = []
         try:
             for group in plan.groups:
                 lead = group.channel
                 try:
-                    message_id = lead.send_batch_steps(group.request(actions, frameskip),
-                                                       batches.asks_memfd(group.token))
+                    message_id = lead.send_batch_steps(
+                        group.request(actions, frameskip), batches.asks_memfd(group.token),
+                        None if buffer is None else buffer.ask(group.rows))
                 except (ConnectionClosed, OSError) as exc:  # as Batches.send reports it
                     out.calls()
                     if lost is None:
@@ -325,20 +341,44 @@ class FastSteps:
             raise
         if lost is not None:
             out.calls()
-            return self._general(sent, batch, previous, written, lost)
+            return self._general(out, sent, batch, previous, written, lost)
         try:
             return self._wait(plan, out, sent, batch, previous, written)
         except BaseException:
             self.plan = None
             raise
 
-    def _general(self, sent: list[Slot], batch: np.ndarray, previous: np.ndarray, written: set[int],
+    def _buffer(self, plan: _Plan, previous: np.ndarray) -> BankBuffer | None:
+        """The bank's buffer this step's frames go into, where every process's remote can
+        reach it (its own segment was reached through ``/proc``); None: a fresh array."""
+        batches = self.steps.batches
+        assert batches is not None
+        bank = batches.bank
+        if bank.off is not None or not all(batches.asks_memfd(group.token) for group in plan.groups):
+            return None
+        n, height, width = previous.shape[:3]
+        return bank.take(n, height, width)
+
+    def _general(self, out: _Out, sent: list[Slot], batch: np.ndarray, previous: np.ndarray,
+                 written: set[int],
                  outcome: tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]] | None = None,
                  ) -> Batch:
-        """The step's second half the general way (its requests are out)."""
+        """The step's second half the general way (its requests are out). A bank buffer
+        a remote may still write into (its reply never came) is not handed out: the
+        caller gets a copy, and the buffer is retired (dropped once nothing is out)."""
         self.plan = None
-        return self.steps.finish(Sent.out(outcome or self.steps.lane.outcome(), sent, batch, previous,
+        done = self.steps.finish(Sent.out(outcome or self.steps.lane.outcome(), sent, batch, previous,
                                           written))
+        buffer = out.buffer
+        if buffer is None:
+            return done
+        if out.answered():
+            buffer.in_flight = False
+            out.batches.bank.used += 1
+            return done
+        buffer.retired = True
+        kept = self.steps.lane.gate.frames = done.obs.copy()  # (the next step's previous frames too)
+        return replace(done, obs=kept)
 
     def _wait(self, plan: _Plan, out: _Out, sent: list[Slot], batch: np.ndarray,
               previous: np.ndarray, written: set[int]) -> Batch:
@@ -370,7 +410,7 @@ class FastSteps:
                     plain = False
                     break
                 taken[j] = got[1]
-                if not take_plain(self.steps.batches, group, got[0]["body"], batch):
+                if not take_plain(self.steps.batches, group, got[0]["body"], batch, out.buffer):
                     plain = False
                     break
         except BaseException:  # (an interrupt: the replies wait where the general step looks)
@@ -378,10 +418,13 @@ class FastSteps:
             self._untake(out, taken)
             raise
         if plain:
+            if out.buffer is not None:
+                out.buffer.in_flight = False
+                out.batches.bank.used += 1
             return self._deliver(plan, batch)  # (taken for good)
         out.calls()
         self._untake(out, taken)
-        return self._general(sent, batch, previous, written)
+        return self._general(out, sent, batch, previous, written)
 
     @staticmethod
     def _untake(out: _Out, taken: list[bytes | None]) -> None:
@@ -455,10 +498,12 @@ def moved_on(slots: Sequence[Slot], shareds: Sequence[Any], frames: Sequence[int
         shared.shm_frames += 1
 
 
-def take_plain(batches: Batches | None, group: Group, body: dict[str, Any], batch: np.ndarray) -> bool:
+def take_plain(batches: Batches | None, group: Group, body: dict[str, Any], batch: np.ndarray,
+               buffer: BankBuffer | None = None) -> bool:
     """Whether ``group``'s reply is plain (each game's step as the general step reads
     it: no end, no refusal, the episode it was sent for, nothing else heard since,
-    its frame read from the segment into ``batch``); its results kept in ``group``.
+    its frame read from the segment into ``batch``, or written by the remote into
+    ``buffer``, whose rows ``batch`` is); its results kept in ``group``.
     False: nothing changed but rows of ``batch`` (the general way)."""
     entries = body.get("steps")
     if type(entries) is not list or len(entries) != len(group.slots):
@@ -473,6 +518,11 @@ def take_plain(batches: Batches | None, group: Group, body: dict[str, Any], batc
             or not all(map(_QUIET, group.buffers))
             or list(map(_ERROR, group.shareds)).count(None) != len(entries)):
         return False
+    if buffer is not None:
+        if body.get(INTO_KEY) != buffer.name or not buffer.holds(group.rows, frames, group.numbers):
+            return False  # (the general step reads them where the reply says, and says why not)
+        group.rewards, group.frames, group.infos = rewards, frames, infos
+        return True
     shm = body.get("shm")
     reader = group.reader
     if shm != group.shm or reader is None:

@@ -17,7 +17,9 @@ The frames go into one shared-memory segment (:mod:`rewarder.shm_slots`), step i
 slot i, so the agent reads them all at once: out of a read-only mapping when the
 segment is a sealed memfd (the request's ``"memfd": true``, which an agent sends once it
 reached the remote's fds through ``/proc``: the reply's ``shm_fd``), else with one
-``preadv`` of the file.
+``preadv`` of the file. Or, for an agent on the same machine that asks (``"into"``), into
+the agent's own buffer, the array it hands its caller (:mod:`rewarder.shm_bank`): the
+reply then says ``"into": name`` instead of naming a segment.
 """
 
 from __future__ import annotations
@@ -41,6 +43,17 @@ MAX_BATCH_STEPS: Final = MAX_GAMES_PER_PROCESS
 MEMFD_KEY: Final = "memfd"
 #: The reply's key saying where the remote holds the segment open: ``[pid, fd]``.
 HELD_KEY: Final = "shm_fd"
+#: The request's key naming the agent's buffer for the frames (:mod:`rewarder.shm_bank`):
+#: ``[name, fd, inode, rows, [row of each step]]``; the reply's, the buffer's name when the
+#: frames went there.
+INTO_KEY: Final = "into"
+#: Rows an agent's buffer may have, and characters its name (a request naming more is refused).
+MAX_BANK_ROWS: Final = 1024
+MAX_BANK_NAME_CHARS: Final = 200
+#: The reply's key saying why they did not (they are in the segment ``shm`` names).
+INTO_ERROR_KEY: Final = "into_error"
+#: Characters of a reply's ``into_error`` the agent keeps (it logs it).
+MAX_INTO_ERROR_CHARS: Final = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +75,20 @@ class BatchStepRequest:
     steps: tuple[BatchEntry, ...]
     #: The sender asks for the frames in a sealed memfd (it reaches this process's fds).
     memfd: bool = False
+    #: The sender's buffer for the frames, if it names one (:mod:`rewarder.shm_bank`).
+    into: BankInto | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BankInto:
+    """A request's ``into``: the agent's buffer (its name, its fd and inode in the agent,
+    its rows) and the row of each step's frame."""
+
+    name: str
+    fd: int
+    inode: int
+    rows: int
+    slots: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +105,9 @@ class BatchStepReply:
     shm: tuple[str, int, int, int] | None
     steps: tuple[StepReply | str, ...]
     shm_fd: tuple[int, int] | None = None
+    #: The agent's buffer the frames went into (the request's ``into``), or why not.
+    into: str | None = None
+    into_error: str | None = None
 
 
 #: One game's step as a caller gives it: ``(game, episode id, events, frames)``.
@@ -117,12 +147,17 @@ def steps_json(entries: list[dict[str, Any]]) -> bytes:
                         "send numbers, strings, booleans and lists of them") from None
 
 
-def request_bytes(message_id: int, sent_at: float, steps: bytes, memfd: bool = False) -> bytes:
+def request_bytes(message_id: int, sent_at: float, steps: bytes, memfd: bool = False,
+                  into: bytes | None = None) -> bytes:
     """The whole request, as ``orjson.dumps`` gives its message (its headers, then its body
     ``{"obs": "shm", "steps": ...}``) but with ``steps`` (:func:`steps_json`) put in as it is:
-    a vector step sends one a process, and the envelope is the same bytes each time."""
+    a vector step sends one a process, and the envelope is the same bytes each time.
+    ``into``: the JSON of the body's ``into`` (:data:`INTO_KEY`)."""
+    head = _MEMFD_HEAD if memfd else _BODY_HEAD
+    if into is not None:
+        head = head[:-len(_STEPS)] + _INTO + into + b"," + _STEPS
     return b"".join((_REQUEST_HEAD, b"%d" % message_id, _SENT_AT, orjson.dumps(sent_at),
-                     _MEMFD_HEAD if memfd else _BODY_HEAD, steps, _REQUEST_TAIL))
+                     head, steps, _REQUEST_TAIL))
 
 
 _REQUEST_HEAD: Final = b'{"method":"' + BATCH_STEP.encode() + b'","headers":{"message_id":'
@@ -130,16 +165,19 @@ _SENT_AT: Final = b',"sent_at":'
 _BODY_HEAD: Final = b'},"body":{"obs":"shm","steps":'
 _MEMFD_HEAD: Final = b'},"body":{"obs":"shm","' + MEMFD_KEY.encode() + b'":true,"steps":'
 _REQUEST_TAIL: Final = b"}}"
+_STEPS: Final = b'"steps":'
+_INTO: Final = b'"' + INTO_KEY.encode() + b'":'
 
 
 def reply_body(
     steps: list[tuple[int, dict[str, Any]] | str], shm: list[str | int] | None,
-    held: list[int] | None = None,
+    held: list[int] | None = None, into: str | None = None, into_error: str | None = None,
 ) -> dict[str, Any]:
     """The reply's body (the server's side) from each step's ``(episode id, step reply
     body)`` or refusal, and the segment (``held``: where this process holds it open,
-    ``shm_fd``: a key older agents do not read). Each step's body is the step's own (made
-    for this reply): its episode id goes into it, not into a copy."""
+    ``shm_fd``: a key older agents do not read), or the agent's buffer the frames went
+    into (``into``), or why they did not (``into_error``). Each step's body is the step's
+    own (made for this reply): its episode id goes into it, not into a copy."""
     out: list[dict[str, Any]] = []
     for step in steps:
         if isinstance(step, str):
@@ -148,9 +186,13 @@ def reply_body(
             episode_id, body = step
             body["episode_id"] = str(episode_id)
             out.append(body)
-    if held is not None:
-        return {"shm": shm, HELD_KEY: held, "steps": out}
-    return {"shm": shm, "steps": out}
+    if into is not None:
+        return {INTO_KEY: into, "steps": out}
+    reply: dict[str, Any] = {"shm": shm, HELD_KEY: held, "steps": out} if held is not None else {
+        "shm": shm, "steps": out}
+    if into_error is not None:
+        reply[INTO_ERROR_KEY] = into_error
+    return reply
 
 
 def read_held(raw: object) -> tuple[int, int] | None:
@@ -196,5 +238,8 @@ def read_reply(parent: Any, body: dict[str, Any], sent_at: float, runtime: float
         elif type(episode) is not int:
             episode = parse_episode_id(episode)  # (says what is wrong)
         steps.append(StepReply(parent, episode, float(reward), done, info, frame, sent_at, runtime, None))
-    return BatchStepReply(parent, sent_at, runtime, shm, tuple(steps), read_held(body.get(HELD_KEY)))
+    into, into_error = body.get(INTO_KEY), body.get(INTO_ERROR_KEY)
+    return BatchStepReply(parent, sent_at, runtime, shm, tuple(steps), read_held(body.get(HELD_KEY)),
+                          into if type(into) is str else None,
+                          None if into_error is None else f"{into_error}"[:MAX_INTO_ERROR_CHARS])
 

@@ -497,7 +497,7 @@ class BlockingRewarder(BlockingSocket):
         """
         return self.send_batch_steps(steps_json(step_entries(steps)), memfd)
 
-    def send_batch_steps(self, steps: bytes, memfd: bool = False) -> int:
+    def send_batch_steps(self, steps: bytes, memfd: bool = False, into: bytes | None = None) -> int:
         """Send a ``v0.batch.step`` whose steps are ``steps``
         (:func:`rewarder.batch_messages.steps_json`): a vector's steady steps keep each
         game's entry and send one of these a process.
@@ -505,6 +505,7 @@ class BlockingRewarder(BlockingSocket):
         Args:
             steps: the JSON of the request's steps.
             memfd: ask for the frames in a sealed memfd (:mod:`rewarder.shm`).
+            into: the JSON of the agent's buffer for the frames (:mod:`rewarder.shm_bank`).
 
         Returns:
             The request's message id.
@@ -515,7 +516,7 @@ class BlockingRewarder(BlockingSocket):
         with self._lock:
             numbering = self._need_proto().numbering  # (as ClientConnection numbers a request)
             message_id = numbering.next_message_id
-            data = request_bytes(message_id, numbering.clock(), steps, memfd)
+            data = request_bytes(message_id, numbering.clock(), steps, memfd, into)
             numbering.next_message_id = message_id + 1
             self.outstanding[message_id] = BATCH_STEP  # first: an interrupt after the send
             self._send_text(data, SEND_TIMEOUT)

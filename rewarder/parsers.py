@@ -13,9 +13,13 @@ from typing import Any, cast
 
 from .batch_messages import (
     BATCH_STEP,
+    INTO_KEY,
+    MAX_BANK_NAME_CHARS,
+    MAX_BANK_ROWS,
     MAX_BATCH_STEPS,
     MEMFD_KEY,
     REPLY_BATCH_STEP,
+    BankInto,
     BatchEntry,
     BatchStepRequest,
     read_reply,
@@ -73,6 +77,7 @@ from .protocol import (
     is_number,
     parse_episode_id,
 )
+from .shm import MAX_FD
 from .snapshot_messages import (
     REPLY_SNAPSHOT,
     RESTORE,
@@ -246,7 +251,26 @@ def parse_batch_step(message_id: Any, sent_at: float, msg: Message) -> BatchStep
     memfd = msg.body.get(MEMFD_KEY, False)
     if type(memfd) is not bool:
         raise ValueError(f"{MEMFD_KEY} must be true or false (frames in a sealed memfd), not {memfd!r}")
-    return BatchStepRequest(message_id, sent_at, tuple(entries), memfd)
+    raw_into = msg.body.get(INTO_KEY)
+    into = None if raw_into is None else _parse_into(raw_into, len(entries))
+    return BatchStepRequest(message_id, sent_at, tuple(entries), memfd, into)
+
+
+def _parse_into(raw: Any, steps: int) -> BankInto:
+    """A batch step's ``into`` (rewarder/shm_bank.py): the agent's buffer and each step's row."""
+    shape = (f"{INTO_KEY} must be [name, fd, inode, rows, [row of each step]] (frames in the "
+             f"agent's buffer, rewarder/shm_bank.py), rows 1..{MAX_BANK_ROWS} (MAX_BANK_ROWS)")
+    if not (type(raw) is list and len(raw) == 5 and type(raw[0]) is str and len(raw[0]) <= MAX_BANK_NAME_CHARS
+            and all(type(v) is int for v in raw[1:4]) and type(raw[4]) is list):
+        raise ValueError(f"{shape}, not {raw!r:.200}")
+    name, fd, inode, rows, slots = raw
+    if not (0 <= fd < MAX_FD and 0 <= inode and 1 <= rows <= MAX_BANK_ROWS):
+        raise ValueError(f"{shape}, not {raw!r:.200}")
+    if (len(slots) != steps or any(type(row) is not int or not 0 <= row < rows for row in slots)
+            or len(set(slots)) != steps):
+        raise ValueError(f"{INTO_KEY}'s rows must give each of the {steps} steps its own row in "
+                         f"0..{rows - 1}, not {slots!r:.200}")
+    return BankInto(name, fd, inode, rows, tuple(slots))
 
 
 def _parse_properties(message_id: Any, sent_at: float, msg: Message) -> PropertiesRequest:

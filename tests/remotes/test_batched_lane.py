@@ -47,19 +47,22 @@ def batched() -> Iterator[LocalRemotes]:
 
 class Counted:
     """Counts the batch requests this process sends (each goes through ``send_batch_steps``),
-    those that ask for a sealed memfd, and the segment readers that map one."""
+    those that ask for a sealed memfd and those that name the vector's own buffer for the
+    frames, and the segment readers that map one."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.sent = self.memfd = 0
+        self.sent = self.memfd = self.into = 0
         #: Each segment reader's :attr:`SlotReader.mapped` as it was opened.
         self.mapped: list[bool] = []
         send = BlockingRewarder.send_batch_steps
         made = SlotReader.__init__
 
-        def counted(channel: BlockingRewarder, steps: bytes, memfd: bool = False) -> int:
+        def counted(channel: BlockingRewarder, steps: bytes, memfd: bool = False,
+                    into: bytes | None = None) -> int:
             self.sent += 1
             self.memfd += memfd
-            return send(channel, steps, memfd)
+            self.into += into is not None
+            return send(channel, steps, memfd, into)
 
         def kept(reader: SlotReader, *args: Any, **kwargs: Any) -> None:
             made(reader, *args, **kwargs)

@@ -90,24 +90,31 @@ def notebook_env(mode: str) -> dict[str, Any]:
     return {"steps": len(rewards), "distinct_obs": len(seen), "rewards": rewards, "frames": frames}
 
 
-def notebook_vector(mode: str) -> dict[str, Any]:
+def notebook_vector(mode: str, games_per_process: int | None = None) -> dict[str, Any]:
+    """2 remotes in a process each, or (``games_per_process``) 4 batched in 2 processes of
+    2, whose steady steps return the arrays the remotes wrote into (rewarder/shm_bank.py)."""
     extra = LOCKSTEP if mode == "lockstep" else []
-    with start_local("builtin.Catch-v0", 2, extra_args=extra) as local:
+    n = 2 if games_per_process is None else 4
+    with start_local("builtin.Catch-v0", n, extra_args=extra, games_per_process=games_per_process) as local:
         env = RemoteVectorEnv(local, mode=mode, frameskip=2)
         try:
             obs, info = env.reset(seed=1)
             seen, rewards, frames = {digest(obs)}, [], []
             for i in range(NOTEBOOK_STEPS):
-                actions = [[("KeyEvent", "Left", i % 2 == 0)], [("KeyEvent", "Right", i % 2 == 0)]]
+                actions = [[("KeyEvent", "Left" if e % 2 else "Right", i % 2 == 0)] for e in range(n)]
                 obs, reward, terminated, truncated, info = env.step(actions)
-                assert obs.shape[0] == 2 and reward.shape == (2,), (obs.shape, reward.shape)
-                assert not info.get("_remote.error", np.zeros(2, bool)).any(), info
+                assert obs.shape[0] == n and reward.shape == (n,), (obs.shape, reward.shape)
+                assert not info.get("_remote.error", np.zeros(n, bool)).any(), info
                 seen.add(digest(obs))
                 rewards.append([float(r) for r in reward])
                 frames.append([int(f) for f in info["frame"]])
+            steps = getattr(env._core, "_lockstep", None)  # (lockstep only)
+            batches = None if steps is None else steps.batches
+            in_place = 0 if batches is None else batches.bank.used
         finally:
             env.close()
-    return {"steps": len(rewards), "distinct_obs": len(seen), "rewards": rewards, "frames": frames}
+    return {"steps": len(rewards), "distinct_obs": len(seen), "rewards": rewards, "frames": frames,
+            "in_place": in_place}
 
 
 def notebook_send_recv() -> dict[str, Any]:
@@ -164,6 +171,7 @@ NOTEBOOK_KINDS: Final[dict[str, Callable[[], dict[str, Any]]]] = {
     "RemoteEnv-realtime": lambda: notebook_env("realtime"),
     "RemoteVectorEnv-lockstep": lambda: notebook_vector("lockstep"),
     "RemoteVectorEnv-realtime": lambda: notebook_vector("realtime"),
+    "RemoteVectorEnv-batched-lockstep": lambda: notebook_vector("lockstep", games_per_process=2),
     "RemoteVectorEnv-send-recv": notebook_send_recv,
     "RemoteParallelEnv-Duel": notebook_parallel,
 }
