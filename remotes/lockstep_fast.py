@@ -378,6 +378,9 @@ class FastSteps:
             return done
         buffer.retired = True
         kept = self.steps.lane.gate.frames = done.obs.copy()  # (the next step's previous frames too)
+        for call in out.made:  # (a late write may have landed in those rows: their frames again)
+            if not (call.done and call.failure is None):
+                kept[call.rows] = previous[call.rows]
         return replace(done, obs=kept)
 
     def _wait(self, plan: _Plan, out: _Out, sent: list[Slot], batch: np.ndarray,
