@@ -168,21 +168,23 @@ class Bank:
 
     def take(self, rows: int, height: int, width: int) -> BankBuffer | None:
         """A free buffer of that shape (made when none is and fewer than the most are),
-        marked in flight; None: the step makes a fresh array."""
-        if self.off is not None:
+        marked in flight; None: the step makes a fresh array. Free buffers of another
+        shape (a reset switched the env) go."""
+        if self.off is not None or rows > MAX_BANK_ROWS:
             return None
-        for buffer in self.buffers:
-            if buffer.free() and (buffer.rows, buffer.height, buffer.width) == (rows, height, width):
-                buffer.in_flight = True
-                return buffer
-        live = [b for b in self.buffers if not b.retired]
-        if len(live) >= MAX_BUFFERS:
-            spare = next((b for b in live if b.free()), None)
-            if spare is None:
-                return None
-            self.buffers.remove(spare)  # (another shape's: a reset switched the env)
-            spare.close()
-        if rows > MAX_BANK_ROWS:
+        shape, found = (rows, height, width), None
+        for buffer in self.buffers[:]:  # (one pass: a step's own cost)
+            if not buffer.free():
+                continue
+            if (buffer.rows, buffer.height, buffer.width) != shape:
+                self.buffers.remove(buffer)
+                buffer.close()
+            elif found is None:
+                found = buffer
+        if found is not None:
+            found.in_flight = True
+            return found
+        if sum(not b.retired for b in self.buffers) >= MAX_BUFFERS:
             return None
         try:
             buffer = BankBuffer(rows, height, width)

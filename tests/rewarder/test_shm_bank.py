@@ -108,6 +108,21 @@ def test_a_buffer_is_handed_out_again_only_once_nobody_holds_it() -> None:
         bank.close()
 
 
+def test_a_new_screen_size_lets_go_of_the_old_sizes_buffers_nobody_holds() -> None:
+    bank = Bank()
+    try:
+        old = [bank.take(ROWS, HEIGHT, WIDTH) for _ in range(2)]
+        held = old[0].batch()  # type: ignore[union-attr]
+        bank.settle()
+        new = bank.take(ROWS, HEIGHT + 2, WIDTH)
+        assert new is not None and bank.buffers == [old[0], new]  # the held one stays
+        del held
+        bank.settle()
+        assert bank.take(ROWS, HEIGHT + 2, WIDTH) is not None and old[0] not in bank.buffers
+    finally:
+        bank.close()
+
+
 def test_a_stopped_bank_hands_out_nothing_and_says_why_once(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="rewarder.shm_bank")
     bank = Bank()
