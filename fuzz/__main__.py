@@ -4,10 +4,11 @@ Starts ``universe-remote serve builtin.Catch-v0`` as a subprocess for each port 
 for the rewarder and the dm_env_rpc runs, real time for the RFB run, so a healthy viewer
 always has new frames), fuzzes it on 127.0.0.1, and prints the counts, the remote's RSS
 (at the start, at the end, its peak, and along the way) and its log lines by kind. Exits 1
-if anything crashed, hung or went unanswered, or (dm_env_rpc) a kind of log line came more
-often than once per ``LOG_INTERVAL`` or with a traceback. ``make fuzz`` runs it with the
-defaults: 1,000,000 rewarder messages, 100,000 RFB messages and 100,000 dm_env_rpc
-requests. ``0`` skips a port.
+if anything crashed, hung or went unanswered, the remote logged a traceback, or
+(dm_env_rpc) a kind of log line came more often than once per ``LOG_INTERVAL``. ``make
+fuzz`` runs it with the defaults: 1,000,000 rewarder messages (the rewarder's remote
+serves two games, so that its batch steps reach them), 100,000 RFB messages and 100,000
+dm_env_rpc requests. ``0`` skips a port.
 """
 
 from __future__ import annotations
@@ -106,7 +107,9 @@ def fuzz_one(name: str, count: int, seed: int) -> bool:
     grpc_port = free_port() if name == "grpc" else 0
     if name == "grpc":
         extra += ["--dm-env-rpc-port", str(grpc_port)]
-    with start_local("builtin.Catch-v0", 1, extra_args=extra) as local:
+    # The rewarder's: two games in the process, so that its batch steps reach the games.
+    games = 2 if name == "rewarder" else 1
+    with start_local("builtin.Catch-v0", games, extra_args=extra, games_per_process=games) as local:
         local.keep_logs = True
         pid = local.processes[0].pid
         address = local.addresses[0]
@@ -142,7 +145,9 @@ def fuzz_one(name: str, count: int, seed: int) -> bool:
     for kind, n in kinds.most_common(20):
         print(f"    {n:6d}  {kind}")
     bad = result.get("unanswered", 0) + result.get("hangs", 0) + result.get("crashes", 0)
-    held = bad == 0 and alive
+    held = bad == 0 and alive and not tracebacks  # (a traceback: a request took a bug's path)
+    if tracebacks:
+        print(f"  the remote logged {tracebacks} tracebacks: a request reached a bug")
     if name == "grpc":
         # A kind logs once per interval, plus once at the start and once at shutdown.
         most = math.ceil(took / LOG_INTERVAL) + 2

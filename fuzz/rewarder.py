@@ -24,7 +24,9 @@ BATCH: Final = 50
 #: Seconds a checkpoint may take before it counts as a hang.
 CHECKPOINT_TIMEOUT: Final = 10.0
 METHODS: Final = ("v0.env.reset", "v0.env.step", "v0.control.ping", "v0.agent.action",
-                  "v0.env.describe", "v0.nope", "", "v0.reply.error")
+                  "v0.env.describe", "v0.nope", "", "v0.reply.error", "v0.batch.step")
+#: The client id the fuzzer connects with: its batch steps drive the game it holds.
+CLIENT_ID: Final = "fuzz"
 KEYS: Final = ("Left", "Right", "space", "Up", "a", "NoSuchKey", "", 65361, -1, 2**40)
 
 
@@ -65,6 +67,25 @@ def _event(rng: random.Random) -> list[Any]:
     return ["PointerEvent", rng.randint(-5, 300), rng.randint(-5, 300), rng.randint(-1, 300)]
 
 
+def _batch_body(rng: random.Random) -> dict[str, Any]:
+    """A batch step's body: games held and not, bad fields, and an agent's buffer for the
+    frames that is (over TCP) never usable, well-formed or not (rewarder/shm_bank.py)."""
+    steps = [{"game": rng.choice([0, 0, 1, -1, 70, "0"]), "episode_id": rng.choice(["0", "1", "x", None]),
+              "action": [_event(rng) for _ in range(rng.randrange(3))], "frames": rng.choice([1, 4, 0, "4"])}
+             for _ in range(rng.randrange(4))]
+    body: dict[str, Any] = {"obs": rng.choice(["shm", "shm", "vnc"]), "steps": steps}
+    if rng.random() < 0.5:
+        rows = rng.choice([1, 2, 8, 0, 5000])
+        body["into"] = rng.choice([
+            ["universe-remote-frame-bank-1-f", rng.randint(-1, 64), rng.randint(0, 2**40), rows,
+             [rng.randrange(-1, 3) for _ in steps]],
+            ["universe-remote-frame-bank-1-f", 3, 7, rows, list(range(len(steps)))],
+            _value(rng)])
+    if rng.random() < 0.1:
+        body["memfd"] = _value(rng)
+    return body
+
+
 def message(rng: random.Random, message_id: int) -> tuple[str | bytes, bool]:
     """A message to send and whether it is a request (expects a reply)."""
     roll = rng.random()
@@ -83,6 +104,8 @@ def message(rng: random.Random, message_id: int) -> tuple[str | bytes, bool]:
         body["action"] = [_event(rng) for _ in range(rng.randrange(4))]
     if method == "v0.env.step":
         body["frames"] = rng.choice([1, 2, 4, 0, -1, "4", 20, None])
+    if method == "v0.batch.step":
+        body.update(_batch_body(rng))
     if method == "v0.env.reset":
         body.update(rng.choice([{}, {"seed": rng.randint(-1, 2**33)}, {"fps": _value(rng)},
                                 {"mode": rng.choice(["lockstep", "realtime", "x"])},
@@ -107,7 +130,8 @@ async def run(port: int, count: int, seed: int = 0) -> Counts:
     rng = random.Random(seed)
     counts = Counts()
     url = f"ws://127.0.0.1:{port}"
-    ws = await connect(url, compression=None, max_size=None)
+    ws = await connect(url, compression=None, max_size=None,
+                       additional_headers={"openai-client-id": CLIENT_ID})
     await ws.recv()  # describe
     next_id = 10**9  # checkpoint ids, apart from the fuzzed ones
     while counts.messages < count:
@@ -150,7 +174,8 @@ async def run(port: int, count: int, seed: int = 0) -> Counts:
 
 async def _reopen(url: str, counts: Counts) -> Any:
     try:
-        ws = await connect(url, compression=None, max_size=None, open_timeout=CHECKPOINT_TIMEOUT)
+        ws = await connect(url, compression=None, max_size=None, open_timeout=CHECKPOINT_TIMEOUT,
+                           additional_headers={"openai-client-id": CLIENT_ID})
         await ws.recv()
         return ws
     except (OSError, TimeoutError, websockets.InvalidHandshake):

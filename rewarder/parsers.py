@@ -36,6 +36,7 @@ from .protocol import (
     MAX_FPS,
     MAX_KEY_NAME_CHARS,
     MAX_PROPERTY_KEY_CHARS,
+    MAX_RESET_EPISODE_ID,
     MAX_SEED,
     MAX_STEP_FRAMES,
     MIN_FPS,
@@ -126,7 +127,7 @@ def _parse_any_event(index: int, event: object) -> ActionEvent:
 
 def _parse_reset(message_id: Any, sent_at: float, msg: Message) -> ResetRequest:
     raw_episode = msg.headers.get("episode_id")
-    episode_id = None if raw_episode is None else parse_episode_id(raw_episode)
+    episode_id = None if raw_episode is None else parse_episode_id(raw_episode, MAX_RESET_EPISODE_ID)
     body = msg.body
     env_id, seed, fps = body.get("env_id"), body.get("seed"), body.get("fps")
     if env_id is not None and not isinstance(env_id, str):

@@ -181,18 +181,32 @@ class Message:
         return cls(method, headers, body)
 
 
-def parse_episode_id(value: object) -> int:
-    """Episode ids travel as decimal strings ("7"); integers are accepted too."""
-    if isinstance(value, bool):
-        raise ValueError(f"episode_id must be a string holding an integer, not {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
+#: The largest episode id a message may carry: the 64-bit fields that carry ids (a frame
+#: segment's header, a VNC frame tag) hold it.
+MAX_EPISODE_ID: Final = 2**63 - 1
+#: The largest a reset may name (the remote counts on from it, one a reset): the largest
+#: integer a JSON number keeps exactly in every language, far inside 64 bits.
+MAX_RESET_EPISODE_ID: Final = 2**53 - 1
+#: Characters of an episode id string read at most (its digits, a sign, spaces).
+MAX_EPISODE_ID_CHARS: Final = 32
+
+
+def parse_episode_id(value: object, limit: int = MAX_EPISODE_ID) -> int:
+    """Episode ids travel as decimal strings ("7"); integers are accepted too, in
+    0..``limit`` (:data:`MAX_EPISODE_ID`; a reset's :data:`MAX_RESET_EPISODE_ID`)."""
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and len(value) <= MAX_EPISODE_ID_CHARS:
         try:
-            return int(value)
+            number = int(value)
         except ValueError:
             pass
-    raise ValueError(f"episode_id must be a string holding an integer, not {value!r}")
+    if number is None:
+        raise ValueError(f"episode_id must be a string holding an integer, not {value!r:.100}")
+    if not 0 <= number <= limit:
+        raise ValueError(f"episode_id must be in 0..{limit}, not {value!r:.100}")
+    return number
 
 
 #: The JSON number types orjson gives (a bool is not one): ``type(x) in JSON_NUMBERS`` is

@@ -14,7 +14,8 @@ from remotes import start_local
 from remotes.local import LocalRemotes
 from rewarder.batch_messages import BatchStepReply
 from rewarder.blocking import BlockingRewarder
-from rewarder.protocol import StepReply
+from rewarder.protocol import MAX_RESET_EPISODE_ID, StepReply
+from rewarder.shm import FrameReader
 from rewarder.shm_slots import SlotReader
 from tests.wire import WireClient
 
@@ -82,3 +83,32 @@ def test_a_batch_steps_the_games_its_agent_holds_and_refuses_the_others_alone(
     finally:
         held.close()
         other.close()
+
+
+async def test_an_episode_id_no_frame_header_can_follow_is_refused_and_the_game_steps_on(
+    two_games: LocalRemotes,
+) -> None:
+    """A reset naming an episode id past MAX_RESET_EPISODE_ID (the fuzzer's "99999999999999999999"
+    made the next batch step fail writing its frame's 64-bit header, and the game
+    recover): refused saying so; one at the bound is taken, and the game steps on through
+    shared memory, its frame's header holding the id after it."""
+    client = await WireClient.open(two_games.addresses[1].rewarder_port)
+    try:
+        for bad in ("99999999999999999999", "-1"):
+            refused = await client.reset(bad, mode="lockstep")
+            assert refused["method"] == "v0.reply.error", refused
+            assert f"episode_id must be in 0..{MAX_RESET_EPISODE_ID}" in refused["body"]["message"]
+        taken = await client.reset(str(MAX_RESET_EPISODE_ID), mode="lockstep")
+        episode = taken["headers"]["episode_id"]
+        assert taken["method"] == "v0.reply.env.reset" and int(episode) == MAX_RESET_EPISODE_ID + 1
+        await client.send("v0.env.step", {"action": [], "frames": 2, "obs": "shm"}, episode_id=episode)
+        reply = await client.recv_until("v0.reply.env.step")
+        name, height, width = reply["body"]["shm"]
+        frame = np.zeros((height, width, 3), np.uint8)
+        reader = FrameReader(name, height, width)
+        try:
+            assert reader.read_into(frame) == (reply["body"]["frame"], MAX_RESET_EPISODE_ID + 1)
+        finally:
+            reader.close()
+    finally:
+        await client.close()
