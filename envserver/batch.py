@@ -16,9 +16,9 @@ slot i of one shared segment for the batch (:class:`rewarder.shm_slots.SlotSegme
 per connection that sends batches: a sealed memfd while its requests ask for one, else a
 ``/dev/shm`` file) instead of the game's own, or, when the request names one, into the
 agent's own buffer (:class:`rewarder.shm_bank.BankTarget`: the rows it names, opened once
-per connection; where it cannot be, the connection's segment, the reply saying why). A step refused (a stale
-episode, a game not held by the sender, a game in real time) is refused alone, with its
-reason in its place of the reply; the others step.
+per connection; where it cannot be, the connection's segment, the reply saying why). A
+step refused (a stale episode, a game not held by the sender, a game in real time) is
+refused alone, with its reason in its place of the reply; the others step.
 """
 
 from __future__ import annotations
@@ -202,9 +202,6 @@ class BatchGames:
                 target.close()
 
     def close(self) -> None:
-        """Remove every segment (the process ends)."""
+        """Remove every segment and let go of every agent's buffer (the process ends)."""
         for owner in list(self._owners):
             self._drop(owner)
-        for segment in self._segments.values():
-            segment.close()
-        self._segments.clear()

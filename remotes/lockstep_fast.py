@@ -521,11 +521,19 @@ def take_plain(batches: Batches | None, group: Group, body: dict[str, Any], batc
             or not all(map(_QUIET, group.buffers))
             or list(map(_ERROR, group.shareds)).count(None) != len(entries)):
         return False
-    if buffer is not None:
+    if buffer is not None:  # (written in place: its headers say so, else the general step
         if body.get(INTO_KEY) != buffer.name or not buffer.holds(group.rows, frames, group.numbers):
-            return False  # (the general step reads them where the reply says, and says why not)
-        group.rewards, group.frames, group.infos = rewards, frames, infos
-        return True
+            return False  # reads them where the reply says, and says why not)
+    elif not _read_segment(batches, group, body, batch, frames):
+        return False
+    group.rewards, group.frames, group.infos = rewards, frames, infos
+    return True
+
+
+def _read_segment(batches: Batches | None, group: Group, body: dict[str, Any], batch: np.ndarray,
+                  frames: tuple[int, ...]) -> bool:
+    """``group``'s frames read from the segment its reply names into ``batch``: whether
+    each slot held the frame its reply says (else the general step reads them again)."""
     shm = body.get("shm")
     reader = group.reader
     if shm != group.shm or reader is None:
@@ -538,10 +546,7 @@ def take_plain(batches: Batches | None, group: Group, body: dict[str, Any], batc
             return False
         group.shm = shm
     try:
-        if not reader.read_plain(batch, group.rows, frames, group.numbers):
-            return False
+        return reader.read_plain(batch, group.rows, frames, group.numbers)
     except (OSError, ValueError):  # (the general step reads it again, and says why)
         group.shm = group.reader = None
         return False
-    group.rewards, group.frames, group.infos = rewards, frames, infos
-    return True

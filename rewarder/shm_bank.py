@@ -88,7 +88,8 @@ class BankBuffer:
         self.inode = os.fstat(self.fd).st_ino
         #: A request's steps are out naming this buffer (written by remotes until answered).
         self.in_flight = False
-        #: Never used again: a request naming it went unanswered (a remote may still write).
+        #: Not handed out again: a request naming it went unanswered (a remote may still
+        #: write); :meth:`Bank.settle` drops it once nothing is out.
         self.retired = False
         #: Per tuple of rows a process's games take: its request's ``into`` (JSON).
         self.asks: dict[tuple[int, ...], bytes] = {}
