@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 from typing import Final
 
-ROOT: Final = Path(__file__).resolve().parents[1]
+from tests.quick_bench import quick_round
+
 #: Seconds its quick round may take (measured: 2 s on the 2-core VM).
 TIMEOUT: Final = 120
 #: A row of its table: the placement, then the socket's and the doorbell's wall, ratio,
@@ -21,14 +19,12 @@ ROW: Final = re.compile(rf"^  (free|cross-CPU|same CPU){_NUMBER * 2} +[\d.]+{_NU
 
 
 def test_the_quick_round_times_socket_and_eventfd_in_each_placement_and_ends_its_peers() -> None:
-    done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "doorbell"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=TIMEOUT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = ROW.findall(done.stdout)
+    stdout = quick_round("doorbell", TIMEOUT)
+    rows = ROW.findall(stdout)
     two = len(os.sched_getaffinity(0)) >= 2  # (cross-CPU needs two)
-    assert [row[0] for row in rows] == ["free", *(["cross-CPU"] if two else []), "same CPU"], done.stdout
+    assert [row[0] for row in rows] == ["free", *(["cross-CPU"] if two else []), "same CPU"], stdout
     assert all(float(value) > 0 for row in rows for value in row[1:])
-    assert len(re.findall(r"a doorbell saves -?[\d.]+ us of CPU a round trip", done.stdout)) == 3
+    assert len(re.findall(r"a doorbell saves -?[\d.]+ us of CPU a round trip", stdout)) == 3
     assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _is_peer(pid)]
 
 

@@ -4,12 +4,10 @@ in one vector and finds most steady steps' frames written in place."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 from typing import Final
 
-ROOT: Final = Path(__file__).resolve().parents[1]
+from tests.quick_bench import quick_round
+
 #: Seconds its quick round may take (a vector of 4 Pong remotes started, 2 rounds).
 TIMEOUT: Final = 240
 ROW: Final = re.compile(r"^  n=4 \(\d+ processes\) +([\d,]+) +([\d,]+) +(\d+) +(\d+) +(\d+)% +([\d.]+)x$",
@@ -17,11 +15,9 @@ ROW: Final = re.compile(r"^  n=4 \(\d+ processes\) +([\d,]+) +([\d,]+) +(\d+) +(
 
 
 def test_the_quick_round_times_both_ways_and_writes_most_frames_in_place() -> None:
-    done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "frames_in_place"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=TIMEOUT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = ROW.findall(done.stdout)
-    assert len(rows) == 1, done.stdout
+    stdout = quick_round("frames_in_place", TIMEOUT)
+    rows = ROW.findall(stdout)
+    assert len(rows) == 1, stdout
     fast, slow, fast_cpu, slow_cpu, share, ratio = rows[0]
-    assert all(float(v.replace(",", "")) > 0 for v in (fast, slow, fast_cpu, slow_cpu, ratio)), done.stdout
-    assert int(share) > 80, done.stdout
+    assert all(float(v.replace(",", "")) > 0 for v in (fast, slow, fast_cpu, slow_cpu, ratio)), stdout
+    assert int(share) > 80, stdout
