@@ -169,13 +169,15 @@ def create_sealed(name: str, size: int) -> tuple[int, mmap.mmap]:
         raise
 
 
-def open_held(pid: object, fd: object, name: str) -> tuple[int, os.stat_result, str]:
-    """Open read-only the segment ``name`` as process ``pid`` holds it open (fd ``fd``,
-    both from a reply, untrusted): our fd, its stat and its kind: ``"sealed"`` (a memfd of
-    that name that cannot shrink: safe to map), ``"memfd"`` (one that can: read it by
-    copy) or ``"file"`` (the ``/dev/shm`` file of that name, by the path it shows). An
-    OSError (another PID namespace, no ``/proc``, a process we may not inspect) or a
-    ValueError (another file, not a regular one, another user's) otherwise."""
+def open_held(pid: object, fd: object, name: str, writable: bool = False) -> tuple[int, os.stat_result, str]:
+    """Open read-only (``writable``: for writing too) the segment ``name`` as process
+    ``pid`` holds it open (fd ``fd``, both from a reply or a request, untrusted): our fd,
+    its stat and its kind: ``"sealed"`` (a memfd of that name that cannot shrink: safe to
+    map), ``"memfd"`` (one that can: read it by copy) or ``"file"`` (the ``/dev/shm`` file
+    of that name, by the path it shows). An OSError (another PID namespace, no ``/proc``,
+    a process we may not inspect) or a ValueError (another file, not a regular one,
+    another user's) otherwise. The agent reaches a remote's segment so, and a remote an
+    agent's frame buffer (:mod:`rewarder.shm_bank`)."""
     path = segment_path(name)
     if not (type(pid) is int and 0 < pid < MAX_PID and type(fd) is int and 0 <= fd < MAX_FD):
         raise ValueError(f"frame segment {name}: [{pid!r}, {fd!r}] is not a pid and an fd")
@@ -183,7 +185,8 @@ def open_held(pid: object, fd: object, name: str) -> tuple[int, os.stat_result, 
     before = os.stat(link)  # (before opening: opening a device or a FIFO may do something)
     if not stat.S_ISREG(before.st_mode) or before.st_uid != os.geteuid():
         raise ValueError(f"fd {fd} of process {pid} is not a regular file of this user")
-    ours = os.open(link, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    access = os.O_RDWR if writable else os.O_RDONLY
+    ours = os.open(link, access | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         st = os.fstat(ours)
         if not same_file(ours, before) or st.st_uid != os.geteuid():

@@ -40,7 +40,6 @@ import os
 import platform
 import secrets
 import socket
-import stat
 import struct
 import sys
 from collections.abc import Sequence
@@ -242,21 +241,15 @@ class BankTarget:
         if not name.startswith(BANK_PREFIX):
             raise ValueError(f"{name!r} is not a frame buffer's name")
         self.name, self.inode, self.rows, self.height, self.width = name, inode, rows, height, width
-        link = shm.PROC_FD.format(pid=pid, fd=fd)
-        before = os.stat(link)
-        if not stat.S_ISREG(before.st_mode) or before.st_uid != os.geteuid() or before.st_ino != inode:
-            raise ValueError(f"fd {fd} of the agent (pid {pid}) is not frame buffer {name} of this user")
-        ours = os.open(link, os.O_RDWR | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        ours, st, kind = shm.open_held(pid, fd, name, writable=True)  # (of this user, that memfd)
         try:
-            if not shm.same_file(ours, before):
-                raise ValueError(f"fd {fd} of the agent (pid {pid}) changed while it was opened")
-            if os.readlink(shm.PROC_FD.format(pid="self", fd=ours)) != f"/memfd:{name} (deleted)":
-                raise ValueError(f"fd {fd} of the agent (pid {pid}) is not the memfd {name}")
-            if not NEEDED_SEALS or fcntl.fcntl(ours, fcntl.F_GET_SEALS) & NEEDED_SEALS != NEEDED_SEALS:
+            if st.st_ino != inode or kind == "file":
+                raise ValueError(f"fd {fd} of the agent (pid {pid}) is not frame buffer {name} of this user")
+            if kind != "sealed" or fcntl.fcntl(ours, fcntl.F_GET_SEALS) & NEEDED_SEALS != NEEDED_SEALS:
                 raise ValueError(f"frame buffer {name} is not sealed against shrinking and growing")
             size = bank_size(rows, height, width)
-            if before.st_size < size:
-                raise ValueError(f"frame buffer {name} has {before.st_size} bytes, not the {size} "
+            if st.st_size < size:
+                raise ValueError(f"frame buffer {name} has {st.st_size} bytes, not the {size} "
                                  f"of {rows} {width}x{height} frames")
             self._map = mmap.mmap(ours, size)
         finally:

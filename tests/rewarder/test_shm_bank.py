@@ -55,7 +55,7 @@ def test_a_remote_writes_rows_the_agent_reads_in_place(buffer: BankBuffer) -> No
 
 @pytest.mark.parametrize(("changed", "why"), [
     ({"inode": 1}, "not frame buffer"),
-    ({"name": "universe-remote-frame-bank-0-other"}, "is not the memfd"),
+    ({"name": "universe-remote-frame-bank-0-other"}, "not frame segment universe-remote-frame-bank-0-other"),
     ({"name": "something-else"}, "is not a frame buffer's name"),
     ({"rows": ROWS + 1}, "bytes, not the"),
     ({"fd": 2**20}, "No such file"),
