@@ -90,6 +90,11 @@ class BatchCall:
             raise RemoteError(answer, batch_messages.BATCH_STEP)
         return answer
 
+    @property
+    def answered(self) -> bool:
+        """Its reply is in (the remote is done with it), its connection not lost."""
+        return self.done and self.failure is None
+
     def _arrived(self, reply: Any) -> None:
         self.done = True
         if not isinstance(reply, BatchStepReply) or len(reply.steps) != len(self.slots):

@@ -149,7 +149,7 @@ class _Out:
     def answered(self) -> bool:
         """Whether every request out has its reply in (no remote writes into
         :attr:`buffer` any more)."""
-        return len(self.made) == len(self.ids) and all(c.done and c.failure is None for c in self.made)
+        return len(self.made) == len(self.ids) and all(call.answered for call in self.made)
 
     def calls(self) -> list[BatchCall]:
         """Each request's call, its slots' request noted on them (``pending``, ``batch``,
@@ -373,13 +373,12 @@ class FastSteps:
         if buffer is None:
             return done
         if out.answered():
-            buffer.in_flight = False
-            out.batches.bank.used += 1
+            out.batches.bank.handed(buffer)
             return done
         buffer.retired = True
         kept = self.steps.lane.gate.frames = done.obs.copy()  # (the next step's previous frames too)
         for call in out.made:  # (a late write may have landed in those rows: their frames again)
-            if not (call.done and call.failure is None):
+            if not call.answered:
                 kept[call.rows] = previous[call.rows]
         return replace(done, obs=kept)
 
@@ -422,8 +421,7 @@ class FastSteps:
             raise
         if plain:
             if out.buffer is not None:
-                out.buffer.in_flight = False
-                out.batches.bank.used += 1
+                out.batches.bank.handed(out.buffer)
             return self._deliver(plan, batch)  # (taken for good)
         out.calls()
         self._untake(out, taken)

@@ -9,7 +9,7 @@ every refusal here is a ``ValueError`` whose message says what was wrong.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from .batch_messages import (
     BATCH_STEP,
@@ -257,16 +257,19 @@ def parse_batch_step(message_id: Any, sent_at: float, msg: Message) -> BatchStep
     return BatchStepRequest(message_id, sent_at, tuple(entries), memfd, into)
 
 
+#: What a batch step's ``into`` must be (a refusal's words).
+_INTO_SHAPE: Final = (f"{INTO_KEY} must be [name, fd, inode, rows, [row of each step]] (frames in the "
+                      f"agent's buffer, rewarder/shm_bank.py), rows 1..{MAX_BANK_ROWS} (MAX_BANK_ROWS)")
+
+
 def _parse_into(raw: Any, steps: int) -> BankInto:
     """A batch step's ``into`` (rewarder/shm_bank.py): the agent's buffer and each step's row."""
-    shape = (f"{INTO_KEY} must be [name, fd, inode, rows, [row of each step]] (frames in the "
-             f"agent's buffer, rewarder/shm_bank.py), rows 1..{MAX_BANK_ROWS} (MAX_BANK_ROWS)")
     if not (type(raw) is list and len(raw) == 5 and type(raw[0]) is str and len(raw[0]) <= MAX_BANK_NAME_CHARS
             and all(type(v) is int for v in raw[1:4]) and type(raw[4]) is list):
-        raise ValueError(f"{shape}, not {raw!r:.200}")
+        raise ValueError(f"{_INTO_SHAPE}, not {raw!r:.200}")
     name, fd, inode, rows, slots = raw
     if not (0 <= fd < MAX_FD and 0 <= inode and 1 <= rows <= MAX_BANK_ROWS):
-        raise ValueError(f"{shape}, not {raw!r:.200}")
+        raise ValueError(f"{_INTO_SHAPE}, not {raw!r:.200}")
     if (len(slots) != steps or any(type(row) is not int or not 0 <= row < rows for row in slots)
             or len(set(slots)) != steps):
         raise ValueError(f"{INTO_KEY}'s rows must give each of the {steps} steps its own row in "

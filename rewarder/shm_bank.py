@@ -195,6 +195,11 @@ class Bank:
         buffer.in_flight = True
         return buffer
 
+    def handed(self, buffer: BankBuffer) -> None:
+        """``buffer``'s step is answered and handed to the caller: nothing is out on it."""
+        buffer.in_flight = False
+        self.used += 1
+
     def named(self, name: str) -> BankBuffer | None:
         """The buffer a reply names, if it is one of ours."""
         return next((b for b in self.buffers if b.name == name), None)
