@@ -19,14 +19,16 @@ import orjson
 import websockets
 from websockets.asyncio.client import connect
 
+from rewarder.protocol import CLIENT_ID_HEADER
+
 #: Messages between two checkpoints (pings).
 BATCH: Final = 50
 #: Seconds a checkpoint may take before it counts as a hang.
 CHECKPOINT_TIMEOUT: Final = 10.0
 METHODS: Final = ("v0.env.reset", "v0.env.step", "v0.control.ping", "v0.agent.action",
                   "v0.env.describe", "v0.nope", "", "v0.reply.error", "v0.batch.step")
-#: The client id the fuzzer connects with: its batch steps drive the game it holds.
-CLIENT_ID: Final = "fuzz"
+#: The fuzzer's handshake headers: a client id, so that its batch steps drive the game it holds.
+HEADERS: Final = {CLIENT_ID_HEADER: "fuzz"}
 KEYS: Final = ("Left", "Right", "space", "Up", "a", "NoSuchKey", "", 65361, -1, 2**40)
 
 
@@ -131,7 +133,7 @@ async def run(port: int, count: int, seed: int = 0) -> Counts:
     counts = Counts()
     url = f"ws://127.0.0.1:{port}"
     ws = await connect(url, compression=None, max_size=None,
-                       additional_headers={"openai-client-id": CLIENT_ID})
+                       additional_headers=HEADERS)
     await ws.recv()  # describe
     next_id = 10**9  # checkpoint ids, apart from the fuzzed ones
     while counts.messages < count:
@@ -175,7 +177,7 @@ async def run(port: int, count: int, seed: int = 0) -> Counts:
 async def _reopen(url: str, counts: Counts) -> Any:
     try:
         ws = await connect(url, compression=None, max_size=None, open_timeout=CHECKPOINT_TIMEOUT,
-                           additional_headers={"openai-client-id": CLIENT_ID})
+                           additional_headers=HEADERS)
         await ws.recv()
         return ws
     except (OSError, TimeoutError, websockets.InvalidHandshake):

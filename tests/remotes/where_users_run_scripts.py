@@ -101,7 +101,7 @@ def notebook_vector(mode: str, games_per_process: int | None = None) -> dict[str
             obs, info = env.reset(seed=1)
             seen, rewards, frames = {digest(obs)}, [], []
             for i in range(NOTEBOOK_STEPS):
-                actions = [[("KeyEvent", "Left" if e % 2 else "Right", i % 2 == 0)] for e in range(n)]
+                actions = [[("KeyEvent", "Right" if e % 2 else "Left", i % 2 == 0)] for e in range(n)]
                 obs, reward, terminated, truncated, info = env.step(actions)
                 assert obs.shape[0] == n and reward.shape == (n,), (obs.shape, reward.shape)
                 assert not info.get("_remote.error", np.zeros(n, bool)).any(), info
