@@ -14,6 +14,9 @@ from typing import Any
 
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from rewarder.protocol import CLOSE_BUSY
 
 TIMEOUT = 10.0
 
@@ -40,6 +43,27 @@ class WireClient:
             open_timeout=TIMEOUT,
         )
         return cls(ws)
+
+    @classmethod
+    async def open_agent(cls, port: int, timeout: float = TIMEOUT) -> WireClient:
+        """The remote's active client, once the one before has gone: a remote frees its
+        slot only after it has seen the last agent's socket close, so a connect right after
+        another agent's ``close()`` may be refused busy (4009) for a moment. The remote's
+        ``v0.env.describe`` is in ``seen``."""
+        async with asyncio.timeout(timeout):
+            while True:
+                client = await cls.open(port)
+                try:
+                    first = await client.recv(timeout)
+                except ConnectionClosed as exc:
+                    if exc.rcvd is None or exc.rcvd.code != CLOSE_BUSY:
+                        raise
+                    continue
+                if first["method"] == "v0.env.describe":
+                    return client
+                await client.ws.wait_closed()  # the refusal's text, then its close code
+                if client.ws.close_code != CLOSE_BUSY:
+                    raise AssertionError(f"refused, not busy: {first}")
 
     async def send(self, method: str, body: dict[str, Any] | None = None, **headers: Any) -> int:
         message_id = self.next_id

@@ -92,7 +92,7 @@ async def test_an_episode_id_no_frame_header_can_follow_is_refused_and_the_game_
     made the next batch step fail writing its frame's 64-bit header, and the game
     recover): refused saying so; one at the bound is taken, and the game steps on through
     shared memory, its frame's header holding the id after it."""
-    client = await WireClient.open(two_games.addresses[1].rewarder_port)
+    client = await WireClient.open_agent(two_games.addresses[1].rewarder_port)  # agent-b's, a moment ago
     try:
         for bad in ("99999999999999999999", "-1"):
             refused = await client.reset(bad, mode="lockstep")

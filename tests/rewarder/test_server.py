@@ -210,13 +210,7 @@ async def test_one_active_client_and_observers(start_remote: StartRemote) -> Non
 
 
 async def remote_slot_free(port: int) -> None:
-    async with asyncio.timeout(10):
-        while True:
-            client = await WireClient.open(port)
-            first = await client.recv()
-            await client.close()
-            if first["method"] == "v0.env.describe":
-                return
+    await (await WireClient.open_agent(port)).close()
 
 
 async def test_bare_tcp_connects_are_not_clients(start_remote: StartRemote) -> None:
