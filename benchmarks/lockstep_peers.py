@@ -276,6 +276,11 @@ def main() -> None:
                     {"steps_per_s": atari["env_steps_per_s"] / n, "own_cpu": atari["own_cpu"] * n})
             vector.setdefault(("async", n), []).append(measure_vector_async(n))
             vector.setdefault(("bare", n), []).append(measure_bare(n))
+
+    def vector_cpu(key: str, n: int) -> float:
+        """A vector row's median CPU per env-step (every process)."""
+        return statistics.median(_cpu(r, n) for r in vector[(key, n)])
+
     rows: list[list[Any]] = []
     for n in VECTOR_COUNTS:
         for key, name in (("ours", "ours: RemoteVectorEnv lockstep"),
@@ -289,7 +294,7 @@ def main() -> None:
                 continue
             rows.append([f"{name} n={n}", f"{_median(runs, 'steps_per_s') * n:,.0f}",
                          ", ".join(f"{r['steps_per_s'] * n:,.0f}" for r in runs),
-                         _us(statistics.median(_cpu(r, n) for r in runs)),
+                         _us(vector_cpu(key, n)),
                          _us(_median(runs, "own_cpu") / n) if key != "atari" else "(all in process)"])
     print(f"\n  Vectors, median of {ROUNDS} alternated rounds (env-steps/s in all)")
     table(["row", "env-steps/s", "each round", "CPU/env-step, all processes", "agent CPU/env-step"], rows)
@@ -314,11 +319,9 @@ def main() -> None:
                     f"{STRETCH_VS_ATARI_VECTOR:g})" if n == 8 else f"{share:.2f}")
             print(f"  ours n={n} vs AtariVectorEnv n={n}:       {said}")
         print(f"  ours n={n} vs the bare design n={n}:   {mine / bare_rate:.2f} (CPU per env-step: ours "
-              f"{_us(statistics.median(_cpu(r, n) for r in vector[('ours', n)]))}, bare "
-              f"{_us(statistics.median(_cpu(r, n) for r in vector[('bare', n)]))})")
+              f"{_us(vector_cpu('ours', n))}, bare {_us(vector_cpu('bare', n))})")
     if ("ours", 8) in vector:
-        cpu8 = statistics.median(_cpu(r, 8) for r in vector[("ours", 8)])
-        bare8 = statistics.median(_cpu(r, 8) for r in vector[("bare", 8)])
+        cpu8, bare8 = vector_cpu("ours", 8), vector_cpu("bare", 8)
         print(f"  ours n=8 CPU per env-step, all processes: {cpu8 * 1e6:.0f} us (target <= "
               f"{AIM_VECTOR_CPU * 1e6:.0f} us: {'met' if cpu8 <= AIM_VECTOR_CPU else 'not met'}; "
               f"the bare design {bare8 * 1e6:.0f} us)")

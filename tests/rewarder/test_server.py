@@ -205,12 +205,8 @@ async def test_one_active_client_and_observers(start_remote: StartRemote) -> Non
     assert agent_reward["headers"]["episode_id"] == reward["headers"]["episode_id"]
     # once the agent leaves, the active slot is free again
     await agent.close()
-    await remote_slot_free(port)
-    await observer.close()
-
-
-async def remote_slot_free(port: int) -> None:
     await (await WireClient.open_agent(port)).close()
+    await observer.close()
 
 
 async def test_bare_tcp_connects_are_not_clients(start_remote: StartRemote) -> None:
