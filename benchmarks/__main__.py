@@ -54,7 +54,8 @@ HEADLINES: Final = (
 #: Seconds ``make bench-quick`` should take on a quiet 2-core machine (issue 45).
 QUICK_BUDGET: Final = 300
 #: Modules here that are parts of benchmarks, not benchmarks.
-HELPERS: Final = frozenset({"common", "atari_common", "atari_breakdown", "pong_rows", "dm_peer", "__main__"})
+HELPERS: Final = frozenset({"common", "atari_common", "atari_breakdown", "pong_rows", "dm_peer", "turns",
+                             "__main__"})
 #: Seconds each took on the project's 2-core machine (full, quick): full runs from `make
 #: bench` at 14:41 on 2026-11-26 (display_capture, browser_remotes, openenv_port and
 #: page_structure, added since, run alone at 15:50-16:53), quick ones from `make
@@ -69,7 +70,7 @@ EXPECTED: Final[dict[str, tuple[float, float]]] = {
     "display_capture": (75, 12),
     "browser_remotes": (282, 34),
     "atari_lockstep": (62, 21),
-    "lockstep_peers": (50, 10),
+    "lockstep_peers": (130, 15),  # (2026-12-07 session fourteen: vector rows in turns, 40 s each n)
     # measured 2026-11-29 01:07-01:09 beside three other helpers' work (load average 5-11)
     "lockstep_density": (126, 5),
     # measured 2026-11-29 02:45-02:55, quiet but for the coordinator's short test runs

@@ -30,9 +30,11 @@ The machine has 2 cores; every figure is what this run measured, nothing is scal
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -209,14 +211,16 @@ def print_single(results: dict[str, list[dict[str, float]]]) -> None:
 # 2. Many lockstep remotes vs AsyncVectorEnv ------------------------------------------------
 
 
-def measure_vector_ours(
+@contextlib.contextmanager
+def ours_vector(
     n: int, encoding: str, games_per_process: int | None = None, batch_size: int | None = None,
     pin: bool | None = None,
-) -> dict[str, float]:
+) -> Iterator[tuple[Callable[[], object], dict[str, Any]]]:
     """``RemoteVectorEnv`` lockstep over ``n`` local remotes (their processes pinned as
-    ``pin`` says: start_local's): per vector step (with ``batch_size`` k < n, send/recv of
-    k remotes at a time, given per n env-steps, so that ``steps_per_s * n`` is
-    env-steps/s either way; ``pinned``: 1.0 when start_local pinned the processes)."""
+    ``pin`` says: start_local's), reset and warmed up: its step (random actions; with
+    ``batch_size`` k < n, send/recv of k remotes at a time) and what it is (``pids``, its
+    ``env_steps`` a call, ``start`` seconds, ``pinned`` 1.0 when start_local pinned the
+    processes)."""
     started = time.perf_counter()
     k = batch_size or n
     with local_remotes(n, games_per_process=games_per_process, pin=pin) as remotes:
@@ -232,17 +236,33 @@ def measure_vector_ours(
                 env.send([space.sample() for _ in range(n)])  # (after a reset all are ready)
                 env.recv()
             actions = drawn(lambda: [space.sample() for _ in range(k)])
-            rates = time_vector(lambda: env.step(actions()), VECTOR_STEPS[n] * n // k,
-                                [p.pid for p in remotes.processes])
+            step = lambda: env.step(actions())  # noqa: E731
+            for _ in range(VECTOR_WARMUP):
+                step()
+            yield step, {"pids": [p.pid for p in remotes.processes], "env_steps": k, "start": start,
+                         "pinned": float(any(cpu is not None for cpu in remotes.cpus))}
         finally:
             env.close()
+
+
+def measure_vector_ours(
+    n: int, encoding: str, games_per_process: int | None = None, batch_size: int | None = None,
+    pin: bool | None = None,
+) -> dict[str, float]:
+    """:func:`ours_vector` timed: per vector step (with ``batch_size`` k < n, given per n
+    env-steps, so that ``steps_per_s * n`` is env-steps/s either way)."""
+    with ours_vector(n, encoding, games_per_process, batch_size, pin) as (step, about):
+        k = about["env_steps"]
+        rates = time_vector(step, VECTOR_STEPS[n] * n // k, about["pids"], warmup=0)
     scale = n / k  # (k env-steps a recv: n of them a vector step's worth)
     return {**rates, "steps_per_s": rates["steps_per_s"] / scale, "own_cpu": rates["own_cpu"] * scale,
-            "others_cpu": rates["others_cpu"] * scale, "start": start,
-            "pinned": float(any(cpu is not None for cpu in remotes.cpus))}
+            "others_cpu": rates["others_cpu"] * scale, "start": about["start"], "pinned": about["pinned"]}
 
 
-def measure_vector_async(n: int) -> dict[str, float]:
+@contextlib.contextmanager
+def async_vector(n: int) -> Iterator[tuple[Callable[[], object], dict[str, Any]]]:
+    """gymnasium's ``AsyncVectorEnv`` over ``n`` ALE workers, reset and warmed up: its
+    step (random actions) and what it is (as :func:`ours_vector` says it)."""
     started = time.perf_counter()
     envs = AsyncVectorEnv([_make_gym] * n, context="forkserver")
     try:
@@ -250,15 +270,23 @@ def measure_vector_async(n: int) -> dict[str, float]:
         start = time.perf_counter() - started
         envs.action_space.seed(0)
         actions = drawn(envs.action_space.sample)
-        rates = time_vector(lambda: envs.step(actions()), VECTOR_STEPS[n],
-                            [p.pid for p in envs.processes if p.pid is not None])
+        step = lambda: envs.step(actions())  # noqa: E731
+        for _ in range(VECTOR_WARMUP):
+            step()
+        yield step, {"pids": [p.pid for p in envs.processes if p.pid is not None], "env_steps": n,
+                     "start": start}
     finally:
         envs.close(terminate=False)
         for proc in envs.processes:  # close() joins them; never leave one behind
             if proc.is_alive():
                 proc.terminate()
                 proc.join(5)
-    return {**rates, "start": start}
+
+
+def measure_vector_async(n: int) -> dict[str, float]:
+    with async_vector(n) as (step, about):
+        rates = time_vector(step, VECTOR_STEPS[n], about["pids"], warmup=0)
+    return {**rates, "start": about["start"]}
 
 
 def print_vector(

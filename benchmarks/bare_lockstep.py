@@ -1,11 +1,11 @@
 """The bare design's ceiling: what issue 40's lane costs with nothing of ours around it.
 
-Holds :func:`measure_bare`, a row of ``lockstep_peers``: the same Pong games, packed into
-processes as ``start_local`` packs a lockstep vector (one process per core), stepped with
-the lane's shape (one JSON request per process per vector step, a blocking reader in the
-server, frames written by ALE into slots of one shared file that the agent copies into a
-fresh batch) and nothing else: no WebSocket, no v0 headers, no state table, observers,
-VNC, checks or infos. Its server is this module run as a program (``python -m
+Holds :func:`bare_stepper` and :func:`measure_bare`, rows of ``lockstep_peers``: the same
+Pong games, packed into processes as ``start_local`` packs a lockstep vector (one process
+per core), stepped with the lane's shape (one JSON request per process per vector step, a
+blocking reader in the server, frames written by ALE into slots of one shared file that the
+agent copies into a fresh batch) and nothing else: no WebSocket, no v0 headers, no state
+table, observers, VNC, checks or infos. Its server is this module run as a program (``python -m
 benchmarks.bare_lockstep GAMES SEGMENT``: it binds 127.0.0.1, prints its port, serves one
 connection until EOF). What ours spends beyond this row, on the same machine in the same
 run, is the cost of everything the bare design leaves out; the row moves with the machine
@@ -28,7 +28,7 @@ from typing import Final
 import numpy as np
 import orjson
 
-from benchmarks.atari_common import FRAMESKIP, ROM, VECTOR_STEPS, drawn, time_vector
+from benchmarks.atari_common import FRAMESKIP, ROM, VECTOR_STEPS, VECTOR_WARMUP, drawn, time_vector
 from remotes.local import default_games_per_process
 
 #: The frame's shape (Pong's RGB screen), and a slot's bytes.
@@ -163,12 +163,23 @@ def bare_vector(n: int) -> Iterator[tuple[Step, list[int]]]:
         yield step, [p.process.pid for p in parts]
 
 
-def measure_bare(n: int) -> dict[str, float]:
-    """The bare design over ``n`` games: per vector step, as ``measure_vector_ours``."""
+@contextmanager
+def bare_stepper(n: int) -> Iterator[tuple[Callable[[], object], list[int]]]:
+    """The bare design over ``n`` games, warmed up: a step of random actions, and the
+    server pids."""
     with bare_vector(n) as (step, pids):
         rng = np.random.default_rng(0)
         actions = drawn(lambda: rng.integers(0, ACTIONS, n).tolist())
-        return time_vector(lambda: step(actions()), VECTOR_STEPS[n], pids)
+        go = lambda: step(actions())  # noqa: E731
+        for _ in range(VECTOR_WARMUP):
+            go()
+        yield go, pids
+
+
+def measure_bare(n: int) -> dict[str, float]:
+    """The bare design over ``n`` games: per vector step, as ``measure_vector_ours``."""
+    with bare_stepper(n) as (step, pids):
+        return time_vector(step, VECTOR_STEPS[n], pids, warmup=0)
 
 
 if __name__ == "__main__":

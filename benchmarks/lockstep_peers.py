@@ -25,9 +25,13 @@ summed over every process it runs in (this one and its workers, servers or remot
   with nothing of ours around it, the ceiling of this design on this machine today; what
   ours spends beyond it is what the rest of ours costs.
 
-The vector rows are measured in rounds, ours and the peers alternated (the median is
-printed, and the load average before and after: the machine may be shared). Each target
-of the issue is printed beside its figure with "met" or "not met". Then the determinism
+The single-env rows are measured in rounds, ours and the peers alternated (the median is
+printed, and the load average before and after: the machine may be shared). The vector
+rows at each n are all open at once and stepped in turns of a few hundred env-steps for
+:data:`VECTOR_SECONDS_EACH` (benchmarks/turns.py: the VM's moods, which last seconds, fall
+on every row alike); each ratio is of the totals, with the per-cycle ratios' median and
+quartiles beside it. Each target of the issue is printed beside its figure with "met" or
+"not met". Then the determinism
 check: the same seed and actions give the same frame hashes through shared memory and
 over VNC.
 """
@@ -40,7 +44,7 @@ import multiprocessing
 import os
 import statistics
 from collections.abc import Callable, Iterator
-from typing import Any, Final
+from typing import Final
 
 from ale_py.vector_env import AtariVectorEnv
 
@@ -48,17 +52,17 @@ from benchmarks.atari_common import (
     ENV_ID,
     FRAMESKIP,
     ROM,
-    VECTOR_STEPS,
+    VECTOR_WARMUP,
     Run,
     drawn,
     local_remotes,
     step_rates,
-    time_vector,
 )
-from benchmarks.atari_lockstep import measure_vector_async, measure_vector_ours
-from benchmarks.bare_lockstep import measure_bare
+from benchmarks.atari_lockstep import async_vector, measure_vector_async, ours_vector
+from benchmarks.bare_lockstep import bare_stepper, measure_bare
 from benchmarks.common import quick, ratio, table
 from benchmarks.pong_rows import row_raw_ale
+from benchmarks.turns import Row, Turns
 from remotes import RemoteEnv
 from remotes.local import LocalRemotes
 
@@ -78,9 +82,15 @@ AIM_VECTOR_CPU: Final = 300e-6
 AIM_AGENT_CPU: Final = 80e-6
 #: AtariVectorEnv's n, beside ours at the same n (issue 40: n = 4 too).
 ATARI_VECTOR_COUNTS: Final = quick((4, 8), (4,))
-#: Rounds of every row, ours and the peers alternated (the median is printed; the machine
-#: may be shared).
+#: Rounds of every single-env row, ours and the peers alternated (the median is printed;
+#: the machine may be shared).
 ROUNDS: Final = quick(3, 1)
+#: Seconds every vector row at one n is stepped in turns, all open at once, and the
+#: env-steps of a turn (about 0.1-0.3 s of a row here): benchmarks/turns.py says why.
+VECTOR_SECONDS_EACH: Final = quick(40.0, 3.0)
+TURN_ENV_STEPS: Final = quick(800, 200)
+#: Seconds the rows' processes are watched idle before the turns (what an idle row costs).
+IDLE_SECONDS: Final = quick(1.0, 0.2)
 #: Timed steps per single-env row, after WARMUP.
 STEPS: Final = quick(3000, 500)
 WARMUP: Final = quick(200, 50)
@@ -137,24 +147,6 @@ def trace(remotes: LocalRemotes, shm: bool) -> list[str]:
         env.close()
 
 
-def measure_atari_vector(n: int) -> dict[str, float]:
-    """ALE's AtariVectorEnv over ``n`` Pong games stepped in lockstep: env-steps/s, and
-    this process's CPU (its C++ threads run here) per env-step."""
-    envs = AtariVectorEnv(
-        ROM, n, img_height=210, img_width=160, grayscale=False, stack_num=1, frameskip=FRAMESKIP,
-        maxpool=False, noop_max=0, reward_clipping=False, use_fire_reset=False,
-        episodic_life=False, repeat_action_probability=0.0,
-    )
-    try:
-        envs.reset(seed=0)
-        envs.action_space.seed(0)
-        actions = drawn(envs.action_space.sample)
-        rates = time_vector(lambda: envs.step(actions()), VECTOR_STEPS[n])
-    finally:
-        envs.close()
-    return {"env_steps_per_s": rates["steps_per_s"] * n, "own_cpu": rates["own_cpu"] / n}
-
-
 def _median(runs: list[dict[str, float]], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
@@ -204,6 +196,91 @@ def _cpu(m: dict[str, float], n: int = 1) -> float:
 
 def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.0f} us"
+
+
+#: What each vector row is called in the table.
+_VECTOR_NAMES: Final = {
+    "ours": "ours: RemoteVectorEnv lockstep", "free": "ours, processes not pinned (pin=False)",
+    "recv": "ours: send/recv, batch_size={k} of", "async": "gymnasium AsyncVectorEnv",
+    "atari": "ale_py.vector_env.AtariVectorEnv", "bare": "the bare design (benchmarks.bare_lockstep)",
+}
+
+
+@contextlib.contextmanager
+def atari_vector(n: int) -> Iterator[Callable[[], object]]:
+    """ALE's AtariVectorEnv over ``n`` Pong games stepped in lockstep, warmed up: its step
+    (its C++ threads run in this process)."""
+    envs = AtariVectorEnv(
+        ROM, n, img_height=210, img_width=160, grayscale=False, stack_num=1, frameskip=FRAMESKIP,
+        maxpool=False, noop_max=0, reward_clipping=False, use_fire_reset=False,
+        episodic_life=False, repeat_action_probability=0.0,
+    )
+    try:
+        envs.reset(seed=0)
+        envs.action_space.seed(0)
+        actions = drawn(envs.action_space.sample)
+        step = lambda: envs.step(actions())  # noqa: E731
+        for _ in range(VECTOR_WARMUP):
+            step()
+        yield step
+    finally:
+        envs.close()
+
+
+def _vector_rows(n: int, stack: contextlib.ExitStack) -> dict[str, Row]:
+    """Every vector row at ``n``, open at once (closed by ``stack``)."""
+    rows: dict[str, Row] = {}
+    step, about = stack.enter_context(ours_vector(n, "raw"))
+    rows["ours"] = Row(step, about["pids"], n)
+    if about["pinned"]:  # (and the same vector unpinned, to show what pinning gives)
+        step, about = stack.enter_context(ours_vector(n, "raw", pin=False))
+        rows["free"] = Row(step, about["pids"], n)
+    step, about = stack.enter_context(ours_vector(n, "raw", batch_size=n // BATCH_PARTS))
+    rows["recv"] = Row(step, about["pids"], about["env_steps"])
+    if n in ATARI_VECTOR_COUNTS:
+        rows["atari"] = Row(stack.enter_context(atari_vector(n)), (), n)
+    step, about = stack.enter_context(async_vector(n))
+    rows["async"] = Row(step, about["pids"], n)
+    step, pids = stack.enter_context(bare_stepper(n))
+    rows["bare"] = Row(step, pids, n)
+    return rows
+
+
+def _print_vector(n: int, turns: Turns, target: Callable[..., str]) -> None:
+    """The rows at ``n`` and the targets' verdicts (on the totals' ratios)."""
+    rows = turns.rows
+    k = n // BATCH_PARTS
+    print(f"\n  Vectors n={n}: every row open at once, stepped in turns of about {TURN_ENV_STEPS} "
+          f"env-steps, {turns.cycles} cycles in {VECTOR_SECONDS_EACH:g} s (benchmarks/turns.py); "
+          f"idle rows' processes meanwhile: {turns.idle * 1e3:.1f} ms of CPU a second")
+    table(["row", "env-steps/s", "CPU/env-step, all processes", "agent CPU/env-step"], [
+        [f"{_VECTOR_NAMES[key].format(k=k)} n={n}", f"{row.env_steps_per_s:,.0f}",
+         _us(row.cpu_per_env_step()),
+         _us(row.agent_cpu_per_env_step()) if key != "atari" else "(all in process)"]
+        for key, row in rows.items()])
+
+    versus = turns.ratio
+    bare_async, _ = versus("bare", "async")
+    share, spread = versus("ours", "async")
+    if n in GOAL_VS_ASYNC:
+        print(f"  ours n={n} vs AsyncVectorEnv n={n}:       "
+              f"{target(share, GOAL_VS_ASYNC[n], bare_async)} ({spread})")
+    if "free" in rows:
+        print(f"  ours n={n}, pinned vs not (start_local's pin): {versus('ours', 'free')[0]:.2f}")
+    print(f"  ours send/recv k={k} of n={n} vs AsyncVectorEnv n={n}: {versus('recv', 'async')[0]:.2f}")
+    if "atari" in rows:
+        share, spread = versus("ours", "atari")
+        said = (f"{target(share, GOAL_VS_ATARI_VECTOR, versus('bare', 'atari')[0])} (stretch "
+                f"{STRETCH_VS_ATARI_VECTOR:g}; {spread})" if n == 8 else f"{share:.2f} ({spread})")
+        print(f"  ours n={n} vs AtariVectorEnv n={n}:       {said}")
+    share, spread = versus("ours", "bare")
+    mine, bare = rows["ours"].cpu_per_env_step(), rows["bare"].cpu_per_env_step()
+    print(f"  ours n={n} vs the bare design n={n}:   {share:.2f} ({spread}; CPU per env-step: ours "
+          f"{_us(mine)}, bare {_us(bare)})")
+    if n == 8:
+        print(f"  ours n=8 CPU per env-step, all processes: {mine * 1e6:.0f} us (target <= "
+              f"{AIM_VECTOR_CPU * 1e6:.0f} us: {'met' if mine <= AIM_VECTOR_CPU else 'not met'}; "
+              f"the bare design {bare * 1e6:.0f} us)")
 
 
 def main() -> None:
@@ -261,70 +338,12 @@ def main() -> None:
     print(f"  same seed and actions, same frame hashes through shared memory and over VNC "
           f"({CHECK_STEPS} steps): {'yes' if same else 'NO'}")
 
-    vector: dict[tuple[str, int], list[dict[str, float]]] = {}
-    for _ in range(ROUNDS):  # ours and the peers alternated, round by round
-        for n in VECTOR_COUNTS:
-            ours = measure_vector_ours(n, "raw")
-            vector.setdefault(("ours", n), []).append(ours)
-            if ours["pinned"]:  # (and the same vector unpinned, to show what pinning gives)
-                vector.setdefault(("free", n), []).append(measure_vector_ours(n, "raw", pin=False))
-            vector.setdefault(("recv", n), []).append(
-                measure_vector_ours(n, "raw", batch_size=n // BATCH_PARTS))
-            if n in ATARI_VECTOR_COUNTS:
-                atari = measure_atari_vector(n)
-                vector.setdefault(("atari", n), []).append(
-                    {"steps_per_s": atari["env_steps_per_s"] / n, "own_cpu": atari["own_cpu"] * n})
-            vector.setdefault(("async", n), []).append(measure_vector_async(n))
-            vector.setdefault(("bare", n), []).append(measure_bare(n))
-
-    def vector_cpu(key: str, n: int) -> float:
-        """A vector row's median CPU per env-step (every process)."""
-        return statistics.median(_cpu(r, n) for r in vector[(key, n)])
-
-    rows: list[list[Any]] = []
     for n in VECTOR_COUNTS:
-        for key, name in (("ours", "ours: RemoteVectorEnv lockstep"),
-                          ("free", "ours, processes not pinned (pin=False)"),
-                          ("recv", f"ours: send/recv, batch_size={n // BATCH_PARTS} of"),
-                          ("async", "gymnasium AsyncVectorEnv"),
-                          ("atari", "ale_py.vector_env.AtariVectorEnv"),
-                          ("bare", "the bare design (benchmarks.bare_lockstep)")):
-            runs = vector.get((key, n))
-            if not runs:
-                continue
-            rows.append([f"{name} n={n}", f"{_median(runs, 'steps_per_s') * n:,.0f}",
-                         ", ".join(f"{r['steps_per_s'] * n:,.0f}" for r in runs),
-                         _us(vector_cpu(key, n)),
-                         _us(_median(runs, "own_cpu") / n) if key != "atari" else "(all in process)"])
-    print(f"\n  Vectors, median of {ROUNDS} alternated rounds (env-steps/s in all)")
-    table(["row", "env-steps/s", "each round", "CPU/env-step, all processes", "agent CPU/env-step"], rows)
-    for n in VECTOR_COUNTS:
-        mine = _median(vector[("ours", n)], "steps_per_s")
-        theirs = _median(vector[("async", n)], "steps_per_s")
-        bare_rate = _median(vector[("bare", n)], "steps_per_s")
-        if n in GOAL_VS_ASYNC:
-            print(f"  ours n={n} vs AsyncVectorEnv n={n}:       "
-                  f"{target(mine / theirs, GOAL_VS_ASYNC[n], bare_rate / theirs)}")
-        if ("free", n) in vector:
-            free = _median(vector[("free", n)], "steps_per_s")
-            print(f"  ours n={n}, pinned vs not (start_local's pin): {mine / free:.2f}")
-        if ("recv", n) in vector:
-            recv = _median(vector[("recv", n)], "steps_per_s")
-            print(f"  ours send/recv k={n // BATCH_PARTS} of n={n} vs AsyncVectorEnv n={n}: "
-                  f"{recv / theirs:.2f}")
-        if ("atari", n) in vector:
-            atari_rate = _median(vector[("atari", n)], "steps_per_s")
-            share = mine / atari_rate  # (issue 40 sets a target at n=8 only)
-            said = (f"{target(share, GOAL_VS_ATARI_VECTOR, bare_rate / atari_rate)} (stretch "
-                    f"{STRETCH_VS_ATARI_VECTOR:g})" if n == 8 else f"{share:.2f}")
-            print(f"  ours n={n} vs AtariVectorEnv n={n}:       {said}")
-        print(f"  ours n={n} vs the bare design n={n}:   {mine / bare_rate:.2f} (CPU per env-step: ours "
-              f"{_us(vector_cpu('ours', n))}, bare {_us(vector_cpu('bare', n))})")
-    if ("ours", 8) in vector:
-        cpu8, bare8 = vector_cpu("ours", 8), vector_cpu("bare", 8)
-        print(f"  ours n=8 CPU per env-step, all processes: {cpu8 * 1e6:.0f} us (target <= "
-              f"{AIM_VECTOR_CPU * 1e6:.0f} us: {'met' if cpu8 <= AIM_VECTOR_CPU else 'not met'}; "
-              f"the bare design {bare8 * 1e6:.0f} us)")
+        with contextlib.ExitStack() as stack:
+            turns = Turns(_vector_rows(n, stack), lambda row: max(1, TURN_ENV_STEPS // row.env_steps))
+            turns.check_idle(IDLE_SECONDS)
+            turns.run(VECTOR_SECONDS_EACH)
+        _print_vector(n, turns, target)
     print(f"  load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
