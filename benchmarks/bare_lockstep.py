@@ -1,6 +1,6 @@
 """The bare design's ceiling: what issue 40's lane costs with nothing of ours around it.
 
-Holds :func:`bare_stepper` and :func:`measure_bare`, rows of ``lockstep_peers``: the same
+Holds :func:`bare_stepper`, the rows of ``lockstep_peers`` it names: the same
 Pong games, packed into processes as ``start_local`` packs a lockstep vector (one process
 per core), stepped with the lane's shape (one JSON request per process per vector step, a
 blocking reader in the server, frames written by ALE into slots of one shared file that the
@@ -28,7 +28,7 @@ from typing import Final
 import numpy as np
 import orjson
 
-from benchmarks.atari_common import FRAMESKIP, ROM, VECTOR_STEPS, VECTOR_WARMUP, drawn, time_vector
+from benchmarks.atari_common import FRAMESKIP, ROM, VECTOR_WARMUP, drawn
 from remotes.local import default_games_per_process
 
 #: The frame's shape (Pong's RGB screen), and a slot's bytes.
@@ -174,12 +174,6 @@ def bare_stepper(n: int) -> Iterator[tuple[Callable[[], object], list[int]]]:
         for _ in range(VECTOR_WARMUP):
             go()
         yield go, pids
-
-
-def measure_bare(n: int) -> dict[str, float]:
-    """The bare design over ``n`` games: per vector step, as ``measure_vector_ours``."""
-    with bare_stepper(n) as (step, pids):
-        return time_vector(step, VECTOR_STEPS[n], pids, warmup=0)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import grpc
@@ -44,8 +44,10 @@ def peer() -> Iterator[int]:
         proc.wait(10)
 
 
-def row_dm_env_rpc(port: int) -> float:
-    """A dm_env_rpc server (ours or the peer): a world in lockstep, DmEnvAdaptor, RGB."""
+@contextmanager
+def dm_stepper(port: int) -> Iterator[Callable[[], None]]:
+    """A dm_env_rpc server's world (ours or the peer's) in lockstep through DmEnvAdaptor,
+    RGB, reset: its step (a random action; a reset at an episode's end)."""
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     grpc.channel_ready_future(channel).result(START_TIMEOUT)
     with dm_connection.Connection(channel) as connection:
@@ -69,10 +71,16 @@ def row_dm_env_rpc(port: int) -> float:
                 env.reset()
 
         try:
-            return timed(step)
+            yield step
         finally:
             connection.send(dm_env_rpc_pb2.LeaveWorldRequest())
             connection.send(dm_env_rpc_pb2.DestroyWorldRequest(world_name=world))
+
+
+def row_dm_env_rpc(port: int) -> float:
+    """A dm_env_rpc server (ours or the peer): a world in lockstep, DmEnvAdaptor, RGB."""
+    with dm_stepper(port) as step:
+        return timed(step)
 
 
 def main() -> None:

@@ -42,7 +42,6 @@ import contextlib
 import hashlib
 import multiprocessing
 import os
-import statistics
 from collections.abc import Callable, Iterator
 from typing import Final
 
@@ -53,17 +52,16 @@ from benchmarks.atari_common import (
     FRAMESKIP,
     ROM,
     VECTOR_WARMUP,
-    Run,
     drawn,
     local_remotes,
-    step_rates,
+    raw_ale_step,
 )
-from benchmarks.atari_lockstep import async_vector, measure_vector_async, ours_vector
-from benchmarks.bare_lockstep import bare_stepper, measure_bare
+from benchmarks.atari_lockstep import async_vector, ours_vector
+from benchmarks.bare_lockstep import bare_stepper
 from benchmarks.common import quick, ratio, table
-from benchmarks.pong_rows import row_raw_ale
 from benchmarks.turns import Row, Turns
 from remotes import RemoteEnv
+from remotes.address import RemoteAddress
 from remotes.local import LocalRemotes
 
 #: Issue 40's targets for one lockstep Pong env: against AsyncVectorEnv n=1 and the
@@ -82,17 +80,15 @@ AIM_VECTOR_CPU: Final = 300e-6
 AIM_AGENT_CPU: Final = 80e-6
 #: AtariVectorEnv's n, beside ours at the same n (issue 40: n = 4 too).
 ATARI_VECTOR_COUNTS: Final = quick((4, 8), (4,))
-#: Rounds of every single-env row, ours and the peers alternated (the median is printed;
-#: the machine may be shared).
-ROUNDS: Final = quick(3, 1)
-#: Seconds every vector row at one n is stepped in turns, all open at once, and the
-#: env-steps of a turn (about 0.1-0.3 s of a row here): benchmarks/turns.py says why.
+#: Seconds the one-game rows, and every vector row at one n, are stepped in turns, all
+#: open at once, and the env-steps of a turn (about 0.1-0.9 s of a row here):
+#: benchmarks/turns.py says why.
+SINGLE_SECONDS: Final = quick(40.0, 3.0)
 VECTOR_SECONDS_EACH: Final = quick(40.0, 3.0)
 TURN_ENV_STEPS: Final = quick(800, 200)
 #: Seconds the rows' processes are watched idle before the turns (what an idle row costs).
 IDLE_SECONDS: Final = quick(1.0, 0.2)
-#: Timed steps per single-env row, after WARMUP.
-STEPS: Final = quick(3000, 500)
+#: Steps each one-game row takes before the turns.
 WARMUP: Final = quick(200, 50)
 #: Steps of the determinism check.
 CHECK_STEPS: Final = quick(300, 100)
@@ -102,30 +98,30 @@ VECTOR_COUNTS: Final = quick((4, 8), (4,))
 BATCH_PARTS: Final = 2
 
 
-def _drive(env: RemoteEnv, steps: int) -> None:
-    actions = drawn(env.action_space.sample)  # (as the AsyncVectorEnv rows': atari_common.ACTION_CYCLE)
-    for _ in range(steps):
-        _, _, terminated, truncated, _ = env.step(actions())
-        if terminated or truncated:
-            env.reset()
-
-
 def _shm(env: RemoteEnv, on: bool) -> None:
     async def set_it() -> None:
         env.session.shared.enabled = on
     env.loop.run(set_it())
 
 
-def row_ours(remotes: LocalRemotes, shm: bool) -> dict[str, float]:
-    env = RemoteEnv(remotes.addresses[0], mode="lockstep", frameskip=FRAMESKIP, encoding="raw")
+@contextlib.contextmanager
+def ours_single(address: RemoteAddress | str, shm: bool) -> Iterator[Callable[[], None]]:
+    """``RemoteEnv`` lockstep on the remote at ``address``, frames through shared memory
+    (``shm``) or over VNC, reset: its step (random actions drawn before, as the
+    AsyncVectorEnv rows': atari_common.ACTION_CYCLE; a reset at an episode's end)."""
+    env = RemoteEnv(address, mode="lockstep", frameskip=FRAMESKIP, encoding="raw")
     try:
         _shm(env, shm)
         env.reset(seed=0)
         env.action_space.seed(0)
-        _drive(env, WARMUP)
-        with Run([p.pid for p in remotes.processes]) as run:
-            _drive(env, STEPS)
-        return step_rates(STEPS, run)
+        actions = drawn(env.action_space.sample)
+
+        def step() -> None:
+            _, _, terminated, truncated, _ = env.step(actions())
+            if terminated or truncated:
+                env.reset()
+
+        yield step
     finally:
         env.close()
 
@@ -147,10 +143,6 @@ def trace(remotes: LocalRemotes, shm: bool) -> list[str]:
         env.close()
 
 
-def _median(runs: list[dict[str, float]], key: str) -> float:
-    return statistics.median(r[key] for r in runs)
-
-
 def _children() -> list[int]:
     """The pids of this process's children (a peer's server) from /proc."""
     me, out = os.getpid(), []
@@ -166,32 +158,37 @@ def _children() -> list[int]:
     return out
 
 
-def _with_cpu(row: Callable[[], float], pids: list[int]) -> dict[str, float]:
-    """A row that reports only steps/s, with the CPU per step of this process and ``pids``
-    over it (its warm-up included: a slight over-estimate)."""
-    with Run(pids) as run:
-        rate = row()
-    steps = rate * run.wall
-    return {"steps_per_s": rate, "own_cpu": run.own_cpu / steps, "others_cpu": run.others_cpu / steps}
-
-
 @contextlib.contextmanager
-def _dm_peer() -> Iterator[Callable[[], dict[str, float]] | None]:
-    """The dm_env_rpc peer's row, or None (saying why) when this venv lacks it."""
+def _dm_peer() -> Iterator[tuple[int, list[int]] | None]:
+    """The dm_env_rpc peer's port and server pids, or None (saying why) when this venv
+    lacks it. Opened first: its server is then this process's only child."""
     try:
-        from benchmarks.dm_env_rpc_port import peer, row_dm_env_rpc
+        from benchmarks.dm_env_rpc_port import peer
     except ImportError as exc:
         print(f"  (skipping the dm_env_rpc rows: {exc}; pip install dm-env-rpc grpcio to run them)")
         yield None
         return
     with peer() as port:
-        pids = _children()
-        yield lambda: _with_cpu(lambda: row_dm_env_rpc(port), pids)
+        yield port, _children()
 
 
-def _cpu(m: dict[str, float], n: int = 1) -> float:
-    """CPU per env-step of every process of a row measured per (vector) step."""
-    return (m["own_cpu"] + m.get("others_cpu", 0.0)) / n
+def _single_rows(stack: contextlib.ExitStack, dm: tuple[int, list[int]] | None,
+                 remotes: LocalRemotes) -> dict[str, Row]:
+    """Every one-game row, open at once and warmed up (closed by ``stack``)."""
+    rows = {"raw": Row(raw_ale_step())}
+    step, about = stack.enter_context(async_vector(1))
+    rows["async1"] = Row(step, about["pids"])
+    if dm is not None:
+        from benchmarks.dm_env_rpc_port import dm_stepper
+        rows["dm"] = Row(stack.enter_context(dm_stepper(dm[0])), dm[1])
+    for key, address, process in zip(("shm", "vnc"), remotes.addresses, remotes.processes, strict=True):
+        rows[key] = Row(stack.enter_context(ours_single(address, shm=key == "shm")), [process.pid])
+    step, pids = stack.enter_context(bare_stepper(1))
+    rows["bare"] = Row(step, pids)
+    for row in rows.values():
+        for _ in range(WARMUP):
+            row.step()
+    return rows
 
 
 def _us(seconds: float) -> str:
@@ -286,22 +283,16 @@ def _print_vector(n: int, turns: Turns, target: Callable[..., str]) -> None:
 def main() -> None:
     multiprocessing.set_forkserver_preload(["numpy", "gymnasium", "ale_py"])
     print(f"  load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    single: dict[str, list[dict[str, float]]] = {}
-    # (the peer first: its server is then our only child, whose CPU its row counts)
-    with _dm_peer() as dm_row, local_remotes(1) as remotes:
-        for _ in range(ROUNDS):
-            single.setdefault("raw", []).append(_with_cpu(row_raw_ale, []))
-            single.setdefault("async1", []).append(measure_vector_async(1))
-            if dm_row is not None:
-                single.setdefault("dm", []).append(dm_row())
-            single.setdefault("shm", []).append(row_ours(remotes, shm=True))
-            single.setdefault("vnc", []).append(row_ours(remotes, shm=False))
-            single.setdefault("bare", []).append(measure_bare(1))
+    with _dm_peer() as dm, local_remotes(2, games_per_process=1) as remotes:
+        with contextlib.ExitStack() as stack:
+            turns = Turns(_single_rows(stack, dm, remotes), lambda row: TURN_ENV_STEPS)
+            turns.run(SINGLE_SECONDS)
         same = trace(remotes, shm=True) == trace(remotes, shm=False)
-    rate: Callable[[str], float] = lambda k: _median(single[k], "steps_per_s")  # noqa: E731
-    cpu: Callable[[str], str] = lambda k: _us(statistics.median(_cpu(m) for m in single[k]))  # noqa: E731
-    raw, async1, shm, vnc, bare = (rate(k) for k in ("raw", "async1", "shm", "vnc", "bare"))
-    dm = rate("dm") if "dm" in single else None
+    rows = turns.rows
+    raw, async1, shm, vnc, bare = (rows[k].env_steps_per_s for k in ("raw", "async1", "shm", "vnc", "bare"))
+    dm_rate = rows["dm"].env_steps_per_s if "dm" in rows else None
+    cpu: Callable[[str], str] = lambda k: _us(rows[k].cpu_per_env_step())  # noqa: E731
+    agent: Callable[[str], str] = lambda k: _us(rows[k].agent_cpu_per_env_step())  # noqa: E731
 
     def target(value: float, goal: float, bare_value: float | None = None) -> str:
         """The ratio against its target; ``bare_value``: the bare design's same ratio in
@@ -309,30 +300,34 @@ def main() -> None:
         ceiling = "" if bare_value is None else f"; the bare design {bare_value:.2f}"
         return f"{value:.2f} (target >= {goal:g}: {'met' if value >= goal else 'not met'}{ceiling})"
 
-    print(f"\n  One lockstep {ENV_ID} env, frameskip {FRAMESKIP}: median of {ROUNDS} rounds "
-          f"of {STEPS} steps (env-steps/s)")
+    print(f"\n  One lockstep {ENV_ID} env, frameskip {FRAMESKIP}: every row open at once, stepped in "
+          f"turns of {TURN_ENV_STEPS} steps, {turns.cycles} cycles in {SINGLE_SECONDS:g} s (env-steps/s)")
     table(
         ["row", "env-steps/s", "vs raw ALE", "CPU/env-step, all processes", "agent CPU/env-step"],
         [
             ["raw ale_py.ALEInterface in process (the limit)", f"{raw:,.0f}", "1.00", cpu("raw"), ""],
             ["gymnasium AsyncVectorEnv n=1", f"{async1:,.0f}", ratio(async1, raw), cpu("async1"),
-             _us(_median(single["async1"], "own_cpu"))],
+             agent("async1")],
             ["minimal dm_env_rpc server over ALE (benchmarks.dm_peer)",
-             f"{dm:,.0f}" if dm else "skipped", ratio(dm, raw), cpu("dm") if dm else "", ""],
+             f"{dm_rate:,.0f}" if dm_rate else "skipped", ratio(dm_rate, raw),
+             cpu("dm") if dm_rate else "", ""],
             ["ours: RemoteEnv lockstep, frames through shared memory", f"{shm:,.0f}",
-             ratio(shm, raw), cpu("shm"), _us(_median(single["shm"], "own_cpu"))],
+             ratio(shm, raw), cpu("shm"), agent("shm")],
             ["ours: RemoteEnv lockstep, frames over VNC (raw)", f"{vnc:,.0f}", ratio(vnc, raw),
-             cpu("vnc"), _us(_median(single["vnc"], "own_cpu"))],
+             cpu("vnc"), agent("vnc")],
             ["the bare design, one game (benchmarks.bare_lockstep)", f"{bare:,.0f}", ratio(bare, raw),
-             cpu("bare"), _us(_median(single["bare"], "own_cpu"))],
+             cpu("bare"), agent("bare")],
         ],
     )
-    print(f"  ours vs AsyncVectorEnv n=1:            {target(shm / async1, GOAL_VS_ASYNC1, bare / async1)}")
-    if dm:
-        print(f"  ours vs minimal dm_env_rpc server:     {target(shm / dm, GOAL_VS_DM, bare / dm)}")
+    versus = turns.ratio
+    print(f"  ours vs AsyncVectorEnv n=1:            {target(shm / async1, GOAL_VS_ASYNC1, bare / async1)} "
+          f"({versus('shm', 'async1')[1]})")
+    if dm_rate:
+        print(f"  ours vs minimal dm_env_rpc server:     {target(shm / dm_rate, GOAL_VS_DM, bare / dm_rate)} "
+              f"({versus('shm', 'dm')[1]})")
     print(f"  ours (shared memory) vs raw ALE:       {target(shm / raw, STRETCH_VS_RAW)} (stretch)")
-    print(f"  ours vs the bare design, one game:     {shm / bare:.2f}")
-    agent_cpu = _median(single["shm"], "own_cpu")
+    print(f"  ours vs the bare design, one game:     {shm / bare:.2f} ({versus('shm', 'bare')[1]})")
+    agent_cpu = rows["shm"].agent_cpu_per_env_step()
     print(f"  agent CPU per lockstep env-step:       {agent_cpu * 1e6:.0f} us (target <= "
           f"{AIM_AGENT_CPU * 1e6:.0f} us: {'met' if agent_cpu <= AIM_AGENT_CPU else 'not met'})")
     print(f"  same seed and actions, same frame hashes through shared memory and over VNC "
