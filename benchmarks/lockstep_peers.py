@@ -249,7 +249,7 @@ def _print_vector(n: int, turns: Turns, target: Callable[..., str]) -> None:
     k = n // BATCH_PARTS
     print(f"\n  Vectors n={n}: every row open at once, stepped in turns of about {TURN_ENV_STEPS} "
           f"env-steps, {turns.cycles} cycles in {VECTOR_SECONDS_EACH:g} s (benchmarks/turns.py); "
-          f"idle rows' processes meanwhile: {turns.idle * 1e3:.1f} ms of CPU a second")
+          f"idle rows' processes meanwhile: {turns.idle * 1e3:.0f} ms of CPU a second (in 10 ms ticks)")
     table(["row", "env-steps/s", "CPU/env-step, all processes", "agent CPU/env-step"], [
         [f"{_VECTOR_NAMES[key].format(k=k)} n={n}", f"{row.env_steps_per_s:,.0f}",
          _us(row.cpu_per_env_step()),
@@ -298,7 +298,8 @@ def main() -> None:
         """The ratio against its target; ``bare_value``: the bare design's same ratio in
         this run, the most this design reaches here with nothing of ours around it."""
         ceiling = "" if bare_value is None else f"; the bare design {bare_value:.2f}"
-        return f"{value:.2f} (target >= {goal:g}: {'met' if value >= goal else 'not met'}{ceiling})"
+        shown = f"{value:.3f}" if value < goal <= round(value, 2) else f"{value:.2f}"  # (0.797: not 0.80)
+        return f"{shown} (target >= {goal:g}: {'met' if value >= goal else 'not met'}{ceiling})"
 
     print(f"\n  One lockstep {ENV_ID} env, frameskip {FRAMESKIP}: every row open at once, stepped in "
           f"turns of {TURN_ENV_STEPS} steps, {turns.cycles} cycles in {SINGLE_SECONDS:g} s (env-steps/s)")
