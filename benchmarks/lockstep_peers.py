@@ -25,15 +25,14 @@ summed over every process it runs in (this one and its workers, servers or remot
   with nothing of ours around it, the ceiling of this design on this machine today; what
   ours spends beyond it is what the rest of ours costs.
 
-The single-env rows are measured in rounds, ours and the peers alternated (the median is
-printed, and the load average before and after: the machine may be shared). The vector
-rows at each n are all open at once and stepped in turns of a few hundred env-steps for
-:data:`VECTOR_SECONDS_EACH` (benchmarks/turns.py: the VM's moods, which last seconds, fall
-on every row alike); each ratio is of the totals, with the per-cycle ratios' median and
-quartiles beside it. Each target of the issue is printed beside its figure with "met" or
-"not met". Then the determinism
-check: the same seed and actions give the same frame hashes through shared memory and
-over VNC.
+The one-game rows, and the vector rows at each n, are all open at once and stepped in
+turns of :data:`TURN_ENV_STEPS` env-steps, the order rotated each cycle, for
+:data:`SINGLE_SECONDS` and :data:`VECTOR_SECONDS_EACH` (benchmarks/turns.py: the VM's
+moods, which last seconds, fall on every row alike); each ratio is of the totals, with the
+per-cycle ratios' median and quartiles beside it, and the load average is printed before
+and after (the machine may be shared). Each target of the issue is printed beside its
+figure with "met" or "not met". Then the determinism check: the same seed and actions give
+the same frame hashes through shared memory and over VNC.
 """
 
 from __future__ import annotations

@@ -8,12 +8,11 @@ do not average them out: ``lockstep_peers`` printed ours over ``AtariVectorEnv``
 0.66 in one run and 0.89 in another of the same code. Turns of every row open together
 spread each mood over all rows alike; the totals, and the spread of the per-cycle ratios,
 say how sure a figure is. A row that is not stepping waits on a socket or a pipe: its
-processes cost nothing meanwhile (checked: :data:`Turns.idle` CPU is reported).
+processes cost nothing meanwhile (checked: :attr:`Turns.idle` is reported).
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -107,7 +106,3 @@ class Turns:
         q = statistics.quantiles(per, n=QUARTILES)
         return (a.env_steps_per_s / b.env_steps_per_s,
                 f"per cycle {statistics.median(per):.2f}, quartiles {q[0]:.2f}-{q[-1]:.2f}")
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
