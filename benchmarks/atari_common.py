@@ -124,12 +124,11 @@ def time_steps(step: Callable[[], None], steps: int) -> dict[str, float]:
     return step_rates(done, run)
 
 
-def time_vector(step: Callable[[], object], steps: int, pids: Sequence[int] = (),
-                warmup: int = VECTOR_WARMUP) -> dict[str, float]:
-    """Warm up ``warmup`` calls of ``step`` (one vector step each), then time it for
-    ``steps`` calls (or :data:`VECTOR_SECONDS`), counting the CPU of ``pids`` too: every
-    vector row's loop, ours and the peers' alike."""
-    for _ in range(warmup):
+def time_vector(step: Callable[[], object], steps: int, pids: Sequence[int] = ()) -> dict[str, float]:
+    """Warm up :data:`VECTOR_WARMUP` calls of ``step`` (one vector step each), then time
+    it for ``steps`` calls (or :data:`VECTOR_SECONDS`), counting the CPU of ``pids`` too:
+    every vector row's loop, ours and the peers' alike."""
+    for _ in range(VECTOR_WARMUP):
         step()
     going, done = until(steps, VECTOR_SECONDS), 0
     with Run(pids) as run:

@@ -217,7 +217,7 @@ def ours_vector(
     pin: bool | None = None,
 ) -> Iterator[tuple[Callable[[], object], dict[str, Any]]]:
     """``RemoteVectorEnv`` lockstep over ``n`` local remotes (their processes pinned as
-    ``pin`` says: start_local's), reset and warmed up: its step (random actions; with
+    ``pin`` says: start_local's), reset: its step (random actions; with
     ``batch_size`` k < n, send/recv of k remotes at a time) and what it is (``pids``, its
     ``env_steps`` a call, ``start`` seconds, ``pinned`` 1.0 when start_local pinned the
     processes)."""
@@ -236,11 +236,9 @@ def ours_vector(
                 env.send([space.sample() for _ in range(n)])  # (after a reset all are ready)
                 env.recv()
             actions = drawn(lambda: [space.sample() for _ in range(k)])
-            step = lambda: env.step(actions())  # noqa: E731
-            for _ in range(VECTOR_WARMUP):
-                step()
-            yield step, {"pids": [p.pid for p in remotes.processes], "env_steps": k, "start": start,
-                         "pinned": float(any(cpu is not None for cpu in remotes.cpus))}
+            yield lambda: env.step(actions()), {
+                "pids": [p.pid for p in remotes.processes], "env_steps": k, "start": start,
+                "pinned": float(any(cpu is not None for cpu in remotes.cpus))}
         finally:
             env.close()
 
@@ -253,7 +251,7 @@ def measure_vector_ours(
     env-steps, so that ``steps_per_s * n`` is env-steps/s either way)."""
     with ours_vector(n, encoding, games_per_process, batch_size, pin) as (step, about):
         k = about["env_steps"]
-        rates = time_vector(step, VECTOR_STEPS[n] * n // k, about["pids"], warmup=0)
+        rates = time_vector(step, VECTOR_STEPS[n] * n // k, about["pids"])
     scale = n / k  # (k env-steps a recv: n of them a vector step's worth)
     return {**rates, "steps_per_s": rates["steps_per_s"] / scale, "own_cpu": rates["own_cpu"] * scale,
             "others_cpu": rates["others_cpu"] * scale, "start": about["start"], "pinned": about["pinned"]}
@@ -261,8 +259,8 @@ def measure_vector_ours(
 
 @contextlib.contextmanager
 def async_vector(n: int) -> Iterator[tuple[Callable[[], object], dict[str, Any]]]:
-    """gymnasium's ``AsyncVectorEnv`` over ``n`` ALE workers, reset and warmed up: its
-    step (random actions) and what it is (as :func:`ours_vector` says it)."""
+    """gymnasium's ``AsyncVectorEnv`` over ``n`` ALE workers, reset: its step (random
+    actions) and what it is (as :func:`ours_vector` says it)."""
     started = time.perf_counter()
     envs = AsyncVectorEnv([_make_gym] * n, context="forkserver")
     try:
@@ -270,11 +268,8 @@ def async_vector(n: int) -> Iterator[tuple[Callable[[], object], dict[str, Any]]
         start = time.perf_counter() - started
         envs.action_space.seed(0)
         actions = drawn(envs.action_space.sample)
-        step = lambda: envs.step(actions())  # noqa: E731
-        for _ in range(VECTOR_WARMUP):
-            step()
-        yield step, {"pids": [p.pid for p in envs.processes if p.pid is not None], "env_steps": n,
-                     "start": start}
+        yield lambda: envs.step(actions()), {
+            "pids": [p.pid for p in envs.processes if p.pid is not None], "env_steps": n, "start": start}
     finally:
         envs.close(terminate=False)
         for proc in envs.processes:  # close() joins them; never leave one behind
@@ -285,7 +280,7 @@ def async_vector(n: int) -> Iterator[tuple[Callable[[], object], dict[str, Any]]
 
 def measure_vector_async(n: int) -> dict[str, float]:
     with async_vector(n) as (step, about):
-        rates = time_vector(step, VECTOR_STEPS[n], about["pids"], warmup=0)
+        rates = time_vector(step, VECTOR_STEPS[n], about["pids"])
     return {**rates, "start": about["start"]}
 
 

@@ -28,7 +28,7 @@ from typing import Final
 import numpy as np
 import orjson
 
-from benchmarks.atari_common import FRAMESKIP, ROM, VECTOR_WARMUP, drawn
+from benchmarks.atari_common import FRAMESKIP, ROM, drawn
 from remotes.local import default_games_per_process
 
 #: The frame's shape (Pong's RGB screen), and a slot's bytes.
@@ -165,15 +165,11 @@ def bare_vector(n: int) -> Iterator[tuple[Step, list[int]]]:
 
 @contextmanager
 def bare_stepper(n: int) -> Iterator[tuple[Callable[[], object], list[int]]]:
-    """The bare design over ``n`` games, warmed up: a step of random actions, and the
-    server pids."""
+    """The bare design over ``n`` games: a step of random actions, and the server pids."""
     with bare_vector(n) as (step, pids):
         rng = np.random.default_rng(0)
         actions = drawn(lambda: rng.integers(0, ACTIONS, n).tolist())
-        go = lambda: step(actions())  # noqa: E731
-        for _ in range(VECTOR_WARMUP):
-            go()
-        yield go, pids
+        yield lambda: step(actions()), pids
 
 
 if __name__ == "__main__":

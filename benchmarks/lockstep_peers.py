@@ -173,7 +173,7 @@ def _dm_peer() -> Iterator[tuple[int, list[int]] | None]:
 
 def _single_rows(stack: contextlib.ExitStack, dm: tuple[int, list[int]] | None,
                  remotes: LocalRemotes) -> dict[str, Row]:
-    """Every one-game row, open at once and warmed up (closed by ``stack``)."""
+    """Every one-game row, open at once (closed by ``stack``)."""
     rows = {"raw": Row(raw_ale_step())}
     step, about = stack.enter_context(async_vector(1))
     rows["async1"] = Row(step, about["pids"])
@@ -184,9 +184,6 @@ def _single_rows(stack: contextlib.ExitStack, dm: tuple[int, list[int]] | None,
         rows[key] = Row(stack.enter_context(ours_single(address, shm=key == "shm")), [process.pid])
     step, pids = stack.enter_context(bare_stepper(1))
     rows["bare"] = Row(step, pids)
-    for row in rows.values():
-        for _ in range(WARMUP):
-            row.step()
     return rows
 
 
@@ -204,8 +201,8 @@ _VECTOR_NAMES: Final = {
 
 @contextlib.contextmanager
 def atari_vector(n: int) -> Iterator[Callable[[], object]]:
-    """ALE's AtariVectorEnv over ``n`` Pong games stepped in lockstep, warmed up: its step
-    (its C++ threads run in this process)."""
+    """ALE's AtariVectorEnv over ``n`` Pong games stepped in lockstep: its step (its C++
+    threads run in this process)."""
     envs = AtariVectorEnv(
         ROM, n, img_height=210, img_width=160, grayscale=False, stack_num=1, frameskip=FRAMESKIP,
         maxpool=False, noop_max=0, reward_clipping=False, use_fire_reset=False,
@@ -215,10 +212,7 @@ def atari_vector(n: int) -> Iterator[Callable[[], object]]:
         envs.reset(seed=0)
         envs.action_space.seed(0)
         actions = drawn(envs.action_space.sample)
-        step = lambda: envs.step(actions())  # noqa: E731
-        for _ in range(VECTOR_WARMUP):
-            step()
-        yield step
+        yield lambda: envs.step(actions())
     finally:
         envs.close()
 
@@ -242,7 +236,15 @@ def _vector_rows(n: int, stack: contextlib.ExitStack) -> dict[str, Row]:
     return rows
 
 
-def _print_vector(n: int, turns: Turns, target: Callable[..., str]) -> None:
+def target(value: float, goal: float, bare_value: float | None = None) -> str:
+    """The ratio against its target; ``bare_value``: the bare design's same ratio in this
+    run, the most this design reaches here with nothing of ours around it."""
+    ceiling = "" if bare_value is None else f"; the bare design {bare_value:.2f}"
+    shown = f"{value:.3f}" if value < goal <= round(value, 2) else f"{value:.2f}"  # (0.797: not 0.80)
+    return f"{shown} (target >= {goal:g}: {'met' if value >= goal else 'not met'}{ceiling})"
+
+
+def _print_vector(n: int, turns: Turns) -> None:
     """The rows at ``n`` and the targets' verdicts (on the totals' ratios)."""
     rows = turns.rows
     k = n // BATCH_PARTS
@@ -285,6 +287,7 @@ def main() -> None:
     with _dm_peer() as dm, local_remotes(2, games_per_process=1) as remotes:
         with contextlib.ExitStack() as stack:
             turns = Turns(_single_rows(stack, dm, remotes), lambda row: TURN_ENV_STEPS)
+            turns.warm(WARMUP)
             turns.run(SINGLE_SECONDS)
         same = trace(remotes, shm=True) == trace(remotes, shm=False)
     rows = turns.rows
@@ -292,13 +295,6 @@ def main() -> None:
     dm_rate = rows["dm"].env_steps_per_s if "dm" in rows else None
     cpu: Callable[[str], str] = lambda k: _us(rows[k].cpu_per_env_step())  # noqa: E731
     agent: Callable[[str], str] = lambda k: _us(rows[k].agent_cpu_per_env_step())  # noqa: E731
-
-    def target(value: float, goal: float, bare_value: float | None = None) -> str:
-        """The ratio against its target; ``bare_value``: the bare design's same ratio in
-        this run, the most this design reaches here with nothing of ours around it."""
-        ceiling = "" if bare_value is None else f"; the bare design {bare_value:.2f}"
-        shown = f"{value:.3f}" if value < goal <= round(value, 2) else f"{value:.2f}"  # (0.797: not 0.80)
-        return f"{shown} (target >= {goal:g}: {'met' if value >= goal else 'not met'}{ceiling})"
 
     print(f"\n  One lockstep {ENV_ID} env, frameskip {FRAMESKIP}: every row open at once, stepped in "
           f"turns of {TURN_ENV_STEPS} steps, {turns.cycles} cycles in {SINGLE_SECONDS:g} s (env-steps/s)")
@@ -320,11 +316,13 @@ def main() -> None:
         ],
     )
     versus = turns.ratio
-    print(f"  ours vs AsyncVectorEnv n=1:            {target(shm / async1, GOAL_VS_ASYNC1, bare / async1)} "
-          f"({versus('shm', 'async1')[1]})")
+    share, spread = versus("shm", "async1")
+    print(f"  ours vs AsyncVectorEnv n=1:            {target(share, GOAL_VS_ASYNC1, bare / async1)} "
+          f"({spread})")
     if dm_rate:
-        print(f"  ours vs minimal dm_env_rpc server:     {target(shm / dm_rate, GOAL_VS_DM, bare / dm_rate)} "
-              f"({versus('shm', 'dm')[1]})")
+        share, spread = versus("shm", "dm")
+        print(f"  ours vs minimal dm_env_rpc server:     {target(share, GOAL_VS_DM, bare / dm_rate)} "
+              f"({spread})")
     print(f"  ours (shared memory) vs raw ALE:       {target(shm / raw, STRETCH_VS_RAW)} (stretch)")
     print(f"  ours vs the bare design, one game:     {shm / bare:.2f} ({versus('shm', 'bare')[1]})")
     agent_cpu = rows["shm"].agent_cpu_per_env_step()
@@ -336,9 +334,10 @@ def main() -> None:
     for n in VECTOR_COUNTS:
         with contextlib.ExitStack() as stack:
             turns = Turns(_vector_rows(n, stack), lambda row: max(1, TURN_ENV_STEPS // row.env_steps))
+            turns.warm(VECTOR_WARMUP)
             turns.check_idle(IDLE_SECONDS)
             turns.run(VECTOR_SECONDS_EACH)
-        _print_vector(n, turns, target)
+        _print_vector(n, turns)
     print(f"  load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -64,6 +64,12 @@ class Turns:
         #: (:meth:`check_idle`): what an idle row costs the others.
         self.idle = 0.0
 
+    def warm(self, calls: int) -> None:
+        """Step every row ``calls`` times, untimed (caches, buffers and connections made)."""
+        for row in self.rows.values():
+            for _ in range(calls):
+                row.step()
+
     def run(self, seconds: float) -> None:
         """Cycles of one turn per row, the order rotated each cycle, until ``seconds``
         have passed (at least one cycle a call)."""

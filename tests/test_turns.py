@@ -11,6 +11,9 @@ def test_every_row_gets_a_turn_each_cycle_in_a_rotated_order() -> None:
     rows = {name: Row(lambda name=name: seen.append(name), env_steps=steps)  # type: ignore[misc]
             for name, steps in (("a", 1), ("b", 2), ("c", 4))}
     turns = Turns(rows, lambda row: 8 // row.env_steps)  # (8 env-steps a turn)
+    turns.warm(2)  # (untimed: stepped, not counted)
+    assert seen == ["a", "a", "b", "b", "c", "c"] and all(row.calls == 0 for row in rows.values())
+    seen.clear()
     turns.run(0.0)  # (at least one cycle)
     turns.run(0.0)
     turns.run(0.0)
