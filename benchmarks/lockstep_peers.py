@@ -30,7 +30,9 @@ turns of :data:`TURN_ENV_STEPS` env-steps, the order rotated each cycle, for
 :data:`SINGLE_SECONDS` and :data:`VECTOR_SECONDS_EACH` (benchmarks/turns.py: the VM's
 moods, which last seconds, fall on every row alike); each ratio is of the totals, with the
 per-cycle ratios' median and quartiles beside it, and the load average is printed before
-and after (the machine may be shared). Each target of the issue is printed beside its
+and after (the machine may be shared). A vector row's CPU per env-step is given for all
+its processes, for the agent, and for each other process (ours and the bare design: each
+serve process, one a core: where each core's time goes). Each target of the issue is printed beside its
 figure with "met" or "not met". Then the determinism check: the same seed and actions give
 the same frame hashes through shared memory and over VNC.
 """
@@ -41,7 +43,7 @@ import contextlib
 import hashlib
 import multiprocessing
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
 from ale_py.vector_env import AtariVectorEnv
@@ -95,6 +97,8 @@ VECTOR_COUNTS: Final = quick((4, 8), (4,))
 #: send/recv beside ours at each n returns n // this many remotes a recv (half: at n = 8
 #: the games of one process, as start_local packs 4 a process on this machine's 2 cores).
 BATCH_PARTS: Final = 2
+#: Processes of a row the vector table lists one by one (AsyncVectorEnv's 8 workers: a range).
+EACH_SHOWN: Final = 4
 
 
 def _shm(env: RemoteEnv, on: bool) -> None:
@@ -244,6 +248,16 @@ def target(value: float, goal: float, bare_value: float | None = None) -> str:
     return f"{shown} (target >= {goal:g}: {'met' if value >= goal else 'not met'}{ceiling})"
 
 
+def each_process(cpus: Sequence[float]) -> str:
+    """Each process's CPU per env-step (seconds) as the vector table shows it: up to
+    :data:`EACH_SHOWN` of them one by one, more as a count and a range."""
+    if not cpus:
+        return ""
+    if len(cpus) <= EACH_SHOWN:
+        return " / ".join(f"{cpu * 1e6:.0f}" for cpu in cpus) + " us"
+    return f"{len(cpus)} x {min(cpus) * 1e6:.0f}-{max(cpus) * 1e6:.0f} us"
+
+
 def _print_vector(n: int, turns: Turns) -> None:
     """The rows at ``n`` and the targets' verdicts (on the totals' ratios)."""
     rows = turns.rows
@@ -251,10 +265,12 @@ def _print_vector(n: int, turns: Turns) -> None:
     print(f"\n  Vectors n={n}: every row open at once, stepped in turns of about {TURN_ENV_STEPS} "
           f"env-steps, {turns.cycles} cycles in {VECTOR_SECONDS_EACH:g} s (benchmarks/turns.py); "
           f"idle rows' processes meanwhile: {turns.idle * 1e3:.0f} ms of CPU a second (in 10 ms ticks)")
-    table(["row", "env-steps/s", "CPU/env-step, all processes", "agent CPU/env-step"], [
+    table(["row", "env-steps/s", "CPU/env-step, all processes", "agent CPU/env-step",
+           "each other process, CPU/env-step"], [
         [f"{_VECTOR_NAMES[key].format(k=k)} n={n}", f"{row.env_steps_per_s:,.0f}",
          _us(row.cpu_per_env_step()),
-         _us(row.agent_cpu_per_env_step()) if key != "atari" else "(all in process)"]
+         _us(row.agent_cpu_per_env_step()) if key != "atari" else "(all in process)",
+         each_process(row.each_cpu_per_env_step())]
         for key, row in rows.items()])
 
     versus = turns.ratio

@@ -40,6 +40,8 @@ class Row:
     calls: int = 0
     #: Env-steps per second of each turn, in cycle order.
     rates: list[float] = field(default_factory=list)
+    #: Each of ``pids``' CPU over its turns (their sum is :attr:`others_cpu`).
+    pid_cpu: dict[int, float] = field(default_factory=dict)
 
     @property
     def env_steps_per_s(self) -> float:
@@ -51,6 +53,12 @@ class Row:
 
     def agent_cpu_per_env_step(self) -> float:
         return self.own_cpu / max(self.calls * self.env_steps, 1)
+
+    def each_cpu_per_env_step(self) -> list[float]:
+        """Seconds of CPU per env-step of each of :attr:`pids`, in their order: where a
+        row's CPU goes (a vector's serve processes, each core's share)."""
+        env_steps = max(self.calls * self.env_steps, 1)
+        return [self.pid_cpu.get(pid, 0.0) / env_steps for pid in self.pids]
 
 
 class Turns:
@@ -83,14 +91,17 @@ class Turns:
 
     def _turn(self, row: Row) -> None:
         calls = self.turn_calls(row)
-        others = sum(process_cpu(pid) for pid in row.pids)
+        others = [process_cpu(pid) for pid in row.pids]
         own, began = time.process_time(), time.perf_counter()
         step = row.step
         for _ in range(calls):
             step()
         wall = time.perf_counter() - began
         row.own_cpu += time.process_time() - own
-        row.others_cpu += sum(process_cpu(pid) for pid in row.pids) - others
+        for pid, before in zip(row.pids, others, strict=True):
+            used = process_cpu(pid) - before
+            row.pid_cpu[pid] = row.pid_cpu.get(pid, 0.0) + used
+            row.others_cpu += used
         row.wall += wall
         row.calls += calls
         row.rates.append(calls * row.env_steps / wall)

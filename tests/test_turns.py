@@ -3,6 +3,10 @@ turn each cycle, the order rotated, the totals and the ratios from what was step
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+from benchmarks.lockstep_peers import each_process
 from benchmarks.turns import Row, Turns
 
 
@@ -35,3 +39,44 @@ def test_ratios_are_of_the_totals_with_the_cycles_spread_beside() -> None:
     assert total == 0.5  # (120 env-steps/s against 240: the totals, not the cycles' mean)
     assert spread.startswith("per cycle 0.60, quartiles")
     assert mine.cpu_per_env_step() == 0.0 and mine.env_steps_per_s == 120.0
+
+
+_BURNER = """
+import sys, time
+for line in sys.stdin:
+    end = time.process_time() + float(line)
+    while time.process_time() < end:
+        pass
+    sys.stdout.write("done\\n")
+    sys.stdout.flush()
+"""
+
+
+def test_each_process_of_a_row_is_charged_its_own_cpu() -> None:
+    # Two real processes a step: one burns 5 ms of CPU a call, the other 20 ms.
+    burners = [subprocess.Popen([sys.executable, "-c", _BURNER], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        def step() -> None:
+            for burner, seconds in zip(burners, (0.005, 0.020), strict=True):
+                assert burner.stdin is not None and burner.stdout is not None
+                burner.stdin.write(f"{seconds}\n")
+                burner.stdin.flush()
+                assert burner.stdout.readline() == "done\n"
+
+        row = Row(step, [b.pid for b in burners], env_steps=2)
+        turns = Turns({"row": row}, lambda row: 10)
+        turns.warm(1)
+        turns.run(0.0)
+        turns.run(0.0)
+        light, heavy = row.each_cpu_per_env_step()
+        assert set(row.pid_cpu) == {b.pid for b in burners}
+        assert abs(light + heavy - row.others_cpu / (row.calls * row.env_steps)) < 1e-9
+        # 20 calls: 0.1 s and 0.4 s of CPU, counted in 10 ms clock ticks.
+        assert heavy > 2 * light > 0
+        assert each_process([light, heavy]).endswith(" us") and " / " in each_process([light, heavy])
+        assert each_process([light] * 8).startswith("8 x ")
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
