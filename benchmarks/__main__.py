@@ -31,7 +31,7 @@ from benchmarks.common import QUICK_ENV  # noqa: E402
 #: The order benchmarks run in; modules found beside them that are not listed run after.
 ORDER: Final = (
     "rewarder_throughput", "remotes_realtime", "realtime_cpu", "vnc_server", "vnc_client",
-    "display_capture", "browser_remotes", "atari_lockstep", "lockstep_peers", "lockstep_density",
+    "display_capture", "browser_remotes", "atari_lockstep", "lockstep_peers", "busy_core", "lockstep_density",
     "autoreset_lane", "step_channel", "viewer_port", "long_step", "dm_env_rpc_port", "recording",
     "openenv_port", "page_structure", "browser_oracle", "ray_remotes", "multiagent",
 )
@@ -71,6 +71,7 @@ EXPECTED: Final[dict[str, tuple[float, float]]] = {
     "browser_remotes": (282, 34),
     "atari_lockstep": (62, 21),
     "lockstep_peers": (130, 15),  # (2026-12-07 session fourteen: vector rows in turns, 40 s each n)
+    "busy_core": (75, 20),  # (2026-12-07 session fifteen: two phases of 25 s in turns)
     # measured 2026-11-29 01:07-01:09 beside three other helpers' work (load average 5-11)
     "lockstep_density": (126, 5),
     # measured 2026-11-29 02:45-02:55, quiet but for the coordinator's short test runs

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from .busy_cpus import busy_cpus
+
 log = logging.getLogger(__name__)
 
 #: CPU ms a real-time Catch frame costs its process, by games per process, until measured
@@ -206,7 +208,8 @@ def record(env_id: str, before: Sequence[float | None], after: Sequence[float | 
 
 
 def pinned_cpus(processes: int, lockstep: bool, pin: bool | None = None,
-                allowed: Sequence[int] | None = None) -> list[int | None]:
+                allowed: Sequence[int] | None = None, busy: Sequence[int] | None = None,
+                ) -> list[int | None]:
     """The CPU each of ``processes`` ``serve`` processes is pinned to (``serve --cpus``),
     or None for each: ``start_local``'s ``pin``.
 
@@ -214,13 +217,17 @@ def pinned_cpus(processes: int, lockstep: bool, pin: bool | None = None,
     they are as many as the cores this process may use (start_local's packing): unpinned,
     the kernel often wakes two on one core and the vector step waits for it
     (:mod:`envserver.cpus` has the figures). Fewer processes than cores stay unpinned:
-    another agent's vector on this machine would be pinned to the same first cores.
+    another agent's vector on this machine would be pinned to the same first cores. Nor
+    are they pinned while another program keeps one of those cores busy
+    (:mod:`remotes.busy_cpus`): the process pinned beside it would get half a core.
 
     Args:
         processes: ``serve`` processes to start.
         lockstep: whether they step in lockstep.
         pin: True pins them round the cores this process may use, False never.
         allowed: the CPUs this process may use (None: :func:`os.sched_getaffinity`'s).
+        busy: the CPUs another program keeps busy (None: watched now, for
+            :data:`~remotes.busy_cpus.BUSY_SAMPLE_SECONDS`, when the default would pin).
 
     Returns:
         One CPU (or None) per process.
@@ -234,6 +241,13 @@ def pinned_cpus(processes: int, lockstep: bool, pin: bool | None = None,
         raise ValueError("pin=True needs Linux (sched_setaffinity): leave it None here")
     if pin is None:
         pin = lockstep and 2 <= processes == len(allowed)
+        if pin:
+            taken = busy_cpus(allowed) if busy is None else [cpu for cpu in busy if cpu in allowed]
+            if taken:
+                log.info("not pinning the %d lockstep processes one to a core: CPU %s %s busy "
+                         "with other work (start_local(pin=True) pins them anyway)", processes,
+                         ",".join(map(str, taken)), "is" if len(taken) == 1 else "are")
+                pin = False
     if not pin:
         return [None] * processes
     return [allowed[i % len(allowed)] for i in range(processes)]

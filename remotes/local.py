@@ -522,8 +522,10 @@ def start_local(
         pin: run each ``serve`` process on one CPU of its own (``serve --cpus``). None
             (the default) pins a lockstep vector's processes when there is one per core
             (its step waits for the slowest process; unpinned, two often share a core:
-            :func:`remotes.capacity.pinned_cpus`) and ``extra_args`` names no ``--cpus``
-            of its own; True always, round the cores; False never.
+            :func:`remotes.capacity.pinned_cpus`), none of those cores is busy with
+            another program when they start (:mod:`remotes.busy_cpus`: one pinned beside
+            it would get half a core) and ``extra_args`` names no ``--cpus`` of its own;
+            True always, round the cores; False never.
 
     Returns:
         The running remotes (a context manager; closing stops them).

@@ -138,11 +138,14 @@ def test_lockstep_remotes_share_one_process_per_core_by_default() -> None:
 
 def test_a_lockstep_vector_pins_one_process_to_each_core_when_it_has_one_per_core() -> None:
     """start_local's ``pin`` (remotes.capacity.pinned_cpus): by default a lockstep
-    vector with a process per core is pinned one to a core; real time, a lone process, and
+    vector with a process per core is pinned one to a core, unless another program keeps
+    one of them busy (``busy``: remotes.busy_cpus); real time, a lone process, and
     fewer processes than cores (another agent's vector would take the same first cores)
-    are not; True pins round the cores, False never."""
-    assert pinned_cpus(2, lockstep=True, allowed=[0, 1]) == [0, 1]
-    assert pinned_cpus(4, lockstep=True, allowed=[2, 3, 5, 7]) == [2, 3, 5, 7]
+    are not; True pins round the cores (busy or not), False never."""
+    assert pinned_cpus(2, lockstep=True, allowed=[0, 1], busy=()) == [0, 1]
+    assert pinned_cpus(4, lockstep=True, allowed=[2, 3, 5, 7], busy=[9]) == [2, 3, 5, 7]
+    assert pinned_cpus(2, lockstep=True, allowed=[0, 1], busy=[1]) == [None, None]
+    assert pinned_cpus(2, lockstep=True, pin=True, allowed=[0, 1], busy=[1]) == [0, 1]
     assert pinned_cpus(2, lockstep=False, allowed=[0, 1]) == [None, None]
     assert pinned_cpus(1, lockstep=True, allowed=[0]) == [None]
     assert pinned_cpus(2, lockstep=True, allowed=[0, 1, 2, 3]) == [None, None]
