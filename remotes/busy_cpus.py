@@ -2,15 +2,16 @@
 
 A lockstep vector's ``serve`` processes are pinned one to a core (:func:`remotes.capacity.
 pinned_cpus`), which on a quiet machine is 1.02-1.12x as fast as leaving them to the
-kernel. But a process pinned to a core that a program already running there keeps busy
-(a learner, another experiment, a build) gets half of that core for as long as both run,
+kernel. But a process pinned to a core that another program keeps busy (a learner in
+another terminal, another experiment, a build: a session of its own, which the kernel's
+autogroups weigh against all of ours) gets half of that core for as long as both run,
 and the vector step waits for it: beside one busy loop started first, a pinned n=8 Pong
 vector made 2,246 env-steps/s against 2,957 unpinned (``python -m benchmarks busy_core``,
 benchmarks/RESULTS.md, session fifteen). So before it pins, ``start_local`` looks at the
 cores for :data:`BUSY_SAMPLE_SECONDS`, and pins only when none of them is
-:data:`BUSY_SHARE` busy. A program that starts later is not this module's to see (beside
-a busy loop started after the pinning the pinned vector held its own: the kernel moves the
-newcomer).
+:data:`BUSY_SHARE` busy. A program that starts later is not seen: it takes half of the
+pinned process's core just the same (2,025 against 2,694), and nothing moves the
+processes then.
 
 The counters are the kernel's per-CPU jiffies (``/proc/stat``'s ``cpuN`` lines): busy is
 everything but ``idle`` and ``iowait``.
