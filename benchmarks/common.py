@@ -8,6 +8,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Final, TypeVar
 
+from remotes.busy_cpus import PROC_STAT, line_ticks
+
 CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 #: Set (to "1") by ``python -m benchmarks --quick`` (``make bench-quick``) before any
 #: benchmark module is imported: each then runs one short round of what it measures.
@@ -90,8 +92,5 @@ def schedstat_cpu(*pids: int) -> float:
 
 def machine_ticks() -> tuple[int, int]:
     """(busy, total) clock ticks of all CPUs since boot, from /proc/stat."""
-    with open("/proc/stat", "rb") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    total = sum(values[:8])  # guest time is already counted in user
-    return total - idle, total
+    with open(PROC_STAT, "rb") as f:
+        return line_ticks(f.readline().split()[1:])

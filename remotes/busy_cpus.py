@@ -14,7 +14,7 @@ pinned process's core just the same (2,025 against 2,694), and nothing moves the
 processes then.
 
 The counters are the kernel's per-CPU jiffies (``/proc/stat``'s ``cpuN`` lines): busy is
-everything but ``idle`` and ``iowait``.
+everything but ``idle`` and ``iowait`` (:func:`line_ticks`).
 """
 
 from __future__ import annotations
@@ -35,17 +35,23 @@ PROC_STAT: Final = "/proc/stat"
 Ticks = dict[int, tuple[int, int]]
 
 
+def line_ticks(fields: Sequence[str | bytes]) -> tuple[int, int]:
+    """``(busy, total)`` jiffies of one ``/proc/stat`` CPU line's counters (the fields after
+    its name): busy is all but ``idle`` and ``iowait``; only the first eight count, guest
+    time being in ``user`` already. Every reader of those lines here uses it."""
+    counts = [int(field) for field in fields[:8]]
+    idle = counts[3] + (counts[4] if len(counts) > 4 else 0)
+    return sum(counts) - idle, sum(counts)
+
+
 def cpu_ticks(text: str) -> Ticks:
     """Each CPU's ``(busy, total)`` jiffies from ``/proc/stat``'s text (its ``cpuN`` lines;
     the ``cpu`` line of all CPUs is left out)."""
     ticks: Ticks = {}
     for line in text.splitlines():
         name, _, rest = line.partition(" ")
-        if not name.startswith("cpu") or name == "cpu" or not name[3:].isdigit():
-            continue
-        counts = [int(field) for field in rest.split()]
-        idle = counts[3] + (counts[4] if len(counts) > 4 else 0)  # idle + iowait
-        ticks[int(name[3:])] = (sum(counts) - idle, sum(counts))
+        if name.startswith("cpu") and name[3:].isdigit():
+            ticks[int(name[3:])] = line_ticks(rest.split())
     return ticks
 
 

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from .busy_cpus import busy_cpus
+from .busy_cpus import PROC_STAT, busy_cpus, line_ticks
 
 log = logging.getLogger(__name__)
 
@@ -171,12 +171,10 @@ def cpu_seconds(pid: int) -> float | None:
 def machine_ticks() -> tuple[int, int]:
     """(busy, total) jiffies of the whole machine so far (``/proc/stat``)."""
     try:
-        with open("/proc/stat", "rb") as f:
-            ticks = [int(t) for t in f.readline().split()[1:]]
-    except (OSError, ValueError):
+        with open(PROC_STAT, "rb") as f:
+            return line_ticks(f.readline().split()[1:])
+    except (OSError, ValueError, IndexError):
         return 0, 0
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
-    return sum(ticks) - idle, sum(ticks)
 
 
 def record(env_id: str, before: Sequence[float | None], after: Sequence[float | None], seconds: float,
