@@ -33,15 +33,19 @@ class Row:
     step: Callable[[], object]
     pids: Sequence[int] = ()
     env_steps: int = 1
-    #: Totals over its turns: wall seconds, this process's CPU, the others' CPU, calls.
+    #: Totals over its turns: wall seconds, this process's CPU, calls.
     wall: float = 0.0
     own_cpu: float = 0.0
-    others_cpu: float = 0.0
     calls: int = 0
     #: Env-steps per second of each turn, in cycle order.
     rates: list[float] = field(default_factory=list)
-    #: Each of ``pids``' CPU over its turns (their sum is :attr:`others_cpu`).
+    #: Each of ``pids``' CPU over its turns.
     pid_cpu: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def others_cpu(self) -> float:
+        """The CPU of :attr:`pids` over its turns, all together."""
+        return sum(self.pid_cpu.values())
 
     @property
     def env_steps_per_s(self) -> float:
@@ -99,9 +103,7 @@ class Turns:
         wall = time.perf_counter() - began
         row.own_cpu += time.process_time() - own
         for pid, before in zip(row.pids, others, strict=True):
-            used = process_cpu(pid) - before
-            row.pid_cpu[pid] = row.pid_cpu.get(pid, 0.0) + used
-            row.others_cpu += used
+            row.pid_cpu[pid] = row.pid_cpu.get(pid, 0.0) + process_cpu(pid) - before
         row.wall += wall
         row.calls += calls
         row.rates.append(calls * row.env_steps / wall)
