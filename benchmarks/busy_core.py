@@ -18,7 +18,6 @@ pinned, unpinned and the bare design in each phase.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from typing import Final
 
 from benchmarks.atari_lockstep import ours_vector
 from benchmarks.bare_lockstep import bare_stepper
-from benchmarks.common import quick, table
+from benchmarks.common import load_average, quick, table
 from benchmarks.turns import Row, Turns
 
 #: The vector's remotes (two processes of four games on two cores, start_local's packing).
@@ -78,7 +77,7 @@ def _phase(busy: bool) -> tuple[Turns, bool]:
 
 
 def main() -> None:
-    print(f"  load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"  load average before: {load_average()}")
     for busy in (False, True):
         turns, pinned = _phase(busy)
         where = "beside a busy loop started first" if busy else "quiet"
@@ -90,7 +89,7 @@ def main() -> None:
         for other in ("pinned", "free", "bare"):
             share, spread = turns.ratio("default", other)
             print(f"  default vs {_NAMES[other]}: {share:.2f} ({spread})")
-    print(f"  load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"  load average after: {load_average()}")
 
 
 if __name__ == "__main__":

@@ -94,3 +94,8 @@ def machine_ticks() -> tuple[int, int]:
     """(busy, total) clock ticks of all CPUs since boot, from /proc/stat."""
     with open(PROC_STAT, "rb") as f:
         return line_ticks(f.readline().split()[1:])
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as a benchmark prints them before and after."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -50,6 +50,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from benchmarks.common import (  # noqa: E402
+    load_average,
     quick,
     ratio,
     schedstat_cpu,  # noqa: E402
@@ -518,7 +519,7 @@ def report(bench: Bench) -> None:
 
 
 def main(frame_rate: int = FRAME_RATE) -> None:
-    print("  load average before: " + " ".join(f"{v:.2f}" for v in os.getloadavg()))
+    print("  load average before: " + load_average())
     try:
         import mss  # noqa: F401
     except ImportError:
@@ -528,7 +529,7 @@ def main(frame_rate: int = FRAME_RATE) -> None:
         bench = Bench(width, height, frame_rate)
         bench.run()
         report(bench)
-    print("  load average after: " + " ".join(f"{v:.2f}" for v in os.getloadavg()))
+    print("  load average after: " + load_average())
 
 
 if __name__ == "__main__":  # python -m benchmarks.display_capture [XVNC_FRAME_RATE]

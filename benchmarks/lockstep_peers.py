@@ -59,7 +59,7 @@ from benchmarks.atari_common import (
 )
 from benchmarks.atari_lockstep import async_vector, ours_vector
 from benchmarks.bare_lockstep import bare_stepper
-from benchmarks.common import quick, ratio, table
+from benchmarks.common import load_average, quick, ratio, table
 from benchmarks.turns import Row, Turns
 from remotes import RemoteEnv
 from remotes.address import RemoteAddress
@@ -299,7 +299,7 @@ def _print_vector(n: int, turns: Turns) -> None:
 
 def main() -> None:
     multiprocessing.set_forkserver_preload(["numpy", "gymnasium", "ale_py"])
-    print(f"  load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"  load average before: {load_average()}")
     with _dm_peer() as dm, local_remotes(2, games_per_process=1) as remotes:
         with contextlib.ExitStack() as stack:
             turns = Turns(_single_rows(stack, dm, remotes), lambda row: TURN_ENV_STEPS)
@@ -354,7 +354,7 @@ def main() -> None:
             turns.check_idle(IDLE_SECONDS)
             turns.run(VECTOR_SECONDS_EACH)
         _print_vector(n, turns)
-    print(f"  load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"  load average after: {load_average()}")
 
 
 if __name__ == "__main__":
