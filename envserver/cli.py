@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import sys
+from dataclasses import replace
 from typing import Any, Final
 
 from rewarder.auth import PASSWORD_ENV, PASSWORD_FILE_ENV, VIEW_ONLY_PASSWORD_ENV
@@ -150,14 +151,21 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from . import games
 
+    if args.unpin_when_shared and args.cpus is None:
+        print("universe-remote: --unpin-when-shared lets go of the CPUs --cpus pinned this "
+              "process to: give --cpus too, or leave it out", file=sys.stderr)
+        return EXIT_REFUSED
+    config = serve_config(args)
     if args.cpus is not None:  # first: every thread started later inherits it
+        wider = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
         try:
             pin(args.cpus)
         except ValueError as exc:
             print(f"universe-remote: {exc}", file=sys.stderr)
             return EXIT_REFUSED
         log.info("running on CPU %s only (--cpus)", ",".join(map(str, sorted(args.cpus))))
-    config = serve_config(args)
+        if args.unpin_when_shared and wider is not None and wider != args.cpus:
+            config = replace(config, pinned=(args.cpus, wider))
     refusal = config.refusal()
     if refusal is not None:
         print(f"universe-remote: {refusal}", file=sys.stderr)
@@ -242,6 +250,13 @@ def add_commands(sub: Any) -> None:
         "--cpus", type=_cpus, default=None, metavar="LIST",
         help="run this process on these CPUs only (taskset's list: 0-3,6). start_local pins "
         "each lockstep process of a vector to a core of its own so; default: any CPU",
+    )
+    shared.add_argument(
+        "--unpin-when-shared", action="store_true",
+        help="with --cpus: once other work keeps those CPUs busy (40%% of their time or more, "
+        "two looks a second apart), run on every CPU this process could before, for good: a "
+        "pinned process beside a busy program gets half its core. start_local's default "
+        "pinning adds it",
     )
     shared.add_argument(
         "--game-ports", type=_game_ports, default=None, metavar="V+R,...",

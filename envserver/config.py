@@ -100,6 +100,9 @@ class ServeConfig:
     insecure: bool = False
     #: ``--record DIR``.
     record: str | None = None
+    #: ``--cpus`` with ``--unpin-when-shared``: the CPUs pinned to, and the wider set to
+    #: run on once another program shares them (:func:`envserver.cpus.unpin_when_shared`).
+    pinned: tuple[frozenset[int], frozenset[int]] | None = None
 
     @property
     def game_count(self) -> int:

@@ -8,15 +8,39 @@ the other idles: runs of the same vector went from 3,400 to 5,000 env-steps/s.
 Pinned one to a core they never share one (``python -m benchmarks lockstep_peers``,
 benchmarks/RESULTS.md). :func:`remotes.local.start_local` pins its lockstep processes so;
 an operator may pin any remote (a container's share, a cluster slot's cores).
+
+A process pinned to a core that another program then keeps busy gets about half of it,
+and the vector waits for it (0.75x its unpinned self, ``python -m benchmarks busy_core``).
+``start_local`` does not pin beside a program that is busy when the vector starts
+(``remotes.busy_cpus``); for one that starts later, the processes it pins by default run
+with ``--unpin-when-shared``: they watch whether they wait for their core
+(:class:`SharedCore`) and, once they do, run on every CPU they could before, as if never
+pinned.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 from typing import Final
 
+log = logging.getLogger(__name__)
+
 #: The largest CPU number ``--cpus`` takes (Linux's own limit, CONFIG_NR_CPUS, is 8192).
 MAX_CPU: Final = 8191
+#: Seconds between two looks at a pinned process's CPUs (``--unpin-when-shared``): a
+#: hundred clock ticks a look; the loop wakes once a second for it.
+SHARED_LOOK_SECONDS: Final = 1.0
+#: Looks in a row the CPUs must be shared at before the process lets go of them.
+SHARED_LOOKS: Final = 2
+#: Time waiting for a CPU per time run, over a look, that makes the CPUs shared: pinned
+#: on a quiet machine 0.02-0.15, beside a busy program in another session 0.4-1.0 (the
+#: kernel's autogroups give each session half the core: session fifteen's measurements).
+SHARED_WAIT: Final = 0.3
+#: Seconds the process must run in a look for its waiting to count: one that hardly runs
+#: loses little by waiting (it lets go once it steps again).
+SHARED_MIN_RUN: Final = 0.1
 
 
 def parse_cpus(text: str) -> frozenset[int]:
@@ -65,6 +89,12 @@ def pin(cpus: frozenset[int]) -> None:
         outside = ",".join(map(str, sorted(cpus - allowed)))
         may = ",".join(map(str, sorted(allowed)))
         raise ValueError(f"--cpus: this process may not run on CPU {outside}; it may on {may}")
+    _set_threads(cpus)
+
+
+def _set_threads(cpus: frozenset[int]) -> None:
+    """Every thread of this process on ``cpus`` (threads started later inherit it from the
+    thread that starts them: the loop's, which is among these)."""
     try:
         threads = [int(tid) for tid in os.listdir("/proc/self/task")]
     except OSError:  # (no /proc: the calling thread, whose later threads inherit it)
@@ -74,3 +104,90 @@ def pin(cpus: frozenset[int]) -> None:
             os.sched_setaffinity(tid, cpus)
         except ProcessLookupError:  # (a thread that ended meanwhile)
             pass
+
+
+class SharedCore:
+    """Whether a pinned process waits for its CPUs, look by look (sans-I/O:
+    :func:`unpin_when_shared` reads the counters and acts).
+
+    Each look takes each thread's time run and time spent runnable but waiting for a CPU
+    (``/proc/self/task/*/schedstat``) and compares them with the last look's. A process that
+    ran at least :data:`SHARED_MIN_RUN` seconds and waited :data:`SHARED_WAIT` of that
+    again shares its CPUs with other work that wants them at the same time. Waiting, not
+    the CPUs' busy share: a program that uses the core only while this process idles (a
+    benchmark's other rows in turns, a learner between vector steps) costs it nothing.
+    Shared at :data:`SHARED_LOOKS` looks in a row: a second's burst (a build step, the
+    agent's reset) is not a program that stays. A thread that ended since the last look
+    (the reader thread ends at each reset) loses its last part: the ratio stands."""
+
+    def __init__(self) -> None:
+        #: Waiting per time run at the last look (0.0 before two looks).
+        self.wait = 0.0
+        #: Looks in a row at which the CPUs were shared.
+        self.shared = 0
+        self._last: dict[int, tuple[int, int]] = {}
+
+    def look(self, threads: dict[int, tuple[int, int]]) -> bool:
+        """Take one reading (each thread's ``(run, wait)`` nanoseconds so far, by thread
+        id); whether the CPUs have been shared long enough to let go of them."""
+        last, self._last = self._last, threads
+        if not last:
+            return False
+        run = wait = 0
+        for tid, (ran, waited) in threads.items():
+            was = last.get(tid, (0, 0))  # (a new thread: all of it is since the last look)
+            run += ran - was[0]
+            wait += waited - was[1]
+        self.wait = wait / run if run > 0 else 0.0
+        shared = run >= SHARED_MIN_RUN * 1e9 and self.wait >= SHARED_WAIT
+        self.shared = self.shared + 1 if shared else 0
+        return self.shared >= SHARED_LOOKS
+
+
+def thread_times() -> dict[int, tuple[int, int]]:
+    """Each thread's ``(run, wait)`` nanoseconds so far (``/proc/self/task/*/schedstat``);
+    empty where the kernel keeps none (no ``CONFIG_SCHED_INFO``) or this is not Linux."""
+    times = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return {}
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+                fields = f.read().split()
+            times[int(tid)] = (int(fields[0]), int(fields[1]))
+        except (OSError, ValueError, IndexError):  # (a thread that ended meanwhile)
+            continue
+    return times
+
+
+async def unpin_when_shared(pinned: frozenset[int], wider: frozenset[int]) -> None:
+    """``serve --unpin-when-shared``: watch whether this process, pinned to ``pinned``,
+    waits for them while other work runs there (:class:`SharedCore`), and then run every
+    thread on ``wider`` (the CPUs it could use before it was pinned), for good. Returns
+    then, or at once where the counters cannot be read."""
+    core = SharedCore()
+    while True:
+        threads = thread_times()
+        if not threads:
+            return
+        if core.look(threads):
+            break
+        await asyncio.sleep(SHARED_LOOK_SECONDS)
+    try:
+        _set_threads(wider)
+    except OSError as exc:  # (a CPU gone offline since the start, a container's new limit)
+        log.warning("CPU %s is shared with other work, but this process cannot run on CPUs "
+                    "%s (%s): it stays pinned", _listed(pinned), _listed(wider), exc)
+        return
+    log.warning(
+        "CPU %s is shared with other work (this process waited %.0f%% of the time it ran, "
+        "%d looks %g s apart): running on CPUs %s from now on, as an unpinned process "
+        "(--unpin-when-shared)",
+        _listed(pinned), 100 * core.wait, SHARED_LOOKS, SHARED_LOOK_SECONDS, _listed(wider),
+    )
+
+
+def _listed(cpus: frozenset[int]) -> str:
+    return ",".join(map(str, sorted(cpus)))

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Final
 from rewarder.link_reader import held_loop
 
 from .config import EXIT_CANNOT_LISTEN, EXIT_REFUSED, EXIT_RUNTIME_FAILED, ServeConfig
+from .cpus import unpin_when_shared
 from .ports import FLOAT_RANGE, REWARDER_BASE, VNC_BASE, Ports, busy_port_advice, choose_ports, is_free
 
 if TYPE_CHECKING:
@@ -260,6 +261,7 @@ async def serve_games(
         started([game.remote for game in games])
     stopped = asyncio.ensure_future(stop.wait())
     live: dict[asyncio.Future[Any], _Game] = {game.remote.failed: game for game in games}
+    watch = None if config.pinned is None else asyncio.ensure_future(unpin_when_shared(*config.pinned))
     try:
         while live:
             waits: list[asyncio.Future[Any]] = [stopped, *live]
@@ -277,6 +279,8 @@ async def serve_games(
                 await _close_logged(game, f"the remote failed: {reason}")
     finally:
         stopped.cancel()
+        if watch is not None:
+            watch.cancel()
     if not live:
         if config.several:
             log.error("exiting with status %d: every game failed", EXIT_RUNTIME_FAILED)

@@ -9,9 +9,10 @@ and the vector step waits for it: beside one busy loop started first, a pinned n
 vector made 2,246 env-steps/s against 2,957 unpinned (``python -m benchmarks busy_core``,
 benchmarks/RESULTS.md, session fifteen). So before it pins, ``start_local`` looks at the
 cores for :data:`BUSY_SAMPLE_SECONDS`, and pins only when none of them is
-:data:`BUSY_SHARE` busy. A program that starts later is not seen: it takes half of the
-pinned process's core just the same (2,025 against 2,694), and nothing moves the
-processes then.
+:data:`BUSY_SHARE` busy. A program that starts later is not seen here: it takes half of
+the pinned process's core just the same (2,025 against 2,694), so the processes
+``start_local`` pins by default watch for that themselves (``serve --unpin-when-shared``,
+``envserver/cpus.py``) and let go of their cores.
 
 The counters are the kernel's per-CPU jiffies (``/proc/stat``'s ``cpuN`` lines): busy is
 everything but ``idle`` and ``iowait`` (:func:`line_ticks`).

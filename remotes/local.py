@@ -214,8 +214,12 @@ class LocalRemotes(RemoteGroup):
         self.openenv_ports: list[int | None] = []
         #: Games of each process, in order: remotes 0..k0-1 are process 0's, and so on.
         self.games = list(games) if games is not None else [1] * len(processes)
-        #: The CPU each process is pinned to (``serve --cpus``), or None: a restart keeps it.
+        #: The CPU each process was started pinned to (``serve --cpus``), or None: a
+        #: restart keeps it.
         self.cpus = list(cpus) if cpus is not None else [None] * len(self.games)
+        #: Whether the pinning is start_local's default (``pin=None``), which each process
+        #: lets go of once another program shares its core (``serve --unpin-when-shared``).
+        self.unpin_when_shared = False
         self._process_index = [p for p, k in enumerate(self.games) for _ in range(k)]
         #: Real time: (env id, fps, when ready, each process's CPU seconds then), for
         #: :func:`remotes.capacity.record` on close; None otherwise.
@@ -317,7 +321,7 @@ class LocalRemotes(RemoteGroup):
                 ports += ["--mcp-port", str(self.mcp_ports[index])]
         else:
             ports = ["--game-ports", ",".join(f"{a.vnc_port}+{a.rewarder_port}" for a in served)]
-        command = [*self.command, *ports, *_pinned(self.cpus[at])]
+        command = [*self.command, *ports, *_pinned(self.cpus[at], self.unpin_when_shared)]
         new = spawner().submit(partial(_spawn, command, self.env, self.logs[at], self.nice)).result()
         self.processes[at] = new
         mcp_ports: list[int | None] = []
@@ -393,9 +397,10 @@ async def _start(
             for i, k in zip(first, split, strict=True)]
     free_ports = ["--vnc-port", "0", "--rewarder-port", "0"]
     cpus = _cpus(len(split), extra_args, pin)
+    yields = pin is None  # (the default's pinning: let go of a core another program shares)
     started = [
         spawner().submit(partial(
-            _spawn, [*command, *free_ports, *(["--games", str(k)] if k > 1 else []), *_pinned(cpu)],
+            _spawn, [*command, *free_ports, *(["--games", str(k)] if k > 1 else []), *_pinned(cpu, yields)],
             env, path, nice
         ))
         for path, k, cpu in zip(logs, split, cpus, strict=True)
@@ -403,6 +408,7 @@ async def _start(
     spawned = await asyncio.gather(*map(asyncio.wrap_future, started), return_exceptions=True)
     processes = [p for p in spawned if isinstance(p, subprocess.Popen)]
     remotes = LocalRemotes(processes, [], password, logs, command, env, nice, split, cpus)
+    remotes.unpin_when_shared = yields
     failed = [p for p in spawned if isinstance(p, BaseException)]
     if failed:
         remotes.close()
@@ -434,9 +440,12 @@ def _cpus(processes: int, extra_args: Sequence[str], pin: bool | None) -> list[i
     return _capacity.pinned_cpus(processes, _lockstep(extra_args), pin)
 
 
-def _pinned(cpu: int | None) -> list[str]:
-    """``serve``'s arguments that pin it to ``cpu`` (none for None)."""
-    return [] if cpu is None else ["--cpus", str(cpu)]
+def _pinned(cpu: int | None, yields: bool) -> list[str]:
+    """``serve``'s arguments that pin it to ``cpu`` (none for None); ``yields``: to let go
+    of it once another program shares it (``--unpin-when-shared``)."""
+    if cpu is None:
+        return []
+    return ["--cpus", str(cpu), *(["--unpin-when-shared"] if yields else [])]
 
 
 def _read_addresses(proc: subprocess.Popen[bytes], log_path: Path, games: int = 1,
@@ -525,7 +534,9 @@ def start_local(
             :func:`remotes.capacity.pinned_cpus`), none of those cores is busy with
             another program when they start (:mod:`remotes.busy_cpus`: one pinned beside
             it would get half a core) and ``extra_args`` names no ``--cpus`` of its own;
-            True always, round the cores; False never.
+            each such process lets go of its core, for good, once another program
+            shares it (``serve --unpin-when-shared``). True always, round the cores,
+            and they stay; False never.
 
     Returns:
         The running remotes (a context manager; closing stops them).

@@ -4,23 +4,12 @@ keeps busy when the vector starts (remotes/busy_cpus.py)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Final
 
 import pytest
 
 from remotes.busy_cpus import busy_cpus, busy_shares, cpu_ticks
-from remotes.capacity import cpu_seconds
 from remotes.local import start_local
-
-#: Seconds a busy loop gets to show it burns its CPU (it starts a Python first).
-BURN_TIMEOUT: Final = 30.0
-#: CPU seconds that show it does.
-BURNED: Final = 0.3
+from tests.busy_loop import busy_loop
 
 _STAT = """cpu  300 0 100 500 100 0 0 0 0 0
 cpu0 200 0 50 240 10 0 0 0 0 0
@@ -39,26 +28,10 @@ def test_the_kernels_counters_are_read_per_cpu_and_compared_between_two_readings
     assert cpu_ticks("intr 1 2\nsoftirq 3\n") == {}
 
 
-@contextmanager
-def _busy_loop(cpu: int) -> Iterator[int]:
-    """A program that keeps ``cpu`` busy (pinned there), burning before this yields."""
-    code = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True:\n    pass\n"
-    loop = subprocess.Popen([sys.executable, "-c", code])
-    try:
-        deadline = time.monotonic() + BURN_TIMEOUT
-        while (cpu_seconds(loop.pid) or 0.0) < BURNED:
-            assert time.monotonic() < deadline, "the busy loop never ran"
-            time.sleep(0.05)  # (polling its CPU with a deadline, not synchronisation)
-        yield loop.pid
-    finally:
-        loop.kill()
-        loop.wait()
-
-
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs (CI has them)")
 def test_a_core_another_program_keeps_busy_is_seen_and_the_vector_is_left_unpinned() -> None:
     cpus = sorted(os.sched_getaffinity(0))[:2]
-    with _busy_loop(cpus[0]):
+    with busy_loop(cpus[0]):
         assert cpus[0] in busy_cpus(cpus)
         # A lockstep vector with a process per core, as start_local packs one by default:
         # pinned on a quiet machine (tests/remotes/test_local.py), not beside the loop.

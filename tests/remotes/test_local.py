@@ -14,7 +14,7 @@ from typing import Final
 
 import pytest
 
-from remotes import RemoteVectorEnv
+from remotes import RemoteVectorEnv, capacity
 from remotes.capacity import pinned_cpus
 from remotes.local import (
     DEFAULT_GAMES,
@@ -180,6 +180,8 @@ def test_pinned_processes_run_every_thread_on_their_core_and_a_restart_keeps_it(
             local.restart(1)
             assert _affinities(local.processes[1].pid) == want[1]
             assert f"running on CPU {local.cpus[1]} only (--cpus)" in local.logs[1].read_text()
+            # (the caller's pin=True: they stay pinned whatever shares their cores)
+            assert not any(b"--unpin-when-shared" in _cmdline(p.pid) for p in local.processes)
         finally:
             env.close()
     with start_local("builtin.Catch-v0", 2, extra_args=["--mode", "lockstep"], pin=False) as free:
@@ -192,6 +194,31 @@ def test_pinned_processes_run_every_thread_on_their_core_and_a_restart_keeps_it(
         assert all(_affinities(p.pid) == {frozenset({allowed[-1]})} for p in chosen.processes)
     with pytest.raises(ValueError, match="leave --cpus out of extra_args"):
         start_local("builtin.Catch-v0", 2, extra_args=mine, pin=True)
+
+
+def test_the_default_pinning_lets_go_of_a_core_another_program_shares(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """start_local's own pinning (pin=None, on a quiet machine: no core busy as it starts)
+    runs each process with ``serve --unpin-when-shared``, a restart too; what that does:
+    tests/envserver/test_cpus.py."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs (CI has them)")
+    monkeypatch.setattr(capacity, "busy_cpus", lambda cpus: [])  # (quiet, whatever runs beside)
+    with start_local("builtin.Catch-v0", len(allowed), extra_args=["--mode", "lockstep"],
+                     games_per_process=1) as local:
+        assert local.cpus == allowed
+        assert all(b"--unpin-when-shared" in _cmdline(p.pid) for p in local.processes)
+        local.kill(0)
+        local.restart(0)
+        assert b"--unpin-when-shared" in _cmdline(local.processes[0].pid)
+        assert _affinities(local.processes[0].pid) == {frozenset({allowed[0]})}
+
+
+def _cmdline(pid: int) -> bytes:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read()
 
 
 def test_mcp_ports_are_read_and_kept_across_a_restart() -> None:
