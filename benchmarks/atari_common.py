@@ -26,7 +26,10 @@ ENV_ID: Final = "atari.Pong-v0"
 GYM_ID: Final = "ALE/Pong-v5"
 ROM: Final = "pong"
 FRAMESKIP: Final = 4
-LOCKSTEP_ARGS: Final = ("--mode", "lockstep")
+#: The remotes' ``serve`` arguments: lockstep, and no no-op starts (the runtime's default
+#: plays 0-30 NOOP frames after each reset), as none of the peers has any: gymnasium's
+#: ``ALE/Pong-v5``, ``AtariVectorEnv(noop_max=0)``, the bare design.
+LOCKSTEP_ARGS: Final = ("--mode", "lockstep", "--option", "noop_max=0")
 ENCODINGS: Final = quick(("raw", "tight", "zrle"), ("raw",))
 #: Untimed steps before each timed run (connection warm-up, first full frame).
 WARMUP_STEPS: Final = quick(100, 30)
