@@ -253,10 +253,10 @@ def add_commands(sub: Any) -> None:
     )
     shared.add_argument(
         "--unpin-when-shared", action="store_true",
-        help="with --cpus: once other work keeps those CPUs busy (40%% of their time or more, "
-        "two looks a second apart), run on every CPU this process could before, for good: a "
-        "pinned process beside a busy program gets half its core. start_local's default "
-        "pinning adds it",
+        help="with --cpus: once this process waits for those CPUs while other work runs there "
+        "(30%% of the time it runs or more, two looks a second apart), run on every CPU it "
+        "could before, for good: a pinned process beside a busy program gets half its core. "
+        "start_local's default pinning adds it",
     )
     shared.add_argument(
         "--game-ports", type=_game_ports, default=None, metavar="V+R,...",

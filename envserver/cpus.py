@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 
 #: The largest CPU number ``--cpus`` takes (Linux's own limit, CONFIG_NR_CPUS, is 8192).
 MAX_CPU: Final = 8191
-#: Seconds between two looks at a pinned process's CPUs (``--unpin-when-shared``): a
-#: hundred clock ticks a look; the loop wakes once a second for it.
+#: Seconds between two looks at whether a pinned process waits for its CPUs
+#: (``--unpin-when-shared``): the loop wakes once a second for it.
 SHARED_LOOK_SECONDS: Final = 1.0
 #: Looks in a row the CPUs must be shared at before the process lets go of them.
 SHARED_LOOKS: Final = 2
