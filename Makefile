@@ -37,7 +37,7 @@ lint: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) -m fuzz
 
-# Says how long each benchmark should take before it runs (all: about 81 minutes on 2
+# Says how long each benchmark should take before it runs (all: about 82 minutes on 2
 # cores; python -m benchmarks --list has each one's).
 bench: $(STAMP)
 	$(PY) -m benchmarks

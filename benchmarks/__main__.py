@@ -71,7 +71,7 @@ EXPECTED: Final[dict[str, tuple[float, float]]] = {
     "browser_remotes": (282, 34),
     "atari_lockstep": (62, 21),
     "lockstep_peers": (130, 15),  # (2026-12-07 session fourteen: vector rows in turns, 40 s each n)
-    "busy_core": (75, 20),  # (2026-12-07 session fifteen: two phases of 25 s in turns)
+    "busy_core": (100, 27),  # (2026-12-08 session sixteen: three phases of 25 s in turns)
     # measured 2026-11-29 01:07-01:09 beside three other helpers' work (load average 5-11)
     "lockstep_density": (126, 5),
     # measured 2026-11-29 02:45-02:55, quiet but for the coordinator's short test runs
