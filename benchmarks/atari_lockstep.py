@@ -45,7 +45,8 @@ import numpy as np
 from ale_py import ALEInterface, LoggerMode
 from gymnasium.vector import AsyncVectorEnv
 
-from benchmarks.common import machine_ticks as _machine_ticks, ms as _ms, ratio as _ratio, table as _table
+from benchmarks.common import ms as _ms, ratio as _ratio, table as _table
+from remotes.capacity import machine_ticks as _machine_ticks
 from remotes.env import RemoteEnv
 from remotes.local import LocalRemotes
 from remotes.loop import LoopThread, shared_loop

@@ -8,8 +8,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Final, TypeVar
 
-from remotes.busy_cpus import PROC_STAT, line_ticks
-
 CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 #: Set (to "1") by ``python -m benchmarks --quick`` (``make bench-quick``) before any
 #: benchmark module is imported: each then runs one short round of what it measures.
@@ -88,12 +86,6 @@ def schedstat_cpu(*pids: int) -> float:
             except (OSError, ValueError, IndexError):
                 pass
     return total / 1e9
-
-
-def machine_ticks() -> tuple[int, int]:
-    """(busy, total) clock ticks of all CPUs since boot, from /proc/stat."""
-    with open(PROC_STAT, "rb") as f:
-        return line_ticks(f.readline().split()[1:])
 
 
 def load_average() -> str:

@@ -58,7 +58,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from benchmarks.catch_taps import tap_latencies  # noqa: E402
-from benchmarks.common import machine_ticks, quick, schedstat_cpu, table  # noqa: E402
+from benchmarks.common import quick, schedstat_cpu, table  # noqa: E402
+from remotes.capacity import machine_ticks  # noqa: E402
 
 ENV_ID: Final = "builtin.Catch-v0"
 FPS: Final = 60.0

@@ -41,13 +41,13 @@ from gymnasium.vector import AsyncVectorEnv  # noqa: E402
 
 from benchmarks.catch_taps import tap_latencies  # noqa: E402
 from benchmarks.common import (  # noqa: E402
-    machine_ticks as _machine_ticks,
     ms as _ms,
     process_cpu as _process_cpu,
     quick,
     ratio as _ratio,
     table as _table,
 )
+from remotes.capacity import machine_ticks as _machine_ticks  # noqa: E402
 from remotes.local import LocalRemotes, start_local  # noqa: E402
 from remotes.vector import RemoteVectorEnv  # noqa: E402
 from runtimes import registry  # noqa: E402

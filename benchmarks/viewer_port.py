@@ -77,12 +77,12 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from websockets.asyncio.client import connect as ws_connect  # noqa: E402
 
 from benchmarks.common import (
-    machine_ticks as _machine_ticks,
     quick,  # noqa: E402
     ratio as _ratio,
     schedstat_cpu,
     table as _table,
 )
+from remotes.capacity import machine_ticks as _machine_ticks  # noqa: E402
 from rewarder import connections, protocol  # noqa: E402
 from rewarder.auth import PASSWORD_ENV, PASSWORD_FILE_ENV, VIEW_ONLY_PASSWORD_ENV  # noqa: E402
 from rewarder.protocol import OBSERVER_HEADER  # noqa: E402

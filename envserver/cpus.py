@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Iterable
 from typing import Final
 
 log = logging.getLogger(__name__)
@@ -86,9 +87,8 @@ def pin(cpus: frozenset[int]) -> None:
         raise ValueError("--cpus needs Linux (sched_setaffinity); leave it out here")
     allowed = os.sched_getaffinity(0)
     if not cpus <= allowed:
-        outside = ",".join(map(str, sorted(cpus - allowed)))
-        may = ",".join(map(str, sorted(allowed)))
-        raise ValueError(f"--cpus: this process may not run on CPU {outside}; it may on {may}")
+        raise ValueError(f"--cpus: this process may not run on CPU {_listed(cpus - allowed)}; "
+                         f"it may on {_listed(allowed)}")
     _set_threads(cpus)
 
 
@@ -189,5 +189,5 @@ async def unpin_when_shared(pinned: frozenset[int], wider: frozenset[int]) -> No
     )
 
 
-def _listed(cpus: frozenset[int]) -> str:
+def _listed(cpus: Iterable[int]) -> str:
     return ",".join(map(str, sorted(cpus)))

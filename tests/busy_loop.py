@@ -1,9 +1,10 @@
 """Another program that keeps one CPU busy: what a pinned remote must notice
 (tests/remotes/test_busy_cpus.py: before the vector starts; tests/envserver/test_cpus.py:
-after)."""
+after); and where a remote's threads may run (:func:`affinities`)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -34,3 +35,8 @@ def busy_loop(cpu: int) -> Iterator[int]:
     finally:
         loop.kill()
         loop.wait()
+
+
+def affinities(pid: int) -> set[frozenset[int]]:
+    """The CPUs each thread of ``pid`` may run on (one set when all agree)."""
+    return {frozenset(os.sched_getaffinity(int(tid))) for tid in os.listdir(f"/proc/{pid}/task")}

@@ -15,7 +15,7 @@ from envserver import games
 from envserver.cpus import MAX_CPU, SHARED_LOOKS, SharedCore, parse_cpus
 from remotes import RemoteEnv
 from remotes.local import start_local
-from tests.busy_loop import busy_loop
+from tests.busy_loop import affinities, busy_loop
 from universe_remote.cli import main
 
 #: Seconds a pinned remote gets to see a busy program on its core and let go of it
@@ -96,7 +96,7 @@ def test_a_pinned_remote_lets_go_of_its_core_once_another_program_keeps_it_busy(
         try:
             env.reset(seed=0)
             env.step([])
-            assert _affinities(pid) == {frozenset({cpu})}
+            assert affinities(pid) == {frozenset({cpu})}
             with busy_loop(cpu):
                 deadline = time.monotonic() + UNPIN_TIMEOUT
                 while "--unpin-when-shared" not in log.read_text():  # (stepping meanwhile)
@@ -105,13 +105,9 @@ def test_a_pinned_remote_lets_go_of_its_core_once_another_program_keeps_it_busy(
                         env.step([])
             said = log.read_text()
             assert f"CPU {cpu} is shared with other work" in said, said
-            assert _affinities(pid) == {allowed}
+            assert affinities(pid) == {allowed}
             for _ in range(3):
                 env.step([])
         finally:
             env.close()
 
-
-def _affinities(pid: int) -> set[frozenset[int]]:
-    """The CPUs each thread of ``pid`` may run on (one set when all agree)."""
-    return {frozenset(os.sched_getaffinity(int(tid))) for tid in os.listdir(f"/proc/{pid}/task")}

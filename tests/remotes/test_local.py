@@ -25,6 +25,7 @@ from remotes.local import (
     start_local,
 )
 from remotes.loop import shared_loop
+from tests.busy_loop import affinities
 
 #: Seconds we watch a restarted remote after its starting thread ended: a remote killed
 #: by PR_SET_PDEATHSIG is gone within milliseconds.
@@ -155,10 +156,6 @@ def test_a_lockstep_vector_pins_one_process_to_each_core_when_it_has_one_per_cor
         pinned_cpus(2, lockstep=True, pin=True, allowed=[])
 
 
-def _affinities(pid: int) -> set[frozenset[int]]:
-    """The CPUs each thread of ``pid`` may run on (one set when all agree)."""
-    return {frozenset(os.sched_getaffinity(int(tid))) for tid in os.listdir(f"/proc/{pid}/task")}
-
 
 def test_pinned_processes_run_every_thread_on_their_core_and_a_restart_keeps_it() -> None:
     """``pin=True`` (what a lockstep vector gets by default with a process per core): each
@@ -175,10 +172,10 @@ def test_pinned_processes_run_every_thread_on_their_core_and_a_restart_keeps_it(
             for _ in range(3):
                 env.step([[], []])
             threads = [len(os.listdir(f"/proc/{p.pid}/task")) for p in local.processes]
-            assert [_affinities(p.pid) for p in local.processes] == want, threads
+            assert [affinities(p.pid) for p in local.processes] == want, threads
             local.kill(1)
             local.restart(1)
-            assert _affinities(local.processes[1].pid) == want[1]
+            assert affinities(local.processes[1].pid) == want[1]
             assert f"running on CPU {local.cpus[1]} only (--cpus)" in local.logs[1].read_text()
             # (the caller's pin=True: they stay pinned whatever shares their cores)
             assert not any(b"--unpin-when-shared" in _cmdline(p.pid) for p in local.processes)
@@ -186,12 +183,12 @@ def test_pinned_processes_run_every_thread_on_their_core_and_a_restart_keeps_it(
             env.close()
     with start_local("builtin.Catch-v0", 2, extra_args=["--mode", "lockstep"], pin=False) as free:
         assert free.cpus == [None] * len(free.processes)
-        assert all(_affinities(p.pid) == {frozenset(allowed)} for p in free.processes)
+        assert all(affinities(p.pid) == {frozenset(allowed)} for p in free.processes)
     # the caller's own --cpus: kept, not pinned over
     mine = ["--mode", "lockstep", "--cpus", str(allowed[-1])]
     with start_local("builtin.Catch-v0", 2, extra_args=mine, games_per_process=1) as chosen:
         assert chosen.cpus == [None, None]
-        assert all(_affinities(p.pid) == {frozenset({allowed[-1]})} for p in chosen.processes)
+        assert all(affinities(p.pid) == {frozenset({allowed[-1]})} for p in chosen.processes)
     with pytest.raises(ValueError, match="leave --cpus out of extra_args"):
         start_local("builtin.Catch-v0", 2, extra_args=mine, pin=True)
 
@@ -213,7 +210,7 @@ def test_the_default_pinning_lets_go_of_a_core_another_program_shares(
         local.kill(0)
         local.restart(0)
         assert b"--unpin-when-shared" in _cmdline(local.processes[0].pid)
-        assert _affinities(local.processes[0].pid) == {frozenset({allowed[0]})}
+        assert affinities(local.processes[0].pid) == {frozenset({allowed[0]})}
 
 
 def _cmdline(pid: int) -> bytes:
