@@ -156,7 +156,6 @@ def test_a_lockstep_vector_pins_one_process_to_each_core_when_it_has_one_per_cor
         pinned_cpus(2, lockstep=True, pin=True, allowed=[])
 
 
-
 def test_pinned_processes_run_every_thread_on_their_core_and_a_restart_keeps_it() -> None:
     """``pin=True`` (what a lockstep vector gets by default with a process per core): each
     process and every thread it starts later (the rewarder's reader, once it steps) runs
